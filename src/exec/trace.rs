@@ -1,0 +1,238 @@
+//! Traced execution for previews: the same run as [`execute`](super::execute) with an observer
+//! that records, per target (and per `each` element, up to [`TRACE_ELEMENTS`]), what was read,
+//! from where, and why a value is null or left out.
+//!
+//! Explanations re-walk the target's path slowly with JSON pointers; the output itself is always
+//! the one the real executor wrote.
+
+use super::coerce::{Coerced, coerce};
+use super::{Observer, Run, with_arena};
+use crate::json::{self, Node, Nodes, write};
+use crate::plan::{Plan, Target};
+use crate::rules::{KeyEntry, Problem, Type};
+
+/// How many `each` elements a trace describes; the output always has all of them.
+pub const TRACE_ELEMENTS: usize = 50;
+
+/// What a traced run reports beside its output.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Trace {
+    pub entries: Vec<TraceEntry>,
+    /// Remarks on the run as a whole (an `each` path that leads to no list, a shortened trace),
+    /// located in the rules document like compile warnings.
+    pub notes: Vec<Problem>,
+}
+
+/// One target evaluated once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceEntry {
+    /// Index of the `each` element, for rules with `each`.
+    pub element: Option<usize>,
+    pub id: String,
+    pub key: String,
+    /// Whether the value (or any part of it) was found in the input.
+    pub resolved: bool,
+    /// Whether the member is in the output (it is left out when empty and empty values are
+    /// ignored).
+    pub included: bool,
+    /// The JSON written for it, when included.
+    pub value: Option<Vec<u8>>,
+    pub note: String,
+}
+
+impl Trace {
+    /// Appends the entries as a JSON array.
+    pub fn write_entries(&self, out: &mut Vec<u8>) {
+        out.push(b'[');
+        for (n, e) in self.entries.iter().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            out.push(b'{');
+            if let Some(element) = e.element {
+                out.extend_from_slice(b"\"element\":");
+                write::u64(out, element as u64);
+                out.push(b',');
+            }
+            out.extend_from_slice(b"\"id\":");
+            write::string(out, &e.id);
+            out.extend_from_slice(b",\"key\":");
+            write::string(out, &e.key);
+            out.extend_from_slice(if e.resolved { b",\"resolved\":true" } else { b",\"resolved\":false" });
+            out.extend_from_slice(if e.included { b",\"included\":true" } else { b",\"included\":false" });
+            out.extend_from_slice(b",\"value\":");
+            out.extend_from_slice(e.value.as_deref().unwrap_or(b"null"));
+            out.extend_from_slice(b",\"note\":");
+            write::string(out, &e.note);
+            out.push(b'}');
+        }
+        out.push(b']');
+    }
+}
+
+/// Like [`execute`](super::execute), and also returns a [`Trace`].
+pub fn execute_traced(plan: &Plan, nodes: &Nodes<'_>, root: usize, out: &mut Vec<u8>) -> Trace {
+    let mut tracer = Tracer { plan, nodes, list: None, element: None, elements: 0, entries: Vec::new() };
+    let mut notes = Vec::new();
+    if let Some(path) = &plan.each {
+        match locate(nodes, root, String::new(), path.iter().map(|p| &**p)) {
+            Ok((at, pointer)) => match nodes.get(at) {
+                Some(Node::Array { .. }) => tracer.list = Some(pointer),
+                Some(Node::Object { .. }) => {}
+                _ => notes.push(Problem::new(
+                    "/each",
+                    format!(
+                        "`each` leads to {} at {}, not a list or an object: the output is an empty list",
+                        json::kind(nodes, at),
+                        shown(&pointer)
+                    ),
+                )),
+            },
+            Err(why) => notes.push(Problem::new(
+                "/each",
+                format!("`each` leads nowhere ({why}): the output is an empty list"),
+            )),
+        }
+    }
+    with_arena(|arena| Run::new(plan, nodes, out, arena, &mut tracer).document(root));
+    if tracer.elements > TRACE_ELEMENTS {
+        notes.push(Problem::new(
+            "",
+            format!(
+                "the trace describes the first {TRACE_ELEMENTS} of {} elements; the output has all of them",
+                tracer.elements
+            ),
+        ));
+    }
+    Trace { entries: tracer.entries, notes }
+}
+
+struct Tracer<'r, 'a> {
+    plan: &'r Plan,
+    nodes: &'r Nodes<'a>,
+    /// Pointer of the `each` list, when `each` leads to one (elements are then at `/{index}`).
+    list: Option<String>,
+    element: Option<usize>,
+    elements: usize,
+    entries: Vec<TraceEntry>,
+}
+
+impl Observer for Tracer<'_, '_> {
+    const ACTIVE: bool = true;
+
+    fn element(&mut self, index: usize) {
+        self.element = Some(index);
+        self.elements = index + 1;
+    }
+
+    fn target(&mut self, target: u32, root: usize, value: Option<&[u8]>) {
+        if self.element.is_some_and(|e| e >= TRACE_ELEMENTS) {
+            return;
+        }
+        let Some(t) = self.plan.targets.get(target as usize) else { return };
+        let start = match (&self.list, self.element) {
+            (Some(list), Some(index)) => format!("{list}/{index}"),
+            _ => String::new(),
+        };
+        let found: Vec<Found> = t
+            .keys
+            .iter()
+            .flat_map(KeyEntry::names)
+            .map(|name| {
+                let path = t.parents.iter().map(|p| &**p).chain([name.as_str()]);
+                locate(self.nodes, root, start.clone(), path)
+            })
+            .collect();
+        let included = value.is_some();
+        let note = match (&*t.keys, found.as_slice()) {
+            ([KeyEntry::Field(_)], [one]) => self.single_note(t, one, value),
+            _ => several_note(&found, included),
+        };
+        self.entries.push(TraceEntry {
+            element: self.element,
+            id: t.id.to_string(),
+            key: t.key.to_string(),
+            resolved: found.iter().any(Result::is_ok),
+            included,
+            value: value.map(<[u8]>::to_vec),
+            note,
+        });
+    }
+}
+
+/// A value found (its tape position and JSON pointer), or why there is none.
+type Found = Result<(usize, String), String>;
+
+impl Tracer<'_, '_> {
+    fn single_note(&self, t: &Target, found: &Found, value: Option<&[u8]>) -> String {
+        let fate = if value.is_some() { "written as null" } else { "left out (ignoreEmptyValues)" };
+        let (at, pointer) = match found {
+            Err(why) => return format!("{why}; {fate}"),
+            Ok(found) => found,
+        };
+        let Some(node) = self.nodes.get(*at) else { return format!("nothing at {pointer}; {fate}") };
+        let kind = json::kind(self.nodes, *at);
+        if t.ty == Type::Json {
+            return match value {
+                Some(_) => format!("copied {kind} from {pointer}"),
+                None => format!("{kind} at {pointer} is empty; {fate}"),
+            };
+        }
+        match node {
+            Node::Array { .. } => match value {
+                Some(_) => format!("list at {pointer}: each element converted to {}", t.ty.name()),
+                None => format!("list at {pointer} has no non-empty element; {fate}"),
+            },
+            Node::Static(json::StaticNode::Null) => format!("null at {pointer}; {fate}"),
+            _ if coerce(node, t.ty) == Coerced::Null => {
+                format!("{kind} at {pointer} does not convert to {}; {fate}", t.ty.name())
+            }
+            _ if value.is_none() => format!("{kind} at {pointer} is blank; {fate}"),
+            _ => format!("read {kind} at {pointer} as {}", t.ty.name()),
+        }
+    }
+}
+
+/// A note for a concatenation or a target with several `keys` entries.
+fn several_note(found: &[Found], included: bool) -> String {
+    let hits = found.iter().filter(|f| f.is_ok()).count();
+    let mut note = format!("found {hits} of {} fields", found.len());
+    if let Some(Err(why)) = found.iter().find(|f| f.is_err()) {
+        note.push_str(&format!("; first missing: {why}"));
+    }
+    if !included {
+        note.push_str("; nothing left to write, left out (ignoreEmptyValues)");
+    }
+    note
+}
+
+/// Walks `path` from `root` (whose pointer is `pointer`) as SPEC §1.2 reads values (lists are followed to their first element
+/// before each step) and returns the value found with its JSON pointer, or why there is none.
+fn locate<'p>(
+    nodes: &Nodes<'_>,
+    root: usize,
+    mut pointer: String,
+    path: impl IntoIterator<Item = &'p str>,
+) -> Found {
+    let mut at = root;
+    for step in path {
+        while let Some(Node::Array { len, .. }) = nodes.get(at) {
+            if *len == 0 {
+                return Err(format!("{} is an empty list", shown(&pointer)));
+            }
+            at += 1;
+            pointer.push_str("/0");
+        }
+        if !matches!(nodes.get(at), Some(Node::Object { .. })) {
+            return Err(format!("{} is {}, not an object", shown(&pointer), json::kind(nodes, at)));
+        }
+        at = json::member(nodes, at, step)
+            .ok_or_else(|| format!("{} has no member `{step}`", shown(&pointer)))?;
+        json::push_pointer(&mut pointer, step);
+    }
+    Ok((at, pointer))
+}
+
+fn shown(pointer: &str) -> String {
+    if pointer.is_empty() { "the root".to_owned() } else { pointer.to_owned() }
+}

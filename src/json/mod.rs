@@ -1,0 +1,243 @@
+//! Parsing JSON into a simd-json tape, and walking that tape: the one in-memory form every JSON
+//! document (rules, preview bodies, upstream answers) takes inside recast.
+//!
+//! A tape is a flat `Vec<Node>` in document order. Containers are a header node followed by their
+//! contents; the header's `count` is the number of nodes inside, so a value is skipped in O(1).
+
+pub mod write;
+
+use std::cell::RefCell;
+
+pub use simd_json::{Node, StaticNode};
+
+/// Nodes of a parsed document; value positions are indexes into this slice.
+pub type Nodes<'a> = [Node<'a>];
+
+/// Why a byte string is not a document recast accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JsonError {
+    /// Not JSON at all (syntax, encoding), with the parser's description.
+    Syntax(String),
+    /// Valid JSON nested deeper than the configured limit.
+    TooDeep { limit: usize },
+}
+
+impl std::fmt::Display for JsonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JsonError::Syntax(why) => write!(f, "invalid JSON: {why}"),
+            JsonError::TooDeep { limit } => {
+                write!(f, "JSON nested deeper than {limit} levels")
+            }
+        }
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+/// Parses `input` in place (simd-json unescapes strings inside the buffer) and returns its tape.
+///
+/// The buffer is grown by simd-json's padding first so the parser needs no copy of its own; the
+/// document itself is `input[..len]` as given. Parser scratch is kept per thread and reused.
+pub fn parse(input: &mut Vec<u8>, max_depth: usize) -> Result<Vec<Node<'_>>, JsonError> {
+    thread_local! {
+        static SCRATCH: RefCell<Option<(usize, simd_json::Buffers)>> = const { RefCell::new(None) };
+    }
+    let len = input.len();
+    input.resize(len + simd_json::INPUT_PADDING, b' ');
+    let mut tape = simd_json::Tape::null();
+    let result = SCRATCH.with_borrow_mut(|scratch| {
+        let buffers = match scratch {
+            Some((depth, buffers)) if *depth == max_depth => buffers,
+            _ => {
+                let (_, buffers) =
+                    scratch.insert((max_depth, simd_json::Buffers::with_max_depth(len, max_depth)));
+                buffers
+            }
+        };
+        simd_json::fill_tape_padded(input.as_mut_slice(), len, buffers, &mut tape)
+    });
+    match result {
+        Ok(()) => Ok(tape.0),
+        Err(e) if matches!(e.error(), simd_json::ErrorType::DepthLimitExceeded) => {
+            Err(JsonError::TooDeep { limit: max_depth })
+        }
+        Err(e) => Err(JsonError::Syntax(e.to_string())),
+    }
+}
+
+/// Index of the node just after the value that starts at `i`.
+#[inline]
+pub fn skip(nodes: &Nodes<'_>, i: usize) -> usize {
+    match nodes.get(i) {
+        Some(Node::Object { count, .. } | Node::Array { count, .. }) => i + 1 + count,
+        _ => i + 1,
+    }
+}
+
+/// Follows a list to its first element, again for a list inside a list (SPEC §1.2). `None` when a
+/// list on the way is empty, which the rules language treats as "missing".
+#[inline]
+pub fn first_non_list(nodes: &Nodes<'_>, mut i: usize) -> Option<usize> {
+    loop {
+        match nodes.get(i)? {
+            Node::Array { len: 0, .. } => return None,
+            Node::Array { .. } => i += 1,
+            _ => return Some(i),
+        }
+    }
+}
+
+/// The members of the object at `i` in document order, or `None` when it is not an object.
+pub fn members<'t, 'a>(nodes: &'t Nodes<'a>, i: usize) -> Option<Members<'t, 'a>> {
+    match nodes.get(i)? {
+        Node::Object { len, .. } => Some(Members { nodes, next: i + 1, left: *len }),
+        _ => None,
+    }
+}
+
+/// The elements of the list at `i` in order, or `None` when it is not a list.
+pub fn elements<'t, 'a>(nodes: &'t Nodes<'a>, i: usize) -> Option<Elements<'t, 'a>> {
+    match nodes.get(i)? {
+        Node::Array { len, .. } => Some(Elements { nodes, next: i + 1, left: *len }),
+        _ => None,
+    }
+}
+
+/// The value of the first member called `name` of the object at `i`.
+pub fn member(nodes: &Nodes<'_>, i: usize, name: &str) -> Option<usize> {
+    members(nodes, i)?.find(|(key, _)| *key == name).map(|(_, value)| value)
+}
+
+/// Iterator over `(name, value index)` pairs of one object.
+pub struct Members<'t, 'a> {
+    nodes: &'t Nodes<'a>,
+    next: usize,
+    left: usize,
+}
+
+impl<'a> Iterator for Members<'_, 'a> {
+    type Item = (&'a str, usize);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        let Some(Node::String(key)) = self.nodes.get(self.next) else {
+            self.left = 0;
+            return None;
+        };
+        let value = self.next + 1;
+        self.next = skip(self.nodes, value);
+        self.left -= 1;
+        Some((key, value))
+    }
+}
+
+/// Iterator over the value indexes of one list.
+pub struct Elements<'t, 'a> {
+    nodes: &'t Nodes<'a>,
+    next: usize,
+    left: usize,
+}
+
+impl Iterator for Elements<'_, '_> {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        if self.left == 0 || self.next >= self.nodes.len() {
+            return None;
+        }
+        let value = self.next;
+        self.next = skip(self.nodes, value);
+        self.left -= 1;
+        Some(value)
+    }
+}
+
+/// A short description of the value's kind, for messages ("a string", "an object").
+pub fn kind(nodes: &Nodes<'_>, i: usize) -> &'static str {
+    match nodes.get(i) {
+        None => "nothing",
+        Some(Node::String(_)) => "a string",
+        Some(Node::Object { .. }) => "an object",
+        Some(Node::Array { .. }) => "a list",
+        Some(Node::Static(StaticNode::Null)) => "null",
+        Some(Node::Static(StaticNode::Bool(_))) => "a boolean",
+        Some(Node::Static(_)) => "a number",
+    }
+}
+
+/// Appends `name` to a JSON pointer (RFC 6901 escaping of `~` and `/`).
+pub fn push_pointer(pointer: &mut String, name: &str) {
+    pointer.push('/');
+    for c in name.chars() {
+        match c {
+            '~' => pointer.push_str("~0"),
+            '/' => pointer.push_str("~1"),
+            c => pointer.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tape(text: &str) -> Vec<u8> {
+        text.as_bytes().to_vec()
+    }
+
+    #[test]
+    fn skips_nested_values_in_one_step() {
+        let mut buf = tape(r#"{"a":{"b":[1,2,{"c":3}]},"d":4}"#);
+        let nodes = parse(&mut buf, 64).unwrap();
+        let found: Vec<_> = members(&nodes, 0).unwrap().map(|(k, _)| k).collect();
+        assert_eq!(found, ["a", "d"]);
+        let d = member(&nodes, 0, "d").unwrap();
+        assert_eq!(nodes[d], Node::Static(StaticNode::I64(4)));
+    }
+
+    #[test]
+    fn first_non_list_descends_and_treats_empty_as_missing() {
+        let mut buf = tape(r#"[[[{"x":1}]],[]]"#);
+        let nodes = parse(&mut buf, 64).unwrap();
+        let inner = first_non_list(&nodes, 0).unwrap();
+        assert!(matches!(nodes[inner], Node::Object { .. }));
+        let mut buf = tape("[[]]");
+        let nodes = parse(&mut buf, 64).unwrap();
+        assert_eq!(first_non_list(&nodes, 0), None);
+    }
+
+    #[test]
+    fn depth_limit_is_reported_as_such() {
+        let mut ok = tape("[[[1]]]");
+        assert!(parse(&mut ok, 3).is_ok());
+        let mut deep = tape("[[[[1]]]]");
+        assert_eq!(parse(&mut deep, 3).unwrap_err(), JsonError::TooDeep { limit: 3 });
+    }
+
+    #[test]
+    fn syntax_errors_and_bad_utf8_are_errors() {
+        for bad in [&b"{"[..], b"{\"a\":}", b"\"\xff\"", b"", b"nul", b"[1,]"] {
+            let mut buf = bad.to_vec();
+            assert!(matches!(parse(&mut buf, 64), Err(JsonError::Syntax(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn huge_integers_parse_as_floats() {
+        let mut buf = tape("123456789012345678901234567890");
+        let nodes = parse(&mut buf, 64).unwrap();
+        assert!(matches!(nodes[0], Node::Static(StaticNode::F64(_))));
+    }
+
+    #[test]
+    fn pointer_escapes_tilde_and_slash() {
+        let mut p = String::new();
+        push_pointer(&mut p, "a/b~c");
+        assert_eq!(p, "/a~1b~0c");
+    }
+}

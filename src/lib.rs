@@ -1,0 +1,9 @@
+//! recast: an HTTP middleware that calls upstream JSON APIs and reshapes their answers by stored
+//! mapping rules. See `ARCHITECTURE.md` for the map of modules and their invariants.
+
+pub mod config;
+pub mod exec;
+pub mod json;
+pub mod plan;
+pub mod rules;
+pub mod server;

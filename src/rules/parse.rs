@@ -1,0 +1,276 @@
+//! Reads a rules document from a parsed JSON value into [`Rules`], checking its shape: required
+//! members, member types, empty names, unknown and duplicate members. Every problem is recorded
+//! with its location and reading goes on, so one pass reports them all.
+
+use std::collections::HashSet;
+
+use super::{KeyEntry, NewField, OldField, Problem, Rules, Type};
+use crate::json::{self, Node, Nodes, StaticNode};
+
+const TOP_MEMBERS: &str = "ignoreEmptyValues, each, newBodyFields, oldBodyFields";
+const NEW_MEMBERS: &str = "key, type, position";
+const OLD_MEMBERS: &str = "keys, parents, type";
+
+/// Reads the rules document at `root`. Problems are appended to `problems`; the returned
+/// [`Rules`] holds everything that could be read, so compilation can find further problems.
+pub fn parse(nodes: &Nodes<'_>, root: usize, problems: &mut Vec<Problem>) -> Rules {
+    let mut rules = Rules::default();
+    let Some(top) = json::members(nodes, root) else {
+        problems.push(Problem::new(
+            "",
+            format!("rules must be a JSON object, found {}", json::kind(nodes, root)),
+        ));
+        return rules;
+    };
+    let mut seen = HashSet::new();
+    let (mut has_new, mut has_old) = (false, false);
+    for (name, value) in top {
+        let at = child("", name);
+        if !first_time(&mut seen, name, &at, problems) {
+            continue;
+        }
+        match name {
+            "ignoreEmptyValues" => match nodes.get(value) {
+                Some(Node::Static(StaticNode::Bool(b))) => rules.ignore_empty_values = *b,
+                Some(Node::Static(StaticNode::Null)) => {}
+                _ => problems.push(must_be(&at, "true or false", nodes, value)),
+            },
+            "each" => rules.each = optional_path(nodes, value, &at, problems),
+            "newBodyFields" => {
+                has_new = true;
+                rules.new_body_fields = entries(nodes, value, &at, problems, new_field);
+            }
+            "oldBodyFields" => {
+                has_old = true;
+                rules.old_body_fields = entries(nodes, value, &at, problems, old_field);
+            }
+            _ => problems.push(unknown(&at, name, TOP_MEMBERS)),
+        }
+    }
+    for (present, name) in [(has_new, "newBodyFields"), (has_old, "oldBodyFields")] {
+        if !present {
+            problems.push(Problem::new("", format!("missing required member `{name}`")));
+        }
+    }
+    rules
+}
+
+/// Reads an object of `id → entry` members in the client's order.
+fn entries<T>(
+    nodes: &Nodes<'_>,
+    i: usize,
+    at: &str,
+    problems: &mut Vec<Problem>,
+    read: fn(&Nodes<'_>, usize, String, &str, &mut Vec<Problem>) -> Option<T>,
+) -> Vec<T> {
+    let Some(members) = json::members(nodes, i) else {
+        problems.push(must_be(at, "an object of rule ids", nodes, i));
+        return Vec::new();
+    };
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (id, value) in members {
+        let at = child(at, id);
+        if !first_time(&mut seen, id, &at, problems) {
+            continue;
+        }
+        if id.is_empty() {
+            problems.push(Problem::new(&at, "a rule id must not be empty"));
+        }
+        out.extend(read(nodes, value, id.to_owned(), &at, problems));
+    }
+    out
+}
+
+fn new_field(
+    nodes: &Nodes<'_>,
+    i: usize,
+    id: String,
+    at: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<NewField> {
+    let Some(members) = json::members(nodes, i) else {
+        problems.push(must_be(at, "an object with `key` and `type`", nodes, i));
+        return None;
+    };
+    let mut field = NewField { id, key: None, ty: None, position: None };
+    let (mut has_key, mut has_type) = (false, false);
+    let mut seen = HashSet::new();
+    for (name, value) in members {
+        let at = child(at, name);
+        if !first_time(&mut seen, name, &at, problems) {
+            continue;
+        }
+        match name {
+            "key" => {
+                has_key = true;
+                match nodes.get(value) {
+                    Some(Node::String("")) => {
+                        problems.push(Problem::new(&at, "the output key must not be empty"))
+                    }
+                    Some(Node::String(key)) => field.key = Some((*key).to_owned()),
+                    _ => problems.push(must_be(&at, "a string", nodes, value)),
+                }
+            }
+            "type" => {
+                has_type = true;
+                field.ty = type_name(nodes, value, &at, problems);
+            }
+            "position" => match nodes.get(value) {
+                Some(Node::Static(StaticNode::I64(n))) => field.position = Some(*n),
+                Some(Node::Static(StaticNode::U64(n))) => match i64::try_from(*n) {
+                    Ok(n) => field.position = Some(n),
+                    Err(_) => problems.push(Problem::new(&at, "position is out of range")),
+                },
+                Some(Node::Static(StaticNode::Null)) => {}
+                _ => problems.push(must_be(&at, "an integer", nodes, value)),
+            },
+            _ => problems.push(unknown(&at, name, NEW_MEMBERS)),
+        }
+    }
+    if !has_key {
+        problems.push(Problem::new(at, "missing required member `key`"));
+    }
+    if !has_type {
+        problems.push(Problem::new(at, "missing required member `type`"));
+    }
+    Some(field)
+}
+
+fn old_field(
+    nodes: &Nodes<'_>,
+    i: usize,
+    id: String,
+    at: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<OldField> {
+    let Some(members) = json::members(nodes, i) else {
+        problems.push(must_be(at, "an object with `keys`", nodes, i));
+        return None;
+    };
+    let mut field = OldField { id, keys: Vec::new(), parents: Vec::new() };
+    let mut has_keys = false;
+    let mut seen = HashSet::new();
+    for (name, value) in members {
+        let at = child(at, name);
+        if !first_time(&mut seen, name, &at, problems) {
+            continue;
+        }
+        match name {
+            "keys" => {
+                has_keys = true;
+                field.keys = key_entries(nodes, value, &at, problems);
+            }
+            "parents" => {
+                field.parents = optional_path(nodes, value, &at, problems).unwrap_or_default();
+            }
+            // Informative only (SPEC §1), but a misspelt type is still worth reporting.
+            "type" => {
+                if !matches!(nodes.get(value), Some(Node::Static(StaticNode::Null))) {
+                    type_name(nodes, value, &at, problems);
+                }
+            }
+            _ => problems.push(unknown(&at, name, OLD_MEMBERS)),
+        }
+    }
+    if !has_keys {
+        problems.push(Problem::new(at, "missing required member `keys`"));
+    }
+    Some(field)
+}
+
+fn key_entries(nodes: &Nodes<'_>, i: usize, at: &str, problems: &mut Vec<Problem>) -> Vec<KeyEntry> {
+    let Some(elements) = json::elements(nodes, i) else {
+        problems.push(must_be(at, "a list of field names", nodes, i));
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut listed = 0;
+    for (n, value) in elements.enumerate() {
+        listed += 1;
+        let at = format!("{at}/{n}");
+        let Some(Node::String(text)) = nodes.get(value) else {
+            problems.push(must_be(&at, "a string", nodes, value));
+            continue;
+        };
+        if text.contains(',') {
+            let names: Vec<String> = text.split(',').map(|s| s.trim().to_owned()).collect();
+            if names.iter().any(String::is_empty) {
+                problems.push(Problem::new(&at, format!("concatenation `{text}` has an empty field name")));
+                continue;
+            }
+            out.push(KeyEntry::Concat(names));
+        } else if text.trim().is_empty() {
+            problems.push(Problem::new(&at, "a field name must not be empty"));
+        } else {
+            out.push(KeyEntry::Field((*text).to_owned()));
+        }
+    }
+    if listed == 0 {
+        problems.push(Problem::new(at, "`keys` must name at least one field"));
+    }
+    out
+}
+
+/// A `parents` or `each` path: a list of non-empty names, or `null` for none.
+fn optional_path(nodes: &Nodes<'_>, i: usize, at: &str, problems: &mut Vec<Problem>) -> Option<Vec<String>> {
+    if let Some(Node::Static(StaticNode::Null)) = nodes.get(i) {
+        return None;
+    }
+    let Some(elements) = json::elements(nodes, i) else {
+        problems.push(must_be(at, "a list of field names", nodes, i));
+        return None;
+    };
+    let mut path = Vec::new();
+    for (n, value) in elements.enumerate() {
+        match nodes.get(value) {
+            Some(Node::String(name)) if !name.trim().is_empty() => path.push((*name).to_owned()),
+            Some(Node::String(_)) => {
+                problems.push(Problem::new(format!("{at}/{n}"), "a field name must not be empty"))
+            }
+            _ => problems.push(must_be(&format!("{at}/{n}"), "a string", nodes, value)),
+        }
+    }
+    Some(path)
+}
+
+fn type_name(nodes: &Nodes<'_>, i: usize, at: &str, problems: &mut Vec<Problem>) -> Option<Type> {
+    let Some(Node::String(name)) = nodes.get(i) else {
+        problems.push(must_be(at, "a type name", nodes, i));
+        return None;
+    };
+    let ty = Type::from_name(name);
+    if ty.is_none() {
+        problems.push(Problem::new(
+            at,
+            format!(
+                "unknown type `{name}`; the known types are {} (a trailing `?` is allowed)",
+                Type::NAMES.join(", ")
+            ),
+        ));
+    }
+    ty
+}
+
+/// Records `name` as seen in one object; a second occurrence is a problem.
+fn first_time<'a>(seen: &mut HashSet<&'a str>, name: &'a str, at: &str, problems: &mut Vec<Problem>) -> bool {
+    if !seen.insert(name) {
+        problems.push(Problem::new(at, format!("duplicate member `{name}`")));
+        return false;
+    }
+    true
+}
+
+fn child(at: &str, name: &str) -> String {
+    let mut pointer = at.to_owned();
+    json::push_pointer(&mut pointer, name);
+    pointer
+}
+
+fn must_be(at: &str, what: &str, nodes: &Nodes<'_>, i: usize) -> Problem {
+    Problem::new(at, format!("must be {what}, found {}", json::kind(nodes, i)))
+}
+
+fn unknown(at: &str, name: &str, expected: &str) -> Problem {
+    Problem::new(at, format!("unknown member `{name}` (expected one of: {expected})"))
+}

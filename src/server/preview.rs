@@ -1,0 +1,102 @@
+//! `POST /v1/preview` (SPEC §2): maps a sample with rules; nothing is stored and nothing is called.
+
+use std::time::Instant;
+
+use http::{HeaderValue, Request, StatusCode};
+use hyper::body::Incoming;
+
+use super::problem::write_problems;
+use super::{ApiError, Response, SERVER_TIMING, State, json, read_body};
+use crate::exec;
+use crate::json::{self as tape};
+use crate::rules::compile_value;
+
+/// Members of a preview body.
+const SAMPLE: &str = "originalResponse";
+const RULES: &str = "mappingRules";
+
+pub(super) async fn preview(state: &State, request: Request<Incoming>) -> Result<Response, ApiError> {
+    let traced = trace_flag(request.uri().query())?;
+    let mut body = read_body(request, state.config.max_request_bytes).await?;
+    let started = Instant::now();
+    let body_len = body.len();
+    // The sample sits one level inside the body, so the body may nest one level more.
+    let nodes = tape::parse(&mut body, state.config.max_depth + 1).map_err(ApiError::InvalidJson)?;
+    let (sample, rules) = members(&nodes)?;
+    let compiled = compile_value(&nodes, rules, &state.config.limits()).map_err(ApiError::InvalidRules)?;
+
+    let mut out = Vec::with_capacity(body_len / 2 + 64);
+    if traced {
+        out.extend_from_slice(b"{\"output\":");
+        let trace = exec::execute_traced(&compiled.plan, &nodes, sample, &mut out);
+        out.extend_from_slice(b",\"trace\":");
+        trace.write_entries(&mut out);
+        out.extend_from_slice(b",\"warnings\":");
+        let warnings: Vec<_> = compiled.warnings.into_iter().chain(trace.notes).collect();
+        write_problems(&mut out, &warnings);
+        out.push(b'}');
+    } else {
+        exec::execute(&compiled.plan, &nodes, sample, &mut out);
+    }
+    let mut response = json(StatusCode::OK, out);
+    let timing = format!("map;dur={:.3}", started.elapsed().as_secs_f64() * 1000.0);
+    if let Ok(timing) = HeaderValue::try_from(timing) {
+        response.headers_mut().insert(SERVER_TIMING, timing);
+    }
+    Ok(response)
+}
+
+/// `?trace=true` (also `?trace` and `?trace=1`); `false`/`0` or no parameter turn it off.
+fn trace_flag(query: Option<&str>) -> Result<bool, ApiError> {
+    let mut traced = false;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match (name, value) {
+            ("trace", "" | "true" | "1") => traced = true,
+            ("trace", "false" | "0") => traced = false,
+            ("trace", _) => {
+                return Err(ApiError::InvalidRequest(format!("`trace` takes true or false, not `{value}`")));
+            }
+            _ => {}
+        }
+    }
+    Ok(traced)
+}
+
+/// Finds the sample and the rules in the body, which must hold exactly those two members.
+fn members(nodes: &tape::Nodes<'_>) -> Result<(usize, usize), ApiError> {
+    let shape = || format!("the body must be a JSON object with `{SAMPLE}` and `{RULES}`");
+    let members = tape::members(nodes, 0).ok_or_else(|| ApiError::InvalidRequest(shape()))?;
+    let (mut sample, mut rules) = (None, None);
+    for (name, at) in members {
+        let slot = match name {
+            SAMPLE => &mut sample,
+            RULES => &mut rules,
+            other => {
+                return Err(ApiError::InvalidRequest(format!("unknown member `{other}`; {}", shape())));
+            }
+        };
+        if slot.replace(at).is_some() {
+            return Err(ApiError::InvalidRequest(format!("member `{name}` is given twice")));
+        }
+    }
+    match (sample, rules) {
+        (Some(sample), Some(rules)) => Ok((sample, rules)),
+        (None, _) => Err(ApiError::InvalidRequest(format!("missing `{SAMPLE}`; {}", shape()))),
+        (_, None) => Err(ApiError::InvalidRequest(format!("missing `{RULES}`; {}", shape()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_flag_reads_true_false_and_refuses_the_rest() {
+        assert!(!trace_flag(None).unwrap());
+        assert!(trace_flag(Some("trace=true")).unwrap());
+        assert!(trace_flag(Some("a=b&trace")).unwrap());
+        assert!(!trace_flag(Some("trace=true&trace=false")).unwrap());
+        assert!(trace_flag(Some("trace=yes")).is_err());
+    }
+}
