@@ -11,7 +11,7 @@ use std::cell::RefCell;
 
 use bumpalo::Bump;
 
-pub use trace::{Trace, TraceEntry, execute_traced};
+pub use trace::{TRACE_ELEMENTS, Trace, TraceEntry, execute_traced};
 
 use crate::json::{self, Node, Nodes, write};
 use crate::plan::{Input, KeyTable, Op, Plan, Read, SlotId, Span};

@@ -25,7 +25,7 @@ pub enum JsonError {
 impl std::fmt::Display for JsonError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            JsonError::Syntax(why) => write!(f, "invalid JSON: {why}"),
+            JsonError::Syntax(why) => f.write_str(why),
             JsonError::TooDeep { limit } => {
                 write!(f, "JSON nested deeper than {limit} levels")
             }

@@ -19,39 +19,51 @@ pub struct Compiled {
 /// Compiles the rules held by the JSON value at `i`: the rules object itself, or a string whose
 /// content is that object (SPEC §1: `rulesAsString`).
 pub fn compile_value(nodes: &Nodes<'_>, i: usize, limits: &Limits) -> Result<Compiled, Vec<Problem>> {
-    let Some(Node::String(text)) = nodes.get(i) else {
-        return compile_object(nodes, i, limits);
+    let (rules, problems) = match nodes.get(i) {
+        Some(Node::String(text)) => read_text(text.as_bytes(), false)?,
+        _ => {
+            let mut problems = Vec::new();
+            (parse(nodes, i, &mut problems), problems)
+        }
     };
-    let mut buf = text.as_bytes().to_vec();
-    match json::parse(&mut buf, RULES_DEPTH) {
-        // A string inside the string is reported by `parse` as "must be a JSON object".
-        Ok(inner) => compile_object(&inner, 0, limits),
-        Err(e) => Err(vec![Problem::new("", format!("the rules string does not hold JSON: {e}"))]),
-    }
+    finish(&rules, problems, limits)
 }
 
 /// Compiles rules given as JSON text (a rules object, or a JSON string holding one).
 pub fn compile_json(text: &[u8], limits: &Limits) -> Result<Compiled, Vec<Problem>> {
-    let mut buf = text.to_vec();
-    match json::parse(&mut buf, RULES_DEPTH) {
-        Ok(nodes) => compile_value(&nodes, 0, limits),
-        Err(e) => Err(vec![Problem::new("", format!("the rules are not JSON: {e}"))]),
-    }
+    let (rules, problems) = read_text(text, true)?;
+    finish(&rules, problems, limits)
+}
+
+/// Compiles rules that were read already.
+pub fn compile(rules: &Rules, limits: &Limits) -> Result<Compiled, Vec<Problem>> {
+    finish(rules, Vec::new(), limits)
+}
+
+/// Reads rules given as JSON text (as [`compile_json`] takes them) and checks them fully, without
+/// building a plan: for tools that work on the rules themselves.
+pub fn read_json(text: &[u8], limits: &Limits) -> Result<Rules, Vec<Problem>> {
+    let (rules, mut problems) = read_text(text, true)?;
+    check(&rules, limits, &mut problems);
+    if problems.is_empty() { Ok(rules) } else { Err(problems) }
 }
 
 /// Nesting a rules document can need: root, `oldBodyFields`, an entry, its `keys` list. Deeper
 /// documents are refused while parsing, before any of their content is looked at.
 const RULES_DEPTH: usize = 8;
 
-fn compile_object(nodes: &Nodes<'_>, i: usize, limits: &Limits) -> Result<Compiled, Vec<Problem>> {
+/// Parses rules text and reads the rules in it, unwrapping one JSON string holding them when
+/// `unwrap_string` is set. Returns the rules read and the shape problems found.
+fn read_text(text: &[u8], unwrap_string: bool) -> Result<(Rules, Vec<Problem>), Vec<Problem>> {
+    let mut buf = text.to_vec();
+    let nodes = json::parse(&mut buf, RULES_DEPTH)
+        .map_err(|e| vec![Problem::new("", format!("the rules are not valid JSON: {e}"))])?;
+    if unwrap_string && let Some(Node::String(inner)) = nodes.first() {
+        return read_text(inner.as_bytes(), false);
+    }
     let mut problems = Vec::new();
-    let rules = parse(nodes, i, &mut problems);
-    finish(&rules, problems, limits)
-}
-
-/// Compiles rules that were read already; `problems` are those found while reading them.
-pub fn compile(rules: &Rules, limits: &Limits) -> Result<Compiled, Vec<Problem>> {
-    finish(rules, Vec::new(), limits)
+    let rules = parse(&nodes, 0, &mut problems);
+    Ok((rules, problems))
 }
 
 fn finish(rules: &Rules, mut problems: Vec<Problem>, limits: &Limits) -> Result<Compiled, Vec<Problem>> {
@@ -80,13 +92,6 @@ fn check(rules: &Rules, limits: &Limits, problems: &mut Vec<Problem>) -> Vec<Pro
     let mut keys: HashMap<&str, &str> = HashMap::new();
     for new in &rules.new_body_fields {
         let at = pointer(&["newBodyFields", &new.id]);
-        let Some(old) = sources.get(new.id.as_str()) else {
-            problems.push(Problem::new(
-                &at,
-                format!("target `{}` has no `oldBodyFields` entry with the same id", new.id),
-            ));
-            continue;
-        };
         if let Some(key) = &new.key {
             match keys.entry(key) {
                 Entry::Vacant(slot) => {
@@ -98,6 +103,13 @@ fn check(rules: &Rules, limits: &Limits, problems: &mut Vec<Problem>) -> Vec<Pro
                 )),
             }
         }
+        let Some(old) = sources.get(new.id.as_str()) else {
+            problems.push(Problem::new(
+                &at,
+                format!("target `{}` has no `oldBodyFields` entry with the same id", new.id),
+            ));
+            continue;
+        };
         if let Some(ty) = new.ty
             && ty != Type::String
             && let Some(KeyEntry::Concat(names)) =
@@ -276,4 +288,152 @@ fn too_deep(at: &str, len: usize, limits: &Limits) -> Problem {
         at,
         format!("a path of {len} steps exceeds the limit of {} (RECAST_MAX_DEPTH)", limits.max_depth),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::{Expect, expect};
+
+    use super::*;
+
+    fn plan(rules: &str, expected: Expect) {
+        let compiled = compile_json(rules.as_bytes(), &Limits::default()).expect("rules compile");
+        expected.assert_eq(&compiled.plan.to_string());
+    }
+
+    fn problems(rules: &str, limits: Limits, expected: Expect) {
+        let problems = compile_json(rules.as_bytes(), &limits).expect_err("rules are refused");
+        let text: Vec<String> = problems.iter().map(Problem::to_string).collect();
+        expected.assert_eq(&text.join("\n"));
+    }
+
+    #[test]
+    fn shared_parents_are_scanned_once_and_targets_follow_position() {
+        plan(
+            r#"{"ignoreEmptyValues":true,
+                "newBodyFields":{
+                  "name":{"key":"name","type":"String"},
+                  "id":{"key":"id","type":"Int","position":0},
+                  "ing":{"key":"ingredients","type":"String"},
+                  "cat":{"key":"category","type":"String","position":5},
+                  "raw":{"key":"raw","type":"Json"}},
+                "oldBodyFields":{
+                  "id":{"keys":["idMeal"],"parents":["meals"]},
+                  "name":{"keys":["strMeal"],"parents":["meals"]},
+                  "ing":{"keys":["strMeasure1, strIngredient1","strMeasure2, strIngredient2"],"parents":["meals"]},
+                  "cat":{"keys":["name"],"parents":["meals","category"]},
+                  "raw":{"keys":["meals"]}}}"#,
+            expect![[r#"
+                ignore empty values
+                scan root: meals→s0
+                scan s0: idMeal→s1 category→s2 strMeal→s4 strMeasure1→s5 strIngredient1→s6 strMeasure2→s7 strIngredient2→s8
+                scan s2: name→s3
+                field id (Int) ← s1
+                field category (String) ← s3
+                field name (String) ← s4
+                array ingredients (String) ← [concat(s5 s6), concat(s7 s8)]
+                field raw (Json) ← s0
+            "#]],
+        );
+    }
+
+    #[test]
+    fn each_and_root_reads() {
+        plan(
+            r#"{"each":["data","items"],"newBodyFields":{"a":{"key":"a","type":"Long?"}},"oldBodyFields":{"a":{"keys":["a"]}}}"#,
+            expect![[r#"
+                each data.items
+                scan root: a→s0
+                field a (Long) ← s0
+            "#]],
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_location() {
+        problems(
+            r#"{"ignoreEmptyValues":"yes","each":[""],"extra":1,
+                "newBodyFields":{
+                  "a":{"key":"x","type":"Integer"},
+                  "b":{"key":"x","type":"Int","position":1.5},
+                  "c":{"type":"String","colour":"red"},
+                  "d":{"key":"d","type":"Int"},
+                  "e":"not an object"},
+                "oldBodyFields":{
+                  "a":{"keys":["", "p,,q"],"parents":"meals"},
+                  "b":{"keys":"x","type":"Whatever"},
+                  "c":{"keys":[1],"parents":[" "]},
+                  "d":{"keys":["u, v"]},
+                  "d":{"keys":["again"]}}}"#,
+            Limits::default(),
+            expect![[r#"
+                /ignoreEmptyValues: must be true or false, found a string
+                /each/0: a field name must not be empty
+                /extra: unknown member `extra` (expected one of: ignoreEmptyValues, each, newBodyFields, oldBodyFields)
+                /newBodyFields/a/type: unknown type `Integer`; the known types are String, Int, Long, Double, Float, Boolean, Json (a trailing `?` is allowed)
+                /newBodyFields/b/position: must be an integer, found a number
+                /newBodyFields/c/colour: unknown member `colour` (expected one of: key, type, position)
+                /newBodyFields/c: missing required member `key`
+                /newBodyFields/e: must be an object with `key` and `type`, found a string
+                /oldBodyFields/a/keys/0: a field name must not be empty
+                /oldBodyFields/a/keys/1: concatenation `p,,q` has an empty field name
+                /oldBodyFields/a/parents: must be a list of field names, found a string
+                /oldBodyFields/b/keys: must be a list of field names, found a string
+                /oldBodyFields/b/type: unknown type `Whatever`; the known types are String, Int, Long, Double, Float, Boolean, Json (a trailing `?` is allowed)
+                /oldBodyFields/c/keys/0: must be a string, found a number
+                /oldBodyFields/c/parents/0: a field name must not be empty
+                /oldBodyFields/d: duplicate member `d`
+                /newBodyFields/b/key: output key `x` is already used by target `a`
+                /newBodyFields/d/type: `u, v` is a concatenation, which makes text: the type must be String, not Int"#]],
+        );
+    }
+
+    #[test]
+    fn limits_are_problems_too() {
+        problems(
+            r#"{"each":["a","b","c"],"newBodyFields":{"a":{"key":"a","type":"Int"},"b":{"key":"b","type":"Int"}},
+                "oldBodyFields":{"a":{"keys":["a"],"parents":["p","q","r"]},"b":{"keys":["b"]}}}"#,
+            Limits { max_rules: 1, max_depth: 2 },
+            expect![[r#"
+                /newBodyFields: 2 targets exceed the limit of 1 (RECAST_MAX_RULES)
+                /each: a path of 3 steps exceeds the limit of 2 (RECAST_MAX_DEPTH)
+                /oldBodyFields/a/parents: a path of 3 steps exceeds the limit of 2 (RECAST_MAX_DEPTH)"#]],
+        );
+    }
+
+    #[test]
+    fn documents_that_are_not_rules() {
+        problems("[]", Limits::default(), expect!["(document): rules must be a JSON object, found a list"]);
+        problems(
+            "{}",
+            Limits::default(),
+            expect![[r#"
+                (document): missing required member `newBodyFields`
+                (document): missing required member `oldBodyFields`"#]],
+        );
+        problems(
+            r#""{\"newBodyFields\": 1""#,
+            Limits::default(),
+            expect!["(document): the rules are not valid JSON: Syntax at character 18 ('1')"],
+        );
+        problems(
+            r#""\"nested\"""#,
+            Limits::default(),
+            expect!["(document): rules must be a JSON object, found a string"],
+        );
+    }
+
+    #[test]
+    fn unused_sources_are_warnings() {
+        let compiled = compile_json(
+            br#"{"newBodyFields":{},"oldBodyFields":{"spare":{"keys":["x"]}}}"#,
+            &Limits::default(),
+        )
+        .unwrap();
+        assert_eq!(compiled.plan.target_count(), 0);
+        assert_eq!(
+            compiled.warnings,
+            [Problem::new("/oldBodyFields/spare", "`spare` is not used by any target and is ignored")]
+        );
+    }
 }

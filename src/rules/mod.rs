@@ -7,7 +7,7 @@
 mod compile;
 mod parse;
 
-pub use compile::{Compiled, compile, compile_json, compile_value};
+pub use compile::{Compiled, compile, compile_json, compile_value, read_json};
 pub use parse::parse;
 
 /// Ceilings that compilation enforces (SPEC §5).

@@ -1,0 +1,142 @@
+//! Property tests: for arbitrary inputs and arbitrary valid rules the executor never panics, always
+//! writes valid JSON, agrees with the independent reference mapper, and traces without changing
+//! its output; arbitrary rules text never makes the compiler panic.
+
+use proptest::prelude::*;
+use proptest::{collection, option, sample};
+use recast::rules::{Limits, compile_json, read_json};
+use serde_json::Value;
+
+use crate::baseline;
+
+/// Member names shared by the rules and the documents, so that lookups hit as well as miss.
+const NAMES: [&str; 9] = ["a", "b", "meals", "idMeal", "str Meal", "x\"y", "ünï", "list", "n/~"];
+const TYPES: [&str; 9] = ["String", "Int", "Long", "Double", "Float", "Boolean", "Json", "String?", "Int?"];
+
+fn name() -> impl Strategy<Value = String> {
+    prop_oneof![4 => sample::select(&NAMES[..]).prop_map(str::to_owned), 1 => "[a-c]{1,2}"]
+}
+
+fn scalar() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        (0i64..=2).prop_map(Value::from),
+        any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f).map(Value::Number)),
+        sample::select(
+            &[
+                "",
+                "  ",
+                "abc",
+                " 12 ",
+                "-7",
+                "4.5",
+                "1e3",
+                "TRUE",
+                "false",
+                "9223372036854775808",
+                "\"q\\\n\t",
+                "ünïcødé",
+                " 1 tsp",
+                "inf",
+                "0x10",
+            ][..]
+        )
+        .prop_map(|s| Value::String(s.to_owned())),
+        "\\PC{0,8}".prop_map(Value::String),
+    ]
+}
+
+fn document() -> impl Strategy<Value = Value> {
+    scalar().prop_recursive(5, 96, 6, |inner| {
+        prop_oneof![
+            collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            collection::btree_map(name(), inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// A valid rules document as JSON text, with targets in a random order and random positions.
+fn rules() -> impl Strategy<Value = String> {
+    let entry = prop_oneof![
+        3 => name().prop_filter("single names hold no comma", |n| !n.contains(',')),
+        1 => collection::vec(name(), 2..4).prop_map(|names| names.join(", ")),
+    ];
+    let target = (
+        sample::select(&TYPES[..]),
+        option::of(-2i64..3),
+        collection::vec(entry, 1..4),
+        collection::vec(name(), 0..3),
+        sample::select(&["", "\"", "ü", " ", "/"][..]),
+    );
+    (any::<bool>(), option::of(collection::vec(name(), 0..3)), collection::vec(target, 0..6)).prop_map(
+        |(ignore, each, targets)| {
+            let text = |s: &str| Value::String(s.to_owned()).to_string();
+            let list = |items: &[String]| items.iter().map(|s| text(s)).collect::<Vec<_>>().join(",");
+            let mut new = Vec::new();
+            let mut old = Vec::new();
+            for (i, (ty, position, keys, parents, suffix)) in targets.into_iter().enumerate() {
+                let ty = if keys.iter().any(|k| k.contains(',')) { "String" } else { ty };
+                let position = position.map(|p| format!(r#","position":{p}"#)).unwrap_or_default();
+                let key = text(&format!("k{i}{suffix}"));
+                new.push(format!(r#""t{i}":{{"key":{key},"type":"{ty}"{position}}}"#));
+                old.push(format!(r#""t{i}":{{"keys":[{}],"parents":[{}]}}"#, list(&keys), list(&parents)));
+            }
+            let each = each.map(|path| format!(r#","each":[{}]"#, list(&path))).unwrap_or_default();
+            format!(
+                r#"{{"ignoreEmptyValues":{ignore}{each},"newBodyFields":{{{}}},"oldBodyFields":{{{}}}}}"#,
+                new.join(","),
+                old.join(",")
+            )
+        },
+    )
+}
+
+/// Runs recast on `input` (JSON text) and returns its output bytes, plain and traced.
+fn run(rules: &str, input: &str) -> (Vec<u8>, Vec<u8>) {
+    let compiled = compile_json(rules.as_bytes(), &Limits::default()).expect("generated rules compile");
+    let mut buf = input.as_bytes().to_vec();
+    let nodes = recast::json::parse(&mut buf, 64).expect("generated input parses");
+    let mut plain = Vec::new();
+    recast::exec::execute(&compiled.plan, &nodes, 0, &mut plain);
+    let mut traced = Vec::new();
+    let trace = recast::exec::execute_traced(&compiled.plan, &nodes, 0, &mut traced);
+    assert!(trace.entries.len() <= compiled.plan.target_count() * recast::exec::TRACE_ELEMENTS.max(1));
+    (plain, traced)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn output_is_valid_json_and_agrees_with_the_reference(rules in rules(), input in document()) {
+        let input = input.to_string();
+        let (plain, traced) = run(&rules, &input);
+        let output: Value = serde_json::from_slice(&plain)
+            .map_err(|e| TestCaseError::fail(format!("invalid JSON ({e}): {}", String::from_utf8_lossy(&plain))))?;
+        // The very function the engine benchmark times as its baseline.
+        let rules_read = read_json(rules.as_bytes(), &Limits::default()).unwrap();
+        let reference: Value = serde_json::from_slice(&baseline::map_bytes(&rules_read, input.as_bytes())).unwrap();
+        prop_assert_eq!(output, reference);
+        prop_assert_eq!(plain, traced, "tracing changes nothing in the output");
+    }
+
+    #[test]
+    fn arbitrary_rules_text_never_panics(text in "\\PC{0,200}") {
+        let _ = compile_json(text.as_bytes(), &Limits::default());
+    }
+
+    #[test]
+    fn arbitrary_json_as_rules_never_panics_and_maps_to_json(rules in document(), input in document()) {
+        let text = rules.to_string();
+        if let Ok(compiled) = compile_json(text.as_bytes(), &Limits::default()) {
+            let mut buf = input.to_string().into_bytes();
+            let nodes = recast::json::parse(&mut buf, 64).unwrap();
+            let mut out = Vec::new();
+            recast::exec::execute(&compiled.plan, &nodes, 0, &mut out);
+            prop_assert!(serde_json::from_slice::<Value>(&out).is_ok());
+        }
+    }
+}
