@@ -1,1 +1,278 @@
-fn main() {}
+//! Engine benchmark: parse + map throughput of recast against two references measured in the same
+//! run, on two documents the bench generates:
+//!
+//! - `recipe-3KB`: one recipe (about 3 KB) mapped by 25 targets (renames, an Int coercion, seven
+//!   concatenations), the shape of a single-object API answer;
+//! - `list-1MB`: 2,000 smaller recipes (about 1 MB) mapped element by element with `each`.
+//!
+//! For each document: `recast` (copy the body, parse it with simd-json, execute the plan, write the
+//! output), `simd-json-parse` (the copy and the same parse call alone: the floor), and
+//! `serde-value` (the straightforward `serde_json::Value` mapper of `benches/common/baseline.rs`).
+//! Before timing, recast's output is checked equal to the baseline's. After the runs the bench
+//! prints a table of MB/s and ratios read back from criterion's estimates.
+//!
+//! Run: `cargo bench --bench engine`.
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use recast::plan::Plan;
+use recast::rules::{Limits, Rules, compile_json, read_json};
+
+#[path = "common/baseline.rs"]
+mod baseline;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The variants, in table order.
+const VARIANTS: [&str; 4] = ["recast", "simd-json-parse", "serde-value", "recast-execute"];
+
+/// One benchmarked document and the rules that map it.
+struct Input {
+    name: &'static str,
+    json: Vec<u8>,
+    rules: Rules,
+    plan: Plan,
+}
+
+fn main() {
+    let inputs = [recipe_input(), list_input()];
+    for input in &inputs {
+        check_same_output(input);
+        println!("{}: {} bytes", input.name, input.json.len());
+    }
+    let mut criterion = Criterion::default().output_directory(&output_dir()).configure_from_args();
+    for input in &inputs {
+        let mut group = criterion.benchmark_group(input.name);
+        group.throughput(Throughput::Bytes(input.json.len() as u64));
+        group.bench_function(BenchmarkId::from_parameter(VARIANTS[0]), |b| {
+            b.iter(|| recast_map(&input.plan, black_box(&input.json)))
+        });
+        group.bench_function(BenchmarkId::from_parameter(VARIANTS[1]), |b| {
+            b.iter(|| parse_only(black_box(&input.json)))
+        });
+        group.bench_function(BenchmarkId::from_parameter(VARIANTS[2]), |b| {
+            b.iter(|| baseline::map_bytes(&input.rules, black_box(&input.json)))
+        });
+        // For diagnosis: executing on an already parsed tape (no copy, no parse).
+        group.bench_function(BenchmarkId::from_parameter(VARIANTS[3]), |b| {
+            let mut buf = input.json.clone();
+            recast::json::with_parsed(&mut buf, 64, |nodes| {
+                b.iter(|| {
+                    let mut out = Vec::with_capacity(input.json.len());
+                    recast::exec::execute(&input.plan, black_box(nodes), 0, &mut out);
+                    out
+                })
+            })
+            .expect("the input is JSON");
+        });
+        group.finish();
+    }
+    criterion.final_summary();
+    if std::env::args().any(|a| a == "--bench") {
+        print_table(&inputs);
+    }
+}
+
+/// What recast does per call once the upstream body is in: copy it into a padded buffer the parser
+/// may write to, parse, execute, return the output bytes.
+fn recast_map(plan: &Plan, body: &[u8]) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(body.len() + recast::json::PADDING);
+    buf.extend_from_slice(body);
+    let mut out = Vec::with_capacity(body.len());
+    recast::json::with_parsed(&mut buf, 64, |nodes| recast::exec::execute(plan, nodes, 0, &mut out))
+        .expect("the input is JSON");
+    out
+}
+
+/// The floor: the same copy and the same parse call, nothing else.
+fn parse_only(body: &[u8]) -> usize {
+    let mut buf = Vec::with_capacity(body.len() + recast::json::PADDING);
+    buf.extend_from_slice(body);
+    recast::json::with_parsed(&mut buf, 64, |nodes| nodes.len()).expect("the input is JSON")
+}
+
+fn check_same_output(input: &Input) {
+    let ours: serde_json::Value = serde_json::from_slice(&recast_map(&input.plan, &input.json)).unwrap();
+    let theirs: serde_json::Value =
+        serde_json::from_slice(&baseline::map_bytes(&input.rules, &input.json)).unwrap();
+    assert_eq!(ours, theirs, "{}: recast and the baseline disagree", input.name);
+    let targets = ours.as_object().map_or_else(|| ours[0].as_object().unwrap().len(), |o| o.len());
+    assert!(targets >= 12, "{}: only {targets} members mapped", input.name);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs.
+
+/// 25 targets over one recipe: 12 renames, an Int coercion, 7 concatenations of a measure and an
+/// ingredient, and 5 single ingredients. `parents` is `["meals"]` for the single document and
+/// empty for the list, whose elements are the recipes.
+fn rules_json(parents: &str, each: bool) -> String {
+    let mut new = Vec::new();
+    let mut old = Vec::new();
+    let mut target = |id: &str, ty: &str, keys: &str| {
+        new.push(format!(r#""{id}":{{"key":"{id}","type":"{ty}"}}"#));
+        old.push(format!(r#""{id}":{{"keys":[{keys}],"parents":[{parents}]}}"#));
+    };
+    target("id", "Int", r#""idMeal""#);
+    for (id, field) in [
+        ("name", "strMeal"),
+        ("drinkAlternate", "strDrinkAlternate"),
+        ("category", "strCategory"),
+        ("area", "strArea"),
+        ("instructions", "strInstructions"),
+        ("thumbnail", "strMealThumb"),
+        ("tags", "strTags"),
+        ("youtube", "strYoutube"),
+        ("source", "strSource"),
+        ("imageSource", "strImageSource"),
+        ("license", "strCreativeCommonsConfirmed"),
+        ("modified", "dateModified"),
+    ] {
+        target(id, "String", &format!(r#""{field}""#));
+    }
+    for i in 1..=7 {
+        target(&format!("ingredient{i}"), "String", &format!(r#""strMeasure{i}, strIngredient{i}""#));
+    }
+    for i in 8..=12 {
+        target(&format!("extra{i}"), "String", &format!(r#""strIngredient{i}""#));
+    }
+    let each = if each { r#""each":["meals"],"# } else { "" };
+    format!(
+        r#"{{"ignoreEmptyValues":true,{each}"newBodyFields":{{{}}},"oldBodyFields":{{{}}}}}"#,
+        new.join(","),
+        old.join(",")
+    )
+}
+
+fn input(name: &'static str, json: String, rules: String) -> Input {
+    let limits = Limits::default();
+    Input {
+        name,
+        json: json.into_bytes(),
+        rules: read_json(rules.as_bytes(), &limits).expect("bench rules are valid"),
+        plan: compile_json(rules.as_bytes(), &limits).expect("bench rules compile").plan,
+    }
+}
+
+fn recipe_input() -> Input {
+    let mut words = Words(7);
+    let recipe = recipe(&mut words, 0, 20, 230, true);
+    input("recipe-3KB", format!(r#"{{"meals":[{recipe}]}}"#), rules_json(r#""meals""#, false))
+}
+
+fn list_input() -> Input {
+    let mut words = Words(11);
+    let items: Vec<String> = (0..2000).map(|i| recipe(&mut words, i, 7, 3, false)).collect();
+    input("list-1MB", format!(r#"{{"meals":[{}]}}"#, items.join(",")), rules_json("", true))
+}
+
+/// One recipe in the shape of a public recipe API: `ingredients` ingredient/measure pairs (the
+/// last few empty, as real answers have them) and an instructions text of `instruction_words`.
+/// A `full` recipe also has the members that are null in most answers and longer links; list items
+/// are the compact form a list endpoint returns.
+fn recipe(words: &mut Words, n: usize, ingredients: usize, instruction_words: usize, full: bool) -> String {
+    let mut fields = vec![
+        format!(r#""idMeal":"{}""#, 52_700 + n),
+        format!(r#""strMeal":"{}""#, words.text(3)),
+        format!(r#""strCategory":"{}""#, words.text(1)),
+        format!(r#""strArea":"{}""#, words.text(1)),
+        format!(r#""strInstructions":"{}""#, words.sentences(instruction_words)),
+        format!(r#""strTags":"{},{}""#, words.word(), words.word()),
+    ];
+    if full {
+        fields.push(format!(r#""strMealThumb":"https://img.example.org/meals/{}.jpg""#, words.word()));
+        fields.push(format!(r#""strYoutube":"https://video.example.org/watch?v={n:08}""#));
+    } else {
+        fields.push(format!(r#""strMealThumb":"/m/{n}.jpg""#));
+    }
+    let filled = ingredients - ingredients / 4;
+    for i in 1..=ingredients {
+        let (ingredient, measure) = if i <= filled {
+            (words.text(2), format!("{} {}", i * 25, words.word()))
+        } else {
+            (String::new(), " ".to_owned())
+        };
+        fields.push(format!(r#""strIngredient{i}":"{ingredient}""#));
+        fields.push(format!(r#""strMeasure{i}":"{measure}""#));
+    }
+    if full {
+        fields.push(format!(r#""strSource":"https://recipes.example.org/{n}/{}""#, words.word()));
+        for name in ["strDrinkAlternate", "strImageSource", "strCreativeCommonsConfirmed", "dateModified"] {
+            fields.push(format!(r#""{name}":null"#));
+        }
+    }
+    format!("{{{}}}", fields.join(","))
+}
+
+/// Deterministic pseudo-text.
+struct Words(u64);
+
+impl Words {
+    const VOCABULARY: [&'static str; 16] = [
+        "lentil", "onion", "carrot", "cumin", "garlic", "simmer", "stir", "chopped", "olive", "oil",
+        "tomato", "pepper", "salt", "minutes", "heat", "serve",
+    ];
+
+    fn word(&mut self) -> &'static str {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        Self::VOCABULARY[(self.0 >> 60) as usize]
+    }
+
+    fn text(&mut self, n: usize) -> String {
+        (0..n).map(|_| self.word()).collect::<Vec<_>>().join(" ")
+    }
+
+    /// Words in sentences separated by `\r\n`, as recipe instructions come.
+    fn sentences(&mut self, n: usize) -> String {
+        (0..n)
+            .map(|i| if i % 12 == 11 { format!("{}.\\r\\n", self.word()) } else { self.word().to_owned() })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report.
+
+/// Criterion's output directory: `criterion/` in the target directory this bench was built in.
+fn output_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the bench knows its path");
+    // <target>/release/deps/engine-<hash>
+    exe.ancestors().nth(3).unwrap_or(Path::new(".")).join("criterion")
+}
+
+/// Mean time per iteration in nanoseconds, from criterion's estimates of the last run.
+fn mean_ns(group: &str, variant: &str) -> Option<f64> {
+    let path = output_dir().join(group).join(variant).join("new").join("estimates.json");
+    let estimates: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    estimates["mean"]["point_estimate"].as_f64()
+}
+
+fn print_table(inputs: &[Input]) {
+    println!();
+    println!(
+        "| document | bytes | recast MB/s | simd-json parse MB/s | serde_json::Value MB/s | recast / parse (time) | baseline / recast (time) |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for input in inputs {
+        let times: Option<Vec<f64>> = VARIANTS[..3].iter().map(|v| mean_ns(input.name, v)).collect();
+        let Some(times) = times else {
+            println!("| {} | estimates missing |", input.name);
+            continue;
+        };
+        let mbps = |ns: f64| input.json.len() as f64 / ns * 1e9 / 1e6;
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.2}× | {:.2}× |",
+            input.name,
+            input.json.len(),
+            mbps(times[0]),
+            mbps(times[1]),
+            mbps(times[2]),
+            times[0] / times[1],
+            times[2] / times[0],
+        );
+    }
+}

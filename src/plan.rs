@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+use crate::json::write::Words;
 use crate::rules::{KeyEntry, Type};
 
 /// Index of a slot: the tape position of one member value found by a scan.
@@ -38,9 +39,32 @@ pub(crate) enum Op {
     /// values of the members named in `table`.
     Scan { input: Input, table: KeyTable },
     /// A target whose `keys` has one entry: `"keys": ["strMeal"]` or `"keys": ["a, b"]`.
-    Field { target: u32, read: Read },
+    Field { target: u32, ty: Type, member: Member, read: Read },
     /// A target whose `keys` has several entries; written as a JSON array in entry order.
-    Array { target: u32, reads: Span },
+    Array { target: u32, ty: Type, member: Member, reads: Span },
+}
+
+/// The output member name of a target as written: `"key":`, escaped and split into words once at
+/// compile time, with and without the comma that separates it from the member before.
+#[derive(Debug, Clone)]
+pub(crate) struct Member {
+    first: Words,
+    next: Words,
+}
+
+impl Member {
+    pub fn new(key: &str) -> Member {
+        let mut bytes = vec![b','];
+        crate::json::write::string(&mut bytes, key);
+        bytes.push(b':');
+        Member { first: Words::new(&bytes[1..]), next: Words::new(&bytes) }
+    }
+
+    /// Writes the member name, with the leading comma unless it is the object's first member.
+    #[inline(always)]
+    pub fn write(&self, out: &mut Vec<u8>, first: bool) {
+        if first { self.first.write(out) } else { self.next.write(out) }
+    }
 }
 
 /// Where a scan finds its object.
@@ -78,8 +102,6 @@ pub(crate) struct Target {
     /// The rule id in `newBodyFields`.
     pub id: Box<str>,
     pub key: Box<str>,
-    /// `"key":` with the key escaped once, at compile time.
-    pub key_json: Box<[u8]>,
     pub ty: Type,
     pub parents: Box<[Box<str>]>,
     pub keys: Box<[KeyEntry]>,
@@ -99,6 +121,10 @@ impl Plan {
 
 /// Lookup from member name to slot for one scan: open addressing over a power-of-two table,
 /// at most half full, so a name that is not wanted usually costs one hash and one probe.
+///
+/// Each entry keeps the name's length and its first and last eight bytes ([`words`]). Those
+/// determine a name of up to 16 bytes completely, so most comparisons are two integer compares;
+/// longer names are compared in full after the words match.
 #[derive(Clone)]
 pub(crate) struct KeyTable {
     mask: usize,
@@ -110,6 +136,8 @@ pub(crate) struct KeyTable {
 
 #[derive(Clone, Copy)]
 struct Entry {
+    head: u64,
+    tail: u64,
     start: u32,
     len: u32,
     /// `EMPTY` for a free entry.
@@ -122,34 +150,40 @@ impl KeyTable {
     /// Builds the table; names must be distinct.
     pub fn new(names: &[(&str, SlotId)]) -> KeyTable {
         let size = (names.len() * 2).next_power_of_two().max(4);
+        let free = Entry { head: 0, tail: 0, start: 0, len: 0, slot: EMPTY };
         let mut table = KeyTable {
             mask: size - 1,
-            entries: vec![Entry { start: 0, len: 0, slot: EMPTY }; size].into_boxed_slice(),
+            entries: vec![free; size].into_boxed_slice(),
             names: names.iter().flat_map(|(n, _)| n.bytes()).collect(),
             len: names.len(),
         };
         let mut start = 0;
         for &(name, slot) in names {
-            let mut i = hash(name.as_bytes()) & table.mask;
+            let (head, tail) = words(name.as_bytes());
+            let mut i = hash(head, tail, name.len()) & table.mask;
             while table.entries[i].slot != EMPTY {
                 i = (i + 1) & table.mask;
             }
-            table.entries[i] = Entry { start: start as u32, len: name.len() as u32, slot };
+            table.entries[i] = Entry { head, tail, start: start as u32, len: name.len() as u32, slot };
             start += name.len();
         }
         table
     }
 
     /// The slot of member `name`, if this scan wants it.
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, name: &[u8]) -> Option<SlotId> {
-        let mut i = hash(name) & self.mask;
+        let (head, tail) = words(name);
+        let mut i = hash(head, tail, name.len()) & self.mask;
         loop {
             let entry = self.entries.get(i)?;
             if entry.slot == EMPTY {
                 return None;
             }
-            if entry.len as usize == name.len() {
+            if entry.head == head && entry.tail == tail && entry.len as usize == name.len() {
+                if name.len() <= 16 {
+                    return Some(entry.slot);
+                }
                 let start = entry.start as usize;
                 if self.names.get(start..start + name.len()) == Some(name) {
                     return Some(entry.slot);
@@ -186,29 +220,31 @@ impl fmt::Debug for KeyTable {
     }
 }
 
-/// Hash of a member name from its length and its first and last eight bytes: cheap for the short
-/// names JSON APIs use, and distinct for the usual families (`strIngredient1`, `strIngredient2`).
-#[inline]
-fn hash(name: &[u8]) -> usize {
-    let n = name.len();
-    let (head, tail) = if n >= 8 {
-        (load(&name[..8]), load(&name[n - 8..]))
-    } else if n >= 4 {
-        (load(&name[..4]), load(&name[n - 4..]))
+/// Two words that, with the length, identify a name of up to 16 bytes: the first and the last
+/// eight bytes (overlapping for shorter names; four-byte halves below eight; the bytes themselves
+/// below four).
+#[inline(always)]
+fn words(name: &[u8]) -> (u64, u64) {
+    if let (Some(head), Some(tail)) = (name.first_chunk::<8>(), name.last_chunk::<8>()) {
+        (u64::from_le_bytes(*head), u64::from_le_bytes(*tail))
+    } else if let (Some(head), Some(tail)) = (name.first_chunk::<4>(), name.last_chunk::<4>()) {
+        (u64::from(u32::from_le_bytes(*head)), u64::from(u32::from_le_bytes(*tail)))
     } else {
-        (load(name), 0)
-    };
-    let mixed = (head ^ tail.rotate_left(29) ^ n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (mixed ^ (mixed >> 29)) as usize
+        match *name {
+            [a] => (u64::from(a) * 0x01_01_01, 0),
+            [a, b] => (u64::from(a) | (u64::from(b) * 0x01_01_00), 0),
+            [a, b, c] => (u64::from(a) | (u64::from(b) << 8) | (u64::from(c) << 16), 0),
+            _ => (0, 0),
+        }
+    }
 }
 
-/// Little-endian value of up to eight bytes.
-#[inline]
-fn load(bytes: &[u8]) -> u64 {
-    let mut word = [0u8; 8];
-    let n = bytes.len().min(8);
-    word[..n].copy_from_slice(&bytes[..n]);
-    u64::from_le_bytes(word)
+/// Mixes the words and length of a name; distinct for the usual families of API field names
+/// (`strIngredient1`, `strIngredient2`, ...).
+#[inline(always)]
+fn hash(head: u64, tail: u64, len: usize) -> usize {
+    let mixed = (head ^ tail.rotate_left(29) ^ len as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (mixed ^ (mixed >> 29)) as usize
 }
 
 /// A readable listing of the plan, one op per line (used in snapshot tests and `recast check`).
@@ -239,11 +275,11 @@ impl fmt::Display for Plan {
                         table.names().iter().map(|(n, s)| format!("{n}→{}", slot(*s))).collect();
                     writeln!(f, "scan {from}: {}", names.join(" "))?;
                 }
-                Op::Field { target, read: r } => {
+                Op::Field { target, read: r, .. } => {
                     let t = &self.targets[*target as usize];
                     writeln!(f, "field {} ({}) ← {}", t.key, t.ty.name(), read(r))?;
                 }
-                Op::Array { target, reads } => {
+                Op::Array { target, reads, .. } => {
                     let t = &self.targets[*target as usize];
                     let rs: Vec<_> = self.reads[reads.range()].iter().map(read).collect();
                     writeln!(f, "array {} ({}) ← [{}]", t.key, t.ty.name(), rs.join(", "))?;
@@ -270,9 +306,34 @@ mod tests {
         for (name, slot) in &pairs {
             assert_eq!(table.get(name.as_bytes()), Some(*slot), "{name}");
         }
+        let long = "a fairly long member name, longer than sixteen bytes";
+        let table = KeyTable::new(&[(long, 0), ("strIngredient1", 1)]);
+        assert_eq!(table.get(long.as_bytes()), Some(0));
+        let same_words = "a fairly long member name. longer than sixteen bytes";
+        assert_eq!(table.get(same_words.as_bytes()), None, "equal head, tail and length, different middle");
+        let table = KeyTable::new(&pairs);
         for other in ["strIngredient21", "strMeasure0", "b", "abcd", "IdMeal", "x".repeat(100).as_str()] {
             assert_eq!(table.get(other.as_bytes()), None, "{other}");
         }
         assert_eq!(table.len(), pairs.len());
+    }
+
+    #[test]
+    fn names_of_every_short_length_are_told_apart() {
+        // Every string over {a, b} of up to 9 bytes: lengths around each packing boundary.
+        let names: Vec<String> = (0..=9)
+            .flat_map(|n| {
+                (0..1u32 << n)
+                    .map(move |bits| (0..n).map(|i| if bits >> i & 1 == 1 { 'b' } else { 'a' }).collect())
+            })
+            .collect();
+        let pairs: Vec<(&str, SlotId)> =
+            names.iter().enumerate().map(|(i, n)| (n.as_str(), i as SlotId)).collect();
+        let table = KeyTable::new(&pairs);
+        for (name, slot) in &pairs {
+            assert_eq!(table.get(name.as_bytes()), Some(*slot), "{name:?}");
+        }
+        assert_eq!(table.get(b"c"), None);
+        assert_eq!(table.get(b"aaaaaaaaaa"), None);
     }
 }

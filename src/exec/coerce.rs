@@ -73,10 +73,22 @@ impl Number {
     }
 }
 
-/// A string that is empty or only white space.
+/// A string that is empty or only white space (Unicode's, as `str::trim` has it).
 #[inline]
 pub(crate) fn is_blank(s: &str) -> bool {
-    s.trim_start().is_empty()
+    match s.as_bytes().first() {
+        // Printable ASCII is not white space: the usual first byte decides at once.
+        Some(&b) if b > b' ' && b < 0x80 => false,
+        _ => s.trim_start().is_empty(),
+    }
+}
+
+/// `s` without leading and trailing white space, checking the end bytes before calling `trim`.
+#[inline]
+pub(crate) fn trim(s: &str) -> &str {
+    let printable = |b: &u8| *b > b' ' && *b < 0x80;
+    let bytes = s.as_bytes();
+    if bytes.first().is_some_and(printable) && bytes.last().is_some_and(printable) { s } else { s.trim() }
 }
 
 /// Converts a scalar node to `ty`. Containers do not convert (the executor handles lists before
@@ -158,7 +170,7 @@ impl Text<'_> {
 pub(crate) fn text<'a>(node: &Node<'a>) -> Option<Text<'a>> {
     match node {
         Node::String(s) => {
-            let s = s.trim();
+            let s = trim(s);
             (!s.is_empty()).then_some(Text::Str(s))
         }
         Node::Static(StaticNode::Bool(b)) => Some(Text::Bool(*b)),
@@ -198,14 +210,14 @@ fn parse_decimal(s: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json::parse;
+    use crate::json::with_parsed;
 
     /// Coerces the JSON text `value` to `ty` and returns what is written.
     fn check(value: &str, ty: &str) -> String {
         let mut buf = value.as_bytes().to_vec();
-        let nodes = parse(&mut buf, 8).unwrap();
         let mut out = Vec::new();
-        coerce(&nodes[0], Type::from_name(ty).unwrap()).write(&mut out);
+        with_parsed(&mut buf, 8, |nodes| coerce(&nodes[0], Type::from_name(ty).unwrap()).write(&mut out))
+            .unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -274,6 +286,15 @@ mod tests {
 
     #[test]
     fn blank_strings_are_empty_but_kept_verbatim() {
+        for blank in ["", " ", "\t\r\n", "\u{b}", "\u{a0}", " \u{2003} "] {
+            assert!(is_blank(blank), "{blank:?}");
+            assert_eq!(trim(blank), "", "{blank:?}");
+        }
+        for text in ["x", " x", "\u{a0}x", "é"] {
+            assert!(!is_blank(text), "{text:?}");
+        }
+        assert_eq!(trim("\u{b}x\u{a0}"), "x");
+        assert_eq!(trim("x y"), "x y");
         assert!(coerce(&Node::String(" \t"), Type::String).is_empty());
         assert!(!coerce(&Node::String(" x "), Type::String).is_empty());
         assert!(coerce(&Node::Static(StaticNode::Null), Type::Int).is_empty());

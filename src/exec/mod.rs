@@ -134,13 +134,21 @@ impl<'r, 'a, O: Observer> Run<'r, 'a, O> {
                     }
                     continue;
                 }
-                Op::Field { target, read } => {
-                    let (mark, value_start) = self.member(*target, written);
-                    (*target, mark, value_start, self.read(self.ty(*target), *read))
+                // A missing field that would be left out costs no writing and taking back.
+                Op::Field { target, read: Read::Slot(slot), .. }
+                    if self.plan.ignore_empty && self.slot(*slot) == MISSING =>
+                {
+                    (*target, self.out.len(), self.out.len(), false)
                 }
-                Op::Array { target, reads } => {
-                    let (mark, value_start) = self.member(*target, written);
-                    (*target, mark, value_start, self.array(self.ty(*target), *reads))
+                Op::Field { target, ty, member, read } => {
+                    let mark = self.out.len();
+                    member.write(self.out, written == 0);
+                    (*target, mark, self.out.len(), self.read(*ty, *read))
+                }
+                Op::Array { target, ty, member, reads } => {
+                    let mark = self.out.len();
+                    member.write(self.out, written == 0);
+                    (*target, mark, self.out.len(), self.array(*ty, *reads))
                 }
             };
             if kept {
@@ -157,55 +165,42 @@ impl<'r, 'a, O: Observer> Run<'r, 'a, O> {
         written > 0
     }
 
-    /// Writes the separator and `"key":` of a target. Returns where the member starts (to take it
-    /// back if its value is left out) and where its value starts.
-    #[inline]
-    fn member(&mut self, target: u32, written: usize) -> (usize, usize) {
-        let mark = self.out.len();
-        if written > 0 {
-            self.out.push(b',');
-        }
-        if let Some(t) = self.plan.targets.get(target as usize) {
-            self.out.extend_from_slice(&t.key_json);
-        }
-        (mark, self.out.len())
-    }
-
     /// The tape position a slot holds, or `MISSING`.
     #[inline]
     fn slot(&self, slot: SlotId) -> usize {
         self.slots.get(slot as usize).copied().unwrap_or(MISSING)
     }
 
-    fn ty(&self, target: u32) -> Type {
-        self.plan.targets.get(target as usize).map_or(Type::Json, |t| t.ty)
-    }
-
     /// Records the slots of the members of `object` that `table` names. The first occurrence of
     /// a duplicated member wins, and the walk stops once every wanted member is found.
-    #[inline]
+    #[inline(always)]
     fn scan(&mut self, object: usize, table: &KeyTable) {
-        let Some(Node::Object { len, .. }) = self.nodes.get(object) else {
+        let Some(Node::Object { len, count }) = self.nodes.get(object) else {
+            return;
+        };
+        let Some(members) = self.nodes.get(object + 1..object + 1 + count) else {
             return;
         };
         let mut wanted = table.len();
-        let mut at = object + 1;
+        let mut at = 0;
         for _ in 0..*len {
-            let Some(Node::String(name)) = self.nodes.get(at) else {
+            let (Some(Node::String(name)), Some(value)) = (members.get(at), members.get(at + 1)) else {
                 return;
             };
-            let value = at + 1;
             if let Some(slot) = table.get(name.as_bytes())
                 && let Some(found) = self.slots.get_mut(slot as usize)
                 && *found == MISSING
             {
-                *found = value;
+                *found = object + 2 + at;
                 wanted -= 1;
                 if wanted == 0 {
                     return;
                 }
             }
-            at = json::skip(self.nodes, value);
+            at += match value {
+                Node::Object { count, .. } | Node::Array { count, .. } => 2 + count,
+                _ => 2,
+            };
         }
     }
 
@@ -227,15 +222,24 @@ impl<'r, 'a, O: Observer> Run<'r, 'a, O> {
             }
             return !ignore;
         };
-        if ty == Type::Json {
-            if ignore && is_empty_value(self.nodes, at) {
-                return false;
+        match (ty, node) {
+            // The most common target by far: text read as text, written as is.
+            (Type::String, Node::String(s)) => {
+                if ignore && coerce::is_blank(s) {
+                    return false;
+                }
+                write::string(self.out, s);
+                return true;
             }
-            write::value(self.out, self.nodes, at);
-            return true;
-        }
-        if let Node::Array { .. } = node {
-            return self.list(ty, at);
+            (Type::Json, _) => {
+                if ignore && is_empty_value(self.nodes, at) {
+                    return false;
+                }
+                write::value(self.out, self.nodes, at);
+                return true;
+            }
+            (_, Node::Array { .. }) => return self.list(ty, at),
+            _ => {}
         }
         let value = coerce(node, ty);
         if ignore && value.is_empty() {

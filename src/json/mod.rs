@@ -35,35 +35,57 @@ impl std::fmt::Display for JsonError {
 
 impl std::error::Error for JsonError {}
 
-/// Parses `input` in place (simd-json unescapes strings inside the buffer) and returns its tape.
+/// Spare capacity a buffer given to [`with_parsed`] should have beyond the document.
+pub const PADDING: usize = simd_json::INPUT_PADDING;
+
+/// Parses `input` in place (simd-json unescapes strings inside the buffer) and runs `f` on the
+/// tape of the document.
 ///
-/// The buffer is grown by simd-json's padding first so the parser needs no copy of its own; the
-/// document itself is `input[..len]` as given. Parser scratch is kept per thread and reused.
-pub fn parse(input: &mut Vec<u8>, max_depth: usize) -> Result<Vec<Node<'_>>, JsonError> {
-    thread_local! {
-        static SCRATCH: RefCell<Option<(usize, simd_json::Buffers)>> = const { RefCell::new(None) };
-    }
+/// The buffer is grown by simd-json's padding first so the parser needs no copy of its own; give
+/// it that much spare capacity to avoid a reallocation. The parser's scratch buffers and the
+/// tape's allocation are kept per thread and reused, so a warm thread parses without allocating;
+/// a nested call (from inside `f`) simply works with fresh scratch.
+pub fn with_parsed<R>(
+    input: &mut Vec<u8>,
+    max_depth: usize,
+    f: impl FnOnce(&Nodes<'_>) -> R,
+) -> Result<R, JsonError> {
     let len = input.len();
-    input.resize(len + simd_json::INPUT_PADDING, b' ');
-    let mut tape = simd_json::Tape::null();
-    let result = SCRATCH.with_borrow_mut(|scratch| {
-        let buffers = match scratch {
-            Some((depth, buffers)) if *depth == max_depth => buffers,
-            _ => {
-                let (_, buffers) =
-                    scratch.insert((max_depth, simd_json::Buffers::with_max_depth(len, max_depth)));
-                buffers
-            }
-        };
-        simd_json::fill_tape_padded(input.as_mut_slice(), len, buffers, &mut tape)
-    });
-    match result {
-        Ok(()) => Ok(tape.0),
+    input.resize(len + PADDING, b' ');
+    let (mut buffers, tape) = match SCRATCH.with_borrow_mut(Option::take) {
+        Some(scratch) if scratch.max_depth == max_depth => (scratch.buffers, scratch.tape),
+        _ => (simd_json::Buffers::with_max_depth(len, max_depth), simd_json::Tape::null().reset()),
+    };
+    let mut tape = tape.reset();
+    let parsed = simd_json::fill_tape_padded(input.as_mut_slice(), len, &mut buffers, &mut tape);
+    let result = match parsed {
+        Ok(()) => Ok(f(&tape.0)),
         Err(e) if matches!(e.error(), simd_json::ErrorType::DepthLimitExceeded) => {
             Err(JsonError::TooDeep { limit: max_depth })
         }
         Err(e) => Err(JsonError::Syntax(e.to_string())),
+    };
+    // Emptying the tape ends its borrow of the input.
+    let tape = tape.reset();
+    input.truncate(len);
+    // Scratch grown by a large document is let go rather than kept for the thread's lifetime.
+    if len <= RETAIN_SCRATCH_BYTES {
+        SCRATCH.with_borrow_mut(|scratch| *scratch = Some(Scratch { max_depth, buffers, tape }));
     }
+    result
+}
+
+/// Largest document whose parser scratch a thread keeps for the next parse.
+const RETAIN_SCRATCH_BYTES: usize = 1 << 20;
+
+struct Scratch {
+    max_depth: usize,
+    buffers: simd_json::Buffers,
+    tape: simd_json::Tape<'static>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Option<Scratch>> = const { RefCell::new(None) };
 }
 
 /// Index of the node just after the value that starts at `i`.
@@ -193,45 +215,62 @@ mod tests {
     #[test]
     fn skips_nested_values_in_one_step() {
         let mut buf = tape(r#"{"a":{"b":[1,2,{"c":3}]},"d":4}"#);
-        let nodes = parse(&mut buf, 64).unwrap();
-        let found: Vec<_> = members(&nodes, 0).unwrap().map(|(k, _)| k).collect();
-        assert_eq!(found, ["a", "d"]);
-        let d = member(&nodes, 0, "d").unwrap();
-        assert_eq!(nodes[d], Node::Static(StaticNode::I64(4)));
+        with_parsed(&mut buf, 64, |nodes| {
+            let found: Vec<_> = members(nodes, 0).unwrap().map(|(k, _)| k).collect();
+            assert_eq!(found, ["a", "d"]);
+            let d = member(nodes, 0, "d").unwrap();
+            assert_eq!(nodes[d], Node::Static(StaticNode::I64(4)));
+        })
+        .unwrap();
     }
 
     #[test]
     fn first_non_list_descends_and_treats_empty_as_missing() {
         let mut buf = tape(r#"[[[{"x":1}]],[]]"#);
-        let nodes = parse(&mut buf, 64).unwrap();
-        let inner = first_non_list(&nodes, 0).unwrap();
-        assert!(matches!(nodes[inner], Node::Object { .. }));
+        with_parsed(&mut buf, 64, |nodes| {
+            let inner = first_non_list(nodes, 0).unwrap();
+            assert!(matches!(nodes[inner], Node::Object { .. }));
+        })
+        .unwrap();
         let mut buf = tape("[[]]");
-        let nodes = parse(&mut buf, 64).unwrap();
-        assert_eq!(first_non_list(&nodes, 0), None);
+        assert_eq!(with_parsed(&mut buf, 64, |nodes| first_non_list(nodes, 0)).unwrap(), None);
     }
 
     #[test]
     fn depth_limit_is_reported_as_such() {
         let mut ok = tape("[[[1]]]");
-        assert!(parse(&mut ok, 3).is_ok());
+        assert!(with_parsed(&mut ok, 3, |_| ()).is_ok());
         let mut deep = tape("[[[[1]]]]");
-        assert_eq!(parse(&mut deep, 3).unwrap_err(), JsonError::TooDeep { limit: 3 });
+        assert_eq!(with_parsed(&mut deep, 3, |_| ()).unwrap_err(), JsonError::TooDeep { limit: 3 });
     }
 
     #[test]
     fn syntax_errors_and_bad_utf8_are_errors() {
         for bad in [&b"{"[..], b"{\"a\":}", b"\"\xff\"", b"", b"nul", b"[1,]"] {
             let mut buf = bad.to_vec();
-            assert!(matches!(parse(&mut buf, 64), Err(JsonError::Syntax(_))), "{bad:?}");
+            assert!(matches!(with_parsed(&mut buf, 64, |_| ()), Err(JsonError::Syntax(_))), "{bad:?}");
         }
     }
 
     #[test]
     fn huge_integers_parse_as_floats() {
         let mut buf = tape("123456789012345678901234567890");
-        let nodes = parse(&mut buf, 64).unwrap();
-        assert!(matches!(nodes[0], Node::Static(StaticNode::F64(_))));
+        let is_float =
+            with_parsed(&mut buf, 64, |nodes| matches!(nodes[0], Node::Static(StaticNode::F64(_))));
+        assert_eq!(is_float, Ok(true));
+    }
+
+    #[test]
+    fn nested_parses_work_and_the_input_keeps_its_length() {
+        let mut outer = tape(r#"{"inner":"[1,2]"}"#);
+        let inner_len = with_parsed(&mut outer, 8, |nodes| {
+            let Some(Node::String(text)) = member(nodes, 0, "inner").map(|i| nodes[i]) else { panic!() };
+            let mut inner = text.as_bytes().to_vec();
+            with_parsed(&mut inner, 8, |nodes| nodes.len()).unwrap()
+        })
+        .unwrap();
+        assert_eq!(inner_len, 3);
+        assert_eq!(outer.len(), r#"{"inner":"[1,2]"}"#.len());
     }
 
     #[test]

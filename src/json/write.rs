@@ -6,37 +6,108 @@ use smallvec::SmallVec;
 use super::{Node, Nodes, StaticNode};
 
 /// Writes `s` as a JSON string, quotes included.
-#[inline]
+#[inline(always)]
 pub fn string(out: &mut Vec<u8>, s: &str) {
-    out.reserve(s.len() + 2);
     out.push(b'"');
     string_body(out, s);
     out.push(b'"');
 }
 
 /// Writes the escaped content of `s` without quotes (for text assembled from several pieces).
+///
+/// Works a word (eight bytes) at a time: a word with nothing to escape is checked and stored in
+/// one go, and the last, partial word is stored whole with only its bytes counted, so text with
+/// nothing to escape costs no loop over bytes and no library call. A word that needs escaping is
+/// escaped byte by byte.
+#[inline(always)]
 pub fn string_body(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
-    let mut done = 0;
-    let mut i = 0;
-    loop {
-        // Words of eight bytes that hold nothing to escape are the common case: skip them whole.
-        while let Some(word) = bytes.get(i..i + 8) {
-            let Ok(word) = <[u8; 8]>::try_from(word) else { break };
-            if needs_escape(u64::from_le_bytes(word)) {
-                break;
-            }
-            i += 8;
+    out.reserve(bytes.len() + 8);
+    let mut words = bytes.chunks_exact(8);
+    for chunk in &mut words {
+        let word = load_partial(chunk);
+        if escape_mask(word) == 0 {
+            put_word(out, word, 8);
+        } else {
+            escape_bytes(out, chunk);
         }
-        let Some(&b) = bytes.get(i) else { break };
-        i += 1;
+    }
+    let rest = words.remainder();
+    if !rest.is_empty() {
+        let word = load_partial(rest);
+        let counted = u64::MAX >> (64 - 8 * rest.len());
+        if escape_mask(word) & counted == 0 {
+            put_word(out, word, rest.len());
+        } else {
+            escape_bytes(out, rest);
+        }
+    }
+}
+
+/// Appends `bytes` as they are, a word at a time (the pieces of JSON output are short, and this
+/// avoids a library call per piece).
+#[inline]
+pub fn raw(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.reserve(bytes.len() + 8);
+    let mut words = bytes.chunks_exact(8);
+    for chunk in &mut words {
+        put_word(out, load_partial(chunk), 8);
+    }
+    let rest = words.remainder();
+    if !rest.is_empty() {
+        put_word(out, load_partial(rest), rest.len());
+    }
+}
+
+/// Bytes split into little-endian words once, for text written many times (member names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Words {
+    words: Box<[u64]>,
+    len: usize,
+}
+
+impl Words {
+    pub fn new(bytes: &[u8]) -> Words {
+        Words { words: bytes.chunks(8).map(load_partial).collect(), len: bytes.len() }
+    }
+
+    /// Appends the bytes: one store per word.
+    #[inline(always)]
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.reserve(self.words.len() * 8);
+        let mut left = self.len;
+        for &word in self.words.iter() {
+            put_word(out, word, left.min(8));
+            left = left.saturating_sub(8);
+        }
+    }
+}
+
+/// Appends the low `keep` bytes of `word` (little-endian), `keep <= 8`.
+#[inline(always)]
+fn put_word(out: &mut Vec<u8>, word: u64, keep: usize) {
+    if out.capacity() - out.len() < 8 {
+        out.reserve(8);
+    }
+    let len = out.len();
+    // SAFETY: at least eight bytes of spare capacity were ensured just above, so the unaligned
+    // eight-byte store at `len` stays inside the allocation; it writes initialised bytes, and the
+    // new length covers only `keep.min(8)` of them.
+    unsafe {
+        out.as_mut_ptr().add(len).cast::<[u8; 8]>().write_unaligned(word.to_le_bytes());
+        out.set_len(len + keep.min(8));
+    }
+}
+
+/// Escapes byte by byte (the rare path).
+#[cold]
+#[inline(never)]
+fn escape_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    for &b in bytes {
         let escape = ESCAPE[b as usize];
         if escape == 0 {
-            continue;
-        }
-        out.extend_from_slice(&bytes[done..i - 1]);
-        done = i;
-        if escape == b'u' {
+            out.push(b);
+        } else if escape == b'u' {
             let hex = b"0123456789abcdef";
             out.extend_from_slice(&[
                 b'\\',
@@ -50,7 +121,34 @@ pub fn string_body(out: &mut Vec<u8>, s: &str) {
             out.extend_from_slice(&[b'\\', escape]);
         }
     }
-    out.extend_from_slice(&bytes[done..]);
+}
+
+/// Up to eight bytes as a little-endian word, zero above them. Loads overlapping halves rather
+/// than looping over bytes.
+#[inline(always)]
+fn load_partial(bytes: &[u8]) -> u64 {
+    let n = bytes.len();
+    if n >= 8 {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&bytes[..8]);
+        u64::from_le_bytes(word)
+    } else if n >= 4 {
+        let low = load4(&bytes[..4]);
+        let high = load4(&bytes[n - 4..]);
+        low | high << (8 * (n - 4))
+    } else if n > 0 {
+        let (a, b, c) = (bytes[0] as u64, bytes[n / 2] as u64, bytes[n - 1] as u64);
+        a | b << (8 * (n / 2)) | c << (8 * (n - 1))
+    } else {
+        0
+    }
+}
+
+#[inline(always)]
+fn load4(bytes: &[u8]) -> u64 {
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&bytes[..4]);
+    u64::from(u32::from_le_bytes(word))
 }
 
 #[inline]
@@ -158,9 +256,10 @@ fn key(out: &mut Vec<u8>, nodes: &Nodes<'_>, i: usize, lead: u8) -> bool {
     true
 }
 
-/// Whether any byte of the word is `"`, `\` or a control character (below 0x20).
-#[inline]
-fn needs_escape(w: u64) -> bool {
+/// The high bit of each byte of the word that is `"`, `\` or a control character (below 0x20);
+/// zero when the word needs no escaping.
+#[inline(always)]
+fn escape_mask(w: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let below_space = w.wrapping_sub(ONES * 0x20) & !w;
@@ -168,7 +267,7 @@ fn needs_escape(w: u64) -> bool {
     let backslash = w ^ (ONES * b'\\' as u64);
     let is_quote = quote.wrapping_sub(ONES) & !quote;
     let is_backslash = backslash.wrapping_sub(ONES) & !backslash;
-    (below_space | is_quote | is_backslash) & HIGH != 0
+    (below_space | is_quote | is_backslash) & HIGH
 }
 
 /// For each byte: 0 when it is written as is, the letter of its short escape, or `u` for `\u00XX`.
@@ -209,6 +308,28 @@ mod tests {
     }
 
     #[test]
+    fn every_length_and_escape_position_is_written_right() {
+        for n in 0..40 {
+            for at in 0..=n {
+                let mut text: String = (0..n).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+                if at < n {
+                    text.replace_range(at..at + 1, "\n");
+                }
+                let mut out = Vec::new();
+                string(&mut out, &text);
+                let back: String = serde_json::from_slice(&out).unwrap();
+                assert_eq!(back, text, "length {n}, escape at {at}");
+                let mut copy = Vec::new();
+                raw(&mut copy, text.as_bytes());
+                assert_eq!(copy, text.as_bytes());
+                let mut words = b"x".to_vec();
+                Words::new(text.as_bytes()).write(&mut words);
+                assert_eq!(&words[1..], text.as_bytes());
+            }
+        }
+    }
+
+    #[test]
     fn escaped_strings_round_trip_through_a_json_parser() {
         let all: String = (0u32..0x300).filter_map(char::from_u32).collect();
         let text = escaped(&all);
@@ -235,9 +356,8 @@ mod tests {
         let text =
             r#" { "a" : [1, {"b": null, "c": [[], {}]}, "x\"y"], "d": {"e": {"f": [true]}}, "g": -1.5 } "#;
         let mut buf = text.as_bytes().to_vec();
-        let nodes = super::super::parse(&mut buf, 64).unwrap();
         let mut out = Vec::new();
-        value(&mut out, &nodes, 0);
+        super::super::with_parsed(&mut buf, 64, |nodes| value(&mut out, nodes, 0)).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
             r#"{"a":[1,{"b":null,"c":[[],{}]},"x\"y"],"d":{"e":{"f":[true]}},"g":-1.5}"#

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::{KeyEntry, Limits, Problem, Rules, Type, parse};
 use crate::json::{self, Node, Nodes};
-use crate::plan::{Input, KeyTable, Op, Plan, Read, SlotId, Span, Target};
+use crate::plan::{Input, KeyTable, Member, Op, Plan, Read, SlotId, Span, Target};
 
 /// A plan and the warnings its rules produced (e.g. unused `oldBodyFields`).
 #[derive(Debug, Clone)]
@@ -55,15 +55,17 @@ const RULES_DEPTH: usize = 8;
 /// Parses rules text and reads the rules in it, unwrapping one JSON string holding them when
 /// `unwrap_string` is set. Returns the rules read and the shape problems found.
 fn read_text(text: &[u8], unwrap_string: bool) -> Result<(Rules, Vec<Problem>), Vec<Problem>> {
-    let mut buf = text.to_vec();
-    let nodes = json::parse(&mut buf, RULES_DEPTH)
-        .map_err(|e| vec![Problem::new("", format!("the rules are not valid JSON: {e}"))])?;
-    if unwrap_string && let Some(Node::String(inner)) = nodes.first() {
-        return read_text(inner.as_bytes(), false);
-    }
-    let mut problems = Vec::new();
-    let rules = parse(&nodes, 0, &mut problems);
-    Ok((rules, problems))
+    let mut buf = Vec::with_capacity(text.len() + crate::json::PADDING);
+    buf.extend_from_slice(text);
+    json::with_parsed(&mut buf, RULES_DEPTH, |nodes| match nodes.first() {
+        Some(Node::String(inner)) if unwrap_string => read_text(inner.as_bytes(), false),
+        _ => {
+            let mut problems = Vec::new();
+            let rules = parse(nodes, 0, &mut problems);
+            Ok((rules, problems))
+        }
+    })
+    .unwrap_or_else(|e| Err(vec![Problem::new("", format!("the rules are not valid JSON: {e}"))]))
 }
 
 fn finish(rules: &Rules, mut problems: Vec<Problem>, limits: &Limits) -> Result<Compiled, Vec<Problem>> {
@@ -186,23 +188,20 @@ fn lower(rules: &Rules) -> Plan {
             })
             .collect();
         let target = plan.targets.len() as u32;
-        let mut key_json = Vec::with_capacity(key.len() + 3);
-        json::write::string(&mut key_json, key);
-        key_json.push(b':');
         plan.targets.push(Target {
             id: new.id.as_str().into(),
             key: key.as_str().into(),
-            key_json: key_json.into(),
             ty,
             parents: old.parents.iter().map(|p| p.as_str().into()).collect(),
             keys: old.keys.clone().into(),
         });
+        let member = Member::new(key);
         emits.push(if reads.len() == 1 {
-            Op::Field { target, read: reads.remove(0) }
+            Op::Field { target, ty, member, read: reads.remove(0) }
         } else {
             let start = plan.reads.len() as u32;
             plan.reads.append(&mut reads);
-            Op::Array { target, reads: Span { start, end: plan.reads.len() as u32 } }
+            Op::Array { target, ty, member, reads: Span { start, end: plan.reads.len() as u32 } }
         });
     }
     plan.slot_count = walks.slot_count as usize;

@@ -163,7 +163,7 @@ pub(crate) async fn read_body(request: Request<Incoming>, limit: usize) -> Resul
         return Err(ApiError::BodyTooLarge { limit });
     }
     let capacity = declared.map_or(8 * 1024, |n| n as usize);
-    let mut buf = Vec::with_capacity(capacity + simd_json::INPUT_PADDING);
+    let mut buf = Vec::with_capacity(capacity + crate::json::PADDING);
     let mut body = request.into_body();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|_| ApiError::BodyUnreadable)?;

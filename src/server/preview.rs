@@ -19,31 +19,37 @@ pub(super) async fn preview(state: &State, request: Request<Incoming>) -> Result
     let traced = trace_flag(request.uri().query())?;
     let mut body = read_body(request, state.config.max_request_bytes).await?;
     let started = Instant::now();
-    let body_len = body.len();
     // The sample sits one level inside the body, so the body may nest one level more.
-    let nodes = tape::parse(&mut body, state.config.max_depth + 1).map_err(ApiError::InvalidJson)?;
-    let (sample, rules) = members(&nodes)?;
-    let compiled = compile_value(&nodes, rules, &state.config.limits()).map_err(ApiError::InvalidRules)?;
-
-    let mut out = Vec::with_capacity(body_len / 2 + 64);
-    if traced {
-        out.extend_from_slice(b"{\"output\":");
-        let trace = exec::execute_traced(&compiled.plan, &nodes, sample, &mut out);
-        out.extend_from_slice(b",\"trace\":");
-        trace.write_entries(&mut out);
-        out.extend_from_slice(b",\"warnings\":");
-        let warnings: Vec<_> = compiled.warnings.into_iter().chain(trace.notes).collect();
-        write_problems(&mut out, &warnings);
-        out.push(b'}');
-    } else {
-        exec::execute(&compiled.plan, &nodes, sample, &mut out);
-    }
+    let out =
+        tape::with_parsed(&mut body, state.config.max_depth + 1, |nodes| map_sample(state, nodes, traced))
+            .map_err(ApiError::InvalidJson)??;
     let mut response = json(StatusCode::OK, out);
     let timing = format!("map;dur={:.3}", started.elapsed().as_secs_f64() * 1000.0);
     if let Ok(timing) = HeaderValue::try_from(timing) {
         response.headers_mut().insert(SERVER_TIMING, timing);
     }
     Ok(response)
+}
+
+/// Compiles the body's rules and maps its sample; with `traced`, wraps the output with the trace
+/// and the warnings.
+fn map_sample(state: &State, nodes: &tape::Nodes<'_>, traced: bool) -> Result<Vec<u8>, ApiError> {
+    let (sample, rules) = members(nodes)?;
+    let compiled = compile_value(nodes, rules, &state.config.limits()).map_err(ApiError::InvalidRules)?;
+    let mut out = Vec::with_capacity(1024);
+    if !traced {
+        exec::execute(&compiled.plan, nodes, sample, &mut out);
+        return Ok(out);
+    }
+    out.extend_from_slice(b"{\"output\":");
+    let trace = exec::execute_traced(&compiled.plan, nodes, sample, &mut out);
+    out.extend_from_slice(b",\"trace\":");
+    trace.write_entries(&mut out);
+    out.extend_from_slice(b",\"warnings\":");
+    let warnings: Vec<_> = compiled.warnings.into_iter().chain(trace.notes).collect();
+    write_problems(&mut out, &warnings);
+    out.push(b'}');
+    Ok(out)
 }
 
 /// `?trace=true` (also `?trace` and `?trace=1`); `false`/`0` or no parameter turn it off.

@@ -73,9 +73,11 @@ fn every_case_through_the_engine() {
             (result, expect) => panic!("case {}: compiled to {result:?}, expected {expect:?}", case.name),
         };
         let mut input = case.input.to_string().into_bytes();
-        let nodes = recast::json::parse(&mut input, 64).expect("input is JSON");
         let mut out = Vec::new();
-        recast::exec::execute(&compiled.plan, &nodes, 0, &mut out);
+        recast::json::with_parsed(&mut input, 64, |nodes| {
+            recast::exec::execute(&compiled.plan, nodes, 0, &mut out)
+        })
+        .expect("input is JSON");
         case.check(&Json::parse(&out));
     }
 }

@@ -98,13 +98,15 @@ fn rules() -> impl Strategy<Value = String> {
 fn run(rules: &str, input: &str) -> (Vec<u8>, Vec<u8>) {
     let compiled = compile_json(rules.as_bytes(), &Limits::default()).expect("generated rules compile");
     let mut buf = input.as_bytes().to_vec();
-    let nodes = recast::json::parse(&mut buf, 64).expect("generated input parses");
-    let mut plain = Vec::new();
-    recast::exec::execute(&compiled.plan, &nodes, 0, &mut plain);
-    let mut traced = Vec::new();
-    let trace = recast::exec::execute_traced(&compiled.plan, &nodes, 0, &mut traced);
-    assert!(trace.entries.len() <= compiled.plan.target_count() * recast::exec::TRACE_ELEMENTS.max(1));
-    (plain, traced)
+    recast::json::with_parsed(&mut buf, 64, |nodes| {
+        let mut plain = Vec::new();
+        recast::exec::execute(&compiled.plan, nodes, 0, &mut plain);
+        let mut traced = Vec::new();
+        let trace = recast::exec::execute_traced(&compiled.plan, nodes, 0, &mut traced);
+        assert!(trace.entries.len() <= compiled.plan.target_count() * recast::exec::TRACE_ELEMENTS);
+        (plain, traced)
+    })
+    .expect("generated input parses")
 }
 
 proptest! {
@@ -133,9 +135,9 @@ proptest! {
         let text = rules.to_string();
         if let Ok(compiled) = compile_json(text.as_bytes(), &Limits::default()) {
             let mut buf = input.to_string().into_bytes();
-            let nodes = recast::json::parse(&mut buf, 64).unwrap();
             let mut out = Vec::new();
-            recast::exec::execute(&compiled.plan, &nodes, 0, &mut out);
+            recast::json::with_parsed(&mut buf, 64, |nodes| recast::exec::execute(&compiled.plan, nodes, 0, &mut out))
+                .unwrap();
             prop_assert!(serde_json::from_slice::<Value>(&out).is_ok());
         }
     }
