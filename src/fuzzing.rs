@@ -13,13 +13,13 @@ use crate::rules::{Limits, compile_json};
 /// paths) or a structured case built from a small vocabulary of names (so that compiled plans find
 /// members and the executor's paths are exercised). Checks: nothing panics, the output is valid
 /// JSON of the expected kind, and a traced run writes the very same bytes.
-pub fn rules_then_execute(data: &[u8]) {
-    let Ok(case) = Case::arbitrary_take_rest(Unstructured::new(data)) else { return };
+pub fn rules_then_execute(data: &[u8]) -> Reached {
+    let Ok(case) = Case::arbitrary_take_rest(Unstructured::new(data)) else { return Reached::Nothing };
     let (rules, document) = case.texts();
     let limits = Limits { max_rules: 64, max_depth: 16 };
-    let Ok(compiled) = compile_json(&rules, &limits) else { return };
+    let Ok(compiled) = compile_json(&rules, &limits) else { return Reached::RulesRefused };
     let mut document = document;
-    let _ = json::with_parsed(&mut document, 64, |nodes| {
+    let mapped = json::with_parsed(&mut document, 64, |nodes| {
         let mut plain = Vec::new();
         exec::execute(&compiled.plan, nodes, 0, &mut plain);
         let output: serde_json::Value = match serde_json::from_slice(&plain) {
@@ -30,12 +30,32 @@ pub fn rules_then_execute(data: &[u8]) {
         let mut traced = Vec::new();
         exec::execute_traced(&compiled.plan, nodes, 0, &mut traced);
         assert_eq!(plain, traced, "tracing changed the output");
+        compiled.plan.target_count()
     });
+    match mapped {
+        Ok(0) => Reached::MappedNothing,
+        Ok(_) => Reached::Mapped,
+        Err(_) => Reached::DocumentRefused,
+    }
+}
+
+/// How far one fuzz input got, so a corpus replay can tell it exercises the executor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reached {
+    /// The bytes did not decode to a case.
+    Nothing,
+    RulesRefused,
+    DocumentRefused,
+    /// Rules without targets were run.
+    MappedNothing,
+    /// Rules with targets were run on a document.
+    Mapped,
 }
 
 /// Names that structured rules and documents share.
 const NAMES: [&str; 8] = ["a", "b", "meals", "idMeal", "x y", "q\"", "ü", ""];
-const TYPES: [&str; 10] = ["String", "Int", "Long", "Double", "Float", "Boolean", "Json", "Int?", "Integer", ""];
+const TYPES: [&str; 10] =
+    ["String", "Int", "Long", "Double", "Float", "Boolean", "Json", "Int?", "Integer", ""];
 
 #[derive(Arbitrary, Debug)]
 enum Case {
@@ -66,7 +86,9 @@ enum Name {
     Other(String),
 }
 
-#[derive(Arbitrary, Debug)]
+/// A JSON document. Decoded by hand (not derived) to bound its nesting: decoding and writing
+/// recurse, and the document must stay within the parser's depth limit.
+#[derive(Debug)]
 enum Value {
     Null,
     Bool(bool),
@@ -133,8 +155,11 @@ impl BuiltRules {
             }
             write::string(&mut out, &format!("t{i}"));
             out.extend_from_slice(b":{\"keys\":");
-            let entries: Vec<String> =
-                t.keys.iter().map(|entry| entry.iter().map(Name::as_str).collect::<Vec<_>>().join(", ")).collect();
+            let entries: Vec<String> = t
+                .keys
+                .iter()
+                .map(|entry| entry.iter().map(Name::as_str).collect::<Vec<_>>().join(", "))
+                .collect();
             names(&mut out, entries.iter().map(String::as_str));
             out.extend_from_slice(b",\"parents\":");
             names(&mut out, t.parents.iter().map(Name::as_str));
@@ -156,7 +181,43 @@ fn names<'a>(out: &mut Vec<u8>, names: impl Iterator<Item = &'a str>) {
     out.push(b']');
 }
 
+/// Deepest nesting of a built document.
+const MAX_NESTING: usize = 12;
+
+impl<'a> Arbitrary<'a> for Value {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Value> {
+        Value::nested(u, 0)
+    }
+}
+
 impl Value {
+    fn nested(u: &mut Unstructured<'_>, depth: usize) -> arbitrary::Result<Value> {
+        let kinds = if depth < MAX_NESTING { 8 } else { 6 };
+        Ok(match u.int_in_range(0..=kinds)? {
+            0 => Value::Null,
+            1 => Value::Bool(u.arbitrary()?),
+            2 => Value::Int(u.arbitrary()?),
+            3 => Value::Uint(u.arbitrary()?),
+            4 => Value::Float(u.arbitrary()?),
+            5 => Value::Text(u.arbitrary()?),
+            6 => Value::Known(u.arbitrary()?),
+            7 => {
+                let mut items = Vec::new();
+                while items.len() < 16 && u.arbitrary()? {
+                    items.push(Value::nested(u, depth + 1)?);
+                }
+                Value::List(items)
+            }
+            _ => {
+                let mut members = Vec::new();
+                while members.len() < 16 && u.arbitrary()? {
+                    members.push((u.arbitrary()?, Value::nested(u, depth + 1)?));
+                }
+                Value::Object(members)
+            }
+        })
+    }
+
     fn write(&self, out: &mut Vec<u8>) {
         match self {
             Value::Null => out.extend_from_slice(b"null"),

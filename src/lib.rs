@@ -3,6 +3,8 @@
 
 pub mod config;
 pub mod exec;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod json;
 pub mod plan;
 pub mod rules;

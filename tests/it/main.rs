@@ -5,6 +5,8 @@ mod baseline;
 mod support;
 
 mod conformance;
+mod fuzz_corpus;
 mod preview;
 mod properties;
+mod readme;
 mod server;

@@ -1,0 +1,45 @@
+# Shared by the scripts: makes sure what building recast needs is present on a Debian machine,
+# installing Debian packages when it can, or saying in one line what is missing.
+
+say() { printf 'recast: %s\n' "$*" >&2; }
+
+# Rust 1.85 or newer (edition 2024).
+ensure_toolchain() {
+    if ! command -v cargo >/dev/null 2>&1; then
+        say "cargo is missing: install Rust 1.85 or newer from https://rustup.rs, then run this again"
+        exit 1
+    fi
+    local version
+    version=$(rustc --version | awk '{print $2}')
+    if [ "$(printf '%s\n1.85.0\n' "$version" | sort -V | head -n 1)" != "1.85.0" ]; then
+        say "rustc $version is too old: recast needs 1.85 or newer (rustup update stable)"
+        exit 1
+    fi
+}
+
+# Installs the Debian packages given when they are missing (as root, or with sudo).
+ensure_packages() {
+    local missing=() package
+    for package in "$@"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    local run=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            run=(sudo)
+        else
+            say "missing Debian packages: ${missing[*]} (install them with: apt-get install ${missing[*]})"
+            exit 1
+        fi
+    fi
+    say "installing Debian packages: ${missing[*]}"
+    "${run[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${run[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# Build outputs live outside the clone, so a fresh clone reuses what an earlier one built.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/recast/target}"
+
+# Debian packages the build needs: a C compiler (the allocator is C).
+BUILD_PACKAGES=(gcc)

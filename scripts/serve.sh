@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Builds recast and runs `recast serve` from the repository root (data in ./recast-data).
+# Arguments are passed on, e.g. `./scripts/serve.sh --listen 127.0.0.1:9090`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+ensure_toolchain
+ensure_packages "${BUILD_PACKAGES[@]}"
+cargo build --release --locked --bin recast
+exec "$CARGO_TARGET_DIR/release/recast" serve "$@"
