@@ -38,10 +38,15 @@ pub(crate) enum Op {
     /// A list found there is followed to its first element (SPEC §1.2). Records in its slots the
     /// values of the members named in `table`.
     Scan { input: Input, table: KeyTable },
-    /// A target whose `keys` has one entry: `"keys": ["strMeal"]` or `"keys": ["a, b"]`.
-    Field { target: u32, ty: Type, member: Member, read: Read },
+    /// A `String` target whose `keys` has one entry naming one field (`"keys": ["strMeal"]`): the
+    /// most common target, whose text values are copied without going through coercion.
+    Text { target: u32, slot: SlotId, member: Member },
+    /// A target whose `keys` has one concatenation entry (`"keys": ["a, b"]`); always `String`.
+    Concat { target: u32, parts: Span, member: Member },
+    /// A target of another type whose `keys` has one entry naming one field.
+    Field { target: u32, ty: Type, slot: SlotId, member: Member },
     /// A target whose `keys` has several entries; written as a JSON array in entry order.
-    Array { target: u32, ty: Type, member: Member, reads: Span },
+    Array { target: u32, ty: Type, reads: Span, member: Member },
 }
 
 /// The output member name of a target as written: `"key":`, escaped and split into words once at
@@ -275,9 +280,13 @@ impl fmt::Display for Plan {
                         table.names().iter().map(|(n, s)| format!("{n}→{}", slot(*s))).collect();
                     writeln!(f, "scan {from}: {}", names.join(" "))?;
                 }
-                Op::Field { target, read: r, .. } => {
+                Op::Text { target, slot: s, .. } | Op::Field { target, slot: s, .. } => {
                     let t = &self.targets[*target as usize];
-                    writeln!(f, "field {} ({}) ← {}", t.key, t.ty.name(), read(r))?;
+                    writeln!(f, "field {} ({}) ← {}", t.key, t.ty.name(), slot(*s))?;
+                }
+                Op::Concat { target, parts, .. } => {
+                    let t = &self.targets[*target as usize];
+                    writeln!(f, "field {} ({}) ← {}", t.key, t.ty.name(), read(&Read::Concat(*parts)))?;
                 }
                 Op::Array { target, reads, .. } => {
                     let t = &self.targets[*target as usize];

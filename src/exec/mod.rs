@@ -23,7 +23,10 @@ const MISSING: usize = usize::MAX;
 
 /// Maps the document `nodes` (rooted at `root`) by `plan`, appending the output JSON to `out`.
 pub fn execute(plan: &Plan, nodes: &Nodes<'_>, root: usize, out: &mut Vec<u8>) {
-    with_arena(|arena| Run::new(plan, nodes, out, arena, &mut Silent).document(root));
+    with_arena(|arena| {
+        let slots = arena.alloc_slice_fill_copy(plan.slot_count, MISSING);
+        document(plan, nodes, root, slots, out, &mut Silent);
+    });
 }
 
 /// Runs `f` with this thread's scratch arena, emptied first.
@@ -61,250 +64,277 @@ impl Observer for Silent {
     fn target(&mut self, _: u32, _: usize, _: Option<&[u8]>) {}
 }
 
-/// One execution: the plan, the input, the output and the per-object slot table.
-struct Run<'r, 'a, O> {
-    plan: &'r Plan,
-    nodes: &'r Nodes<'a>,
-    out: &'r mut Vec<u8>,
-    slots: &'r mut [usize],
-    observer: &'r mut O,
+/// The whole output: one object, or with `each` a list of objects (SPEC §1.6).
+pub(crate) fn document<O: Observer>(
+    plan: &Plan,
+    nodes: &Nodes<'_>,
+    root: usize,
+    slots: &mut [usize],
+    out: &mut Vec<u8>,
+    observer: &mut O,
+) {
+    let Some(path) = &plan.each else {
+        object(plan, nodes, root, slots, out, observer);
+        return;
+    };
+    out.push(b'[');
+    match each_list(nodes, root, path) {
+        Some(list) if matches!(nodes.get(list), Some(Node::Array { .. })) => {
+            let mut written = 0;
+            for (index, element) in json::elements(nodes, list).into_iter().flatten().enumerate() {
+                observer.element(index);
+                let mark = out.len();
+                if written > 0 {
+                    out.push(b',');
+                }
+                if object(plan, nodes, element, slots, out, observer) || !plan.ignore_empty {
+                    written += 1;
+                } else {
+                    out.truncate(mark);
+                }
+            }
+        }
+        Some(element) if matches!(nodes.get(element), Some(Node::Object { .. })) => {
+            observer.element(0);
+            let mark = out.len();
+            if !object(plan, nodes, element, slots, out, observer) && plan.ignore_empty {
+                out.truncate(mark);
+            }
+        }
+        _ => {}
+    }
+    out.push(b']');
 }
 
-impl<'r, 'a, O: Observer> Run<'r, 'a, O> {
-    fn new(
-        plan: &'r Plan,
-        nodes: &'r Nodes<'a>,
-        out: &'r mut Vec<u8>,
-        arena: &'r Bump,
-        observer: &'r mut O,
-    ) -> Self {
-        let slots = arena.alloc_slice_fill_copy(plan.slot_count, MISSING);
-        Run { plan, nodes, out, slots, observer }
-    }
-
-    /// The whole output: one object, or with `each` a list of objects (SPEC §1.6).
-    fn document(&mut self, root: usize) {
-        let Some(path) = &self.plan.each else {
-            self.object(root);
-            return;
-        };
-        self.out.push(b'[');
-        match each_list(self.nodes, root, path) {
-            Some(list) if matches!(self.nodes.get(list), Some(Node::Array { .. })) => {
-                let mut written = 0;
-                for (index, element) in json::elements(self.nodes, list).into_iter().flatten().enumerate() {
-                    self.observer.element(index);
-                    let mark = self.out.len();
-                    if written > 0 {
-                        self.out.push(b',');
-                    }
-                    if self.object(element) || !self.plan.ignore_empty {
-                        written += 1;
-                    } else {
-                        self.out.truncate(mark);
-                    }
+/// One output object built with `root` as the root. Returns whether any member was written.
+fn object<O: Observer>(
+    plan: &Plan,
+    nodes: &Nodes<'_>,
+    root: usize,
+    slots: &mut [usize],
+    out: &mut Vec<u8>,
+    observer: &mut O,
+) -> bool {
+    let ignore = plan.ignore_empty;
+    slots.fill(MISSING);
+    out.push(b'{');
+    let mut first = true;
+    for op in &plan.ops {
+        let mark = out.len();
+        let (target, value_start, kept) = match op {
+            Op::Scan { input, table } => {
+                let from = match *input {
+                    Input::Root => root,
+                    Input::Slot(slot) => slot_at(slots, slot),
+                };
+                if let Some(object) = json::first_non_list(nodes, from) {
+                    scan(nodes, object, table, slots);
                 }
-            }
-            Some(object) if matches!(self.nodes.get(object), Some(Node::Object { .. })) => {
-                self.observer.element(0);
-                let mark = self.out.len();
-                if !self.object(object) && self.plan.ignore_empty {
-                    self.out.truncate(mark);
-                }
-            }
-            _ => {}
-        }
-        self.out.push(b']');
-    }
-
-    /// One output object built with `root` as the root. Returns whether any member was written.
-    fn object(&mut self, root: usize) -> bool {
-        self.slots.fill(MISSING);
-        self.out.push(b'{');
-        let mut written = 0;
-        for op in &self.plan.ops {
-            let (target, mark, value_start, kept) = match op {
-                Op::Scan { input, table } => {
-                    let from = match *input {
-                        Input::Root => root,
-                        Input::Slot(slot) => self.slot(slot),
-                    };
-                    if let Some(object) = json::first_non_list(self.nodes, from) {
-                        self.scan(object, table);
-                    }
-                    continue;
-                }
-                // A missing field that would be left out costs no writing and taking back.
-                Op::Field { target, read: Read::Slot(slot), .. }
-                    if self.plan.ignore_empty && self.slot(*slot) == MISSING =>
-                {
-                    (*target, self.out.len(), self.out.len(), false)
-                }
-                Op::Field { target, ty, member, read } => {
-                    let mark = self.out.len();
-                    member.write(self.out, written == 0);
-                    (*target, mark, self.out.len(), self.read(*ty, *read))
-                }
-                Op::Array { target, ty, member, reads } => {
-                    let mark = self.out.len();
-                    member.write(self.out, written == 0);
-                    (*target, mark, self.out.len(), self.array(*ty, *reads))
-                }
-            };
-            if kept {
-                written += 1;
-            } else {
-                self.out.truncate(mark);
-            }
-            if O::ACTIVE {
-                let value = if kept { self.out.get(value_start..) } else { None };
-                self.observer.target(target, root, value);
-            }
-        }
-        self.out.push(b'}');
-        written > 0
-    }
-
-    /// The tape position a slot holds, or `MISSING`.
-    #[inline]
-    fn slot(&self, slot: SlotId) -> usize {
-        self.slots.get(slot as usize).copied().unwrap_or(MISSING)
-    }
-
-    /// Records the slots of the members of `object` that `table` names. The first occurrence of
-    /// a duplicated member wins, and the walk stops once every wanted member is found.
-    #[inline(always)]
-    fn scan(&mut self, object: usize, table: &KeyTable) {
-        let Some(Node::Object { len, count }) = self.nodes.get(object) else {
-            return;
-        };
-        let Some(members) = self.nodes.get(object + 1..object + 1 + count) else {
-            return;
-        };
-        let mut wanted = table.len();
-        let mut at = 0;
-        for _ in 0..*len {
-            let (Some(Node::String(name)), Some(value)) = (members.get(at), members.get(at + 1)) else {
-                return;
-            };
-            if let Some(slot) = table.get(name.as_bytes())
-                && let Some(found) = self.slots.get_mut(slot as usize)
-                && *found == MISSING
-            {
-                *found = object + 2 + at;
-                wanted -= 1;
-                if wanted == 0 {
-                    return;
-                }
-            }
-            at += match value {
-                Node::Object { count, .. } | Node::Array { count, .. } => 2 + count,
-                _ => 2,
-            };
-        }
-    }
-
-    /// Writes one `keys` entry; `false` when it is empty and left out.
-    #[inline]
-    fn read(&mut self, ty: Type, read: Read) -> bool {
-        match read {
-            Read::Slot(slot) => self.value(ty, self.slot(slot)),
-            Read::Concat(parts) => self.concat(parts),
-        }
-    }
-
-    /// A single value (SPEC §1.3–1.5): coerced scalar, list of coerced elements, or raw `Json`.
-    fn value(&mut self, ty: Type, at: usize) -> bool {
-        let ignore = self.plan.ignore_empty;
-        let Some(node) = self.nodes.get(at) else {
-            if !ignore {
-                self.out.extend_from_slice(b"null");
-            }
-            return !ignore;
-        };
-        match (ty, node) {
-            // The most common target by far: text read as text, written as is.
-            (Type::String, Node::String(s)) => {
-                if ignore && coerce::is_blank(s) {
-                    return false;
-                }
-                write::string(self.out, s);
-                return true;
-            }
-            (Type::Json, _) => {
-                if ignore && is_empty_value(self.nodes, at) {
-                    return false;
-                }
-                write::value(self.out, self.nodes, at);
-                return true;
-            }
-            (_, Node::Array { .. }) => return self.list(ty, at),
-            _ => {}
-        }
-        let value = coerce(node, ty);
-        if ignore && value.is_empty() {
-            return false;
-        }
-        value.write(self.out);
-        true
-    }
-
-    /// A list value: each element coerced; objects and lists inside fail to `null`.
-    fn list(&mut self, ty: Type, at: usize) -> bool {
-        let ignore = self.plan.ignore_empty;
-        self.out.push(b'[');
-        let mut written = 0;
-        for element in json::elements(self.nodes, at).into_iter().flatten() {
-            let value = self.nodes.get(element).map_or(coerce::Coerced::Null, |n| coerce(n, ty));
-            if ignore && value.is_empty() {
                 continue;
             }
-            if written > 0 {
-                self.out.push(b',');
+            Op::Text { target, slot, member } => {
+                let at = slot_at(slots, *slot);
+                match nodes.get(at) {
+                    Some(Node::String(text)) if !(ignore && coerce::is_blank(text)) => {
+                        member.write(out, first);
+                        let value_start = out.len();
+                        write::string(out, text);
+                        (*target, value_start, true)
+                    }
+                    // Blank, or missing, and left out: nothing to write or take back.
+                    Some(Node::String(_)) | None if ignore => (*target, mark, false),
+                    _ => {
+                        member.write(out, first);
+                        (*target, out.len(), value(nodes, Type::String, at, ignore, out))
+                    }
+                }
             }
-            value.write(self.out);
+            Op::Concat { target, parts, member } => {
+                member.write(out, first);
+                (*target, out.len(), concat(plan, nodes, *parts, slots, ignore, out))
+            }
+            Op::Field { target, slot, .. } if ignore && slot_at(slots, *slot) == MISSING => {
+                (*target, mark, false)
+            }
+            Op::Field { target, ty, slot, member } => {
+                member.write(out, first);
+                (*target, out.len(), value(nodes, *ty, slot_at(slots, *slot), ignore, out))
+            }
+            Op::Array { target, ty, member, reads } => {
+                member.write(out, first);
+                (*target, out.len(), array(plan, nodes, *ty, *reads, slots, ignore, out))
+            }
+        };
+        if kept {
+            first = false;
+        } else {
+            out.truncate(mark);
+        }
+        if O::ACTIVE {
+            observer.target(target, root, if kept { out.get(value_start..) } else { None });
+        }
+    }
+    out.push(b'}');
+    !first
+}
+
+/// The tape position a slot holds, or `MISSING`.
+#[inline(always)]
+fn slot_at(slots: &[usize], slot: SlotId) -> usize {
+    slots.get(slot as usize).copied().unwrap_or(MISSING)
+}
+
+/// Records the slots of the members of `object` that `table` names. The first occurrence of a
+/// duplicated member wins, and the walk stops once every wanted member is found.
+#[inline(always)]
+fn scan(nodes: &Nodes<'_>, object: usize, table: &KeyTable, slots: &mut [usize]) {
+    let Some(Node::Object { len, count }) = nodes.get(object) else {
+        return;
+    };
+    let Some(members) = nodes.get(object + 1..object + 1 + count) else {
+        return;
+    };
+    let mut wanted = table.len();
+    let mut at = 0;
+    for _ in 0..*len {
+        let (Some(Node::String(name)), Some(value)) = (members.get(at), members.get(at + 1)) else {
+            return;
+        };
+        if let Some(slot) = table.get(name.as_bytes())
+            && let Some(found) = slots.get_mut(slot as usize)
+            && *found == MISSING
+        {
+            *found = object + 2 + at;
+            wanted -= 1;
+            if wanted == 0 {
+                return;
+            }
+        }
+        at += match value {
+            Node::Object { count, .. } | Node::Array { count, .. } => 2 + count,
+            _ => 2,
+        };
+    }
+}
+
+/// One `keys` entry of an array target; `false` when it is empty and left out.
+fn read(
+    plan: &Plan,
+    nodes: &Nodes<'_>,
+    ty: Type,
+    read: Read,
+    slots: &[usize],
+    ignore: bool,
+    out: &mut Vec<u8>,
+) -> bool {
+    match read {
+        Read::Slot(slot) => value(nodes, ty, slot_at(slots, slot), ignore, out),
+        Read::Concat(parts) => concat(plan, nodes, parts, slots, ignore, out),
+    }
+}
+
+/// A single value (SPEC §1.3–1.5): coerced scalar, list of coerced elements, or raw `Json`.
+fn value(nodes: &Nodes<'_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u8>) -> bool {
+    let Some(node) = nodes.get(at) else {
+        if !ignore {
+            out.extend_from_slice(b"null");
+        }
+        return !ignore;
+    };
+    match (ty, node) {
+        (Type::String, Node::String(s)) => {
+            if ignore && coerce::is_blank(s) {
+                return false;
+            }
+            write::string(out, s);
+            return true;
+        }
+        (Type::Json, _) => {
+            if ignore && is_empty_value(nodes, at) {
+                return false;
+            }
+            write::value(out, nodes, at);
+            return true;
+        }
+        (_, Node::Array { .. }) => return list(nodes, ty, at, ignore, out),
+        _ => {}
+    }
+    let value = coerce(node, ty);
+    if ignore && value.is_empty() {
+        return false;
+    }
+    value.write(out);
+    true
+}
+
+/// A list value: each element coerced; objects and lists inside fail to `null`.
+fn list(nodes: &Nodes<'_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u8>) -> bool {
+    out.push(b'[');
+    let mut written = 0;
+    for element in json::elements(nodes, at).into_iter().flatten() {
+        let value = nodes.get(element).map_or(coerce::Coerced::Null, |n| coerce(n, ty));
+        if ignore && value.is_empty() {
+            continue;
+        }
+        if written > 0 {
+            out.push(b',');
+        }
+        value.write(out);
+        written += 1;
+    }
+    out.push(b']');
+    written > 0 || !ignore
+}
+
+/// `"a, b"`: the text of each part, trimmed, joined by one space; blank parts left out.
+fn concat(
+    plan: &Plan,
+    nodes: &Nodes<'_>,
+    parts: Span,
+    slots: &[usize],
+    ignore: bool,
+    out: &mut Vec<u8>,
+) -> bool {
+    out.push(b'"');
+    let mut written = 0;
+    for &slot in plan.parts.get(parts.range()).unwrap_or_default() {
+        if let Some(piece) = nodes.get(slot_at(slots, slot)).and_then(text) {
+            if written > 0 {
+                out.push(b' ');
+            }
+            piece.write_body(out);
             written += 1;
         }
-        self.out.push(b']');
-        written > 0 || !ignore
     }
+    out.push(b'"');
+    written > 0 || !ignore
+}
 
-    /// `"a, b"`: the text of each part, trimmed, joined by one space; blank parts left out.
-    fn concat(&mut self, parts: Span) -> bool {
-        self.out.push(b'"');
-        let mut written = 0;
-        for &slot in self.plan.parts.get(parts.range()).unwrap_or_default() {
-            let at = self.slot(slot);
-            if let Some(piece) = self.nodes.get(at).and_then(text) {
-                if written > 0 {
-                    self.out.push(b' ');
-                }
-                piece.write_body(self.out);
-                written += 1;
-            }
+/// Several `keys` entries: a JSON array in entry order; empty entries dropped when ignoring.
+fn array(
+    plan: &Plan,
+    nodes: &Nodes<'_>,
+    ty: Type,
+    reads: Span,
+    slots: &[usize],
+    ignore: bool,
+    out: &mut Vec<u8>,
+) -> bool {
+    out.push(b'[');
+    let mut written = 0;
+    for &entry in plan.reads.get(reads.range()).unwrap_or_default() {
+        let mark = out.len();
+        if written > 0 {
+            out.push(b',');
         }
-        self.out.push(b'"');
-        written > 0 || !self.plan.ignore_empty
-    }
-
-    /// Several `keys` entries: a JSON array in entry order; empty entries dropped when ignoring.
-    fn array(&mut self, ty: Type, reads: Span) -> bool {
-        self.out.push(b'[');
-        let mut written = 0;
-        for &read in self.plan.reads.get(reads.range()).unwrap_or_default() {
-            let mark = self.out.len();
-            if written > 0 {
-                self.out.push(b',');
-            }
-            if self.read(ty, read) {
-                written += 1;
-            } else {
-                self.out.truncate(mark);
-            }
+        if read(plan, nodes, ty, entry, slots, ignore, out) {
+            written += 1;
+        } else {
+            out.truncate(mark);
         }
-        self.out.push(b']');
-        written > 0 || !self.plan.ignore_empty
     }
+    out.push(b']');
+    written > 0 || !ignore
 }
 
 /// The value that an `each` path leads to: each step reads a member, following lists to their

@@ -6,57 +6,114 @@ use smallvec::SmallVec;
 use super::{Node, Nodes, StaticNode};
 
 /// Writes `s` as a JSON string, quotes included.
+///
+/// The output buffer grows once, by the most the string can take, and the string is then written
+/// through a pointer a word (eight bytes) at a time: a word with nothing to escape is checked and
+/// stored in one go, and the last, partial word is stored whole with only its bytes counted. So
+/// text with nothing to escape costs no loop over bytes, no per-write capacity check and no
+/// library call. A word that needs escaping is escaped byte by byte.
 #[inline(always)]
 pub fn string(out: &mut Vec<u8>, s: &str) {
-    out.push(b'"');
-    string_body(out, s);
-    out.push(b'"');
+    let bytes = s.as_bytes();
+    out.reserve(escaped_room(bytes.len()) + 2);
+    let len = out.len();
+    // SAFETY: `reserve` left at least `escaped_room(n) + 2` bytes of spare capacity after `len`.
+    // The opening quote takes one, `escape_into` writes within the next `escaped_room(n)` (its
+    // contract), and the closing quote lands at most at `len + 1 + 6n`, inside the rest. Every
+    // byte up to the closing quote is written, so the new length covers initialised bytes only.
+    unsafe {
+        let start = out.as_mut_ptr().add(len);
+        start.write(b'"');
+        let end = escape_into(start.add(1), bytes);
+        end.write(b'"');
+        out.set_len(len + end.offset_from(start) as usize + 1);
+    }
 }
 
 /// Writes the escaped content of `s` without quotes (for text assembled from several pieces).
-///
-/// Works a word (eight bytes) at a time: a word with nothing to escape is checked and stored in
-/// one go, and the last, partial word is stored whole with only its bytes counted, so text with
-/// nothing to escape costs no loop over bytes and no library call. A word that needs escaping is
-/// escaped byte by byte.
 #[inline(always)]
 pub fn string_body(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
-    out.reserve(bytes.len() + 8);
+    out.reserve(escaped_room(bytes.len()));
+    let len = out.len();
+    // SAFETY: as in `string`, without the quotes: `escape_into` gets `escaped_room(n)` bytes of
+    // spare capacity and the new length ends where it stopped writing.
+    unsafe {
+        let start = out.as_mut_ptr().add(len);
+        let end = escape_into(start, bytes);
+        out.set_len(len + end.offset_from(start) as usize);
+    }
+}
+
+/// Room the escaped form of `n` bytes may need: every byte as `\u00XX`, plus one word of slack for
+/// the store of the last, partial word.
+#[inline(always)]
+const fn escaped_room(n: usize) -> usize {
+    6 * n + 8
+}
+
+/// Writes the escaped form of `bytes` at `to` and returns the end of what it wrote.
+///
+/// # Safety
+/// `to` must be valid for writes of `escaped_room(bytes.len())` bytes.
+#[inline(always)]
+unsafe fn escape_into(mut to: *mut u8, bytes: &[u8]) -> *mut u8 {
     let mut words = bytes.chunks_exact(8);
     for chunk in &mut words {
         let word = load_partial(chunk);
-        if escape_mask(word) == 0 {
-            put_word(out, word, 8);
-        } else {
-            escape_bytes(out, chunk);
+        // SAFETY: after `k` of the `n` input bytes at most `6k` bytes were written, so at least
+        // `6(n - k) + 8` bytes of room are left; with `n - k >= 8` here, that covers the eight
+        // bytes of a clean word and the at most 48 of an escaped one.
+        unsafe {
+            if escape_mask(word) == 0 {
+                to.cast::<[u8; 8]>().write_unaligned(word.to_le_bytes());
+                to = to.add(8);
+            } else {
+                to = escape_slow(to, chunk);
+            }
         }
     }
     let rest = words.remainder();
     if !rest.is_empty() {
         let word = load_partial(rest);
         let counted = u64::MAX >> (64 - 8 * rest.len());
-        if escape_mask(word) & counted == 0 {
-            put_word(out, word, rest.len());
-        } else {
-            escape_bytes(out, rest);
+        // SAFETY: as above, at least `6 * rest.len() + 8` bytes of room are left: enough for the
+        // whole-word store (of which only `rest.len()` bytes are counted) or the escaped bytes.
+        unsafe {
+            if escape_mask(word) & counted == 0 {
+                to.cast::<[u8; 8]>().write_unaligned(word.to_le_bytes());
+                to = to.add(rest.len());
+            } else {
+                to = escape_slow(to, rest);
+            }
         }
     }
+    to
 }
 
-/// Appends `bytes` as they are, a word at a time (the pieces of JSON output are short, and this
-/// avoids a library call per piece).
-#[inline]
-pub fn raw(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.reserve(bytes.len() + 8);
-    let mut words = bytes.chunks_exact(8);
-    for chunk in &mut words {
-        put_word(out, load_partial(chunk), 8);
+/// Escapes byte by byte (the rare path) and returns the end of what it wrote.
+///
+/// # Safety
+/// `to` must be valid for writes of `6 * bytes.len()` bytes.
+#[cold]
+#[inline(never)]
+unsafe fn escape_slow(mut to: *mut u8, bytes: &[u8]) -> *mut u8 {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for &b in bytes {
+        let escape = ESCAPE[b as usize];
+        let (sequence, n) = match escape {
+            0 => ([b, 0, 0, 0, 0, 0], 1),
+            b'u' => ([b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize], HEX[(b & 0xf) as usize]], 6),
+            _ => ([b'\\', escape, 0, 0, 0, 0], 2),
+        };
+        // SAFETY: each input byte becomes at most six output bytes, within the room the caller
+        // guarantees; source and destination do not overlap (one is on the stack).
+        unsafe {
+            std::ptr::copy_nonoverlapping(sequence.as_ptr(), to, n);
+            to = to.add(n);
+        }
     }
-    let rest = words.remainder();
-    if !rest.is_empty() {
-        put_word(out, load_partial(rest), rest.len());
-    }
+    to
 }
 
 /// Bytes split into little-endian words once, for text written many times (member names).
@@ -75,50 +132,16 @@ impl Words {
     #[inline(always)]
     pub fn write(&self, out: &mut Vec<u8>) {
         out.reserve(self.words.len() * 8);
-        let mut left = self.len;
-        for &word in self.words.iter() {
-            put_word(out, word, left.min(8));
-            left = left.saturating_sub(8);
-        }
-    }
-}
-
-/// Appends the low `keep` bytes of `word` (little-endian), `keep <= 8`.
-#[inline(always)]
-fn put_word(out: &mut Vec<u8>, word: u64, keep: usize) {
-    if out.capacity() - out.len() < 8 {
-        out.reserve(8);
-    }
-    let len = out.len();
-    // SAFETY: at least eight bytes of spare capacity were ensured just above, so the unaligned
-    // eight-byte store at `len` stays inside the allocation; it writes initialised bytes, and the
-    // new length covers only `keep.min(8)` of them.
-    unsafe {
-        out.as_mut_ptr().add(len).cast::<[u8; 8]>().write_unaligned(word.to_le_bytes());
-        out.set_len(len + keep.min(8));
-    }
-}
-
-/// Escapes byte by byte (the rare path).
-#[cold]
-#[inline(never)]
-fn escape_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
-    for &b in bytes {
-        let escape = ESCAPE[b as usize];
-        if escape == 0 {
-            out.push(b);
-        } else if escape == b'u' {
-            let hex = b"0123456789abcdef";
-            out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                hex[(b >> 4) as usize],
-                hex[(b & 0xf) as usize],
-            ]);
-        } else {
-            out.extend_from_slice(&[b'\\', escape]);
+        let len = out.len();
+        // SAFETY: `reserve` left eight bytes of spare capacity per word after `len`, and word `i`
+        // is stored at `len + 8i`, inside that room. The words hold the `self.len` bytes of the
+        // text in order (`new`), so the new length covers exactly bytes that were written.
+        unsafe {
+            let to = out.as_mut_ptr().add(len);
+            for (i, &word) in self.words.iter().enumerate() {
+                to.add(8 * i).cast::<[u8; 8]>().write_unaligned(word.to_le_bytes());
+            }
+            out.set_len(len + self.len);
         }
     }
 }
@@ -309,7 +332,7 @@ mod tests {
 
     #[test]
     fn every_length_and_escape_position_is_written_right() {
-        for n in 0..40 {
+        for n in 0..70 {
             for at in 0..=n {
                 let mut text: String = (0..n).map(|i| (b'a' + (i % 26) as u8) as char).collect();
                 if at < n {
@@ -319,12 +342,29 @@ mod tests {
                 string(&mut out, &text);
                 let back: String = serde_json::from_slice(&out).unwrap();
                 assert_eq!(back, text, "length {n}, escape at {at}");
-                let mut copy = Vec::new();
-                raw(&mut copy, text.as_bytes());
-                assert_eq!(copy, text.as_bytes());
                 let mut words = b"x".to_vec();
                 Words::new(text.as_bytes()).write(&mut words);
                 assert_eq!(&words[1..], text.as_bytes());
+            }
+        }
+    }
+
+    #[test]
+    fn worst_case_escaping_fits_the_room_it_reserves() {
+        // Every byte escaped as `\u00XX` (six bytes), and mixes of short and long escapes, at
+        // every length around the word boundaries; each written into a buffer that starts with no
+        // spare capacity, so any write past the reserved room would land outside the allocation.
+        for n in 0..70 {
+            for pattern in ["\u{1}", "\u{1}\"", "a\u{1f}", "\\\t"] {
+                let text: String = pattern.chars().cycle().take(n).collect();
+                let mut out = Vec::new();
+                string(&mut out, &text);
+                let back: String = serde_json::from_slice(&out).unwrap();
+                assert_eq!(back, text, "{pattern:?} x {n}");
+                let mut body = b"[".to_vec();
+                body.shrink_to_fit();
+                string_body(&mut body, &text);
+                assert_eq!(&body[1..], &out[1..out.len() - 1]);
             }
         }
     }

@@ -196,12 +196,15 @@ fn lower(rules: &Rules) -> Plan {
             keys: old.keys.clone().into(),
         });
         let member = Member::new(key);
-        emits.push(if reads.len() == 1 {
-            Op::Field { target, ty, member, read: reads.remove(0) }
-        } else {
-            let start = plan.reads.len() as u32;
-            plan.reads.append(&mut reads);
-            Op::Array { target, ty, member, reads: Span { start, end: plan.reads.len() as u32 } }
+        emits.push(match (reads.as_slice(), ty) {
+            ([Read::Slot(slot)], Type::String) => Op::Text { target, slot: *slot, member },
+            ([Read::Slot(slot)], _) => Op::Field { target, ty, slot: *slot, member },
+            ([Read::Concat(parts)], _) => Op::Concat { target, parts: *parts, member },
+            _ => {
+                let start = plan.reads.len() as u32;
+                plan.reads.append(&mut reads);
+                Op::Array { target, ty, member, reads: Span { start, end: plan.reads.len() as u32 } }
+            }
         });
     }
     plan.slot_count = walks.slot_count as usize;

@@ -4,6 +4,7 @@
 mod baseline;
 mod support;
 
+mod architecture;
 mod conformance;
 mod fuzz_corpus;
 mod preview;

@@ -1,0 +1,72 @@
+//! The invariants of ARCHITECTURE.md that can be read off the source: which modules may import
+//! which, and where `unsafe` may appear.
+
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+#[test]
+fn the_engine_imports_no_server_storage_upstream_or_config() {
+    let engine = ["exec", "rules", "json", "plan.rs"];
+    let forbidden = [
+        "crate::server",
+        "crate::config",
+        "crate::storage",
+        "crate::upstream",
+        "tokio",
+        "hyper",
+        "std::net",
+        "std::fs",
+    ];
+    let mut checked = 0;
+    for part in engine {
+        let path = src().join(part);
+        let files = if path.is_dir() { rust_files(&path) } else { vec![path] };
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("source file");
+            for name in forbidden {
+                assert!(!text.contains(name), "{} mentions {name}", file.display());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 9, "only {checked} engine files found");
+}
+
+#[test]
+fn unsafe_code_lives_only_in_the_json_writer() {
+    let allowed = src().join("json").join("write.rs");
+    let mut found_in_writer = false;
+    for file in rust_files(&src()) {
+        let text = std::fs::read_to_string(&file).expect("source file");
+        let uses_unsafe = text.lines().any(|line| {
+            let code = line.split("//").next().unwrap_or("");
+            code.contains("unsafe ") || code.contains("unsafe{")
+        });
+        if file == allowed {
+            found_in_writer = uses_unsafe;
+        } else {
+            assert!(!uses_unsafe, "{} uses unsafe", file.display());
+        }
+    }
+    assert!(found_in_writer, "the writer's unsafe blocks are expected (and each has a SAFETY comment)");
+    let writer = std::fs::read_to_string(&allowed).unwrap();
+    let blocks = writer.matches("unsafe {").count();
+    let reasons = writer.matches("// SAFETY:").count();
+    assert!(reasons >= blocks, "{blocks} unsafe blocks but {reasons} SAFETY comments");
+}
