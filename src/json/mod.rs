@@ -76,7 +76,7 @@ pub fn with_parsed<R>(
 }
 
 /// Largest document whose parser scratch a thread keeps for the next parse.
-const RETAIN_SCRATCH_BYTES: usize = 1 << 20;
+const RETAIN_SCRATCH_BYTES: usize = 4 << 20;
 
 struct Scratch {
     max_depth: usize,
