@@ -72,13 +72,13 @@ impl Trace {
 
 /// Like [`execute`](super::execute), and also returns a [`Trace`].
 pub fn execute_traced(plan: &Plan, nodes: &Nodes<'_>, root: usize, out: &mut Vec<u8>) -> Trace {
-    let mut tracer = Tracer { plan, nodes, list: None, element: None, elements: 0, entries: Vec::new() };
+    let mut tracer = Tracer { plan, nodes, each: None, element: None, elements: 0, entries: Vec::new() };
     let mut notes = Vec::new();
     if let Some(path) = &plan.each {
         match locate(nodes, root, String::new(), path.iter().map(|p| &**p)) {
             Ok((at, pointer)) => match nodes.get(at) {
-                Some(Node::Array { .. }) => tracer.list = Some(pointer),
-                Some(Node::Object { .. }) => {}
+                Some(Node::Array { .. }) => tracer.each = Some((pointer, true)),
+                Some(Node::Object { .. }) => tracer.each = Some((pointer, false)),
                 _ => notes.push(Problem::new(
                     "/each",
                     format!(
@@ -113,8 +113,9 @@ pub fn execute_traced(plan: &Plan, nodes: &Nodes<'_>, root: usize, out: &mut Vec
 struct Tracer<'r, 'a> {
     plan: &'r Plan,
     nodes: &'r Nodes<'a>,
-    /// Pointer of the `each` list, when `each` leads to one (elements are then at `/{index}`).
-    list: Option<String>,
+    /// Where `each` leads: its pointer, and whether it is a list (whose elements are then at
+    /// `/{index}` below it) or a single object.
+    each: Option<(String, bool)>,
     element: Option<usize>,
     elements: usize,
     entries: Vec<TraceEntry>,
@@ -133,8 +134,9 @@ impl Observer for Tracer<'_, '_> {
             return;
         }
         let Some(t) = self.plan.targets.get(target as usize) else { return };
-        let start = match (&self.list, self.element) {
-            (Some(list), Some(index)) => format!("{list}/{index}"),
+        let start = match (&self.each, self.element) {
+            (Some((list, true)), Some(index)) => format!("{list}/{index}"),
+            (Some((object, false)), _) => object.clone(),
             _ => String::new(),
         };
         let found: Vec<Found> = t

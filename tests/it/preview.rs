@@ -96,6 +96,13 @@ async fn trace_of_each_describes_elements_up_to_a_limit() {
     let warnings = traced.get("warnings").unwrap().as_array();
     assert!(warnings[0].get("message").and_then(Json::as_str).unwrap().contains("first 50 of 60"));
 
+    // `each` may lead to one object; the trace then points into it.
+    let single =
+        post_json(&service.url("/v1/preview?trace=true"), body(r#"{"items":{"v":"7"}}"#, rules)).await.json();
+    assert_eq!(single.get("output").unwrap().to_string(), r#"[{"v":7}]"#);
+    let entry = &single.get("trace").unwrap().as_array()[0];
+    assert_eq!(entry.get("note").and_then(Json::as_str), Some("read a string at /items/v as Int"));
+
     let nowhere =
         post_json(&service.url("/v1/preview?trace=true"), body(r#"{"items":3}"#, rules)).await.json();
     assert_eq!(nowhere.get("output").unwrap().to_string(), "[]");
