@@ -41,5 +41,9 @@ ensure_packages() {
 # Build outputs live outside the clone, so a fresh clone reuses what an earlier one built.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/recast/target}"
 
-# Debian packages the build needs: a C compiler (the allocator is C).
-BUILD_PACKAGES=(gcc)
+# Debian packages the build needs: C and C++ compilers (the allocator is C, the bundled RocksDB is
+# C++) and libclang, which generates RocksDB's Rust bindings.
+BUILD_PACKAGES=(gcc g++ libclang-dev)
+
+# What the tests need beyond the build: curl runs the README's walk-through as written.
+TEST_PACKAGES=(curl)

@@ -2,6 +2,7 @@
 //! each of which is also a `recast serve` flag. Tests build the struct directly.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use clap::builder::TypedValueParser as _;
 use std::time::Duration;
@@ -9,6 +10,10 @@ use std::time::Duration;
 use crate::rules::Limits;
 
 pub const LISTEN: &str = "RECAST_LISTEN";
+pub const DATA_DIR: &str = "RECAST_DATA_DIR";
+pub const UPSTREAM_CONNECT_TIMEOUT_MS: &str = "RECAST_UPSTREAM_CONNECT_TIMEOUT_MS";
+pub const UPSTREAM_TIMEOUT_MS: &str = "RECAST_UPSTREAM_TIMEOUT_MS";
+pub const MAX_UPSTREAM_BYTES: &str = "RECAST_MAX_UPSTREAM_BYTES";
 pub const MAX_REQUEST_BYTES: &str = "RECAST_MAX_REQUEST_BYTES";
 pub const MAX_RULES: &str = "RECAST_MAX_RULES";
 pub const MAX_DEPTH: &str = "RECAST_MAX_DEPTH";
@@ -18,6 +23,10 @@ pub const LOG: &str = "RECAST_LOG";
 pub const LOG_FORMAT: &str = "RECAST_LOG_FORMAT";
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+pub const DEFAULT_DATA_DIR: &str = "./recast-data";
+pub const DEFAULT_UPSTREAM_CONNECT_TIMEOUT_MS: u64 = 5_000;
+pub const DEFAULT_UPSTREAM_TIMEOUT_MS: u64 = 15_000;
+pub const DEFAULT_MAX_UPSTREAM_BYTES: usize = 16 << 20;
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1 << 20;
 pub const DEFAULT_MAX_RULES: usize = 1024;
 pub const DEFAULT_MAX_DEPTH: usize = 64;
@@ -30,6 +39,22 @@ pub struct Config {
     /// Address and port to listen on.
     #[arg(long, env = LISTEN, default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
+
+    /// Directory of the route store (RocksDB); created when missing.
+    #[arg(long, env = DATA_DIR, default_value = DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+
+    /// Time to connect to an upstream, in milliseconds.
+    #[arg(long, env = UPSTREAM_CONNECT_TIMEOUT_MS, default_value_t = DEFAULT_UPSTREAM_CONNECT_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub upstream_connect_timeout_ms: u64,
+
+    /// Deadline for a whole upstream exchange (connect, send, read the answer), in milliseconds.
+    #[arg(long, env = UPSTREAM_TIMEOUT_MS, default_value_t = DEFAULT_UPSTREAM_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub upstream_timeout_ms: u64,
+
+    /// Largest upstream answer body read, in bytes; larger answers get 502.
+    #[arg(long, env = MAX_UPSTREAM_BYTES, default_value_t = DEFAULT_MAX_UPSTREAM_BYTES)]
+    pub max_upstream_bytes: usize,
 
     /// Largest request body accepted, in bytes; larger bodies get 413.
     #[arg(long, env = MAX_REQUEST_BYTES, default_value_t = DEFAULT_MAX_REQUEST_BYTES)]
@@ -70,6 +95,10 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: DEFAULT_LISTEN.parse().expect("the default listen address is valid"),
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            upstream_connect_timeout_ms: DEFAULT_UPSTREAM_CONNECT_TIMEOUT_MS,
+            upstream_timeout_ms: DEFAULT_UPSTREAM_TIMEOUT_MS,
+            max_upstream_bytes: DEFAULT_MAX_UPSTREAM_BYTES,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             max_rules: DEFAULT_MAX_RULES,
             max_depth: DEFAULT_MAX_DEPTH,
@@ -89,6 +118,15 @@ impl Config {
 
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_millis(self.shutdown_grace_ms)
+    }
+
+    /// The settings of the upstream client.
+    pub fn upstream(&self) -> crate::upstream::UpstreamSettings {
+        crate::upstream::UpstreamSettings {
+            connect_timeout: Duration::from_millis(self.upstream_connect_timeout_ms),
+            total_timeout: Duration::from_millis(self.upstream_timeout_ms),
+            max_body: self.max_upstream_bytes,
+        }
     }
 }
 
@@ -121,12 +159,24 @@ mod tests {
             .get_arguments()
             .filter_map(|arg| arg.get_env().map(|e| e.to_string_lossy().into_owned()))
             .collect();
-        for name in
-            [LISTEN, MAX_REQUEST_BYTES, MAX_RULES, MAX_DEPTH, SHUTDOWN_GRACE_MS, WORKERS, LOG, LOG_FORMAT]
-        {
+        let all = [
+            LISTEN,
+            DATA_DIR,
+            UPSTREAM_CONNECT_TIMEOUT_MS,
+            UPSTREAM_TIMEOUT_MS,
+            MAX_UPSTREAM_BYTES,
+            MAX_REQUEST_BYTES,
+            MAX_RULES,
+            MAX_DEPTH,
+            SHUTDOWN_GRACE_MS,
+            WORKERS,
+            LOG,
+            LOG_FORMAT,
+        ];
+        for name in all {
             assert!(names.iter().any(|n| n == name), "{name} is not bound");
         }
-        assert_eq!(names.len(), 8, "{names:?}");
+        assert_eq!(names.len(), all.len(), "{names:?}");
     }
 
     #[test]

@@ -43,7 +43,8 @@ fn serve(config: Config) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
-        recast::server::run(listener, config, stop_signal()).await.context("the server failed")
+        // The error says itself what went wrong (e.g. the data directory is in use).
+        recast::server::run(listener, config, stop_signal()).await.map_err(anyhow::Error::from)
     })
 }
 

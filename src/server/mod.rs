@@ -1,8 +1,12 @@
 //! The HTTP server: accepts connections, routes each request to its handler, answers every error
-//! through [`ApiError`], stamps `X-Request-Id` on every answer, and drains on shutdown.
+//! through [`ApiError`], stamps `X-Request-Id` on every answer, loads the stored routes at start
+//! and drains on shutdown.
 
+mod call;
+mod mapping;
 mod preview;
 pub mod problem;
+mod routes;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -12,7 +16,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Method, Request, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -20,8 +24,13 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
+use uuid::Uuid;
 
 use crate::config::Config;
+use crate::route::Route;
+use crate::storage::{StorageError, Store};
+use crate::table::RouteTable;
+use crate::upstream::UpstreamClient;
 pub use problem::ApiError;
 
 /// What every handler answers with.
@@ -34,25 +43,45 @@ pub const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Lifecycle {
-    /// Starting: not yet answering readiness.
+    /// Starting: loading and compiling the stored routes; only health, readiness and previews
+    /// are answered.
     Idle = 0,
     Running = 1,
     /// Shutting down: no new connections, in-flight requests finish.
     Stopped = 2,
 }
 
+/// Why the service could not run.
+#[derive(Debug)]
+pub enum RunError {
+    Storage(StorageError),
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Storage(e) => e.fmt(f),
+            RunError::Io(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
 /// State shared by every connection.
 pub struct State {
     config: Config,
     lifecycle: AtomicU8,
     request_ids: RequestIds,
+    store: Arc<Store>,
+    table: RouteTable,
+    client: UpstreamClient,
+    /// Held while a route is replaced or deleted, so those changes apply one at a time.
+    writes: tokio::sync::Mutex<()>,
 }
 
 impl State {
-    fn new(config: Config) -> State {
-        State { config, lifecycle: AtomicU8::new(Lifecycle::Idle as u8), request_ids: RequestIds::new() }
-    }
-
     pub fn lifecycle(&self) -> Lifecycle {
         match self.lifecycle.load(Ordering::Acquire) {
             0 => Lifecycle::Idle,
@@ -63,24 +92,69 @@ impl State {
 
     fn enter(&self, next: Lifecycle) {
         self.lifecycle.store(next as u8, Ordering::Release);
-        tracing::info!(state = ?next, "lifecycle");
+        tracing::info!(state = ?next, routes = self.table.len(), "lifecycle");
+    }
+
+    /// Route calls and route management wait until the stored routes are loaded.
+    fn loaded(&self) -> Result<(), ApiError> {
+        match self.lifecycle() {
+            Lifecycle::Idle => Err(ApiError::Starting),
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs a storage operation off the async workers (RocksDB writes are synced to disk).
+    async fn storage<T: Send + 'static>(
+        &self,
+        operation: impl FnOnce(&Store) -> Result<T, StorageError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || operation(&store)).await {
+            Ok(result) => result.map_err(|e| ApiError::Storage(e.to_string())),
+            Err(_) => Err(ApiError::Storage("the storage task did not finish".to_owned())),
+        }
     }
 }
 
-/// Serves HTTP on `listener` until `shutdown` completes, then stops accepting, lets requests in
-/// flight finish within the configured grace period, and returns.
+/// Serves HTTP on `listener` until `shutdown` completes: opens the store in the configured data
+/// directory, answers health checks at once, loads and compiles every stored route (`Idle`), then
+/// serves everything (`Running`). On shutdown it stops accepting, lets requests in flight finish
+/// within the grace period, closes the store and returns.
 pub async fn run(
     listener: TcpListener,
     config: Config,
     shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
-    let state = Arc::new(State::new(config));
+) -> Result<(), RunError> {
+    let dir = config.data_dir.clone();
+    let store = tokio::task::spawn_blocking(move || Store::open(&dir))
+        .await
+        .map_err(|e| RunError::Io(std::io::Error::other(e)))?
+        .map_err(RunError::Storage)?;
+    let state = Arc::new(State {
+        client: UpstreamClient::new(config.upstream()),
+        config,
+        lifecycle: AtomicU8::new(Lifecycle::Idle as u8),
+        request_ids: RequestIds::new(),
+        store: Arc::new(store),
+        table: RouteTable::default(),
+        writes: tokio::sync::Mutex::new(()),
+    });
+    tracing::info!(state = ?Lifecycle::Idle, data = %state.store.dir().display(), "lifecycle");
+    let loader = {
+        let state = state.clone();
+        tokio::task::spawn_blocking(move || {
+            load_routes(&state);
+            if state.lifecycle() == Lifecycle::Idle {
+                state.enter(Lifecycle::Running);
+            }
+        })
+    };
+
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new());
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
-    state.enter(Lifecycle::Running);
-    tracing::info!(address = %listener.local_addr()?, "listening");
+    tracing::info!(address = %listener.local_addr().map_err(RunError::Io)?, "listening");
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -117,25 +191,76 @@ pub async fn run(
         tracing::warn!(open = connections.len(), ?grace, "grace period over; closing what is left");
     }
     connections.shutdown().await;
-    tracing::info!("stopped");
+    let _ = loader.await;
+    // Every connection task is gone, so this is the last reference: dropping it closes the store.
+    drop(state);
+    tracing::info!("stopped; storage closed");
     Ok(())
+}
+
+/// Loads and compiles every stored route into the table. A route that no longer compiles stays,
+/// and answers 503 with the reason; an unreadable record is logged.
+fn load_routes(state: &State) {
+    let limits = state.config.limits();
+    let (mut loaded, mut broken, mut unreadable) = (0, 0, 0);
+    for record in state.store.all() {
+        let route = record.map_err(|e| e.to_string()).and_then(|stored| Route::from_stored(&stored, &limits));
+        match route {
+            Ok(route) => {
+                if let Some(why) = route.broken() {
+                    broken += 1;
+                    tracing::error!(uuid = %route.uuid, %why, "stored route cannot serve calls; it answers 503");
+                }
+                loaded += 1;
+                state.table.insert(Arc::new(route));
+            }
+            Err(why) => {
+                unreadable += 1;
+                tracing::error!(%why, "stored route skipped");
+            }
+        }
+    }
+    tracing::info!(loaded, broken, unreadable, "routes loaded");
 }
 
 /// Routes one request and finishes its answer.
 async fn handle(state: &State, request: Request<Incoming>) -> Response {
     let request_id = state.request_ids.for_request(&request);
     let path = request.uri().path().to_owned();
-    let result = match (request.method(), path.as_str()) {
-        (&Method::POST, "/v1/preview") => preview::preview(state, request).await,
-        (_, "/v1/preview") => Err(ApiError::MethodNotAllowed { allow: "POST" }),
-        (&Method::GET, "/healthz") => Ok(json(StatusCode::OK, r#"{"status":"ok"}"#)),
-        (&Method::GET, "/readyz") => Ok(readiness(state)),
-        (_, "/healthz" | "/readyz") => Err(ApiError::MethodNotAllowed { allow: "GET" }),
-        _ => Err(ApiError::NotFound),
-    };
+    let result = route(state, request, &path).await;
     let mut response = result.unwrap_or_else(|e| e.to_response(&path));
     response.headers_mut().insert(REQUEST_ID, request_id);
     response
+}
+
+async fn route(state: &State, request: Request<Incoming>, path: &str) -> Result<Response, ApiError> {
+    let method = request.method().clone();
+    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).splitn(3, '/').collect();
+    match (&method, segments.as_slice()) {
+        (&Method::POST, ["v1", "preview"]) => preview::preview(state, request).await,
+        (_, ["v1", "preview"]) => Err(ApiError::MethodNotAllowed { allow: "POST" }),
+        (&Method::POST, ["v1", "mapping"]) => mapping::register(state, request).await,
+        (_, ["v1", "mapping"]) => Err(ApiError::MethodNotAllowed { allow: "POST" }),
+        (&Method::GET, ["v1", "routes"]) => routes::list(state, request.uri().query()).await,
+        (_, ["v1", "routes"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
+        (_, ["v1", "routes", id]) => {
+            let uuid = Uuid::try_parse(id).map_err(|_| ApiError::NotFound)?;
+            match method {
+                Method::GET => routes::get(state, uuid),
+                Method::PUT => mapping::update(state, request, uuid).await,
+                Method::DELETE => routes::delete(state, uuid).await,
+                _ => Err(ApiError::MethodNotAllowed { allow: "GET, PUT, DELETE" }),
+            }
+        }
+        (_, ["v1", id, rest]) => match Uuid::try_parse(id) {
+            Ok(uuid) => Ok(call::call(state, request, uuid, rest).await),
+            Err(_) => Err(ApiError::NotFound),
+        },
+        (&Method::GET, ["healthz"]) => Ok(json(StatusCode::OK, r#"{"status":"ok"}"#)),
+        (&Method::GET, ["readyz"]) => Ok(readiness(state)),
+        (_, ["healthz" | "readyz"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
+        _ => Err(ApiError::NotFound),
+    }
 }
 
 fn readiness(state: &State) -> Response {
@@ -156,15 +281,17 @@ pub fn json(status: StatusCode, body: impl Into<Bytes>) -> Response {
 
 /// Reads a request body of at most `limit` bytes; larger bodies are refused before they are read
 /// when `Content-Length` says so, else as soon as the limit is passed.
-pub(crate) async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Vec<u8>, ApiError> {
-    let declared =
-        request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+pub(crate) async fn read_body(
+    headers: &HeaderMap,
+    mut body: Incoming,
+    limit: usize,
+) -> Result<Vec<u8>, ApiError> {
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::BodyTooLarge { limit });
     }
     let capacity = declared.map_or(8 * 1024, |n| n as usize);
     let mut buf = Vec::with_capacity(capacity + crate::json::PADDING);
-    let mut body = request.into_body();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|_| ApiError::BodyUnreadable)?;
         if let Ok(data) = frame.into_data() {
@@ -175,6 +302,16 @@ pub(crate) async fn read_body(request: Request<Incoming>, limit: usize) -> Resul
         }
     }
     Ok(buf)
+}
+
+/// The time now, in milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A `Server-Timing` entry for a duration.
+pub(crate) fn timing(name: &str, elapsed: Duration) -> String {
+    format!("{name};dur={:.3}", elapsed.as_secs_f64() * 1000.0)
 }
 
 /// Request ids: the client's `X-Request-Id` when it is sane, else a new one made of a random

@@ -6,7 +6,7 @@ use http::{HeaderValue, Request, StatusCode};
 use hyper::body::Incoming;
 
 use super::problem::write_problems;
-use super::{ApiError, Response, SERVER_TIMING, State, json, read_body};
+use super::{ApiError, Response, SERVER_TIMING, State, json, read_body, timing};
 use crate::exec;
 use crate::json::{self as tape};
 use crate::rules::compile_value;
@@ -17,15 +17,15 @@ const RULES: &str = "mappingRules";
 
 pub(super) async fn preview(state: &State, request: Request<Incoming>) -> Result<Response, ApiError> {
     let traced = trace_flag(request.uri().query())?;
-    let mut body = read_body(request, state.config.max_request_bytes).await?;
+    let (parts, body) = request.into_parts();
+    let mut body = read_body(&parts.headers, body, state.config.max_request_bytes).await?;
     let started = Instant::now();
     // The sample sits one level inside the body, so the body may nest one level more.
     let out =
         tape::with_parsed(&mut body, state.config.max_depth + 1, |nodes| map_sample(state, nodes, traced))
             .map_err(ApiError::InvalidJson)??;
     let mut response = json(StatusCode::OK, out);
-    let timing = format!("map;dur={:.3}", started.elapsed().as_secs_f64() * 1000.0);
-    if let Ok(timing) = HeaderValue::try_from(timing) {
+    if let Ok(timing) = HeaderValue::try_from(timing("map", started.elapsed())) {
         response.headers_mut().insert(SERVER_TIMING, timing);
     }
     Ok(response)

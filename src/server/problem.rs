@@ -8,6 +8,7 @@ use http_body_util::Full;
 
 use crate::json::{JsonError, write};
 use crate::rules::Problem;
+use crate::upstream::UpstreamError;
 
 /// Base of every problem `type` URI.
 pub const TYPE_BASE: &str = "https://recast.dev/problems/";
@@ -18,10 +19,13 @@ const MAX_LISTED: usize = 200;
 /// Everything that can go wrong while answering a request, by where it came from.
 #[derive(Debug)]
 pub enum ApiError {
+    // From the client.
     /// The client's body is not JSON (or nests deeper than allowed).
     InvalidJson(JsonError),
     /// The client's body is JSON but not the expected shape.
     InvalidRequest(String),
+    /// Problems in a registration, each located in the body.
+    InvalidRegistration(Vec<Problem>),
     /// The rules do not compile; every problem is listed.
     InvalidRules(Vec<Problem>),
     /// The client's body is larger than `RECAST_MAX_REQUEST_BYTES`.
@@ -34,6 +38,50 @@ pub enum ApiError {
     MethodNotAllowed {
         allow: &'static str,
     },
+    /// A runtime-auth route called without `X-Mapped-Auth`.
+    AuthRequired,
+
+    // From the upstream.
+    /// A route call's upstream failed (`validating: false`), or a registration's live call did.
+    Upstream {
+        failure: UpstreamFailure,
+        validating: bool,
+    },
+
+    // From recast itself.
+    /// Still loading routes.
+    Starting,
+    /// A stored route that cannot serve calls (its rules no longer compile, ...).
+    RouteUnavailable(String),
+    /// Storage failed; the change was not made.
+    Storage(String),
+}
+
+/// How an upstream exchange failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamFailure {
+    /// It answered with a status other than 2xx.
+    Status(StatusCode),
+    /// No connection, or it broke.
+    Unreachable(String),
+    Timeout,
+    TooLarge {
+        limit: usize,
+    },
+    /// A 2xx answer whose body is not JSON (the parser's reason).
+    NotJson(String),
+}
+
+impl From<UpstreamError> for UpstreamFailure {
+    fn from(e: UpstreamError) -> UpstreamFailure {
+        match e {
+            UpstreamError::Timeout => UpstreamFailure::Timeout,
+            UpstreamError::TooLarge { limit } => UpstreamFailure::TooLarge { limit },
+            UpstreamError::Connect(_) | UpstreamError::Broken(_) => {
+                UpstreamFailure::Unreachable(e.to_string())
+            }
+        }
+    }
 }
 
 impl ApiError {
@@ -41,11 +89,21 @@ impl ApiError {
         match self {
             ApiError::InvalidJson(_)
             | ApiError::InvalidRequest(_)
+            | ApiError::InvalidRegistration(_)
             | ApiError::InvalidRules(_)
             | ApiError::BodyUnreadable => StatusCode::BAD_REQUEST,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::AuthRequired => StatusCode::UNAUTHORIZED,
+            ApiError::Upstream { failure, validating } => match failure {
+                UpstreamFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
+                // A client error of the upstream keeps its status on route calls (SPEC §2.2).
+                UpstreamFailure::Status(status) if status.is_client_error() && !validating => *status,
+                _ => StatusCode::BAD_GATEWAY,
+            },
+            ApiError::Starting | ApiError::RouteUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -53,24 +111,52 @@ impl ApiError {
     pub fn slug(&self) -> &'static str {
         match self {
             ApiError::InvalidJson(_) => "invalid-json",
-            ApiError::InvalidRequest(_) => "invalid-request",
+            ApiError::InvalidRequest(_) | ApiError::InvalidRegistration(_) => "invalid-request",
             ApiError::InvalidRules(_) => "invalid-rules",
             ApiError::BodyTooLarge { .. } => "body-too-large",
             ApiError::BodyUnreadable => "body-unreadable",
             ApiError::NotFound => "not-found",
             ApiError::MethodNotAllowed { .. } => "method-not-allowed",
+            ApiError::AuthRequired => "auth-required",
+            ApiError::Upstream { validating: true, .. } => "upstream-validation-failed",
+            ApiError::Upstream { failure, .. } => match failure {
+                UpstreamFailure::Status(_) => "upstream-error",
+                UpstreamFailure::Unreachable(_) => "upstream-unreachable",
+                UpstreamFailure::Timeout => "upstream-timeout",
+                UpstreamFailure::TooLarge { .. } => "upstream-too-large",
+                UpstreamFailure::NotJson(_) => "upstream-not-json",
+            },
+            ApiError::Starting => "starting",
+            ApiError::RouteUnavailable(_) => "route-unavailable",
+            ApiError::Storage(_) => "storage-error",
         }
     }
 
     fn title(&self) -> &'static str {
         match self {
             ApiError::InvalidJson(_) => "The request body is not valid JSON",
-            ApiError::InvalidRequest(_) => "The request body is not what this endpoint takes",
+            ApiError::InvalidRequest(_) | ApiError::InvalidRegistration(_) => {
+                "The request body is not what this endpoint takes"
+            }
             ApiError::InvalidRules(_) => "The mapping rules are invalid",
             ApiError::BodyTooLarge { .. } => "The request body is too large",
             ApiError::BodyUnreadable => "The request body could not be read",
             ApiError::NotFound => "Nothing is here",
             ApiError::MethodNotAllowed { .. } => "Method not allowed",
+            ApiError::AuthRequired => "This route needs X-Mapped-Auth",
+            ApiError::Upstream { validating: true, .. } => {
+                "The live call to the upstream failed; nothing was stored"
+            }
+            ApiError::Upstream { failure, .. } => match failure {
+                UpstreamFailure::Status(_) => "The upstream answered with an error",
+                UpstreamFailure::Unreachable(_) => "The upstream could not be reached",
+                UpstreamFailure::Timeout => "The upstream did not answer in time",
+                UpstreamFailure::TooLarge { .. } => "The upstream's answer is too large",
+                UpstreamFailure::NotJson(_) => "The upstream's answer is not JSON",
+            },
+            ApiError::Starting => "recast is still loading its routes",
+            ApiError::RouteUnavailable(_) => "This route cannot serve calls",
+            ApiError::Storage(_) => "Storage failed; nothing was changed",
         }
     }
 
@@ -80,20 +166,34 @@ impl ApiError {
                 format!("the body nests deeper than {limit} levels (RECAST_MAX_DEPTH)")
             }
             ApiError::InvalidJson(e) => e.to_string(),
-            ApiError::InvalidRequest(why) => why.clone(),
-            ApiError::InvalidRules(problems) if problems.len() > MAX_LISTED => {
-                format!("{} problems; the first {MAX_LISTED} are listed in `errors`", problems.len())
+            ApiError::InvalidRequest(why) | ApiError::RouteUnavailable(why) | ApiError::Storage(why) => why.clone(),
+            ApiError::InvalidRegistration(problems) | ApiError::InvalidRules(problems) => {
+                match problems.len() {
+                    1 => "1 problem; see `errors`".to_owned(),
+                    n if n > MAX_LISTED => format!("{n} problems; the first {MAX_LISTED} are listed in `errors`"),
+                    n => format!("{n} problems; see `errors`"),
+                }
             }
-            ApiError::InvalidRules(problems) => match problems.len() {
-                1 => "1 problem; see `errors`".to_owned(),
-                n => format!("{n} problems; see `errors`"),
-            },
             ApiError::BodyTooLarge { limit } => {
                 format!("the limit is {limit} bytes (RECAST_MAX_REQUEST_BYTES)")
             }
             ApiError::BodyUnreadable => "the connection broke while the body was sent".to_owned(),
             ApiError::NotFound => "no endpoint or route at this path".to_owned(),
             ApiError::MethodNotAllowed { allow } => format!("this path answers {allow}"),
+            ApiError::AuthRequired => {
+                "the route was registered with X-Mapped-Auth only, so every call must bring one; no call was made"
+                    .to_owned()
+            }
+            ApiError::Upstream { failure, .. } => match failure {
+                UpstreamFailure::Status(status) => format!("the upstream answered {status}"),
+                UpstreamFailure::Unreachable(why) => why.clone(),
+                UpstreamFailure::Timeout => "the upstream did not answer within RECAST_UPSTREAM_TIMEOUT_MS".to_owned(),
+                UpstreamFailure::TooLarge { limit } => {
+                    format!("the answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
+                }
+                UpstreamFailure::NotJson(why) => format!("the upstream answered with something that is not JSON: {why}"),
+            },
+            ApiError::Starting => "try again in a moment".to_owned(),
         }
     }
 
@@ -111,17 +211,30 @@ impl ApiError {
         write::string(&mut body, &self.detail());
         body.extend_from_slice(b",\"instance\":");
         write::string(&mut body, instance);
-        if let ApiError::InvalidRules(problems) = self {
-            body.extend_from_slice(b",\"errors\":");
-            write_problems(&mut body, &problems[..problems.len().min(MAX_LISTED)]);
+        match self {
+            ApiError::InvalidRules(problems) | ApiError::InvalidRegistration(problems) => {
+                body.extend_from_slice(b",\"errors\":");
+                write_problems(&mut body, &problems[..problems.len().min(MAX_LISTED)]);
+            }
+            ApiError::Upstream { failure: UpstreamFailure::Status(upstream), .. } => {
+                body.extend_from_slice(b",\"upstreamStatus\":");
+                write::u64(&mut body, u64::from(upstream.as_u16()));
+            }
+            _ => {}
         }
         body.push(b'}');
         let mut response = http::Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() = status;
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
-        if let ApiError::MethodNotAllowed { allow } = self {
-            headers.insert(header::ALLOW, HeaderValue::from_static(allow));
+        match self {
+            ApiError::MethodNotAllowed { allow } => {
+                headers.insert(header::ALLOW, HeaderValue::from_static(allow));
+            }
+            ApiError::Starting | ApiError::RouteUnavailable(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
         }
         response
     }

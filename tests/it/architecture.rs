@@ -49,6 +49,22 @@ fn the_engine_imports_no_server_storage_upstream_or_config() {
 }
 
 #[test]
+fn only_storage_touches_rocksdb() {
+    let storage = src().join("storage.rs");
+    let mut found = false;
+    for file in rust_files(&src()) {
+        let text = std::fs::read_to_string(&file).expect("source file");
+        let uses = text.contains("rocksdb::") || text.contains("use rocksdb");
+        if file == storage {
+            found = uses;
+        } else {
+            assert!(!uses, "{} uses RocksDB", file.display());
+        }
+    }
+    assert!(found, "storage.rs is where RocksDB is used");
+}
+
+#[test]
 fn unsafe_code_lives_only_in_the_json_writer() {
     let allowed = src().join("json").join("write.rs");
     let mut found_in_writer = false;

@@ -5,9 +5,11 @@ mod baseline;
 mod support;
 
 mod architecture;
+mod binary;
 mod conformance;
 mod fuzz_corpus;
 mod preview;
 mod properties;
 mod readme;
+mod routes;
 mod server;

@@ -1,9 +1,9 @@
-//! The README's curl examples, run against the service: each ```sh block with a curl command
-//! followed by a ```json block must produce exactly that answer.
+//! The README's examples: each ```sh block that is one curl command followed by a ```json block
+//! must produce exactly that answer, and the walk-through must work as pasted.
 
 use recast::config::Config;
 
-use crate::support::{Json, Service, post_json};
+use crate::support::{Json, Reply, Service, Upstream, post_json};
 
 /// `(path, body, expected answer)` of every curl example in the README.
 fn examples() -> Vec<(String, String, String)> {
@@ -39,5 +39,56 @@ async fn curl_examples_answer_what_the_readme_says() {
         let answer = post_json(&service.url(&path), body).await;
         assert_eq!(answer.json(), Json::parse(expected.as_bytes()), "example at {path}");
     }
+    service.stop().await;
+}
+
+/// The README's walk-through, run as written with bash and curl, against the service and a local
+/// upstream standing in for the public API.
+#[tokio::test]
+async fn the_walk_through_works_as_pasted() {
+    const MEAL: &str = r#"{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken Casserole","strArea":"Japanese","strMeasure1":"3/4 cup","strIngredient1":"soy sauce","strMeasure2":"1/2 cup","strIngredient2":"water","strMeasure3":"","strIngredient3":""}]}"#;
+    let upstream = Upstream::start(|received| match received.uri.path() {
+        "/api/json/v1/1/random.php" => Reply::json(MEAL),
+        _ => Reply::with(404, "{}"),
+    })
+    .await;
+    let service = Service::start(Config::default()).await;
+    let readme = include_str!("../../README.md");
+    let start = readme.find("## Walk-through").expect("a walk-through section");
+    let block_start = readme[start..].find("```sh\n").expect("its sh block") + start + "```sh\n".len();
+    let block_end = readme[block_start..].find("```").expect("closed") + block_start;
+    let script = readme[block_start..block_end]
+        .replace("http://127.0.0.1:8080", &format!("http://{}", service.addr))
+        .replace("https://www.themealdb.com/", &upstream.url("/"));
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("bash").arg("-c").arg(script).output().expect("bash runs")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let preview = r#""preview":{"id":52772,"name":"Teriyaki Chicken Casserole","ingredients":["3/4 cup soy sauce","1/2 cup water"]}"#;
+    assert!(stderr.contains(preview), "registration: {stderr}");
+    let lines: Vec<&str> = stdout.lines().filter(|l| !l.is_empty()).collect();
+    assert!(lines[0].starts_with("route: /v1/") && lines[0].ends_with("/meals/random"), "{stdout}");
+    assert_eq!(
+        lines[1],
+        r#"{"id":52772,"name":"Teriyaki Chicken Casserole","ingredients":["3/4 cup soy sauce","1/2 cup water"]}"#
+    );
+    assert!(
+        lines[2].starts_with(r#"{"routes":[{"#) && lines[2].contains(r#""nextCursor":null"#),
+        "{}",
+        lines[2]
+    );
+    assert!(
+        lines[3].contains(r#""preview":{"name":"Teriyaki Chicken Casserole","area":"Japanese"}"#),
+        "{}",
+        lines[3]
+    );
+    assert_eq!(lines[4], r#"{"name":"Teriyaki Chicken Casserole","area":"Japanese"}"#);
+    assert_eq!(lines[5], "204");
+    assert!(lines[6].contains(r#""status":404"#), "{}", lines[6]);
+    assert_eq!(lines.len(), 7, "{stdout}");
     service.stop().await;
 }

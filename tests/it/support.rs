@@ -3,6 +3,8 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
@@ -12,6 +14,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use recast::config::Config;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -147,22 +150,50 @@ impl<'de> Deserialize<'de> for Json {
     }
 }
 
-/// The service running in-process on an ephemeral loopback port.
+/// The service running in-process on an ephemeral loopback port, with its own data directory.
 pub struct Service {
     pub addr: SocketAddr,
+    pub dir: PathBuf,
     stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<std::io::Result<()>>>,
+    task: Option<JoinHandle<Result<(), recast::server::RunError>>>,
+    _temp: Option<TempDir>,
 }
 
 impl Service {
+    /// Starts the service with `config`, in a fresh temporary data directory, and waits until it
+    /// has loaded its routes.
     pub async fn start(config: Config) -> Service {
+        let temp = TempDir::new().expect("a temporary directory");
+        let dir = temp.path().to_owned();
+        let mut service = Service::start_in(config, &dir).await;
+        service._temp = Some(temp);
+        service
+    }
+
+    /// Starts the service on the data directory `dir` (kept by the caller, e.g. across restarts).
+    pub async fn start_in(mut config: Config, dir: &Path) -> Service {
+        config.data_dir = dir.to_owned();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local address");
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(recast::server::run(listener, config, async move {
             let _ = stopped.await;
         }));
-        Service { addr, stop: Some(stop), task: Some(task) }
+        let service = Service { addr, dir: dir.to_owned(), stop: Some(stop), task: Some(task), _temp: None };
+        service.wait_ready().await;
+        service
+    }
+
+    /// Waits until `/readyz` answers 200 (the stored routes are loaded).
+    pub async fn wait_ready(&self) {
+        for _ in 0..500 {
+            let ready = get(&self.url("/readyz")).await;
+            if ready.status == 200 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("the service did not become ready");
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -177,6 +208,114 @@ impl Service {
         if let Some(task) = self.task.take() {
             task.await.expect("server task").expect("server run");
         }
+    }
+}
+
+/// A request an upstream received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub method: Method,
+    pub uri: http::Uri,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// What an upstream answers.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+    pub delay: std::time::Duration,
+}
+
+impl Reply {
+    pub fn json(body: &str) -> Reply {
+        Reply::with(200, body)
+    }
+
+    pub fn with(status: u16, body: &str) -> Reply {
+        Reply {
+            status,
+            content_type: "application/json",
+            body: body.as_bytes().to_vec(),
+            delay: Default::default(),
+        }
+    }
+}
+
+type Replier = dyn Fn(&Received) -> Reply + Send + Sync;
+
+/// A real HTTP/1.1 server on 127.0.0.1:0 that plays an upstream: it answers every request with
+/// what the test's function returns and records what it received.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    received: Arc<Mutex<Vec<Received>>>,
+    task: JoinHandle<()>,
+}
+
+impl Upstream {
+    pub async fn start(reply: impl Fn(&Received) -> Reply + Send + Sync + 'static) -> Upstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let reply: Arc<Replier> = Arc::new(reply);
+        let log = received.clone();
+        let task = tokio::spawn(async move {
+            // Connection tasks belong to this task: stopping the upstream closes them too.
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let (reply, log) = (reply.clone(), log.clone());
+                connections.spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                            let (reply, log) = (reply.clone(), log.clone());
+                            async move {
+                                let (parts, body) = request.into_parts();
+                                let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                                let received = Received {
+                                    method: parts.method,
+                                    uri: parts.uri,
+                                    headers: parts.headers,
+                                    body,
+                                };
+                                let answer = reply(&received);
+                                log.lock().unwrap().push(received);
+                                tokio::time::sleep(answer.delay).await;
+                                let mut response = http::Response::new(Full::new(Bytes::from(answer.body)));
+                                *response.status_mut() = http::StatusCode::from_u16(answer.status).unwrap();
+                                response
+                                    .headers_mut()
+                                    .insert("content-type", answer.content_type.parse().unwrap());
+                                Ok::<_, std::convert::Infallible>(response)
+                            }
+                        });
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                });
+            }
+        });
+        Upstream { addr, received, task }
+    }
+
+    /// Always answers `body` with 200.
+    pub async fn json(body: &'static str) -> Upstream {
+        Upstream::start(move |_| Reply::json(body)).await
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
@@ -233,4 +372,8 @@ pub async fn send(method: Method, url: &str, headers: &[(&str, &str)], body: imp
 
 pub async fn post_json(url: &str, body: impl Into<Bytes>) -> Answer {
     send(Method::POST, url, &[("content-type", "application/json")], body).await
+}
+
+pub async fn get(url: &str) -> Answer {
+    send(Method::GET, url, &[], "").await
 }

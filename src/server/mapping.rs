@@ -1,0 +1,110 @@
+//! `POST /v1/mapping` and `PUT /v1/routes/{uuid}` (SPEC §2.1): validate a registration, make one
+//! live call exactly as a route call would, and store the route only if that call maps.
+
+use std::sync::Arc;
+
+use http::{HeaderMap, HeaderValue, Request, StatusCode, header};
+use hyper::body::Incoming;
+use uuid::Uuid;
+
+use super::call::map_answer;
+use super::problem::write_problems;
+use super::{ApiError, Response, State, json, now_ms, read_body};
+use crate::json::{JsonError, write};
+use crate::route::{CallError, ClientRequest, MAPPED_AUTH, Registration, Route};
+
+pub(super) async fn register(state: &State, request: Request<Incoming>) -> Result<Response, ApiError> {
+    state.loaded()?;
+    let (parts, body) = request.into_parts();
+    let body = read_body(&parts.headers, body, state.config.max_request_bytes).await?;
+    let config = registration(&body)?
+        .validate(parts.headers.contains_key(&MAPPED_AUTH), None)
+        .map_err(ApiError::InvalidRegistration)?;
+    let now = now_ms();
+    let route = Route::new(Uuid::new_v4(), now, now, config, &state.config.limits());
+    let preview = validate(state, &route, &parts.headers).await?;
+    let stored = route.to_stored();
+    state.storage(move |store| store.put(&stored)).await?;
+    let route = Arc::new(route);
+    state.table.insert(route.clone());
+    tracing::info!(uuid = %route.uuid, path = %route.config.path, "route registered");
+    let mut response = answer(StatusCode::CREATED, &route, &preview);
+    if let Ok(location) = HeaderValue::try_from(route.public_path()) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+pub(super) async fn update(
+    state: &State,
+    request: Request<Incoming>,
+    uuid: Uuid,
+) -> Result<Response, ApiError> {
+    state.loaded()?;
+    let existing = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
+    let (parts, body) = request.into_parts();
+    let body = read_body(&parts.headers, body, state.config.max_request_bytes).await?;
+    let config = registration(&body)?
+        .validate(parts.headers.contains_key(&MAPPED_AUTH), Some(&existing.config.path))
+        .map_err(ApiError::InvalidRegistration)?;
+    let route = Route::new(uuid, existing.created_at, now_ms(), config, &state.config.limits());
+    // Validated like a registration; until it passes, the old route keeps serving.
+    let preview = validate(state, &route, &parts.headers).await?;
+    let _writing = state.writes.lock().await;
+    if state.table.get(&uuid).is_none() {
+        return Err(ApiError::NotFound);
+    }
+    let stored = route.to_stored();
+    state.storage(move |store| store.put(&stored)).await?;
+    let route = Arc::new(route);
+    state.table.insert(route.clone());
+    tracing::info!(uuid = %uuid, "route updated");
+    Ok(answer(StatusCode::OK, &route, &preview))
+}
+
+fn registration(body: &[u8]) -> Result<Registration, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        if e.is_syntax() || e.is_eof() {
+            ApiError::InvalidJson(JsonError::Syntax(e.to_string()))
+        } else {
+            ApiError::InvalidRequest(format!("the registration is not valid: {e}"))
+        }
+    })
+}
+
+/// Checks that the route compiles and makes its live call; returns the mapped output.
+async fn validate(state: &State, route: &Route, headers: &HeaderMap) -> Result<Vec<u8>, ApiError> {
+    if let Err(problems) = &route.rules {
+        return Err(ApiError::InvalidRules(problems.clone()));
+    }
+    let client = ClientRequest { query: None, headers: Some(headers), body: Default::default() };
+    let request = route.upstream_request(&client).map_err(|e| match e {
+        CallError::AuthRequired => ApiError::AuthRequired,
+        CallError::Broken(why) => ApiError::InvalidRequest(why),
+    })?;
+    let mut answer = state
+        .client
+        .call(request)
+        .await
+        .map_err(|e| ApiError::Upstream { failure: e.into(), validating: true })?;
+    map_answer(route, &mut answer, state.config.max_depth)
+        .map_err(|failure| ApiError::Upstream { failure, validating: true })
+}
+
+/// `{"uuid", "path", "method", "preview", "warnings"}`.
+fn answer(status: StatusCode, route: &Route, preview: &[u8]) -> Response {
+    let mut body = Vec::with_capacity(preview.len() + 256);
+    body.extend_from_slice(b"{\"uuid\":");
+    write::string(&mut body, &route.uuid.to_string());
+    body.extend_from_slice(b",\"path\":");
+    write::string(&mut body, &route.public_path());
+    body.extend_from_slice(b",\"method\":");
+    write::string(&mut body, route.method.as_str());
+    body.extend_from_slice(b",\"preview\":");
+    body.extend_from_slice(preview);
+    body.extend_from_slice(b",\"warnings\":");
+    let warnings = route.rules.as_ref().map(|c| c.warnings.as_slice()).unwrap_or_default();
+    write_problems(&mut body, warnings);
+    body.push(b'}');
+    json(status, body)
+}

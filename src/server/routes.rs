@@ -1,0 +1,173 @@
+//! Route management (SPEC §2): `GET /v1/routes` (newest first, paginated), `GET` and `DELETE`
+//! `/v1/routes/{uuid}`. Secrets are never shown: a stored token reads `"***"`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use http::StatusCode;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use uuid::Uuid;
+
+use super::{ApiError, Response, State, json};
+use crate::json::{self as tape, write};
+use crate::route::{Auth, Route};
+use crate::storage::Cursor;
+
+/// Routes per page when `limit` is not given, and the most a page may hold.
+const DEFAULT_LIMIT: usize = 50;
+const MAX_LIMIT: usize = 500;
+
+pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response, ApiError> {
+    state.loaded()?;
+    let (mut limit, mut cursor) = (DEFAULT_LIMIT, None);
+    for (name, value) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match &*name {
+            "limit" => {
+                limit = value.parse().ok().filter(|n| (1..=MAX_LIMIT).contains(n)).ok_or_else(|| {
+                    ApiError::InvalidRequest(format!("`limit` must be a number from 1 to {MAX_LIMIT}"))
+                })?
+            }
+            "cursor" => {
+                cursor = Some(Cursor::parse(&value).ok_or_else(|| {
+                    ApiError::InvalidRequest("`cursor` must be a `nextCursor` of an earlier page".to_owned())
+                })?)
+            }
+            _ => {}
+        }
+    }
+    let page = state.storage(move |store| store.page(limit, cursor.as_ref())).await?;
+    let limits = state.config.limits();
+    let routes: Vec<Arc<Route>> = page
+        .routes
+        .iter()
+        .filter_map(|stored| {
+            state.table.get(&stored.uuid).or_else(|| Route::from_stored(stored, &limits).ok().map(Arc::new))
+        })
+        .collect();
+    let views: Vec<RouteView<'_>> = routes.iter().map(|route| RouteView::of(route)).collect();
+    let body = serde_json::to_vec(&Listing { routes: views, next_cursor: page.next.as_deref() })
+        .map_err(|e| ApiError::Storage(e.to_string()))?;
+    Ok(json(StatusCode::OK, body))
+}
+
+pub(super) fn get(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
+    state.loaded()?;
+    let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
+    let body = serde_json::to_vec(&RouteView::of(&route)).map_err(|e| ApiError::Storage(e.to_string()))?;
+    Ok(json(StatusCode::OK, body))
+}
+
+pub(super) async fn delete(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
+    state.loaded()?;
+    let _writing = state.writes.lock().await;
+    if state.table.get(&uuid).is_none() {
+        return Err(ApiError::NotFound);
+    }
+    // Gone from disk first: once the answer says so, no restart brings it back.
+    state.storage(move |store| store.delete(uuid)).await?;
+    state.table.remove(&uuid);
+    tracing::info!(%uuid, "route deleted");
+    let mut response = json(StatusCode::NO_CONTENT, "");
+    response.headers_mut().remove(http::header::CONTENT_TYPE);
+    Ok(response)
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Listing<'a> {
+    routes: Vec<RouteView<'a>>,
+    next_cursor: Option<&'a str>,
+}
+
+/// A route as management shows it: its registration as given (rules and bodies as the client
+/// wrote them, so their member order is kept), the token masked, and whether it serves.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RouteView<'a> {
+    uuid: Uuid,
+    path: String,
+    method: &'a str,
+    original_route: OriginalRouteView<'a>,
+    pre_configured_queries: &'a BTreeMap<String, String>,
+    pre_configured_headers: &'a BTreeMap<String, String>,
+    pre_configured_body: Option<Box<RawValue>>,
+    auth_header: Option<AuthHeaderView>,
+    auth: &'static str,
+    rules_as_string: Option<Box<RawValue>>,
+    created_at: u64,
+    updated_at: u64,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OriginalRouteView<'a> {
+    original_api: BaseUrlView<'a>,
+    path: &'a str,
+    method: &'a str,
+    headers: &'a BTreeMap<String, String>,
+    queries: &'a BTreeMap<String, String>,
+    body: Option<Box<RawValue>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BaseUrlView<'a> {
+    base_url: &'a str,
+}
+
+#[derive(Serialize)]
+struct AuthHeaderView {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    token: Option<&'static str>,
+}
+
+impl<'a> RouteView<'a> {
+    fn of(route: &'a Route) -> RouteView<'a> {
+        let c = &route.config;
+        let raw = |text: &Option<String>| text.as_deref().and_then(compact);
+        let (auth_header, auth) = match &c.auth {
+            Auth::Stored { kind, token } => {
+                (Some(AuthHeaderView { kind: kind.name(), token: token.as_ref().map(|_| "***") }), "stored")
+            }
+            Auth::Runtime => (None, "runtime"),
+            Auth::None => (None, "none"),
+        };
+        let problem = route.broken();
+        RouteView {
+            uuid: route.uuid,
+            path: route.public_path(),
+            method: &c.method,
+            original_route: OriginalRouteView {
+                original_api: BaseUrlView { base_url: &c.base_url },
+                path: &c.upstream_path,
+                method: &c.upstream_method,
+                headers: &c.headers,
+                queries: &c.queries,
+                body: raw(&c.body),
+            },
+            pre_configured_queries: &c.pre_queries,
+            pre_configured_headers: &c.pre_headers,
+            pre_configured_body: raw(&c.pre_body),
+            auth_header,
+            auth,
+            rules_as_string: compact(&c.rules),
+            created_at: route.created_at,
+            updated_at: route.updated_at,
+            status: if problem.is_some() { "unavailable" } else { "ok" },
+            problem,
+        }
+    }
+}
+
+/// JSON text rewritten without white space, members in their order.
+fn compact(text: &str) -> Option<Box<RawValue>> {
+    let mut buf = text.as_bytes().to_vec();
+    let mut out = Vec::with_capacity(text.len());
+    tape::with_parsed(&mut buf, 64, |nodes| write::value(&mut out, nodes, 0)).ok()?;
+    RawValue::from_string(String::from_utf8(out).ok()?).ok()
+}

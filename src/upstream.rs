@@ -1,0 +1,152 @@
+//! The upstream client: a pooled, keep-alive hyper client for http and https (rustls, Mozilla's
+//! roots) that sends a route's request and reads the answer under a connect timeout, one total
+//! deadline for the whole exchange, and a size limit on the body. Redirects are not followed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::route::UpstreamRequest;
+
+/// Settings of the upstream client.
+#[derive(Debug, Clone, Copy)]
+pub struct UpstreamSettings {
+    pub connect_timeout: Duration,
+    /// Deadline for sending the request and reading the whole answer.
+    pub total_timeout: Duration,
+    /// Largest answer body read.
+    pub max_body: usize,
+}
+
+/// An upstream's answer, read whole.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    /// The body, with spare capacity for the JSON parser's padding.
+    pub body: Vec<u8>,
+    pub elapsed: Duration,
+}
+
+/// Why no answer came back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamError {
+    /// No connection: refused, unreachable, name not resolved, TLS failed.
+    Connect(String),
+    /// The connection broke during the exchange.
+    Broken(String),
+    /// The deadline passed.
+    Timeout,
+    /// The body is larger than allowed.
+    TooLarge { limit: usize },
+}
+
+impl std::fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UpstreamError::Connect(why) => write!(f, "the upstream could not be reached: {why}"),
+            UpstreamError::Broken(why) => write!(f, "the connection to the upstream broke: {why}"),
+            UpstreamError::Timeout => f.write_str("the upstream did not answer in time"),
+            UpstreamError::TooLarge { limit } => {
+                write!(f, "the upstream's answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
+            }
+        }
+    }
+}
+
+/// The pooled client; cheap to share.
+#[derive(Clone)]
+pub struct UpstreamClient {
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    settings: UpstreamSettings,
+}
+
+impl UpstreamClient {
+    pub fn new(settings: UpstreamSettings) -> UpstreamClient {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(settings.connect_timeout));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(provider)
+            // The ring provider supports the safe default protocol versions; this cannot fail.
+            .unwrap_or_else(|_| hyper_rustls::HttpsConnectorBuilder::new().with_webpki_roots())
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(https);
+        UpstreamClient { client, settings }
+    }
+
+    pub fn settings(&self) -> UpstreamSettings {
+        self.settings
+    }
+
+    /// Sends `request` and reads the answer, all within the total deadline.
+    pub async fn call(&self, request: UpstreamRequest) -> Result<Answer, UpstreamError> {
+        let started = Instant::now();
+        let exchange = self.exchange(request);
+        match tokio::time::timeout(self.settings.total_timeout, exchange).await {
+            Ok(Ok((status, headers, body))) => {
+                Ok(Answer { status, headers, body, elapsed: started.elapsed() })
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(UpstreamError::Timeout),
+        }
+    }
+
+    async fn exchange(
+        &self,
+        request: UpstreamRequest,
+    ) -> Result<(StatusCode, HeaderMap, Vec<u8>), UpstreamError> {
+        let mut outbound = Request::new(Full::new(request.body));
+        *outbound.method_mut() = request.method;
+        *outbound.uri_mut() = request.uri;
+        *outbound.headers_mut() = request.headers;
+        let response = self.client.request(outbound).await.map_err(|e| {
+            let why = error_chain(&e);
+            if e.is_connect() { UpstreamError::Connect(why) } else { UpstreamError::Broken(why) }
+        })?;
+        let (parts, mut body) = response.into_parts();
+        let limit = self.settings.max_body;
+        let declared =
+            parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(UpstreamError::TooLarge { limit });
+        }
+        let mut buf = Vec::with_capacity(declared.map_or(16 * 1024, |n| n as usize) + crate::json::PADDING);
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| UpstreamError::Broken(error_chain(&e)))?;
+            if let Ok(data) = frame.into_data() {
+                if buf.len() + data.len() > limit {
+                    return Err(UpstreamError::TooLarge { limit });
+                }
+                buf.extend_from_slice(&data);
+            }
+        }
+        Ok((parts.status, parts.headers, buf))
+    }
+}
+
+/// An error and its causes, on one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

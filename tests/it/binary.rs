@@ -1,0 +1,181 @@
+//! The real `recast` binary: killed with SIGKILL after acknowledged changes and restarted on the
+//! same data directory; a second process on a directory in use; a clean stop on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::Method;
+
+use crate::support::{Json, Upstream, get, send};
+
+const MEALS: &str = r#"{"meals":[{"idMeal":"7","strMeal":"Soup"}]}"#;
+const RULES: &str = r#"{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]}}}"#;
+
+/// A running `recast serve` on 127.0.0.1 and an ephemeral port.
+pub struct Binary {
+    child: Child,
+    pub addr: SocketAddr,
+    /// Everything it logged so far, line by line.
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Binary {
+    /// Starts the binary on `dir` and waits until it is ready.
+    pub async fn start(dir: &Path) -> Binary {
+        let mut binary = Binary::spawn(dir);
+        let addr = binary.wait_for_line("listening").and_then(|line| {
+            let at = line.find("address=")? + "address=".len();
+            line[at..].split_whitespace().next()?.parse().ok()
+        });
+        binary.addr = addr.expect("the binary logs the address it listens on");
+        for _ in 0..500 {
+            if get(&binary.url("/readyz")).await.status == 200 {
+                return binary;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the binary did not become ready");
+    }
+
+    pub fn spawn(dir: &Path) -> Binary {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_recast"));
+        command.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(dir);
+        for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("RECAST_")) {
+            command.env_remove(name);
+        }
+        let mut child = command
+            .env("RECAST_LOG", "info")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the binary starts");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let lines = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(line);
+            }
+        });
+        Binary { child, addr: ([127, 0, 0, 1], 0).into(), log }
+    }
+
+    /// The first logged line that contains `text`, waiting up to ten seconds for it.
+    pub fn wait_for_line(&self, text: &str) -> Option<String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(line) = self.log.lock().unwrap().iter().find(|line| line.contains(text)) {
+                return Some(line.clone());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// SIGKILL: no chance to clean up.
+    pub fn kill(mut self) {
+        self.child.kill().expect("kill");
+        self.child.wait().expect("reap");
+    }
+
+    /// SIGTERM, and the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().expect("kill -TERM");
+        self.child.wait().expect("the binary exits")
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn registration(base: &str, path: &str) -> String {
+    format!(
+        r#"{{"path":"{path}","originalRoute":{{"originalApi":{{"baseUrl":"{base}"}},"path":"meal","authHeader":{{"type":"Bearer","token":"kept-{path}"}}}},"rulesAsString":{RULES}}}"#
+    )
+}
+
+#[tokio::test]
+async fn acknowledged_changes_survive_kill_9_and_deleted_routes_stay_gone() {
+    let upstream = Upstream::json(MEALS).await;
+    let dir = tempfile::TempDir::new().unwrap();
+    let first = Binary::start(dir.path()).await;
+    let mut kept = Vec::new();
+    let mut deleted = Vec::new();
+    for i in 0..6 {
+        let answer = send(
+            Method::POST,
+            &first.url("/v1/mapping"),
+            &[],
+            registration(&upstream.url("/"), &format!("r{i}")),
+        )
+        .await;
+        assert_eq!(answer.status, 201, "{:?}", answer.body);
+        let path = answer.json().get("path").and_then(Json::as_str).unwrap().to_owned();
+        if i % 3 == 0 {
+            let gone =
+                send(Method::DELETE, &first.url(&format!("/v1/routes/{}", &path[4..40])), &[], "").await;
+            assert_eq!(gone.status, 204);
+            deleted.push(path);
+        } else {
+            kept.push(path);
+        }
+    }
+    first.kill();
+
+    let second = Binary::start(dir.path()).await;
+    for path in &kept {
+        let answer = get(&second.url(path)).await;
+        assert_eq!(&answer.body[..], br#"{"id":7,"name":"Soup"}"#, "{path}");
+        let name = &path[41..];
+        assert_eq!(
+            upstream.received().pop().unwrap().headers["authorization"],
+            format!("Bearer kept-{name}").as_str()
+        );
+    }
+    for path in &deleted {
+        get(&second.url(path)).await.assert_problem(404, "not-found");
+    }
+    assert_eq!(
+        get(&second.url("/v1/routes")).await.json().get("routes").unwrap().as_array().len(),
+        kept.len()
+    );
+    second.kill();
+}
+
+#[tokio::test]
+async fn a_second_process_on_the_same_directory_exits_at_once_with_a_clear_message() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let first = Binary::start(dir.path()).await;
+    let mut second = Binary::spawn(dir.path());
+    let line = second.wait_for_line("in use by another recast process");
+    assert!(line.is_some(), "the second process says why it stops");
+    let status = second.child.wait().expect("the second process exits");
+    assert!(!status.success(), "{status}");
+    assert_eq!(get(&first.url("/readyz")).await.status, 200, "the first keeps serving");
+    first.kill();
+}
+
+#[tokio::test]
+async fn sigterm_stops_cleanly_and_logs_each_state() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let mut binary = Binary::start(dir.path()).await;
+    assert!(binary.wait_for_line("state=Idle").is_some(), "the start is logged");
+    assert!(binary.wait_for_line("state=Running").is_some(), "readiness is logged");
+    let status = binary.terminate();
+    assert!(status.success(), "{status}");
+    assert!(binary.wait_for_line("state=Stopped").is_some(), "the stop is logged");
+    assert!(binary.wait_for_line("storage closed").is_some(), "storage is closed");
+}

@@ -1,0 +1,491 @@
+//! Routes through the service with a real RocksDB in a temp dir and a real upstream on
+//! 127.0.0.1:0: registration and its failures, auth modes, header hygiene, precedence, status
+//! mapping, methods, management, restarts.
+
+use std::time::Duration;
+
+use http::Method;
+use recast::config::Config;
+
+use crate::support::{Answer, Json, Reply, Service, Upstream, get, post_json, send};
+
+const MEALS: &str = r#"{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken","strArea":"Japanese"}]}"#;
+const RULES: &str = r#"{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]},"unused":{"keys":["x"]}}}"#;
+
+/// A registration body for an upstream at `base`, with more members spliced in.
+fn registration(base: &str, original_extra: &str, extra: &str) -> String {
+    format!(
+        r#"{{"path":"meals/random","originalRoute":{{"originalApi":{{"baseUrl":"{base}"}},"path":"api/random.php"{original_extra}}},"rulesAsString":{RULES}{extra}}}"#
+    )
+}
+
+async fn register(service: &Service, body: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut all = vec![("content-type", "application/json")];
+    all.extend_from_slice(headers);
+    send(Method::POST, &service.url("/v1/mapping"), &all, body.to_owned()).await
+}
+
+/// Registers and returns the route's public path (`/v1/{uuid}/{path}`).
+async fn registered(service: &Service, body: &str, headers: &[(&str, &str)]) -> String {
+    let answer = register(service, body, headers).await;
+    assert_eq!(answer.status, 201, "{}", String::from_utf8_lossy(&answer.body));
+    answer.json().get("path").and_then(Json::as_str).unwrap().to_owned()
+}
+
+async fn route_count(service: &Service) -> usize {
+    get(&service.url("/v1/routes")).await.json().get("routes").unwrap().as_array().len()
+}
+
+#[tokio::test]
+async fn registration_makes_one_live_call_stores_and_answers_201() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(Config::default()).await;
+    let answer = register(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    let body = answer.json();
+    let uuid = body.get("uuid").and_then(Json::as_str).unwrap().to_owned();
+    let path = format!("/v1/{uuid}/meals/random");
+    assert_eq!(answer.header("location"), Some(path.as_str()));
+    assert_eq!(body.get("path").and_then(Json::as_str), Some(path.as_str()));
+    assert_eq!(body.get("method").and_then(Json::as_str), Some("GET"));
+    assert_eq!(body.get("preview").unwrap().to_string(), r#"{"id":52772,"name":"Teriyaki Chicken"}"#);
+    let warnings = body.get("warnings").unwrap().as_array();
+    assert_eq!(warnings[0].get("location").and_then(Json::as_str), Some("/oldBodyFields/unused"));
+    let calls = upstream.received();
+    assert_eq!(calls.len(), 1, "one live call");
+    assert_eq!(calls[0].uri.path(), "/api/random.php");
+
+    let call = get(&service.url(&path)).await;
+    assert_eq!(call.status, 200);
+    assert_eq!(&call.body[..], br#"{"id":52772,"name":"Teriyaki Chicken"}"#);
+    assert_eq!(call.header("content-type"), Some("application/json"));
+    let timing = call.header("server-timing").unwrap();
+    assert!(timing.contains("upstream;dur=") && timing.contains("map;dur="), "{timing}");
+    assert!(call.header("x-request-id").is_some());
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_registration_stores_nothing() {
+    let service = Service::start(Config { upstream_timeout_ms: 300, ..Config::default() }).await;
+    let failing = [
+        (Upstream::start(|_| Reply::with(500, r#"{"error":"boom"}"#)).await, 502, Some(500)),
+        (Upstream::start(|_| Reply::with(404, r#"{"error":"gone"}"#)).await, 502, Some(404)),
+        (
+            Upstream::start(|_| Reply { content_type: "text/html", ..Reply::json("<html>oops</html>") })
+                .await,
+            502,
+            None,
+        ),
+        (Upstream::start(|_| Reply { delay: Duration::from_secs(2), ..Reply::json(MEALS) }).await, 504, None),
+    ];
+    for (upstream, status, upstream_status) in &failing {
+        let answer = register(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
+        let problem = answer.assert_problem(*status, "upstream-validation-failed");
+        let expected = upstream_status.map(|s| Json::Number(s.into()));
+        assert_eq!(problem.get("upstreamStatus"), expected.as_ref(), "{problem}");
+        assert!(!String::from_utf8_lossy(&answer.body).contains("boom"), "the upstream body is never echoed");
+    }
+    let refused = format!("http://{}/", closed_port().await);
+    register(&service, &registration(&refused, "", ""), &[])
+        .await
+        .assert_problem(502, "upstream-validation-failed");
+
+    let upstream = Upstream::json(MEALS).await;
+    let bad_rules =
+        registration(&upstream.url("/"), "", "").replace(r#""type":"Int""#, r#""type":"Integer""#);
+    register(&service, &bad_rules, &[]).await.assert_problem(400, "invalid-rules");
+    let bad_route = registration(&upstream.url("/"), "", "").replace("meals/random", "a/../b");
+    let problem = register(&service, &bad_route, &[]).await.assert_problem(400, "invalid-request");
+    assert_eq!(
+        problem.get("errors").unwrap().as_array()[0].get("location").and_then(Json::as_str),
+        Some("/path")
+    );
+    register(&service, "{", &[]).await.assert_problem(400, "invalid-json");
+    register(&service, r#"{"path":"x"}"#, &[]).await.assert_problem(400, "invalid-request");
+    assert!(upstream.received().is_empty(), "invalid registrations make no live call");
+    assert_eq!(route_count(&service).await, 0);
+    service.stop().await;
+}
+
+/// A loopback port that nothing listens on.
+async fn closed_port() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap()
+}
+
+#[tokio::test]
+async fn stored_auth_modes_send_their_authorization() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(Config::default()).await;
+    let cases = [
+        (r#","authHeader":{"type":"Bearer","token":"b-token"}"#, "", Some("Bearer b-token")),
+        (r#","authHeader":{"type":"basic","token":"dTpw"}"#, "", Some("Basic dTpw")),
+        (r#","authHeader":{"type":"None","token":"key=raw"}"#, "", Some("key=raw")),
+        (r#","authHeader":{"type":"None"}"#, "", None),
+        ("", r#","authHeader":{"type":"Bearer","token":"inner"}"#, Some("Bearer inner")),
+    ];
+    for (top, inner, expected) in cases {
+        let path = registered(&service, &registration(&upstream.url("/"), inner, top), &[]).await;
+        // The stored authHeader wins over the caller's X-Mapped-Auth.
+        let answer = send(Method::GET, &service.url(&path), &[("x-mapped-auth", "Bearer caller")], "").await;
+        assert_eq!(answer.status, 200);
+        let last = upstream.received().pop().unwrap();
+        assert_eq!(last.headers.get("authorization").map(|v| v.to_str().unwrap()), expected, "{top}{inner}");
+    }
+    let both = registration(
+        &upstream.url("/"),
+        r#","authHeader":{"type":"Bearer","token":"a"}"#,
+        r#","authHeader":{"type":"Bearer","token":"b"}"#,
+    );
+    register(&service, &both, &[]).await.assert_problem(400, "invalid-request");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn runtime_auth_routes_need_x_mapped_auth_on_every_call() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(Config::default()).await;
+    let path = registered(
+        &service,
+        &registration(&upstream.url("/"), "", ""),
+        &[("x-mapped-auth", "Bearer at-registration")],
+    )
+    .await;
+    assert_eq!(
+        upstream.received()[0].headers.get("authorization").unwrap(),
+        "Bearer at-registration",
+        "the live call uses the registration's X-Mapped-Auth"
+    );
+    let calls_before = upstream.received().len();
+    get(&service.url(&path)).await.assert_problem(401, "auth-required");
+    assert_eq!(upstream.received().len(), calls_before, "no outbound call without X-Mapped-Auth");
+    let answer = send(Method::GET, &service.url(&path), &[("x-mapped-auth", "Token abc")], "").await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(upstream.received().pop().unwrap().headers.get("authorization").unwrap(), "Token abc");
+    // The token of a runtime-auth route is never stored or shown.
+    let listed = get(&service.url("/v1/routes")).await;
+    assert!(!String::from_utf8_lossy(&listed.body).contains("at-registration"));
+    assert_eq!(
+        listed.json().get("routes").unwrap().as_array()[0].get("auth").and_then(Json::as_str),
+        Some("runtime")
+    );
+
+    // A route registered with neither needs none, and passes a caller's X-Mapped-Auth on.
+    let open =
+        registered(&service, &registration(&upstream.url("/"), "", "").replace("meals/random", "open"), &[])
+            .await;
+    assert!(upstream.received().pop().unwrap().headers.get("authorization").is_none());
+    assert_eq!(get(&service.url(&open)).await.status, 200);
+    send(Method::GET, &service.url(&open), &[("x-mapped-auth", "Bearer passed")], "").await;
+    assert_eq!(upstream.received().pop().unwrap().headers.get("authorization").unwrap(), "Bearer passed");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn only_accept_headers_and_configured_headers_reach_the_upstream() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(Config::default()).await;
+    let body = registration(
+        &upstream.url("/"),
+        r#","headers":{"X-Route":"original","X-Both":"original"},"authHeader":{"type":"Bearer","token":"stored"}"#,
+        r#","preConfiguredHeaders":{"X-Both":"pre"}"#,
+    );
+    let path = registered(&service, &body, &[]).await;
+    let client_headers = [
+        ("accept", "application/json"),
+        ("accept-language", "fr"),
+        ("cookie", "session=secret"),
+        ("authorization", "Bearer client-secret"),
+        ("x-mapped-auth", "Bearer mapped-secret"),
+        ("x-forwarded-for", "10.0.0.1"),
+        ("x-custom", "1"),
+        ("user-agent", "test"),
+    ];
+    assert_eq!(send(Method::GET, &service.url(&path), &client_headers, "").await.status, 200);
+    let received = upstream.received().pop().unwrap();
+    let mut names: Vec<&str> = received.headers.keys().map(|k| k.as_str()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["accept", "accept-language", "authorization", "host", "x-both", "x-route"],
+        "{:?}",
+        received.headers
+    );
+    assert_eq!(received.headers["authorization"], "Bearer stored");
+    assert_eq!(received.headers["x-both"], "pre");
+    assert_eq!(received.headers["accept-language"], "fr");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn queries_and_bodies_follow_their_precedence() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(Config::default()).await;
+    let body = format!(
+        r#"{{"path":"search","method":"Post","originalRoute":{{"originalApi":{{"baseUrl":"{}"}},"path":"v2/search?fixed=path","method":"POST","queries":{{"c":"original","o":"original"}}}},"preConfiguredQueries":{{"o":"pre"}},"rulesAsString":{RULES}}}"#,
+        upstream.url("/base")
+    );
+    let path = registered(&service, &body, &[]).await;
+    let answer = send(
+        Method::POST,
+        &service.url(&format!("{path}?c=client&o=client&k=client")),
+        &[("content-type", "application/json")],
+        r#"{"from":"client"}"#,
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let received = upstream.received().pop().unwrap();
+    assert_eq!(received.method, Method::POST);
+    assert_eq!(received.uri.path(), "/base/v2/search");
+    let mut query: Vec<&str> = received.uri.query().unwrap().split('&').collect();
+    query.sort();
+    assert_eq!(query, ["c=original", "fixed=path", "k=client", "o=pre"]);
+    assert_eq!(&received.body[..], br#"{"from":"client"}"#);
+
+    // A configured body wins over the client's.
+    let with_body = body
+        .replace(r#""method":"POST","#, r#""method":"POST","body":{"from":"route"},"#)
+        .replace("search", "searchb");
+    let path = registered(&service, &with_body, &[]).await;
+    send(Method::POST, &service.url(&path), &[], r#"{"from":"client"}"#).await;
+    let received = upstream.received().pop().unwrap();
+    assert_eq!(&received.body[..], br#"{"from":"route"}"#);
+    assert_eq!(received.headers["content-type"], "application/json");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn upstream_answers_map_to_documented_statuses() {
+    let config = Config { upstream_timeout_ms: 300, max_upstream_bytes: 4096, ..Config::default() };
+    let service = Service::start(config).await;
+    let mode = std::sync::Arc::new(std::sync::Mutex::new(200u16));
+    let upstream = {
+        let mode = mode.clone();
+        Upstream::start(move |_| match *mode.lock().unwrap() {
+            200 => Reply::json(MEALS),
+            1 => Reply { content_type: "text/plain", ..Reply::json("not json") },
+            2 => Reply::json(&format!(r#"{{"big":"{}"}}"#, "x".repeat(10_000))),
+            3 => Reply { delay: Duration::from_secs(2), ..Reply::json(MEALS) },
+            status => Reply::with(status, r#"{"secret":"upstream body"}"#),
+        })
+        .await
+    };
+    let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
+    let url = service.url(&path);
+    let set = |m: u16| *mode.lock().unwrap() = m;
+
+    for (upstream_status, status) in [(404, 404), (429, 429), (400, 400), (500, 502), (503, 502), (302, 502)]
+    {
+        set(upstream_status);
+        let answer = get(&url).await;
+        assert_eq!(answer.status, status, "upstream {upstream_status}: {:?}", answer.body);
+        let problem = answer.assert_problem(status, "upstream-error");
+        assert_eq!(problem.get("upstreamStatus"), Some(&Json::Number(upstream_status.into())));
+        assert!(!String::from_utf8_lossy(&answer.body).contains("upstream body"));
+        assert!(answer.header("x-request-id").is_some());
+        assert!(answer.header("server-timing").is_some_and(|t| t.starts_with("upstream;dur=")));
+    }
+    set(1);
+    get(&url).await.assert_problem(502, "upstream-not-json");
+    set(2);
+    get(&url).await.assert_problem(502, "upstream-too-large");
+    set(3);
+    get(&url).await.assert_problem(504, "upstream-timeout");
+    set(200);
+    assert_eq!(get(&url).await.status, 200);
+    drop(upstream);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    get(&url).await.assert_problem(502, "upstream-unreachable");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn methods_paths_and_unknown_routes() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(Config::default()).await;
+    let path = registered(&service, &registration(&upstream.url("/"), "", r#","method":"post""#), &[]).await;
+    let answer = get(&service.url(&path)).await;
+    answer.assert_problem(405, "method-not-allowed");
+    assert_eq!(answer.header("allow"), Some("POST"));
+    assert_eq!(send(Method::POST, &service.url(&path), &[], "").await.status, 200);
+    send(Method::POST, &service.url(&format!("{path}/more")), &[], "").await.assert_problem(404, "not-found");
+    let other = path.replace("meals/random", "meals/other");
+    send(Method::POST, &service.url(&other), &[], "").await.assert_problem(404, "not-found");
+    let unknown = format!("/v1/{}/meals/random", uuid::Uuid::new_v4());
+    send(Method::POST, &service.url(&unknown), &[], "").await.assert_problem(404, "not-found");
+    get(&service.url("/v1/not-a-uuid/x")).await.assert_problem(404, "not-found");
+    let unknown_answer = get(&service.url(&unknown)).await;
+    assert_eq!(unknown_answer.header("server-timing"), Some("upstream;dur=0.000, map;dur=0.000"));
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn routes_are_listed_newest_first_with_secrets_masked() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(Config::default()).await;
+    let mut paths = Vec::new();
+    for i in 0..5 {
+        let body = registration(
+            &upstream.url("/"),
+            "",
+            r#","authHeader":{"type":"Bearer","token":"canary-token-123"}"#,
+        )
+        .replace("meals/random", &format!("r{i}"));
+        paths.push(registered(&service, &body, &[]).await);
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let url = match &cursor {
+            Some(c) => service.url(&format!("/v1/routes?limit=2&cursor={c}")),
+            None => service.url("/v1/routes?limit=2"),
+        };
+        let page = get(&url).await;
+        assert!(!String::from_utf8_lossy(&page.body).contains("canary-token-123"), "tokens are masked");
+        let page = page.json();
+        for route in page.get("routes").unwrap().as_array() {
+            seen.push(route.get("path").and_then(Json::as_str).unwrap().to_owned());
+            assert_eq!(route.get("authHeader").unwrap().get("token").and_then(Json::as_str), Some("***"));
+        }
+        match page.get("nextCursor") {
+            Some(Json::String(next)) => cursor = Some(next.clone()),
+            _ => break,
+        }
+    }
+    paths.reverse();
+    assert_eq!(seen, paths, "newest first, every route once");
+    let one = get(&service.url(&format!("/v1/routes/{}", &paths[0][4..40]))).await;
+    assert_eq!(one.status, 200);
+    assert!(!String::from_utf8_lossy(&one.body).contains("canary-token-123"));
+    get(&service.url("/v1/routes?limit=0")).await.assert_problem(400, "invalid-request");
+    get(&service.url("/v1/routes?cursor=nope")).await.assert_problem(400, "invalid-request");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn updates_are_validated_and_a_failed_update_keeps_the_old_route() {
+    let mode = std::sync::Arc::new(std::sync::Mutex::new(200u16));
+    let upstream = {
+        let mode = mode.clone();
+        Upstream::start(move |_| Reply::with(*mode.lock().unwrap(), MEALS)).await
+    };
+    let service = Service::start(Config::default()).await;
+    let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
+    let uuid = &path[4..40];
+    let manage = service.url(&format!("/v1/routes/{uuid}"));
+    let only_name = registration(&upstream.url("/"), "", "")
+        .replace(r#""id":{"key":"id","type":"Int"},"#, "")
+        .replace(r#""id":{"keys":["idMeal"],"parents":["meals"]},"#, "");
+    let updated = send(Method::PUT, &manage, &[], only_name.clone()).await;
+    assert_eq!(updated.status, 200, "{:?}", updated.body);
+    assert_eq!(updated.json().get("preview").unwrap().to_string(), r#"{"name":"Teriyaki Chicken"}"#);
+    assert_eq!(&get(&service.url(&path)).await.body[..], br#"{"name":"Teriyaki Chicken"}"#);
+
+    *mode.lock().unwrap() = 500;
+    send(Method::PUT, &manage, &[], registration(&upstream.url("/"), "", ""))
+        .await
+        .assert_problem(502, "upstream-validation-failed");
+    *mode.lock().unwrap() = 200;
+    assert_eq!(
+        &get(&service.url(&path)).await.body[..],
+        br#"{"name":"Teriyaki Chicken"}"#,
+        "the old route stays"
+    );
+
+    let moved = only_name.replace("meals/random", "elsewhere");
+    send(Method::PUT, &manage, &[], moved).await.assert_problem(400, "invalid-request");
+    let unknown = service.url(&format!("/v1/routes/{}", uuid::Uuid::new_v4()));
+    send(Method::PUT, &unknown, &[], only_name).await.assert_problem(404, "not-found");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn deleted_routes_are_gone_at_once_and_after_a_restart() {
+    let upstream = Upstream::json(MEALS).await;
+    let dir = tempfile::TempDir::new().unwrap();
+    let service = Service::start_in(Config::default(), dir.path()).await;
+    let kept = registered(
+        &service,
+        &registration(&upstream.url("/"), "", r#","authHeader":{"type":"Bearer","token":"t"}"#),
+        &[],
+    )
+    .await;
+    let deleted =
+        registered(&service, &registration(&upstream.url("/"), "", "").replace("meals/random", "gone"), &[])
+            .await;
+    let answer =
+        send(Method::DELETE, &service.url(&format!("/v1/routes/{}", &deleted[4..40])), &[], "").await;
+    assert_eq!(answer.status, 204);
+    assert!(answer.body.is_empty());
+    get(&service.url(&deleted)).await.assert_problem(404, "not-found");
+    get(&service.url(&format!("/v1/routes/{}", &deleted[4..40]))).await.assert_problem(404, "not-found");
+    send(Method::DELETE, &service.url(&format!("/v1/routes/{}", &deleted[4..40])), &[], "")
+        .await
+        .assert_problem(404, "not-found");
+    service.stop().await;
+
+    // A new service on the same directory serves the kept route without re-registration.
+    let calls = upstream.received().len();
+    let restarted = Service::start_in(Config::default(), dir.path()).await;
+    let answer = get(&restarted.url(&kept)).await;
+    assert_eq!(&answer.body[..], br#"{"id":52772,"name":"Teriyaki Chicken"}"#);
+    assert_eq!(upstream.received().len(), calls + 1, "no live call at start, one for the call");
+    assert_eq!(upstream.received().pop().unwrap().headers["authorization"], "Bearer t");
+    get(&restarted.url(&deleted)).await.assert_problem(404, "not-found");
+    assert_eq!(route_count(&restarted).await, 1);
+    restarted.stop().await;
+}
+
+#[tokio::test]
+async fn a_stored_route_that_no_longer_compiles_answers_503() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let uuid = uuid::Uuid::new_v4();
+    {
+        let store = recast::storage::Store::open(dir.path()).unwrap();
+        let config = serde_json::json!({
+            "path": "broken", "method": "GET", "baseUrl": "http://127.0.0.1:9", "upstreamPath": "",
+            "upstreamMethod": "GET", "headers": {}, "queries": {}, "body": null, "preQueries": {},
+            "preHeaders": {}, "preBody": null, "auth": {"mode": "none"},
+            "rules": r#"{"newBodyFields":{"a":{"key":"a","type":"Integer"}},"oldBodyFields":{"a":{"keys":["a"]}}}"#,
+        });
+        let stored = recast::storage::StoredRoute {
+            v: recast::storage::SCHEMA_VERSION,
+            uuid,
+            created_at: 1,
+            updated_at: 1,
+            config,
+        };
+        store.put(&stored).unwrap();
+    }
+    let service = Service::start_in(Config::default(), dir.path()).await;
+    let answer = get(&service.url(&format!("/v1/{uuid}/broken"))).await;
+    let problem = answer.assert_problem(503, "route-unavailable");
+    assert!(problem.get("detail").and_then(Json::as_str).unwrap().contains("Integer"), "{problem}");
+    let shown = get(&service.url(&format!("/v1/routes/{uuid}"))).await.json();
+    assert_eq!(shown.get("status").and_then(Json::as_str), Some("unavailable"));
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_data_directory_in_use_is_refused_with_a_clear_error() {
+    let service = Service::start(Config::default()).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = Config { data_dir: service.dir.clone(), ..Config::default() };
+    let error = recast::server::run(listener, config, std::future::pending()).await.unwrap_err();
+    assert!(error.to_string().contains("in use by another recast process"), "{error}");
+    assert_eq!(get(&service.url("/readyz")).await.status, 200, "the first one is unharmed");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn preview_still_works_without_routes() {
+    let service = Service::start(Config::default()).await;
+    let answer = post_json(
+        &service.url("/v1/preview"),
+        format!(r#"{{"originalResponse":{MEALS},"mappingRules":{RULES}}}"#),
+    )
+    .await;
+    assert_eq!(&answer.body[..], br#"{"id":52772,"name":"Teriyaki Chicken"}"#);
+    service.stop().await;
+}
