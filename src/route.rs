@@ -471,13 +471,14 @@ impl Route {
 
         let mut body = Bytes::new();
         if matches!(upstream.method, Method::POST | Method::PUT | Method::PATCH) {
+            // A configured Content-Type header wins over both.
             if let Some(configured) = &upstream.body {
                 body = configured.clone();
-                headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                headers.entry(header::CONTENT_TYPE).or_insert(HeaderValue::from_static("application/json"));
             } else if !client.body.is_empty() {
                 body = client.body.clone();
                 if let Some(kind) = client.headers.and_then(|h| h.get(header::CONTENT_TYPE)) {
-                    headers.insert(header::CONTENT_TYPE, kind.clone());
+                    headers.entry(header::CONTENT_TYPE).or_insert_with(|| kind.clone());
                 }
             }
         }
@@ -655,6 +656,8 @@ mod tests {
         assert_eq!(&request(post(r#","body":{"from":"route"}"#), &client).body[..], br#"{"from":"route"}"#);
         let get = config(r#"{"originalApi":{"baseUrl":"https://a.example"},"path":"","body":{"x":1}}"#, "");
         assert!(request(get, &client).body.is_empty(), "GET sends no body");
+        let typed = post(r#","body":{"x":1},"headers":{"Content-Type":"application/vnd.api+json"}"#);
+        assert_eq!(request(typed, &client).headers["content-type"], "application/vnd.api+json");
     }
 
     #[test]
