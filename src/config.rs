@@ -7,10 +7,12 @@ use std::path::PathBuf;
 use clap::builder::TypedValueParser as _;
 use std::time::Duration;
 
+use crate::policy::AllowList;
 use crate::rules::Limits;
 
 pub const LISTEN: &str = "RECAST_LISTEN";
 pub const DATA_DIR: &str = "RECAST_DATA_DIR";
+pub const UPSTREAM_ALLOW: &str = "RECAST_UPSTREAM_ALLOW";
 pub const UPSTREAM_CONNECT_TIMEOUT_MS: &str = "RECAST_UPSTREAM_CONNECT_TIMEOUT_MS";
 pub const UPSTREAM_TIMEOUT_MS: &str = "RECAST_UPSTREAM_TIMEOUT_MS";
 pub const MAX_UPSTREAM_BYTES: &str = "RECAST_MAX_UPSTREAM_BYTES";
@@ -43,6 +45,11 @@ pub struct Config {
     /// Directory of the route store (RocksDB); created when missing.
     #[arg(long, env = DATA_DIR, default_value = DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
+
+    /// Networks (CIDR or address) and host names upstreams may have beyond public addresses,
+    /// comma-separated, e.g. `127.0.0.1/32,10.0.0.0/8,api.internal`.
+    #[arg(long, env = UPSTREAM_ALLOW, default_value = "")]
+    pub upstream_allow: AllowList,
 
     /// Time to connect to an upstream, in milliseconds.
     #[arg(long, env = UPSTREAM_CONNECT_TIMEOUT_MS, default_value_t = DEFAULT_UPSTREAM_CONNECT_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
@@ -96,6 +103,7 @@ impl Default for Config {
         Config {
             listen: DEFAULT_LISTEN.parse().expect("the default listen address is valid"),
             data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            upstream_allow: AllowList::default(),
             upstream_connect_timeout_ms: DEFAULT_UPSTREAM_CONNECT_TIMEOUT_MS,
             upstream_timeout_ms: DEFAULT_UPSTREAM_TIMEOUT_MS,
             max_upstream_bytes: DEFAULT_MAX_UPSTREAM_BYTES,
@@ -162,6 +170,7 @@ mod tests {
         let all = [
             LISTEN,
             DATA_DIR,
+            UPSTREAM_ALLOW,
             UPSTREAM_CONNECT_TIMEOUT_MS,
             UPSTREAM_TIMEOUT_MS,
             MAX_UPSTREAM_BYTES,

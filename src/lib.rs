@@ -7,6 +7,7 @@ pub mod exec;
 pub mod fuzzing;
 pub mod json;
 pub mod plan;
+pub mod policy;
 pub mod route;
 pub mod rules;
 pub mod server;

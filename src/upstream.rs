@@ -13,6 +13,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use crate::policy::{Guarded, Lookup, NotAllowed, OutboundPolicy, PolicyResolver, refusal_in};
 use crate::route::UpstreamRequest;
 
 /// Settings of the upstream client.
@@ -46,6 +47,8 @@ pub enum UpstreamError {
     Timeout,
     /// The body is larger than allowed.
     TooLarge { limit: usize },
+    /// The outbound policy refuses the upstream's address; nothing was sent.
+    NotAllowed(NotAllowed),
 }
 
 impl std::fmt::Display for UpstreamError {
@@ -57,23 +60,35 @@ impl std::fmt::Display for UpstreamError {
             UpstreamError::TooLarge { limit } => {
                 write!(f, "the upstream's answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
             }
+            UpstreamError::NotAllowed(refusal) => refusal.fmt(f),
         }
     }
 }
 
+type Connector = HttpsConnector<Guarded<HttpConnector<PolicyResolver>>>;
+
 /// The pooled client; cheap to share.
 #[derive(Clone)]
 pub struct UpstreamClient {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    client: Client<Connector, Full<Bytes>>,
     settings: UpstreamSettings,
+    policy: Arc<OutboundPolicy>,
+    lookup: Arc<dyn Lookup>,
 }
 
 impl UpstreamClient {
-    pub fn new(settings: UpstreamSettings) -> UpstreamClient {
-        let mut http = HttpConnector::new();
+    /// A client that connects only where `policy` allows, resolving names with `lookup`.
+    pub fn new(
+        settings: UpstreamSettings,
+        policy: Arc<OutboundPolicy>,
+        lookup: Arc<dyn Lookup>,
+    ) -> UpstreamClient {
+        let resolver = PolicyResolver { policy: policy.clone(), lookup: lookup.clone() };
+        let mut http = HttpConnector::new_with_resolver(resolver);
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(settings.connect_timeout));
+        let guarded = Guarded { inner: http, policy: policy.clone() };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_provider_and_webpki_roots(provider)
@@ -81,12 +96,28 @@ impl UpstreamClient {
             .unwrap_or_else(|_| hyper_rustls::HttpsConnectorBuilder::new().with_webpki_roots())
             .https_or_http()
             .enable_http1()
-            .wrap_connector(http);
+            .wrap_connector(guarded);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(https);
-        UpstreamClient { client, settings }
+        UpstreamClient { client, settings, policy, lookup }
+    }
+
+    /// Checks the host of `uri` against the policy without connecting (registration's first
+    /// step). The connector checks again, on the addresses it connects to.
+    pub async fn check(&self, uri: &http::Uri) -> Result<(), UpstreamError> {
+        let host = uri.host().unwrap_or_default();
+        let literal = host.trim_start_matches('[').trim_end_matches(']');
+        let addresses = match literal.parse::<std::net::IpAddr>() {
+            Ok(ip) => vec![ip],
+            Err(_) => self
+                .lookup
+                .lookup(host)
+                .await
+                .map_err(|e| UpstreamError::Connect(format!("`{host}` cannot be resolved: {e}")))?,
+        };
+        self.policy.filter(host, &addresses).map(|_| ()).map_err(UpstreamError::NotAllowed)
     }
 
     pub fn settings(&self) -> UpstreamSettings {
@@ -115,6 +146,9 @@ impl UpstreamClient {
         *outbound.uri_mut() = request.uri;
         *outbound.headers_mut() = request.headers;
         let response = self.client.request(outbound).await.map_err(|e| {
+            if let Some(refusal) = refusal_in(&e) {
+                return UpstreamError::NotAllowed(refusal.clone());
+            }
             let why = error_chain(&e);
             if e.is_connect() { UpstreamError::Connect(why) } else { UpstreamError::Broken(why) }
         })?;

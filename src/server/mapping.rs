@@ -12,6 +12,7 @@ use super::problem::write_problems;
 use super::{ApiError, Response, State, json, now_ms, read_body};
 use crate::json::{JsonError, write};
 use crate::route::{CallError, ClientRequest, MAPPED_AUTH, Registration, Route};
+use crate::upstream::UpstreamError;
 
 pub(super) async fn register(state: &State, request: Request<Incoming>) -> Result<Response, ApiError> {
     state.loaded()?;
@@ -82,6 +83,9 @@ async fn validate(state: &State, route: &Route, headers: &HeaderMap) -> Result<V
         CallError::AuthRequired => ApiError::AuthRequired,
         CallError::Broken(why) => ApiError::InvalidRequest(why),
     })?;
+    // SPEC §2.1 step 1: the upstream's address against the outbound policy, before any call.
+    let upstream_error = |e: UpstreamError| ApiError::Upstream { failure: e.into(), validating: true };
+    state.client.check(&request.uri).await.map_err(upstream_error)?;
     let mut answer = state
         .client
         .call(request)

@@ -27,6 +27,7 @@ use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use crate::config::Config;
+use crate::policy::{OutboundPolicy, SystemLookup};
 use crate::route::Route;
 use crate::storage::{StorageError, Store};
 use crate::table::RouteTable;
@@ -131,7 +132,11 @@ pub async fn run(
         .map_err(|e| RunError::Io(std::io::Error::other(e)))?
         .map_err(RunError::Storage)?;
     let state = Arc::new(State {
-        client: UpstreamClient::new(config.upstream()),
+        client: UpstreamClient::new(
+            config.upstream(),
+            Arc::new(OutboundPolicy::new(&config.upstream_allow)),
+            Arc::new(SystemLookup),
+        ),
         config,
         lifecycle: AtomicU8::new(Lifecycle::Idle as u8),
         request_ids: RequestIds::new(),
@@ -155,6 +160,7 @@ pub async fn run(
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
     tracing::info!(address = %listener.local_addr().map_err(RunError::Io)?, "listening");
+    tracing::info!(upstream_allow = %state.config.upstream_allow, "outbound policy: public addresses, plus");
     tokio::pin!(shutdown);
     loop {
         tokio::select! {

@@ -70,6 +70,8 @@ pub enum UpstreamFailure {
     },
     /// A 2xx answer whose body is not JSON (the parser's reason).
     NotJson(String),
+    /// The outbound policy refuses the upstream's address (the reason); nothing was sent.
+    NotAllowed(String),
 }
 
 impl From<UpstreamError> for UpstreamFailure {
@@ -77,6 +79,7 @@ impl From<UpstreamError> for UpstreamFailure {
         match e {
             UpstreamError::Timeout => UpstreamFailure::Timeout,
             UpstreamError::TooLarge { limit } => UpstreamFailure::TooLarge { limit },
+            UpstreamError::NotAllowed(refusal) => UpstreamFailure::NotAllowed(refusal.to_string()),
             UpstreamError::Connect(_) | UpstreamError::Broken(_) => {
                 UpstreamFailure::Unreachable(e.to_string())
             }
@@ -97,6 +100,8 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::AuthRequired => StatusCode::UNAUTHORIZED,
             ApiError::Upstream { failure, validating } => match failure {
+                // A registration names an upstream the policy refuses: the client's mistake.
+                UpstreamFailure::NotAllowed(_) if *validating => StatusCode::BAD_REQUEST,
                 UpstreamFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
                 // A client error of the upstream keeps its status on route calls (SPEC §2.2).
                 UpstreamFailure::Status(status) if status.is_client_error() && !validating => *status,
@@ -118,6 +123,7 @@ impl ApiError {
             ApiError::NotFound => "not-found",
             ApiError::MethodNotAllowed { .. } => "method-not-allowed",
             ApiError::AuthRequired => "auth-required",
+            ApiError::Upstream { failure: UpstreamFailure::NotAllowed(_), .. } => "upstream-not-allowed",
             ApiError::Upstream { validating: true, .. } => "upstream-validation-failed",
             ApiError::Upstream { failure, .. } => match failure {
                 UpstreamFailure::Status(_) => "upstream-error",
@@ -125,6 +131,7 @@ impl ApiError {
                 UpstreamFailure::Timeout => "upstream-timeout",
                 UpstreamFailure::TooLarge { .. } => "upstream-too-large",
                 UpstreamFailure::NotJson(_) => "upstream-not-json",
+                UpstreamFailure::NotAllowed(_) => "upstream-not-allowed",
             },
             ApiError::Starting => "starting",
             ApiError::RouteUnavailable(_) => "route-unavailable",
@@ -144,6 +151,9 @@ impl ApiError {
             ApiError::NotFound => "Nothing is here",
             ApiError::MethodNotAllowed { .. } => "Method not allowed",
             ApiError::AuthRequired => "This route needs X-Mapped-Auth",
+            ApiError::Upstream { failure: UpstreamFailure::NotAllowed(_), .. } => {
+                "The upstream's address is not allowed; nothing was sent"
+            }
             ApiError::Upstream { validating: true, .. } => {
                 "The live call to the upstream failed; nothing was stored"
             }
@@ -153,6 +163,7 @@ impl ApiError {
                 UpstreamFailure::Timeout => "The upstream did not answer in time",
                 UpstreamFailure::TooLarge { .. } => "The upstream's answer is too large",
                 UpstreamFailure::NotJson(_) => "The upstream's answer is not JSON",
+                UpstreamFailure::NotAllowed(_) => "The upstream's address is not allowed",
             },
             ApiError::Starting => "recast is still loading its routes",
             ApiError::RouteUnavailable(_) => "This route cannot serve calls",
@@ -192,6 +203,7 @@ impl ApiError {
                     format!("the answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
                 }
                 UpstreamFailure::NotJson(why) => format!("the upstream answered with something that is not JSON: {why}"),
+                UpstreamFailure::NotAllowed(why) => why.clone(),
             },
             ApiError::Starting => "try again in a moment".to_owned(),
         }

@@ -43,7 +43,9 @@ impl Binary {
 
     pub fn spawn(dir: &Path) -> Binary {
         let mut command = Command::new(env!("CARGO_BIN_EXE_recast"));
-        command.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(dir);
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--upstream-allow", "127.0.0.0/8", "--data-dir"])
+            .arg(dir);
         for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("RECAST_")) {
             command.env_remove(name);
         }

@@ -8,6 +8,7 @@ mod architecture;
 mod binary;
 mod conformance;
 mod fuzz_corpus;
+mod outbound;
 mod preview;
 mod properties;
 mod readme;

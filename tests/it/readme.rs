@@ -1,9 +1,7 @@
 //! The README's examples: each ```sh block that is one curl command followed by a ```json block
 //! must produce exactly that answer, and the walk-through must work as pasted.
 
-use recast::config::Config;
-
-use crate::support::{Json, Reply, Service, Upstream, post_json};
+use crate::support::{Json, Reply, Service, Upstream, config, post_json};
 
 /// `(path, body, expected answer)` of every curl example in the README.
 fn examples() -> Vec<(String, String, String)> {
@@ -34,7 +32,7 @@ fn examples() -> Vec<(String, String, String)> {
 async fn curl_examples_answer_what_the_readme_says() {
     let examples = examples();
     assert!(examples.len() >= 2, "found {} examples", examples.len());
-    let service = Service::start(Config::default()).await;
+    let service = Service::start(config()).await;
     for (path, body, expected) in examples {
         let answer = post_json(&service.url(&path), body).await;
         assert_eq!(answer.json(), Json::parse(expected.as_bytes()), "example at {path}");
@@ -52,7 +50,7 @@ async fn the_walk_through_works_as_pasted() {
         _ => Reply::with(404, "{}"),
     })
     .await;
-    let service = Service::start(Config::default()).await;
+    let service = Service::start(config()).await;
     let readme = include_str!("../../README.md");
     let start = readme.find("## Walk-through").expect("a walk-through section");
     let block_start = readme[start..].find("```sh\n").expect("its sh block") + start + "```sh\n".len();

@@ -7,39 +7,40 @@ use std::time::Duration;
 use http::Method;
 use recast::config::Config;
 
-use crate::support::{Answer, Json, Reply, Service, Upstream, get, post_json, send};
+use crate::support::{Answer, Json, Reply, Service, Upstream, config, get, post_json, send};
 
-const MEALS: &str = r#"{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken","strArea":"Japanese"}]}"#;
-const RULES: &str = r#"{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]},"unused":{"keys":["x"]}}}"#;
+pub(crate) const MEALS: &str =
+    r#"{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken","strArea":"Japanese"}]}"#;
+pub(crate) const RULES: &str = r#"{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]},"unused":{"keys":["x"]}}}"#;
 
 /// A registration body for an upstream at `base`, with more members spliced in.
-fn registration(base: &str, original_extra: &str, extra: &str) -> String {
+pub(crate) fn registration(base: &str, original_extra: &str, extra: &str) -> String {
     format!(
         r#"{{"path":"meals/random","originalRoute":{{"originalApi":{{"baseUrl":"{base}"}},"path":"api/random.php"{original_extra}}},"rulesAsString":{RULES}{extra}}}"#
     )
 }
 
-async fn register(service: &Service, body: &str, headers: &[(&str, &str)]) -> Answer {
+pub(crate) async fn register(service: &Service, body: &str, headers: &[(&str, &str)]) -> Answer {
     let mut all = vec![("content-type", "application/json")];
     all.extend_from_slice(headers);
     send(Method::POST, &service.url("/v1/mapping"), &all, body.to_owned()).await
 }
 
 /// Registers and returns the route's public path (`/v1/{uuid}/{path}`).
-async fn registered(service: &Service, body: &str, headers: &[(&str, &str)]) -> String {
+pub(crate) async fn registered(service: &Service, body: &str, headers: &[(&str, &str)]) -> String {
     let answer = register(service, body, headers).await;
     assert_eq!(answer.status, 201, "{}", String::from_utf8_lossy(&answer.body));
     answer.json().get("path").and_then(Json::as_str).unwrap().to_owned()
 }
 
-async fn route_count(service: &Service) -> usize {
+pub(crate) async fn route_count(service: &Service) -> usize {
     get(&service.url("/v1/routes")).await.json().get("routes").unwrap().as_array().len()
 }
 
 #[tokio::test]
 async fn registration_makes_one_live_call_stores_and_answers_201() {
     let upstream = Upstream::json(MEALS).await;
-    let service = Service::start(Config::default()).await;
+    let service = Service::start(config()).await;
     let answer = register(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
     assert_eq!(answer.status, 201, "{:?}", answer.body);
     let body = answer.json();
@@ -67,7 +68,7 @@ async fn registration_makes_one_live_call_stores_and_answers_201() {
 
 #[tokio::test]
 async fn a_failed_registration_stores_nothing() {
-    let service = Service::start(Config { upstream_timeout_ms: 300, ..Config::default() }).await;
+    let service = Service::start(Config { upstream_timeout_ms: 300, ..config() }).await;
     let failing = [
         (Upstream::start(|_| Reply::with(500, r#"{"error":"boom"}"#)).await, 502, Some(500)),
         (Upstream::start(|_| Reply::with(404, r#"{"error":"gone"}"#)).await, 502, Some(404)),
@@ -117,7 +118,7 @@ async fn closed_port() -> std::net::SocketAddr {
 #[tokio::test]
 async fn stored_auth_modes_send_their_authorization() {
     let upstream = Upstream::json(MEALS).await;
-    let service = Service::start(Config::default()).await;
+    let service = Service::start(config()).await;
     let cases = [
         (r#","authHeader":{"type":"Bearer","token":"b-token"}"#, "", Some("Bearer b-token")),
         (r#","authHeader":{"type":"basic","token":"dTpw"}"#, "", Some("Basic dTpw")),
@@ -145,7 +146,7 @@ async fn stored_auth_modes_send_their_authorization() {
 #[tokio::test]
 async fn runtime_auth_routes_need_x_mapped_auth_on_every_call() {
     let upstream = Upstream::json(MEALS).await;
-    let service = Service::start(Config::default()).await;
+    let service = Service::start(config()).await;
     let path = registered(
         &service,
         &registration(&upstream.url("/"), "", ""),
@@ -185,7 +186,7 @@ async fn runtime_auth_routes_need_x_mapped_auth_on_every_call() {
 #[tokio::test]
 async fn only_accept_headers_and_configured_headers_reach_the_upstream() {
     let upstream = Upstream::json(MEALS).await;
-    let service = Service::start(Config::default()).await;
+    let service = Service::start(config()).await;
     let body = registration(
         &upstream.url("/"),
         r#","headers":{"X-Route":"original","X-Both":"original"},"authHeader":{"type":"Bearer","token":"stored"}"#,
@@ -221,7 +222,7 @@ async fn only_accept_headers_and_configured_headers_reach_the_upstream() {
 #[tokio::test]
 async fn queries_and_bodies_follow_their_precedence() {
     let upstream = Upstream::json(MEALS).await;
-    let service = Service::start(Config::default()).await;
+    let service = Service::start(config()).await;
     let body = format!(
         r#"{{"path":"search","method":"Post","originalRoute":{{"originalApi":{{"baseUrl":"{}"}},"path":"v2/search?fixed=path","method":"POST","queries":{{"c":"original","o":"original"}}}},"preConfiguredQueries":{{"o":"pre"}},"rulesAsString":{RULES}}}"#,
         upstream.url("/base")
@@ -257,7 +258,7 @@ async fn queries_and_bodies_follow_their_precedence() {
 
 #[tokio::test]
 async fn upstream_answers_map_to_documented_statuses() {
-    let config = Config { upstream_timeout_ms: 300, max_upstream_bytes: 4096, ..Config::default() };
+    let config = Config { upstream_timeout_ms: 300, max_upstream_bytes: 4096, ..config() };
     let service = Service::start(config).await;
     let mode = std::sync::Arc::new(std::sync::Mutex::new(200u16));
     let upstream = {
@@ -303,7 +304,7 @@ async fn upstream_answers_map_to_documented_statuses() {
 #[tokio::test]
 async fn methods_paths_and_unknown_routes() {
     let upstream = Upstream::json(MEALS).await;
-    let service = Service::start(Config::default()).await;
+    let service = Service::start(config()).await;
     let path = registered(&service, &registration(&upstream.url("/"), "", r#","method":"post""#), &[]).await;
     let answer = get(&service.url(&path)).await;
     answer.assert_problem(405, "method-not-allowed");
@@ -323,7 +324,7 @@ async fn methods_paths_and_unknown_routes() {
 #[tokio::test]
 async fn routes_are_listed_newest_first_with_secrets_masked() {
     let upstream = Upstream::json(MEALS).await;
-    let service = Service::start(Config::default()).await;
+    let service = Service::start(config()).await;
     let mut paths = Vec::new();
     for i in 0..5 {
         let body = registration(
@@ -370,7 +371,7 @@ async fn updates_are_validated_and_a_failed_update_keeps_the_old_route() {
         let mode = mode.clone();
         Upstream::start(move |_| Reply::with(*mode.lock().unwrap(), MEALS)).await
     };
-    let service = Service::start(Config::default()).await;
+    let service = Service::start(config()).await;
     let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
     let uuid = &path[4..40];
     let manage = service.url(&format!("/v1/routes/{uuid}"));
@@ -404,7 +405,7 @@ async fn updates_are_validated_and_a_failed_update_keeps_the_old_route() {
 async fn deleted_routes_are_gone_at_once_and_after_a_restart() {
     let upstream = Upstream::json(MEALS).await;
     let dir = tempfile::TempDir::new().unwrap();
-    let service = Service::start_in(Config::default(), dir.path()).await;
+    let service = Service::start_in(config(), dir.path()).await;
     let kept = registered(
         &service,
         &registration(&upstream.url("/"), "", r#","authHeader":{"type":"Bearer","token":"t"}"#),
@@ -427,7 +428,7 @@ async fn deleted_routes_are_gone_at_once_and_after_a_restart() {
 
     // A new service on the same directory serves the kept route without re-registration.
     let calls = upstream.received().len();
-    let restarted = Service::start_in(Config::default(), dir.path()).await;
+    let restarted = Service::start_in(config(), dir.path()).await;
     let answer = get(&restarted.url(&kept)).await;
     assert_eq!(&answer.body[..], br#"{"id":52772,"name":"Teriyaki Chicken"}"#);
     assert_eq!(upstream.received().len(), calls + 1, "no live call at start, one for the call");
@@ -458,7 +459,7 @@ async fn a_stored_route_that_no_longer_compiles_answers_503() {
         };
         store.put(&stored).unwrap();
     }
-    let service = Service::start_in(Config::default(), dir.path()).await;
+    let service = Service::start_in(config(), dir.path()).await;
     let answer = get(&service.url(&format!("/v1/{uuid}/broken"))).await;
     let problem = answer.assert_problem(503, "route-unavailable");
     assert!(problem.get("detail").and_then(Json::as_str).unwrap().contains("Integer"), "{problem}");
@@ -469,9 +470,9 @@ async fn a_stored_route_that_no_longer_compiles_answers_503() {
 
 #[tokio::test]
 async fn a_data_directory_in_use_is_refused_with_a_clear_error() {
-    let service = Service::start(Config::default()).await;
+    let service = Service::start(config()).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let config = Config { data_dir: service.dir.clone(), ..Config::default() };
+    let config = Config { data_dir: service.dir.clone(), ..config() };
     let error = recast::server::run(listener, config, std::future::pending()).await.unwrap_err();
     assert!(error.to_string().contains("in use by another recast process"), "{error}");
     assert_eq!(get(&service.url("/readyz")).await.status, 200, "the first one is unharmed");
@@ -480,7 +481,7 @@ async fn a_data_directory_in_use_is_refused_with_a_clear_error() {
 
 #[tokio::test]
 async fn preview_still_works_without_routes() {
-    let service = Service::start(Config::default()).await;
+    let service = Service::start(config()).await;
     let answer = post_json(
         &service.url("/v1/preview"),
         format!(r#"{{"originalResponse":{MEALS},"mappingRules":{RULES}}}"#),

@@ -18,6 +18,12 @@ use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// The default configuration, with loopback upstreams allowed (the test upstreams listen on
+/// 127.0.0.1, which the outbound policy refuses by default).
+pub fn config() -> Config {
+    Config { upstream_allow: "127.0.0.0/8".parse().expect("a network"), ..Config::default() }
+}
+
 /// A JSON value whose objects keep their members in document order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Json {
@@ -227,6 +233,8 @@ pub struct Reply {
     pub content_type: &'static str,
     pub body: Vec<u8>,
     pub delay: std::time::Duration,
+    /// More headers to answer with.
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl Reply {
@@ -240,6 +248,7 @@ impl Reply {
             content_type: "application/json",
             body: body.as_bytes().to_vec(),
             delay: Default::default(),
+            headers: Vec::new(),
         }
     }
 }
@@ -251,6 +260,7 @@ type Replier = dyn Fn(&Received) -> Reply + Send + Sync;
 pub struct Upstream {
     pub addr: SocketAddr,
     received: Arc<Mutex<Vec<Received>>>,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
     task: JoinHandle<()>,
 }
 
@@ -261,13 +271,16 @@ impl Upstream {
         let received = Arc::new(Mutex::new(Vec::new()));
         let reply: Arc<Replier> = Arc::new(reply);
         let log = received.clone();
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let accepted = connections.clone();
         let task = tokio::spawn(async move {
             // Connection tasks belong to this task: stopping the upstream closes them too.
-            let mut connections = tokio::task::JoinSet::new();
+            let mut serving = tokio::task::JoinSet::new();
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let (reply, log) = (reply.clone(), log.clone());
-                connections.spawn(async move {
+                serving.spawn(async move {
                     let service =
                         hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
                             let (reply, log) = (reply.clone(), log.clone());
@@ -288,6 +301,9 @@ impl Upstream {
                                 response
                                     .headers_mut()
                                     .insert("content-type", answer.content_type.parse().unwrap());
+                                for (name, value) in answer.headers {
+                                    response.headers_mut().insert(name, value.parse().unwrap());
+                                }
                                 Ok::<_, std::convert::Infallible>(response)
                             }
                         });
@@ -296,7 +312,7 @@ impl Upstream {
                 });
             }
         });
-        Upstream { addr, received, task }
+        Upstream { addr, received, connections, task }
     }
 
     /// Always answers `body` with 200.
@@ -310,6 +326,11 @@ impl Upstream {
 
     pub fn received(&self) -> Vec<Received> {
         self.received.lock().unwrap().clone()
+    }
+
+    /// How many TCP connections were accepted.
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
