@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::policy::AllowList;
 use crate::rules::Limits;
+use crate::secrets::Secret;
 
 pub const LISTEN: &str = "RECAST_LISTEN";
 pub const DATA_DIR: &str = "RECAST_DATA_DIR";
@@ -23,6 +24,13 @@ pub const SHUTDOWN_GRACE_MS: &str = "RECAST_SHUTDOWN_GRACE_MS";
 pub const WORKERS: &str = "RECAST_WORKERS";
 pub const LOG: &str = "RECAST_LOG";
 pub const LOG_FORMAT: &str = "RECAST_LOG_FORMAT";
+pub const SECRET_KEY: &str = "RECAST_SECRET_KEY";
+pub const ADMIN_TOKEN: &str = "RECAST_ADMIN_TOKEN";
+pub const MAX_INFLIGHT: &str = "RECAST_MAX_INFLIGHT";
+pub const MAX_HEADER_BYTES: &str = "RECAST_MAX_HEADER_BYTES";
+pub const MAX_HEADERS: &str = "RECAST_MAX_HEADERS";
+pub const HEADER_TIMEOUT_MS: &str = "RECAST_HEADER_TIMEOUT_MS";
+pub const IDLE_TIMEOUT_MS: &str = "RECAST_IDLE_TIMEOUT_MS";
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATA_DIR: &str = "./recast-data";
@@ -34,6 +42,11 @@ pub const DEFAULT_MAX_RULES: usize = 1024;
 pub const DEFAULT_MAX_DEPTH: usize = 64;
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 10_000;
 pub const DEFAULT_LOG: &str = "info";
+pub const DEFAULT_MAX_INFLIGHT: usize = 4096;
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 << 10;
+pub const DEFAULT_MAX_HEADERS: usize = 100;
+pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
 
 /// Everything the service can be tuned by.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -90,6 +103,37 @@ pub struct Config {
     /// Log line format.
     #[arg(long, env = LOG_FORMAT, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Key that seals stored routes and their credentials: 64 hex digits (`recast new-key`).
+    /// Unset: a key file `secret.key` is created in the data directory (mode 0600).
+    #[arg(long, env = SECRET_KEY, hide_env_values = true)]
+    pub secret_key: Option<Secret>,
+
+    /// Bearer token that the admin endpoints (`/v1/mapping`, `/v1/routes...`) require.
+    /// Unset: they are open, which recast allows only on a loopback listen address.
+    #[arg(long, env = ADMIN_TOKEN, hide_env_values = true)]
+    pub admin_token: Option<Secret>,
+
+    /// Most requests served at once; above it, 503 with `Retry-After` at once (`/healthz` and
+    /// `/readyz` are exempt).
+    #[arg(long, env = MAX_INFLIGHT, default_value_t = DEFAULT_MAX_INFLIGHT, value_parser = clap::value_parser!(u32).range(1..).map(|n| n as usize))]
+    pub max_inflight: usize,
+
+    /// Largest request head (request line and headers), in bytes; larger gets 431.
+    #[arg(long, env = MAX_HEADER_BYTES, default_value_t = DEFAULT_MAX_HEADER_BYTES, value_parser = clap::value_parser!(u32).range(1024..).map(|n| n as usize))]
+    pub max_header_bytes: usize,
+
+    /// Most headers in a request; more gets 431.
+    #[arg(long, env = MAX_HEADERS, default_value_t = DEFAULT_MAX_HEADERS, value_parser = clap::value_parser!(u16).range(1..).map(usize::from))]
+    pub max_headers: usize,
+
+    /// Time a client has to send a whole request head, in milliseconds (against slow clients).
+    #[arg(long, env = HEADER_TIMEOUT_MS, default_value_t = DEFAULT_HEADER_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout_ms: u64,
+
+    /// Time an idle keep-alive connection stays open, in milliseconds.
+    #[arg(long, env = IDLE_TIMEOUT_MS, default_value_t = DEFAULT_IDLE_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -114,6 +158,13 @@ impl Default for Config {
             workers: None,
             log: DEFAULT_LOG.to_owned(),
             log_format: LogFormat::Text,
+            secret_key: None,
+            admin_token: None,
+            max_inflight: DEFAULT_MAX_INFLIGHT,
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+            max_headers: DEFAULT_MAX_HEADERS,
+            header_timeout_ms: DEFAULT_HEADER_TIMEOUT_MS,
+            idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
         }
     }
 }
@@ -126,6 +177,22 @@ impl Config {
 
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_millis(self.shutdown_grace_ms)
+    }
+
+    /// Refuses to serve on `listen` with open admin endpoints unless it is a loopback address
+    /// (SPEC §5), and refuses an empty admin token.
+    pub fn check_exposure(&self, listen: SocketAddr) -> Result<(), String> {
+        match &self.admin_token {
+            Some(token) if token.expose().trim().is_empty() => {
+                Err("RECAST_ADMIN_TOKEN is set but empty; give it a value or unset it".to_owned())
+            }
+            Some(_) => Ok(()),
+            None if crate::policy::canonical(listen.ip()).is_loopback() => Ok(()),
+            None => Err(format!(
+                "recast would listen on {listen}, which is not a loopback address, with its admin \
+                 endpoints open; set RECAST_ADMIN_TOKEN (or listen on 127.0.0.1)"
+            )),
+        }
     }
 
     /// The settings of the upstream client.
@@ -181,6 +248,13 @@ mod tests {
             WORKERS,
             LOG,
             LOG_FORMAT,
+            SECRET_KEY,
+            ADMIN_TOKEN,
+            MAX_INFLIGHT,
+            MAX_HEADER_BYTES,
+            MAX_HEADERS,
+            HEADER_TIMEOUT_MS,
+            IDLE_TIMEOUT_MS,
         ];
         for name in all {
             assert!(names.iter().any(|n| n == name), "{name} is not bound");

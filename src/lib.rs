@@ -10,6 +10,7 @@ pub mod plan;
 pub mod policy;
 pub mod route;
 pub mod rules;
+pub mod secrets;
 pub mod server;
 pub mod storage;
 pub mod table;

@@ -23,17 +23,25 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the service. Every setting is a flag and a RECAST_* environment variable.
-    Serve(Config),
+    Serve(Box<Config>),
+    /// Print a new random secret key (64 hex digits) for RECAST_SECRET_KEY.
+    NewKey,
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Serve(config) => serve(config),
+        Command::Serve(config) => serve(*config),
+        Command::NewKey => {
+            println!("{}", recast::secrets::new_key_hex().map_err(anyhow::Error::msg)?);
+            Ok(())
+        }
     }
 }
 
 fn serve(config: Config) -> anyhow::Result<()> {
     init_logging(&config)?;
+    // Before binding, so an exposed address is never opened with open admin endpoints.
+    config.check_exposure(config.listen).map_err(anyhow::Error::msg)?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(workers) = config.workers {
         runtime.worker_threads(workers);

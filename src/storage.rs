@@ -1,9 +1,14 @@
 //! Durable storage of routes in RocksDB: the only module that touches it.
 //!
 //! Keys: `r/<uuid>` holds a route record; `c/<creation time, inverted><uuid>` is an empty index entry
-//! that lists routes newest first. Every acknowledged change is one atomic, synced write batch, so
-//! a crash either keeps all of it or none. Records are JSON with a schema version, read back
-//! through [`StoredRoute`].
+//! that lists routes newest first; `k` holds a value sealed with the secret key, to tell at start
+//! whether the key is the one the records were sealed with. Every acknowledged change is one
+//! atomic, synced write batch, so a crash either keeps all of it or none.
+//!
+//! Records are JSON with a schema version. A route's configuration, which holds its upstream
+//! credentials, is stored sealed (AES-256-GCM, bound to the record's key); only identity and times
+//! are readable without the key. Version 1 records (configuration in the clear) are sealed at
+//! start, and the store is compacted so the clear copies leave the files.
 
 use std::path::{Path, PathBuf};
 
@@ -11,11 +16,17 @@ use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::secrets::{Secret, SecretKey};
+
 /// The schema version written into every record.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
+/// Configuration in the clear; read only to be sealed.
+const SCHEMA_V1: u32 = 1;
 
 const ROUTE: u8 = b'r';
 const CREATED: u8 = b'c';
+const KEY_CHECK: &[u8] = b"k";
+const KEY_CHECK_TEXT: &[u8] = b"recast key check";
 
 /// Why storage failed.
 #[derive(Debug)]
@@ -28,6 +39,8 @@ pub enum StorageError {
     Io(String),
     /// A stored record cannot be read.
     Corrupt { key: String, why: String },
+    /// The secret key cannot be loaded, or is not the one the records were sealed with.
+    Key(String),
 }
 
 impl std::fmt::Display for StorageError {
@@ -43,6 +56,7 @@ impl std::fmt::Display for StorageError {
             }
             StorageError::Io(why) => write!(f, "storage failed: {why}"),
             StorageError::Corrupt { key, why } => write!(f, "stored record {key} is unreadable: {why}"),
+            StorageError::Key(why) => f.write_str(why),
         }
     }
 }
@@ -64,10 +78,32 @@ pub struct StoredRoute {
     pub config: serde_json::Value,
 }
 
+/// A key and its value, as RocksDB's iterator gives them.
+type KeyValue = (Box<[u8]>, Box<[u8]>);
+
+/// A record as it is on disk.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Record {
+    v: u32,
+    uuid: Uuid,
+    created_at: u64,
+    updated_at: u64,
+    /// Version 1: the configuration in the clear.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    config: Option<serde_json::Value>,
+    /// Version 2: the configuration's JSON text, sealed, in hex.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sealed: Option<String>,
+}
+
 /// The route store.
 pub struct Store {
     db: DB,
     dir: PathBuf,
+    key: SecretKey,
+    /// Version 1 records sealed when the store was opened.
+    pub migrated: usize,
 }
 
 /// One page of a listing, newest first.
@@ -78,8 +114,9 @@ pub struct Page {
 }
 
 impl Store {
-    /// Opens (creating if needed) the store in `dir`.
-    pub fn open(dir: &Path) -> Result<Store, StorageError> {
+    /// Opens (creating if needed) the store in `dir`, with the secret key from `secret` or the key
+    /// file in `dir`. Fails when the key is not the one the records were sealed with.
+    pub fn open(dir: &Path, secret: Option<&Secret>) -> Result<Store, StorageError> {
         if let Err(e) = std::fs::create_dir_all(dir) {
             return Err(StorageError::Open { dir: dir.to_owned(), why: e.to_string() });
         }
@@ -88,22 +125,150 @@ impl Store {
         // Small records, few of them per second: keep the footprint modest.
         options.set_keep_log_file_num(4);
         options.set_max_log_file_size(8 << 20);
-        match DB::open(&options, dir) {
-            Ok(db) => Ok(Store { db, dir: dir.to_owned() }),
-            Err(e) if is_lock_error(&e) => Err(StorageError::Locked { dir: dir.to_owned() }),
-            Err(e) => Err(StorageError::Open { dir: dir.to_owned(), why: e.into_string() }),
+        let db = match DB::open(&options, dir) {
+            Ok(db) => db,
+            Err(e) if is_lock_error(&e) => return Err(StorageError::Locked { dir: dir.to_owned() }),
+            Err(e) => return Err(StorageError::Open { dir: dir.to_owned(), why: e.into_string() }),
+        };
+        // Loaded while the database's lock is held, so two processes cannot both create a key.
+        let sealed_before = db.get(KEY_CHECK).map_err(io)?.is_some();
+        let key = SecretKey::load(secret, dir, !sealed_before).map_err(StorageError::Key)?;
+        let mut store = Store { db, dir: dir.to_owned(), key, migrated: 0 };
+        store.check_key()?;
+        store.migrated = store.seal_v1_records()?;
+        Ok(store)
+    }
+
+    /// Fails closed when the key does not open the key-check value; writes that value into a
+    /// store that has none yet.
+    fn check_key(&self) -> Result<(), StorageError> {
+        match self.db.get(KEY_CHECK).map_err(io)? {
+            Some(sealed) => match self.key.open(&sealed, KEY_CHECK) {
+                Ok(text) if text == KEY_CHECK_TEXT => Ok(()),
+                _ => Err(StorageError::Key(format!(
+                    "the secret key ({}) is not the one the stored routes in {} were sealed with; \
+                     start with the right RECAST_SECRET_KEY or key file (nothing was changed)",
+                    self.key.origin,
+                    self.dir.display()
+                ))),
+            },
+            // A new store, or one from before records were sealed (version 1 records only). Sealed
+            // records without a key check mean the check was removed: refuse rather than guess.
+            None if self.only_v1_records() => self.write_key_check(),
+            None => Err(StorageError::Key(format!(
+                "{} holds sealed routes but no key check; it was altered (nothing was changed)",
+                self.dir.display()
+            ))),
         }
+    }
+
+    fn write_key_check(&self) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        batch.put(KEY_CHECK, self.key.seal(KEY_CHECK_TEXT, KEY_CHECK));
+        self.write(batch)
+    }
+
+    /// Whether every route record is version 1 (written before records were sealed); true when
+    /// there are none.
+    fn only_v1_records(&self) -> bool {
+        self.all_records().all(|entry| {
+            entry
+                .ok()
+                .and_then(|(_, value)| serde_json::from_slice::<Record>(&value).ok())
+                .is_some_and(|r| r.v == SCHEMA_V1)
+        })
+    }
+
+    /// Seals every version 1 record in one synced batch, then compacts the store so the clear
+    /// copies are dropped from its files. Returns how many were sealed.
+    fn seal_v1_records(&self) -> Result<usize, StorageError> {
+        let mut batch = WriteBatch::default();
+        let mut sealed = 0;
+        for entry in self.all_records() {
+            let (key, value) = entry.map_err(io)?;
+            let Ok(record) = serde_json::from_slice::<Record>(&value) else { continue };
+            if record.v != SCHEMA_V1 {
+                continue;
+            }
+            let Some(config) = record.config else { continue };
+            let route = StoredRoute {
+                v: SCHEMA_VERSION,
+                uuid: record.uuid,
+                created_at: record.created_at,
+                updated_at: record.updated_at,
+                config,
+            };
+            batch.put(&key, self.encode(&key, &route)?);
+            sealed += 1;
+        }
+        if sealed > 0 {
+            self.write(batch)?;
+            self.db.flush().map_err(io)?;
+            self.db.compact_range::<&[u8], &[u8]>(None, None);
+            self.db.flush_wal(true).map_err(io)?;
+        }
+        Ok(sealed)
+    }
+
+    fn all_records(&self) -> impl Iterator<Item = Result<KeyValue, rocksdb::Error>> + '_ {
+        self.db
+            .iterator(IteratorMode::From(&[ROUTE], Direction::Forward))
+            .take_while(|entry| entry.as_ref().map_or(true, |(key, _)| key.first() == Some(&ROUTE)))
+    }
+
+    fn encode(&self, key: &[u8], route: &StoredRoute) -> Result<Vec<u8>, StorageError> {
+        let config = serde_json::to_vec(&route.config).map_err(|e| StorageError::Io(e.to_string()))?;
+        let record = Record {
+            v: SCHEMA_VERSION,
+            uuid: route.uuid,
+            created_at: route.created_at,
+            updated_at: route.updated_at,
+            config: None,
+            sealed: Some(hex(&self.key.seal(&config, key))),
+        };
+        serde_json::to_vec(&record).map_err(|e| StorageError::Io(e.to_string()))
+    }
+
+    fn decode(&self, key: &[u8], bytes: &[u8]) -> Result<StoredRoute, StorageError> {
+        let corrupt = |why: String| StorageError::Corrupt { key: encode_cursor(key), why };
+        let record: Record = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+        if record.v != SCHEMA_VERSION {
+            return Err(corrupt(format!("schema version {} is not {SCHEMA_VERSION}", record.v)));
+        }
+        let sealed = record
+            .sealed
+            .as_deref()
+            .and_then(unhex)
+            .ok_or_else(|| corrupt("no sealed configuration".into()))?;
+        let config = self
+            .key
+            .open(&sealed, key)
+            .map_err(|_| corrupt("the sealed configuration does not open".into()))?;
+        let config = serde_json::from_slice(&config).map_err(|e| corrupt(e.to_string()))?;
+        Ok(StoredRoute {
+            v: record.v,
+            uuid: record.uuid,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+            config,
+        })
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
+    /// Where the secret key came from.
+    pub fn key_origin(&self) -> &crate::secrets::KeyOrigin {
+        &self.key.origin
+    }
+
     /// Stores a new route or replaces one, durably (synced) and atomically with its index entry.
     pub fn put(&self, route: &StoredRoute) -> Result<(), StorageError> {
-        let value = serde_json::to_vec(route).map_err(|e| StorageError::Io(e.to_string()))?;
+        let key = route_key(route.uuid);
+        let value = self.encode(&key, route)?;
         let mut batch = WriteBatch::default();
-        batch.put(route_key(route.uuid), value);
+        batch.put(key, value);
         batch.put(created_key(route.created_at, route.uuid), []);
         self.write(batch)
     }
@@ -122,19 +287,16 @@ impl Store {
         let key = route_key(uuid);
         match self.db.get_pinned(key).map_err(io)? {
             None => Ok(None),
-            Some(bytes) => decode(&key, &bytes).map(Some),
+            Some(bytes) => self.decode(&key, &bytes).map(Some),
         }
     }
 
     /// Every stored route, oldest first; an unreadable record is returned as an error in place.
     pub fn all(&self) -> impl Iterator<Item = Result<StoredRoute, StorageError>> + '_ {
-        self.db
-            .iterator(IteratorMode::From(&[ROUTE], Direction::Forward))
-            .take_while(|entry| entry.as_ref().map_or(true, |(key, _)| key.first() == Some(&ROUTE)))
-            .map(|entry| {
-                let (key, value) = entry.map_err(io)?;
-                decode(&key, &value)
-            })
+        self.all_records().map(|entry| {
+            let (key, value) = entry.map_err(io)?;
+            self.decode(&key, &value)
+        })
     }
 
     /// Up to `limit` routes, newest first, starting after `cursor` (from a previous page).
@@ -208,13 +370,15 @@ impl Cursor {
     }
 }
 
-fn decode(key: &[u8], bytes: &[u8]) -> Result<StoredRoute, StorageError> {
-    let corrupt = |why: String| StorageError::Corrupt { key: encode_cursor(key), why };
-    let route: StoredRoute = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
-    if route.v != SCHEMA_VERSION {
-        return Err(corrupt(format!("schema version {} is not {SCHEMA_VERSION}", route.v)));
+fn hex(bytes: &[u8]) -> String {
+    encode_cursor(bytes)
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 || !text.is_ascii() {
+        return None;
     }
-    Ok(route)
+    (0..text.len() / 2).map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()).collect()
 }
 
 fn io(e: rocksdb::Error) -> StorageError {
@@ -229,4 +393,105 @@ fn is_lock_error(e: &rocksdb::Error) -> bool {
         && ["temporarily unavailable", "no locks available", "hold by current process"]
             .iter()
             .any(|m| text.contains(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secrets::new_key_hex;
+
+    fn route(uuid: Uuid, token: &str) -> StoredRoute {
+        let config = serde_json::json!({ "auth": { "mode": "stored", "kind": "Bearer", "token": token } });
+        StoredRoute { v: SCHEMA_VERSION, uuid, created_at: 7, updated_at: 8, config }
+    }
+
+    /// Every file under `dir` that holds `needle`.
+    fn files_holding(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                found.extend(files_holding(&path, needle));
+            } else if std::fs::read(&path).unwrap().windows(needle.len()).any(|w| w == needle) {
+                found.push(path);
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn configurations_are_sealed_on_disk_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let uuid = Uuid::new_v4();
+        {
+            let store = Store::open(dir.path(), None).unwrap();
+            store.put(&route(uuid, "canary-sealed-7f3a")).unwrap();
+            assert_eq!(store.get(uuid).unwrap(), Some(route(uuid, "canary-sealed-7f3a")));
+        }
+        assert_eq!(files_holding(dir.path(), b"canary-sealed-7f3a"), Vec::<PathBuf>::new());
+        let store = Store::open(dir.path(), None).unwrap();
+        assert_eq!(store.get(uuid).unwrap(), Some(route(uuid, "canary-sealed-7f3a")));
+    }
+
+    #[test]
+    fn a_wrong_key_fails_closed_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (right, wrong) = (Secret::new(new_key_hex().unwrap()), Secret::new(new_key_hex().unwrap()));
+        let uuid = Uuid::new_v4();
+        Store::open(dir.path(), Some(&right)).unwrap().put(&route(uuid, "t")).unwrap();
+        let Err(StorageError::Key(why)) = Store::open(dir.path(), Some(&wrong)) else {
+            panic!("a wrong key must not open the store")
+        };
+        assert!(why.contains("not the one the stored routes"), "{why}");
+        let Err(StorageError::Key(why)) = Store::open(dir.path(), None) else { panic!("no key, no store") };
+        assert!(why.contains("set RECAST_SECRET_KEY"), "{why}");
+        assert!(!dir.path().join(crate::secrets::KEY_FILE).exists());
+        let store = Store::open(dir.path(), Some(&right)).unwrap();
+        assert_eq!(store.get(uuid).unwrap(), Some(route(uuid, "t")));
+    }
+
+    #[test]
+    fn a_store_with_sealed_routes_but_no_key_check_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), None).unwrap();
+            store.put(&route(Uuid::new_v4(), "t")).unwrap();
+            store.db.delete(KEY_CHECK).unwrap();
+        }
+        let Err(StorageError::Key(why)) = Store::open(dir.path(), None) else { panic!("refused") };
+        assert!(why.contains("altered"), "{why}");
+    }
+
+    #[test]
+    fn version_1_records_are_sealed_at_start_and_their_clear_copies_leave_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let uuid = Uuid::new_v4();
+        {
+            // A store as the first schema wrote it: the configuration in the clear.
+            let mut options = Options::default();
+            options.create_if_missing(true);
+            let db = DB::open(&options, dir.path()).unwrap();
+            let record = serde_json::json!({
+                "v": 1, "uuid": uuid, "createdAt": 7, "updatedAt": 8,
+                "config": route(uuid, "canary-v1-clear-91b2").config,
+            });
+            db.put(route_key(uuid), serde_json::to_vec(&record).unwrap()).unwrap();
+            db.put(created_key(7, uuid), []).unwrap();
+            db.flush().unwrap();
+        }
+        assert!(
+            !files_holding(dir.path(), b"canary-v1-clear-91b2").is_empty(),
+            "the test starts in the clear"
+        );
+        {
+            let store = Store::open(dir.path(), None).unwrap();
+            assert_eq!(store.migrated, 1);
+            assert_eq!(store.get(uuid).unwrap(), Some(route(uuid, "canary-v1-clear-91b2")));
+        }
+        assert_eq!(files_holding(dir.path(), b"canary-v1-clear-91b2"), Vec::<PathBuf>::new());
+        let store = Store::open(dir.path(), None).unwrap();
+        assert_eq!(store.migrated, 0);
+        assert_eq!(store.all().count(), 1);
+        assert_eq!(store.page(10, None).unwrap().routes, [route(uuid, "canary-v1-clear-91b2")]);
+    }
 }

@@ -2,7 +2,9 @@
 //! through [`ApiError`], stamps `X-Request-Id` on every answer, loads the stored routes at start
 //! and drains on shutdown.
 
+mod admission;
 mod call;
+mod connection;
 mod mapping;
 mod preview;
 pub mod problem;
@@ -21,12 +23,13 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use crate::config::Config;
+use self::admission::{AdminToken, InFlight};
+use self::connection::Activity;
+use crate::config::{Config, DEFAULT_MAX_HEADERS};
 use crate::policy::{OutboundPolicy, SystemLookup};
 use crate::route::Route;
 use crate::storage::{StorageError, Store};
@@ -57,6 +60,8 @@ pub enum Lifecycle {
 pub enum RunError {
     Storage(StorageError),
     Io(std::io::Error),
+    /// Settings that recast refuses to run with.
+    Config(String),
 }
 
 impl std::fmt::Display for RunError {
@@ -64,6 +69,7 @@ impl std::fmt::Display for RunError {
         match self {
             RunError::Storage(e) => e.fmt(f),
             RunError::Io(e) => e.fmt(f),
+            RunError::Config(why) => f.write_str(why),
         }
     }
 }
@@ -78,6 +84,8 @@ pub struct State {
     store: Arc<Store>,
     table: RouteTable,
     client: UpstreamClient,
+    admin: Option<AdminToken>,
+    in_flight: InFlight,
     /// Held while a route is replaced or deleted, so those changes apply one at a time.
     writes: tokio::sync::Mutex<()>,
 }
@@ -126,8 +134,11 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
+    let listen = listener.local_addr().map_err(RunError::Io)?;
+    config.check_exposure(listen).map_err(RunError::Config)?;
     let dir = config.data_dir.clone();
-    let store = tokio::task::spawn_blocking(move || Store::open(&dir))
+    let secret = config.secret_key.clone();
+    let store = tokio::task::spawn_blocking(move || Store::open(&dir, secret.as_ref()))
         .await
         .map_err(|e| RunError::Io(std::io::Error::other(e)))?
         .map_err(RunError::Storage)?;
@@ -137,6 +148,8 @@ pub async fn run(
             Arc::new(OutboundPolicy::new(&config.upstream_allow)),
             Arc::new(SystemLookup),
         ),
+        admin: config.admin_token.as_ref().map(AdminToken::new),
+        in_flight: InFlight::new(config.max_inflight),
         config,
         lifecycle: AtomicU8::new(Lifecycle::Idle as u8),
         request_ids: RequestIds::new(),
@@ -145,6 +158,10 @@ pub async fn run(
         writes: tokio::sync::Mutex::new(()),
     });
     tracing::info!(state = ?Lifecycle::Idle, data = %state.store.dir().display(), "lifecycle");
+    tracing::info!(key = %state.store.key_origin(), "stored routes are sealed with the secret key from");
+    if state.store.migrated > 0 {
+        tracing::info!(routes = state.store.migrated, "stored routes sealed with the secret key");
+    }
     let loader = {
         let state = state.clone();
         tokio::task::spawn_blocking(move || {
@@ -156,10 +173,22 @@ pub async fn run(
     };
 
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new());
-    let graceful = GracefulShutdown::new();
+    http.timer(TokioTimer::new())
+        .max_header_size(state.config.max_header_bytes)
+        .header_read_timeout(Duration::from_millis(state.config.header_timeout_ms));
+    // hyper keeps up to 100 headers on the stack; more means a heap allocation per request.
+    if state.config.max_headers != DEFAULT_MAX_HEADERS {
+        http.max_headers(state.config.max_headers);
+    }
+    let idle = Duration::from_millis(state.config.idle_timeout_ms);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
     let mut connections = JoinSet::new();
-    tracing::info!(address = %listener.local_addr().map_err(RunError::Io)?, "listening");
+    tracing::info!(address = %listen, "listening");
+    if state.admin.is_none() {
+        tracing::warn!(
+            "RECAST_ADMIN_TOKEN is not set: anyone who can reach {listen} can register and change routes"
+        );
+    }
     tracing::info!(upstream_allow = %state.config.upstream_allow, "outbound policy: public addresses, plus");
     tokio::pin!(shutdown);
     loop {
@@ -168,13 +197,21 @@ pub async fn run(
                 Ok((stream, _peer)) => {
                     let _ = stream.set_nodelay(true);
                     let state = state.clone();
+                    let activity = Activity::new();
+                    let busy = activity.clone();
                     let service = service_fn(move |request| {
                         let state = state.clone();
-                        async move { Ok::<_, Infallible>(handle(&state, request).await) }
+                        let busy = busy.busy();
+                        async move {
+                            let response = handle(&state, request).await;
+                            drop(busy);
+                            Ok::<_, Infallible>(response)
+                        }
                     });
-                    let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+                    let connection = http.serve_connection(TokioIo::new(stream), service);
+                    let driven = connection::drive(connection, activity, idle, stopping.clone());
                     connections.spawn(async move {
-                        if let Err(e) = connection.await {
+                        if let Err(e) = driven.await {
                             tracing::debug!(error = %e, "connection ended with an error");
                         }
                     });
@@ -193,7 +230,9 @@ pub async fn run(
     drop(listener);
     state.enter(Lifecycle::Stopped);
     let grace = state.config.shutdown_grace();
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    let _ = stop.send(true);
+    let drained = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(grace, drained).await.is_err() {
         tracing::warn!(open = connections.len(), ?grace, "grace period over; closing what is left");
     }
     connections.shutdown().await;
@@ -233,7 +272,15 @@ fn load_routes(state: &State) {
 async fn handle(state: &State, request: Request<Incoming>) -> Response {
     let request_id = state.request_ids.for_request(&request);
     let path = request.uri().path().to_owned();
-    let result = route(state, request, &path).await;
+    // Health checks stay answerable under any load; everything else takes a place or gets 503.
+    let admitted = match path.as_str() {
+        "/healthz" | "/readyz" => Ok(None),
+        _ => state.in_flight.enter().map(Some).ok_or(ApiError::Overloaded),
+    };
+    let result = match admitted {
+        Ok(_place) => route(state, request, &path).await,
+        Err(overloaded) => Err(overloaded),
+    };
     let mut response = result.unwrap_or_else(|e| e.to_response(&path));
     response.headers_mut().insert(REQUEST_ID, request_id);
     response
@@ -242,6 +289,12 @@ async fn handle(state: &State, request: Request<Incoming>) -> Response {
 async fn route(state: &State, request: Request<Incoming>, path: &str) -> Result<Response, ApiError> {
     let method = request.method().clone();
     let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).splitn(3, '/').collect();
+    if admission::is_admin_path(&segments)
+        && let Some(token) = &state.admin
+        && !token.admits(request.headers())
+    {
+        return Err(ApiError::AdminTokenRequired);
+    }
     match (&method, segments.as_slice()) {
         (&Method::POST, ["v1", "preview"]) => preview::preview(state, request).await,
         (_, ["v1", "preview"]) => Err(ApiError::MethodNotAllowed { allow: "POST" }),

@@ -40,6 +40,8 @@ pub enum ApiError {
     },
     /// A runtime-auth route called without `X-Mapped-Auth`.
     AuthRequired,
+    /// An admin endpoint called without the admin token (SPEC §6).
+    AdminTokenRequired,
 
     // From the upstream.
     /// A route call's upstream failed (`validating: false`), or a registration's live call did.
@@ -51,6 +53,8 @@ pub enum ApiError {
     // From recast itself.
     /// Still loading routes.
     Starting,
+    /// `RECAST_MAX_INFLIGHT` requests are already in flight.
+    Overloaded,
     /// A stored route that cannot serve calls (its rules no longer compile, ...).
     RouteUnavailable(String),
     /// Storage failed; the change was not made.
@@ -98,7 +102,7 @@ impl ApiError {
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::AuthRequired => StatusCode::UNAUTHORIZED,
+            ApiError::AuthRequired | ApiError::AdminTokenRequired => StatusCode::UNAUTHORIZED,
             ApiError::Upstream { failure, validating } => match failure {
                 // A registration names an upstream the policy refuses: the client's mistake.
                 UpstreamFailure::NotAllowed(_) if *validating => StatusCode::BAD_REQUEST,
@@ -107,7 +111,9 @@ impl ApiError {
                 UpstreamFailure::Status(status) if status.is_client_error() && !validating => *status,
                 _ => StatusCode::BAD_GATEWAY,
             },
-            ApiError::Starting | ApiError::RouteUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Starting | ApiError::RouteUnavailable(_) | ApiError::Overloaded => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -123,6 +129,8 @@ impl ApiError {
             ApiError::NotFound => "not-found",
             ApiError::MethodNotAllowed { .. } => "method-not-allowed",
             ApiError::AuthRequired => "auth-required",
+            ApiError::AdminTokenRequired => "admin-token-required",
+            ApiError::Overloaded => "overloaded",
             ApiError::Upstream { failure: UpstreamFailure::NotAllowed(_), .. } => "upstream-not-allowed",
             ApiError::Upstream { validating: true, .. } => "upstream-validation-failed",
             ApiError::Upstream { failure, .. } => match failure {
@@ -151,6 +159,8 @@ impl ApiError {
             ApiError::NotFound => "Nothing is here",
             ApiError::MethodNotAllowed { .. } => "Method not allowed",
             ApiError::AuthRequired => "This route needs X-Mapped-Auth",
+            ApiError::AdminTokenRequired => "This endpoint needs the admin token",
+            ApiError::Overloaded => "recast is at its limit of requests in flight",
             ApiError::Upstream { failure: UpstreamFailure::NotAllowed(_), .. } => {
                 "The upstream's address is not allowed; nothing was sent"
             }
@@ -206,6 +216,11 @@ impl ApiError {
                 UpstreamFailure::NotAllowed(why) => why.clone(),
             },
             ApiError::Starting => "try again in a moment".to_owned(),
+            ApiError::AdminTokenRequired => {
+                "send `Authorization: Bearer <token>` with the token recast was started with (RECAST_ADMIN_TOKEN)"
+                    .to_owned()
+            }
+            ApiError::Overloaded => "RECAST_MAX_INFLIGHT requests are in flight; try again in a moment".to_owned(),
         }
     }
 
@@ -243,8 +258,14 @@ impl ApiError {
             ApiError::MethodNotAllowed { allow } => {
                 headers.insert(header::ALLOW, HeaderValue::from_static(allow));
             }
-            ApiError::Starting | ApiError::RouteUnavailable(_) => {
+            ApiError::Starting | ApiError::RouteUnavailable(_) | ApiError::Overloaded => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ApiError::AdminTokenRequired => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"recast admin\""),
+                );
             }
             _ => {}
         }

@@ -26,7 +26,12 @@ pub struct Binary {
 impl Binary {
     /// Starts the binary on `dir` and waits until it is ready.
     pub async fn start(dir: &Path) -> Binary {
-        let mut binary = Binary::spawn(dir);
+        Binary::start_with(dir, &[]).await
+    }
+
+    /// Starts the binary on `dir` with more environment variables and waits until it is ready.
+    pub async fn start_with(dir: &Path, env: &[(&str, &str)]) -> Binary {
+        let mut binary = Binary::spawn_with(dir, env);
         let addr = binary.wait_for_line("listening").and_then(|line| {
             let at = line.find("address=")? + "address=".len();
             line[at..].split_whitespace().next()?.parse().ok()
@@ -42,6 +47,10 @@ impl Binary {
     }
 
     pub fn spawn(dir: &Path) -> Binary {
+        Binary::spawn_with(dir, &[])
+    }
+
+    pub fn spawn_with(dir: &Path, env: &[(&str, &str)]) -> Binary {
         let mut command = Command::new(env!("CARGO_BIN_EXE_recast"));
         command
             .args(["serve", "--listen", "127.0.0.1:0", "--upstream-allow", "127.0.0.0/8", "--data-dir"])
@@ -49,12 +58,12 @@ impl Binary {
         for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("RECAST_")) {
             command.env_remove(name);
         }
-        let mut child = command
-            .env("RECAST_LOG", "info")
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("the binary starts");
+        command.env("RECAST_LOG", "info");
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child =
+            command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().expect("the binary starts");
         let stderr = child.stderr.take().expect("stderr");
         let log = Arc::new(Mutex::new(Vec::new()));
         let lines = log.clone();
@@ -72,6 +81,25 @@ impl Binary {
         while Instant::now() < deadline {
             if let Some(line) = self.log.lock().unwrap().iter().find(|line| line.contains(text)) {
                 return Some(line.clone());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// Everything logged so far.
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Waits up to ten seconds for the process to exit by itself.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                // Let the stderr reader take the last lines.
+                std::thread::sleep(Duration::from_millis(50));
+                return Some(status);
             }
             std::thread::sleep(Duration::from_millis(10));
         }

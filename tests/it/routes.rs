@@ -443,7 +443,7 @@ async fn a_stored_route_that_no_longer_compiles_answers_503() {
     let dir = tempfile::TempDir::new().unwrap();
     let uuid = uuid::Uuid::new_v4();
     {
-        let store = recast::storage::Store::open(dir.path()).unwrap();
+        let store = recast::storage::Store::open(dir.path(), None).unwrap();
         let config = serde_json::json!({
             "path": "broken", "method": "GET", "baseUrl": "http://127.0.0.1:9", "upstreamPath": "",
             "upstreamMethod": "GET", "headers": {}, "queries": {}, "body": null, "preQueries": {},

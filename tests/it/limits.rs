@@ -1,0 +1,237 @@
+//! Admin authentication and the limits of SPEC §5: request head size and header count (431),
+//! slow request heads, idle keep-alive connections, and the in-flight limit with its 503.
+
+use std::time::{Duration, Instant};
+
+use http::Method;
+use recast::config::Config;
+use recast::secrets::Secret;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::routes::{MEALS, registration};
+use crate::support::{Reply, Service, Upstream, config, get, send};
+
+const PREVIEW: &str = r#"{"originalResponse":{"a":"1"},"mappingRules":{"newBodyFields":{"a":{"key":"a","type":"Int"}},"oldBodyFields":{"a":{"keys":["a"]}}}}"#;
+
+#[tokio::test]
+async fn the_admin_token_guards_mapping_and_routes_and_nothing_else() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(Config { admin_token: Some(Secret::new("admin-7c1e")), ..config() }).await;
+    let body = registration(&upstream.url("/"), "", "");
+    let json = ("content-type", "application/json");
+    let right = ("authorization", "Bearer admin-7c1e");
+
+    for authorization in [
+        None,
+        Some("Bearer admin-7c1"),
+        Some("Bearer admin-7c1ee"),
+        Some("Basic admin-7c1e"),
+        Some("admin-7c1e"),
+    ] {
+        let mut headers = vec![json];
+        headers.extend(authorization.map(|a| ("authorization", a)));
+        let answer = send(Method::POST, &service.url("/v1/mapping"), &headers, body.clone()).await;
+        answer.assert_problem(401, "admin-token-required");
+        assert_eq!(answer.header("www-authenticate"), Some(r#"Bearer realm="recast admin""#));
+    }
+    assert_eq!(upstream.connections(), 0, "refused registrations make no live call");
+
+    let created = send(Method::POST, &service.url("/v1/mapping"), &[json, right], body.clone()).await;
+    assert_eq!(created.status, 201);
+    let path = created.json().get("path").and_then(|p| p.as_str()).unwrap().to_owned();
+    let one = format!("/v1/routes/{}", &path[4..40]);
+    for (method, at) in [
+        (Method::GET, "/v1/routes"),
+        (Method::GET, one.as_str()),
+        (Method::PUT, one.as_str()),
+        (Method::DELETE, one.as_str()),
+        (Method::GET, "/v1/routes/not-a-uuid"),
+        (Method::PATCH, "/v1/mapping"),
+    ] {
+        let answer = send(method.clone(), &service.url(at), &[json], body.clone()).await;
+        answer.assert_problem(401, "admin-token-required");
+    }
+    assert_eq!(get(&service.url(&one)).await.status, 401);
+    let shown = send(Method::GET, &service.url(&one), &[right], "").await;
+    assert_eq!(shown.status, 200);
+
+    // Route calls, previews and health checks need no admin token.
+    assert_eq!(get(&service.url(&path)).await.status, 200);
+    let preview = send(Method::POST, &service.url("/v1/preview"), &[json], PREVIEW).await;
+    assert_eq!(preview.status, 200);
+    assert_eq!(get(&service.url("/healthz")).await.status, 200);
+
+    let deleted = send(Method::DELETE, &service.url(&one), &[right], "").await;
+    assert_eq!(deleted.status, 204);
+    service.stop().await;
+}
+
+#[test]
+fn open_admin_endpoints_are_refused_beyond_loopback() {
+    let open = Config::default();
+    for listen in ["127.0.0.1:8080", "127.8.9.10:1", "[::1]:8080", "[::ffff:127.0.0.1]:80"] {
+        assert_eq!(open.check_exposure(listen.parse().unwrap()), Ok(()), "{listen}");
+    }
+    for listen in ["0.0.0.0:8080", "[::]:8080", "192.0.2.10:8080", "10.0.0.1:80", "[2001:db8::1]:80"] {
+        let refused = open.check_exposure(listen.parse().unwrap()).unwrap_err();
+        assert!(refused.contains("RECAST_ADMIN_TOKEN"), "{listen}: {refused}");
+    }
+    let guarded = Config { admin_token: Some(Secret::new("t")), ..Config::default() };
+    assert_eq!(guarded.check_exposure("0.0.0.0:8080".parse().unwrap()), Ok(()));
+    let empty = Config { admin_token: Some(Secret::new(" ")), ..Config::default() };
+    assert!(empty.check_exposure("127.0.0.1:8080".parse().unwrap()).unwrap_err().contains("empty"));
+}
+
+/// Sends `request` on a fresh connection and returns everything the server sends back until it
+/// closes (or five seconds pass).
+async fn raw(service: &Service, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(service.addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test]
+async fn request_heads_over_the_limits_get_431() {
+    let service =
+        Service::start(Config { max_header_bytes: 4096, max_headers: 20, ..Config::default() }).await;
+    let big = format!(
+        "GET /healthz HTTP/1.1\r\nhost: t\r\nx-big: {}\r\nconnection: close\r\n\r\n",
+        "a".repeat(5000)
+    );
+    let answer = raw(&service, big.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 431 "), "{answer}");
+    let many: String = (0..30).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let many = format!("GET /healthz HTTP/1.1\r\nhost: t\r\n{many}connection: close\r\n\r\n");
+    let answer = raw(&service, many.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 431 "), "{answer}");
+    // Within the limits, the same request is served.
+    let fine = raw(&service, b"GET /healthz HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n").await;
+    assert!(fine.starts_with("HTTP/1.1 200 "), "{fine}");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_head_is_cut_off() {
+    let service = Service::start(Config { header_timeout_ms: 300, ..Config::default() }).await;
+    let started = Instant::now();
+    let mut slow = TcpStream::connect(service.addr).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n").await.unwrap();
+    // One more header line now and then, never the blank line that ends the head.
+    let dripping = async {
+        for i in 0..50 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if slow.write_all(format!("x-{i}: v\r\n").as_bytes()).await.is_err() {
+                break;
+            }
+        }
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), slow.read_to_end(&mut rest)).await;
+    };
+    // Meanwhile the service answers others.
+    let health_url = service.url("/healthz");
+    let (_, health) = tokio::join!(dripping, get(&health_url));
+    assert_eq!(health.status, 200);
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "the slow head was cut off after {took:?}");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn idle_keep_alive_connections_are_closed_but_busy_ones_are_not() {
+    let upstream =
+        Upstream::start(|_| Reply { delay: Duration::from_millis(800), ..Reply::json(MEALS) }).await;
+    let service = Service::start(Config { idle_timeout_ms: 300, ..config() }).await;
+    let path = {
+        let created = send(
+            Method::POST,
+            &service.url("/v1/mapping"),
+            &[("content-type", "application/json")],
+            registration(&upstream.url("/"), "", ""),
+        )
+        .await;
+        assert_eq!(created.status, 201);
+        created.json().get("path").and_then(|p| p.as_str()).unwrap().to_owned()
+    };
+
+    // A call that takes longer than the idle timeout is answered on its keep-alive connection...
+    let mut stream = TcpStream::connect(service.addr).await.unwrap();
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nhost: t\r\n\r\n").as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.unwrap().unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    // ...and then closed once it has been idle for the timeout.
+    let idle_since = Instant::now();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest))
+        .await
+        .expect("the idle connection is closed")
+        .unwrap();
+    let idle = idle_since.elapsed();
+    assert!(idle >= Duration::from_millis(250) && idle < Duration::from_secs(2), "closed after {idle:?}");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn above_the_in_flight_limit_calls_get_503_at_once_and_health_stays_up() {
+    let upstream =
+        Upstream::start(|_| Reply { delay: Duration::from_millis(1500), ..Reply::json(MEALS) }).await;
+    let service = Service::start(Config { max_inflight: 2, ..config() }).await;
+    let created = send(
+        Method::POST,
+        &service.url("/v1/mapping"),
+        &[("content-type", "application/json")],
+        registration(&upstream.url("/"), "", ""),
+    )
+    .await;
+    assert_eq!(created.status, 201);
+    let path = created.json().get("path").and_then(|p| p.as_str()).unwrap().to_owned();
+    let url = service.url(&path);
+
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { get(&url).await })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while upstream.received().len() < 3 {
+        assert!(Instant::now() < deadline, "the two calls reach the upstream");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = Instant::now();
+    let refused = get(&url).await;
+    assert!(started.elapsed() < Duration::from_millis(500), "refused at once");
+    refused.assert_problem(503, "overloaded");
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    let preview = send(Method::POST, &service.url("/v1/preview"), &[], PREVIEW).await;
+    preview.assert_problem(503, "overloaded");
+    assert_eq!(get(&service.url("/healthz")).await.status, 200);
+    assert_eq!(get(&service.url("/readyz")).await.status, 200);
+
+    for call in slow {
+        assert_eq!(call.await.unwrap().status, 200);
+    }
+    assert_eq!(get(&url).await.status, 200, "places are freed when calls finish");
+    service.stop().await;
+}
+
+#[test]
+fn the_binary_will_not_listen_beyond_loopback_with_open_admin_endpoints() {
+    let dir = tempfile::TempDir::new().unwrap();
+    // 192.0.2.1 is a documentation address: the check refuses before any socket is made, and
+    // if it did not, binding would fail rather than expose anything.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_recast"))
+        .args(["serve", "--listen", "192.0.2.1:8080", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("RECAST_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("not a loopback address") && stderr.contains("RECAST_ADMIN_TOKEN"), "{stderr}");
+    assert!(!stderr.contains("cannot listen"), "refused before binding: {stderr}");
+}
