@@ -3,16 +3,16 @@
 
 say() { printf 'recast: %s\n' "$*" >&2; }
 
-# Rust 1.85 or newer (edition 2024).
+# Rust 1.88 or newer (edition 2024).
 ensure_toolchain() {
     if ! command -v cargo >/dev/null 2>&1; then
-        say "cargo is missing: install Rust 1.85 or newer from https://rustup.rs, then run this again"
+        say "cargo is missing: install Rust 1.88 or newer from https://rustup.rs, then run this again"
         exit 1
     fi
     local version
     version=$(rustc --version | awk '{print $2}')
-    if [ "$(printf '%s\n1.85.0\n' "$version" | sort -V | head -n 1)" != "1.85.0" ]; then
-        say "rustc $version is too old: recast needs 1.85 or newer (rustup update stable)"
+    if [ "$(printf '%s\n1.88.0\n' "$version" | sort -V | head -n 1)" != "1.88.0" ]; then
+        say "rustc $version is too old: recast needs 1.88 or newer (rustup update stable)"
         exit 1
     fi
 }

@@ -107,15 +107,32 @@ impl fmt::Display for NotAllowed {
 impl std::error::Error for NotAllowed {}
 
 /// The policy: public addresses, plus what `RECAST_UPSTREAM_ALLOW` lists.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct OutboundPolicy {
     nets: Vec<IpNet>,
     hosts: Vec<String>,
+    /// Whether public addresses are allowed (always in service; harnesses turn it off).
+    public: bool,
+}
+
+impl Default for OutboundPolicy {
+    fn default() -> OutboundPolicy {
+        OutboundPolicy { nets: Vec::new(), hosts: Vec::new(), public: true }
+    }
 }
 
 impl OutboundPolicy {
     pub fn new(allow: &AllowList) -> OutboundPolicy {
-        let mut policy = OutboundPolicy::default();
+        OutboundPolicy::with_public(allow, true)
+    }
+
+    /// Only what `allow` lists, no public address: for harnesses that must stay on loopback.
+    pub fn only(allow: &AllowList) -> OutboundPolicy {
+        OutboundPolicy::with_public(allow, false)
+    }
+
+    fn with_public(allow: &AllowList, public: bool) -> OutboundPolicy {
+        let mut policy = OutboundPolicy { public, ..OutboundPolicy::default() };
         for entry in &allow.0 {
             match entry {
                 AllowEntry::Net(net) => policy.nets.push(*net),
@@ -128,7 +145,7 @@ impl OutboundPolicy {
     /// Whether one address of `host` may be connected to.
     pub fn allows(&self, host: &str, ip: IpAddr) -> bool {
         let ip = canonical(ip);
-        is_public(ip)
+        (self.public && is_public(ip))
             || self.nets.iter().any(|net| net.contains(&ip))
             || self.hosts.iter().any(|allowed| allowed.eq_ignore_ascii_case(host.trim_end_matches('.')))
     }
@@ -216,6 +233,17 @@ fn in_v6(ip: Ipv6Addr, net: [u16; 8], len: u8) -> bool {
 /// Resolves host names. The system's resolver in service; a stub in tests.
 pub trait Lookup: Send + Sync + 'static {
     fn lookup(&self, host: &str) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<IpAddr>>> + Send>>;
+}
+
+/// A resolver that knows no name (for harnesses that must not query DNS).
+pub struct NoLookup;
+
+impl Lookup for NoLookup {
+    fn lookup(&self, host: &str) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<IpAddr>>> + Send>> {
+        let error =
+            std::io::Error::new(std::io::ErrorKind::NotFound, format!("`{host}` is not resolved here"));
+        Box::pin(std::future::ready(Err(error)))
+    }
 }
 
 /// The operating system's resolver (`getaddrinfo`, on a blocking thread).
@@ -425,6 +453,14 @@ mod tests {
         }
         assert!("10.0.0.0/8,a b".parse::<AllowList>().is_err());
         assert_eq!("".parse::<AllowList>(), Ok(AllowList::default()), "unset and empty are the same");
+    }
+
+    #[test]
+    fn a_harness_policy_allows_only_its_list() {
+        let policy = OutboundPolicy::only(&"127.0.0.77".parse().unwrap());
+        assert!(policy.allows("h", ip("127.0.0.77")));
+        assert!(!policy.allows("h", ip("8.8.8.8")));
+        assert!(!policy.allows("h", ip("127.0.0.1")));
     }
 
     #[test]

@@ -303,6 +303,12 @@ impl BaseUrl {
         if !url.username().is_empty() || url.password().is_some() {
             return Err("the URL may not hold credentials (`user:pass@`); use `authHeader`".into());
         }
+        // The URL standard lets characters such as `{` or `}` into host names; HTTP and DNS do not.
+        if let Some(domain) = url.domain()
+            && !domain.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+        {
+            return Err(format!("`{domain}` is not a valid host name"));
+        }
         if url.query().is_some() || url.fragment().is_some() {
             return Err("the base URL may not have a query or fragment; use `originalRoute.queries`".into());
         }
@@ -689,6 +695,22 @@ mod tests {
         }
         for path in ["", "x", "/x/y.json", "a%20b", "api/json/v1/1/random.php?c=Seafood"] {
             assert!(UpstreamPath::parse(path).is_ok(), "{path}");
+        }
+    }
+
+    #[test]
+    fn base_urls_need_a_valid_host_name() {
+        for base in ["https://}", "http://a{b}.example/", "http://a|b/", "http://a%7Bb/"] {
+            assert!(BaseUrl::parse(base).is_err(), "{base}");
+        }
+        for base in [
+            "https://api.example.com/v2/",
+            "http://127.0.0.1:9/",
+            "http://[::1]/",
+            "https://bücher.example/",
+            "http://a_b.example/",
+        ] {
+            assert!(BaseUrl::parse(base).is_ok(), "{base}");
         }
     }
 }

@@ -30,7 +30,7 @@ use uuid::Uuid;
 use self::admission::{AdminToken, InFlight};
 use self::connection::Activity;
 use crate::config::{Config, DEFAULT_MAX_HEADERS};
-use crate::policy::{OutboundPolicy, SystemLookup};
+use crate::policy::{Lookup, OutboundPolicy, SystemLookup};
 use crate::route::Route;
 use crate::storage::{StorageError, Store};
 use crate::table::RouteTable;
@@ -134,6 +134,26 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RunError> {
+    let outbound = Outbound {
+        policy: Arc::new(OutboundPolicy::new(&config.upstream_allow)),
+        lookup: Arc::new(SystemLookup),
+    };
+    run_with(listener, config, outbound, shutdown).await
+}
+
+/// Where upstream calls may go and how names are resolved.
+pub struct Outbound {
+    pub policy: Arc<OutboundPolicy>,
+    pub lookup: Arc<dyn Lookup>,
+}
+
+/// [`run`] with the outbound policy and resolver given (harnesses that must stay on loopback).
+pub async fn run_with(
+    listener: TcpListener,
+    config: Config,
+    outbound: Outbound,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RunError> {
     let listen = listener.local_addr().map_err(RunError::Io)?;
     config.check_exposure(listen).map_err(RunError::Config)?;
     let dir = config.data_dir.clone();
@@ -143,11 +163,7 @@ pub async fn run(
         .map_err(|e| RunError::Io(std::io::Error::other(e)))?
         .map_err(RunError::Storage)?;
     let state = Arc::new(State {
-        client: UpstreamClient::new(
-            config.upstream(),
-            Arc::new(OutboundPolicy::new(&config.upstream_allow)),
-            Arc::new(SystemLookup),
-        ),
+        client: UpstreamClient::new(config.upstream(), outbound.policy, outbound.lookup),
         admin: config.admin_token.as_ref().map(AdminToken::new),
         in_flight: InFlight::new(config.max_inflight),
         config,
@@ -173,7 +189,10 @@ pub async fn run(
     };
 
     let mut http = hyper::server::conn::http1::Builder::new();
+    // A client may close its sending side once its request is out (`shutdown(SHUT_WR)`) and
+    // still get the answer.
     http.timer(TokioTimer::new())
+        .half_close(true)
         .max_header_size(state.config.max_header_bytes)
         .header_read_timeout(Duration::from_millis(state.config.header_timeout_ms));
     // hyper keeps up to 100 headers on the stack; more means a heap allocation per request.

@@ -35,3 +35,52 @@ fn rules_exec_corpus_replays_and_reaches_the_executor() {
     assert!(mapped * 4 >= files.len(), "only {mapped} of {} seeds map anything: {reached:?}", files.len());
     assert!(reached.contains_key(&Reached::RulesRefused), "no seed exercises rule problems: {reached:?}");
 }
+
+/// Replays one target's corpus through `run`, and returns how often each outcome came up.
+fn replay<R: std::hash::Hash + Eq + std::fmt::Debug>(
+    target: &str,
+    run: impl Fn(&[u8]) -> R,
+) -> HashMap<R, usize> {
+    let files = corpus(target);
+    assert!(files.len() >= 10, "{target}: only {} seeds", files.len());
+    let mut reached = HashMap::new();
+    for (name, data) in &files {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(data)))
+            .unwrap_or_else(|_| panic!("{target}: seed {name} fails"));
+        *reached.entry(outcome).or_default() += 1;
+    }
+    reached
+}
+
+#[test]
+fn rules_compile_corpus_replays_both_outcomes() {
+    let reached = replay("rules_compile", recast::fuzzing::rules_compile);
+    assert!(
+        reached.contains_key(&Reached::Mapped) && reached.contains_key(&Reached::RulesRefused),
+        "{reached:?}"
+    );
+}
+
+#[test]
+fn exec_document_corpus_replays_and_maps() {
+    let reached = replay("exec_document", recast::fuzzing::exec_document);
+    assert!(reached.get(&Reached::Mapped).copied().unwrap_or(0) >= 10, "{reached:?}");
+}
+
+#[test]
+fn upstream_url_corpus_replays() {
+    let reached = replay("upstream_url", recast::fuzzing::upstream_url);
+    assert!(!reached.is_empty());
+}
+
+#[test]
+fn http_request_corpus_replays_against_the_service() {
+    use recast::fuzzing::{HttpReached, http_request};
+    let reached = replay("http_request", http_request);
+    for class in [2, 4] {
+        assert!(reached.contains_key(&HttpReached::Answered(class)), "no {class}xx answer: {reached:?}");
+    }
+    // The stored route answers through its upstream.
+    let call = format!("GET {} HTTP/1.1\r\nhost: f\r\n\r\n", recast::fuzzing::ROUTE_PATH);
+    assert_eq!(http_request(call.as_bytes()), HttpReached::Answered(2));
+}

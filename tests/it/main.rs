@@ -7,6 +7,8 @@ mod support;
 mod architecture;
 mod binary;
 mod conformance;
+mod crash;
+mod faults;
 mod fuzz_corpus;
 mod limits;
 mod outbound;

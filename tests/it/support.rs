@@ -380,15 +380,25 @@ pub fn client() -> Client<HttpConnector, Full<Bytes>> {
 
 /// Sends one request and reads the whole answer.
 pub async fn send(method: Method, url: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Answer {
+    try_send(method, url, headers, body).await.expect("the service answers")
+}
+
+/// Like [`send`], but `None` when no whole answer comes (the service died meanwhile).
+pub async fn try_send(
+    method: Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<Bytes>,
+) -> Option<Answer> {
     let mut request = Request::builder().method(method).uri(url);
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
     let request = request.body(Full::new(body.into())).expect("request");
-    let response = client().request(request).await.expect("the service answers");
+    let response = client().request(request).await.ok()?;
     let (parts, body) = response.into_parts();
-    let body = body.collect().await.expect("the answer body").to_bytes();
-    Answer { status: parts.status, headers: parts.headers, body }
+    let body = body.collect().await.ok()?.to_bytes();
+    Some(Answer { status: parts.status, headers: parts.headers, body })
 }
 
 pub async fn post_json(url: &str, body: impl Into<Bytes>) -> Answer {

@@ -1,0 +1,267 @@
+//! Bodies of the fuzz targets under `fuzz/`, kept in the library so `cargo test` can replay the seed
+//! corpus with no fuzzer installed. Each function panics only when a property is broken.
+
+use arbitrary::{Arbitrary, Unstructured};
+
+use crate::exec;
+use crate::json::{self, write};
+use crate::rules::{Limits, compile_json};
+
+/// Rules JSON → compile → execute on a JSON document.
+///
+/// The input decodes to either raw text for both (to reach the parser's and compiler's error
+/// paths) or a structured case built from a small vocabulary of names (so that compiled plans find
+/// members and the executor's paths are exercised). Checks: nothing panics, the output is valid
+/// JSON of the expected kind, and a traced run writes the very same bytes.
+pub fn rules_then_execute(data: &[u8]) -> Reached {
+    let Ok(case) = Case::arbitrary_take_rest(Unstructured::new(data)) else { return Reached::Nothing };
+    let (rules, document) = case.texts();
+    let limits = Limits { max_rules: 64, max_depth: 16 };
+    let Ok(compiled) = compile_json(&rules, &limits) else { return Reached::RulesRefused };
+    let mut document = document;
+    let mapped = json::with_parsed(&mut document, 64, |nodes| {
+        let mut plain = Vec::new();
+        exec::execute(&compiled.plan, nodes, 0, &mut plain);
+        let output: serde_json::Value = match serde_json::from_slice(&plain) {
+            Ok(output) => output,
+            Err(e) => panic!("invalid output JSON ({e}): {}", String::from_utf8_lossy(&plain)),
+        };
+        assert_eq!(output.is_array(), compiled.plan.is_each(), "output kind");
+        let mut traced = Vec::new();
+        exec::execute_traced(&compiled.plan, nodes, 0, &mut traced);
+        assert_eq!(plain, traced, "tracing changed the output");
+        compiled.plan.target_count()
+    });
+    match mapped {
+        Ok(0) => Reached::MappedNothing,
+        Ok(_) => Reached::Mapped,
+        Err(_) => Reached::DocumentRefused,
+    }
+}
+
+/// How far one fuzz input got, so a corpus replay can tell it exercises the executor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reached {
+    /// The bytes did not decode to a case.
+    Nothing,
+    RulesRefused,
+    DocumentRefused,
+    /// Rules without targets were run.
+    MappedNothing,
+    /// Rules with targets were run on a document.
+    Mapped,
+}
+
+/// Names that structured rules and documents share.
+const NAMES: [&str; 8] = ["a", "b", "meals", "idMeal", "x y", "q\"", "ü", ""];
+const TYPES: [&str; 10] =
+    ["String", "Int", "Long", "Double", "Float", "Boolean", "Json", "Int?", "Integer", ""];
+
+#[derive(Arbitrary, Debug)]
+enum Case {
+    Raw { rules: Vec<u8>, document: Vec<u8> },
+    Built { rules: BuiltRules, document: Value },
+}
+
+#[derive(Arbitrary, Debug)]
+struct BuiltRules {
+    ignore_empty: bool,
+    each: Option<Vec<Name>>,
+    targets: Vec<Target>,
+}
+
+#[derive(Arbitrary, Debug)]
+struct Target {
+    key: Name,
+    ty: u8,
+    position: Option<i8>,
+    /// One inner list per `keys` entry; several names make a concatenation.
+    keys: Vec<Vec<Name>>,
+    parents: Vec<Name>,
+}
+
+#[derive(Arbitrary, Debug)]
+enum Name {
+    Known(u8),
+    Other(String),
+}
+
+/// A JSON document. Decoded by hand (not derived) to bound its nesting: decoding and writing
+/// recurse, and the document must stay within the parser's depth limit.
+#[derive(Debug)]
+enum Value {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    Text(String),
+    Known(u8),
+    List(Vec<Value>),
+    Object(Vec<(Name, Value)>),
+}
+
+impl Case {
+    fn texts(&self) -> (Vec<u8>, Vec<u8>) {
+        match self {
+            Case::Raw { rules, document } => (rules.clone(), document.clone()),
+            Case::Built { rules, document } => {
+                let mut text = Vec::new();
+                document.write(&mut text);
+                (rules.json(), text)
+            }
+        }
+    }
+}
+
+impl Name {
+    fn as_str(&self) -> &str {
+        match self {
+            Name::Known(i) => NAMES[*i as usize % NAMES.len()],
+            Name::Other(s) => s,
+        }
+    }
+}
+
+impl BuiltRules {
+    fn json(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(b"{\"ignoreEmptyValues\":");
+        out.extend_from_slice(if self.ignore_empty { b"true" } else { b"false" });
+        if let Some(each) = &self.each {
+            out.extend_from_slice(b",\"each\":");
+            names(&mut out, each.iter().map(Name::as_str));
+        }
+        out.extend_from_slice(b",\"newBodyFields\":{");
+        for (i, t) in self.targets.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write::string(&mut out, &format!("t{i}"));
+            out.extend_from_slice(b":{\"key\":");
+            write::string(&mut out, t.key.as_str());
+            out.extend_from_slice(b",\"type\":");
+            write::string(&mut out, TYPES[t.ty as usize % TYPES.len()]);
+            if let Some(position) = t.position {
+                out.extend_from_slice(b",\"position\":");
+                write::i64(&mut out, i64::from(position));
+            }
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"},\"oldBodyFields\":{");
+        for (i, t) in self.targets.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write::string(&mut out, &format!("t{i}"));
+            out.extend_from_slice(b":{\"keys\":");
+            let entries: Vec<String> = t
+                .keys
+                .iter()
+                .map(|entry| entry.iter().map(Name::as_str).collect::<Vec<_>>().join(", "))
+                .collect();
+            names(&mut out, entries.iter().map(String::as_str));
+            out.extend_from_slice(b",\"parents\":");
+            names(&mut out, t.parents.iter().map(Name::as_str));
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"}}");
+        out
+    }
+}
+
+fn names<'a>(out: &mut Vec<u8>, names: impl Iterator<Item = &'a str>) {
+    out.push(b'[');
+    for (i, name) in names.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write::string(out, name);
+    }
+    out.push(b']');
+}
+
+/// Deepest nesting of a built document.
+const MAX_NESTING: usize = 12;
+
+impl<'a> Arbitrary<'a> for Value {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Value> {
+        Value::nested(u, 0)
+    }
+}
+
+impl Value {
+    fn nested(u: &mut Unstructured<'_>, depth: usize) -> arbitrary::Result<Value> {
+        let kinds = if depth < MAX_NESTING { 8 } else { 6 };
+        Ok(match u.int_in_range(0..=kinds)? {
+            0 => Value::Null,
+            1 => Value::Bool(u.arbitrary()?),
+            2 => Value::Int(u.arbitrary()?),
+            3 => Value::Uint(u.arbitrary()?),
+            4 => Value::Float(u.arbitrary()?),
+            5 => Value::Text(u.arbitrary()?),
+            6 => Value::Known(u.arbitrary()?),
+            7 => {
+                let mut items = Vec::new();
+                while items.len() < 16 && u.arbitrary()? {
+                    items.push(Value::nested(u, depth + 1)?);
+                }
+                Value::List(items)
+            }
+            _ => {
+                let mut members = Vec::new();
+                while members.len() < 16 && u.arbitrary()? {
+                    members.push((u.arbitrary()?, Value::nested(u, depth + 1)?));
+                }
+                Value::Object(members)
+            }
+        })
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Value::Null => out.extend_from_slice(b"null"),
+            Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+            Value::Int(n) => write::i64(out, *n),
+            Value::Uint(n) => write::u64(out, *n),
+            Value::Float(f) => {
+                if !write::f64(out, *f) {
+                    out.extend_from_slice(b"0.5");
+                }
+            }
+            Value::Text(s) => write::string(out, s),
+            Value::Known(i) => {
+                let texts = [" 12 ", "4.5", "TRUE", "", "  ", "1e3", "-0", "abc"];
+                write::string(out, texts[*i as usize % texts.len()]);
+            }
+            Value::List(items) => {
+                out.push(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    item.write(out);
+                }
+                out.push(b']');
+            }
+            Value::Object(members) => {
+                out.push(b'{');
+                for (i, (name, value)) in members.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write::string(out, name.as_str());
+                    out.push(b':');
+                    value.write(out);
+                }
+                out.push(b'}');
+            }
+        }
+    }
+}
+
+mod http;
+mod stages;
+
+pub use self::http::{HttpReached, ROUTE_PATH, http_request};
+pub use self::stages::{exec_document, rules_compile, upstream_url};
