@@ -187,7 +187,7 @@ impl Config {
                 Err("RECAST_ADMIN_TOKEN is set but empty; give it a value or unset it".to_owned())
             }
             Some(_) => Ok(()),
-            None if crate::policy::canonical(listen.ip()).is_loopback() => Ok(()),
+            None if is_loopback(listen.ip()) => Ok(()),
             None => Err(format!(
                 "recast would listen on {listen}, which is not a loopback address, with its admin \
                  endpoints open; set RECAST_ADMIN_TOKEN (or listen on 127.0.0.1)"
@@ -202,6 +202,14 @@ impl Config {
             total_timeout: Duration::from_millis(self.upstream_timeout_ms),
             max_body: self.max_upstream_bytes,
         }
+    }
+}
+
+/// 127.0.0.0/8, ::1, or an IPv4-mapped loopback address (`::ffff:127.0.0.1`).
+fn is_loopback(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(v6.is_loopback(), |v4| v4.is_loopback()),
     }
 }
 

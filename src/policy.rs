@@ -30,6 +30,14 @@ impl FromStr for AllowEntry {
     fn from_str(text: &str) -> Result<AllowEntry, String> {
         let text = text.trim();
         if let Ok(net) = text.parse::<IpNet>() {
+            // `::ffff:10.0.0.0/104` means 10.0.0.0/8: addresses are judged in their IPv4 form.
+            if let IpNet::V6(v6) = net
+                && let Some(v4) = v6.addr().to_ipv4_mapped()
+                && v6.prefix_len() >= 96
+                && let Ok(v4) = Ipv4Net::new(v4, v6.prefix_len() - 96)
+            {
+                return Ok(AllowEntry::Net(IpNet::V4(v4.trunc())));
+            }
             return Ok(AllowEntry::Net(net.trunc()));
         }
         if let Ok(ip) = text.parse::<IpAddr>() {
@@ -150,10 +158,10 @@ impl OutboundPolicy {
             || self.hosts.iter().any(|allowed| allowed.eq_ignore_ascii_case(host.trim_end_matches('.')))
     }
 
-    /// The addresses of `host` that may be connected to, canonical; an error when none may.
+    /// The addresses of `host` that may be connected to, as given (each is judged by its
+    /// canonical form, but a NAT64 or 6to4 address is dialled as itself); an error when none may.
     pub fn filter(&self, host: &str, addresses: &[IpAddr]) -> Result<Vec<IpAddr>, NotAllowed> {
-        let allowed: Vec<IpAddr> =
-            addresses.iter().map(|ip| canonical(*ip)).filter(|ip| self.allows(host, *ip)).collect();
+        let allowed: Vec<IpAddr> = addresses.iter().copied().filter(|ip| self.allows(host, *ip)).collect();
         if allowed.is_empty() {
             let addresses = addresses.iter().map(|ip| canonical(*ip)).collect();
             return Err(NotAllowed { host: host.to_owned(), addresses });
@@ -444,6 +452,8 @@ mod tests {
         assert!(!policy.allows("x", ip("127.0.0.2")));
         assert!(policy.allows("x", ip("::ffff:127.0.0.1")), "checked after canonicalisation");
         assert!(policy.allows("x", ip("10.200.1.1")));
+        let mapped = OutboundPolicy::new(&"::ffff:10.0.0.0/104".parse().unwrap());
+        assert!(mapped.allows("x", ip("10.1.2.3")) && mapped.allows("x", ip("::ffff:10.1.2.3")));
         assert!(policy.allows("x", ip("::1")));
         assert!(policy.allows("internal.example.com", ip("192.168.1.1")));
         assert!(policy.allows("internal.example.com.", ip("192.168.1.1")));
@@ -468,6 +478,9 @@ mod tests {
         let policy = OutboundPolicy::default();
         let kept = policy.filter("mixed", &[ip("10.0.0.1"), ip("8.8.8.8")]).unwrap();
         assert_eq!(kept, [ip("8.8.8.8")]);
+        // Judged as 93.184.216.34, but dialled through the NAT64 gateway as given.
+        let kept = policy.filter("nat64", &[ip("64:ff9b::5db8:d822"), ip("64:ff9b::a00:1")]).unwrap();
+        assert_eq!(kept, [ip("64:ff9b::5db8:d822")]);
         let refusal = policy.filter("evil", &[ip("::ffff:169.254.169.254")]).unwrap_err();
         assert_eq!(refusal.addresses, [ip("169.254.169.254")]);
         assert!(refusal.to_string().contains("RECAST_UPSTREAM_ALLOW"));

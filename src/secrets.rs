@@ -181,13 +181,19 @@ fn fallback_nonce() -> [u8; NONCE_LEN] {
     nonce
 }
 
+/// Writes the key to a temporary file (0600), then renames it into place: a crash leaves either
+/// no key file or a whole one, never an empty one.
 fn write_key_file(path: &Path, bytes: &[u8; KEY_LEN]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt as _;
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    let temporary = path.with_extension("key.new");
+    // Left by a start that died before the rename; nothing was sealed with it.
+    let _ = std::fs::remove_file(&temporary);
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&temporary)?;
     file.write_all(format!("{}\n", hex(bytes)).as_bytes())?;
     file.sync_all()?;
-    // The file's directory entry must be durable too, or a crash could lose the key but keep
-    // records sealed with it.
+    std::fs::rename(&temporary, path)?;
+    // The directory entry must be durable too, or a crash could lose the key but keep records
+    // sealed with it.
     if let Some(dir) = path.parent() {
         std::fs::File::open(dir)?.sync_all()?;
     }

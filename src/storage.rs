@@ -27,6 +27,9 @@ const ROUTE: u8 = b'r';
 const CREATED: u8 = b'c';
 const KEY_CHECK: &[u8] = b"k";
 const KEY_CHECK_TEXT: &[u8] = b"recast key check";
+/// Present while clear copies of version 1 records may remain in the files: the store is
+/// compacted at start until it is gone.
+const COMPACT_PENDING: &[u8] = b"m";
 
 /// Why storage failed.
 #[derive(Debug)]
@@ -134,17 +137,19 @@ impl Store {
         let sealed_before = db.get(KEY_CHECK).map_err(io)?.is_some();
         let key = SecretKey::load(secret, dir, !sealed_before).map_err(StorageError::Key)?;
         let mut store = Store { db, dir: dir.to_owned(), key, migrated: 0 };
-        store.check_key()?;
-        store.migrated = store.seal_v1_records()?;
+        if store.check_key()? {
+            store.migrated = store.seal_v1_records()?;
+        }
+        store.compact_if_pending()?;
         Ok(store)
     }
 
-    /// Fails closed when the key does not open the key-check value; writes that value into a
-    /// store that has none yet.
-    fn check_key(&self) -> Result<(), StorageError> {
+    /// Fails closed when the key does not open the key-check value. `Ok(true)` for a store that
+    /// has no key check yet: a new one, or one from before records were sealed.
+    fn check_key(&self) -> Result<bool, StorageError> {
         match self.db.get(KEY_CHECK).map_err(io)? {
             Some(sealed) => match self.key.open(&sealed, KEY_CHECK) {
-                Ok(text) if text == KEY_CHECK_TEXT => Ok(()),
+                Ok(text) if text == KEY_CHECK_TEXT => Ok(false),
                 _ => Err(StorageError::Key(format!(
                     "the secret key ({}) is not the one the stored routes in {} were sealed with; \
                      start with the right RECAST_SECRET_KEY or key file (nothing was changed)",
@@ -154,18 +159,12 @@ impl Store {
             },
             // A new store, or one from before records were sealed (version 1 records only). Sealed
             // records without a key check mean the check was removed: refuse rather than guess.
-            None if self.only_v1_records() => self.write_key_check(),
+            None if self.only_v1_records() => Ok(true),
             None => Err(StorageError::Key(format!(
                 "{} holds sealed routes but no key check; it was altered (nothing was changed)",
                 self.dir.display()
             ))),
         }
-    }
-
-    fn write_key_check(&self) -> Result<(), StorageError> {
-        let mut batch = WriteBatch::default();
-        batch.put(KEY_CHECK, self.key.seal(KEY_CHECK_TEXT, KEY_CHECK));
-        self.write(batch)
     }
 
     /// Whether every route record is version 1 (written before records were sealed); true when
@@ -179,10 +178,13 @@ impl Store {
         })
     }
 
-    /// Seals every version 1 record in one synced batch, then compacts the store so the clear
-    /// copies are dropped from its files. Returns how many were sealed.
+    /// Seals every version 1 record, and writes the key check and the compaction marker, in one
+    /// synced batch. Returns how many records were sealed.
     fn seal_v1_records(&self) -> Result<usize, StorageError> {
         let mut batch = WriteBatch::default();
+        batch.put(KEY_CHECK, self.key.seal(KEY_CHECK_TEXT, KEY_CHECK));
+        // Even with no version 1 record left, routes deleted before sealing may linger in the files.
+        batch.put(COMPACT_PENDING, []);
         let mut sealed = 0;
         for entry in self.all_records() {
             let (key, value) = entry.map_err(io)?;
@@ -201,13 +203,24 @@ impl Store {
             batch.put(&key, self.encode(&key, &route)?);
             sealed += 1;
         }
-        if sealed > 0 {
-            self.write(batch)?;
-            self.db.flush().map_err(io)?;
-            self.db.compact_range::<&[u8], &[u8]>(None, None);
-            self.db.flush_wal(true).map_err(io)?;
-        }
+        self.write(batch)?;
         Ok(sealed)
+    }
+
+    /// Compacts the whole store while the marker is present, so that clear copies of version 1
+    /// records leave its files; then removes the marker. A crash in between repeats it at the
+    /// next start.
+    fn compact_if_pending(&self) -> Result<(), StorageError> {
+        if self.db.get(COMPACT_PENDING).map_err(io)?.is_none() {
+            return Ok(());
+        }
+        self.db.flush().map_err(io)?;
+        self.db.compact_range::<&[u8], &[u8]>(None, None);
+        let mut batch = WriteBatch::default();
+        batch.delete(COMPACT_PENDING);
+        self.write(batch)?;
+        self.db.flush().map_err(io)?;
+        self.db.flush_wal(true).map_err(io)
     }
 
     fn all_records(&self) -> impl Iterator<Item = Result<KeyValue, rocksdb::Error>> + '_ {
@@ -463,6 +476,35 @@ mod tests {
     }
 
     #[test]
+    fn a_compaction_cut_short_is_done_at_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let uuid = Uuid::new_v4();
+        {
+            let store = Store::open(dir.path(), None).unwrap();
+            // A clear record, and a start that sealed it but died before compacting.
+            let record = serde_json::json!({
+                "v": 1, "uuid": uuid, "createdAt": 7, "updatedAt": 8,
+                "config": route(uuid, "canary-cut-short-5d1e").config,
+            });
+            store.db.put(route_key(uuid), serde_json::to_vec(&record).unwrap()).unwrap();
+            store.db.flush().unwrap();
+            let sealed = store.encode(&route_key(uuid), &route(uuid, "canary-cut-short-5d1e")).unwrap();
+            store.db.put(route_key(uuid), sealed).unwrap();
+            store.db.put(COMPACT_PENDING, []).unwrap();
+            store.db.flush().unwrap();
+        }
+        assert!(
+            !files_holding(dir.path(), b"canary-cut-short-5d1e").is_empty(),
+            "the test starts in the clear"
+        );
+        let store = Store::open(dir.path(), None).unwrap();
+        assert_eq!(store.migrated, 0);
+        assert_eq!(store.get(uuid).unwrap(), Some(route(uuid, "canary-cut-short-5d1e")));
+        drop(store);
+        assert_eq!(files_holding(dir.path(), b"canary-cut-short-5d1e"), Vec::<PathBuf>::new());
+    }
+
+    #[test]
     fn version_1_records_are_sealed_at_start_and_their_clear_copies_leave_the_files() {
         let dir = tempfile::tempdir().unwrap();
         let uuid = Uuid::new_v4();
@@ -492,6 +534,7 @@ mod tests {
         let store = Store::open(dir.path(), None).unwrap();
         assert_eq!(store.migrated, 0);
         assert_eq!(store.all().count(), 1);
+        assert!(store.db.get(COMPACT_PENDING).unwrap().is_none(), "the marker is gone once compacted");
         assert_eq!(store.page(10, None).unwrap().routes, [route(uuid, "canary-v1-clear-91b2")]);
     }
 }

@@ -65,6 +65,9 @@ impl std::fmt::Display for UpstreamError {
     }
 }
 
+/// The most memory reserved for a body up front, whatever its declared length.
+pub const RESERVE_LIMIT: usize = 1 << 20;
+
 type Connector = HttpsConnector<Guarded<HttpConnector<PolicyResolver>>>;
 
 /// The pooled client; cheap to share.
@@ -111,10 +114,10 @@ impl UpstreamClient {
         let literal = host.trim_start_matches('[').trim_end_matches(']');
         let addresses = match literal.parse::<std::net::IpAddr>() {
             Ok(ip) => vec![ip],
-            Err(_) => self
-                .lookup
-                .lookup(host)
+            // Resolving is part of connecting, and has its time limit.
+            Err(_) => tokio::time::timeout(self.settings.connect_timeout, self.lookup.lookup(host))
                 .await
+                .map_err(|_| UpstreamError::Timeout)?
                 .map_err(|e| UpstreamError::Connect(format!("`{host}` cannot be resolved: {e}")))?,
         };
         self.policy.filter(host, &addresses).map(|_| ()).map_err(UpstreamError::NotAllowed)
@@ -159,7 +162,10 @@ impl UpstreamClient {
         if declared.is_some_and(|n| n > limit as u64) {
             return Err(UpstreamError::TooLarge { limit });
         }
-        let mut buf = Vec::with_capacity(declared.map_or(16 * 1024, |n| n as usize) + crate::json::PADDING);
+        // A declared length is reserved only up to a point, so that answers which never come
+        // cannot make recast hold memory; the rest grows as it arrives.
+        let reserve = declared.map_or(16 * 1024, |n| (n as usize).min(RESERVE_LIMIT));
+        let mut buf = Vec::with_capacity(reserve + crate::json::PADDING);
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| UpstreamError::Broken(error_chain(&e)))?;
             if let Ok(data) = frame.into_data() {

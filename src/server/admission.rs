@@ -18,7 +18,8 @@ pub(super) struct AdminToken {
 
 impl AdminToken {
     pub(super) fn new(token: &Secret) -> AdminToken {
-        AdminToken { digest: sha256(token.expose().as_bytes()) }
+        // Presented tokens are trimmed, so the configured one is too.
+        AdminToken { digest: sha256(token.expose().trim().as_bytes()) }
     }
 
     /// Whether `headers` carry `Authorization: Bearer <the token>` (scheme in any case).
@@ -101,6 +102,8 @@ mod tests {
             assert!(!token.admits(&with_authorization(wrong)), "{wrong}");
         }
         assert!(!token.admits(&HeaderMap::new()));
+        let padded = AdminToken::new(&Secret::new(" s3cret-admin\n"));
+        assert!(padded.admits(&with_authorization("Bearer s3cret-admin")));
     }
 
     #[test]

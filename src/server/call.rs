@@ -54,7 +54,7 @@ async fn forward(
         return Err(ApiError::MethodNotAllowed { allow: method_name(&route.method) });
     }
     let (parts, body) = request.into_parts();
-    let body = read_body(&parts.headers, body, state.config.max_request_bytes).await?;
+    let body = read_body(state, &parts.headers, body).await?;
     let client = ClientRequest { query: parts.uri.query(), headers: Some(&parts.headers), body: body.into() };
     let upstream = route.upstream_request(&client).map_err(|e| match e {
         CallError::AuthRequired => ApiError::AuthRequired,

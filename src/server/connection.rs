@@ -1,22 +1,37 @@
-//! One client connection: hyper serves it, while this driver closes it gracefully when it has
-//! been idle (no request in flight) for `RECAST_IDLE_TIMEOUT_MS`, or when the service stops.
-//! A client that never finishes a request head is cut off by hyper's header-read timeout.
+//! One client connection: hyper serves it, while this driver closes it gracefully
+//! - when no request has begun for `RECAST_IDLE_TIMEOUT_MS` after the last one ended (or after
+//!   the connection opened): an idle keep-alive connection;
+//! - when a request head has begun but is not complete `RECAST_HEADER_TIMEOUT_MS` after its first
+//!   byte: a slow client (slowloris);
+//! - when the service stops.
+//!
+//! The driver tells the two waits apart by watching the bytes the connection reads ([`Watched`]):
+//! bytes read while no request is in flight begin a head.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-/// What a connection is doing: requests in flight, and when the last one ended.
+const NONE: u64 = u64::MAX;
+
+/// What a connection is doing: requests in flight, when the last one ended, and when the head
+/// of the next one began.
 pub(super) struct Activity {
     started: Instant,
     in_flight: AtomicUsize,
     /// Milliseconds since `started` at the last request's end (or the connection's start).
     last_ms: AtomicU64,
+    /// Milliseconds since `started` at the first byte of a head not yet complete, or [`NONE`].
+    head_ms: AtomicU64,
+    /// Woken when a request ends or a head begins, so the driver picks its next deadline.
+    changed: Notify,
 }
 
 /// Held while a request on the connection is served.
@@ -24,9 +39,17 @@ pub(super) struct Busy(Arc<Activity>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.last_ms.store(self.0.started.elapsed().as_millis() as u64, Ordering::Release);
+        self.0.last_ms.store(self.0.now_ms(), Ordering::Release);
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.changed.notify_one();
     }
+}
+
+/// The driver's timeouts.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timeouts {
+    pub idle: Duration,
+    pub head: Duration,
 }
 
 impl Activity {
@@ -35,21 +58,99 @@ impl Activity {
             started: Instant::now(),
             in_flight: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
+            head_ms: AtomicU64::new(NONE),
+            changed: Notify::new(),
         })
     }
 
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// A request's head is complete and it is being served.
     pub(super) fn busy(self: &Arc<Activity>) -> Busy {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.head_ms.store(NONE, Ordering::Release);
         Busy(self.clone())
     }
 
-    /// When the connection will have been idle for `idle`, if nothing happens meanwhile; `None`
-    /// while a request is in flight.
-    fn idle_deadline(&self, idle: Duration) -> Option<Instant> {
+    /// Bytes were read from the client.
+    fn read(&self) {
+        if self.in_flight.load(Ordering::Acquire) == 0
+            && self.head_ms.compare_exchange(NONE, self.now_ms(), Ordering::AcqRel, Ordering::Acquire).is_ok()
+        {
+            self.changed.notify_one();
+        }
+    }
+
+    /// When the connection is to be closed if nothing happens meanwhile; `None` while a request
+    /// is in flight.
+    fn deadline(&self, timeouts: Timeouts) -> Option<Instant> {
         if self.in_flight.load(Ordering::Acquire) > 0 {
             return None;
         }
-        Some(self.started + Duration::from_millis(self.last_ms.load(Ordering::Acquire)) + idle)
+        let at = |ms: u64, after: Duration| self.started + Duration::from_millis(ms) + after;
+        match self.head_ms.load(Ordering::Acquire) {
+            NONE => Some(at(self.last_ms.load(Ordering::Acquire), timeouts.idle)),
+            head => Some(at(head, timeouts.head)),
+        }
+    }
+}
+
+/// The client's stream, reporting reads to the connection's [`Activity`].
+pub(super) struct Watched<T> {
+    inner: T,
+    activity: Arc<Activity>,
+}
+
+impl<T> Watched<T> {
+    pub(super) fn new(inner: T, activity: Arc<Activity>) -> Watched<T> {
+        Watched { inner, activity }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.read();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -71,37 +172,49 @@ where
     }
 }
 
-/// Drives `connection` to its end, closing it gracefully when idle for `idle` or when `stop`
-/// changes. Returns the connection's own result.
+/// Drives `connection` to its end, closing it gracefully when its idle or head deadline passes
+/// or when `stop` changes. Returns the connection's own result, or `None` when a connection
+/// closed for a deadline did not finish within one more head timeout and was dropped.
 pub(super) async fn drive<C>(
     connection: C,
     activity: Arc<Activity>,
-    idle: Duration,
+    timeouts: Timeouts,
     mut stop: watch::Receiver<bool>,
-) -> C::Output
+) -> Option<C::Output>
 where
     C: Graceful,
 {
     let mut connection = std::pin::pin!(connection);
     let mut closing = false;
+    let mut drop_at = None;
     loop {
-        // While a request is in flight, look again after `idle`.
-        let deadline = activity.idle_deadline(idle).unwrap_or_else(|| Instant::now() + idle);
+        let deadline = activity.deadline(timeouts);
         tokio::select! {
-            result = connection.as_mut() => return result,
+            result = connection.as_mut() => return Some(result),
+            () = sleep_until(drop_at) => return None,
+            () = activity.changed.notified() => {}
             changed = stop.changed(), if !closing => {
                 if changed.is_err() || *stop.borrow() {
                     connection.as_mut().graceful_shutdown();
                     closing = true;
                 }
             }
-            () = tokio::time::sleep_until(deadline), if !closing => {
-                if activity.idle_deadline(idle).is_some_and(|at| at <= Instant::now()) {
-                    tracing::debug!(?idle, "closing an idle connection");
+            () = sleep_until(deadline), if !closing => {
+                if activity.deadline(timeouts).is_some_and(|at| at <= Instant::now()) {
+                    tracing::debug!(?timeouts, "closing an idle or slow connection");
                     connection.as_mut().graceful_shutdown();
                     closing = true;
+                    drop_at = Some(Instant::now() + timeouts.head);
                 }
             }
         }
+    }
+}
+
+/// Sleeps until `deadline`, or forever when there is none.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }

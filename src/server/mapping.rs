@@ -17,7 +17,7 @@ use crate::upstream::UpstreamError;
 pub(super) async fn register(state: &State, request: Request<Incoming>) -> Result<Response, ApiError> {
     state.loaded()?;
     let (parts, body) = request.into_parts();
-    let body = read_body(&parts.headers, body, state.config.max_request_bytes).await?;
+    let body = read_body(state, &parts.headers, body).await?;
     let config = registration(&body)?
         .validate(parts.headers.contains_key(&MAPPED_AUTH), None)
         .map_err(ApiError::InvalidRegistration)?;
@@ -44,7 +44,7 @@ pub(super) async fn update(
     state.loaded()?;
     let existing = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
     let (parts, body) = request.into_parts();
-    let body = read_body(&parts.headers, body, state.config.max_request_bytes).await?;
+    let body = read_body(state, &parts.headers, body).await?;
     let config = registration(&body)?
         .validate(parts.headers.contains_key(&MAPPED_AUTH), Some(&existing.config.path))
         .map_err(ApiError::InvalidRegistration)?;

@@ -99,6 +99,15 @@ impl State {
         }
     }
 
+    /// Moves from `from` to `to`, only if the state is still `from`.
+    fn advance(&self, from: Lifecycle, to: Lifecycle) {
+        let moved =
+            self.lifecycle.compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire);
+        if moved.is_ok() {
+            tracing::info!(state = ?to, routes = self.table.len(), "lifecycle");
+        }
+    }
+
     fn enter(&self, next: Lifecycle) {
         self.lifecycle.store(next as u8, Ordering::Release);
         tracing::info!(state = ?next, routes = self.table.len(), "lifecycle");
@@ -182,9 +191,8 @@ pub async fn run_with(
         let state = state.clone();
         tokio::task::spawn_blocking(move || {
             load_routes(&state);
-            if state.lifecycle() == Lifecycle::Idle {
-                state.enter(Lifecycle::Running);
-            }
+            // Unless a shutdown came first: then the state stays `Stopped`.
+            state.advance(Lifecycle::Idle, Lifecycle::Running);
         })
     };
 
@@ -194,12 +202,16 @@ pub async fn run_with(
     http.timer(TokioTimer::new())
         .half_close(true)
         .max_header_size(state.config.max_header_bytes)
-        .header_read_timeout(Duration::from_millis(state.config.header_timeout_ms));
+        // `connection::drive` times heads itself, apart from idle waits for the next request.
+        .header_read_timeout(None);
     // hyper keeps up to 100 headers on the stack; more means a heap allocation per request.
     if state.config.max_headers != DEFAULT_MAX_HEADERS {
         http.max_headers(state.config.max_headers);
     }
-    let idle = Duration::from_millis(state.config.idle_timeout_ms);
+    let timeouts = connection::Timeouts {
+        idle: Duration::from_millis(state.config.idle_timeout_ms),
+        head: Duration::from_millis(state.config.header_timeout_ms),
+    };
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let mut connections = JoinSet::new();
     tracing::info!(address = %listen, "listening");
@@ -227,11 +239,14 @@ pub async fn run_with(
                             Ok::<_, Infallible>(response)
                         }
                     });
-                    let connection = http.serve_connection(TokioIo::new(stream), service);
-                    let driven = connection::drive(connection, activity, idle, stopping.clone());
+                    let io = TokioIo::new(connection::Watched::new(stream, activity.clone()));
+                    let connection = http.serve_connection(io, service);
+                    let driven = connection::drive(connection, activity, timeouts, stopping.clone());
                     connections.spawn(async move {
-                        if let Err(e) = driven.await {
-                            tracing::debug!(error = %e, "connection ended with an error");
+                        match driven.await {
+                            Some(Err(e)) => tracing::debug!(error = %e, "connection ended with an error"),
+                            None => tracing::debug!("connection dropped after its deadline"),
+                            Some(Ok(())) => {}
                         }
                     });
                 }
@@ -255,7 +270,11 @@ pub async fn run_with(
         tracing::warn!(open = connections.len(), ?grace, "grace period over; closing what is left");
     }
     connections.shutdown().await;
-    let _ = loader.await;
+    if tokio::time::timeout(grace, loader).await.is_err() {
+        // The loader holds the state; the store closes when it finishes (or the process exits).
+        tracing::warn!("stopped while routes were still loading");
+        return Ok(());
+    }
     // Every connection task is gone, so this is the last reference: dropping it closes the store.
     drop(state);
     tracing::info!("stopped; storage closed");
@@ -357,18 +376,28 @@ pub fn json(status: StatusCode, body: impl Into<Bytes>) -> Response {
     response
 }
 
-/// Reads a request body of at most `limit` bytes; larger bodies are refused before they are read
-/// when `Content-Length` says so, else as soon as the limit is passed.
+/// Reads a request body of at most `RECAST_MAX_REQUEST_BYTES`; larger bodies are refused before
+/// they are read when `Content-Length` says so, else as soon as the limit is passed. The whole
+/// body must arrive within `RECAST_HEADER_TIMEOUT_MS` (408 otherwise), so a client that drips it
+/// cannot hold its place for long.
 pub(crate) async fn read_body(
+    state: &State,
     headers: &HeaderMap,
-    mut body: Incoming,
-    limit: usize,
+    body: Incoming,
 ) -> Result<Vec<u8>, ApiError> {
+    let within = Duration::from_millis(state.config.header_timeout_ms);
+    tokio::time::timeout(within, read_limited(headers, body, state.config.max_request_bytes))
+        .await
+        .map_err(|_| ApiError::BodyTimeout)?
+}
+
+async fn read_limited(headers: &HeaderMap, mut body: Incoming, limit: usize) -> Result<Vec<u8>, ApiError> {
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::BodyTooLarge { limit });
     }
-    let capacity = declared.map_or(8 * 1024, |n| n as usize);
+    // What the client declares is reserved only up to a point; the rest grows as it arrives.
+    let capacity = declared.map_or(8 * 1024, |n| (n as usize).min(crate::upstream::RESERVE_LIMIT));
     let mut buf = Vec::with_capacity(capacity + crate::json::PADDING);
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|_| ApiError::BodyUnreadable)?;

@@ -18,7 +18,7 @@ const RULES: &str = "mappingRules";
 pub(super) async fn preview(state: &State, request: Request<Incoming>) -> Result<Response, ApiError> {
     let traced = trace_flag(request.uri().query())?;
     let (parts, body) = request.into_parts();
-    let mut body = read_body(&parts.headers, body, state.config.max_request_bytes).await?;
+    let mut body = read_body(state, &parts.headers, body).await?;
     let started = Instant::now();
     // The sample sits one level inside the body, so the body may nest one level more.
     let out =

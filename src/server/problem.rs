@@ -34,6 +34,8 @@ pub enum ApiError {
     },
     /// The client's body could not be read (the connection broke).
     BodyUnreadable,
+    /// The body did not arrive within `RECAST_HEADER_TIMEOUT_MS`.
+    BodyTimeout,
     NotFound,
     MethodNotAllowed {
         allow: &'static str,
@@ -100,6 +102,7 @@ impl ApiError {
             | ApiError::InvalidRules(_)
             | ApiError::BodyUnreadable => StatusCode::BAD_REQUEST,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::AuthRequired | ApiError::AdminTokenRequired => StatusCode::UNAUTHORIZED,
@@ -126,6 +129,7 @@ impl ApiError {
             ApiError::InvalidRules(_) => "invalid-rules",
             ApiError::BodyTooLarge { .. } => "body-too-large",
             ApiError::BodyUnreadable => "body-unreadable",
+            ApiError::BodyTimeout => "body-timeout",
             ApiError::NotFound => "not-found",
             ApiError::MethodNotAllowed { .. } => "method-not-allowed",
             ApiError::AuthRequired => "auth-required",
@@ -156,6 +160,7 @@ impl ApiError {
             ApiError::InvalidRules(_) => "The mapping rules are invalid",
             ApiError::BodyTooLarge { .. } => "The request body is too large",
             ApiError::BodyUnreadable => "The request body could not be read",
+            ApiError::BodyTimeout => "The request body came too slowly",
             ApiError::NotFound => "Nothing is here",
             ApiError::MethodNotAllowed { .. } => "Method not allowed",
             ApiError::AuthRequired => "This route needs X-Mapped-Auth",
@@ -199,13 +204,14 @@ impl ApiError {
                 format!("the limit is {limit} bytes (RECAST_MAX_REQUEST_BYTES)")
             }
             ApiError::BodyUnreadable => "the connection broke while the body was sent".to_owned(),
+            ApiError::BodyTimeout => "the whole body must arrive within RECAST_HEADER_TIMEOUT_MS".to_owned(),
             ApiError::NotFound => "no endpoint or route at this path".to_owned(),
             ApiError::MethodNotAllowed { allow } => format!("this path answers {allow}"),
             ApiError::AuthRequired => {
                 "the route was registered with X-Mapped-Auth only, so every call must bring one; no call was made"
                     .to_owned()
             }
-            ApiError::Upstream { failure, .. } => match failure {
+            ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::Status(status) => format!("the upstream answered {status}"),
                 UpstreamFailure::Unreachable(why) => why.clone(),
                 UpstreamFailure::Timeout => "the upstream did not answer within RECAST_UPSTREAM_TIMEOUT_MS".to_owned(),
@@ -213,6 +219,11 @@ impl ApiError {
                     format!("the answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
                 }
                 UpstreamFailure::NotJson(why) => format!("the upstream answered with something that is not JSON: {why}"),
+                // Route callers need no token: they are not told the upstream's addresses.
+                UpstreamFailure::NotAllowed(_) if !validating => {
+                    "the route's upstream resolves to an address the outbound policy refuses; nothing was sent"
+                        .to_owned()
+                }
                 UpstreamFailure::NotAllowed(why) => why.clone(),
             },
             ApiError::Starting => "try again in a moment".to_owned(),

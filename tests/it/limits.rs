@@ -73,7 +73,15 @@ fn open_admin_endpoints_are_refused_beyond_loopback() {
     for listen in ["127.0.0.1:8080", "127.8.9.10:1", "[::1]:8080", "[::ffff:127.0.0.1]:80"] {
         assert_eq!(open.check_exposure(listen.parse().unwrap()), Ok(()), "{listen}");
     }
-    for listen in ["0.0.0.0:8080", "[::]:8080", "192.0.2.10:8080", "10.0.0.1:80", "[2001:db8::1]:80"] {
+    for listen in [
+        "0.0.0.0:8080",
+        "[::]:8080",
+        "192.0.2.10:8080",
+        "10.0.0.1:80",
+        "[2001:db8::1]:80",
+        "[64:ff9b::7f00:1]:80",
+        "[2002:7f00:1::1]:80",
+    ] {
         let refused = open.check_exposure(listen.parse().unwrap()).unwrap_err();
         assert!(refused.contains("RECAST_ADMIN_TOKEN"), "{listen}: {refused}");
     }
@@ -136,6 +144,65 @@ async fn a_client_that_never_finishes_its_head_is_cut_off() {
     assert_eq!(health.status, 200);
     let took = started.elapsed();
     assert!(took < Duration::from_secs(3), "the slow head was cut off after {took:?}");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_body_that_drips_gets_408_and_frees_its_place() {
+    let service =
+        Service::start(Config { header_timeout_ms: 300, max_inflight: 1, ..Config::default() }).await;
+    let started = Instant::now();
+    let mut slow = TcpStream::connect(service.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/preview HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        PREVIEW.len()
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let reading = async {
+        let mut buf = vec![0u8; 4096];
+        for byte in PREVIEW.bytes() {
+            if slow.write_all(&[byte]).await.is_err() {
+                break;
+            }
+            if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(100), slow.read(&mut buf)).await {
+                answer.extend_from_slice(&buf[..n]);
+                break;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), reading).await.expect("answered in time");
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+    assert!(answer.contains("body-timeout"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // The one in-flight place is free again.
+    let preview = send(Method::POST, &service.url("/v1/preview"), &[], PREVIEW).await;
+    assert_eq!(preview.status, 200);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_timed_by_the_idle_timeout_not_the_head_timeout() {
+    let service =
+        Service::start(Config { header_timeout_ms: 200, idle_timeout_ms: 5_000, ..Config::default() }).await;
+    let mut stream = TcpStream::connect(service.addr).await.unwrap();
+    // Quiet for well past the head timeout: still open, and the next request is served.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n").await.unwrap();
+    let mut buf = vec![0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200 "), "{:?}", &buf[..n]);
+    // Between requests too.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n").await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut rest)).await.unwrap().unwrap();
+    assert!(
+        String::from_utf8_lossy(&rest).starts_with("HTTP/1.1 200 "),
+        "{}",
+        String::from_utf8_lossy(&rest)
+    );
     service.stop().await;
 }
 

@@ -124,7 +124,9 @@ async fn the_policy_is_checked_again_at_every_call() {
     // The same stored route, served by a recast whose policy no longer allows loopback.
     let strict = Service::start_in(Config::default(), dir.path()).await;
     let answer = get(&strict.url(&path)).await;
-    answer.assert_problem(502, "upstream-not-allowed");
+    let problem = answer.assert_problem(502, "upstream-not-allowed");
+    let detail = problem.get("detail").and_then(|d| d.as_str()).unwrap().to_owned();
+    assert!(!detail.contains("127.0.0.1"), "callers are not told the upstream's addresses: {detail}");
     assert_eq!(upstream.received().len(), 1, "the call was refused before anything was sent");
     strict.stop().await;
 }
