@@ -71,7 +71,8 @@ async fn start() -> SocketAddr {
     let upstream_addr = upstream.local_addr().expect("upstream address");
     tokio::spawn(serve_upstream(upstream));
 
-    let dir = std::env::temp_dir().join(format!("recast-fuzz-http-{}", std::process::id()));
+    remove_stale_dirs();
+    let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let key = Secret::new("5a".repeat(32));
     let config = Config {
@@ -114,6 +115,20 @@ async fn start() -> SocketAddr {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("the harness service did not become ready");
+}
+
+const DIR_PREFIX: &str = "recast-fuzz-http-";
+
+/// Removes the data directories of earlier harness processes that are gone.
+fn remove_stale_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(DIR_PREFIX) else { continue };
+        if !std::path::Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 async fn serve_upstream(listener: TcpListener) {
