@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# Load benchmark on loopback, one machine: the same upstream documents fetched (a) from the
+# upstream directly, (b) through nginx as a plain reverse proxy with upstream keep-alive, (c)
+# through nginx with njs mapping the fields in JavaScript, and (d) through a recast route mapping
+# the same fields. Every run is bounded by LOAD_DURATION. Prints one table and writes it as CSV.
+#
+# Settings (environment): LOAD_DURATION (default 10s), LOAD_CONNECTIONS (default "16 64 256"),
+# LOAD_THREADS (wrk threads, default 2), LOAD_PORT (first of five ports, default 18080),
+# LOAD_CSV (default $CARGO_TARGET_DIR/load/results.csv).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/lib.sh
+
+DURATION=${LOAD_DURATION:-10s}
+CONNECTIONS=${LOAD_CONNECTIONS:-16 64 256}
+THREADS=${LOAD_THREADS:-2}
+PORT=${LOAD_PORT:-18080}
+CSV=${LOAD_CSV:-$CARGO_TARGET_DIR/load/results.csv}
+UPSTREAM_PORT=$PORT PROXY_PORT=$((PORT + 1)) NJS_PORT=$((PORT + 2)) RECAST_PORT=$((PORT + 3))
+
+ensure_toolchain
+command -v nginx >/dev/null 2>&1 || ensure_packages nginx-light
+ensure_packages libnginx-mod-http-js wrk curl
+for port in $UPSTREAM_PORT $PROXY_PORT $NJS_PORT $RECAST_PORT; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        say "port $port on 127.0.0.1 is in use; set LOAD_PORT to a free range of four ports"
+        exit 1
+    fi
+done
+cargo build --release --locked --bin recast
+RECAST="$CARGO_TARGET_DIR/release/recast"
+NJS_MODULE=$(ls /usr/lib/nginx/modules/ngx_http_js_module.so /usr/share/nginx/modules/ngx_http_js_module.so 2>/dev/null | head -n 1)
+
+WORK=$(mktemp -d)
+# nginx workers run as an unprivileged user when started as root: they must read the documents.
+chmod 755 "$WORK"
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# --- The documents -------------------------------------------------------------------------
+filler() { # $1 words of lowercase filler text
+    local i out=""
+    for ((i = 0; i < $1; i++)); do out+="word$((i % 17)) "; done
+    printf '%s' "${out% }"
+}
+{
+    printf '{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken Casserole","strCategory":"Chicken","strArea":"Japanese",'
+    printf '"strInstructions":"%s",' "$(filler 220)"
+    printf '"strMealThumb":"https://img.example/meal/52772.jpg","strTags":"Meat,Casserole","strYoutube":"https://video.example/4aZr5hZXP_s",'
+    for i in $(seq 1 20); do printf '"strIngredient%d":"ingredient number %d",' "$i" "$i"; done
+    for i in $(seq 1 20); do printf '"strMeasure%d":"%d/4 cup",' "$i" "$i"; done
+    printf '"strSource":null,"dateModified":null}]}'
+} >"$WORK/recipe.json"
+{
+    printf '{"total":300,"items":['
+    for i in $(seq 1 300); do
+        [ "$i" -gt 1 ] && printf ','
+        printf '{"id":"%d","title":"Item number %d","price":"%d.25","currency":"EUR","tags":["t%d","t%d"],' "$i" "$i" "$((i % 90 + 1))" "$((i % 7))" "$((i % 11))"
+        printf '"owner":{"name":"Owner %d","email":"owner%d@mail.example","since":"2020-01-%02d"},' "$((i % 50))" "$((i % 50))" "$((i % 28 + 1))"
+        printf '"description":"%s"}' "$(filler 22)"
+    done
+    printf ']}'
+} >"$WORK/list.json"
+
+# --- The same mapping for recast and for njs -----------------------------------------------
+INGREDIENTS='"strMeasure1, strIngredient1","strMeasure2, strIngredient2","strMeasure3, strIngredient3","strMeasure4, strIngredient4","strMeasure5, strIngredient5","strMeasure6, strIngredient6","strMeasure7, strIngredient7"'
+RECIPE_RULES='{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"},"category":{"key":"category","type":"String"},"area":{"key":"area","type":"String"},"ingredients":{"key":"ingredients","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]},"category":{"keys":["strCategory"],"parents":["meals"]},"area":{"keys":["strArea"],"parents":["meals"]},"ingredients":{"keys":['"$INGREDIENTS"'],"parents":["meals"]}}}'
+LIST_RULES='{"each":["items"],"newBodyFields":{"id":{"key":"id","type":"Int"},"title":{"key":"title","type":"String"},"price":{"key":"price","type":"Double"},"owner":{"key":"owner","type":"String"},"email":{"key":"email","type":"String"}},"oldBodyFields":{"id":{"keys":["id"]},"title":{"keys":["title"]},"price":{"keys":["price"]},"owner":{"keys":["name"],"parents":["owner"]},"email":{"keys":["email"],"parents":["owner"]}}}'
+
+cat >"$WORK/map.js" <<'EOF'
+function joined(parts) {
+    return parts.map((p) => (p === null || p === undefined ? '' : String(p).trim())).filter((p) => p !== '').join(' ');
+}
+async function recipe(r) {
+    const reply = await r.subrequest('/_upstream/recipe.json');
+    const meal = JSON.parse(reply.responseText).meals[0];
+    const ingredients = [];
+    for (let i = 1; i <= 7; i++) {
+        ingredients.push(joined([meal['strMeasure' + i], meal['strIngredient' + i]]));
+    }
+    const out = { id: parseInt(meal.idMeal, 10), name: meal.strMeal, category: meal.strCategory, area: meal.strArea, ingredients };
+    r.headersOut['Content-Type'] = 'application/json';
+    r.return(200, JSON.stringify(out));
+}
+async function list(r) {
+    const reply = await r.subrequest('/_upstream/list.json');
+    const items = JSON.parse(reply.responseText).items.map((it) => ({
+        id: parseInt(it.id, 10), title: it.title, price: parseFloat(it.price), owner: it.owner.name, email: it.owner.email,
+    }));
+    r.headersOut['Content-Type'] = 'application/json';
+    r.return(200, JSON.stringify(items));
+}
+export default { recipe, list };
+EOF
+
+cat >"$WORK/nginx.conf" <<EOF
+load_module $NJS_MODULE;
+worker_processes auto;
+pid $WORK/nginx.pid;
+error_log $WORK/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $WORK/client_temp;
+    proxy_temp_path $WORK/proxy_temp;
+    fastcgi_temp_path $WORK/fastcgi_temp;
+    uwsgi_temp_path $WORK/uwsgi_temp;
+    scgi_temp_path $WORK/scgi_temp;
+    keepalive_requests 1000000;
+    upstream documents { server 127.0.0.1:$UPSTREAM_PORT; keepalive 256; }
+    js_import map from $WORK/map.js;
+    # (a) the upstream: two fixed JSON documents.
+    server {
+        listen 127.0.0.1:$UPSTREAM_PORT;
+        root $WORK;
+        default_type application/json;
+    }
+    # (b) a plain reverse proxy with upstream keep-alive.
+    server {
+        listen 127.0.0.1:$PROXY_PORT;
+        location / {
+            proxy_pass http://documents;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+    # (c) the same proxy, with njs mapping the answer.
+    server {
+        listen 127.0.0.1:$NJS_PORT;
+        subrequest_output_buffer_size 512k;
+        location /_upstream/ {
+            internal;
+            proxy_pass http://documents/;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+        location = /recipe { js_content map.recipe; }
+        location = /list { js_content map.list; }
+    }
+}
+EOF
+mkdir -p "$WORK/data"
+nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' 2>>"$WORK/error.log" &
+PIDS+=($!)
+RECAST_LISTEN=127.0.0.1:$RECAST_PORT RECAST_DATA_DIR=$WORK/data RECAST_UPSTREAM_ALLOW=127.0.0.1/32 \
+    RECAST_LOG=warn "$RECAST" serve 2>>"$WORK/recast.log" &
+PIDS+=($!)
+ready=no
+for _ in $(seq 1 200); do
+    if curl -sf "http://127.0.0.1:$RECAST_PORT/readyz" >/dev/null 2>&1 \
+        && curl -sf "http://127.0.0.1:$UPSTREAM_PORT/recipe.json" >/dev/null 2>&1; then
+        ready=yes
+        break
+    fi
+    sleep 0.05
+done
+if [ "$ready" = no ]; then
+    say "nginx or recast did not start; their logs:"
+    cat "$WORK/error.log" "$WORK/recast.log" >&2
+    exit 1
+fi
+
+register() { # $1 path, $2 upstream file, $3 rules; prints the route's path
+    curl -sf "http://127.0.0.1:$RECAST_PORT/v1/mapping" -H 'content-type: application/json' -d \
+        '{"path":"'"$1"'","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'"$UPSTREAM_PORT"'/"},"path":"'"$2"'"},"rulesAsString":'"$3"'}' \
+        | sed -n 's/.*"path":"\(\/v1\/[^"]*\)".*/\1/p'
+}
+RECIPE_ROUTE=$(register recipe recipe.json "$RECIPE_RULES")
+LIST_ROUTE=$(register list list.json "$LIST_RULES")
+if [ -z "$RECIPE_ROUTE" ] || [ -z "$LIST_ROUTE" ]; then
+    say "registering the routes failed; recast's log:"; cat "$WORK/recast.log" >&2; exit 1
+fi
+
+# recast and njs must answer the very same bytes, or the comparison means nothing.
+for doc in recipe list; do
+    route=$RECIPE_ROUTE; [ "$doc" = list ] && route=$LIST_ROUTE
+    curl -sf "http://127.0.0.1:$RECAST_PORT$route" >"$WORK/$doc.recast"
+    curl -sf "http://127.0.0.1:$NJS_PORT/$doc" >"$WORK/$doc.njs"
+    if ! cmp -s "$WORK/$doc.recast" "$WORK/$doc.njs"; then
+        say "recast and njs map $doc differently:"; head -c 400 "$WORK/$doc.recast" >&2; echo >&2
+        head -c 400 "$WORK/$doc.njs" >&2; echo >&2; exit 1
+    fi
+done
+printf 'documents: recipe %s bytes -> %s mapped; list %s bytes -> %s mapped (recast and njs identical)\n' \
+    "$(wc -c <"$WORK/recipe.json")" "$(wc -c <"$WORK/recipe.recast")" "$(wc -c <"$WORK/list.json")" "$(wc -c <"$WORK/list.recast")"
+
+# --- Load -------------------------------------------------------------------------------------
+to_ms() { # wrk latency text (e.g. 512.00us, 1.20ms, 2.00s) to milliseconds
+    awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
+}
+mkdir -p "$(dirname "$CSV")"
+echo "document,connections,target,requests_per_s,p50_ms,p99_ms,errors" >"$CSV"
+measure() { # $1 document, $2 connections, $3 target name, $4 URL
+    local out rps p50 p99 errors
+    out=$(wrk -t"$THREADS" -c"$2" -d"$DURATION" --latency "$4")
+    rps=$(awk '/^Requests\/sec/ { print $2 }' <<<"$out")
+    p50=$(to_ms "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
+    p99=$(to_ms "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
+    errors=$(awk '/Non-2xx|Socket errors/ { gsub(/[^0-9 ]/, " "); for (i = 1; i <= NF; i++) s += $i } END { print s + 0 }' <<<"$out")
+    echo "$1,$2,$3,$rps,$p50,$p99,$errors" >>"$CSV"
+    printf '  %-7s %5s conns  %-9s %10s req/s  p50 %8s ms  p99 %8s ms  errors %s\n' "$1" "$2" "$3" "$rps" "$p50" "$p99" "$errors"
+}
+echo "wrk -t$THREADS -d$DURATION, connections: $CONNECTIONS"
+for doc in recipe list; do
+    route=$RECIPE_ROUTE; [ "$doc" = list ] && route=$LIST_ROUTE
+    for c in $CONNECTIONS; do
+        measure "$doc" "$c" upstream "http://127.0.0.1:$UPSTREAM_PORT/$doc.json"
+        measure "$doc" "$c" proxy "http://127.0.0.1:$PROXY_PORT/$doc.json"
+        measure "$doc" "$c" njs "http://127.0.0.1:$NJS_PORT/$doc"
+        measure "$doc" "$c" recast "http://127.0.0.1:$RECAST_PORT$route"
+    done
+done
+
+echo
+echo "| document | connections | upstream req/s | nginx proxy req/s | nginx+njs req/s | recast req/s | recast/proxy | recast/njs | p99 proxy ms | p99 recast ms |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+awk -F, 'NR > 1 { rps[$1","$2","$3] = $4; p99[$1","$2","$3] = $6; if (!seen[$1","$2]++) order[n++] = $1","$2 }
+    END { for (i = 0; i < n; i++) { k = order[i]; split(k, d, ",");
+        printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.2f× | %.2f× | %.2f | %.2f |\n", d[1], d[2], rps[k",upstream"], rps[k",proxy"],
+            rps[k",njs"], rps[k",recast"], rps[k",recast"] / rps[k",proxy"], rps[k",recast"] / rps[k",njs"], p99[k",proxy"], p99[k",recast"] } }' "$CSV"
+echo
+echo "CSV: $CSV"
