@@ -333,14 +333,18 @@ where
     }
 }
 
+/// The address a URL host names literally (`10.0.0.1`, `[::1]`), if it is one.
+pub fn literal_address(host: &str) -> Option<IpAddr> {
+    host.trim_start_matches('[').trim_end_matches(']').parse().ok()
+}
+
 fn check_literal(policy: &OutboundPolicy, uri: &http::Uri) -> Option<BoxError> {
     let authority = uri.authority()?;
     if authority.as_str().contains('@') {
         return Some(Box::new(NotAllowed { host: authority.host().to_owned(), addresses: Vec::new() }));
     }
     let host = authority.host();
-    let literal = host.trim_start_matches('[').trim_end_matches(']');
-    let ip = literal.parse::<IpAddr>().ok()?;
+    let ip = literal_address(host)?;
     match policy.filter(host, &[ip]) {
         Ok(_) => None,
         Err(refusal) => Some(Box::new(refusal)),

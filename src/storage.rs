@@ -418,6 +418,14 @@ mod tests {
         StoredRoute { v: SCHEMA_VERSION, uuid, created_at: 7, updated_at: 8, config }
     }
 
+    /// A record as the first schema wrote it: the configuration in the clear.
+    fn v1_record(uuid: Uuid, token: &str) -> Vec<u8> {
+        let record = serde_json::json!({
+            "v": 1, "uuid": uuid, "createdAt": 7, "updatedAt": 8, "config": route(uuid, token).config,
+        });
+        serde_json::to_vec(&record).unwrap()
+    }
+
     /// Every file under `dir` that holds `needle`.
     fn files_holding(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
         let mut found = Vec::new();
@@ -482,11 +490,7 @@ mod tests {
         {
             let store = Store::open(dir.path(), None).unwrap();
             // A clear record, and a start that sealed it but died before compacting.
-            let record = serde_json::json!({
-                "v": 1, "uuid": uuid, "createdAt": 7, "updatedAt": 8,
-                "config": route(uuid, "canary-cut-short-5d1e").config,
-            });
-            store.db.put(route_key(uuid), serde_json::to_vec(&record).unwrap()).unwrap();
+            store.db.put(route_key(uuid), v1_record(uuid, "canary-cut-short-5d1e")).unwrap();
             store.db.flush().unwrap();
             let sealed = store.encode(&route_key(uuid), &route(uuid, "canary-cut-short-5d1e")).unwrap();
             store.db.put(route_key(uuid), sealed).unwrap();
@@ -513,11 +517,7 @@ mod tests {
             let mut options = Options::default();
             options.create_if_missing(true);
             let db = DB::open(&options, dir.path()).unwrap();
-            let record = serde_json::json!({
-                "v": 1, "uuid": uuid, "createdAt": 7, "updatedAt": 8,
-                "config": route(uuid, "canary-v1-clear-91b2").config,
-            });
-            db.put(route_key(uuid), serde_json::to_vec(&record).unwrap()).unwrap();
+            db.put(route_key(uuid), v1_record(uuid, "canary-v1-clear-91b2")).unwrap();
             db.put(created_key(7, uuid), []).unwrap();
             db.flush().unwrap();
         }

@@ -8,12 +8,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::policy::{Guarded, Lookup, NotAllowed, OutboundPolicy, PolicyResolver, refusal_in};
+use crate::policy::{
+    Guarded, Lookup, NotAllowed, OutboundPolicy, PolicyResolver, literal_address, refusal_in,
+};
 use crate::route::UpstreamRequest;
 
 /// Settings of the upstream client.
@@ -66,7 +69,42 @@ impl std::fmt::Display for UpstreamError {
 }
 
 /// The most memory reserved for a body up front, whatever its declared length.
-pub const RESERVE_LIMIT: usize = 1 << 20;
+const RESERVE_LIMIT: usize = 1 << 20;
+
+/// Why a body was not read whole.
+#[derive(Debug)]
+pub(crate) enum BodyError {
+    /// Larger than the limit, by its `Content-Length` or by what arrived.
+    TooLarge,
+    /// The connection broke.
+    Broken(hyper::Error),
+}
+
+/// Reads a body (a client's request or an upstream's answer) of at most `limit` bytes into a
+/// buffer with room for the JSON parser's padding. A larger `Content-Length` is refused before
+/// reading; a declared length is reserved only up to [`RESERVE_LIMIT`], so bodies that never
+/// come cannot make recast hold memory, and the rest grows as it arrives.
+pub(crate) async fn read_limited(
+    headers: &HeaderMap,
+    mut body: Incoming,
+    limit: usize,
+) -> Result<Vec<u8>, BodyError> {
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    let reserve = declared.map_or(16 * 1024, |n| (n as usize).min(RESERVE_LIMIT));
+    let mut buf = Vec::with_capacity(reserve + crate::json::PADDING);
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.map_err(BodyError::Broken)?.into_data() {
+            if buf.len() + data.len() > limit {
+                return Err(BodyError::TooLarge);
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf)
+}
 
 type Connector = HttpsConnector<Guarded<HttpConnector<PolicyResolver>>>;
 
@@ -111,11 +149,10 @@ impl UpstreamClient {
     /// step). The connector checks again, on the addresses it connects to.
     pub async fn check(&self, uri: &http::Uri) -> Result<(), UpstreamError> {
         let host = uri.host().unwrap_or_default();
-        let literal = host.trim_start_matches('[').trim_end_matches(']');
-        let addresses = match literal.parse::<std::net::IpAddr>() {
-            Ok(ip) => vec![ip],
+        let addresses = match literal_address(host) {
+            Some(ip) => vec![ip],
             // Resolving is part of connecting, and has its time limit.
-            Err(_) => tokio::time::timeout(self.settings.connect_timeout, self.lookup.lookup(host))
+            None => tokio::time::timeout(self.settings.connect_timeout, self.lookup.lookup(host))
                 .await
                 .map_err(|_| UpstreamError::Timeout)?
                 .map_err(|e| UpstreamError::Connect(format!("`{host}` cannot be resolved: {e}")))?,
@@ -155,26 +192,12 @@ impl UpstreamClient {
             let why = error_chain(&e);
             if e.is_connect() { UpstreamError::Connect(why) } else { UpstreamError::Broken(why) }
         })?;
-        let (parts, mut body) = response.into_parts();
+        let (parts, body) = response.into_parts();
         let limit = self.settings.max_body;
-        let declared =
-            parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit as u64) {
-            return Err(UpstreamError::TooLarge { limit });
-        }
-        // A declared length is reserved only up to a point, so that answers which never come
-        // cannot make recast hold memory; the rest grows as it arrives.
-        let reserve = declared.map_or(16 * 1024, |n| (n as usize).min(RESERVE_LIMIT));
-        let mut buf = Vec::with_capacity(reserve + crate::json::PADDING);
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| UpstreamError::Broken(error_chain(&e)))?;
-            if let Ok(data) = frame.into_data() {
-                if buf.len() + data.len() > limit {
-                    return Err(UpstreamError::TooLarge { limit });
-                }
-                buf.extend_from_slice(&data);
-            }
-        }
+        let buf = read_limited(&parts.headers, body, limit).await.map_err(|e| match e {
+            BodyError::TooLarge => UpstreamError::TooLarge { limit },
+            BodyError::Broken(e) => UpstreamError::Broken(error_chain(&e)),
+        })?;
         Ok((parts.status, parts.headers, buf))
     }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, header};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -34,7 +34,7 @@ use crate::policy::{Lookup, OutboundPolicy, SystemLookup};
 use crate::route::Route;
 use crate::storage::{StorageError, Store};
 use crate::table::RouteTable;
-use crate::upstream::UpstreamClient;
+use crate::upstream::{BodyError, UpstreamClient, read_limited};
 pub use problem::ApiError;
 
 /// What every handler answers with.
@@ -386,29 +386,14 @@ pub(crate) async fn read_body(
     body: Incoming,
 ) -> Result<Vec<u8>, ApiError> {
     let within = Duration::from_millis(state.config.header_timeout_ms);
-    tokio::time::timeout(within, read_limited(headers, body, state.config.max_request_bytes))
-        .await
-        .map_err(|_| ApiError::BodyTimeout)?
-}
-
-async fn read_limited(headers: &HeaderMap, mut body: Incoming, limit: usize) -> Result<Vec<u8>, ApiError> {
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(ApiError::BodyTooLarge { limit });
+    let limit = state.config.max_request_bytes;
+    match tokio::time::timeout(within, read_limited(headers, body, limit)).await {
+        Err(_) => Err(ApiError::BodyTimeout),
+        Ok(read) => read.map_err(|e| match e {
+            BodyError::TooLarge => ApiError::BodyTooLarge { limit },
+            BodyError::Broken(_) => ApiError::BodyUnreadable,
+        }),
     }
-    // What the client declares is reserved only up to a point; the rest grows as it arrives.
-    let capacity = declared.map_or(8 * 1024, |n| (n as usize).min(crate::upstream::RESERVE_LIMIT));
-    let mut buf = Vec::with_capacity(capacity + crate::json::PADDING);
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|_| ApiError::BodyUnreadable)?;
-        if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > limit {
-                return Err(ApiError::BodyTooLarge { limit });
-            }
-            buf.extend_from_slice(&data);
-        }
-    }
-    Ok(buf)
 }
 
 /// The time now, in milliseconds since the Unix epoch.

@@ -135,15 +135,14 @@ impl ApiError {
             ApiError::AuthRequired => "auth-required",
             ApiError::AdminTokenRequired => "admin-token-required",
             ApiError::Overloaded => "overloaded",
-            ApiError::Upstream { failure: UpstreamFailure::NotAllowed(_), .. } => "upstream-not-allowed",
-            ApiError::Upstream { validating: true, .. } => "upstream-validation-failed",
-            ApiError::Upstream { failure, .. } => match failure {
+            ApiError::Upstream { failure, validating } => match failure {
+                UpstreamFailure::NotAllowed(_) => "upstream-not-allowed",
+                _ if *validating => "upstream-validation-failed",
                 UpstreamFailure::Status(_) => "upstream-error",
                 UpstreamFailure::Unreachable(_) => "upstream-unreachable",
                 UpstreamFailure::Timeout => "upstream-timeout",
                 UpstreamFailure::TooLarge { .. } => "upstream-too-large",
                 UpstreamFailure::NotJson(_) => "upstream-not-json",
-                UpstreamFailure::NotAllowed(_) => "upstream-not-allowed",
             },
             ApiError::Starting => "starting",
             ApiError::RouteUnavailable(_) => "route-unavailable",
@@ -166,19 +165,14 @@ impl ApiError {
             ApiError::AuthRequired => "This route needs X-Mapped-Auth",
             ApiError::AdminTokenRequired => "This endpoint needs the admin token",
             ApiError::Overloaded => "recast is at its limit of requests in flight",
-            ApiError::Upstream { failure: UpstreamFailure::NotAllowed(_), .. } => {
-                "The upstream's address is not allowed; nothing was sent"
-            }
-            ApiError::Upstream { validating: true, .. } => {
-                "The live call to the upstream failed; nothing was stored"
-            }
-            ApiError::Upstream { failure, .. } => match failure {
+            ApiError::Upstream { failure, validating } => match failure {
+                UpstreamFailure::NotAllowed(_) => "The upstream's address is not allowed; nothing was sent",
+                _ if *validating => "The live call to the upstream failed; nothing was stored",
                 UpstreamFailure::Status(_) => "The upstream answered with an error",
                 UpstreamFailure::Unreachable(_) => "The upstream could not be reached",
                 UpstreamFailure::Timeout => "The upstream did not answer in time",
                 UpstreamFailure::TooLarge { .. } => "The upstream's answer is too large",
                 UpstreamFailure::NotJson(_) => "The upstream's answer is not JSON",
-                UpstreamFailure::NotAllowed(_) => "The upstream's address is not allowed",
             },
             ApiError::Starting => "recast is still loading its routes",
             ApiError::RouteUnavailable(_) => "This route cannot serve calls",

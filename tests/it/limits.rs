@@ -9,7 +9,7 @@ use recast::secrets::Secret;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::routes::{MEALS, registration};
+use crate::routes::{MEALS, registered, registration};
 use crate::support::{Reply, Service, Upstream, config, get, send};
 
 const PREVIEW: &str = r#"{"originalResponse":{"a":"1"},"mappingRules":{"newBodyFields":{"a":{"key":"a","type":"Int"}},"oldBodyFields":{"a":{"keys":["a"]}}}}"#;
@@ -211,17 +211,7 @@ async fn idle_keep_alive_connections_are_closed_but_busy_ones_are_not() {
     let upstream =
         Upstream::start(|_| Reply { delay: Duration::from_millis(800), ..Reply::json(MEALS) }).await;
     let service = Service::start(Config { idle_timeout_ms: 300, ..config() }).await;
-    let path = {
-        let created = send(
-            Method::POST,
-            &service.url("/v1/mapping"),
-            &[("content-type", "application/json")],
-            registration(&upstream.url("/"), "", ""),
-        )
-        .await;
-        assert_eq!(created.status, 201);
-        created.json().get("path").and_then(|p| p.as_str()).unwrap().to_owned()
-    };
+    let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
 
     // A call that takes longer than the idle timeout is answered on its keep-alive connection...
     let mut stream = TcpStream::connect(service.addr).await.unwrap();
@@ -247,15 +237,7 @@ async fn above_the_in_flight_limit_calls_get_503_at_once_and_health_stays_up() {
     let upstream =
         Upstream::start(|_| Reply { delay: Duration::from_millis(1500), ..Reply::json(MEALS) }).await;
     let service = Service::start(Config { max_inflight: 2, ..config() }).await;
-    let created = send(
-        Method::POST,
-        &service.url("/v1/mapping"),
-        &[("content-type", "application/json")],
-        registration(&upstream.url("/"), "", ""),
-    )
-    .await;
-    assert_eq!(created.status, 201);
-    let path = created.json().get("path").and_then(|p| p.as_str()).unwrap().to_owned();
+    let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
     let url = service.url(&path);
 
     let slow: Vec<_> = (0..2)
