@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use http::{HeaderValue, Method, Request};
+use http::{Method, Request};
 use hyper::body::Incoming;
 use uuid::Uuid;
 
@@ -22,10 +22,8 @@ pub(super) async fn call(state: &State, request: Request<Incoming>, uuid: Uuid, 
     };
     // Every answer of a route call says how long the upstream and the mapping took (SPEC §2.2),
     // zero for a step that did not happen.
-    let header = format!("{}, {}", timing("upstream", timings.upstream), timing("map", timings.map));
-    if let Ok(header) = HeaderValue::try_from(header) {
-        response.headers_mut().insert(SERVER_TIMING, header);
-    }
+    let header = timing(&[("upstream", timings.upstream), ("map", timings.map)]);
+    response.headers_mut().insert(SERVER_TIMING, header);
     response
 }
 

@@ -7,16 +7,22 @@
 //!
 //! The driver tells the two waits apart by watching the bytes the connection reads ([`Watched`]):
 //! bytes read while no request is in flight begin a head.
+//!
+//! Nothing here runs per request beyond a few atomic stores: the driver's one timer is armed no
+//! later than the earliest deadline any future event could set (see [`drive`]) and re-armed only
+//! when it fires, and a stop reaches each connection through its own [`Activity`] ([`Open`])
+//! rather than through a channel every connection would poll on each wake.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 const NONE: u64 = u64::MAX;
@@ -30,8 +36,8 @@ pub(super) struct Activity {
     last_ms: AtomicU64,
     /// Milliseconds since `started` at the first byte of a head not yet complete, or [`NONE`].
     head_ms: AtomicU64,
-    /// Woken when a request ends or a head begins, so the driver picks its next deadline.
-    changed: Notify,
+    /// Notified once when the service stops.
+    stop: Notify,
 }
 
 /// Held while a request on the connection is served.
@@ -41,7 +47,6 @@ impl Drop for Busy {
     fn drop(&mut self) {
         self.0.last_ms.store(self.0.now_ms(), Ordering::Release);
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.changed.notify_one();
     }
 }
 
@@ -59,7 +64,7 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
             head_ms: AtomicU64::new(NONE),
-            changed: Notify::new(),
+            stop: Notify::new(),
         })
     }
 
@@ -76,10 +81,8 @@ impl Activity {
 
     /// Bytes were read from the client.
     fn read(&self) {
-        if self.in_flight.load(Ordering::Acquire) == 0
-            && self.head_ms.compare_exchange(NONE, self.now_ms(), Ordering::AcqRel, Ordering::Acquire).is_ok()
-        {
-            self.changed.notify_one();
+        if self.in_flight.load(Ordering::Acquire) == 0 && self.head_ms.load(Ordering::Acquire) == NONE {
+            let _ = self.head_ms.compare_exchange(NONE, self.now_ms(), Ordering::AcqRel, Ordering::Acquire);
         }
     }
 
@@ -173,48 +176,93 @@ where
 }
 
 /// Drives `connection` to its end, closing it gracefully when its idle or head deadline passes
-/// or when `stop` changes. Returns the connection's own result, or `None` when a connection
+/// or when the service stops. Returns the connection's own result, or `None` when a connection
 /// closed for a deadline did not finish within one more head timeout and was dropped.
-pub(super) async fn drive<C>(
-    connection: C,
-    activity: Arc<Activity>,
-    timeouts: Timeouts,
-    mut stop: watch::Receiver<bool>,
-) -> Option<C::Output>
+///
+/// The timer is never later than the connection's deadline: armed at time `t`, it fires at the
+/// earlier of the current deadline and `t + min(head, idle)`, and no later event can set an
+/// earlier deadline (a head beginning at `h ≥ t` is due at `h + head`, a request ending at
+/// `e ≥ t` makes the connection idle until `e + idle`). So reads and requests need not wake the
+/// driver; it re-checks when the timer fires, at the latest every `min(head, idle)`.
+pub(super) async fn drive<C>(connection: C, activity: Arc<Activity>, timeouts: Timeouts) -> Option<C::Output>
 where
     C: Graceful,
 {
+    let check = timeouts.head.min(timeouts.idle);
     let mut connection = std::pin::pin!(connection);
+    let mut timer = std::pin::pin!(tokio::time::sleep_until(Instant::now() + check));
+    let mut stopped = std::pin::pin!(activity.stop.notified());
     let mut closing = false;
     let mut drop_at = None;
     loop {
-        let deadline = activity.deadline(timeouts);
         tokio::select! {
+            biased;
             result = connection.as_mut() => return Some(result),
-            () = sleep_until(drop_at) => return None,
-            () = activity.changed.notified() => {}
-            changed = stop.changed(), if !closing => {
-                if changed.is_err() || *stop.borrow() {
-                    connection.as_mut().graceful_shutdown();
-                    closing = true;
-                }
+            () = stopped.as_mut(), if !closing => {
+                connection.as_mut().graceful_shutdown();
+                closing = true;
             }
-            () = sleep_until(deadline), if !closing => {
-                if activity.deadline(timeouts).is_some_and(|at| at <= Instant::now()) {
-                    tracing::debug!(?timeouts, "closing an idle or slow connection");
-                    connection.as_mut().graceful_shutdown();
-                    closing = true;
-                    drop_at = Some(Instant::now() + timeouts.head);
-                }
+            () = timer.as_mut() => {
+                let now = Instant::now();
+                let next = match drop_at {
+                    Some(at) if at <= now => return None,
+                    Some(at) => at,
+                    None if closing => now + check,
+                    None => match activity.deadline(timeouts) {
+                        Some(at) if at <= now => {
+                            tracing::debug!(?timeouts, "closing an idle or slow connection");
+                            connection.as_mut().graceful_shutdown();
+                            closing = true;
+                            *drop_at.insert(now + timeouts.head)
+                        }
+                        Some(at) => at.min(now + check),
+                        None => now + check,
+                    },
+                };
+                timer.as_mut().reset(next);
             }
         }
     }
 }
 
-/// Sleeps until `deadline`, or forever when there is none.
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
+/// The open connections, so that a stop reaches each of them.
+#[derive(Default)]
+pub(super) struct Open {
+    connections: Mutex<HashMap<u64, Weak<Activity>>>,
+    next: AtomicU64,
+    stopped: AtomicBool,
+}
+
+/// A connection's place in [`Open`], given up when dropped.
+pub(super) struct Registered {
+    open: Arc<Open>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.open.connections.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
+    }
+}
+
+impl Open {
+    /// Adds a connection; one that opens after the stop is told to stop at once.
+    pub(super) fn register(self: &Arc<Open>, activity: &Arc<Activity>) -> Registered {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut connections = self.connections.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.stopped.load(Ordering::Acquire) {
+            activity.stop.notify_one();
+        }
+        connections.insert(id, Arc::downgrade(activity));
+        Registered { open: self.clone(), id }
+    }
+
+    /// Tells every open connection to finish its current request and close.
+    pub(super) fn stop(&self) {
+        let connections = self.connections.lock().unwrap_or_else(PoisonError::into_inner);
+        self.stopped.store(true, Ordering::Release);
+        for activity in connections.values().filter_map(Weak::upgrade) {
+            activity.stop.notify_one();
+        }
     }
 }

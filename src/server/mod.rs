@@ -28,7 +28,7 @@ use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use self::admission::{AdminToken, InFlight};
-use self::connection::Activity;
+use self::connection::{Activity, Open};
 use crate::config::{Config, DEFAULT_MAX_HEADERS};
 use crate::policy::{Lookup, OutboundPolicy, SystemLookup};
 use crate::route::Route;
@@ -212,7 +212,7 @@ pub async fn run_with(
         idle: Duration::from_millis(state.config.idle_timeout_ms),
         head: Duration::from_millis(state.config.header_timeout_ms),
     };
-    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let open = Arc::new(Open::default());
     let mut connections = JoinSet::new();
     tracing::info!(address = %listen, "listening");
     if state.admin.is_none() {
@@ -229,6 +229,7 @@ pub async fn run_with(
                     let _ = stream.set_nodelay(true);
                     let state = state.clone();
                     let activity = Activity::new();
+                    let registered = open.register(&activity);
                     let busy = activity.clone();
                     let service = service_fn(move |request| {
                         let state = state.clone();
@@ -241,8 +242,9 @@ pub async fn run_with(
                     });
                     let io = TokioIo::new(connection::Watched::new(stream, activity.clone()));
                     let connection = http.serve_connection(io, service);
-                    let driven = connection::drive(connection, activity, timeouts, stopping.clone());
+                    let driven = connection::drive(connection, activity, timeouts);
                     connections.spawn(async move {
+                        let _registered = registered;
                         match driven.await {
                             Some(Err(e)) => tracing::debug!(error = %e, "connection ended with an error"),
                             None => tracing::debug!("connection dropped after its deadline"),
@@ -264,7 +266,7 @@ pub async fn run_with(
     drop(listener);
     state.enter(Lifecycle::Stopped);
     let grace = state.config.shutdown_grace();
-    let _ = stop.send(true);
+    open.stop();
     let drained = async { while connections.join_next().await.is_some() {} };
     if tokio::time::timeout(grace, drained).await.is_err() {
         tracing::warn!(open = connections.len(), ?grace, "grace period over; closing what is left");
@@ -401,9 +403,27 @@ pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-/// A `Server-Timing` entry for a duration.
-pub(crate) fn timing(name: &str, elapsed: Duration) -> String {
-    format!("{name};dur={:.3}", elapsed.as_secs_f64() * 1000.0)
+/// A `Server-Timing` header value: `name;dur=milliseconds` per entry, to the microsecond.
+pub(crate) fn timing(entries: &[(&str, Duration)]) -> HeaderValue {
+    let mut text = Vec::with_capacity(entries.len() * 24);
+    let mut digits = itoa::Buffer::new();
+    for (i, (name, elapsed)) in entries.iter().enumerate() {
+        if i > 0 {
+            text.extend_from_slice(b", ");
+        }
+        let micros = elapsed.as_micros();
+        text.extend_from_slice(name.as_bytes());
+        text.extend_from_slice(b";dur=");
+        text.extend_from_slice(digits.format(micros / 1000).as_bytes());
+        let fraction = (micros % 1000) as u16;
+        text.extend_from_slice(&[
+            b'.',
+            b'0' + (fraction / 100) as u8,
+            b'0' + (fraction / 10 % 10) as u8,
+            b'0' + (fraction % 10) as u8,
+        ]);
+    }
+    HeaderValue::from_bytes(&text).unwrap_or(HeaderValue::from_static("total;dur=0"))
 }
 
 /// Request ids: the client's `X-Request-Id` when it is sane, else a new one made of a random
@@ -426,8 +446,19 @@ impl RequestIds {
             return given.clone();
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        HeaderValue::try_from(format!("{:08x}-{n:012x}", self.prefix))
-            .unwrap_or(HeaderValue::from_static("unknown"))
+        let mut id = [0u8; 21];
+        hex(&mut id[..8], u64::from(self.prefix));
+        id[8] = b'-';
+        hex(&mut id[9..], n);
+        HeaderValue::from_bytes(&id).unwrap_or(HeaderValue::from_static("unknown"))
+    }
+}
+
+/// Writes the low `4 × out.len()` bits of `n` as lowercase hex digits, filling `out`.
+fn hex(out: &mut [u8], mut n: u64) {
+    for digit in out.iter_mut().rev() {
+        *digit = b"0123456789abcdef"[(n & 0xf) as usize];
+        n >>= 4;
     }
 }
 
@@ -455,5 +486,20 @@ mod tests {
         let fresh = ids.for_request(&Request::new(()));
         assert!(is_sane_request_id(fresh.as_bytes()));
         assert_ne!(fresh, replaced, "generated ids are unique");
+    }
+
+    #[test]
+    fn server_timing_writes_milliseconds_to_the_microsecond() {
+        let header =
+            timing(&[("upstream", Duration::from_micros(1_234_567)), ("map", Duration::from_nanos(5_900))]);
+        assert_eq!(header, "upstream;dur=1234.567, map;dur=0.005");
+        assert_eq!(timing(&[("map", Duration::ZERO)]), "map;dur=0.000");
+    }
+
+    #[test]
+    fn generated_request_ids_are_prefix_and_counter_in_hex() {
+        let ids = RequestIds { prefix: 0xdead_beef, next: AtomicU64::new(0x1_2345_6789) };
+        assert_eq!(ids.for_request(&Request::new(())), "deadbeef-000123456789");
+        assert_eq!(ids.for_request(&Request::new(())), "deadbeef-00012345678a");
     }
 }
