@@ -411,9 +411,9 @@ impl Route {
         Route { uuid, created_at, updated_at, config, method, rules, upstream }
     }
 
-    pub fn from_stored(stored: &StoredRoute, limits: &Limits) -> Result<Route, String> {
-        let config: RouteConfig = serde_json::from_value(stored.config.clone())
-            .map_err(|e| format!("unreadable configuration: {e}"))?;
+    pub fn from_stored(stored: StoredRoute, limits: &Limits) -> Result<Route, String> {
+        let config: RouteConfig =
+            serde_json::from_value(stored.config).map_err(|e| format!("unreadable configuration: {e}"))?;
         Ok(Route::new(stored.uuid, stored.created_at, stored.updated_at, config, limits))
     }
 

@@ -84,6 +84,9 @@ pub struct StoredRoute {
 /// A key and its value, as RocksDB's iterator gives them.
 type KeyValue = (Box<[u8]>, Box<[u8]>);
 
+/// A route record as stored, not yet decoded (see [`Store::records`]).
+pub struct RawRecord(KeyValue);
+
 /// A record as it is on disk.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -107,6 +110,17 @@ pub struct Store {
     key: SecretKey,
     /// Version 1 records sealed when the store was opened.
     pub migrated: usize,
+}
+
+impl Drop for Store {
+    /// A clean close writes the memtables to table files, so the next start reads them instead of
+    /// replaying the write-ahead log. (Every acknowledged write is already synced in the log; a
+    /// crash only makes the next start replay it.)
+    fn drop(&mut self) {
+        if let Err(e) = self.db.flush() {
+            tracing::warn!(error = %e, "the store could not be flushed on close; the next start replays its log");
+        }
+    }
 }
 
 /// One page of a listing, newest first.
@@ -304,12 +318,21 @@ impl Store {
         }
     }
 
-    /// Every stored route, oldest first; an unreadable record is returned as an error in place.
+    /// Every stored route, in key order; an unreadable record is returned as an error in place.
     pub fn all(&self) -> impl Iterator<Item = Result<StoredRoute, StorageError>> + '_ {
-        self.all_records().map(|entry| {
-            let (key, value) = entry.map_err(io)?;
-            self.decode(&key, &value)
-        })
+        self.records().map(|record| self.decode_record(&record?))
+    }
+
+    /// Every route record, in key order, not yet decoded. Decoding (unsealing and parsing) is most
+    /// of the cost of reading a record, so a caller may spread [`Store::decode_record`] over
+    /// threads.
+    pub fn records(&self) -> impl Iterator<Item = Result<RawRecord, StorageError>> + '_ {
+        self.all_records().map(|entry| entry.map(RawRecord).map_err(io))
+    }
+
+    pub fn decode_record(&self, record: &RawRecord) -> Result<StoredRoute, StorageError> {
+        let (key, value) = &record.0;
+        self.decode(key, value)
     }
 
     /// Up to `limit` routes, newest first, starting after `cursor` (from a previous page).
@@ -388,10 +411,36 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) || !text.is_ascii() {
+    /// The value of each hex digit by its byte, `INVALID` for every other byte: a table, not
+    /// branches, since a sealed configuration is thousands of random digits.
+    const INVALID: u8 = 0xff;
+    const DIGITS: [u8; 256] = {
+        let mut table = [INVALID; 256];
+        let mut i = 0;
+        while i < 10 {
+            table[b'0' as usize + i] = i as u8;
+            i += 1;
+        }
+        let mut i = 0;
+        while i < 6 {
+            table[b'a' as usize + i] = 10 + i as u8;
+            table[b'A' as usize + i] = 10 + i as u8;
+            i += 1;
+        }
+        table
+    };
+    if !text.len().is_multiple_of(2) {
         return None;
     }
-    (0..text.len() / 2).map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()).collect()
+    let mut bytes = Vec::with_capacity(text.len() / 2);
+    let mut invalid = 0;
+    for pair in text.as_bytes().chunks_exact(2) {
+        let &[high, low] = pair else { return None };
+        let (high, low) = (DIGITS[usize::from(high)], DIGITS[usize::from(low)]);
+        invalid |= (high | low) & 0xf0;
+        bytes.push(high << 4 | (low & 0x0f));
+    }
+    (invalid == 0).then_some(bytes)
 }
 
 fn io(e: rocksdb::Error) -> StorageError {
@@ -438,6 +487,16 @@ mod tests {
             }
         }
         found
+    }
+
+    #[test]
+    fn hex_round_trips_and_unhex_refuses_what_is_not_hex() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(unhex(&hex(&bytes)).as_deref(), Some(bytes.as_slice()));
+        assert_eq!(unhex("0aFf"), Some(vec![0x0a, 0xff]));
+        for bad in ["0", "0g", "zz", "é0", "0 "] {
+            assert_eq!(unhex(bad), None, "{bad}");
+        }
     }
 
     #[test]

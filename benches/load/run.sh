@@ -98,28 +98,47 @@ async function list(r) {
 export default { recipe, list };
 EOF
 
-cat >"$WORK/nginx.conf" <<EOF
-load_module $NJS_MODULE;
+# Two nginx instances: the upstream, and the gateway for (b) and (c). A gateway and its upstream
+# are separate processes, as recast and the upstream are; in one instance the proxy's hop to the
+# upstream would stay inside one worker's event loop, a shortcut no real deployment has.
+common() { # $1 instance name
+    cat <<EOF
 worker_processes auto;
-pid $WORK/nginx.pid;
+pid $WORK/$1.pid;
 error_log $WORK/error.log warn;
 events { worker_connections 4096; }
+EOF
+}
+temp_paths() { # $1 instance name
+    local kind
+    for kind in client_body proxy fastcgi uwsgi scgi; do printf '    %s_temp_path %s;\n' "$kind" "$WORK/$1-$kind"; done
+}
+{
+    common upstream
+    cat <<EOF
 http {
     access_log off;
-    client_body_temp_path $WORK/client_temp;
-    proxy_temp_path $WORK/proxy_temp;
-    fastcgi_temp_path $WORK/fastcgi_temp;
-    uwsgi_temp_path $WORK/uwsgi_temp;
-    scgi_temp_path $WORK/scgi_temp;
+$(temp_paths upstream)
     keepalive_requests 1000000;
-    upstream documents { server 127.0.0.1:$UPSTREAM_PORT; keepalive 256; }
-    js_import map from $WORK/map.js;
     # (a) the upstream: two fixed JSON documents.
     server {
         listen 127.0.0.1:$UPSTREAM_PORT;
         root $WORK;
         default_type application/json;
     }
+}
+EOF
+} >"$WORK/upstream.conf"
+{
+    echo "load_module $NJS_MODULE;"
+    common gateway
+    cat <<EOF
+http {
+    access_log off;
+$(temp_paths gateway)
+    keepalive_requests 1000000;
+    upstream documents { server 127.0.0.1:$UPSTREAM_PORT; keepalive 256; }
+    js_import map from $WORK/map.js;
     # (b) a plain reverse proxy with upstream keep-alive.
     server {
         listen 127.0.0.1:$PROXY_PORT;
@@ -144,16 +163,20 @@ http {
     }
 }
 EOF
+} >"$WORK/gateway.conf"
 mkdir -p "$WORK/data"
-nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' 2>>"$WORK/error.log" &
-PIDS+=($!)
+for instance in upstream gateway; do
+    nginx -p "$WORK" -c "$WORK/$instance.conf" -g 'daemon off;' 2>>"$WORK/error.log" &
+    PIDS+=($!)
+done
 RECAST_LISTEN=127.0.0.1:$RECAST_PORT RECAST_DATA_DIR=$WORK/data RECAST_UPSTREAM_ALLOW=127.0.0.1/32 \
     RECAST_LOG=warn "$RECAST" serve 2>>"$WORK/recast.log" &
 PIDS+=($!)
 ready=no
 for _ in $(seq 1 200); do
     if curl -sf "http://127.0.0.1:$RECAST_PORT/readyz" >/dev/null 2>&1 \
-        && curl -sf "http://127.0.0.1:$UPSTREAM_PORT/recipe.json" >/dev/null 2>&1; then
+        && curl -sf "http://127.0.0.1:$UPSTREAM_PORT/recipe.json" >/dev/null 2>&1 \
+        && curl -sf "http://127.0.0.1:$PROXY_PORT/recipe.json" >/dev/null 2>&1; then
         ready=yes
         break
     fi

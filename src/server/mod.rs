@@ -13,8 +13,8 @@ mod routes;
 use std::convert::Infallible;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -32,7 +32,7 @@ use self::connection::{Activity, Open};
 use crate::config::{Config, DEFAULT_MAX_HEADERS};
 use crate::policy::{Lookup, OutboundPolicy, SystemLookup};
 use crate::route::Route;
-use crate::storage::{StorageError, Store};
+use crate::storage::{RawRecord, StorageError, Store};
 use crate::table::RouteTable;
 use crate::upstream::{BodyError, UpstreamClient, read_limited};
 pub use problem::ApiError;
@@ -283,29 +283,96 @@ pub async fn run_with(
     Ok(())
 }
 
-/// Loads and compiles every stored route into the table. A route that no longer compiles stays,
-/// and answers 503 with the reason; an unreadable record is logged.
+/// Loads and compiles every stored route into the table, decoding and compiling on one thread
+/// per core while this one reads the store. A route that no longer compiles stays, and answers
+/// 503 with the reason; an unreadable record is logged.
 fn load_routes(state: &State) {
+    /// Records handed to a decoding thread at a time.
+    const BATCH: usize = 256;
     let limits = state.config.limits();
-    let (mut loaded, mut broken, mut unreadable) = (0, 0, 0);
-    for record in state.store.all() {
-        let route = record.map_err(|e| e.to_string()).and_then(|stored| Route::from_stored(&stored, &limits));
+    let threads = default_threads();
+    let (batches, receiver) = std::sync::mpsc::sync_channel::<Vec<RawRecord>>(threads * 2);
+    let receiver = Mutex::new(receiver);
+    let counts = std::thread::scope(|scope| {
+        let decoders: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut counts = Loaded::default();
+                    // The lock is held only while waiting for the next batch.
+                    while let Ok(batch) = receiver.lock().unwrap_or_else(PoisonError::into_inner).recv() {
+                        for record in batch {
+                            let route = state.store.decode_record(&record).map_err(|e| e.to_string());
+                            counts.add(state, route.and_then(|stored| Route::from_stored(stored, &limits)));
+                        }
+                    }
+                    counts
+                })
+            })
+            .collect();
+        let mut counts = Loaded::default();
+        let mut batch = Vec::with_capacity(BATCH);
+        for record in state.store.records() {
+            match record {
+                Ok(record) => batch.push(record),
+                Err(e) => counts.add(state, Err(e.to_string())),
+            }
+            if batch.len() == BATCH
+                && batches.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))).is_err()
+            {
+                break;
+            }
+        }
+        let _ = batches.send(batch);
+        drop(batches);
+        decoders.into_iter().filter_map(|decoder| decoder.join().ok()).fold(counts, Loaded::sum)
+    });
+    tracing::info!(
+        loaded = counts.loaded,
+        broken = counts.broken,
+        unreadable = counts.unreadable,
+        "routes loaded"
+    );
+}
+
+/// What loading the stored routes found.
+#[derive(Default)]
+struct Loaded {
+    loaded: usize,
+    broken: usize,
+    unreadable: usize,
+}
+
+impl Loaded {
+    /// Puts a loaded route in the table, or logs why it could not be loaded.
+    fn add(&mut self, state: &State, route: Result<Route, String>) {
         match route {
             Ok(route) => {
                 if let Some(why) = route.broken() {
-                    broken += 1;
+                    self.broken += 1;
                     tracing::error!(uuid = %route.uuid, %why, "stored route cannot serve calls; it answers 503");
                 }
-                loaded += 1;
+                self.loaded += 1;
                 state.table.insert(Arc::new(route));
             }
             Err(why) => {
-                unreadable += 1;
+                self.unreadable += 1;
                 tracing::error!(%why, "stored route skipped");
             }
         }
     }
-    tracing::info!(loaded, broken, unreadable, "routes loaded");
+
+    fn sum(self, other: Loaded) -> Loaded {
+        Loaded {
+            loaded: self.loaded + other.loaded,
+            broken: self.broken + other.broken,
+            unreadable: self.unreadable + other.unreadable,
+        }
+    }
+}
+
+/// One per core.
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Routes one request and finishes its answer.
