@@ -1,6 +1,7 @@
 //! recast: an HTTP middleware that calls upstream JSON APIs and reshapes their answers by stored
 //! mapping rules. See `ARCHITECTURE.md` for the map of modules and their invariants.
 
+pub mod cli;
 pub mod config;
 pub mod exec;
 #[doc(hidden)]

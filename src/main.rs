@@ -2,9 +2,16 @@
 
 use std::io::IsTerminal as _;
 
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
 use anyhow::Context as _;
+use clap::builder::TypedValueParser as _;
 use clap::{Parser, Subcommand};
+use recast::cli::{self, Exit};
 use recast::config::{Config, LogFormat};
+use recast::rules::Limits;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -24,18 +31,121 @@ struct Cli {
 enum Command {
     /// Run the service. Every setting is a flag and a RECAST_* environment variable.
     Serve(Box<Config>),
+    /// Compile a rules file and list every problem (exit 1 when there is one).
+    Check {
+        /// The rules: a JSON file holding the rules object, or a JSON string holding it.
+        #[arg(long)]
+        rules: PathBuf,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
+    /// Map a sample upstream answer with a rules file, offline, as POST /v1/preview does.
+    Preview {
+        /// The rules: a JSON file holding the rules object, or a JSON string holding it.
+        #[arg(long)]
+        rules: PathBuf,
+        /// The sample upstream answer (JSON).
+        #[arg(long)]
+        input: PathBuf,
+        /// Print {"output", "trace", "warnings"}: what each target read and why.
+        #[arg(long)]
+        trace: bool,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
+    /// List, show or delete the routes of a running service.
+    Routes {
+        /// The service's address.
+        #[arg(long, global = true, env = "RECAST_URL", default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// The service's admin token (RECAST_ADMIN_TOKEN of the service).
+        #[arg(long, global = true, env = recast::config::ADMIN_TOKEN, hide_env_values = true)]
+        token: Option<String>,
+        #[command(subcommand)]
+        command: RoutesCommand,
+    },
     /// Print a new random secret key (64 hex digits) for RECAST_SECRET_KEY.
     NewKey,
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
-        Command::Serve(config) => serve(*config),
-        Command::NewKey => {
-            println!("{}", recast::secrets::new_key_hex().map_err(anyhow::Error::msg)?);
-            Ok(())
-        }
+/// The engine limits of the offline commands, as the service has them.
+#[derive(clap::Args)]
+struct LimitArgs {
+    /// Most targets in one rules document.
+    #[arg(long, env = recast::config::MAX_RULES, default_value_t = recast::config::DEFAULT_MAX_RULES)]
+    max_rules: usize,
+    /// Deepest nesting of JSON documents, and longest `parents`/`each` path in rules.
+    #[arg(long, env = recast::config::MAX_DEPTH, default_value_t = recast::config::DEFAULT_MAX_DEPTH, value_parser = clap::value_parser!(u16).range(1..=1024).map(usize::from))]
+    max_depth: usize,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Limits {
+        Limits { max_rules: self.max_rules, max_depth: self.max_depth }
     }
+}
+
+#[derive(Subcommand)]
+enum RoutesCommand {
+    /// Routes, newest first, one page at a time (secrets masked).
+    List {
+        /// Routes per page (1 to 500; the service's default is 50).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// The `nextCursor` of the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// One route (secrets masked).
+    Get { uuid: String },
+    /// Delete a route.
+    Delete { uuid: String },
+}
+
+fn main() -> ExitCode {
+    let outcome = match Cli::parse().command {
+        Command::Serve(config) => {
+            return match serve(*config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("Error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Command::NewKey => match recast::secrets::new_key_hex() {
+            Ok(key) => cli::Outcome {
+                exit: Exit::Ok,
+                stdout: format!("{key}\n").into_bytes(),
+                stderr: String::new(),
+            },
+            Err(why) => {
+                cli::Outcome { exit: Exit::Unavailable, stdout: Vec::new(), stderr: format!("{why}\n") }
+            }
+        },
+        Command::Check { rules, limits } => cli::check(&rules, &limits.limits()),
+        Command::Preview { rules, input, trace, limits } => {
+            cli::preview(&rules, &input, trace, &limits.limits())
+        }
+        Command::Routes { url, token, command } => {
+            let command = match command {
+                RoutesCommand::List { limit, cursor } => cli::RoutesCommand::List { limit, cursor },
+                RoutesCommand::Get { uuid } => cli::RoutesCommand::Get { uuid },
+                RoutesCommand::Delete { uuid } => cli::RoutesCommand::Delete { uuid },
+            };
+            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(cli::routes(&url, token.as_deref(), &command)),
+                Err(e) => cli::Outcome {
+                    exit: Exit::Unavailable,
+                    stdout: Vec::new(),
+                    stderr: format!("cannot start: {e}\n"),
+                },
+            }
+        }
+    };
+    let _ = std::io::stdout().write_all(&outcome.stdout);
+    eprint!("{}", outcome.stderr);
+    ExitCode::from(outcome.exit as u8)
 }
 
 fn serve(config: Config) -> anyhow::Result<()> {

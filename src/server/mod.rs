@@ -35,6 +35,7 @@ use crate::route::Route;
 use crate::storage::{RawRecord, StorageError, Store};
 use crate::table::RouteTable;
 use crate::upstream::{BodyError, UpstreamClient, read_limited};
+pub use preview::preview_output;
 pub use problem::ApiError;
 
 /// What every handler answers with.

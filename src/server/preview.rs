@@ -9,7 +9,7 @@ use super::problem::write_problems;
 use super::{ApiError, Response, SERVER_TIMING, State, json, read_body, timing};
 use crate::exec;
 use crate::json::{self as tape};
-use crate::rules::compile_value;
+use crate::rules::{Compiled, compile_value};
 
 /// Members of a preview body.
 const SAMPLE: &str = "originalResponse";
@@ -34,10 +34,16 @@ pub(super) async fn preview(state: &State, request: Request<Incoming>) -> Result
 fn map_sample(state: &State, nodes: &tape::Nodes<'_>, traced: bool) -> Result<Vec<u8>, ApiError> {
     let (sample, rules) = members(nodes)?;
     let compiled = compile_value(nodes, rules, &state.config.limits()).map_err(ApiError::InvalidRules)?;
+    Ok(preview_output(compiled, nodes, sample, traced))
+}
+
+/// A preview's answer: the output alone, or with `traced` `{"output", "trace", "warnings"}`.
+/// `recast preview` prints the same.
+pub fn preview_output(compiled: Compiled, nodes: &tape::Nodes<'_>, sample: usize, traced: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(1024);
     if !traced {
         exec::execute(&compiled.plan, nodes, sample, &mut out);
-        return Ok(out);
+        return out;
     }
     out.extend_from_slice(b"{\"output\":");
     let trace = exec::execute_traced(&compiled.plan, nodes, sample, &mut out);
@@ -47,7 +53,7 @@ fn map_sample(state: &State, nodes: &tape::Nodes<'_>, traced: bool) -> Result<Ve
     let warnings: Vec<_> = compiled.warnings.into_iter().chain(trace.notes).collect();
     write_problems(&mut out, &warnings);
     out.push(b'}');
-    Ok(out)
+    out
 }
 
 /// `?trace=true` (also `?trace` and `?trace=1`); `false`/`0` or no parameter turn it off.

@@ -6,6 +6,7 @@ mod support;
 
 mod architecture;
 mod binary;
+mod cli;
 mod conformance;
 mod crash;
 mod faults;

@@ -1,0 +1,223 @@
+//! The commands besides `serve`: offline `check` and `preview` with the service's own engine, and
+//! `routes list|get|delete` against a running service. Each returns what to print and an
+//! [`Exit`] code that scripts can rely on (see `docs/cli.md`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+use crate::json;
+use crate::rules::{Limits, compile_json};
+use crate::server::preview_output;
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Done; for `check`, the rules compile.
+    Ok = 0,
+    /// The rules or the input have problems, or the service answered with an error.
+    Problems = 1,
+    /// (clap) The command line is not valid.
+    Usage = 2,
+    /// A file could not be read, or the service could not be reached.
+    Unavailable = 3,
+}
+
+/// What a command prints: `stdout` on standard output, `stderr` on standard error.
+#[derive(Debug)]
+pub struct Outcome {
+    pub exit: Exit,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+}
+
+impl Outcome {
+    fn ok(stdout: Vec<u8>, stderr: String) -> Outcome {
+        Outcome { exit: Exit::Ok, stdout, stderr }
+    }
+
+    fn failed(exit: Exit, stderr: String) -> Outcome {
+        Outcome { exit, stdout: Vec::new(), stderr }
+    }
+}
+
+fn read(path: &Path, what: &str) -> Result<Vec<u8>, Outcome> {
+    std::fs::read(path).map_err(|e| {
+        Outcome::failed(Exit::Unavailable, format!("cannot read the {what} {}: {e}\n", path.display()))
+    })
+}
+
+/// `recast check --rules FILE`: compiles the rules and lists every problem (exit 1) or says that
+/// they compile (exit 0); warnings are listed either way.
+pub fn check(rules: &Path, limits: &Limits) -> Outcome {
+    let text = match read(rules, "rules file") {
+        Ok(text) => text,
+        Err(outcome) => return outcome,
+    };
+    match compile_json(&text, limits) {
+        Ok(compiled) => {
+            let mut report = String::new();
+            for warning in &compiled.warnings {
+                report.push_str(&format!("warning: {warning}\n"));
+            }
+            let targets = compiled.plan.target_count();
+            report.push_str(&format!("{}: the rules compile ({targets} targets)\n", rules.display()));
+            Outcome::ok(Vec::new(), report)
+        }
+        Err(problems) => {
+            let mut report = String::new();
+            for problem in &problems {
+                report.push_str(&format!("error: {problem}\n"));
+            }
+            report.push_str(&format!("{}: {} problem(s)\n", rules.display(), problems.len()));
+            Outcome::failed(Exit::Problems, report)
+        }
+    }
+}
+
+/// `recast preview --rules FILE --input FILE [--trace]`: maps the input with the rules, as
+/// `POST /v1/preview` does, and prints the same JSON.
+pub fn preview(rules: &Path, input: &Path, traced: bool, limits: &Limits) -> Outcome {
+    let (rules_text, mut input_text) = match (read(rules, "rules file"), read(input, "input file")) {
+        (Ok(rules), Ok(input)) => (rules, input),
+        (Err(outcome), _) | (_, Err(outcome)) => return outcome,
+    };
+    let compiled = match compile_json(&rules_text, limits) {
+        Ok(compiled) => compiled,
+        Err(problems) => {
+            let report: String = problems.iter().map(|p| format!("error: {p}\n")).collect();
+            return Outcome::failed(
+                Exit::Problems,
+                format!("{report}{}: the rules do not compile\n", rules.display()),
+            );
+        }
+    };
+    let mapped = json::with_parsed(&mut input_text, limits.max_depth, |nodes| {
+        let mut out = preview_output(compiled, nodes, 0, traced);
+        out.push(b'\n');
+        out
+    });
+    match mapped {
+        Ok(out) => Outcome::ok(out, String::new()),
+        Err(e) => Outcome::failed(
+            Exit::Problems,
+            format!("{}: the input is not valid JSON: {e}\n", input.display()),
+        ),
+    }
+}
+
+/// A `routes` command.
+#[derive(Debug, Clone)]
+pub enum RoutesCommand {
+    List { limit: Option<usize>, cursor: Option<String> },
+    Get { uuid: String },
+    Delete { uuid: String },
+}
+
+/// `recast routes ...` against the service at `url` (e.g. `http://127.0.0.1:8080`), with the
+/// admin token when given. Prints the service's JSON answer; an error answer's problem goes to
+/// standard error with exit 1.
+pub async fn routes(url: &str, token: Option<&str>, command: &RoutesCommand) -> Outcome {
+    let base = url.trim_end_matches('/');
+    let (method, path) = match command {
+        RoutesCommand::List { limit, cursor } => {
+            let mut query = Vec::new();
+            if let Some(limit) = limit {
+                query.push(format!("limit={limit}"));
+            }
+            if let Some(cursor) = cursor {
+                query.push(format!("cursor={}", encoded(cursor)));
+            }
+            let query = if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
+            (Method::GET, format!("/v1/routes{query}"))
+        }
+        RoutesCommand::Get { uuid } => (Method::GET, format!("/v1/routes/{}", encoded(uuid))),
+        RoutesCommand::Delete { uuid } => (Method::DELETE, format!("/v1/routes/{}", encoded(uuid))),
+    };
+    let mut request = Request::builder().method(method).uri(format!("{base}{path}"));
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = match request.body(Full::new(Bytes::new())) {
+        Ok(request) => request,
+        Err(e) => return Outcome::failed(Exit::Usage, format!("`{url}` is not a usable service URL: {e}\n")),
+    };
+    let (status, body) = match send(request).await {
+        Ok(answer) => answer,
+        Err(why) => {
+            return Outcome::failed(Exit::Unavailable, format!("cannot reach recast at {url}: {why}\n"));
+        }
+    };
+    if status.is_success() {
+        let mut out = body;
+        if status == StatusCode::NO_CONTENT {
+            return Outcome::ok(Vec::new(), "deleted\n".to_owned());
+        }
+        out.push(b'\n');
+        return Outcome::ok(out, String::new());
+    }
+    Outcome::failed(Exit::Problems, describe_problem(status, &body))
+}
+
+/// Characters left as they are in a path segment or query value: RFC 3986's unreserved ones.
+const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+/// A path segment or query value as typed, with anything that would change its meaning
+/// percent-encoded.
+fn encoded(text: &str) -> String {
+    utf8_percent_encode(text, UNRESERVED).to_string()
+}
+
+/// One line for an error answer: the problem's title and detail when it is one.
+fn describe_problem(status: StatusCode, body: &[u8]) -> String {
+    let problem: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    let field =
+        |name: &str| problem.as_ref().and_then(|p| p.get(name)).and_then(|v| v.as_str()).map(str::to_owned);
+    match (field("title"), field("detail")) {
+        (Some(title), Some(detail)) => format!("{status}: {title}: {detail}\n"),
+        (Some(title), None) => format!("{status}: {title}\n"),
+        _ => format!("{status}: {}\n", String::from_utf8_lossy(body)),
+    }
+}
+
+async fn send(request: Request<Full<Bytes>>) -> Result<(StatusCode, Vec<u8>), String> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(Duration::from_secs(5)));
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_webpki_roots(provider)
+        .unwrap_or_else(|_| hyper_rustls::HttpsConnectorBuilder::new().with_webpki_roots())
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(https);
+    let exchange = async {
+        let answer = client.request(request).await.map_err(|e| error_chain(&e))?;
+        let status = answer.status();
+        let body = answer.into_body().collect().await.map_err(|e| error_chain(&e))?.to_bytes();
+        Ok((status, body.to_vec()))
+    };
+    tokio::time::timeout(Duration::from_secs(30), exchange)
+        .await
+        .map_err(|_| "no answer within 30 s".to_owned())?
+}
+
+/// An error and its sources, one after the other.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,154 @@
+//! The real `recast` binary's commands besides `serve`: `check` and `preview` offline, `routes`
+//! against a running service, and their exit codes (0 done, 1 problems or an error answer, 2 a bad
+//! command line, 3 a file or the service out of reach).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use http::Method;
+use recast::config::Config;
+use recast::secrets::Secret;
+
+use crate::support::{Json, Service, Upstream, config, post_json, send};
+
+const RULES: &str = r#"{"newBodyFields":{"name":{"key":"name","type":"String"},"id":{"key":"id","type":"Int"},"mix":{"key":"mix","type":"String"}},"oldBodyFields":{"name":{"keys":["strMeal"],"parents":["meals"]},"id":{"keys":["idMeal"],"parents":["meals"]},"mix":{"keys":["strArea, strMeal"],"parents":["meals"]},"spare":{"keys":["x"]}}}"#;
+const SAMPLE: &str = r#"{"meals":[{"strMeal":"Soup","idMeal":"12","strArea":" Thai "}]}"#;
+
+/// Runs `recast ARGS` without any RECAST_* variable of the environment, off the test's runtime.
+async fn recast(args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_recast"));
+    command.args(args);
+    for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("RECAST_")) {
+        command.env_remove(name);
+    }
+    tokio::task::spawn_blocking(move || command.output()).await.unwrap().expect("the binary runs")
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("the binary exits by itself")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn file(dir: &Path, name: &str, content: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, content).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn check_lists_every_problem_with_its_location_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = file(dir.path(), "good.json", RULES);
+    let checked = recast(&["check", "--rules", &good]).await;
+    assert_eq!(code(&checked), 0, "{}", text(&checked.stderr));
+    let report = text(&checked.stderr);
+    assert!(report.contains("the rules compile (3 targets)"), "{report}");
+    assert!(report.contains("warning: /oldBodyFields/spare:"), "{report}");
+
+    // The same rules given as a JSON string holding them (as `rulesAsString` may be).
+    let quoted = file(dir.path(), "quoted.json", &serde_json::to_string(RULES).unwrap());
+    assert_eq!(code(&recast(&["check", "--rules", &quoted]).await), 0);
+
+    let bad = file(
+        dir.path(),
+        "bad.json",
+        r#"{"newBodyFields":{"a":{"key":"a","type":"Strin"},"b":{"key":"b","type":"String"}},"oldBodyFields":{"a":{"keys":[]}}}"#,
+    );
+    let checked = recast(&["check", "--rules", &bad]).await;
+    assert_eq!(code(&checked), 1);
+    let report = text(&checked.stderr);
+    for location in ["/newBodyFields/a/type", "/oldBodyFields/a/keys", "/newBodyFields/b"] {
+        assert!(report.contains(&format!("error: {location}:")), "{location} missing from {report}");
+    }
+    assert!(report.contains("3 problem(s)"), "{report}");
+
+    let not_json = file(dir.path(), "not.json", "{\"newBodyFields\":");
+    assert_eq!(code(&recast(&["check", "--rules", &not_json]).await), 1);
+    let missing = recast(&["check", "--rules", &dir.path().join("absent.json").to_string_lossy()]).await;
+    assert_eq!(code(&missing), 3);
+    assert!(text(&missing.stderr).contains("cannot read the rules file"), "{}", text(&missing.stderr));
+    assert_eq!(code(&recast(&["check"]).await), 2, "a missing --rules is a usage error");
+}
+
+#[tokio::test]
+async fn preview_prints_what_the_preview_endpoint_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = file(dir.path(), "rules.json", RULES);
+    let input = file(dir.path(), "input.json", SAMPLE);
+    let service = Service::start(config()).await;
+    let body = format!(r#"{{"originalResponse":{SAMPLE},"mappingRules":{RULES}}}"#);
+    for (flag, query) in [(None, ""), (Some("--trace"), "?trace=true")] {
+        let mut args = vec!["preview", "--rules", &rules, "--input", &input];
+        args.extend(flag);
+        let printed = recast(&args).await;
+        assert_eq!(code(&printed), 0, "{}", text(&printed.stderr));
+        let served = post_json(&service.url(&format!("/v1/preview{query}")), body.clone()).await;
+        assert_eq!(served.status, 200);
+        assert_eq!(text(&printed.stdout), format!("{}\n", text(&served.body)), "{flag:?}");
+    }
+    let printed = recast(&["preview", "--rules", &rules, "--input", &input]).await;
+    assert_eq!(Json::parse(&printed.stdout), Json::parse(br#"{"name":"Soup","id":12,"mix":"Thai Soup"}"#));
+    service.stop().await;
+
+    let broken = file(dir.path(), "broken.json", r#"{"meals":"#);
+    let failed = recast(&["preview", "--rules", &rules, "--input", &broken]).await;
+    assert_eq!(code(&failed), 1);
+    assert!(text(&failed.stderr).contains("the input is not valid JSON"), "{}", text(&failed.stderr));
+    assert!(failed.stdout.is_empty());
+    let bad_rules = file(dir.path(), "bad.json", r#"{"newBodyFields":{}}"#);
+    assert_eq!(code(&recast(&["preview", "--rules", &bad_rules, "--input", &input]).await), 1);
+    let absent = dir.path().join("absent.json");
+    assert_eq!(code(&recast(&["preview", "--rules", &rules, "--input", &absent.to_string_lossy()]).await), 3);
+}
+
+#[tokio::test]
+async fn routes_lists_shows_and_deletes_with_the_admin_token() {
+    let upstream = Upstream::json(SAMPLE).await;
+    let service = Service::start(Config { admin_token: Some(Secret::new("admin-c4f2")), ..config() }).await;
+    let registration = format!(
+        r#"{{"path":"soup","originalRoute":{{"originalApi":{{"baseUrl":"{}"}},"path":"meals"}},"authHeader":{{"type":"Bearer","token":"upstream-secret-81d0"}},"rulesAsString":{RULES}}}"#,
+        upstream.url("/api")
+    );
+    let admin = [("authorization", "Bearer admin-c4f2"), ("content-type", "application/json")];
+    let created = send(Method::POST, &service.url("/v1/mapping"), &admin, registration).await;
+    assert_eq!(created.status, 201, "{}", text(&created.body));
+    let uuid = created.json().get("uuid").and_then(Json::as_str).unwrap().to_owned();
+    let url = service.url("");
+    let url = url.trim_end_matches('/');
+
+    let listed = recast(&["routes", "list", "--url", url, "--token", "admin-c4f2"]).await;
+    assert_eq!(code(&listed), 0, "{}", text(&listed.stderr));
+    let listing = text(&listed.stdout);
+    assert!(listing.contains(&uuid) && !listing.contains("upstream-secret-81d0"), "{listing}");
+    // Flags before the subcommand work too, and the page size is passed on.
+    let page = recast(&["routes", "--url", url, "--token", "admin-c4f2", "list", "--limit", "1"]).await;
+    assert_eq!(code(&page), 0, "{}", text(&page.stderr));
+
+    let shown = recast(&["routes", "get", &uuid, "--url", url, "--token", "admin-c4f2"]).await;
+    assert_eq!(code(&shown), 0);
+    assert_eq!(Json::parse(&shown.stdout).get("uuid").and_then(Json::as_str), Some(uuid.as_str()));
+
+    let refused = recast(&["routes", "list", "--url", url, "--token", "wrong"]).await;
+    assert_eq!(code(&refused), 1);
+    assert!(text(&refused.stderr).starts_with("401"), "{}", text(&refused.stderr));
+    assert_eq!(code(&recast(&["routes", "list", "--url", url]).await), 1, "no token");
+
+    let deleted = recast(&["routes", "delete", &uuid, "--url", url, "--token", "admin-c4f2"]).await;
+    assert_eq!(code(&deleted), 0, "{}", text(&deleted.stderr));
+    let gone = recast(&["routes", "get", &uuid, "--url", url, "--token", "admin-c4f2"]).await;
+    assert_eq!(code(&gone), 1);
+    assert!(text(&gone.stderr).starts_with("404"), "{}", text(&gone.stderr));
+    // A path-changing id is sent as one segment: not found, not another endpoint.
+    let odd = recast(&["routes", "delete", "../../v1/mapping", "--url", url, "--token", "admin-c4f2"]).await;
+    assert_eq!(code(&odd), 1);
+    assert!(text(&odd.stderr).starts_with("404"), "{}", text(&odd.stderr));
+    service.stop().await;
+
+    // Nothing listens there any more.
+    let unreachable = recast(&["routes", "list", "--url", url]).await;
+    assert_eq!(code(&unreachable), 3, "{}", text(&unreachable.stderr));
+    assert!(text(&unreachable.stderr).contains("cannot reach recast"), "{}", text(&unreachable.stderr));
+}
