@@ -90,3 +90,34 @@ async fn the_walk_through_works_as_pasted() {
     assert_eq!(lines.len(), 7, "{stdout}");
     service.stop().await;
 }
+
+/// docs/config.md has a row for every setting of `recast serve`: its variable, its flag and its
+/// default as the code has them, and no row for a setting that does not exist.
+#[test]
+fn the_settings_reference_matches_the_code() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/config.md")).unwrap();
+    let rows: Vec<Vec<&str>> = doc
+        .lines()
+        .filter(|l| l.starts_with("| `RECAST_"))
+        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+        .collect();
+    let command = <recast::config::Config as clap::Args>::augment_args(clap::Command::new("serve"));
+    let mut settings = 0;
+    for arg in command.get_arguments() {
+        let Some(env) = arg.get_env().and_then(|e| e.to_str()) else { continue };
+        settings += 1;
+        let row = rows
+            .iter()
+            .find(|r| r.first() == Some(&format!("`{env}`").as_str()))
+            .unwrap_or_else(|| panic!("docs/config.md has no row for {env}"));
+        let flag = format!("`--{}`", arg.get_long().unwrap());
+        assert_eq!(row.get(1), Some(&flag.as_str()), "{env}");
+        if let [default] = arg.get_default_values() {
+            let default = default.to_str().unwrap();
+            let documented = row.get(2).copied().unwrap_or_default();
+            let expected = if default.is_empty() { "empty".to_owned() } else { format!("`{default}`") };
+            assert_eq!(documented, expected, "the default of {env}");
+        }
+    }
+    assert_eq!(rows.len(), settings, "docs/config.md lists a setting the code does not have");
+}
