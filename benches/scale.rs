@@ -230,7 +230,7 @@ fn time_start(binary: &Path, dir: &Path, routes: usize) -> (Duration, u64) {
     assert_eq!(listed.0, 200, "{}", listed.1);
     assert_eq!(routes == 0, listed.1.contains(r#""routes":[]"#), "{}", listed.1);
     let rss = resident_bytes(server.0.id());
-    drop(server);
+    server.stop();
     (ready, rss)
 }
 
@@ -317,6 +317,22 @@ fn registration_throughput(binary: &Path, registration: &str, run_for: Duration)
 
 /// The binary, killed when dropped.
 struct Server(Child);
+
+impl Server {
+    /// Stops the binary as an operator does (SIGTERM), so it closes its store cleanly; kills it
+    /// if it has not exited within 30 s.
+    fn stop(mut self) {
+        let stopped = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while stopped.as_ref().is_ok_and(|s| s.success()) && Instant::now() < deadline {
+            if let Ok(Some(status)) = self.0.try_wait() {
+                assert!(status.success(), "recast stopped with {status}");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
 
 impl Drop for Server {
     fn drop(&mut self) {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Request, StatusCode, header};
+use http::{HeaderValue, Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -143,7 +143,15 @@ pub async fn routes(url: &str, token: Option<&str>, command: &RoutesCommand) -> 
     };
     let mut request = Request::builder().method(method).uri(format!("{base}{path}"));
     if let Some(token) = token {
-        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        match HeaderValue::try_from(format!("Bearer {token}")) {
+            Ok(value) => request = request.header(header::AUTHORIZATION, value),
+            Err(_) => {
+                return Outcome::failed(
+                    Exit::Usage,
+                    "the token holds characters a header cannot\n".to_owned(),
+                );
+            }
+        }
     }
     let request = match request.body(Full::new(Bytes::new())) {
         Ok(request) => request,

@@ -5,7 +5,7 @@
 # the same fields. Every run is bounded by LOAD_DURATION. Prints one table and writes it as CSV.
 #
 # Settings (environment): LOAD_DURATION (default 10s), LOAD_CONNECTIONS (default "16 64 256"),
-# LOAD_THREADS (wrk threads, default 2), LOAD_PORT (first of five ports, default 18080),
+# LOAD_THREADS (wrk threads, default 2), LOAD_PORT (first of four ports, default 18080),
 # LOAD_CSV (default $CARGO_TARGET_DIR/load/results.csv).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -174,9 +174,9 @@ RECAST_LISTEN=127.0.0.1:$RECAST_PORT RECAST_DATA_DIR=$WORK/data RECAST_UPSTREAM_
 PIDS+=($!)
 ready=no
 for _ in $(seq 1 200); do
-    if curl -sf "http://127.0.0.1:$RECAST_PORT/readyz" >/dev/null 2>&1 \
-        && curl -sf "http://127.0.0.1:$UPSTREAM_PORT/recipe.json" >/dev/null 2>&1 \
-        && curl -sf "http://127.0.0.1:$PROXY_PORT/recipe.json" >/dev/null 2>&1; then
+    if curl -sf -m 10 "http://127.0.0.1:$RECAST_PORT/readyz" >/dev/null 2>&1 \
+        && curl -sf -m 10 "http://127.0.0.1:$UPSTREAM_PORT/recipe.json" >/dev/null 2>&1 \
+        && curl -sf -m 10 "http://127.0.0.1:$PROXY_PORT/recipe.json" >/dev/null 2>&1; then
         ready=yes
         break
     fi
@@ -189,7 +189,7 @@ if [ "$ready" = no ]; then
 fi
 
 register() { # $1 path, $2 upstream file, $3 rules; prints the route's path
-    curl -sf "http://127.0.0.1:$RECAST_PORT/v1/mapping" -H 'content-type: application/json' -d \
+    curl -sf -m 10 "http://127.0.0.1:$RECAST_PORT/v1/mapping" -H 'content-type: application/json' -d \
         '{"path":"'"$1"'","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'"$UPSTREAM_PORT"'/"},"path":"'"$2"'"},"rulesAsString":'"$3"'}' \
         | sed -n 's/.*"path":"\(\/v1\/[^"]*\)".*/\1/p'
 }
@@ -202,8 +202,8 @@ fi
 # recast and njs must answer the very same bytes, or the comparison means nothing.
 for doc in recipe list; do
     route=$RECIPE_ROUTE; [ "$doc" = list ] && route=$LIST_ROUTE
-    curl -sf "http://127.0.0.1:$RECAST_PORT$route" >"$WORK/$doc.recast"
-    curl -sf "http://127.0.0.1:$NJS_PORT/$doc" >"$WORK/$doc.njs"
+    curl -sf -m 10 "http://127.0.0.1:$RECAST_PORT$route" >"$WORK/$doc.recast"
+    curl -sf -m 10 "http://127.0.0.1:$NJS_PORT/$doc" >"$WORK/$doc.njs"
     if ! cmp -s "$WORK/$doc.recast" "$WORK/$doc.njs"; then
         say "recast and njs map $doc differently:"; head -c 400 "$WORK/$doc.recast" >&2; echo >&2
         head -c 400 "$WORK/$doc.njs" >&2; echo >&2; exit 1

@@ -183,7 +183,8 @@ where
 /// earlier of the current deadline and `t + min(head, idle)`, and no later event can set an
 /// earlier deadline (a head beginning at `h ≥ t` is due at `h + head`, a request ending at
 /// `e ≥ t` makes the connection idle until `e + idle`). So reads and requests need not wake the
-/// driver; it re-checks when the timer fires, at the latest every `min(head, idle)`.
+/// driver; it re-checks when the timer fires, at the latest every `min(head, idle)`. (Times are
+/// kept in whole milliseconds, so a deadline may pass up to a millisecond late.)
 pub(super) async fn drive<C>(connection: C, activity: Arc<Activity>, timeouts: Timeouts) -> Option<C::Output>
 where
     C: Graceful,

@@ -293,23 +293,29 @@ fn load_routes(state: &State) {
     let limits = state.config.limits();
     let threads = default_threads();
     let (batches, receiver) = std::sync::mpsc::sync_channel::<Vec<RawRecord>>(threads * 2);
-    let receiver = Mutex::new(receiver);
+    // Only the decoders hold the receiver, so if they all ended, sending fails instead of blocking.
+    let receiver = Arc::new(Mutex::new(receiver));
     let counts = std::thread::scope(|scope| {
         let decoders: Vec<_> = (0..threads)
             .map(|_| {
-                scope.spawn(|| {
+                let receiver = receiver.clone();
+                let limits = &limits;
+                scope.spawn(move || {
                     let mut counts = Loaded::default();
-                    // The lock is held only while waiting for the next batch.
-                    while let Ok(batch) = receiver.lock().unwrap_or_else(PoisonError::into_inner).recv() {
+                    loop {
+                        // The lock is held only while waiting for the next batch.
+                        let next = receiver.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        let Ok(batch) = next else { break };
                         for record in batch {
                             let route = state.store.decode_record(&record).map_err(|e| e.to_string());
-                            counts.add(state, route.and_then(|stored| Route::from_stored(stored, &limits)));
+                            counts.add(state, route.and_then(|stored| Route::from_stored(stored, limits)));
                         }
                     }
                     counts
                 })
             })
             .collect();
+        drop(receiver);
         let mut counts = Loaded::default();
         let mut batch = Vec::with_capacity(BATCH);
         for record in state.store.records() {
@@ -325,7 +331,11 @@ fn load_routes(state: &State) {
         }
         let _ = batches.send(batch);
         drop(batches);
-        decoders.into_iter().filter_map(|decoder| decoder.join().ok()).fold(counts, Loaded::sum)
+        // A decoder that panicked is a bug; carry it on rather than serve with routes missing.
+        decoders
+            .into_iter()
+            .map(|decoder| decoder.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .fold(counts, Loaded::sum)
     });
     tracing::info!(
         loaded = counts.loaded,

@@ -135,6 +135,11 @@ async fn routes_lists_shows_and_deletes_with_the_admin_token() {
     assert_eq!(code(&refused), 1);
     assert!(text(&refused.stderr).starts_with("401"), "{}", text(&refused.stderr));
     assert_eq!(code(&recast(&["routes", "list", "--url", url]).await), 1, "no token");
+    assert_eq!(
+        code(&recast(&["routes", "list", "--url", url, "--token", "a\nb"]).await),
+        2,
+        "a token no header can hold"
+    );
 
     let deleted = recast(&["routes", "delete", &uuid, "--url", url, "--token", "admin-c4f2"]).await;
     assert_eq!(code(&deleted), 0, "{}", text(&deleted.stderr));
