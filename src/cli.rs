@@ -16,6 +16,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use crate::json;
 use crate::rules::{Limits, compile_json};
 use crate::server::preview_output;
+use crate::upstream::{error_chain, https_or_http};
 
 /// How a command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,11 +40,11 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    fn ok(stdout: Vec<u8>, stderr: String) -> Outcome {
+    pub fn ok(stdout: Vec<u8>, stderr: String) -> Outcome {
         Outcome { exit: Exit::Ok, stdout, stderr }
     }
 
-    fn failed(exit: Exit, stderr: String) -> Outcome {
+    pub fn failed(exit: Exit, stderr: String) -> Outcome {
         Outcome { exit, stdout: Vec::new(), stderr }
     }
 }
@@ -163,15 +164,11 @@ pub async fn routes(url: &str, token: Option<&str>, command: &RoutesCommand) -> 
             return Outcome::failed(Exit::Unavailable, format!("cannot reach recast at {url}: {why}\n"));
         }
     };
-    if status.is_success() {
-        let mut out = body;
-        if status == StatusCode::NO_CONTENT {
-            return Outcome::ok(Vec::new(), "deleted\n".to_owned());
-        }
-        out.push(b'\n');
-        return Outcome::ok(out, String::new());
+    match status {
+        StatusCode::NO_CONTENT => Outcome::ok(Vec::new(), "deleted\n".to_owned()),
+        _ if status.is_success() => Outcome::ok([body.as_slice(), b"\n"].concat(), String::new()),
+        _ => Outcome::failed(Exit::Problems, describe_problem(status, &body)),
     }
-    Outcome::failed(Exit::Problems, describe_problem(status, &body))
 }
 
 /// Characters left as they are in a path segment or query value: RFC 3986's unreserved ones.
@@ -199,14 +196,7 @@ async fn send(request: Request<Full<Bytes>>) -> Result<(StatusCode, Vec<u8>), St
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(Some(Duration::from_secs(5)));
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_webpki_roots(provider)
-        .unwrap_or_else(|_| hyper_rustls::HttpsConnectorBuilder::new().with_webpki_roots())
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(https);
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(https_or_http(http));
     let exchange = async {
         let answer = client.request(request).await.map_err(|e| error_chain(&e))?;
         let status = answer.status();
@@ -216,16 +206,4 @@ async fn send(request: Request<Full<Bytes>>) -> Result<(StatusCode, Vec<u8>), St
     tokio::time::timeout(Duration::from_secs(30), exchange)
         .await
         .map_err(|_| "no answer within 30 s".to_owned())?
-}
-
-/// An error and its sources, one after the other.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

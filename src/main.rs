@@ -114,14 +114,8 @@ fn main() -> ExitCode {
             };
         }
         Command::NewKey => match recast::secrets::new_key_hex() {
-            Ok(key) => cli::Outcome {
-                exit: Exit::Ok,
-                stdout: format!("{key}\n").into_bytes(),
-                stderr: String::new(),
-            },
-            Err(why) => {
-                cli::Outcome { exit: Exit::Unavailable, stdout: Vec::new(), stderr: format!("{why}\n") }
-            }
+            Ok(key) => cli::Outcome::ok(format!("{key}\n").into_bytes(), String::new()),
+            Err(why) => cli::Outcome::failed(Exit::Unavailable, format!("{why}\n")),
         },
         Command::Check { rules, limits } => cli::check(&rules, &limits.limits()),
         Command::Preview { rules, input, trace, limits } => {
@@ -135,11 +129,7 @@ fn main() -> ExitCode {
             };
             match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime.block_on(cli::routes(&url, token.as_deref(), &command)),
-                Err(e) => cli::Outcome {
-                    exit: Exit::Unavailable,
-                    stdout: Vec::new(),
-                    stderr: format!("cannot start: {e}\n"),
-                },
+                Err(e) => cli::Outcome::failed(Exit::Unavailable, format!("cannot start: {e}\n")),
             }
         }
     };

@@ -129,15 +129,7 @@ impl UpstreamClient {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(settings.connect_timeout));
-        let guarded = Guarded { inner: http, policy: policy.clone() };
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(provider)
-            // The ring provider supports the safe default protocol versions; this cannot fail.
-            .unwrap_or_else(|_| hyper_rustls::HttpsConnectorBuilder::new().with_webpki_roots())
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(guarded);
+        let https = https_or_http(Guarded { inner: http, policy: policy.clone() });
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(90))
@@ -202,8 +194,20 @@ impl UpstreamClient {
     }
 }
 
+/// `inner` with TLS (rustls with ring, Mozilla's roots) for `https://` URLs, HTTP/1.1.
+pub(crate) fn https_or_http<C>(inner: C) -> HttpsConnector<C> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_webpki_roots(provider)
+        // The ring provider supports the safe default protocol versions; this cannot fail.
+        .unwrap_or_else(|_| hyper_rustls::HttpsConnectorBuilder::new().with_webpki_roots())
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(inner)
+}
+
 /// An error and its causes, on one line.
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

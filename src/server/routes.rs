@@ -40,12 +40,9 @@ pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response,
     let limits = state.config.limits();
     let routes: Vec<Arc<Route>> = page
         .routes
-        .iter()
+        .into_iter()
         .filter_map(|stored| {
-            state
-                .table
-                .get(&stored.uuid)
-                .or_else(|| Route::from_stored(stored.clone(), &limits).ok().map(Arc::new))
+            state.table.get(&stored.uuid).or_else(|| Route::from_stored(stored, &limits).ok().map(Arc::new))
         })
         .collect();
     let views: Vec<RouteView<'_>> = routes.iter().map(|route| RouteView::of(route)).collect();
