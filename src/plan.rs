@@ -23,6 +23,8 @@ pub struct Plan {
     /// output order.
     pub(crate) ops: Vec<Op>,
     pub(crate) slot_count: usize,
+    /// Number of [`Op::Scan`]s.
+    pub(crate) scan_count: usize,
     pub(crate) targets: Vec<Target>,
     /// Element reads of [`Op::Array`] ops.
     pub(crate) reads: Vec<Read>,
@@ -179,6 +181,12 @@ impl KeyTable {
     #[inline(always)]
     pub fn get(&self, name: &[u8]) -> Option<SlotId> {
         let (head, tail) = words(name);
+        self.get_words(name, head, tail)
+    }
+
+    /// [`KeyTable::get`] for a name whose [`words`] are known.
+    #[inline(always)]
+    pub fn get_words(&self, name: &[u8], head: u64, tail: u64) -> Option<SlotId> {
         let mut i = hash(head, tail, name.len()) & self.mask;
         loop {
             let entry = self.entries.get(i)?;
@@ -229,7 +237,7 @@ impl fmt::Debug for KeyTable {
 /// eight bytes (overlapping for shorter names; four-byte halves below eight; the bytes themselves
 /// below four).
 #[inline(always)]
-fn words(name: &[u8]) -> (u64, u64) {
+pub(crate) fn words(name: &[u8]) -> (u64, u64) {
     if let (Some(head), Some(tail)) = (name.first_chunk::<8>(), name.last_chunk::<8>()) {
         (u64::from_le_bytes(*head), u64::from_le_bytes(*tail))
     } else if let (Some(head), Some(tail)) = (name.first_chunk::<4>(), name.last_chunk::<4>()) {

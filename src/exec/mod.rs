@@ -14,7 +14,7 @@ use bumpalo::Bump;
 pub use trace::{TRACE_ELEMENTS, Trace, TraceEntry, execute_traced};
 
 use crate::json::{self, Node, Nodes, write};
-use crate::plan::{Input, KeyTable, Op, Plan, Read, SlotId, Span};
+use crate::plan::{self, Input, KeyTable, Op, Plan, Read, SlotId, Span};
 use crate::rules::Type;
 use coerce::{coerce, text};
 
@@ -23,10 +23,46 @@ const MISSING: usize = usize::MAX;
 
 /// Maps the document `nodes` (rooted at `root`) by `plan`, appending the output JSON to `out`.
 pub fn execute(plan: &Plan, nodes: &Nodes<'_>, root: usize, out: &mut Vec<u8>) {
-    with_arena(|arena| {
-        let slots = arena.alloc_slice_fill_copy(plan.slot_count, MISSING);
-        document(plan, nodes, root, slots, out, &mut Silent);
-    });
+    with_arena(|arena| document(plan, nodes, root, &mut Scratch::new(arena, plan), out, &mut Silent));
+}
+
+/// Per-call scratch of the executor, in the arena.
+pub(crate) struct Scratch<'a> {
+    /// The tape position each slot holds (`MISSING` until a scan finds its member).
+    slots: &'a mut [usize],
+    /// With `each`: per scan, the members of the object it walked last, by position
+    /// ([`SHAPE_MEMBERS`] each). Empty without `each`.
+    shapes: &'a mut [Seen],
+}
+
+/// Members per object whose names a scan remembers from one `each` element to the next.
+const SHAPE_MEMBERS: usize = 64;
+
+/// A member name a scan met at some position, by the words that identify it, and its slot.
+#[derive(Clone, Copy)]
+struct Seen {
+    head: u64,
+    tail: u64,
+    /// `u32::MAX`: nothing remembered (or a name too long for its words to identify it).
+    len: u32,
+    slot: SlotId,
+}
+
+impl Seen {
+    const NONE: Seen = Seen { head: 0, tail: 0, len: u32::MAX, slot: NOT_WANTED };
+}
+
+/// [`Seen::slot`] of a member the scan does not want.
+const NOT_WANTED: SlotId = SlotId::MAX;
+
+impl<'a> Scratch<'a> {
+    pub(crate) fn new(arena: &'a Bump, plan: &Plan) -> Scratch<'a> {
+        let shapes = if plan.each.is_some() { plan.scan_count * SHAPE_MEMBERS } else { 0 };
+        Scratch {
+            slots: arena.alloc_slice_fill_copy(plan.slot_count, MISSING),
+            shapes: arena.alloc_slice_fill_copy(shapes, Seen::NONE),
+        }
+    }
 }
 
 /// Runs `f` with this thread's scratch arena, emptied first.
@@ -69,12 +105,12 @@ pub(crate) fn document<O: Observer>(
     plan: &Plan,
     nodes: &Nodes<'_>,
     root: usize,
-    slots: &mut [usize],
+    scratch: &mut Scratch<'_>,
     out: &mut Vec<u8>,
     observer: &mut O,
 ) {
     let Some(path) = &plan.each else {
-        object(plan, nodes, root, slots, out, observer);
+        object(plan, nodes, root, scratch, out, observer);
         return;
     };
     out.push(b'[');
@@ -87,7 +123,7 @@ pub(crate) fn document<O: Observer>(
                 if written > 0 {
                     out.push(b',');
                 }
-                if object(plan, nodes, element, slots, out, observer) || !plan.ignore_empty {
+                if object(plan, nodes, element, scratch, out, observer) || !plan.ignore_empty {
                     written += 1;
                 } else {
                     out.truncate(mark);
@@ -97,7 +133,7 @@ pub(crate) fn document<O: Observer>(
         Some(element) if matches!(nodes.get(element), Some(Node::Object { .. })) => {
             observer.element(0);
             let mark = out.len();
-            if !object(plan, nodes, element, slots, out, observer) && plan.ignore_empty {
+            if !object(plan, nodes, element, scratch, out, observer) && plan.ignore_empty {
                 out.truncate(mark);
             }
         }
@@ -111,12 +147,15 @@ fn object<O: Observer>(
     plan: &Plan,
     nodes: &Nodes<'_>,
     root: usize,
-    slots: &mut [usize],
+    scratch: &mut Scratch<'_>,
     out: &mut Vec<u8>,
     observer: &mut O,
 ) -> bool {
     let ignore = plan.ignore_empty;
+    let Scratch { slots, shapes } = scratch;
+    let slots = &mut **slots;
     slots.fill(MISSING);
+    let mut shapes = shapes.chunks_exact_mut(SHAPE_MEMBERS);
     out.push(b'{');
     let mut first = true;
     for op in &plan.ops {
@@ -127,8 +166,9 @@ fn object<O: Observer>(
                     Input::Root => root,
                     Input::Slot(slot) => slot_at(slots, slot),
                 };
+                let shape = shapes.next().unwrap_or_default();
                 if let Some(object) = json::first_non_list(nodes, from) {
-                    scan(nodes, object, table, slots);
+                    scan(nodes, object, table, slots, shape);
                 }
                 continue;
             }
@@ -186,8 +226,13 @@ fn slot_at(slots: &[usize], slot: SlotId) -> usize {
 
 /// Records the slots of the members of `object` that `table` names. The first occurrence of a
 /// duplicated member wins, and the walk stops once every wanted member is found.
+///
+/// `shape` remembers the names met at each position in the object this scan walked before (the
+/// previous `each` element): elements of a list usually have the same members in the same order,
+/// so a name equal to the one remembered at its position takes its slot from there, without
+/// hashing and probing the table.
 #[inline(always)]
-fn scan(nodes: &Nodes<'_>, object: usize, table: &KeyTable, slots: &mut [usize]) {
+fn scan(nodes: &Nodes<'_>, object: usize, table: &KeyTable, slots: &mut [usize], shape: &mut [Seen]) {
     let Some(Node::Object { len, count }) = nodes.get(object) else {
         return;
     };
@@ -196,18 +241,35 @@ fn scan(nodes: &Nodes<'_>, object: usize, table: &KeyTable, slots: &mut [usize])
     };
     let mut wanted = table.len();
     let mut at = 0;
-    for _ in 0..*len {
+    for position in 0..*len {
         let (Some(Node::String(name)), Some(value)) = (members.get(at), members.get(at + 1)) else {
             return;
         };
-        if let Some(slot) = table.get(name.as_bytes())
+        let name = name.as_bytes();
+        let (head, tail) = plan::words(name);
+        let slot = match shape.get_mut(position) {
+            Some(seen) if seen.len as usize == name.len() && seen.head == head && seen.tail == tail => {
+                Some(seen.slot).filter(|&slot| slot != NOT_WANTED)
+            }
+            remembered => {
+                let slot = table.get_words(name, head, tail);
+                // Words identify names of up to 16 bytes; longer ones are looked up each time.
+                if let Some(seen) = remembered
+                    && name.len() <= 16
+                {
+                    *seen = Seen { head, tail, len: name.len() as u32, slot: slot.unwrap_or(NOT_WANTED) };
+                }
+                slot
+            }
+        };
+        if let Some(slot) = slot
             && let Some(found) = slots.get_mut(slot as usize)
             && *found == MISSING
         {
             *found = object + 2 + at;
             wanted -= 1;
             if wanted == 0 {
-                return;
+                break;
             }
         }
         at += match value {

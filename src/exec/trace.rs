@@ -6,7 +6,7 @@
 //! the one the real executor wrote.
 
 use super::coerce::{Coerced, coerce};
-use super::{MISSING, Observer, document, with_arena};
+use super::{Observer, Scratch, document, with_arena};
 use crate::json::{self, Node, Nodes, write};
 use crate::plan::{Plan, Target};
 use crate::rules::{KeyEntry, Problem, Type};
@@ -94,10 +94,7 @@ pub fn execute_traced(plan: &Plan, nodes: &Nodes<'_>, root: usize, out: &mut Vec
             )),
         }
     }
-    with_arena(|arena| {
-        let slots = arena.alloc_slice_fill_copy(plan.slot_count, MISSING);
-        document(plan, nodes, root, slots, out, &mut tracer);
-    });
+    with_arena(|arena| document(plan, nodes, root, &mut Scratch::new(arena, plan), out, &mut tracer));
     if tracer.elements > TRACE_ELEMENTS {
         notes.push(Problem::new(
             "",

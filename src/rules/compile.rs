@@ -164,6 +164,7 @@ fn lower(rules: &Rules) -> Plan {
         each: rules.each.as_ref().map(|path| path.iter().map(|p| p.as_str().into()).collect()),
         ops: Vec::new(),
         slot_count: 0,
+        scan_count: 0,
         targets: Vec::new(),
         reads: Vec::new(),
         parts: Vec::new(),
@@ -218,6 +219,7 @@ fn lower(rules: &Rules) -> Plan {
         })
         .chain(emits)
         .collect();
+    plan.scan_count = plan.ops.iter().filter(|op| matches!(op, Op::Scan { .. })).count();
     plan
 }
 
