@@ -3,6 +3,7 @@
 //! server calls, the store keeps, this module decides what a route is and what a call sends.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{self, HeaderName};
@@ -11,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
+use crate::metrics::StatusCounts;
 use crate::rules::{Compiled, Limits, Problem, compile_json};
 use crate::storage::{SCHEMA_VERSION, StoredRoute};
 
@@ -358,6 +360,9 @@ pub struct Route {
     pub method: Method,
     pub rules: Result<Compiled, Vec<Problem>>,
     upstream: Result<Upstream, String>,
+    /// Answers to calls of this route by status (`GET /metrics`); an update hands them on to the
+    /// route that replaces this one.
+    pub requests: Arc<StatusCounts>,
 }
 
 /// The fixed parts of every upstream request of a route.
@@ -408,7 +413,7 @@ impl Route {
         let rules = compile_json(config.rules.as_bytes(), limits);
         let upstream = Upstream::new(&config);
         let method = config.method.parse().unwrap_or(Method::GET);
-        Route { uuid, created_at, updated_at, config, method, rules, upstream }
+        Route { uuid, created_at, updated_at, config, method, rules, upstream, requests: Default::default() }
     }
 
     pub fn from_stored(stored: StoredRoute, limits: &Limits) -> Result<Route, String> {

@@ -28,6 +28,13 @@ impl RouteTable {
         self.routes.remove(uuid).map(|(_, route)| route)
     }
 
+    /// Runs `f` on every route, in no particular order.
+    pub fn for_each(&self, mut f: impl FnMut(&Arc<Route>)) {
+        for entry in &self.routes {
+            f(entry.value());
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.routes.len()
     }

@@ -40,9 +40,10 @@ fn sha256(bytes: &[u8]) -> [u8; 32] {
     out
 }
 
-/// Whether a path belongs to the admin endpoints.
+/// Whether a path belongs to the admin endpoints. `/metrics` is one: its series name every
+/// route's uuid, and a uuid is all it takes to call a route.
 pub(super) fn is_admin_path(segments: &[&str]) -> bool {
-    matches!(segments, ["v1", "mapping"] | ["v1", "routes"] | ["v1", "routes", _])
+    matches!(segments, ["v1", "mapping"] | ["v1", "routes"] | ["v1", "routes", _] | ["metrics"])
 }
 
 /// Counts requests in flight; [`InFlight::enter`] refuses above the limit.
@@ -63,6 +64,11 @@ impl Drop for Admitted {
 impl InFlight {
     pub(super) fn new(limit: usize) -> InFlight {
         InFlight { now: Arc::new(AtomicUsize::new(0)), limit }
+    }
+
+    /// Requests in flight now.
+    pub(super) fn now(&self) -> usize {
+        self.now.load(Ordering::Relaxed)
     }
 
     /// A place for one more request, or `None` when `limit` are already in flight.
@@ -126,6 +132,7 @@ mod tests {
         assert!(is_admin_path(&["v1", "routes", "x"]));
         assert!(!is_admin_path(&["v1", "preview"]));
         assert!(!is_admin_path(&["v1", "0b9d6c4e-8f0e-4a51-9d3a-2b7f1c8e5a10", "meals"]));
+        assert!(is_admin_path(&["metrics"]));
         assert!(!is_admin_path(&["healthz"]));
     }
 }

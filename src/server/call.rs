@@ -1,6 +1,7 @@
 //! `{METHOD} /v1/{uuid}/{path}` (SPEC §2.2): calls a route's upstream and answers with the mapped
-//! body; and the mapping of an upstream answer, shared with the registration's live call.
+//! body; and the upstream exchange and mapping that the registration's live call shares.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::{Method, Request};
@@ -9,26 +10,35 @@ use uuid::Uuid;
 
 use super::problem::UpstreamFailure;
 use super::{ApiError, Response, SERVER_TIMING, State, json, read_body, timing};
-use crate::route::{CallError, ClientRequest, Route};
+use crate::metrics::{Endpoint, UpstreamErrorKind};
+use crate::route::{CallError, ClientRequest, Route, UpstreamRequest};
 use crate::upstream::Answer;
 use crate::{exec, json as tape};
 
-pub(super) async fn call(state: &State, request: Request<Incoming>, uuid: Uuid, path: &str) -> Response {
+pub(super) async fn call(state: &State, request: Request<Incoming>, id: &str, path: &str) -> Response {
     let instance = request.uri().path().to_owned();
-    let mut timings = Timings::default();
-    let mut response = match forward(state, request, uuid, path, &mut timings).await {
+    let mut record = Record::default();
+    let mut response = match forward(state, request, id, path, &mut record).await {
         Ok(response) => response,
         Err(e) => e.to_response(&instance),
     };
     // Every answer of a route call says how long the upstream and the mapping took (SPEC §2.2),
     // zero for a step that did not happen.
-    let header = timing(&[("upstream", timings.upstream), ("map", timings.map)]);
+    let header = timing(&[("upstream", record.upstream), ("map", record.map)]);
     response.headers_mut().insert(SERVER_TIMING, header);
+    let status = response.status().as_u16();
+    match &record.route {
+        Some(route) => route.requests.record(status),
+        None => state.metrics.endpoint(Endpoint::Call, status),
+    }
     response
 }
 
+/// What a call did, for its headers and metrics.
 #[derive(Default)]
-struct Timings {
+struct Record {
+    /// The route called, once it was found.
+    route: Option<Arc<Route>>,
     upstream: Duration,
     map: Duration,
 }
@@ -36,12 +46,14 @@ struct Timings {
 async fn forward(
     state: &State,
     request: Request<Incoming>,
-    uuid: Uuid,
+    id: &str,
     path: &str,
-    timings: &mut Timings,
+    record: &mut Record,
 ) -> Result<Response, ApiError> {
+    let uuid = Uuid::try_parse(id).map_err(|_| ApiError::NotFound)?;
     state.loaded()?;
     let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
+    let route = &*record.route.insert(route);
     if path != route.config.path {
         return Err(ApiError::NotFound);
     }
@@ -58,34 +70,84 @@ async fn forward(
         CallError::AuthRequired => ApiError::AuthRequired,
         CallError::Broken(why) => ApiError::RouteUnavailable(why),
     })?;
-    let started = Instant::now();
-    let answer = state.client.call(upstream).await;
-    timings.upstream = started.elapsed();
-    let mut answer = answer.map_err(|e| ApiError::Upstream { failure: e.into(), validating: false })?;
-    let started = Instant::now();
-    let mapped = map_answer(&route, &mut answer, state.config.max_depth);
-    timings.map = started.elapsed();
-    let mapped = mapped.map_err(|failure| ApiError::Upstream { failure, validating: false })?;
-    Ok(json(answer.status, mapped))
+    let failed = |failure| ApiError::Upstream { failure, validating: false };
+    let (answer, upstream_took) = exchange(state, upstream).await;
+    record.upstream = upstream_took;
+    let mut answer = answer.map_err(failed)?;
+    let (mapped, map_took) = map_answer(state, route, &mut answer);
+    record.map = map_took;
+    Ok(json(answer.status, mapped.map_err(failed)?))
 }
 
-/// Maps a 2xx JSON answer by the route's rules; any other answer is a failure. The upstream's
-/// body is never passed on.
+/// Sends a request upstream and reads the answer; counts the time it took and any failure.
+pub(super) async fn exchange(
+    state: &State,
+    request: UpstreamRequest,
+) -> (Result<Answer, UpstreamFailure>, Duration) {
+    let started = Instant::now();
+    let answer = state.client.call(request).await;
+    let took = started.elapsed();
+    state.metrics.upstream.observe(took);
+    let answer = answer.map_err(UpstreamFailure::from);
+    if let Err(failure) = &answer {
+        state.metrics.upstream_error(failure.kind());
+    }
+    (answer, took)
+}
+
+/// Maps a 2xx JSON answer by the route's rules; any other answer is a failure, counted by kind.
+/// The upstream's body is never passed on. Returns the time the mapping took (zero when there
+/// was nothing to map).
 pub(super) fn map_answer(
+    state: &State,
+    route: &Route,
+    answer: &mut Answer,
+) -> (Result<Vec<u8>, UpstreamFailure>, Duration) {
+    let (mapped, took) = map_success(route, answer, state.config.max_depth);
+    match &mapped {
+        Ok(_) => state.metrics.mapping.observe(took),
+        Err(failure) => state.metrics.upstream_error(failure.kind()),
+    }
+    (mapped, took)
+}
+
+fn map_success(
     route: &Route,
     answer: &mut Answer,
     max_depth: usize,
-) -> Result<Vec<u8>, UpstreamFailure> {
+) -> (Result<Vec<u8>, UpstreamFailure>, Duration) {
     if !answer.status.is_success() {
-        return Err(UpstreamFailure::Status(answer.status));
+        return (Err(UpstreamFailure::Status(answer.status)), Duration::ZERO);
     }
     let Ok(compiled) = &route.rules else {
-        return Err(UpstreamFailure::NotJson("the route's rules do not compile".to_owned()));
+        return (
+            Err(UpstreamFailure::NotJson("the route's rules do not compile".to_owned())),
+            Duration::ZERO,
+        );
     };
+    let started = Instant::now();
     let mut out = Vec::with_capacity(answer.body.len() / 2 + 64);
-    tape::with_parsed(&mut answer.body, max_depth, |nodes| exec::execute(&compiled.plan, nodes, 0, &mut out))
-        .map_err(|e| UpstreamFailure::NotJson(e.to_string()))?;
-    Ok(out)
+    let parsed = tape::with_parsed(&mut answer.body, max_depth, |nodes| {
+        exec::execute(&compiled.plan, nodes, 0, &mut out)
+    });
+    let took = started.elapsed();
+    (parsed.map(|()| out).map_err(|e| UpstreamFailure::NotJson(e.to_string())), took)
+}
+
+impl UpstreamFailure {
+    /// The `kind` label of `recast_upstream_errors_total`.
+    pub(super) fn kind(&self) -> UpstreamErrorKind {
+        match self {
+            UpstreamFailure::Status(status) if status.is_client_error() => UpstreamErrorKind::Status4xx,
+            UpstreamFailure::Status(status) if status.is_server_error() => UpstreamErrorKind::Status5xx,
+            UpstreamFailure::Status(_) => UpstreamErrorKind::StatusOther,
+            UpstreamFailure::Unreachable(_) => UpstreamErrorKind::Unreachable,
+            UpstreamFailure::Timeout => UpstreamErrorKind::Timeout,
+            UpstreamFailure::TooLarge { .. } => UpstreamErrorKind::TooLarge,
+            UpstreamFailure::NotJson(_) => UpstreamErrorKind::NotJson,
+            UpstreamFailure::NotAllowed(_) => UpstreamErrorKind::NotAllowed,
+        }
+    }
 }
 
 /// The name of one of the methods a route may have, for `Allow`.

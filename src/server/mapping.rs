@@ -7,12 +7,12 @@ use http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use hyper::body::Incoming;
 use uuid::Uuid;
 
-use super::call::map_answer;
-use super::problem::write_problems;
+use super::call::{exchange, map_answer};
+use super::problem::{UpstreamFailure, write_problems};
 use super::{ApiError, Response, State, json, now_ms, read_body};
 use crate::json::{JsonError, write};
+use crate::metrics::RulesSource;
 use crate::route::{CallError, ClientRequest, MAPPED_AUTH, Registration, Route};
-use crate::upstream::UpstreamError;
 
 pub(super) async fn register(state: &State, request: Request<Incoming>) -> Result<Response, ApiError> {
     state.loaded()?;
@@ -48,7 +48,9 @@ pub(super) async fn update(
     let config = registration(&body)?
         .validate(parts.headers.contains_key(&MAPPED_AUTH), Some(&existing.config.path))
         .map_err(ApiError::InvalidRegistration)?;
-    let route = Route::new(uuid, existing.created_at, now_ms(), config, &state.config.limits());
+    let mut route = Route::new(uuid, existing.created_at, now_ms(), config, &state.config.limits());
+    // The route's request counts go on across the change.
+    route.requests = existing.requests.clone();
     // Validated like a registration; until it passes, the old route keeps serving.
     let preview = validate(state, &route, &parts.headers).await?;
     let _writing = state.writes.lock().await;
@@ -76,6 +78,7 @@ fn registration(body: &[u8]) -> Result<Registration, ApiError> {
 /// Checks that the route compiles and makes its live call; returns the mapped output.
 async fn validate(state: &State, route: &Route, headers: &HeaderMap) -> Result<Vec<u8>, ApiError> {
     if let Err(problems) = &route.rules {
+        state.metrics.compile_failure(RulesSource::Registration);
         return Err(ApiError::InvalidRules(problems.clone()));
     }
     let client = ClientRequest { query: None, headers: Some(headers), body: Default::default() };
@@ -84,15 +87,14 @@ async fn validate(state: &State, route: &Route, headers: &HeaderMap) -> Result<V
         CallError::Broken(why) => ApiError::InvalidRequest(why),
     })?;
     // SPEC §2.1 step 1: the upstream's address against the outbound policy, before any call.
-    let upstream_error = |e: UpstreamError| ApiError::Upstream { failure: e.into(), validating: true };
-    state.client.check(&request.uri).await.map_err(upstream_error)?;
-    let mut answer = state
-        .client
-        .call(request)
-        .await
-        .map_err(|e| ApiError::Upstream { failure: e.into(), validating: true })?;
-    map_answer(route, &mut answer, state.config.max_depth)
-        .map_err(|failure| ApiError::Upstream { failure, validating: true })
+    let failed = |failure| ApiError::Upstream { failure, validating: true };
+    if let Err(refused) = state.client.check(&request.uri).await {
+        let failure = UpstreamFailure::from(refused);
+        state.metrics.upstream_error(failure.kind());
+        return Err(failed(failure));
+    }
+    let mut answer = exchange(state, request).await.0.map_err(failed)?;
+    map_answer(state, route, &mut answer).0.map_err(failed)
 }
 
 /// `{"uuid", "path", "method", "preview", "warnings"}`.

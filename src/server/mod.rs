@@ -25,11 +25,13 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use self::admission::{AdminToken, InFlight};
 use self::connection::{Activity, Open};
 use crate::config::{Config, DEFAULT_MAX_HEADERS};
+use crate::metrics::{Endpoint, Gauges, Metrics, RulesSource};
 use crate::policy::{Lookup, OutboundPolicy, SystemLookup};
 use crate::route::Route;
 use crate::storage::{RawRecord, StorageError, Store};
@@ -87,6 +89,7 @@ pub struct State {
     client: UpstreamClient,
     admin: Option<AdminToken>,
     in_flight: InFlight,
+    metrics: Metrics,
     /// Held while a route is replaced or deleted, so those changes apply one at a time.
     writes: tokio::sync::Mutex<()>,
 }
@@ -176,6 +179,7 @@ pub async fn run_with(
         client: UpstreamClient::new(config.upstream(), outbound.policy, outbound.lookup),
         admin: config.admin_token.as_ref().map(AdminToken::new),
         in_flight: InFlight::new(config.max_inflight),
+        metrics: Metrics::default(),
         config,
         lifecycle: AtomicU8::new(Lifecycle::Idle as u8),
         request_ids: RequestIds::new(),
@@ -360,6 +364,9 @@ impl Loaded {
             Ok(route) => {
                 if let Some(why) = route.broken() {
                     self.broken += 1;
+                    if route.rules.is_err() {
+                        state.metrics.compile_failure(RulesSource::Stored);
+                    }
                     tracing::error!(uuid = %route.uuid, %why, "stored route cannot serve calls; it answers 503");
                 }
                 self.loaded += 1;
@@ -386,34 +393,66 @@ fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Routes one request and finishes its answer.
+/// Routes one request and finishes its answer. Every log line written while it is served
+/// carries its request id (the `request` span), and its answer is counted by endpoint or route.
 async fn handle(state: &State, request: Request<Incoming>) -> Response {
     let request_id = state.request_ids.for_request(&request);
-    let path = request.uri().path().to_owned();
-    // Health checks stay answerable under any load; everything else takes a place or gets 503.
-    let admitted = match path.as_str() {
-        "/healthz" | "/readyz" => Ok(None),
-        _ => state.in_flight.enter().map(Some).ok_or(ApiError::Overloaded),
-    };
-    let result = match admitted {
-        Ok(_place) => route(state, request, &path).await,
-        Err(overloaded) => Err(overloaded),
-    };
-    let mut response = result.unwrap_or_else(|e| e.to_response(&path));
+    let span = tracing::info_span!("request", id = %request_id.to_str().unwrap_or("-"));
+    let mut response = serve(state, request).instrument(span).await;
     response.headers_mut().insert(REQUEST_ID, request_id);
     response
 }
 
-async fn route(state: &State, request: Request<Incoming>, path: &str) -> Result<Response, ApiError> {
+async fn serve(state: &State, request: Request<Incoming>) -> Response {
+    let started = std::time::Instant::now();
     let method = request.method().clone();
-    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).splitn(3, '/').collect();
-    if admission::is_admin_path(&segments)
+    let path = request.uri().path().to_owned();
+    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(&path).splitn(3, '/').collect();
+    let endpoint = endpoint(&segments);
+    // Health checks stay answerable under any load; everything else takes a place or gets 503.
+    let admitted = match endpoint {
+        Endpoint::Health => Ok(None),
+        _ => state.in_flight.enter().map(Some).ok_or(ApiError::Overloaded),
+    };
+    // A route call counts its answer on its route (`call::call`); the rest are counted here.
+    let counted_by_call = admitted.is_ok() && endpoint == Endpoint::Call;
+    let result = match admitted {
+        Ok(_place) => route(state, request, &segments).await,
+        Err(overloaded) => Err(overloaded),
+    };
+    let response = result.unwrap_or_else(|e| e.to_response(&path));
+    let status = response.status().as_u16();
+    if !counted_by_call {
+        state.metrics.endpoint(endpoint, status);
+    }
+    tracing::debug!(%method, path, status, micros = started.elapsed().as_micros() as u64, "answered");
+    response
+}
+
+/// Which endpoint a path belongs to, for metrics; mirrors [`route`].
+fn endpoint(segments: &[&str]) -> Endpoint {
+    match segments {
+        ["v1", "preview"] => Endpoint::Preview,
+        ["v1", "mapping"] => Endpoint::Mapping,
+        ["v1", "routes"] | ["v1", "routes", _] => Endpoint::Routes,
+        ["v1", _, _] => Endpoint::Call,
+        ["healthz" | "readyz"] => Endpoint::Health,
+        ["metrics"] => Endpoint::Metrics,
+        ["openapi.json"] => Endpoint::OpenApi,
+        [""] => Endpoint::Playground,
+        _ => Endpoint::Other,
+    }
+}
+
+async fn route(state: &State, request: Request<Incoming>, segments: &[&str]) -> Result<Response, ApiError> {
+    let method = request.method().clone();
+    if admission::is_admin_path(segments)
         && let Some(token) = &state.admin
         && !token.admits(request.headers())
     {
         return Err(ApiError::AdminTokenRequired);
     }
-    match (&method, segments.as_slice()) {
+    match (&method, segments) {
         (&Method::POST, ["v1", "preview"]) => preview::preview(state, request).await,
         (_, ["v1", "preview"]) => Err(ApiError::MethodNotAllowed { allow: "POST" }),
         (&Method::POST, ["v1", "mapping"]) => mapping::register(state, request).await,
@@ -429,15 +468,42 @@ async fn route(state: &State, request: Request<Incoming>, path: &str) -> Result<
                 _ => Err(ApiError::MethodNotAllowed { allow: "GET, PUT, DELETE" }),
             }
         }
-        (_, ["v1", id, rest]) => match Uuid::try_parse(id) {
-            Ok(uuid) => Ok(call::call(state, request, uuid, rest).await),
-            Err(_) => Err(ApiError::NotFound),
-        },
+        (_, ["v1", id, rest]) => Ok(call::call(state, request, id, rest).await),
         (&Method::GET, ["healthz"]) => Ok(json(StatusCode::OK, r#"{"status":"ok"}"#)),
         (&Method::GET, ["readyz"]) => Ok(readiness(state)),
         (_, ["healthz" | "readyz"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
+        (&Method::GET, ["metrics"]) => Ok(metrics(state)),
+        (&Method::GET, ["openapi.json"]) => Ok(json(StatusCode::OK, OPENAPI.as_bytes())),
+        (_, ["metrics" | "openapi.json"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
         _ => Err(ApiError::NotFound),
     }
+}
+
+/// The OpenAPI 3.1 description of this API (`GET /openapi.json`); `tests/it/openapi.rs` sends
+/// its examples and checks every answer against it.
+pub const OPENAPI: &str = include_str!("../../docs/openapi.json");
+
+/// `GET /metrics`: the Prometheus text exposition.
+fn metrics(state: &State) -> Response {
+    let mut routes = Vec::new();
+    let mut broken = 0;
+    state.table.for_each(|route| {
+        broken += usize::from(route.broken().is_some());
+        routes.push((route.uuid, route.requests.clone()));
+    });
+    let gauges = Gauges {
+        routes_loaded: routes.len(),
+        routes_broken: broken,
+        in_flight: state.in_flight.now(),
+        lifecycle: state.lifecycle() as u8,
+    };
+    let text =
+        state.metrics.render(gauges, routes.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)));
+    let mut response = http::Response::new(Full::new(Bytes::from(text)));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    response
 }
 
 fn readiness(state: &State) -> Response {

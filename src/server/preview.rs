@@ -9,6 +9,7 @@ use super::problem::write_problems;
 use super::{ApiError, Response, SERVER_TIMING, State, json, read_body, timing};
 use crate::exec;
 use crate::json::{self as tape};
+use crate::metrics::RulesSource;
 use crate::rules::{Compiled, compile_value};
 
 /// Members of a preview body.
@@ -33,7 +34,10 @@ pub(super) async fn preview(state: &State, request: Request<Incoming>) -> Result
 /// and the warnings.
 fn map_sample(state: &State, nodes: &tape::Nodes<'_>, traced: bool) -> Result<Vec<u8>, ApiError> {
     let (sample, rules) = members(nodes)?;
-    let compiled = compile_value(nodes, rules, &state.config.limits()).map_err(ApiError::InvalidRules)?;
+    let compiled = compile_value(nodes, rules, &state.config.limits()).map_err(|problems| {
+        state.metrics.compile_failure(RulesSource::Preview);
+        ApiError::InvalidRules(problems)
+    })?;
     Ok(preview_output(compiled, nodes, sample, traced))
 }
 

@@ -13,6 +13,31 @@ use crate::upstream::UpstreamError;
 /// Base of every problem `type` URI.
 pub const TYPE_BASE: &str = "https://recast.dev/problems/";
 
+/// The last segment of every problem type recast answers with (see [`ApiError::slug`]).
+pub const SLUGS: [&str; 21] = [
+    "invalid-json",
+    "invalid-request",
+    "invalid-rules",
+    "body-too-large",
+    "body-unreadable",
+    "body-timeout",
+    "not-found",
+    "method-not-allowed",
+    "auth-required",
+    "admin-token-required",
+    "overloaded",
+    "upstream-not-allowed",
+    "upstream-validation-failed",
+    "upstream-error",
+    "upstream-unreachable",
+    "upstream-timeout",
+    "upstream-too-large",
+    "upstream-not-json",
+    "starting",
+    "route-unavailable",
+    "storage-error",
+];
+
 /// Most rule problems listed in one answer; the rest are counted in `detail`.
 const MAX_LISTED: usize = 200;
 
@@ -292,4 +317,65 @@ pub fn write_problems(out: &mut Vec<u8>, problems: &[Problem]) {
         out.push(b'}');
     }
     out.push(b']');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One error of every kind; `slug` matches exhaustively, so a new variant is a compile error
+    /// there and belongs here too.
+    fn one_of_each() -> Vec<ApiError> {
+        let upstream = |failure, validating| ApiError::Upstream { failure, validating };
+        let failures = || {
+            [
+                UpstreamFailure::Status(StatusCode::NOT_FOUND),
+                UpstreamFailure::Unreachable("refused".to_owned()),
+                UpstreamFailure::Timeout,
+                UpstreamFailure::TooLarge { limit: 1 },
+                UpstreamFailure::NotJson("html".to_owned()),
+                UpstreamFailure::NotAllowed("private".to_owned()),
+            ]
+        };
+        let mut all = vec![
+            ApiError::InvalidJson(JsonError::TooDeep { limit: 1 }),
+            ApiError::InvalidRequest(String::new()),
+            ApiError::InvalidRegistration(Vec::new()),
+            ApiError::InvalidRules(Vec::new()),
+            ApiError::BodyTooLarge { limit: 1 },
+            ApiError::BodyUnreadable,
+            ApiError::BodyTimeout,
+            ApiError::NotFound,
+            ApiError::MethodNotAllowed { allow: "GET" },
+            ApiError::AuthRequired,
+            ApiError::AdminTokenRequired,
+            ApiError::Starting,
+            ApiError::Overloaded,
+            ApiError::RouteUnavailable(String::new()),
+            ApiError::Storage(String::new()),
+        ];
+        all.extend(failures().into_iter().map(|f| upstream(f, false)));
+        all.extend(failures().into_iter().map(|f| upstream(f, true)));
+        all
+    }
+
+    #[test]
+    fn slugs_lists_exactly_the_problem_types_answered() {
+        let mut answered: Vec<&str> = one_of_each().iter().map(ApiError::slug).collect();
+        answered.sort_unstable();
+        answered.dedup();
+        let mut listed = SLUGS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(answered, listed);
+    }
+
+    #[test]
+    fn every_problem_is_an_error_status_with_a_problem_body() {
+        for error in one_of_each() {
+            let status = error.status();
+            assert!(status.is_client_error() || status.is_server_error(), "{error:?}: {status}");
+            let response = error.to_response("/x");
+            assert_eq!(response.headers()[header::CONTENT_TYPE], "application/problem+json");
+        }
+    }
 }

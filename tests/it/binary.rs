@@ -32,9 +32,11 @@ impl Binary {
     /// Starts the binary on `dir` with more environment variables and waits until it is ready.
     pub async fn start_with(dir: &Path, env: &[(&str, &str)]) -> Binary {
         let mut binary = Binary::spawn_with(dir, env);
+        // `address=127.0.0.1:1234` in text lines, `"address":"127.0.0.1:1234"` in JSON lines.
         let addr = binary.wait_for_line("listening").and_then(|line| {
-            let at = line.find("address=")? + "address=".len();
-            line[at..].split_whitespace().next()?.parse().ok()
+            let at = line.find("address")? + "address".len();
+            let rest = line[at..].trim_start_matches(['=', '"', ':']);
+            rest.split(|c: char| c.is_whitespace() || c == '"').next()?.parse().ok()
         });
         binary.addr = addr.expect("the binary logs the address it listens on");
         for _ in 0..500 {

@@ -15,7 +15,7 @@ use crate::support::{Reply, Service, Upstream, config, get, send};
 const PREVIEW: &str = r#"{"originalResponse":{"a":"1"},"mappingRules":{"newBodyFields":{"a":{"key":"a","type":"Int"}},"oldBodyFields":{"a":{"keys":["a"]}}}}"#;
 
 #[tokio::test]
-async fn the_admin_token_guards_mapping_and_routes_and_nothing_else() {
+async fn the_admin_token_guards_mapping_routes_and_metrics_and_nothing_else() {
     let upstream = Upstream::json(MEALS).await;
     let service = Service::start(Config { admin_token: Some(Secret::new("admin-7c1e")), ..config() }).await;
     let body = registration(&upstream.url("/"), "", "");
@@ -48,6 +48,7 @@ async fn the_admin_token_guards_mapping_and_routes_and_nothing_else() {
         (Method::DELETE, one.as_str()),
         (Method::GET, "/v1/routes/not-a-uuid"),
         (Method::PATCH, "/v1/mapping"),
+        (Method::GET, "/metrics"),
     ] {
         let answer = send(method.clone(), &service.url(at), &[json], body.clone()).await;
         answer.assert_problem(401, "admin-token-required");
@@ -55,9 +56,12 @@ async fn the_admin_token_guards_mapping_and_routes_and_nothing_else() {
     assert_eq!(get(&service.url(&one)).await.status, 401);
     let shown = send(Method::GET, &service.url(&one), &[right], "").await;
     assert_eq!(shown.status, 200);
+    let metrics = send(Method::GET, &service.url("/metrics"), &[right], "").await;
+    assert_eq!(metrics.status, 200);
 
-    // Route calls, previews and health checks need no admin token.
+    // Route calls, previews, health checks and the API description need no admin token.
     assert_eq!(get(&service.url(&path)).await.status, 200);
+    assert_eq!(get(&service.url("/openapi.json")).await.status, 200);
     let preview = send(Method::POST, &service.url("/v1/preview"), &[json], PREVIEW).await;
     assert_eq!(preview.status, 200);
     assert_eq!(get(&service.url("/healthz")).await.status, 200);

@@ -12,6 +12,8 @@ mod crash;
 mod faults;
 mod fuzz_corpus;
 mod limits;
+mod observability;
+mod openapi;
 mod outbound;
 mod preview;
 mod properties;
