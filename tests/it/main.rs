@@ -19,5 +19,6 @@ mod preview;
 mod properties;
 mod readme;
 mod routes;
+mod rules_doc;
 mod secrets;
 mod server;
