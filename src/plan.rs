@@ -178,7 +178,7 @@ impl KeyTable {
     }
 
     /// The slot of member `name`, if this scan wants it.
-    #[inline(always)]
+    #[cfg(test)]
     pub fn get(&self, name: &[u8]) -> Option<SlotId> {
         let (head, tail) = words(name);
         self.get_words(name, head, tail)
