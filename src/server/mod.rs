@@ -6,6 +6,7 @@ mod admission;
 mod call;
 mod connection;
 mod mapping;
+mod playground;
 mod preview;
 pub mod problem;
 mod routes;
@@ -436,6 +437,7 @@ async fn route(state: &State, request: Request<Incoming>, path: &str) -> Result<
         (&Method::GET, ["healthz"]) => Ok(json(StatusCode::OK, r#"{"status":"ok"}"#)),
         (&Method::GET, ["readyz"]) => Ok(readiness(state)),
         (_, ["healthz" | "readyz"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
+        (_, [name]) if playground::serves(name) => playground::serve(&method, name),
         _ => Err(ApiError::NotFound),
     }
 }
