@@ -13,6 +13,7 @@ mod faults;
 mod fuzz_corpus;
 mod limits;
 mod outbound;
+mod playground;
 mod preview;
 mod properties;
 mod readme;
