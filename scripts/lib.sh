@@ -45,5 +45,25 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/recast/target}"
 # C++) and libclang, which generates RocksDB's Rust bindings.
 BUILD_PACKAGES=(gcc g++ libclang-dev)
 
-# What the tests need beyond the build: curl runs the README's walk-through as written.
+# What the tests need beyond the build: curl runs the README's walk-through as written; Node.js
+# and npm run the playground's browser test. A node or npm already on the PATH (from NodeSource or
+# nvm, say) is kept: Debian's packages would replace it with an older one.
 TEST_PACKAGES=(curl)
+command -v node >/dev/null 2>&1 || TEST_PACKAGES+=(nodejs)
+command -v npm >/dev/null 2>&1 || TEST_PACKAGES+=(npm)
+
+# Chromium and playwright-core for the playground's browser test (tests/browser). Without them
+# that test says it is skipped and the others run, so a failure here is reported, not fatal.
+ensure_browser() {
+    # A subshell: ensure_packages exits when it cannot install.
+    if ! (ensure_packages chromium); then
+        say "chromium could not be installed: the playground's browser test will be skipped"
+    fi
+    local dir=tests/browser
+    # npm ci keeps its own copy of the lock file in node_modules; an older copy means a stale install.
+    if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+        say "installing the browser test's npm packages (npm ci --prefix $dir)"
+        npm ci --prefix "$dir" --no-audit --no-fund >/dev/null \
+            || say "npm ci failed: the playground's browser test will be skipped"
+    fi
+}

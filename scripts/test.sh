@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_toolchain
 ensure_packages "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+ensure_browser
 
 # Tests build their own configuration; RECAST_* settings of the calling shell must not leak in.
 for name in $(compgen -v RECAST_ || true); do unset "$name"; done

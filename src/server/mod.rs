@@ -6,6 +6,7 @@ mod admission;
 mod call;
 mod connection;
 mod mapping;
+mod playground;
 mod preview;
 pub mod problem;
 mod routes;
@@ -439,7 +440,7 @@ fn endpoint(segments: &[&str]) -> Endpoint {
         ["healthz" | "readyz"] => Endpoint::Health,
         ["metrics"] => Endpoint::Metrics,
         ["openapi.json"] => Endpoint::OpenApi,
-        [""] => Endpoint::Playground,
+        [name] if playground::serves(name) => Endpoint::Playground,
         _ => Endpoint::Other,
     }
 }
@@ -475,6 +476,7 @@ async fn route(state: &State, request: Request<Incoming>, segments: &[&str]) -> 
         (&Method::GET, ["metrics"]) => Ok(metrics(state)),
         (&Method::GET, ["openapi.json"]) => Ok(json(StatusCode::OK, OPENAPI.as_bytes())),
         (_, ["metrics" | "openapi.json"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
+        (_, [name]) if playground::serves(name) => playground::serve(&method, name),
         _ => Err(ApiError::NotFound),
     }
 }

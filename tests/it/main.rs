@@ -15,6 +15,7 @@ mod limits;
 mod observability;
 mod openapi;
 mod outbound;
+mod playground;
 mod preview;
 mod properties;
 mod readme;

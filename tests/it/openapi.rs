@@ -164,7 +164,7 @@ async fn every_operation_answers_as_the_description_says() {
     let served = send(Method::GET, &url("/openapi.json"), &[], "").await;
     spec.check("/openapi.json", &Method::GET, &served);
     assert_eq!(value(&served), spec.doc, "the service serves docs/openapi.json");
-    for path in ["/healthz", "/readyz", "/metrics"] {
+    for path in ["/healthz", "/readyz", "/metrics", "/"] {
         let answer = send(Method::GET, &url(path), &[], "").await;
         assert_eq!(answer.status, 200, "{path}");
         spec.check(path, &Method::GET, &answer);

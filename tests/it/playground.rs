@@ -1,0 +1,94 @@
+//! The playground page: its files served with their types and security headers, and the page
+//! driven end to end in headless Chromium against the real binary (`tests/browser/playground.mjs`),
+//! skipped with one line saying why where Chromium, Node.js or playwright-core is missing.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use http::Method;
+use recast::config::Config;
+use recast::secrets::Secret;
+
+use crate::binary::Binary;
+use crate::support::{Service, send};
+
+#[tokio::test]
+async fn the_page_and_its_files_are_served_with_their_types_and_policy() {
+    // The page needs no admin token, even when recast has one.
+    let service =
+        Service::start(Config { admin_token: Some(Secret::new("admin-9f2")), ..Config::default() }).await;
+    for (path, content_type, holds) in [
+        ("/", "text/html; charset=utf-8", "<title>recast playground</title>"),
+        ("/index.html", "text/html; charset=utf-8", r#"<script src="/playground.js" defer>"#),
+        ("/playground.js", "text/javascript; charset=utf-8", "/v1/preview?trace=true"),
+        ("/playground.css", "text/css; charset=utf-8", "prefers-color-scheme: dark"),
+    ] {
+        let answer = send(Method::GET, &service.url(path), &[], "").await;
+        assert_eq!(answer.status, 200, "{path}");
+        assert_eq!(answer.header("content-type"), Some(content_type), "{path}");
+        assert_eq!(answer.header("cache-control"), Some("no-cache"), "{path}");
+        assert_eq!(answer.header("x-content-type-options"), Some("nosniff"), "{path}");
+        let policy = answer.header("content-security-policy").unwrap_or("");
+        assert!(
+            policy.starts_with("default-src 'self';") && policy.contains("script-src 'self';"),
+            "{policy}"
+        );
+        assert!(answer.header("x-request-id").is_some(), "{path}");
+        assert!(String::from_utf8_lossy(&answer.body).contains(holds), "{path} holds {holds}");
+    }
+    for method in [Method::POST, Method::PUT, Method::DELETE, Method::HEAD] {
+        for path in ["/", "/index.html", "/playground.js"] {
+            let refused = send(method.clone(), &service.url(path), &[], "").await;
+            assert_eq!(refused.status, 405, "{method} {path}");
+            assert_eq!(refused.header("allow"), Some("GET"), "{method} {path}");
+        }
+    }
+    send(Method::GET, &service.url("/playground.js.map"), &[], "").await.assert_problem(404, "not-found");
+    service.stop().await;
+}
+
+/// Starts the binary and runs `tests/browser/playground.mjs` against it; its screenshots land in
+/// the target directory's `tmp/playground`.
+#[tokio::test]
+async fn the_page_previews_marks_problems_and_builds_a_registration_in_chromium() {
+    let browser = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("browser");
+    if let Some(why) = missing_browser_parts(&browser) {
+        // Straight to stderr, so the line shows even when the test harness captures output.
+        let _ = writeln!(std::io::stderr(), "playground browser test skipped: {why}");
+        return;
+    }
+    let dir = tempfile::TempDir::new().unwrap();
+    let binary = Binary::start(dir.path()).await;
+    let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("playground");
+    let base = format!("http://{}", binary.addr);
+    let script = browser.join("playground.mjs");
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("node").arg(script).arg(base).arg(artifacts).output().expect("node runs")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the browser test failed ({}):\n{stdout}\n{stderr}\nrecast's log:\n{}",
+        output.status,
+        binary.log_text()
+    );
+    println!("{stdout}");
+}
+
+/// Why the browser test cannot run here, if it cannot.
+fn missing_browser_parts(browser: &Path) -> Option<String> {
+    if !Path::new("/usr/bin/chromium").is_file() {
+        return Some("/usr/bin/chromium is missing (Debian package chromium)".to_owned());
+    }
+    if !Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return Some("node is missing (Node.js 20 or newer)".to_owned());
+    }
+    if !browser.join("node_modules").join("playwright-core").is_dir() {
+        return Some("playwright-core is not installed (npm ci --prefix tests/browser)".to_owned());
+    }
+    None
+}
