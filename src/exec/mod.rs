@@ -358,18 +358,35 @@ fn concat(
     out: &mut Vec<u8>,
 ) -> bool {
     out.push(b'"');
-    let mut written = 0;
+    let empty = out.len();
     for &slot in plan.parts.get(parts.range()).unwrap_or_default() {
-        if let Some(piece) = nodes.get(slot_at(slots, slot)).and_then(text) {
-            if written > 0 {
-                out.push(b' ');
+        match nodes.get(slot_at(slots, slot)) {
+            // Text, the usual part, is written with its separator in one step.
+            Some(Node::String(s)) => {
+                let s = coerce::trim(s);
+                if s.is_empty() {
+                    continue;
+                }
+                if out.len() == empty {
+                    write::string_body(out, s);
+                } else {
+                    write::string_body_after(out, b' ', s);
+                }
             }
-            piece.write_body(out);
-            written += 1;
+            Some(node) => {
+                if let Some(piece) = text(node) {
+                    if out.len() > empty {
+                        out.push(b' ');
+                    }
+                    piece.write_body(out);
+                }
+            }
+            None => {}
         }
     }
+    let written = out.len() > empty;
     out.push(b'"');
-    written > 0 || !ignore
+    written || !ignore
 }
 
 /// Several `keys` entries: a JSON array in entry order; empty entries dropped when ignoring.

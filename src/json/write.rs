@@ -45,6 +45,24 @@ pub fn string_body(out: &mut Vec<u8>, s: &str) {
     }
 }
 
+/// Writes `separator` and then the escaped content of `s` without quotes, with one reservation
+/// for both (the pieces of a concatenation).
+#[inline(always)]
+pub fn string_body_after(out: &mut Vec<u8>, separator: u8, s: &str) {
+    let bytes = s.as_bytes();
+    out.reserve(escaped_room(bytes.len()) + 1);
+    let len = out.len();
+    // SAFETY: as in `string_body`, with one more byte reserved and written first: the separator
+    // at `len`, then `escape_into` within the `escaped_room(n)` bytes after it; the new length
+    // ends where it stopped writing.
+    unsafe {
+        let start = out.as_mut_ptr().add(len);
+        start.write(separator);
+        let end = escape_into(start.add(1), bytes);
+        out.set_len(len + end.offset_from(start) as usize);
+    }
+}
+
 /// Room the escaped form of `n` bytes may need: every byte as `\u00XX`, plus one word of slack for
 /// the store of the last, partial word.
 #[inline(always)]
@@ -365,6 +383,11 @@ mod tests {
                 body.shrink_to_fit();
                 string_body(&mut body, &text);
                 assert_eq!(&body[1..], &out[1..out.len() - 1]);
+                let mut after = b"[".to_vec();
+                after.shrink_to_fit();
+                string_body_after(&mut after, b' ', &text);
+                assert_eq!(after[1], b' ');
+                assert_eq!(&after[2..], &out[1..out.len() - 1]);
             }
         }
     }
