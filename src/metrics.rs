@@ -45,6 +45,11 @@ impl StatusCounts {
         self.other.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Whether nothing was counted yet (the first slot is claimed by the first answer).
+    pub fn is_empty(&self) -> bool {
+        self.codes[0].load(Ordering::Relaxed) == 0
+    }
+
     /// `(status, count)` of every code seen, in slot order, and the count of the rest.
     pub fn snapshot(&self) -> (Vec<(u16, u64)>, u64) {
         let seen = self
@@ -411,9 +416,11 @@ mod tests {
     #[test]
     fn status_counts_keep_each_code_and_spill_into_other() {
         let counts = StatusCounts::default();
+        assert!(counts.is_empty());
         for status in [200, 200, 404, 200, 502] {
             counts.record(status);
         }
+        assert!(!counts.is_empty());
         assert_eq!(counts.snapshot(), (vec![(200, 3), (404, 1), (502, 1)], 0));
         for status in 400..410 {
             counts.record(status);

@@ -432,6 +432,11 @@ impl Route {
         }
     }
 
+    /// Whether the route can serve calls (see [`Route::broken`] for why not).
+    pub fn serves(&self) -> bool {
+        self.rules.is_ok() && self.upstream.is_ok()
+    }
+
     /// Why the route cannot serve calls, if it cannot.
     pub fn broken(&self) -> Option<String> {
         match (&self.rules, &self.upstream) {

@@ -398,7 +398,9 @@ fn default_threads() -> usize {
 /// carries its request id (the `request` span), and its answer is counted by endpoint or route.
 async fn handle(state: &State, request: Request<Incoming>) -> Response {
     let request_id = state.request_ids.for_request(&request);
-    let span = tracing::info_span!("request", id = %request_id.to_str().unwrap_or("-"));
+    // At the error level, so the span is there whatever RECAST_LOG lets through: a warning
+    // logged under `RECAST_LOG=warn` still names its request.
+    let span = tracing::error_span!("request", id = %request_id.to_str().unwrap_or("-"));
     let mut response = serve(state, request).instrument(span).await;
     response.headers_mut().insert(REQUEST_ID, request_id);
     response
@@ -485,22 +487,26 @@ async fn route(state: &State, request: Request<Incoming>, segments: &[&str]) -> 
 /// its examples and checks every answer against it.
 pub const OPENAPI: &str = include_str!("../../docs/openapi.json");
 
-/// `GET /metrics`: the Prometheus text exposition.
+/// `GET /metrics`: the Prometheus text exposition. Routes never called have no series, so a
+/// scrape copies out only the counts of routes that were.
 fn metrics(state: &State) -> Response {
-    let mut routes = Vec::new();
-    let mut broken = 0;
+    let (mut loaded, mut broken) = (0, 0);
+    let mut called = Vec::new();
     state.table.for_each(|route| {
-        broken += usize::from(route.broken().is_some());
-        routes.push((route.uuid, route.requests.clone()));
+        loaded += 1;
+        broken += usize::from(!route.serves());
+        if !route.requests.is_empty() {
+            called.push((route.uuid, route.requests.clone()));
+        }
     });
     let gauges = Gauges {
-        routes_loaded: routes.len(),
+        routes_loaded: loaded,
         routes_broken: broken,
         in_flight: state.in_flight.now(),
         lifecycle: state.lifecycle() as u8,
     };
     let text =
-        state.metrics.render(gauges, routes.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)));
+        state.metrics.render(gauges, called.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)));
     let mut response = http::Response::new(Full::new(Bytes::from(text)));
     response
         .headers_mut()

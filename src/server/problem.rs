@@ -323,8 +323,8 @@ pub fn write_problems(out: &mut Vec<u8>, problems: &[Problem]) {
 mod tests {
     use super::*;
 
-    /// One error of every kind; `slug` matches exhaustively, so a new variant is a compile error
-    /// there and belongs here too.
+    /// One error of every kind. `slug` matches exhaustively, so a new variant must get a slug
+    /// there; it must be added here by hand, and its slug to `SLUGS`.
     fn one_of_each() -> Vec<ApiError> {
         let upstream = |failure, validating| ApiError::Upstream { failure, validating };
         let failures = || {
