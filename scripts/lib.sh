@@ -41,23 +41,42 @@ ensure_packages() {
 # Build outputs live outside the clone, so a fresh clone reuses what an earlier one built.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/recast/target}"
 
+# Cargo judges recast's own build outputs fresh by file times, not by the directory they were built
+# from: after a build in another clone, this clone's older sources would look built and tests would
+# run the other clone's code. When the last build came from elsewhere, recast's own outputs (not its
+# dependencies) are dropped so this clone's sources are compiled.
+use_this_checkout() {
+    local marker="$CARGO_TARGET_DIR/recast-checkout" here
+    here=$(pwd -P)
+    if [ -f "$marker" ] && [ "$(cat "$marker")" != "$here" ]; then
+        say "the last build came from $(cat "$marker"): rebuilding recast itself"
+        cargo clean --quiet -p recast
+    fi
+    mkdir -p "$CARGO_TARGET_DIR"
+    printf '%s\n' "$here" >"$marker"
+}
+
 # Debian packages the build needs: C and C++ compilers (the allocator is C, the bundled RocksDB is
 # C++) and libclang, which generates RocksDB's Rust bindings.
 BUILD_PACKAGES=(gcc g++ libclang-dev)
 
-# What the tests need beyond the build: curl runs the README's walk-through as written; Node.js
-# and npm run the playground's browser test. A node or npm already on the PATH (from NodeSource or
-# nvm, say) is kept: Debian's packages would replace it with an older one.
+# What the tests need beyond the build: curl runs the README's walk-through as written.
 TEST_PACKAGES=(curl)
-command -v node >/dev/null 2>&1 || TEST_PACKAGES+=(nodejs)
-command -v npm >/dev/null 2>&1 || TEST_PACKAGES+=(npm)
 
-# Chromium and playwright-core for the playground's browser test (tests/browser). Without them
-# that test says it is skipped and the others run, so a failure here is reported, not fatal.
+# Chromium, Node.js and playwright-core for the playground's browser test (tests/browser).
+# Without them that test says it is skipped and the others run, so a failure here is reported,
+# not fatal. A node or npm already on the PATH (from NodeSource or nvm, say) is kept: Debian's
+# packages would replace it with an older one.
 ensure_browser() {
+    local packages=(chromium)
+    command -v node >/dev/null 2>&1 || packages+=(nodejs)
+    command -v npm >/dev/null 2>&1 || packages+=(npm)
     # A subshell: ensure_packages exits when it cannot install.
-    if ! (ensure_packages chromium); then
-        say "chromium could not be installed: the playground's browser test will be skipped"
+    if ! (ensure_packages "${packages[@]}"); then
+        say "${packages[*]} could not be installed: the playground's browser test will be skipped"
+    fi
+    if ! command -v npm >/dev/null 2>&1; then
+        return 0
     fi
     local dir=tests/browser
     # npm ci keeps its own copy of the lock file in node_modules; an older copy means a stale install.

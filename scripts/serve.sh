@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_toolchain
+use_this_checkout
 ensure_packages "${BUILD_PACKAGES[@]}"
 cargo build --release --locked --bin recast
 exec "$CARGO_TARGET_DIR/release/recast" serve "$@"
