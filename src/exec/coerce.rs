@@ -1,7 +1,8 @@
 //! Type coercion of single JSON values (SPEC §1.5) and their text form for concatenations (§1.3).
 //! Pure functions over tape nodes: a value that does not convert becomes [`Coerced::Null`].
 
-use crate::json::{Node, StaticNode, write};
+use crate::json::write::{self, Backing};
+use crate::json::{Node, StaticNode};
 use crate::rules::Type;
 
 /// A scalar converted to its target type, ready to be written.
@@ -38,10 +39,10 @@ impl Coerced<'_> {
     }
 
     #[inline]
-    pub fn write(&self, out: &mut Vec<u8>) {
+    pub fn write(&self, out: &mut Vec<u8>, backing: Backing<'_>) {
         match *self {
             Coerced::Null => out.extend_from_slice(b"null"),
-            Coerced::Str(s) => write::string(out, s),
+            Coerced::Str(s) => write::string_in(out, s, backing),
             Coerced::NumberText(n) => {
                 out.push(b'"');
                 n.write(out);
@@ -79,16 +80,36 @@ pub(crate) fn is_blank(s: &str) -> bool {
     match s.as_bytes().first() {
         // Printable ASCII is not white space: the usual first byte decides at once.
         Some(&b) if b > b' ' && b < 0x80 => false,
-        _ => s.trim_start().is_empty(),
+        _ => trim(s).is_empty(),
     }
 }
 
-/// `s` without leading and trailing white space, checking the end bytes before calling `trim`.
+/// `s` without leading and trailing white space (Unicode's, as `str::trim` has it). Text that
+/// starts and ends with printable ASCII is returned at once, ASCII white space is stripped byte by
+/// byte, and only text with other bytes at an end goes to `str::trim`.
 #[inline]
 pub(crate) fn trim(s: &str) -> &str {
-    let printable = |b: &u8| *b > b' ' && *b < 0x80;
+    let printable = |b: u8| b > b' ' && b < 0x80;
     let bytes = s.as_bytes();
-    if bytes.first().is_some_and(printable) && bytes.last().is_some_and(printable) { s } else { s.trim() }
+    match (bytes.first(), bytes.last()) {
+        (Some(&first), Some(&last)) if printable(first) && printable(last) => s,
+        _ => trim_slow(s),
+    }
+}
+
+#[inline(never)]
+fn trim_slow(s: &str) -> &str {
+    // ASCII white space as `char::is_whitespace` has it: tab to carriage return, and space.
+    let space = |b: &u8| *b == b' ' || (b'\t'..=b'\r').contains(b);
+    let bytes = s.as_bytes();
+    let start = bytes.iter().position(|b| !space(b)).unwrap_or(bytes.len());
+    let end = bytes.iter().rposition(|b| !space(b)).map_or(start, |last| last + 1);
+    // Only ASCII bytes were cut off, so both ends are character boundaries.
+    let rest = s.get(start..end).unwrap_or_default();
+    match (rest.as_bytes().first(), rest.as_bytes().last()) {
+        (Some(&first), Some(&last)) if first >= 0x80 || last >= 0x80 => rest.trim(),
+        _ => rest,
+    }
 }
 
 /// Converts a scalar node to `ty`. Containers do not convert (the executor handles lists before
@@ -114,14 +135,14 @@ pub(crate) fn coerce<'a>(node: &Node<'a>, ty: Type) -> Coerced<'a> {
         Type::Int | Type::Long => match value {
             Scalar::Number(Number::I64(n)) => Coerced::Int(n),
             Scalar::Number(Number::U64(n)) => i64::try_from(n).map_or(Coerced::Null, Coerced::Int),
-            Scalar::Str(s) => s.trim().parse::<i64>().map_or(Coerced::Null, Coerced::Int),
+            Scalar::Str(s) => trim(s).parse::<i64>().map_or(Coerced::Null, Coerced::Int),
             Scalar::Number(Number::F64(_)) | Scalar::Bool(_) => Coerced::Null,
         },
         Type::Double | Type::Float => match value {
             Scalar::Number(Number::I64(n)) => Coerced::Float(n as f64),
             Scalar::Number(Number::U64(n)) => Coerced::Float(n as f64),
             Scalar::Number(Number::F64(f)) => Coerced::Float(f),
-            Scalar::Str(s) => parse_decimal(s.trim()).map_or(Coerced::Null, Coerced::Float),
+            Scalar::Str(s) => parse_decimal(trim(s)).map_or(Coerced::Null, Coerced::Float),
             Scalar::Bool(_) => Coerced::Null,
         },
         Type::Boolean => match value {
@@ -130,7 +151,7 @@ pub(crate) fn coerce<'a>(node: &Node<'a>, ty: Type) -> Coerced<'a> {
             Scalar::Number(Number::I64(0) | Number::U64(0)) => Coerced::Bool(false),
             Scalar::Number(_) => Coerced::Null,
             Scalar::Str(s) => {
-                let s = s.trim();
+                let s = trim(s);
                 if s.eq_ignore_ascii_case("true") {
                     Coerced::Bool(true)
                 } else if s.eq_ignore_ascii_case("false") {
@@ -155,9 +176,9 @@ pub(crate) enum Text<'a> {
 impl Text<'_> {
     /// Writes the piece escaped, without quotes.
     #[inline]
-    pub fn write_body(&self, out: &mut Vec<u8>) {
+    pub fn write_body(&self, out: &mut Vec<u8>, backing: Backing<'_>) {
         match *self {
-            Text::Str(s) => write::string_body(out, s),
+            Text::Str(s) => write::string_body(out, s, backing),
             Text::Number(n) => n.write(out),
             Text::Bool(b) => out.extend_from_slice(if b { b"true" } else { b"false" }),
         }
@@ -216,8 +237,10 @@ mod tests {
     fn check(value: &str, ty: &str) -> String {
         let mut buf = value.as_bytes().to_vec();
         let mut out = Vec::new();
-        with_parsed(&mut buf, 8, |nodes| coerce(&nodes[0], Type::from_name(ty).unwrap()).write(&mut out))
-            .unwrap();
+        with_parsed(&mut buf, 8, |nodes| {
+            coerce(&nodes[0], Type::from_name(ty).unwrap()).write(&mut out, nodes.backing())
+        })
+        .unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -282,6 +305,25 @@ mod tests {
         assert_eq!(check("1.0", "Boolean"), "null");
         assert_eq!(check(r#""yes""#, "Boolean"), "null");
         assert_eq!(check(r#""1""#, "Boolean"), "null");
+    }
+
+    #[test]
+    fn trim_and_is_blank_agree_with_str_trim() {
+        // Every pair of pieces drawn from ASCII (controls, white space, printable), Unicode white
+        // space, and other non-ASCII characters, in every arrangement of up to three.
+        let mut pieces: Vec<String> = (0u8..0x80).map(|b| char::from(b).to_string()).collect();
+        pieces.extend(["\u{85}", "\u{a0}", "\u{2003}", "\u{3000}", "é", "☃", "\u{200b}"].map(String::from));
+        let mut checked = 0;
+        for a in &pieces {
+            for b in &pieces {
+                for text in [format!("{a}{b}"), format!("{a}x{b}"), format!(" {a}{b} "), format!("{a} {b}")] {
+                    assert_eq!(trim(&text), text.trim(), "{text:?}");
+                    assert_eq!(is_blank(&text), text.trim().is_empty(), "{text:?}");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 60_000);
     }
 
     #[test]

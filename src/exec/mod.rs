@@ -13,7 +13,7 @@ use bumpalo::Bump;
 
 pub use trace::{TRACE_ELEMENTS, Trace, TraceEntry, execute_traced};
 
-use crate::json::{self, Node, Nodes, write};
+use crate::json::{self, Doc, Node, Nodes, write};
 use crate::plan::{self, Input, KeyTable, Op, Plan, Read, SlotId, Span};
 use crate::rules::Type;
 use coerce::{coerce, text};
@@ -22,7 +22,7 @@ use coerce::{coerce, text};
 const MISSING: usize = usize::MAX;
 
 /// Maps the document `nodes` (rooted at `root`) by `plan`, appending the output JSON to `out`.
-pub fn execute(plan: &Plan, nodes: &Nodes<'_>, root: usize, out: &mut Vec<u8>) {
+pub fn execute(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut Vec<u8>) {
     with_arena(|arena| document(plan, nodes, root, &mut Scratch::new(arena, plan), out, &mut Silent));
 }
 
@@ -110,7 +110,7 @@ impl Observer for Silent {
 /// The whole output: one object, or with `each` a list of objects (SPEC §1.6).
 pub(crate) fn document<O: Observer>(
     plan: &Plan,
-    nodes: &Nodes<'_>,
+    nodes: &Doc<'_, '_>,
     root: usize,
     scratch: &mut Scratch<'_>,
     out: &mut Vec<u8>,
@@ -155,7 +155,7 @@ pub(crate) fn document<O: Observer>(
 /// One output object built with `root` as the root. Returns whether any member was written.
 fn object<O: Observer>(
     plan: &Plan,
-    nodes: &Nodes<'_>,
+    nodes: &Doc<'_, '_>,
     root: usize,
     scratch: &mut Scratch<'_>,
     out: &mut Vec<u8>,
@@ -188,7 +188,7 @@ fn object<O: Observer>(
                     Some(Node::String(text)) if !(ignore && coerce::is_blank(text)) => {
                         member.write(out, first);
                         let value_start = out.len();
-                        write::string(out, text);
+                        write::string_in(out, text, nodes.backing());
                         (*target, value_start, true)
                     }
                     // Blank, or missing, and left out: nothing to write or take back.
@@ -292,7 +292,7 @@ fn scan(nodes: &Nodes<'_>, object: usize, table: &KeyTable, slots: &mut [usize],
 /// One `keys` entry of an array target; `false` when it is empty and left out.
 fn read(
     plan: &Plan,
-    nodes: &Nodes<'_>,
+    nodes: &Doc<'_, '_>,
     ty: Type,
     read: Read,
     slots: &[usize],
@@ -306,7 +306,7 @@ fn read(
 }
 
 /// A single value (SPEC §1.3–1.5): coerced scalar, list of coerced elements, or raw `Json`.
-fn value(nodes: &Nodes<'_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u8>) -> bool {
+fn value(nodes: &Doc<'_, '_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u8>) -> bool {
     let Some(node) = nodes.get(at) else {
         if !ignore {
             out.extend_from_slice(b"null");
@@ -318,7 +318,7 @@ fn value(nodes: &Nodes<'_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u8>
             if ignore && coerce::is_blank(s) {
                 return false;
             }
-            write::string(out, s);
+            write::string_in(out, s, nodes.backing());
             return true;
         }
         (Type::Json, _) => {
@@ -335,12 +335,12 @@ fn value(nodes: &Nodes<'_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u8>
     if ignore && value.is_empty() {
         return false;
     }
-    value.write(out);
+    value.write(out, nodes.backing());
     true
 }
 
 /// A list value: each element coerced; objects and lists inside fail to `null`.
-fn list(nodes: &Nodes<'_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u8>) -> bool {
+fn list(nodes: &Doc<'_, '_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u8>) -> bool {
     out.push(b'[');
     let mut written = 0;
     for element in json::elements(nodes, at).into_iter().flatten() {
@@ -351,7 +351,7 @@ fn list(nodes: &Nodes<'_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u8>)
         if written > 0 {
             out.push(b',');
         }
-        value.write(out);
+        value.write(out, nodes.backing());
         written += 1;
     }
     out.push(b']');
@@ -361,7 +361,7 @@ fn list(nodes: &Nodes<'_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u8>)
 /// `"a, b"`: the text of each part, trimmed, joined by one space; blank parts left out.
 fn concat(
     plan: &Plan,
-    nodes: &Nodes<'_>,
+    nodes: &Doc<'_, '_>,
     parts: Span,
     slots: &[usize],
     ignore: bool,
@@ -380,9 +380,9 @@ fn concat(
                     continue;
                 }
                 if out.len() == empty {
-                    write::string_body(out, s);
+                    write::string_body(out, s, nodes.backing());
                 } else {
-                    write::string_body_after(out, b' ', s);
+                    write::string_body_after(out, b' ', s, nodes.backing());
                 }
             }
             Some(node) => {
@@ -390,7 +390,7 @@ fn concat(
                     if out.len() > empty {
                         out.push(b' ');
                     }
-                    piece.write_body(out);
+                    piece.write_body(out, nodes.backing());
                 }
             }
             None => {}
@@ -404,7 +404,7 @@ fn concat(
 /// Several `keys` entries: a JSON array in entry order; empty entries dropped when ignoring.
 fn array(
     plan: &Plan,
-    nodes: &Nodes<'_>,
+    nodes: &Doc<'_, '_>,
     ty: Type,
     reads: Span,
     slots: &[usize],

@@ -7,7 +7,7 @@
 
 use super::coerce::{Coerced, coerce};
 use super::{Observer, Scratch, document, with_arena};
-use crate::json::{self, Node, Nodes, write};
+use crate::json::{self, Doc, Node, Nodes, write};
 use crate::plan::{Plan, Target};
 use crate::rules::{KeyEntry, Problem, Type};
 
@@ -71,8 +71,9 @@ impl Trace {
 }
 
 /// Like [`execute`](super::execute), and also returns a [`Trace`].
-pub fn execute_traced(plan: &Plan, nodes: &Nodes<'_>, root: usize, out: &mut Vec<u8>) -> Trace {
-    let mut tracer = Tracer { plan, nodes, each: None, element: None, elements: 0, entries: Vec::new() };
+pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut Vec<u8>) -> Trace {
+    let mut tracer =
+        Tracer { plan, nodes: &**nodes, each: None, element: None, elements: 0, entries: Vec::new() };
     let mut notes = Vec::new();
     if let Some(path) = &plan.each {
         match locate(nodes, root, String::new(), path.iter().map(|p| &**p)) {

@@ -13,6 +13,31 @@ pub use simd_json::{Node, StaticNode};
 /// Nodes of a parsed document; value positions are indexes into this slice.
 pub type Nodes<'a> = [Node<'a>];
 
+/// A parsed document as [`with_parsed`] hands it out: its nodes (what it dereferences to) and the
+/// buffer their strings point into, which lets the writer read those strings in whole chunks
+/// ([`write::Backing`]).
+pub struct Doc<'t, 'a> {
+    nodes: &'t Nodes<'a>,
+    backing: write::Backing<'a>,
+}
+
+impl<'a> Doc<'_, 'a> {
+    /// The buffer the document's strings point into.
+    #[inline(always)]
+    pub fn backing(&self) -> write::Backing<'a> {
+        self.backing
+    }
+}
+
+impl<'a> std::ops::Deref for Doc<'_, 'a> {
+    type Target = Nodes<'a>;
+
+    #[inline(always)]
+    fn deref(&self) -> &Nodes<'a> {
+        self.nodes
+    }
+}
+
 /// Why a byte string is not a document recast accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JsonError {
@@ -39,7 +64,7 @@ impl std::error::Error for JsonError {}
 pub const PADDING: usize = simd_json::INPUT_PADDING;
 
 /// Parses `input` in place (simd-json unescapes strings inside the buffer) and runs `f` on the
-/// tape of the document.
+/// parsed document.
 ///
 /// The buffer is grown by simd-json's padding first so the parser needs no copy of its own; give
 /// it that much spare capacity to avoid a reallocation. The parser's scratch buffers and the
@@ -48,7 +73,7 @@ pub const PADDING: usize = simd_json::INPUT_PADDING;
 pub fn with_parsed<R>(
     input: &mut Vec<u8>,
     max_depth: usize,
-    f: impl FnOnce(&Nodes<'_>) -> R,
+    f: impl FnOnce(&Doc<'_, '_>) -> R,
 ) -> Result<R, JsonError> {
     let len = input.len();
     input.resize(len + PADDING, b' ');
@@ -57,9 +82,10 @@ pub fn with_parsed<R>(
         _ => (simd_json::Buffers::with_max_depth(len, max_depth), simd_json::Tape::null().reset()),
     };
     let mut tape = tape.reset();
-    let parsed = simd_json::fill_tape_padded(input.as_mut_slice(), len, &mut buffers, &mut tape);
+    let (buffer, backing) = write::Backing::split(input);
+    let parsed = simd_json::fill_tape_padded(buffer, len, &mut buffers, &mut tape);
     let result = match parsed {
-        Ok(()) => Ok(f(&tape.0)),
+        Ok(()) => Ok(f(&Doc { nodes: &tape.0, backing })),
         Err(e) if matches!(e.error(), simd_json::ErrorType::DepthLimitExceeded) => {
             Err(JsonError::TooDeep { limit: max_depth })
         }

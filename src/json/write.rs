@@ -1,19 +1,69 @@
 //! Writing JSON text straight into a byte buffer: strings with correct escaping, integers with
 //! every digit, floats in shortest round-trip form, and whole values copied from a tape.
 
+use std::marker::PhantomData;
+
 use smallvec::SmallVec;
 
-use super::{Node, Nodes, StaticNode};
+use super::{Doc, Node, StaticNode};
+
+/// The buffer a parsed document's strings point into, padding included (simd-json parses in
+/// place, so every string of a tape lies inside it). A string inside it can be read in whole
+/// [`chunk::LEN`]-byte chunks, past its own end, without a branch on its length: the padding
+/// keeps such reads inside the buffer.
+///
+/// The reads go through the buffer's own pointer (the one the parser's slice was made from), not
+/// through the string's, so they stay within what that pointer may access.
+#[derive(Clone, Copy)]
+pub struct Backing<'a> {
+    start: *const u8,
+    len: usize,
+    buffer: PhantomData<&'a [u8]>,
+}
+
+impl<'a> Backing<'a> {
+    /// No buffer: every string is written by the general path.
+    pub const NONE: Backing<'static> = Backing { start: std::ptr::null(), len: 0, buffer: PhantomData };
+
+    /// The whole of `input` as the slice the parser fills, and its backing for the strings the
+    /// parser leaves in it. Both borrow `input`, so it cannot change while either is used.
+    pub(super) fn split(input: &'a mut Vec<u8>) -> (&'a mut [u8], Backing<'a>) {
+        let len = input.len();
+        let start = input.as_mut_ptr();
+        // SAFETY: `start` points at the `len` initialised bytes of `input` (`Vec::as_mut_ptr`
+        // makes no reference to them, so the pointer stays usable beside the slice made from
+        // it). The slice is the only way to write them while `input` is borrowed for 'a; the
+        // backing only reads, after the parser is done writing.
+        let buffer = unsafe { std::slice::from_raw_parts_mut(start, len) };
+        (buffer, Backing { start, len, buffer: PhantomData })
+    }
+
+    /// A pointer to the first byte of `bytes` that may read `bytes.len() + chunk::LEN` bytes, when
+    /// `bytes` and that many bytes after it lie inside the buffer.
+    #[inline(always)]
+    fn widened(self, bytes: &[u8]) -> Option<*const u8> {
+        let offset = bytes.as_ptr().addr().wrapping_sub(self.start.addr());
+        let inside = offset <= self.len && self.len - offset >= bytes.len() + chunk::LEN;
+        // `wrapping_add` keeps the buffer pointer's provenance; the offset is within the buffer.
+        inside.then(|| self.start.wrapping_add(offset))
+    }
+}
 
 /// Writes `s` as a JSON string, quotes included.
 ///
 /// The output buffer grows once, by the most the string can take, and the string is then written
-/// through a pointer a word (eight bytes) at a time: a word with nothing to escape is checked and
-/// stored in one go, and the last, partial word is stored whole with only its bytes counted. So
-/// text with nothing to escape costs no loop over bytes, no per-write capacity check and no
-/// library call. A word that needs escaping is escaped byte by byte.
+/// through a pointer a chunk at a time: a chunk with nothing to escape is checked and stored in one
+/// go, and the last, partial chunk is stored whole with only its bytes counted. So text with
+/// nothing to escape costs no loop over bytes, no per-write capacity check and no library call. A
+/// chunk that needs escaping is escaped byte by byte.
 #[inline(always)]
 pub fn string(out: &mut Vec<u8>, s: &str) {
+    string_in(out, s, Backing::NONE);
+}
+
+/// [`string`] for a string of a parsed document, read in whole chunks when it lies in `backing`.
+#[inline(always)]
+pub fn string_in(out: &mut Vec<u8>, s: &str, backing: Backing<'_>) {
     let bytes = s.as_bytes();
     out.reserve(escaped_room(bytes.len()) + 2);
     let len = out.len();
@@ -24,7 +74,7 @@ pub fn string(out: &mut Vec<u8>, s: &str) {
     unsafe {
         let start = out.as_mut_ptr().add(len);
         start.write(b'"');
-        let end = escape_into(start.add(1), bytes);
+        let end = escape_into(start.add(1), bytes, backing);
         end.write(b'"');
         out.set_len(len + end.offset_from(start) as usize + 1);
     }
@@ -32,15 +82,15 @@ pub fn string(out: &mut Vec<u8>, s: &str) {
 
 /// Writes the escaped content of `s` without quotes (for text assembled from several pieces).
 #[inline(always)]
-pub fn string_body(out: &mut Vec<u8>, s: &str) {
+pub fn string_body(out: &mut Vec<u8>, s: &str, backing: Backing<'_>) {
     let bytes = s.as_bytes();
     out.reserve(escaped_room(bytes.len()));
     let len = out.len();
-    // SAFETY: as in `string`, without the quotes: `escape_into` gets `escaped_room(n)` bytes of
-    // spare capacity and the new length ends where it stopped writing.
+    // SAFETY: as in `string_in`, without the quotes: `escape_into` gets `escaped_room(n)` bytes
+    // of spare capacity and the new length ends where it stopped writing.
     unsafe {
         let start = out.as_mut_ptr().add(len);
-        let end = escape_into(start, bytes);
+        let end = escape_into(start, bytes, backing);
         out.set_len(len + end.offset_from(start) as usize);
     }
 }
@@ -48,7 +98,7 @@ pub fn string_body(out: &mut Vec<u8>, s: &str) {
 /// Writes `separator` and then the escaped content of `s` without quotes, with one reservation
 /// for both (the pieces of a concatenation).
 #[inline(always)]
-pub fn string_body_after(out: &mut Vec<u8>, separator: u8, s: &str) {
+pub fn string_body_after(out: &mut Vec<u8>, separator: u8, s: &str, backing: Backing<'_>) {
     let bytes = s.as_bytes();
     out.reserve(escaped_room(bytes.len()) + 1);
     let len = out.len();
@@ -58,16 +108,16 @@ pub fn string_body_after(out: &mut Vec<u8>, separator: u8, s: &str) {
     unsafe {
         let start = out.as_mut_ptr().add(len);
         start.write(separator);
-        let end = escape_into(start.add(1), bytes);
+        let end = escape_into(start.add(1), bytes, backing);
         out.set_len(len + end.offset_from(start) as usize);
     }
 }
 
-/// Room the escaped form of `n` bytes may need: every byte as `\u00XX`, plus one word of slack for
-/// the store of the last, partial word.
+/// Room the escaped form of `n` bytes may need: every byte as `\u00XX`, plus one chunk of slack
+/// for the store of the last, partial chunk (a word, on the general path: smaller).
 #[inline(always)]
 const fn escaped_room(n: usize) -> usize {
-    6 * n + 8
+    6 * n + chunk::LEN
 }
 
 /// Writes the escaped form of `bytes` at `to` and returns the end of what it wrote.
@@ -75,7 +125,58 @@ const fn escaped_room(n: usize) -> usize {
 /// # Safety
 /// `to` must be valid for writes of `escaped_room(bytes.len())` bytes.
 #[inline(always)]
-unsafe fn escape_into(mut to: *mut u8, bytes: &[u8]) -> *mut u8 {
+unsafe fn escape_into(to: *mut u8, bytes: &[u8], backing: Backing<'_>) -> *mut u8 {
+    // SAFETY: the caller's room is passed on; `widened` vouches for the reads.
+    unsafe {
+        match backing.widened(bytes) {
+            Some(from) => escape_chunks(to, from, bytes.len()),
+            None => escape_words(to, bytes),
+        }
+    }
+}
+
+/// Escapes `n` bytes at `from` a chunk at a time, the last chunk read whole (past the `n` bytes)
+/// and stored whole with only its first bytes counted.
+///
+/// # Safety
+/// `from` must be valid for reads of `n + chunk::LEN` bytes, `to` for writes of
+/// `escaped_room(n)` bytes.
+#[inline(always)]
+unsafe fn escape_chunks(mut to: *mut u8, mut from: *const u8, n: usize) -> *mut u8 {
+    let mut left = n;
+    // SAFETY: each chunk is read at `from`, which is at most `n` bytes past the start, so the read
+    // stays in the `n + LEN` readable bytes. After `k` input bytes at most `6k` bytes were written,
+    // leaving at least `6 * left + LEN` bytes of room: enough for a whole chunk stored (LEN) and
+    // for `m <= left` bytes escaped one by one (at most `6m`).
+    unsafe {
+        loop {
+            let chunk = chunk::Chunk::load(from);
+            if left <= chunk::LEN {
+                if chunk.clean(left) {
+                    chunk.store(to);
+                    return to.add(left);
+                }
+                return escape_slow(to, std::slice::from_raw_parts(from, left));
+            }
+            if chunk.clean(chunk::LEN) {
+                chunk.store(to);
+                to = to.add(chunk::LEN);
+            } else {
+                to = escape_slow(to, std::slice::from_raw_parts(from, chunk::LEN));
+            }
+            from = from.add(chunk::LEN);
+            left -= chunk::LEN;
+        }
+    }
+}
+
+/// The general path, for text not known to lie in a padded buffer: a word at a time, the last,
+/// partial word loaded from its own bytes only.
+///
+/// # Safety
+/// `to` must be valid for writes of `escaped_room(bytes.len())` bytes.
+#[inline(always)]
+unsafe fn escape_words(mut to: *mut u8, bytes: &[u8]) -> *mut u8 {
     let mut words = bytes.chunks_exact(8);
     for chunk in &mut words {
         let word = load_partial(chunk);
@@ -109,6 +210,94 @@ unsafe fn escape_into(mut to: *mut u8, bytes: &[u8]) -> *mut u8 {
     to
 }
 
+/// The chunk the padded path reads, checks and stores in one go: 16 bytes with SSE2 (every
+/// x86-64 processor has it), else a 64-bit word.
+mod chunk {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    pub use sse2::{Chunk, LEN};
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    pub use word::{Chunk, LEN};
+
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    mod sse2 {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
+            _mm_set1_epi8, _mm_storeu_si128,
+        };
+
+        pub const LEN: usize = 16;
+
+        #[derive(Clone, Copy)]
+        pub struct Chunk(__m128i);
+
+        impl Chunk {
+            /// # Safety
+            /// `from` must be valid for reads of `LEN` bytes.
+            #[inline(always)]
+            pub unsafe fn load(from: *const u8) -> Chunk {
+                // SAFETY: the caller's guarantee; the load has no alignment requirement.
+                Chunk(unsafe { _mm_loadu_si128(from.cast()) })
+            }
+
+            /// # Safety
+            /// `to` must be valid for writes of `LEN` bytes.
+            #[inline(always)]
+            pub unsafe fn store(self, to: *mut u8) {
+                // SAFETY: the caller's guarantee; the store has no alignment requirement.
+                unsafe { _mm_storeu_si128(to.cast(), self.0) }
+            }
+
+            /// Whether none of the first `n` (at most `LEN`) bytes is `"`, `\` or below 0x20.
+            #[inline(always)]
+            pub fn clean(self, n: usize) -> bool {
+                let v = self.0;
+                // SAFETY: these intrinsics only compute on registers, and need SSE2, which this
+                // module is compiled only with (its `cfg`).
+                let escapes = unsafe {
+                    let control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+                    let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+                    let backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
+                    _mm_movemask_epi8(_mm_or_si128(control, _mm_or_si128(quote, backslash)))
+                };
+                escapes as u32 & ((1u32 << n) - 1) == 0
+            }
+        }
+    }
+
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    mod word {
+        pub const LEN: usize = 8;
+
+        #[derive(Clone, Copy)]
+        pub struct Chunk(u64);
+
+        impl Chunk {
+            /// # Safety
+            /// `from` must be valid for reads of `LEN` bytes.
+            #[inline(always)]
+            pub unsafe fn load(from: *const u8) -> Chunk {
+                // SAFETY: the caller's guarantee; the read has no alignment requirement.
+                Chunk(u64::from_le_bytes(unsafe { from.cast::<[u8; 8]>().read_unaligned() }))
+            }
+
+            /// # Safety
+            /// `to` must be valid for writes of `LEN` bytes.
+            #[inline(always)]
+            pub unsafe fn store(self, to: *mut u8) {
+                // SAFETY: the caller's guarantee; the write has no alignment requirement.
+                unsafe { to.cast::<[u8; 8]>().write_unaligned(self.0.to_le_bytes()) }
+            }
+
+            /// Whether none of the first `n` (at most `LEN`) bytes is `"`, `\` or below 0x20.
+            #[inline(always)]
+            pub fn clean(self, n: usize) -> bool {
+                let counted = if n >= LEN { u64::MAX } else { (1u64 << (8 * n)) - 1 };
+                super::super::escape_mask(self.0) & counted == 0
+            }
+        }
+    }
+}
+
 /// Escapes byte by byte (the rare path) and returns the end of what it wrote.
 ///
 /// # Safety
@@ -137,18 +326,26 @@ unsafe fn escape_slow(mut to: *mut u8, bytes: &[u8]) -> *mut u8 {
 /// Bytes split into little-endian words once, for text written many times (member names).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Words {
+    /// At least two words (zero past the text), so text of up to 16 bytes takes two stores.
     words: Box<[u64]>,
     len: usize,
 }
 
 impl Words {
     pub fn new(bytes: &[u8]) -> Words {
-        Words { words: bytes.chunks(8).map(load_partial).collect(), len: bytes.len() }
+        let mut words: Vec<u64> = bytes.chunks(8).map(load_partial).collect();
+        words.resize(words.len().max(2), 0);
+        Words { words: words.into_boxed_slice(), len: bytes.len() }
     }
 
-    /// Appends the bytes: one store per word.
+    /// Appends the bytes: one store per word, and for text of up to 16 bytes (most member names)
+    /// exactly two, without a loop.
     #[inline(always)]
     pub fn write(&self, out: &mut Vec<u8>) {
+        let (short, words) = match *self.words {
+            [first, second] => (Some((first, second)), &self.words[..0]),
+            ref words => (None, words),
+        };
         out.reserve(self.words.len() * 8);
         let len = out.len();
         // SAFETY: `reserve` left eight bytes of spare capacity per word after `len`, and word `i`
@@ -156,7 +353,11 @@ impl Words {
         // text in order (`new`), so the new length covers exactly bytes that were written.
         unsafe {
             let to = out.as_mut_ptr().add(len);
-            for (i, &word) in self.words.iter().enumerate() {
+            if let Some((first, second)) = short {
+                to.cast::<[u8; 8]>().write_unaligned(first.to_le_bytes());
+                to.add(8).cast::<[u8; 8]>().write_unaligned(second.to_le_bytes());
+            }
+            for (i, &word) in words.iter().enumerate() {
                 to.add(8 * i).cast::<[u8; 8]>().write_unaligned(word.to_le_bytes());
             }
             out.set_len(len + self.len);
@@ -231,16 +432,17 @@ pub fn scalar(out: &mut Vec<u8>, node: &StaticNode) {
 
 /// Copies the value at `start` to `out` as compact JSON. Works iteratively, so nesting depth costs
 /// heap (a small stack of open containers), never call-stack frames.
-pub fn value(out: &mut Vec<u8>, nodes: &Nodes<'_>, start: usize) {
+pub fn value(out: &mut Vec<u8>, doc: &Doc<'_, '_>, start: usize) {
+    let (nodes, backing) = (&**doc, doc.backing());
     // Members (for objects) or elements (for lists) still to write in each open container.
     let mut open: SmallVec<[(bool, usize); 16]> = SmallVec::new();
     let mut i = start;
     loop {
         match nodes.get(i) {
-            Some(Node::String(s)) => string(out, s),
+            Some(Node::String(s)) => string_in(out, s, backing),
             Some(Node::Static(s)) => scalar(out, s),
             Some(Node::Object { len, .. }) => {
-                if *len > 0 && key(out, nodes, i + 1, b'{') {
+                if *len > 0 && key(out, nodes, backing, i + 1, b'{') {
                     open.push((true, *len));
                     i += 2;
                     continue;
@@ -270,7 +472,7 @@ pub fn value(out: &mut Vec<u8>, nodes: &Nodes<'_>, start: usize) {
                 continue;
             }
             if *is_object {
-                if !key(out, nodes, i, b',') {
+                if !key(out, nodes, backing, i, b',') {
                     // A malformed tape: close everything instead of reading on.
                     for (is_object, _) in open.drain(..).rev() {
                         out.push(if is_object { b'}' } else { b']' });
@@ -287,12 +489,12 @@ pub fn value(out: &mut Vec<u8>, nodes: &Nodes<'_>, start: usize) {
 }
 
 /// Writes `lead`, the member name at `i` and a colon; `false` if `i` holds no member name.
-fn key(out: &mut Vec<u8>, nodes: &Nodes<'_>, i: usize, lead: u8) -> bool {
+fn key(out: &mut Vec<u8>, nodes: &[Node<'_>], backing: Backing<'_>, i: usize, lead: u8) -> bool {
     let Some(Node::String(name)) = nodes.get(i) else {
         return false;
     };
     out.push(lead);
-    string(out, name);
+    string_in(out, name, backing);
     out.push(b':');
     true
 }
@@ -367,6 +569,58 @@ mod tests {
         }
     }
 
+    /// Writes the text of the JSON string `json` as the executor does: parsed, then written from
+    /// the buffer it was parsed in, with the backing (whole chunks) and without (general path).
+    fn written_from_a_parse(json: &str) -> (Vec<u8>, Vec<u8>) {
+        let mut buf = json.as_bytes().to_vec();
+        super::super::with_parsed(&mut buf, 8, |doc| {
+            let Some(Node::String(s)) = doc.first() else { panic!("{json} is not a string") };
+            assert!(doc.backing().widened(s.as_bytes()).is_some(), "{json} is not read in chunks");
+            let mut chunked = Vec::new();
+            string_in(&mut chunked, s, doc.backing());
+            let mut general = Vec::new();
+            string(&mut general, s);
+            (chunked, general)
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn strings_of_a_parse_are_read_in_chunks_and_written_as_by_the_general_path() {
+        // Every length around the chunk boundaries, with an escape at every position, including
+        // strings that end the document (read ahead into the padding alone).
+        for n in 0..70 {
+            for at in 0..=n {
+                for escape in ["\\n", "\\\"", "\\\\", "\\u0001", "\\u001f"] {
+                    let mut text: String = (0..n).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+                    if at < n {
+                        text.replace_range(at..at + 1, escape);
+                    }
+                    let (chunked, general) = written_from_a_parse(&format!("\"{text}\""));
+                    assert_eq!(chunked, general, "length {n}, escape {escape} at {at}");
+                    let back: String = serde_json::from_slice(&chunked).unwrap();
+                    assert_eq!(serde_json::to_vec(&back).unwrap(), chunked, "length {n}, escape at {at}");
+                }
+            }
+        }
+        let (chunked, general) = written_from_a_parse("\"ünïcødé ☃ \\u007f \\u00e9\"");
+        assert_eq!(chunked, general);
+        assert_eq!(String::from_utf8(chunked).unwrap(), "\"ünïcødé ☃ \u{7f} é\"");
+    }
+
+    #[test]
+    fn only_strings_inside_the_parsed_buffer_are_read_in_chunks() {
+        let elsewhere = "a string that is not in the buffer".to_owned();
+        let mut buf = br#"["in the buffer"]"#.to_vec();
+        super::super::with_parsed(&mut buf, 8, |doc| {
+            let Some(Node::String(inside)) = doc.get(1) else { panic!() };
+            assert!(doc.backing().widened(inside.as_bytes()).is_some());
+            assert!(doc.backing().widened(elsewhere.as_bytes()).is_none());
+            assert!(Backing::NONE.widened(inside.as_bytes()).is_none());
+        })
+        .unwrap();
+    }
+
     #[test]
     fn worst_case_escaping_fits_the_room_it_reserves() {
         // Every byte escaped as `\u00XX` (six bytes), and mixes of short and long escapes, at
@@ -381,11 +635,11 @@ mod tests {
                 assert_eq!(back, text, "{pattern:?} x {n}");
                 let mut body = b"[".to_vec();
                 body.shrink_to_fit();
-                string_body(&mut body, &text);
+                string_body(&mut body, &text, Backing::NONE);
                 assert_eq!(&body[1..], &out[1..out.len() - 1]);
                 let mut after = b"[".to_vec();
                 after.shrink_to_fit();
-                string_body_after(&mut after, b' ', &text);
+                string_body_after(&mut after, b' ', &text, Backing::NONE);
                 assert_eq!(after[1], b' ');
                 assert_eq!(&after[2..], &out[1..out.len() - 1]);
             }

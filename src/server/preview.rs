@@ -32,7 +32,7 @@ pub(super) async fn preview(state: &State, request: Request<Incoming>) -> Result
 
 /// Compiles the body's rules and maps its sample; with `traced`, wraps the output with the trace
 /// and the warnings.
-fn map_sample(state: &State, nodes: &tape::Nodes<'_>, traced: bool) -> Result<Vec<u8>, ApiError> {
+fn map_sample(state: &State, nodes: &tape::Doc<'_, '_>, traced: bool) -> Result<Vec<u8>, ApiError> {
     let (sample, rules) = members(nodes)?;
     let compiled = compile_value(nodes, rules, &state.config.limits()).map_err(|problems| {
         state.metrics.compile_failure(RulesSource::Preview);
@@ -43,7 +43,7 @@ fn map_sample(state: &State, nodes: &tape::Nodes<'_>, traced: bool) -> Result<Ve
 
 /// A preview's answer: the output alone, or with `traced` `{"output", "trace", "warnings"}`.
 /// `recast preview` prints the same.
-pub fn preview_output(compiled: Compiled, nodes: &tape::Nodes<'_>, sample: usize, traced: bool) -> Vec<u8> {
+pub fn preview_output(compiled: Compiled, nodes: &tape::Doc<'_, '_>, sample: usize, traced: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(1024);
     if !traced {
         exec::execute(&compiled.plan, nodes, sample, &mut out);
