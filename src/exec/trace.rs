@@ -72,8 +72,7 @@ impl Trace {
 
 /// Like [`execute`](super::execute), and also returns a [`Trace`].
 pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut Vec<u8>) -> Trace {
-    let mut tracer =
-        Tracer { plan, nodes: &**nodes, each: None, element: None, elements: 0, entries: Vec::new() };
+    let mut tracer = Tracer { plan, nodes, each: None, element: None, elements: 0, entries: Vec::new() };
     let mut notes = Vec::new();
     if let Some(path) = &plan.each {
         match locate(nodes, root, String::new(), path.iter().map(|p| &**p)) {
