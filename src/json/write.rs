@@ -342,6 +342,8 @@ impl Words {
     /// exactly two, without a loop.
     #[inline(always)]
     pub fn write(&self, out: &mut Vec<u8>) {
+        // Decided before the stores rather than matched around them: the latter compiles to code
+        // that runs 6% more executor instructions on the engine bench's list (callgrind).
         let (short, words) = match *self.words {
             [first, second] => (Some((first, second)), &self.words[..0]),
             ref words => (None, words),
