@@ -14,7 +14,7 @@ use bumpalo::Bump;
 pub use trace::{TRACE_ELEMENTS, Trace, TraceEntry, execute_traced};
 
 use crate::json::{self, Doc, Node, Nodes, write};
-use crate::plan::{self, Input, KeyTable, Op, Plan, Read, SlotId, Span};
+use crate::plan::{self, Input, KeyTable, Member, Op, Plan, Read, SlotId, Span};
 use crate::rules::Type;
 use coerce::{coerce, text};
 
@@ -31,34 +31,50 @@ pub(crate) struct Scratch<'a> {
     arena: &'a Bump,
     /// The tape position each slot holds (`MISSING` until a scan finds its member).
     slots: &'a mut [usize],
-    /// Per scan (the first [`SHAPE_SCANS`]), the members of the object it walked last, by
-    /// position ([`SHAPE_MEMBERS`] each). Made only for an `each` list of two or more elements.
-    shapes: &'a mut [Seen],
+    /// Per scan (the first [`SHAPE_SCANS`]), the members of the object it walked last. Made only
+    /// for an `each` list of two or more elements.
+    shapes: &'a mut [Shape],
 }
 
 /// Members per object whose names a scan remembers from one `each` element to the next.
 const SHAPE_MEMBERS: usize = 64;
 
 /// Scans that remember names; later scans look every name up. This bounds the memory a call
-/// takes whatever the rules (a document may have thousands of scans): 12 KiB.
+/// takes whatever the rules (a document may have thousands of scans): about 12 KiB.
 const SHAPE_SCANS: usize = 8;
 
-/// A member name a scan met at some position, by the words that identify it, and its slot.
+/// What a scan remembers of the object it walked last: its first `known` members, by the words
+/// that identify their names, with the slot each one filled.
+///
+/// Elements of a list usually have the same members in the same order. While the members of the
+/// next element match the remembered ones position by position, each fills the slot it filled
+/// last time: no hashing, no probing, and no check that the slot is still empty. That is exact
+/// because which slot a member fills (none, for a repeat of an earlier name) depends only on its
+/// name and the names before it, and those are the ones of the last walk.
+#[derive(Clone, Copy)]
+struct Shape {
+    known: usize,
+    members: [Seen; SHAPE_MEMBERS],
+}
+
+/// A member name at some position, by the words that identify it (names of up to 16 bytes), and
+/// the slot it filled.
 #[derive(Clone, Copy)]
 struct Seen {
     head: u64,
     tail: u64,
-    /// `u32::MAX`: nothing remembered (or a name too long for its words to identify it).
     len: u32,
+    /// `NOT_TAKEN` when the member filled no slot: not wanted, or a repeat of an earlier name.
     slot: SlotId,
 }
 
-impl Seen {
-    const NONE: Seen = Seen { head: 0, tail: 0, len: u32::MAX, slot: NOT_WANTED };
+impl Shape {
+    const EMPTY: Shape =
+        Shape { known: 0, members: [Seen { head: 0, tail: 0, len: 0, slot: NOT_TAKEN }; SHAPE_MEMBERS] };
 }
 
-/// [`Seen::slot`] of a member the scan does not want.
-const NOT_WANTED: SlotId = SlotId::MAX;
+/// [`Seen::slot`] of a member that filled no slot.
+const NOT_TAKEN: SlotId = SlotId::MAX;
 
 impl<'a> Scratch<'a> {
     pub(crate) fn new(arena: &'a Bump, plan: &Plan) -> Scratch<'a> {
@@ -68,7 +84,7 @@ impl<'a> Scratch<'a> {
     /// Makes the shape memory, for a list whose elements will be mapped one after another.
     fn remember_shapes(&mut self, plan: &Plan) {
         let scans = plan.scan_count.min(SHAPE_SCANS);
-        self.shapes = self.arena.alloc_slice_fill_copy(scans * SHAPE_MEMBERS, Seen::NONE);
+        self.shapes = self.arena.alloc_slice_fill_copy(scans, Shape::EMPTY);
     }
 }
 
@@ -165,67 +181,97 @@ fn object<O: Observer>(
     let Scratch { slots, shapes, .. } = scratch;
     let slots = &mut **slots;
     slots.fill(MISSING);
-    let mut shapes = shapes.chunks_exact_mut(SHAPE_MEMBERS);
+    let mut shapes = shapes.iter_mut();
     out.push(b'{');
     let mut first = true;
     for op in &plan.ops {
-        let mark = out.len();
-        let (target, value_start, kept) = match op {
+        let target = Target { out: &mut *out, first: &mut first, root, observer: &mut *observer };
+        match op {
             Op::Scan { input, table } => {
                 let from = match *input {
                     Input::Root => root,
                     Input::Slot(slot) => slot_at(slots, slot),
                 };
-                let shape = shapes.next().unwrap_or_default();
+                let shape = shapes.next();
                 if let Some(object) = json::first_non_list(nodes, from) {
                     scan(nodes, object, table, slots, shape);
                 }
-                continue;
             }
-            Op::Text { target, slot, member } => {
+            Op::Text { target: id, slot, member } => {
                 let at = slot_at(slots, *slot);
                 match nodes.get(at) {
                     Some(Node::String(text)) if !(ignore && coerce::is_blank(text)) => {
-                        member.write(out, first);
-                        let value_start = out.len();
-                        write::string_in(out, text, nodes.backing());
-                        (*target, value_start, true)
+                        target.write(*id, member, |out| {
+                            write::string_in(out, text, nodes.backing());
+                            true
+                        });
                     }
                     // Blank, or missing, and left out: nothing to write or take back.
-                    Some(Node::String(_)) | None if ignore => (*target, mark, false),
-                    _ => {
-                        member.write(out, first);
-                        (*target, out.len(), value(nodes, Type::String, at, ignore, out))
-                    }
+                    Some(Node::String(_)) | None if ignore => target.left_out(*id),
+                    _ => target.write(*id, member, |out| value(nodes, Type::String, at, ignore, out)),
                 }
             }
-            Op::Concat { target, parts, member } => {
-                member.write(out, first);
-                (*target, out.len(), concat(plan, nodes, *parts, slots, ignore, out))
+            Op::Concat { target: id, parts, member } => match text_pair(plan, nodes, *parts, slots) {
+                // The usual concatenation, two pieces of text, is written in one step.
+                Some((a, b)) if !ignore || !a.is_empty() || !b.is_empty() => {
+                    target.write(*id, member, |out| {
+                        write::joined_in(out, a, b, nodes.backing());
+                        true
+                    });
+                }
+                Some(_) => target.left_out(*id),
+                None => target.write(*id, member, |out| concat(plan, nodes, *parts, slots, ignore, out)),
+            },
+            Op::Field { target: id, slot, .. } if ignore && slot_at(slots, *slot) == MISSING => {
+                target.left_out(*id);
             }
-            Op::Field { target, slot, .. } if ignore && slot_at(slots, *slot) == MISSING => {
-                (*target, mark, false)
+            Op::Field { target: id, ty, slot, member } => {
+                target.write(*id, member, |out| value(nodes, *ty, slot_at(slots, *slot), ignore, out));
             }
-            Op::Field { target, ty, slot, member } => {
-                member.write(out, first);
-                (*target, out.len(), value(nodes, *ty, slot_at(slots, *slot), ignore, out))
+            Op::Array { target: id, ty, member, reads } => {
+                target.write(*id, member, |out| array(plan, nodes, *ty, *reads, slots, ignore, out));
             }
-            Op::Array { target, ty, member, reads } => {
-                member.write(out, first);
-                (*target, out.len(), array(plan, nodes, *ty, *reads, slots, ignore, out))
-            }
-        };
-        if kept {
-            first = false;
-        } else {
-            out.truncate(mark);
-        }
-        if O::ACTIVE {
-            observer.target(target, root, if kept { out.get(value_start..) } else { None });
         }
     }
     out.push(b'}');
     !first
+}
+
+/// Where the targets of one output object are written.
+struct Target<'o, O> {
+    out: &'o mut Vec<u8>,
+    /// Whether no member is written yet.
+    first: &'o mut bool,
+    root: usize,
+    observer: &'o mut O,
+}
+
+impl<O: Observer> Target<'_, O> {
+    /// Writes target `id`: its member name, then its value by `value`, which says whether the
+    /// value is kept; when it is not, both are taken back.
+    #[inline(always)]
+    fn write(self, id: u32, member: &Member, value: impl FnOnce(&mut Vec<u8>) -> bool) {
+        let mark = self.out.len();
+        member.write(self.out, *self.first);
+        let start = self.out.len();
+        let kept = value(self.out);
+        if kept {
+            *self.first = false;
+        } else {
+            self.out.truncate(mark);
+        }
+        if O::ACTIVE {
+            self.observer.target(id, self.root, if kept { self.out.get(start..) } else { None });
+        }
+    }
+
+    /// Target `id` is left out without writing anything.
+    #[inline(always)]
+    fn left_out(self, id: u32) {
+        if O::ACTIVE {
+            self.observer.target(id, self.root, None);
+        }
+    }
 }
 
 /// The tape position a slot holds, or `MISSING`.
@@ -237,55 +283,126 @@ fn slot_at(slots: &[usize], slot: SlotId) -> usize {
 /// Records the slots of the members of `object` that `table` names. The first occurrence of a
 /// duplicated member wins, and the walk stops once every wanted member is found.
 ///
-/// `shape` remembers the names met at each position in the object this scan walked before (the
-/// previous `each` element): elements of a list usually have the same members in the same order,
-/// so a name equal to the one remembered at its position takes its slot from there, without
-/// hashing and probing the table.
+/// With a `shape` (the scan's memory of the object it walked in the previous `each` element), the
+/// members are first followed along the remembered ones; from the first member that differs on,
+/// names are looked up in the table and remembered anew.
 #[inline(always)]
-fn scan(nodes: &Nodes<'_>, object: usize, table: &KeyTable, slots: &mut [usize], shape: &mut [Seen]) {
+fn scan(nodes: &Nodes<'_>, object: usize, table: &KeyTable, slots: &mut [usize], shape: Option<&mut Shape>) {
     let Some(Node::Object { len, count }) = nodes.get(object) else {
         return;
     };
-    let Some(members) = nodes.get(object + 1..object + 1 + count) else {
+    // The tape up to the object's end: member positions below are tape positions.
+    let Some(nodes) = nodes.get(..object + 1 + count) else {
         return;
     };
-    let mut wanted = table.len();
-    let mut at = 0;
-    for position in 0..*len {
-        let (Some(Node::String(name)), Some(value)) = (members.get(at), members.get(at + 1)) else {
-            return;
+    let mut walk = Walk { at: object + 1, position: 0, wanted: table.len() };
+    match shape {
+        None => {
+            look_up(nodes, *len, table, slots, &mut walk, &mut []);
+        }
+        Some(shape) => {
+            let known = shape.known.min(*len);
+            let remembered = shape.members.get(..known).unwrap_or_default();
+            if follow(nodes, remembered, slots, &mut walk) && walk.position < *len {
+                shape.known = look_up(nodes, *len, table, slots, &mut walk, &mut shape.members);
+            }
+        }
+    }
+}
+
+/// Where a [`scan`] is: the tape position of the next member's name, that member's position in
+/// the object, and how many wanted members are still to be found.
+struct Walk {
+    at: usize,
+    position: usize,
+    wanted: usize,
+}
+
+/// Walks the members that match the `remembered` ones, position by position, each filling the
+/// slot it filled last time. Returns whether the walk goes on: it stops early when every wanted
+/// member is found (or the tape is not an object's).
+#[inline(never)]
+fn follow(nodes: &[Node<'_>], remembered: &[Seen], slots: &mut [usize], walk: &mut Walk) -> bool {
+    // Locals rather than the fields: the loop keeps them in registers.
+    let mut at = walk.at;
+    let mut wanted = walk.wanted;
+    let mut expected = remembered.iter();
+    while let Some(seen) = expected.next() {
+        let Some([Node::String(name), value]) = nodes.get(at..at + 2) else {
+            return false;
+        };
+        let name = name.as_bytes();
+        if name.len() != seen.len as usize || plan::words(name) != (seen.head, seen.tail) {
+            *walk = Walk { at, position: remembered.len() - expected.len() - 1, wanted };
+            return true;
+        }
+        if seen.slot != NOT_TAKEN {
+            if let Some(found) = slots.get_mut(seen.slot as usize) {
+                *found = at + 1;
+            }
+            wanted -= 1;
+            if wanted == 0 {
+                return false;
+            }
+        }
+        at += skip(value);
+    }
+    *walk = Walk { at, position: remembered.len(), wanted };
+    true
+}
+
+/// Walks the members from where `walk` is to the end (of `len`), looking each name up in the
+/// table. Remembers in `remember` each member it meets, as long as it can (a name of up to 16
+/// bytes, at a position the memory has), and returns the number of leading positions that
+/// `remember` then holds as this walk saw them.
+#[inline(never)]
+fn look_up(
+    nodes: &[Node<'_>],
+    len: usize,
+    table: &KeyTable,
+    slots: &mut [usize],
+    walk: &mut Walk,
+    remember: &mut [Seen],
+) -> usize {
+    let Walk { mut at, mut position, mut wanted } = *walk;
+    let mut known = position;
+    while position < len {
+        let Some([Node::String(name), value]) = nodes.get(at..at + 2) else {
+            break;
         };
         let name = name.as_bytes();
         let (head, tail) = plan::words(name);
-        let slot = match shape.get_mut(position) {
-            Some(seen) if seen.len as usize == name.len() && seen.head == head && seen.tail == tail => {
-                Some(seen.slot).filter(|&slot| slot != NOT_WANTED)
-            }
-            remembered => {
-                let slot = table.get_words(name, head, tail);
-                // Words identify names of up to 16 bytes; longer ones are looked up each time.
-                if let Some(seen) = remembered
-                    && name.len() <= 16
-                {
-                    *seen = Seen { head, tail, len: name.len() as u32, slot: slot.unwrap_or(NOT_WANTED) };
-                }
-                slot
-            }
-        };
-        if let Some(slot) = slot
+        let mut taken = NOT_TAKEN;
+        if let Some(slot) = table.get_words(name, head, tail)
             && let Some(found) = slots.get_mut(slot as usize)
             && *found == MISSING
         {
-            *found = object + 2 + at;
+            *found = at + 1;
+            taken = slot;
             wanted -= 1;
-            if wanted == 0 {
-                break;
-            }
         }
-        at += match value {
-            Node::Object { count, .. } | Node::Array { count, .. } => 2 + count,
-            _ => 2,
-        };
+        if known == position
+            && name.len() <= 16
+            && let Some(seen) = remember.get_mut(position)
+        {
+            *seen = Seen { head, tail, len: name.len() as u32, slot: taken };
+            known += 1;
+        }
+        if wanted == 0 {
+            break;
+        }
+        at += skip(value);
+        position += 1;
+    }
+    known
+}
+
+/// Tape nodes from a member's value to the next member's name.
+#[inline(always)]
+fn skip(value: &Node<'_>) -> usize {
+    match value {
+        Node::Object { count, .. } | Node::Array { count, .. } => 2 + count,
+        _ => 2,
     }
 }
 
@@ -358,7 +475,8 @@ fn list(nodes: &Doc<'_, '_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u8
     written > 0 || !ignore
 }
 
-/// `"a, b"`: the text of each part, trimmed, joined by one space; blank parts left out.
+/// `"a, b"`: the text of each part, trimmed, joined by one space; blank parts left out. (The
+/// executor writes two parts that are both text by [`text_pair`] instead.)
 fn concat(
     plan: &Plan,
     nodes: &Doc<'_, '_>,
@@ -399,6 +517,24 @@ fn concat(
     let written = out.len() > empty;
     out.push(b'"');
     written || !ignore
+}
+
+/// The usual concatenation, two parts that are both text: their trimmed text, which
+/// [`write::joined_in`] writes in one step.
+#[inline(always)]
+fn text_pair<'n>(
+    plan: &Plan,
+    nodes: &'n Doc<'_, '_>,
+    parts: Span,
+    slots: &[usize],
+) -> Option<(&'n str, &'n str)> {
+    let &[a, b] = plan.parts.get(parts.range())? else {
+        return None;
+    };
+    match (nodes.get(slot_at(slots, a)), nodes.get(slot_at(slots, b))) {
+        (Some(Node::String(a)), Some(Node::String(b))) => Some((coerce::trim(a), coerce::trim(b))),
+        _ => None,
+    }
 }
 
 /// Several `keys` entries: a JSON array in entry order; empty entries dropped when ignoring.
@@ -490,6 +626,28 @@ mod tests {
         let input = format!(r#"{{"items":[{{"{x}":1}},{{"{y}":2}},{{"{x}":3}}]}}"#);
         let out = map_items(&[x], "", &input);
         assert_eq!(out, format!(r#"[{{"{x}":1}},{{"{x}":null}},{{"{x}":3}}]"#));
+    }
+
+    #[test]
+    fn a_repeated_name_after_a_matching_prefix_does_not_take_the_slot_again() {
+        // The second element matches the first at position 0, then repeats `a` where `b` was;
+        // the third repeats `b`; the fourth is the first again.
+        let out = map_items(
+            &["a", "b"],
+            "",
+            r#"{"items":[{"a":1,"b":2},{"a":3,"a":4},{"a":5,"b":6,"b":7},{"a":8,"b":9}]}"#,
+        );
+        assert_eq!(out, r#"[{"a":1,"b":2},{"a":3,"b":null},{"a":5,"b":6},{"a":8,"b":9}]"#);
+    }
+
+    #[test]
+    fn a_long_name_ends_what_is_remembered_and_later_members_are_still_found() {
+        let long = "a member name of 24 bytes";
+        let element = |n: u32| format!(r#"{{"a":{n},"{long}":{},"b":{}}}"#, n + 1, n + 2);
+        let input = format!(r#"{{"items":[{},{},{}]}}"#, element(0), element(10), element(20));
+        let out = map_items(&["b", long, "a"], "", &input);
+        let expected = |n: u32| format!(r#"{{"b":{},"{long}":{},"a":{n}}}"#, n + 2, n + 1);
+        assert_eq!(out, format!("[{},{},{}]", expected(0), expected(10), expected(20)));
     }
 
     #[test]

@@ -113,6 +113,32 @@ pub fn string_body_after(out: &mut Vec<u8>, separator: u8, s: &str, backing: Bac
     }
 }
 
+/// Writes `a` and `b` as one JSON string, quotes included, joined by a space when neither is
+/// empty (a concatenation of two pieces of text), with one reservation for the whole.
+#[inline(always)]
+pub fn joined_in(out: &mut Vec<u8>, a: &str, b: &str, backing: Backing<'_>) {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    out.reserve(escaped_room(a.len()) + escaped_room(b.len()) + 3);
+    let len = out.len();
+    // SAFETY: `reserve` left `escaped_room(a) + escaped_room(b) + 3` bytes of spare capacity after
+    // `len`. The opening quote takes one; `escape_into` writes `a` within the next
+    // `escaped_room(a)` and ends at most `6 * a.len()` bytes on; the separator takes one more; `b`
+    // then has at least `escaped_room(b)` bytes; the closing quote lands at most at
+    // `len + 2 + 6 (a.len() + b.len())`, inside the rest. Every byte up to it is written.
+    unsafe {
+        let start = out.as_mut_ptr().add(len);
+        start.write(b'"');
+        let mut end = escape_into(start.add(1), a, backing);
+        if !a.is_empty() && !b.is_empty() {
+            end.write(b' ');
+            end = end.add(1);
+        }
+        let end = escape_into(end, b, backing);
+        end.write(b'"');
+        out.set_len(len + end.offset_from(start) as usize + 1);
+    }
+}
+
 /// Room the escaped form of `n` bytes may need: every byte as `\u00XX`, plus one chunk of slack
 /// for the store of the last, partial chunk (a word, on the general path: smaller).
 #[inline(always)]
@@ -136,7 +162,8 @@ unsafe fn escape_into(to: *mut u8, bytes: &[u8], backing: Backing<'_>) -> *mut u
 }
 
 /// Escapes `n` bytes at `from` a chunk at a time, the last chunk read whole (past the `n` bytes)
-/// and stored whole with only its first bytes counted.
+/// and stored whole with only its first bytes counted. A chunk with a byte to escape is stored
+/// whole too, counted up to that byte; the byte is escaped and the next chunk starts after it.
 ///
 /// # Safety
 /// `from` must be valid for reads of `n + chunk::LEN` bytes, `to` for writes of
@@ -144,28 +171,36 @@ unsafe fn escape_into(to: *mut u8, bytes: &[u8], backing: Backing<'_>) -> *mut u
 #[inline(always)]
 unsafe fn escape_chunks(mut to: *mut u8, mut from: *const u8, n: usize) -> *mut u8 {
     let mut left = n;
-    // SAFETY: each chunk is read at `from`, which is at most `n` bytes past the start, so the read
-    // stays in the `n + LEN` readable bytes. After `k` input bytes at most `6k` bytes were written,
-    // leaving at least `6 * left + LEN` bytes of room: enough for a whole chunk stored (LEN) and
-    // for `m <= left` bytes escaped one by one (at most `6m`).
+    // SAFETY: each chunk is read at `from`, at most `n` bytes past the start with `left` bytes
+    // after it still to escape, so the read stays in the `n + LEN` readable bytes. Writing never
+    // takes more than six bytes per input byte, so at least `6 * left + LEN` bytes of room are
+    // left at `to`: enough for a whole chunk stored (LEN), and when the byte at `i` is escaped
+    // (six bytes written at `to + i`, for `i + 1` bytes taken) the room keeps that bound.
     unsafe {
         loop {
             let chunk = chunk::Chunk::load(from);
-            if left <= chunk::LEN {
-                if chunk.clean(left) {
+            let last = left <= chunk::LEN;
+            match chunk.first_escape(if last { left } else { chunk::LEN }) {
+                None if last => {
                     chunk.store(to);
                     return to.add(left);
                 }
-                return escape_slow(to, std::slice::from_raw_parts(from, left));
+                None => {
+                    chunk.store(to);
+                    to = to.add(chunk::LEN);
+                    from = from.add(chunk::LEN);
+                    left -= chunk::LEN;
+                }
+                Some(i) => {
+                    chunk.store(to);
+                    to = escape_byte(to.add(i), from.add(i).read());
+                    from = from.add(i + 1);
+                    left -= i + 1;
+                    if left == 0 {
+                        return to;
+                    }
+                }
             }
-            if chunk.clean(chunk::LEN) {
-                chunk.store(to);
-                to = to.add(chunk::LEN);
-            } else {
-                to = escape_slow(to, std::slice::from_raw_parts(from, chunk::LEN));
-            }
-            from = from.add(chunk::LEN);
-            left -= chunk::LEN;
         }
     }
 }
@@ -247,9 +282,10 @@ mod chunk {
                 unsafe { _mm_storeu_si128(to.cast(), self.0) }
             }
 
-            /// Whether none of the first `n` (at most `LEN`) bytes is `"`, `\` or below 0x20.
+            /// The index of the first of the first `n` (at most `LEN`) bytes that is `"`, `\` or
+            /// below 0x20, if any.
             #[inline(always)]
-            pub fn clean(self, n: usize) -> bool {
+            pub fn first_escape(self, n: usize) -> Option<usize> {
                 let v = self.0;
                 // SAFETY: these intrinsics only compute on registers, and need SSE2, which this
                 // module is compiled only with (its `cfg`).
@@ -259,7 +295,8 @@ mod chunk {
                     let backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
                     _mm_movemask_epi8(_mm_or_si128(control, _mm_or_si128(quote, backslash)))
                 };
-                escapes as u32 & ((1u32 << n) - 1) == 0
+                let counted = escapes as u32 & ((1u32 << n) - 1);
+                (counted != 0).then(|| counted.trailing_zeros() as usize)
             }
         }
     }
@@ -288,11 +325,13 @@ mod chunk {
                 unsafe { to.cast::<[u8; 8]>().write_unaligned(self.0.to_le_bytes()) }
             }
 
-            /// Whether none of the first `n` (at most `LEN`) bytes is `"`, `\` or below 0x20.
+            /// The index of the first of the first `n` (at most `LEN`) bytes that is `"`, `\` or
+            /// below 0x20, if any.
             #[inline(always)]
-            pub fn clean(self, n: usize) -> bool {
+            pub fn first_escape(self, n: usize) -> Option<usize> {
                 let counted = if n >= LEN { u64::MAX } else { (1u64 << (8 * n)) - 1 };
-                super::super::escape_mask(self.0) & counted == 0
+                let escapes = super::super::escape_mask(self.0) & counted;
+                (escapes != 0).then(|| escapes.trailing_zeros() as usize / 8)
             }
         }
     }
@@ -305,22 +344,32 @@ mod chunk {
 #[cold]
 #[inline(never)]
 unsafe fn escape_slow(mut to: *mut u8, bytes: &[u8]) -> *mut u8 {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     for &b in bytes {
-        let escape = ESCAPE[b as usize];
-        let (sequence, n) = match escape {
-            0 => ([b, 0, 0, 0, 0, 0], 1),
-            b'u' => ([b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize], HEX[(b & 0xf) as usize]], 6),
-            _ => ([b'\\', escape, 0, 0, 0, 0], 2),
-        };
-        // SAFETY: each input byte becomes at most six output bytes, within the room the caller
-        // guarantees; source and destination do not overlap (one is on the stack).
-        unsafe {
-            std::ptr::copy_nonoverlapping(sequence.as_ptr(), to, n);
-            to = to.add(n);
-        }
+        // SAFETY: after `k` bytes at most `6k` were written; the next takes six at most.
+        to = unsafe { escape_byte(to, b) };
     }
     to
+}
+
+/// Writes byte `b`, escaped if it must be, and returns the end of what it wrote.
+///
+/// # Safety
+/// `to` must be valid for writes of six bytes: the whole room of the longest escape is written
+/// in one store, whatever `b` takes.
+#[inline(always)]
+unsafe fn escape_byte(to: *mut u8, b: u8) -> *mut u8 {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let escape = ESCAPE[b as usize];
+    let (sequence, n) = match escape {
+        0 => ([b, 0, 0, 0, 0, 0], 1),
+        b'u' => ([b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize], HEX[(b & 0xf) as usize]], 6),
+        _ => ([b'\\', escape, 0, 0, 0, 0], 2),
+    };
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        to.cast::<[u8; 6]>().write_unaligned(sequence);
+        to.add(n)
+    }
 }
 
 /// Bytes split into little-endian words once, for text written many times (member names).
@@ -611,6 +660,22 @@ mod tests {
     }
 
     #[test]
+    fn runs_of_escapes_in_parsed_strings_are_written_as_by_the_general_path() {
+        // Several escapes per chunk, back to back or apart, at every length around the chunk
+        // boundaries: each escaped byte ends a chunk's counted bytes and the next chunk starts
+        // after it. A string of `\u0001`s alone takes the most room: six bytes per byte.
+        for pattern in [r"\u0001", r"\n", r"a\u0001", r#"\"xy\\"#, r"\u001f\t", "é\\n", r"abcdefghijklmno\r"]
+        {
+            for n in 0..50 {
+                let (chunked, general) = written_from_a_parse(&format!("\"{}\"", pattern.repeat(n)));
+                assert_eq!(chunked, general, "{pattern:?} x {n}");
+                let back: String = serde_json::from_slice(&chunked).unwrap();
+                assert_eq!(serde_json::to_vec(&back).unwrap(), chunked, "{pattern:?} x {n}");
+            }
+        }
+    }
+
+    #[test]
     fn only_strings_inside_the_parsed_buffer_are_read_in_chunks() {
         let elsewhere = "a string that is not in the buffer".to_owned();
         let mut buf = br#"["in the buffer"]"#.to_vec();
@@ -644,6 +709,56 @@ mod tests {
                 string_body_after(&mut after, b' ', &text, Backing::NONE);
                 assert_eq!(after[1], b' ');
                 assert_eq!(&after[2..], &out[1..out.len() - 1]);
+                for other in ["", "x", "\u{1}\u{1}"] {
+                    let mut joined = b"[".to_vec();
+                    joined.shrink_to_fit();
+                    joined_in(&mut joined, &text, other, Backing::NONE);
+                    joined_in(&mut joined, other, &text, Backing::NONE);
+                    let mut expected = b"[".to_vec();
+                    string(
+                        &mut expected,
+                        &[text.as_str(), other].join(if n > 0 && !other.is_empty() { " " } else { "" }),
+                    );
+                    string(
+                        &mut expected,
+                        &[other, text.as_str()].join(if n > 0 && !other.is_empty() { " " } else { "" }),
+                    );
+                    assert_eq!(joined, expected, "{pattern:?} x {n} with {other:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pairs_of_parsed_strings_are_joined_as_the_general_path_joins_them() {
+        // Pieces of every length around the chunk boundaries, each with and without an escape,
+        // read in chunks from the parse buffer; the second piece may end the document.
+        let piece = |n: usize, escape: bool| -> String {
+            let mut text: String = (0..n).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+            if escape && n > 0 {
+                text.replace_range(n / 2..n / 2 + 1, "\\u0001");
+            }
+            text
+        };
+        for n in 0..40 {
+            for m in 0..40 {
+                for (x, y) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let json = format!(r#"["{}","{}"]"#, piece(n, x), piece(m, y));
+                    let mut buf = json.clone().into_bytes();
+                    super::super::with_parsed(&mut buf, 8, |doc| {
+                        let (Some(Node::String(a)), Some(Node::String(b))) = (doc.get(1), doc.get(2)) else {
+                            panic!("{json}")
+                        };
+                        assert!(doc.backing().widened(b.as_bytes()).is_some(), "{json}");
+                        let mut chunked = Vec::new();
+                        joined_in(&mut chunked, a, b, doc.backing());
+                        let mut general = Vec::new();
+                        let separator = if a.is_empty() || b.is_empty() { "" } else { " " };
+                        string(&mut general, &format!("{a}{separator}{b}"));
+                        assert_eq!(chunked, general, "{json}");
+                    })
+                    .unwrap();
+                }
             }
         }
     }

@@ -142,3 +142,113 @@ proptest! {
         }
     }
 }
+
+/// Member names of the list elements below: short and long (over the 16 bytes whose words
+/// identify a name), and `n`, which holds an object in some elements.
+const ELEMENT_NAMES: [&str; 6] = ["a", "b", "n", "idMeal", "a member name of 24 bytes", "ünï"];
+
+/// An `each` list whose elements are much alike, as JSON text (a `Value` cannot hold the repeated
+/// names): most elements have the members of the first, in its order, with other values; the rest
+/// have members of their own. Names repeat inside an element, values may be objects.
+fn similar_elements() -> impl Strategy<Value = Vec<String>> {
+    let names = collection::vec(sample::select(&ELEMENT_NAMES[..]), 0..8);
+    let value = prop_oneof![
+        3 => scalar(),
+        1 => collection::btree_map(sample::select(&ELEMENT_NAMES[..3]), scalar(), 0..3)
+            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+    ];
+    let element = (option::weighted(0.3, names.clone()), collection::vec(value, 8));
+    (names, collection::vec(element, 1..10)).prop_map(|(shared, elements)| {
+        elements
+            .into_iter()
+            .map(|(own, values)| {
+                let members: Vec<String> = own
+                    .unwrap_or_else(|| shared.clone())
+                    .iter()
+                    .zip(&values)
+                    .map(|(name, value)| format!("{}:{value}", Value::from(*name)))
+                    .collect();
+                format!("{{{}}}", members.join(","))
+            })
+            .collect()
+    })
+}
+
+/// One target of [`element_rules`]: type, `keys` entry, `parents`.
+type ElementTarget = (String, String, Vec<String>);
+
+/// Whether to ignore empty values, and targets over the element names: single names or
+/// concatenations of two at the top level, and `Json` targets at the top level or below `n`.
+fn element_rules() -> impl Strategy<Value = (bool, Vec<ElementTarget>)> {
+    let target = (
+        sample::select(&TYPES[..]),
+        sample::select(&ELEMENT_NAMES[..]),
+        option::weighted(0.3, sample::select(&ELEMENT_NAMES[..])),
+    )
+        .prop_map(|(ty, key, second)| {
+            let (ty, key) = match second {
+                Some(second) => ("String", format!("{key}, {second}")),
+                None => (ty, key.to_owned()),
+            };
+            (ty.to_owned(), key, Vec::new())
+        });
+    let nested = (sample::select(&ELEMENT_NAMES[..3]), any::<bool>()).prop_map(|(key, below)| {
+        ("Json".to_owned(), key.to_owned(), if below { vec!["n".to_owned()] } else { Vec::new() })
+    });
+    (any::<bool>(), collection::vec(prop_oneof![3 => target, 1 => nested], 1..7))
+}
+
+/// The rules text of [`element_rules`], mapping the elements of `items` with `each`, or one
+/// element at the root without.
+fn element_rules_text(ignore: bool, targets: &[ElementTarget], each: bool) -> String {
+    let mut new = Vec::new();
+    let mut old = Vec::new();
+    for (i, (ty, key, parents)) in targets.iter().enumerate() {
+        let parents: Vec<String> = parents.iter().map(|p| Value::from(p.as_str()).to_string()).collect();
+        new.push(format!(r#""t{i}":{{"key":"k{i}","type":"{ty}"}}"#));
+        old.push(format!(
+            r#""t{i}":{{"keys":[{}],"parents":[{}]}}"#,
+            Value::from(key.as_str()),
+            parents.join(",")
+        ));
+    }
+    let each = if each { r#","each":["items"]"# } else { "" };
+    format!(
+        r#"{{"ignoreEmptyValues":{ignore}{each},"newBodyFields":{{{}}},"oldBodyFields":{{{}}}}}"#,
+        new.join(","),
+        old.join(",")
+    )
+}
+
+/// recast's output for `input` under `rules`.
+fn map_text(rules: &str, input: &str) -> String {
+    let compiled = compile_json(rules.as_bytes(), &Limits::default()).expect("generated rules compile");
+    let mut buf = input.as_bytes().to_vec();
+    let mut out = Vec::new();
+    recast::json::with_parsed(&mut buf, 64, |nodes| {
+        recast::exec::execute(&compiled.plan, nodes, 0, &mut out)
+    })
+    .expect("generated input parses");
+    String::from_utf8(out).expect("UTF-8")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// The executor remembers the members of one `each` element to read the next one faster;
+    /// whatever the elements, the list must map exactly as each element mapped on its own.
+    #[test]
+    fn each_element_maps_as_it_does_alone(
+        elements in similar_elements(),
+        (ignore, targets) in element_rules(),
+    ) {
+        let listed = map_text(&element_rules_text(ignore, &targets, true), &format!(r#"{{"items":[{}]}}"#, elements.join(",")));
+        let alone_rules = element_rules_text(ignore, &targets, false);
+        let alone: Vec<String> = elements
+            .iter()
+            .map(|element| map_text(&alone_rules, element))
+            .filter(|mapped| !(ignore && mapped == "{}"))
+            .collect();
+        prop_assert_eq!(listed, format!("[{}]", alone.join(",")), "elements: {:?}", elements);
+    }
+}
