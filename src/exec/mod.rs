@@ -298,13 +298,13 @@ fn scan(nodes: &Nodes<'_>, object: usize, table: &KeyTable, slots: &mut [usize],
     let mut walk = Walk { at: object + 1, position: 0, wanted: table.len() };
     match shape {
         None => {
-            look_up(nodes, *len, table, slots, &mut walk, &mut []);
+            look_up(nodes, *len, table, slots, &walk, &mut []);
         }
         Some(shape) => {
             let known = shape.known.min(*len);
             let remembered = shape.members.get(..known).unwrap_or_default();
             if follow(nodes, remembered, slots, &mut walk) && walk.position < *len {
-                shape.known = look_up(nodes, *len, table, slots, &mut walk, &mut shape.members);
+                shape.known = look_up(nodes, *len, table, slots, &walk, &mut shape.members);
             }
         }
     }
@@ -361,7 +361,7 @@ fn look_up(
     len: usize,
     table: &KeyTable,
     slots: &mut [usize],
-    walk: &mut Walk,
+    walk: &Walk,
     remember: &mut [Seen],
 ) -> usize {
     let Walk { mut at, mut position, mut wanted } = *walk;
