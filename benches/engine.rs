@@ -294,9 +294,11 @@ const PAIRED_SPELL: Duration = Duration::from_millis(5);
 
 /// The ratios recast / parse and baseline / recast measured in pairs: each round times the three
 /// variants one right after the other (each after one untimed call), so a slow spell of this
-/// shared machine falls on all of them alike rather than on one criterion group. Returns the median of the rounds' ratios with
-/// the quartiles, written out, and recast's fastest round over the parse's fastest (noise on
-/// this machine only ever adds time, so the fastest rounds are the closest to the work itself).
+/// shared machine falls on all of them alike rather than on one criterion group. Returns the
+/// median of the rounds' ratios with the quartiles, written out, and recast's fastest round over
+/// the parse's fastest (noise on this machine only ever adds time, so the fastest rounds are the
+/// closest to the work itself). The order within a round is fixed; the untimed call before each
+/// variant is what keeps the one before from leaving it cold caches.
 fn paired(input: &Input) -> [String; 3] {
     let variants: [&dyn Fn(); 3] = [
         &|| {
@@ -319,7 +321,7 @@ fn paired(input: &Input) -> [String; 3] {
         })
         .collect();
     let mut ratios = [Vec::new(), Vec::new()];
-    let mut best = [f64::INFINITY; 3];
+    let mut best = [f64::INFINITY; 2];
     for _ in 0..PAIRED_ROUNDS {
         let times: Vec<f64> = variants
             .iter()

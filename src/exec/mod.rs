@@ -69,6 +69,7 @@ struct Seen {
 }
 
 impl Shape {
+    /// Nothing known. The placeholder entries are never read: only the first `known` are.
     const EMPTY: Shape =
         Shape { known: 0, members: [Seen { head: 0, tail: 0, len: 0, slot: NOT_TAKEN }; SHAPE_MEMBERS] };
 }

@@ -54,8 +54,9 @@ impl<'a> Backing<'a> {
 /// The output buffer grows once, by the most the string can take, and the string is then written
 /// through a pointer a chunk at a time: a chunk with nothing to escape is checked and stored in one
 /// go, and the last, partial chunk is stored whole with only its bytes counted. So text with
-/// nothing to escape costs no loop over bytes, no per-write capacity check and no library call. A
-/// chunk that needs escaping is escaped byte by byte.
+/// nothing to escape costs no loop over bytes, no per-write capacity check and no library call. On
+/// this general path a word that needs escaping is escaped byte by byte; strings of a parsed
+/// document ([`string_in`]) escape just the byte that needs it and go on a chunk at a time.
 #[inline(always)]
 pub fn string(out: &mut Vec<u8>, s: &str) {
     string_in(out, s, Backing::NONE);

@@ -143,19 +143,32 @@ proptest! {
     }
 }
 
-/// Member names of the list elements below: short and long (over the 16 bytes whose words
-/// identify a name), and `n`, which holds an object in some elements.
-const ELEMENT_NAMES: [&str; 6] = ["a", "b", "n", "idMeal", "a member name of 24 bytes", "ünï"];
+/// Member names of the list elements below: short ones, names of exactly 16 and 17 bytes that
+/// share their first eight bytes (the words that identify a name cover 16), a longer one, and
+/// `n`, which holds an object or a list of objects in some elements.
+const ELEMENT_NAMES: [&str; 8] =
+    ["a", "b", "n", "idMeal", "ünï", "strIngredient_16", "strIngredient_017", "a member name of 24 bytes"];
+
+/// An object as JSON text with members drawn from the first three element names, repeats and
+/// any order allowed.
+fn small_object() -> impl Strategy<Value = String> {
+    collection::vec((sample::select(&ELEMENT_NAMES[..3]), scalar()), 0..4).prop_map(|members| {
+        let members: Vec<String> =
+            members.iter().map(|(name, value)| format!("{}:{value}", Value::from(*name))).collect();
+        format!("{{{}}}", members.join(","))
+    })
+}
 
 /// An `each` list whose elements are much alike, as JSON text (a `Value` cannot hold the repeated
 /// names): most elements have the members of the first, in its order, with other values; the rest
-/// have members of their own. Names repeat inside an element, values may be objects.
+/// have members of their own. Names repeat inside an element; values may be objects (with
+/// repeated names too) or lists of objects, which a scan below `n` follows to their first element.
 fn similar_elements() -> impl Strategy<Value = Vec<String>> {
     let names = collection::vec(sample::select(&ELEMENT_NAMES[..]), 0..8);
     let value = prop_oneof![
-        3 => scalar(),
-        1 => collection::btree_map(sample::select(&ELEMENT_NAMES[..3]), scalar(), 0..3)
-            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+        4 => scalar().prop_map(|v| v.to_string()),
+        2 => small_object(),
+        1 => collection::vec(small_object(), 0..3).prop_map(|list| format!("[{}]", list.join(","))),
     ];
     let element = (option::weighted(0.3, names.clone()), collection::vec(value, 8));
     (names, collection::vec(element, 1..10)).prop_map(|(shared, elements)| {
