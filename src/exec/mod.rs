@@ -476,8 +476,8 @@ fn list(nodes: &Doc<'_, '_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u8
     written > 0 || !ignore
 }
 
-/// `"a, b"`: the text of each part, trimmed, joined by one space; blank parts left out. (The
-/// executor writes two parts that are both text by [`text_pair`] instead.)
+/// `"a, b"`: the text of each part, trimmed, joined by one space; blank parts left out. (A
+/// `Concat` target of two text parts is written through [`text_pair`] instead.)
 fn concat(
     plan: &Plan,
     nodes: &Doc<'_, '_>,

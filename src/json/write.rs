@@ -593,6 +593,11 @@ mod tests {
         String::from_utf8(out).unwrap()
     }
 
+    /// What `joined_in` must write the text of: `a` and `b`, with a space when neither is empty.
+    fn joined_text(a: &str, b: &str) -> String {
+        if a.is_empty() || b.is_empty() { format!("{a}{b}") } else { format!("{a} {b}") }
+    }
+
     #[test]
     fn escapes_quotes_backslashes_and_controls_only() {
         assert_eq!(escaped("plain text, long enough for words"), r#""plain text, long enough for words""#);
@@ -716,14 +721,8 @@ mod tests {
                     joined_in(&mut joined, &text, other, Backing::NONE);
                     joined_in(&mut joined, other, &text, Backing::NONE);
                     let mut expected = b"[".to_vec();
-                    string(
-                        &mut expected,
-                        &[text.as_str(), other].join(if n > 0 && !other.is_empty() { " " } else { "" }),
-                    );
-                    string(
-                        &mut expected,
-                        &[other, text.as_str()].join(if n > 0 && !other.is_empty() { " " } else { "" }),
-                    );
+                    string(&mut expected, &joined_text(&text, other));
+                    string(&mut expected, &joined_text(other, &text));
                     assert_eq!(joined, expected, "{pattern:?} x {n} with {other:?}");
                 }
             }
@@ -754,8 +753,7 @@ mod tests {
                         let mut chunked = Vec::new();
                         joined_in(&mut chunked, a, b, doc.backing());
                         let mut general = Vec::new();
-                        let separator = if a.is_empty() || b.is_empty() { "" } else { " " };
-                        string(&mut general, &format!("{a}{separator}{b}"));
+                        string(&mut general, &joined_text(a, b));
                         assert_eq!(chunked, general, "{json}");
                     })
                     .unwrap();

@@ -149,14 +149,18 @@ proptest! {
 const ELEMENT_NAMES: [&str; 8] =
     ["a", "b", "n", "idMeal", "ünï", "strIngredient_16", "strIngredient_017", "a member name of 24 bytes"];
 
+/// An object as JSON text, written member by member, so names may repeat.
+fn object_text<V: std::fmt::Display>(members: impl Iterator<Item = (&'static str, V)>) -> String {
+    let members: Vec<String> =
+        members.map(|(name, value)| format!("{}:{value}", Value::from(name))).collect();
+    format!("{{{}}}", members.join(","))
+}
+
 /// An object as JSON text with members drawn from the first three element names, repeats and
 /// any order allowed.
 fn small_object() -> impl Strategy<Value = String> {
-    collection::vec((sample::select(&ELEMENT_NAMES[..3]), scalar()), 0..4).prop_map(|members| {
-        let members: Vec<String> =
-            members.iter().map(|(name, value)| format!("{}:{value}", Value::from(*name))).collect();
-        format!("{{{}}}", members.join(","))
-    })
+    collection::vec((sample::select(&ELEMENT_NAMES[..3]), scalar()), 0..4)
+        .prop_map(|members| object_text(members.into_iter()))
 }
 
 /// An `each` list whose elements are much alike, as JSON text (a `Value` cannot hold the repeated
@@ -174,15 +178,7 @@ fn similar_elements() -> impl Strategy<Value = Vec<String>> {
     (names, collection::vec(element, 1..10)).prop_map(|(shared, elements)| {
         elements
             .into_iter()
-            .map(|(own, values)| {
-                let members: Vec<String> = own
-                    .unwrap_or_else(|| shared.clone())
-                    .iter()
-                    .zip(&values)
-                    .map(|(name, value)| format!("{}:{value}", Value::from(*name)))
-                    .collect();
-                format!("{{{}}}", members.join(","))
-            })
+            .map(|(own, values)| object_text(own.unwrap_or_else(|| shared.clone()).into_iter().zip(values)))
             .collect()
     })
 }
@@ -233,16 +229,9 @@ fn element_rules_text(ignore: bool, targets: &[ElementTarget], each: bool) -> St
     )
 }
 
-/// recast's output for `input` under `rules`.
+/// recast's output for `input` under `rules`, as [`run`] writes it untraced.
 fn map_text(rules: &str, input: &str) -> String {
-    let compiled = compile_json(rules.as_bytes(), &Limits::default()).expect("generated rules compile");
-    let mut buf = input.as_bytes().to_vec();
-    let mut out = Vec::new();
-    recast::json::with_parsed(&mut buf, 64, |nodes| {
-        recast::exec::execute(&compiled.plan, nodes, 0, &mut out)
-    })
-    .expect("generated input parses");
-    String::from_utf8(out).expect("UTF-8")
+    String::from_utf8(run(rules, input).0).expect("UTF-8")
 }
 
 proptest! {
