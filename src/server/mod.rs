@@ -545,7 +545,7 @@ pub(crate) async fn read_body(
         Err(_) => Err(ApiError::BodyTimeout),
         Ok(read) => read.map_err(|e| match e {
             BodyError::TooLarge => ApiError::BodyTooLarge { limit },
-            BodyError::Broken(_) => ApiError::BodyUnreadable,
+            BodyError::Broken => ApiError::BodyUnreadable,
         }),
     }
 }

@@ -23,3 +23,4 @@ mod routes;
 mod rules_doc;
 mod secrets;
 mod server;
+mod wire;

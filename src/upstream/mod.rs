@@ -1,18 +1,23 @@
-//! The upstream client: a pooled, keep-alive hyper client for http and https (rustls, Mozilla's
-//! roots) that sends a route's request and reads the answer under a connect timeout, one total
-//! deadline for the whole exchange, and a size limit on the body. Redirects are not followed.
+//! The upstream client: pooled keep-alive HTTP/1.1 connections, plain or TLS (rustls, Mozilla's
+//! roots), over which a route's request is sent and the answer read under a connect timeout, one
+//! total deadline for the whole exchange, and a size limit on the body. Redirects are not
+//! followed. Connections are made by hyper's connector behind the outbound policy
+//! ([`crate::policy::Guarded`]); the exchange itself is [`wire`], driven by the calling task.
 
-use std::sync::Arc;
+mod wire;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{HeaderMap, Request, StatusCode, header};
-use http_body_util::{BodyExt, Full};
+use http::uri::{Authority, Scheme};
+use http::{HeaderMap, Method, StatusCode, header};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioIo;
+use tower_service::Service as _;
 
 use crate::policy::{
     Guarded, Lookup, NotAllowed, OutboundPolicy, PolicyResolver, literal_address, refusal_in,
@@ -33,7 +38,6 @@ pub struct UpstreamSettings {
 #[derive(Debug)]
 pub struct Answer {
     pub status: StatusCode,
-    pub headers: HeaderMap,
     /// The body, with spare capacity for the JSON parser's padding.
     pub body: Vec<u8>,
     pub elapsed: Duration,
@@ -77,7 +81,7 @@ pub(crate) enum BodyError {
     /// Larger than the limit, by its `Content-Length` or by what arrived.
     TooLarge,
     /// The connection broke.
-    Broken(hyper::Error),
+    Broken,
 }
 
 /// Reads a body (a client's request or an upstream's answer) of at most `limit` bytes into a
@@ -96,7 +100,7 @@ pub(crate) async fn read_limited(
     let reserve = declared.map_or(16 * 1024, |n| (n as usize).min(RESERVE_LIMIT));
     let mut buf = Vec::with_capacity(reserve + crate::json::PADDING);
     while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame.map_err(BodyError::Broken)?.into_data() {
+        if let Ok(data) = frame.map_err(|_| BodyError::Broken)?.into_data() {
             if buf.len() + data.len() > limit {
                 return Err(BodyError::TooLarge);
             }
@@ -108,10 +112,16 @@ pub(crate) async fn read_limited(
 
 type Connector = HttpsConnector<Guarded<HttpConnector<PolicyResolver>>>;
 
+/// How long a pooled connection may stay idle before it is closed.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// The most idle connections kept per upstream host.
+const MAX_IDLE_PER_HOST: usize = 1024;
+
 /// The pooled client; cheap to share.
 #[derive(Clone)]
 pub struct UpstreamClient {
-    client: Client<Connector, Full<Bytes>>,
+    connector: Connector,
+    pool: Arc<Pool>,
     settings: UpstreamSettings,
     policy: Arc<OutboundPolicy>,
     lookup: Arc<dyn Lookup>,
@@ -129,12 +139,8 @@ impl UpstreamClient {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(settings.connect_timeout));
-        let https = https_or_http(Guarded { inner: http, policy: policy.clone() });
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(https);
-        UpstreamClient { client, settings, policy, lookup }
+        let connector = https_or_http(Guarded { inner: http, policy: policy.clone() });
+        UpstreamClient { connector, pool: Arc::default(), settings, policy, lookup }
     }
 
     /// Checks the host of `uri` against the policy without connecting (registration's first
@@ -161,36 +167,109 @@ impl UpstreamClient {
         let started = Instant::now();
         let exchange = self.exchange(request);
         match tokio::time::timeout(self.settings.total_timeout, exchange).await {
-            Ok(Ok((status, headers, body))) => {
-                Ok(Answer { status, headers, body, elapsed: started.elapsed() })
-            }
+            Ok(Ok((status, body))) => Ok(Answer { status, body, elapsed: started.elapsed() }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(UpstreamError::Timeout),
         }
     }
 
-    async fn exchange(
-        &self,
-        request: UpstreamRequest,
-    ) -> Result<(StatusCode, HeaderMap, Vec<u8>), UpstreamError> {
-        let mut outbound = Request::new(Full::new(request.body));
-        *outbound.method_mut() = request.method;
-        *outbound.uri_mut() = request.uri;
-        *outbound.headers_mut() = request.headers;
-        let response = self.client.request(outbound).await.map_err(|e| {
-            if let Some(refusal) = refusal_in(&e) {
+    /// One exchange on a pooled connection, or a new one. When a pooled connection fails before
+    /// any byte of the answer (the upstream closed it while idle), an idempotent request is sent
+    /// once more on a new connection.
+    async fn exchange(&self, request: UpstreamRequest) -> Result<(StatusCode, Vec<u8>), UpstreamError> {
+        let key = Key::of(&request.uri)?;
+        let bytes = wire::encode(&request);
+        let head_only = request.method == Method::HEAD;
+        let limit = self.settings.max_body;
+        let mut pooled = self.pool.take(&key);
+        loop {
+            let reused = pooled.is_some();
+            let mut connection = match pooled.take() {
+                Some(connection) => connection,
+                None => self.connect(&request.uri).await?,
+            };
+            match connection.exchange(&bytes, head_only, limit).await {
+                Ok(answer) => {
+                    tracing::trace!(
+                        upstream = %key.1,
+                        status = answer.status.as_u16(),
+                        bytes = answer.body.len(),
+                        reused,
+                        kept = answer.reusable,
+                        "upstream answered"
+                    );
+                    if answer.reusable {
+                        self.pool.put(key, connection);
+                    }
+                    return Ok((answer.status, answer.body));
+                }
+                Err(wire::Failed::Stale(why)) if reused && request.method.is_idempotent() => {
+                    tracing::debug!(upstream = %key.1, %why, "a pooled connection was closed; sending on a new one");
+                    continue;
+                }
+                Err(wire::Failed::Stale(why) | wire::Failed::Broken(why)) => {
+                    return Err(UpstreamError::Broken(why));
+                }
+                Err(wire::Failed::TooLarge) => return Err(UpstreamError::TooLarge { limit }),
+            }
+        }
+    }
+
+    async fn connect(&self, uri: &http::Uri) -> Result<wire::Connection, UpstreamError> {
+        let stream = self.connector.clone().call(uri.clone()).await.map_err(|e| {
+            if let Some(refusal) = refusal_in(&*e) {
                 return UpstreamError::NotAllowed(refusal.clone());
             }
-            let why = error_chain(&e);
-            if e.is_connect() { UpstreamError::Connect(why) } else { UpstreamError::Broken(why) }
+            UpstreamError::Connect(error_chain(&*e))
         })?;
-        let (parts, body) = response.into_parts();
-        let limit = self.settings.max_body;
-        let buf = read_limited(&parts.headers, body, limit).await.map_err(|e| match e {
-            BodyError::TooLarge => UpstreamError::TooLarge { limit },
-            BodyError::Broken(e) => UpstreamError::Broken(error_chain(&e)),
-        })?;
-        Ok((parts.status, parts.headers, buf))
+        tracing::debug!(upstream = ?uri.authority().map(Authority::as_str), "connected to the upstream");
+        Ok(wire::Connection::new(TokioIo::new(stream)))
+    }
+}
+
+/// Where a pooled connection goes: scheme and authority.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Key(Scheme, Authority);
+
+impl Key {
+    fn of(uri: &http::Uri) -> Result<Key, UpstreamError> {
+        match (uri.scheme(), uri.authority()) {
+            (Some(scheme), Some(authority)) => Ok(Key(scheme.clone(), authority.clone())),
+            _ => Err(UpstreamError::Connect(format!("`{uri}` is not an absolute URL"))),
+        }
+    }
+}
+
+/// Idle connections by upstream, newest last.
+#[derive(Default)]
+struct Pool {
+    idle: Mutex<HashMap<Key, Vec<wire::Connection>>>,
+}
+
+impl Pool {
+    /// The most recently used idle connection to `key` that is still open.
+    fn take(&self, key: &Key) -> Option<wire::Connection> {
+        loop {
+            let connection = self.idle.lock().unwrap_or_else(PoisonError::into_inner).get_mut(key)?.pop();
+            let mut connection = connection?;
+            if connection.idle_since.elapsed() < IDLE_TIMEOUT && connection.is_open() {
+                return Some(connection);
+            }
+        }
+    }
+
+    /// Keeps a connection for the next request to `key`; closes those idle too long.
+    fn put(&self, key: Key, mut connection: wire::Connection) {
+        let now = Instant::now();
+        connection.idle_since = now;
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let connections = idle.entry(key).or_default();
+        let expired = connections.iter().take_while(|c| now - c.idle_since >= IDLE_TIMEOUT).count();
+        let over = (connections.len() + 1).saturating_sub(MAX_IDLE_PER_HOST);
+        let closed: Vec<_> = connections.drain(..expired.max(over)).collect();
+        connections.push(connection);
+        drop(idle);
+        drop(closed);
     }
 }
 

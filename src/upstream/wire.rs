@@ -1,0 +1,347 @@
+//! HTTP/1.1 on one upstream connection: writes a request, reads the answer's head and its body
+//! (by `Content-Length`, chunked, or up to the close) into one buffer with room for the JSON
+//! parser's padding, and says whether the connection can carry another request.
+//!
+//! The calling task drives the connection itself, from the write to the last byte of the body:
+//! no task per connection and no hand-off between tasks per request.
+
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use http::{Method, StatusCode, header};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+
+use super::RESERVE_LIMIT;
+use crate::json::PADDING;
+use crate::route::UpstreamRequest;
+
+/// The stream of one upstream connection, plain or TLS.
+pub(super) type Stream = TokioIo<hyper_rustls::MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>>;
+
+/// The largest answer head read.
+const MAX_HEAD: usize = 64 * 1024;
+/// The most header lines an answer may have.
+const MAX_HEADERS: usize = 128;
+/// What a read asks for at least.
+const READ_SIZE: usize = 8 * 1024;
+
+/// One open connection to an upstream.
+pub(super) struct Connection {
+    stream: Stream,
+    /// Bytes read and not yet used; empty between exchanges.
+    buf: Vec<u8>,
+    /// When the connection was put back in the pool.
+    pub(super) idle_since: Instant,
+}
+
+/// Why an exchange failed.
+#[derive(Debug)]
+pub(super) enum Failed {
+    /// The connection failed before any byte of an answer came back: on a pooled connection, the
+    /// upstream most likely closed it while it was idle, and the request may be sent again.
+    Stale(String),
+    /// The connection broke, or the answer is not HTTP/1.1.
+    Broken(String),
+    /// The body is larger than allowed.
+    TooLarge,
+}
+
+/// An answer read whole.
+pub(super) struct Exchanged {
+    pub status: StatusCode,
+    pub body: Vec<u8>,
+    /// The connection may carry another request.
+    pub reusable: bool,
+}
+
+/// How an answer's body is delimited (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+/// What the head of an answer says.
+struct Head {
+    status: StatusCode,
+    length: usize,
+    framing: Framing,
+    keep_alive: bool,
+}
+
+/// The bytes of `request` on the wire: request line, `Host`, the request's headers,
+/// `Content-Length` when there is a body or the method carries one, and the body.
+pub(super) fn encode(request: &UpstreamRequest) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256 + request.body.len());
+    out.extend_from_slice(request.method.as_str().as_bytes());
+    out.push(b' ');
+    let target = request.uri.path_and_query().map_or("/", |p| p.as_str());
+    out.extend_from_slice(if target.is_empty() { b"/" } else { target.as_bytes() });
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if !request.headers.contains_key(header::HOST)
+        && let Some(authority) = request.uri.authority()
+    {
+        line(&mut out, b"host", authority.as_str().as_bytes());
+    }
+    for (name, value) in &request.headers {
+        if name != header::CONTENT_LENGTH {
+            line(&mut out, name.as_str().as_bytes(), value.as_bytes());
+        }
+    }
+    if !request.body.is_empty() || matches!(request.method, Method::POST | Method::PUT | Method::PATCH) {
+        line(&mut out, b"content-length", itoa::Buffer::new().format(request.body.len()).as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&request.body);
+    out
+}
+
+fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+impl Connection {
+    pub(super) fn new(stream: Stream) -> Connection {
+        Connection { stream, buf: Vec::with_capacity(READ_SIZE), idle_since: Instant::now() }
+    }
+
+    /// Whether an idle connection can still be used: the upstream has neither closed it nor sent
+    /// anything unasked. Looks without waiting.
+    pub(super) fn is_open(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        let mut probe = ReadBuf::new(&mut byte);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        matches!(std::pin::Pin::new(&mut self.stream).poll_read(&mut cx, &mut probe), Poll::Pending)
+    }
+
+    /// Sends `request` (from [`encode`]) and reads the whole answer, the body at most `limit`
+    /// bytes. `head_only` is true for a `HEAD` request, whose answer has no body.
+    pub(super) async fn exchange(
+        &mut self,
+        request: &[u8],
+        head_only: bool,
+        limit: usize,
+    ) -> Result<Exchanged, Failed> {
+        self.buf.clear();
+        let sent = async {
+            self.stream.write_all(request).await?;
+            self.stream.flush().await
+        };
+        sent.await.map_err(|e| Failed::Stale(format!("sending the request failed: {e}")))?;
+        let head = self.read_head(head_only).await?;
+        if head.framing == Framing::Length(0) {
+            let reusable = head.keep_alive && self.buf.len() == head.length;
+            self.buf.clear();
+            return Ok(Exchanged { status: head.status, body: Vec::with_capacity(PADDING), reusable });
+        }
+        let (body, clean) = match head.framing {
+            Framing::Length(n) => self.read_length(head.length, n, limit).await?,
+            Framing::Chunked => self.read_chunked(head.length, limit).await?,
+            Framing::UntilClose => (self.read_to_close(head.length, limit).await?, false),
+        };
+        self.buf.clear();
+        Ok(Exchanged { status: head.status, body, reusable: clean && head.keep_alive })
+    }
+
+    /// Reads more bytes into the buffer; `Ok(0)` at the end of the stream.
+    async fn fill(&mut self) -> std::io::Result<usize> {
+        self.buf.reserve(READ_SIZE);
+        self.stream.read_buf(&mut self.buf).await
+    }
+
+    /// Reads until a whole head is in the buffer and interprets it; skips interim (1xx) answers.
+    async fn read_head(&mut self, head_only: bool) -> Result<Head, Failed> {
+        let mut start = 0;
+        loop {
+            if self.buf.len() > start {
+                if let Some(head) = self.parse_head(start, head_only)? {
+                    if head.status.is_informational() {
+                        start = head.length;
+                        continue;
+                    }
+                    return Ok(head);
+                }
+                if self.buf.len() - start > MAX_HEAD {
+                    return Err(head_too_large());
+                }
+            }
+            let nothing_yet = self.buf.is_empty();
+            match self.fill().await {
+                Ok(0) if nothing_yet => {
+                    return Err(Failed::Stale("the upstream closed the connection".into()));
+                }
+                Ok(0) => return Err(Failed::Broken("the upstream closed the connection mid-answer".into())),
+                Ok(_) => {}
+                Err(e) if nothing_yet => return Err(Failed::Stale(e.to_string())),
+                Err(e) => return Err(Failed::Broken(e.to_string())),
+            }
+        }
+    }
+
+    /// The head that begins at `start` in the buffer, if it is all there. Its `length` counts
+    /// from the buffer's start.
+    fn parse_head(&self, start: usize, head_only: bool) -> Result<Option<Head>, Failed> {
+        let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut answer = httparse::Response::new(&mut lines);
+        let length = match answer.parse(&self.buf[start..]) {
+            Ok(httparse::Status::Complete(length)) if length <= MAX_HEAD => start + length,
+            Ok(httparse::Status::Complete(_)) => return Err(head_too_large()),
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(e) => return Err(Failed::Broken(format!("the answer is not HTTP/1.1: {e}"))),
+        };
+        let status = answer
+            .code
+            .and_then(|code| StatusCode::from_u16(code).ok())
+            .ok_or_else(|| Failed::Broken("the answer has no valid status".into()))?;
+        if status == StatusCode::SWITCHING_PROTOCOLS {
+            return Err(Failed::Broken("the upstream switched protocols".into()));
+        }
+        let mut keep_alive = answer.version == Some(1);
+        let mut declared: Option<u64> = None;
+        let mut chunked = None;
+        for line in answer.headers.iter() {
+            let name = line.name.as_bytes();
+            if name.eq_ignore_ascii_case(b"content-length") {
+                let n = std::str::from_utf8(line.value)
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .ok_or_else(|| Failed::Broken("the answer's Content-Length is not a number".into()))?;
+                if declared.is_some_and(|d| d != n) {
+                    return Err(Failed::Broken("the answer has two different Content-Lengths".into()));
+                }
+                declared = Some(n);
+            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                // Chunked only when it is the last coding; any other ends at the close.
+                let last = line.value.rsplit(|&b| b == b',').next().unwrap_or_default();
+                chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            } else if name.eq_ignore_ascii_case(b"connection")
+                && line.value.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+            {
+                keep_alive = false;
+            }
+        }
+        let bodiless = head_only
+            || status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
+        let framing = match (bodiless, chunked, declared) {
+            (true, _, _) => Framing::Length(0),
+            (false, Some(true), _) => Framing::Chunked,
+            (false, Some(false), _) => Framing::UntilClose,
+            (false, None, Some(n)) => Framing::Length(n),
+            (false, None, None) => Framing::UntilClose,
+        };
+        Ok(Some(Head { status, length, framing, keep_alive }))
+    }
+
+    /// A body of `n` bytes, `from` the buffer on; clean when nothing followed it.
+    async fn read_length(&mut self, from: usize, n: u64, limit: usize) -> Result<(Vec<u8>, bool), Failed> {
+        if n > limit as u64 {
+            return Err(Failed::TooLarge);
+        }
+        let n = n as usize;
+        let mut body = Vec::with_capacity(n.min(RESERVE_LIMIT) + PADDING);
+        let buffered = &self.buf[from..];
+        body.extend_from_slice(&buffered[..buffered.len().min(n)]);
+        let clean = buffered.len() <= n;
+        while body.len() < n {
+            body.reserve((n - body.len()).min(RESERVE_LIMIT) + PADDING);
+            let wanted = (n - body.len()) as u64;
+            match (&mut self.stream).take(wanted).read_buf(&mut body).await {
+                Ok(0) => return Err(Failed::Broken("the upstream closed the connection mid-body".into())),
+                Ok(_) => {}
+                Err(e) => return Err(Failed::Broken(e.to_string())),
+            }
+        }
+        body.reserve(PADDING);
+        Ok((body, clean))
+    }
+
+    /// A chunked body, `from` the buffer on; clean when nothing followed it.
+    async fn read_chunked(&mut self, from: usize, limit: usize) -> Result<(Vec<u8>, bool), Failed> {
+        let mut body = Vec::with_capacity(READ_SIZE + PADDING);
+        let mut at = from;
+        loop {
+            // The size line.
+            let (taken, size) = loop {
+                match httparse::parse_chunk_size(&self.buf[at..]) {
+                    Ok(httparse::Status::Complete(found)) => break found,
+                    Ok(httparse::Status::Partial) => self.more(&mut at).await?,
+                    Err(_) => return Err(Failed::Broken("the answer's chunk size is invalid".into())),
+                }
+            };
+            at += taken;
+            if size == 0 {
+                break;
+            }
+            if size > (limit - body.len()) as u64 {
+                return Err(Failed::TooLarge);
+            }
+            // The chunk's data and its CRLF.
+            let end = size as usize + 2;
+            while self.buf.len() - at < end {
+                self.more(&mut at).await?;
+            }
+            if &self.buf[at + end - 2..at + end] != b"\r\n" {
+                return Err(Failed::Broken("a chunk does not end with CRLF".into()));
+            }
+            body.extend_from_slice(&self.buf[at..at + end - 2]);
+            at += end;
+        }
+        // Trailer lines, up to the empty line.
+        loop {
+            match self.buf[at..].windows(2).position(|w| w == b"\r\n") {
+                Some(0) => {
+                    at += 2;
+                    break;
+                }
+                Some(line) => at += line + 2,
+                None if self.buf.len() - at > MAX_HEAD => {
+                    return Err(Failed::Broken("the answer's trailers are too large".into()));
+                }
+                None => self.more(&mut at).await?,
+            }
+        }
+        body.reserve(PADDING);
+        Ok((body, self.buf.len() == at))
+    }
+
+    /// For the chunked reader: drops the bytes before `at` and reads more.
+    async fn more(&mut self, at: &mut usize) -> Result<(), Failed> {
+        self.buf.drain(..*at);
+        *at = 0;
+        match self.fill().await {
+            Ok(0) => Err(Failed::Broken("the upstream closed the connection mid-body".into())),
+            Ok(_) => Ok(()),
+            Err(e) => Err(Failed::Broken(e.to_string())),
+        }
+    }
+
+    /// A body that ends when the upstream closes the connection.
+    async fn read_to_close(&mut self, from: usize, limit: usize) -> Result<Vec<u8>, Failed> {
+        let mut body = Vec::with_capacity(READ_SIZE + PADDING);
+        body.extend_from_slice(&self.buf[from..]);
+        loop {
+            if body.len() > limit {
+                return Err(Failed::TooLarge);
+            }
+            body.reserve(READ_SIZE + PADDING);
+            match self.stream.read_buf(&mut body).await {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => return Err(Failed::Broken(e.to_string())),
+            }
+        }
+        body.reserve(PADDING);
+        Ok(body)
+    }
+}
+
+fn head_too_large() -> Failed {
+    Failed::Broken(format!("the answer's head is larger than {MAX_HEAD} bytes"))
+}

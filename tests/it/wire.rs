@@ -1,0 +1,235 @@
+//! The upstream client's HTTP/1.1 against raw TCP servers on 127.0.0.1: body framings (length in
+//! pieces, chunked with extensions and trailers, up to the close), interim answers, keep-alive
+//! and `Connection: close`, and a pooled connection the upstream closed while it was idle.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode};
+use recast::policy::{AllowList, OutboundPolicy, SystemLookup};
+use recast::route::UpstreamRequest;
+use recast::upstream::{UpstreamClient, UpstreamError, UpstreamSettings};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What a scripted upstream does with one request on a connection.
+enum Step {
+    /// Write these pieces, pausing briefly between them, and keep the connection.
+    Send(Vec<Vec<u8>>),
+    /// Write these bytes and close.
+    SendAndClose(Vec<u8>),
+}
+
+/// A TCP server that answers the `n`-th request it reads (over all connections) with
+/// `script(n)`, and records each request head and body.
+struct Scripted {
+    url: String,
+    connections: Arc<AtomicUsize>,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl Scripted {
+    async fn start(script: impl Fn(usize) -> Step + Send + Sync + 'static) -> Scripted {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/data?x=1", listener.local_addr().unwrap());
+        let (connections, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
+        let (opened, seen, script) = (connections.clone(), requests.clone(), Arc::new(script));
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                opened.fetch_add(1, Ordering::SeqCst);
+                let (seen, script) = (seen.clone(), script.clone());
+                tokio::spawn(serve(stream, seen, script));
+            }
+        });
+        Scripted { url, connections, requests }
+    }
+}
+
+async fn serve(
+    mut stream: TcpStream,
+    seen: Arc<Mutex<Vec<String>>>,
+    script: Arc<impl Fn(usize) -> Step + Send + Sync + 'static>,
+) {
+    loop {
+        let Some(request) = read_request(&mut stream).await else { return };
+        let n = {
+            let mut seen = seen.lock().unwrap();
+            seen.push(request);
+            seen.len() - 1
+        };
+        match script(n) {
+            Step::Send(pieces) => {
+                for piece in pieces {
+                    if stream.write_all(&piece).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            Step::SendAndClose(bytes) => {
+                let _ = stream.write_all(&bytes).await;
+                return;
+            }
+        }
+    }
+}
+
+/// A request head and its `Content-Length` body, or `None` at the end of the stream.
+async fn read_request(stream: &mut TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).await.ok()? == 0 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let length = text
+        .lines()
+        .find_map(|line| line.to_ascii_lowercase().strip_prefix("content-length: ").map(str::to_owned))
+        .map_or(0, |n| n.trim().parse().unwrap());
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await.ok()?;
+    Some(text + &String::from_utf8_lossy(&body))
+}
+
+fn client() -> UpstreamClient {
+    let settings = UpstreamSettings {
+        connect_timeout: Duration::from_secs(2),
+        total_timeout: Duration::from_secs(5),
+        max_body: 1000,
+    };
+    let allow: AllowList = "127.0.0.1/32".parse().unwrap();
+    UpstreamClient::new(settings, Arc::new(OutboundPolicy::new(&allow)), Arc::new(SystemLookup))
+}
+
+fn request(method: Method, url: &str, body: &str) -> UpstreamRequest {
+    UpstreamRequest {
+        method,
+        uri: url.parse().unwrap(),
+        headers: HeaderMap::new(),
+        body: Bytes::from(body.to_owned()),
+    }
+}
+
+fn get(url: &str) -> UpstreamRequest {
+    request(Method::GET, url, "")
+}
+
+fn ok(head: &str, body: &str) -> Vec<u8> {
+    format!("HTTP/1.1 200 OK\r\n{head}\r\n{body}").into_bytes()
+}
+
+#[tokio::test]
+async fn bodies_are_read_by_each_framing_and_the_request_is_written_as_given() {
+    let json = r#"{"meals":[{"idMeal":"1"}]}"#;
+    let upstream = Scripted::start(move |n| match n {
+        // Content-Length, the head and the body arriving in several pieces.
+        0 => {
+            let all = ok(&format!("content-length: {}\r\n", json.len()), json);
+            Step::Send(all.chunks(7).map(<[u8]>::to_vec).collect())
+        }
+        // Chunked, with a chunk extension and a trailer, split across reads.
+        1 => Step::Send(vec![
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;ext=1\r\n{\"mea".to_vec(),
+            b"\r\n15\r\nls\":[{\"idMeal\":\"1\"}]}\r".to_vec(),
+            b"\n0\r\nx-trailer: yes\r\n\r\n".to_vec(),
+        ]),
+        // An interim answer before the real one.
+        2 => Step::Send(vec![
+            b"HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n".to_vec(),
+            ok(&format!("content-length: {}\r\n", json.len()), json),
+        ]),
+        // No length: the body ends at the close.
+        _ => Step::SendAndClose(ok("", json)),
+    })
+    .await;
+    let client = client();
+    for n in 0..4 {
+        let answer = client.call(get(&upstream.url)).await.unwrap_or_else(|e| panic!("answer {n}: {e}"));
+        assert_eq!(answer.status, StatusCode::OK, "answer {n}");
+        assert_eq!(answer.body, json.as_bytes(), "answer {n}");
+        assert!(answer.body.capacity() - answer.body.len() >= recast::json::PADDING, "answer {n}");
+    }
+    assert_eq!(upstream.connections.load(Ordering::SeqCst), 1, "one kept-alive connection for all four");
+
+    let port = upstream.url.split(['/', ':']).nth(4).unwrap().to_owned();
+    let sent = client.call(request(Method::POST, &upstream.url, r#"{"q":1}"#)).await;
+    assert!(sent.is_ok(), "{sent:?}");
+    let requests = upstream.requests.lock().unwrap();
+    assert!(requests[0].starts_with("GET /data?x=1 HTTP/1.1\r\nhost: 127.0.0.1:"), "{}", requests[0]);
+    assert!(requests[0].contains(&format!("host: 127.0.0.1:{port}\r\n")), "{}", requests[0]);
+    assert!(!requests[0].to_ascii_lowercase().contains("content-length"), "{}", requests[0]);
+    assert!(requests[4].starts_with("POST /data?x=1 HTTP/1.1\r\n"), "{}", requests[4]);
+    assert!(requests[4].ends_with("content-length: 7\r\n\r\n{\"q\":1}"), "{}", requests[4]);
+}
+
+#[tokio::test]
+async fn a_pooled_connection_closed_by_the_upstream_is_replaced_for_idempotent_requests_only() {
+    // Each connection answers one request and then closes without saying so, as an upstream
+    // whose keep-alive timeout passed would.
+    let answer = ok("content-length: 2\r\n", "{}");
+    let upstream = Scripted::start(move |_| Step::SendAndClose(answer.clone())).await;
+    let client = client();
+    for n in 0..3 {
+        let answer = client.call(get(&upstream.url)).await.unwrap_or_else(|e| panic!("call {n}: {e}"));
+        assert_eq!(answer.body, b"{}");
+        // Let the close arrive, so some calls find it at checkout and some only when sending.
+        if n == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert_eq!(upstream.connections.load(Ordering::SeqCst), 3, "a new connection for each call");
+
+    // An upstream that reads a request and closes without answering: a POST is not sent twice.
+    let once = Scripted::start(|n| match n {
+        0 => Step::Send(vec![ok("content-length: 2\r\n", "{}")]),
+        _ => Step::SendAndClose(Vec::new()),
+    })
+    .await;
+    assert!(client.call(get(&once.url)).await.is_ok());
+    let error = client.call(request(Method::POST, &once.url, "{}")).await.unwrap_err();
+    assert!(matches!(error, UpstreamError::Broken(_)), "{error:?}");
+    assert_eq!(once.requests.lock().unwrap().len(), 2, "the POST was sent once");
+}
+
+#[tokio::test]
+async fn connection_close_and_http_1_0_answers_are_not_reused() {
+    let upstream = Scripted::start(|n| {
+        let head = if n % 2 == 0 { "HTTP/1.1 200 OK\r\nconnection: close" } else { "HTTP/1.0 200 OK" };
+        Step::Send(vec![format!("{head}\r\ncontent-length: 2\r\n\r\n{{}}").into_bytes()])
+    })
+    .await;
+    let client = client();
+    for _ in 0..4 {
+        assert_eq!(client.call(get(&upstream.url)).await.unwrap().body, b"{}");
+    }
+    assert_eq!(upstream.connections.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn malformed_or_oversized_answers_are_errors() {
+    let cases = [
+        ("not HTTP", b"hello there\r\n\r\n".to_vec(), "broken"),
+        ("two lengths", ok("content-length: 2\r\ncontent-length: 3\r\n", "{}"), "broken"),
+        ("bad chunk size", ok("transfer-encoding: chunked\r\n", "zz\r\n"), "broken"),
+        ("chunks over the limit", ok("transfer-encoding: chunked\r\n", "3e9\r\n"), "too large"),
+        ("length over the limit", ok("content-length: 1001\r\n", ""), "too large"),
+        ("until close over the limit", ok("", &"x".repeat(5000)), "too large"),
+        ("head too large", ok(&format!("x-big: {}\r\n", "y".repeat(70_000)), ""), "broken"),
+    ];
+    let client = client();
+    for (name, bytes, expected) in cases {
+        let upstream = Scripted::start(move |_| Step::SendAndClose(bytes.clone())).await;
+        let error = client.call(get(&upstream.url)).await.expect_err(name);
+        let kind = match error {
+            UpstreamError::Broken(_) => "broken",
+            UpstreamError::TooLarge { limit: 1000 } => "too large",
+            _ => "another error",
+        };
+        assert_eq!(kind, expected, "{name}: {error:?}");
+    }
+}
