@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::{Method, Request};
+use http::{HeaderMap, Method};
 use hyper::body::Incoming;
 use uuid::Uuid;
 
@@ -15,12 +15,24 @@ use crate::route::{CallError, ClientRequest, Route, UpstreamRequest};
 use crate::upstream::Answer;
 use crate::{exec, json as tape};
 
-pub(super) async fn call(state: &State, request: Request<Incoming>, id: &str, path: &str) -> Response {
-    let instance = request.uri().path().to_owned();
+/// What a route call needs of its request.
+pub(super) struct CallRequest<'a> {
+    pub method: &'a Method,
+    /// The request's path, for problem details.
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub headers: &'a HeaderMap,
+    /// The body, read only once the route is found and takes the method; `None` when the
+    /// request has none.
+    pub body: Option<Incoming>,
+}
+
+pub(super) async fn call(state: &State, request: CallRequest<'_>, id: &str, path: &str) -> Response {
+    let instance = request.path;
     let mut record = Record::default();
     let mut response = match forward(state, request, id, path, &mut record).await {
         Ok(response) => response,
-        Err(e) => e.to_response(&instance),
+        Err(e) => e.to_response(instance),
     };
     // Every answer of a route call says how long the upstream and the mapping took (SPEC §2.2),
     // zero for a step that did not happen.
@@ -45,7 +57,7 @@ struct Record {
 
 async fn forward(
     state: &State,
-    request: Request<Incoming>,
+    request: CallRequest<'_>,
     id: &str,
     path: &str,
     record: &mut Record,
@@ -60,12 +72,14 @@ async fn forward(
     if let Some(why) = route.broken() {
         return Err(ApiError::RouteUnavailable(why));
     }
-    if request.method() != route.method {
+    if *request.method != route.method {
         return Err(ApiError::MethodNotAllowed { allow: method_name(&route.method) });
     }
-    let (parts, body) = request.into_parts();
-    let body = read_body(state, &parts.headers, body).await?;
-    let client = ClientRequest { query: parts.uri.query(), headers: Some(&parts.headers), body: body.into() };
+    let body = match request.body {
+        Some(body) => read_body(state, request.headers, body).await?,
+        None => Vec::new(),
+    };
+    let client = ClientRequest { query: request.query, headers: Some(request.headers), body: body.into() };
     let upstream = route.upstream_request(&client).map_err(|e| match e {
         CallError::AuthRequired => ApiError::AuthRequired,
         CallError::Broken(why) => ApiError::RouteUnavailable(why),

@@ -5,13 +5,13 @@
 mod admission;
 mod call;
 mod connection;
+mod lane;
 mod mapping;
 mod playground;
 mod preview;
 pub mod problem;
 mod routes;
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -22,8 +22,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tracing::Instrument as _;
@@ -214,6 +213,7 @@ pub async fn run_with(
     if state.config.max_headers != DEFAULT_MAX_HEADERS {
         http.max_headers(state.config.max_headers);
     }
+    let http = Arc::new(http);
     let timeouts = connection::Timeouts {
         idle: Duration::from_millis(state.config.idle_timeout_ms),
         head: Duration::from_millis(state.config.header_timeout_ms),
@@ -233,21 +233,10 @@ pub async fn run_with(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
                     let _ = stream.set_nodelay(true);
-                    let state = state.clone();
                     let activity = Activity::new();
                     let registered = open.register(&activity);
-                    let busy = activity.clone();
-                    let service = service_fn(move |request| {
-                        let state = state.clone();
-                        let busy = busy.busy();
-                        async move {
-                            let response = handle(&state, request).await;
-                            drop(busy);
-                            Ok::<_, Infallible>(response)
-                        }
-                    });
-                    let io = TokioIo::new(connection::Watched::new(stream, activity.clone()));
-                    let connection = http.serve_connection(io, service);
+                    let stream = connection::Watched::new(stream, activity.clone());
+                    let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http.clone());
                     let driven = connection::drive(connection, activity, timeouts);
                     connections.spawn(async move {
                         let _registered = registered;
@@ -394,24 +383,41 @@ fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Routes one request and finishes its answer. Every log line written while it is served
-/// carries its request id (the `request` span), and its answer is counted by endpoint or route.
+/// Routes one request and finishes its answer.
 async fn handle(state: &State, request: Request<Incoming>) -> Response {
-    let request_id = state.request_ids.for_request(&request);
+    let request_id = state.request_ids.for_headers(request.headers());
+    identified(request_id, serve(state, request)).await
+}
+
+/// Serves a request under its id: every log line written meanwhile carries it (the `request`
+/// span), and the answer says it (`X-Request-Id`).
+async fn identified(request_id: HeaderValue, serve: impl Future<Output = Response>) -> Response {
     // At the error level, so the span is there whatever RECAST_LOG lets through: a warning
     // logged under `RECAST_LOG=warn` still names its request.
     let span = tracing::error_span!("request", id = %request_id.to_str().unwrap_or("-"));
-    let mut response = serve(state, request).instrument(span).await;
+    let mut response = serve.instrument(span).await;
     response.headers_mut().insert(REQUEST_ID, request_id);
     response
 }
 
 async fn serve(state: &State, request: Request<Incoming>) -> Response {
-    let started = std::time::Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(&path).splitn(3, '/').collect();
     let endpoint = endpoint(&segments);
+    answered(state, &method, &path, endpoint, route(state, request, &segments)).await
+}
+
+/// Admits a request to `endpoint` and answers it by `route`, or with 503 when too many are in
+/// flight; counts the answer and logs it.
+async fn answered(
+    state: &State,
+    method: &Method,
+    path: &str,
+    endpoint: Endpoint,
+    route: impl Future<Output = Result<Response, ApiError>>,
+) -> Response {
+    let started = std::time::Instant::now();
     // Health checks stay answerable under any load; everything else takes a place or gets 503.
     let admitted = match endpoint {
         Endpoint::Health => Ok(None),
@@ -420,10 +426,10 @@ async fn serve(state: &State, request: Request<Incoming>) -> Response {
     // A route call counts its answer on its route (`call::call`); the rest are counted here.
     let counted_by_call = admitted.is_ok() && endpoint == Endpoint::Call;
     let result = match admitted {
-        Ok(_place) => route(state, request, &segments).await,
+        Ok(_place) => route.await,
         Err(overloaded) => Err(overloaded),
     };
-    let response = result.unwrap_or_else(|e| e.to_response(&path));
+    let response = result.unwrap_or_else(|e| e.to_response(path));
     let status = response.status().as_u16();
     if !counted_by_call {
         state.metrics.endpoint(endpoint, status);
@@ -471,7 +477,17 @@ async fn route(state: &State, request: Request<Incoming>, segments: &[&str]) -> 
                 _ => Err(ApiError::MethodNotAllowed { allow: "GET, PUT, DELETE" }),
             }
         }
-        (_, ["v1", id, rest]) => Ok(call::call(state, request, id, rest).await),
+        (_, ["v1", id, rest]) => {
+            let (parts, body) = request.into_parts();
+            let request = call::CallRequest {
+                method: &parts.method,
+                path: parts.uri.path(),
+                query: parts.uri.query(),
+                headers: &parts.headers,
+                body: Some(body),
+            };
+            Ok(call::call(state, request, id, rest).await)
+        }
         (&Method::GET, ["healthz"]) => Ok(json(StatusCode::OK, r#"{"status":"ok"}"#)),
         (&Method::GET, ["readyz"]) => Ok(readiness(state)),
         (_, ["healthz" | "readyz"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
@@ -591,8 +607,8 @@ impl RequestIds {
         RequestIds { prefix, next: AtomicU64::new(1) }
     }
 
-    fn for_request<B>(&self, request: &Request<B>) -> HeaderValue {
-        if let Some(given) = request.headers().get(REQUEST_ID)
+    fn for_headers(&self, headers: &HeaderMap) -> HeaderValue {
+        if let Some(given) = headers.get(REQUEST_ID)
             && is_sane_request_id(given.as_bytes())
         {
             return given.clone();
@@ -628,14 +644,15 @@ mod tests {
     fn request_ids_keep_sane_client_ids_and_replace_others() {
         let ids = RequestIds::new();
         let with = |id: &str| {
-            let request = Request::builder().header(REQUEST_ID, id).body(()).unwrap();
-            ids.for_request(&request)
+            let mut headers = HeaderMap::new();
+            headers.insert(REQUEST_ID, HeaderValue::from_str(id).unwrap());
+            ids.for_headers(&headers)
         };
         assert_eq!(with("abc-123_x.y:z"), "abc-123_x.y:z");
         let replaced = with("has space");
         assert_ne!(replaced, "has space");
         assert_ne!(with(&"a".repeat(129)), "a".repeat(129).as_str());
-        let fresh = ids.for_request(&Request::new(()));
+        let fresh = ids.for_headers(&HeaderMap::new());
         assert!(is_sane_request_id(fresh.as_bytes()));
         assert_ne!(fresh, replaced, "generated ids are unique");
     }
@@ -651,7 +668,7 @@ mod tests {
     #[test]
     fn generated_request_ids_are_prefix_and_counter_in_hex() {
         let ids = RequestIds { prefix: 0xdead_beef, next: AtomicU64::new(0x1_2345_6789) };
-        assert_eq!(ids.for_request(&Request::new(())), "deadbeef-000123456789");
-        assert_eq!(ids.for_request(&Request::new(())), "deadbeef-00012345678a");
+        assert_eq!(ids.for_headers(&HeaderMap::new()), "deadbeef-000123456789");
+        assert_eq!(ids.for_headers(&HeaderMap::new()), "deadbeef-00012345678a");
     }
 }

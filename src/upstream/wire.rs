@@ -28,7 +28,9 @@ const READ_SIZE: usize = 8 * 1024;
 
 /// One open connection to an upstream.
 pub(super) struct Connection {
-    stream: Stream,
+    /// Boxed: a TLS stream is large, and a connection moves in and out of the pool and the
+    /// call's future.
+    stream: Box<Stream>,
     /// Bytes read and not yet used; empty between exchanges.
     buf: Vec<u8>,
     /// When the connection was put back in the pool.
@@ -107,7 +109,11 @@ fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 
 impl Connection {
     pub(super) fn new(stream: Stream) -> Connection {
-        Connection { stream, buf: Vec::with_capacity(READ_SIZE), idle_since: Instant::now() }
+        Connection {
+            stream: Box::new(stream),
+            buf: Vec::with_capacity(READ_SIZE),
+            idle_since: Instant::now(),
+        }
     }
 
     /// Whether an idle connection can still be used: the upstream has neither closed it nor sent
@@ -116,7 +122,7 @@ impl Connection {
         let mut byte = [0u8; 1];
         let mut probe = ReadBuf::new(&mut byte);
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        matches!(std::pin::Pin::new(&mut self.stream).poll_read(&mut cx, &mut probe), Poll::Pending)
+        matches!(std::pin::Pin::new(&mut *self.stream).poll_read(&mut cx, &mut probe), Poll::Pending)
     }
 
     /// Sends `request` (from [`encode`]) and reads the whole answer, the body at most `limit`
@@ -252,7 +258,7 @@ impl Connection {
         while body.len() < n {
             body.reserve((n - body.len()).min(RESERVE_LIMIT) + PADDING);
             let wanted = (n - body.len()) as u64;
-            match (&mut self.stream).take(wanted).read_buf(&mut body).await {
+            match (&mut *self.stream).take(wanted).read_buf(&mut body).await {
                 Ok(0) => return Err(Failed::Broken("the upstream closed the connection mid-body".into())),
                 Ok(_) => {}
                 Err(e) => return Err(Failed::Broken(e.to_string())),

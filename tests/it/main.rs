@@ -11,6 +11,7 @@ mod conformance;
 mod crash;
 mod faults;
 mod fuzz_corpus;
+mod lane;
 mod limits;
 mod observability;
 mod openapi;

@@ -1,0 +1,394 @@
+//! Each client connection starts in the lane for route calls: a plain `GET /v1/{uuid}/{path}`
+//! over HTTP/1.1 without a body is read, served and answered here, from one fixed buffer, with
+//! no per-request task or body machinery. The first request of any other kind (another method
+//! or endpoint, a body, `Expect`, `Upgrade`, a `Connection` option, HTTP/1.0, a head the lane
+//! cannot parse or that outgrows its buffer) hands the connection, with every byte already read,
+//! to hyper for the rest of its life, so hyper answers everything the lane does not take,
+//! errors and limits included.
+//!
+//! A call in the lane goes through the same steps as one through hyper (`identified`,
+//! `answered`, `call::call`): request id, span, admission, metrics, log line and problems.
+
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::uri::PathAndQuery;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use hyper::body::Body as _;
+use hyper::server::conn::http1::Builder;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::connection::{Activity, Graceful, Watched};
+use super::{Response, State, answered, call, handle, identified};
+use crate::metrics::Endpoint;
+
+/// The most bytes of a request head the lane reads before it hands the connection to hyper.
+const BUFFER: usize = 16 * 1024;
+/// The most header lines the lane parses.
+const HEADERS: usize = 64;
+
+/// Why a connection ended badly.
+pub(super) type LaneError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One client connection, in the lane and then perhaps with hyper; closes gracefully when told.
+pub(super) struct Lane {
+    closing: Arc<AtomicBool>,
+    serving: Pin<Box<dyn Future<Output = Result<(), LaneError>> + Send>>,
+}
+
+impl Lane {
+    pub(super) fn new(
+        state: Arc<State>,
+        stream: Watched<TcpStream>,
+        activity: Arc<Activity>,
+        http: Arc<Builder>,
+    ) -> Lane {
+        let closing = Arc::new(AtomicBool::new(false));
+        let serving = Box::pin(serve(state, stream, activity, http, closing.clone()));
+        Lane { closing, serving }
+    }
+}
+
+impl Future for Lane {
+    type Output = Result<(), LaneError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.serving.as_mut().poll(cx)
+    }
+}
+
+/// The connection's driver polls it again right after telling it, which is when it looks.
+impl Graceful for Lane {
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        self.closing.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A route call's head, owned.
+struct Call {
+    /// Bytes of the head in the buffer.
+    length: usize,
+    target: PathAndQuery,
+    headers: HeaderMap,
+}
+
+enum Parsed {
+    Call(Call),
+    /// The head is not all there yet.
+    Partial,
+    /// Not for the lane: hyper serves it.
+    Other,
+}
+
+async fn serve(
+    state: Arc<State>,
+    mut stream: Watched<TcpStream>,
+    activity: Arc<Activity>,
+    http: Arc<Builder>,
+    closing: Arc<AtomicBool>,
+) -> Result<(), LaneError> {
+    let mut buffer = Buffer::new(BUFFER.min(state.config.max_header_bytes));
+    let max_headers = HEADERS.min(state.config.max_headers);
+    let mut out = Vec::with_capacity(1024);
+    loop {
+        let call = loop {
+            match parse(buffer.filled(), max_headers) {
+                Parsed::Call(call) => break call,
+                Parsed::Partial if !buffer.is_full() => {}
+                Parsed::Partial | Parsed::Other => {
+                    return hand_off(state, stream, activity, &http, closing, buffer.filled()).await;
+                }
+            }
+            // Between requests, a graceful close closes at once, a head begun or not: the driver
+            // asks for it when the connection is idle too long or its head too slow.
+            let read = poll_fn(|cx| {
+                if closing.load(Ordering::Relaxed) {
+                    return Poll::Ready(Ok(0));
+                }
+                buffer.poll_fill(&mut stream, cx)
+            })
+            .await;
+            match read {
+                Ok(0) => return Ok(()),
+                Ok(_) => {}
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let busy = activity.busy();
+        let response = answer(&state, &call).await;
+        drop(busy);
+        encode(&mut out, response);
+        stream.write_all(&out).await?;
+        buffer.consume(call.length);
+        if closing.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+    }
+}
+
+/// Serves a route call as [`super::handle`] would.
+async fn answer(state: &State, call: &Call) -> Response {
+    let path = call.target.path();
+    let mut segments = path[1..].splitn(3, '/').skip(1);
+    let (id, rest) = (segments.next().unwrap_or_default(), segments.next().unwrap_or_default());
+    let request = call::CallRequest {
+        method: &Method::GET,
+        path,
+        query: call.target.query(),
+        headers: &call.headers,
+        body: None,
+    };
+    let called = async { Ok(call::call(state, request, id, rest).await) };
+    let request_id = state.request_ids.for_headers(&call.headers);
+    identified(request_id, answered(state, &Method::GET, path, Endpoint::Call, called)).await
+}
+
+/// Reads a request head from `bytes`: a route call the lane serves, or not yet all there, or
+/// anything else.
+fn parse(bytes: &[u8], max_headers: usize) -> Parsed {
+    if bytes.is_empty() {
+        return Parsed::Partial;
+    }
+    let mut lines = [httparse::EMPTY_HEADER; HEADERS];
+    let mut request = httparse::Request::new(&mut lines[..max_headers]);
+    let length = match request.parse(bytes) {
+        Ok(httparse::Status::Complete(length)) => length,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(_) => return Parsed::Other,
+    };
+    if request.method != Some("GET") || request.version != Some(1) {
+        return Parsed::Other;
+    }
+    let Some(target) = request.path.filter(|p| p.starts_with("/v1/")) else { return Parsed::Other };
+    let Ok(target) = PathAndQuery::try_from(target) else { return Parsed::Other };
+    // `/v1/{id}/{rest}`, where `/v1/routes/{id}` is route management (see `super::endpoint`).
+    let mut segments = target.path()[1..].splitn(3, '/');
+    if segments.nth(1).is_none_or(|id| id == "routes") || segments.next().is_none() {
+        return Parsed::Other;
+    }
+    let mut headers = HeaderMap::with_capacity(request.headers.len());
+    for line in request.headers.iter() {
+        let (Ok(name), Ok(value)) =
+            (HeaderName::from_bytes(line.name.as_bytes()), HeaderValue::from_bytes(line.value))
+        else {
+            return Parsed::Other;
+        };
+        let plain = match name {
+            header::CONTENT_LENGTH => value == "0",
+            header::CONNECTION => value.as_bytes().eq_ignore_ascii_case(b"keep-alive"),
+            header::TRANSFER_ENCODING | header::EXPECT | header::UPGRADE => false,
+            _ => true,
+        };
+        if !plain {
+            return Parsed::Other;
+        }
+        headers.append(name, value);
+    }
+    Parsed::Call(Call { length, target, headers })
+}
+
+/// Writes `response` as HTTP/1.1 bytes into `out`, as hyper writes it: status line, the
+/// response's headers, `content-length`, `date`, then the body.
+fn encode(out: &mut Vec<u8>, response: Response) {
+    let (parts, body) = response.into_parts();
+    let body = whole(body);
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(parts.status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(parts.status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        line(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    let bodiless = parts.status.is_informational()
+        || parts.status == StatusCode::NO_CONTENT
+        || parts.status == StatusCode::NOT_MODIFIED;
+    if !bodiless && !parts.headers.contains_key(header::CONTENT_LENGTH) {
+        line(out, b"content-length", itoa::Buffer::new().format(body.len()).as_bytes());
+    }
+    DATE.with(|date| date.write(out));
+    out.extend_from_slice(b"\r\n");
+    if !bodiless {
+        out.extend_from_slice(&body);
+    }
+}
+
+fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The bytes of a whole body, which is ready at once.
+fn whole(body: http_body_util::Full<Bytes>) -> Bytes {
+    let mut body = std::pin::pin!(body);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    match body.as_mut().poll_frame(&mut cx) {
+        Poll::Ready(Some(Ok(frame))) => frame.into_data().unwrap_or_default(),
+        _ => Bytes::new(),
+    }
+}
+
+thread_local! {
+    static DATE: DateCache = const { DateCache { second: std::cell::Cell::new(u64::MAX), text: std::cell::RefCell::new(String::new()) } };
+}
+
+/// The `Date` header's value, made at most once a second per thread.
+struct DateCache {
+    second: std::cell::Cell<u64>,
+    text: std::cell::RefCell<String>,
+}
+
+impl DateCache {
+    /// Writes the `date` header line.
+    fn write(&self, out: &mut Vec<u8>) {
+        let now = SystemTime::now();
+        let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if self.second.get() != second {
+            *self.text.borrow_mut() = httpdate::fmt_http_date(now);
+            self.second.set(second);
+        }
+        line(out, b"date", self.text.borrow().as_bytes());
+    }
+}
+
+/// The connection's read buffer: a fixed slice with the unread bytes between `start` and `end`.
+struct Buffer {
+    bytes: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl Buffer {
+    fn new(size: usize) -> Buffer {
+        Buffer { bytes: vec![0; size.max(1)].into_boxed_slice(), start: 0, end: 0 }
+    }
+
+    fn filled(&self) -> &[u8] {
+        &self.bytes[self.start..self.end]
+    }
+
+    fn is_full(&self) -> bool {
+        self.end - self.start == self.bytes.len()
+    }
+
+    /// Reads more bytes after the unread ones (moved to the front first when the end is reached).
+    fn poll_fill<S: AsyncRead + Unpin>(
+        &mut self,
+        stream: &mut S,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<usize>> {
+        if self.end == self.bytes.len() {
+            self.bytes.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let mut read = ReadBuf::new(&mut self.bytes[self.end..]);
+        ready!(Pin::new(stream).poll_read(cx, &mut read))?;
+        let n = read.filled().len();
+        self.end += n;
+        Poll::Ready(Ok(n))
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        }
+    }
+}
+
+/// Gives the connection to hyper, which reads `read` first, and serves it there to its end.
+async fn hand_off(
+    state: Arc<State>,
+    stream: Watched<TcpStream>,
+    activity: Arc<Activity>,
+    http: &Builder,
+    closing: Arc<AtomicBool>,
+    read: &[u8],
+) -> Result<(), LaneError> {
+    let service = service_fn(move |request| {
+        let state = state.clone();
+        let busy = activity.busy();
+        async move {
+            let response = handle(&state, request).await;
+            drop(busy);
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    let io = TokioIo::new(Rewind { read: read.to_vec(), at: 0, stream });
+    let mut connection = std::pin::pin!(http.serve_connection(io, service));
+    let mut told = false;
+    poll_fn(|cx| {
+        if !told && closing.load(Ordering::Relaxed) {
+            told = true;
+            connection.as_mut().graceful_shutdown();
+        }
+        connection.as_mut().poll(cx)
+    })
+    .await
+    .map_err(Into::into)
+}
+
+/// A stream that gives back bytes already read from it before reading on.
+struct Rewind<S> {
+    read: Vec<u8>,
+    at: usize,
+    stream: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.at < self.read.len() {
+            let n = (self.read.len() - self.at).min(buf.remaining());
+            buf.put_slice(&self.read[self.at..self.at + n]);
+            self.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
