@@ -146,7 +146,9 @@ async fn answer(state: &State, call: &Call) -> Response {
         headers: &call.headers,
         body: None,
     };
-    let called = async { Ok(call::call(state, request, id, rest).await) };
+    // Boxed: the call's future is large, and `answered` and `identified` each hold the future
+    // they are given and move it again to await it; a box makes those moves a pointer's.
+    let called = Box::pin(async { Ok(call::call(state, request, id, rest).await) });
     let request_id = state.request_ids.for_headers(&call.headers);
     identified(request_id, answered(state, &Method::GET, path, Endpoint::Call, called)).await
 }
