@@ -2,7 +2,8 @@
 # Load benchmark on loopback, one machine: the same upstream documents fetched (a) from the
 # upstream directly, (b) through nginx as a plain reverse proxy with upstream keep-alive, (c)
 # through nginx with njs mapping the fields in JavaScript, and (d) through a recast route mapping
-# the same fields. Every run is bounded by LOAD_DURATION. Prints one table and writes it as CSV.
+# the same fields. Every run is bounded by LOAD_DURATION. Prints one table and writes it as CSV,
+# with the CPU time per request of the processes serving each target, read from /proc.
 #
 # Settings (environment): LOAD_DURATION (default 10s), LOAD_CONNECTIONS (default "16 64 256"),
 # LOAD_THREADS (wrk threads, default 2), LOAD_PORT (first of four ports, default 18080),
@@ -216,17 +217,41 @@ printf 'documents: recipe %s bytes -> %s mapped; list %s bytes -> %s mapped (rec
 to_ms() { # wrk latency text (e.g. 512.00us, 1.20ms, 2.00s) to milliseconds
     awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
 }
+cpu_ticks() { # user and system clock ticks so far of the given processes, all their threads
+    local pid
+    for pid in "$@"; do cat /proc/"$pid"/task/*/stat 2>/dev/null; done \
+        | awk '{ sub(/.*\) /, ""); user += $12; system += $13 } END { print user + 0, system + 0 }'
+}
+# The processes that serve each target: nginx's workers, or recast.
+serving() { # $1 target name
+    case $1 in
+        upstream) pgrep -P "${PIDS[0]}" ;;
+        proxy | njs) pgrep -P "${PIDS[1]}" ;;
+        recast) echo "${PIDS[2]}" ;;
+    esac
+}
+HZ=$(getconf CLK_TCK)
 mkdir -p "$(dirname "$CSV")"
-echo "document,connections,target,requests_per_s,p50_ms,p99_ms,errors" >"$CSV"
+echo "document,connections,target,requests_per_s,p50_ms,p99_ms,errors,user_us_per_request,system_us_per_request" >"$CSV"
 measure() { # $1 document, $2 connections, $3 target name, $4 URL
-    local out rps p50 p99 errors
+    local out rps p50 p99 errors requests pids before after user system
+    pids=$(serving "$3")
+    # shellcheck disable=SC2086 # one argument per process id
+    before=$(cpu_ticks $pids)
     out=$(wrk -t"$THREADS" -c"$2" -d"$DURATION" --latency "$4")
+    # shellcheck disable=SC2086
+    after=$(cpu_ticks $pids)
     rps=$(awk '/^Requests\/sec/ { print $2 }' <<<"$out")
     p50=$(to_ms "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
     p99=$(to_ms "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
     errors=$(awk '/Non-2xx|Socket errors/ { gsub(/[^0-9 ]/, " "); for (i = 1; i <= NF; i++) s += $i } END { print s + 0 }' <<<"$out")
-    echo "$1,$2,$3,$rps,$p50,$p99,$errors" >>"$CSV"
-    printf '  %-7s %5s conns  %-9s %10s req/s  p50 %8s ms  p99 %8s ms  errors %s\n' "$1" "$2" "$3" "$rps" "$p50" "$p99" "$errors"
+    requests=$(awk '/ requests in / { print $1 }' <<<"$out")
+    read -r user system < <(awk -v b="$before" -v a="$after" -v n="$requests" -v hz="$HZ" 'BEGIN {
+        split(b, x, " "); split(a, y, " "); if (n < 1) n = 1
+        printf "%.2f %.2f\n", (y[1] - x[1]) * 1e6 / hz / n, (y[2] - x[2]) * 1e6 / hz / n }')
+    echo "$1,$2,$3,$rps,$p50,$p99,$errors,$user,$system" >>"$CSV"
+    printf '  %-7s %5s conns  %-9s %10s req/s  p50 %8s ms  p99 %8s ms  errors %s  CPU us/request user %s system %s\n' \
+        "$1" "$2" "$3" "$rps" "$p50" "$p99" "$errors" "$user" "$system"
 }
 echo "wrk -t$THREADS -d$DURATION, connections: $CONNECTIONS"
 for doc in recipe list; do
@@ -240,11 +265,12 @@ for doc in recipe list; do
 done
 
 echo
-echo "| document | connections | upstream req/s | nginx proxy req/s | nginx+njs req/s | recast req/s | recast/proxy | recast/njs | p99 proxy ms | p99 recast ms |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-awk -F, 'NR > 1 { rps[$1","$2","$3] = $4; p99[$1","$2","$3] = $6; if (!seen[$1","$2]++) order[n++] = $1","$2 }
+echo "| document | connections | upstream req/s | nginx proxy req/s | nginx+njs req/s | recast req/s | recast/proxy | recast/njs | p99 proxy ms | p99 recast ms | CPU µs/req proxy (user+sys) | CPU µs/req recast (user+sys) |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+awk -F, 'NR > 1 { k = $1","$2","$3; rps[k] = $4; p99[k] = $6; cpu[k] = sprintf("%.1f+%.1f", $8, $9); if (!seen[$1","$2]++) order[n++] = $1","$2 }
     END { for (i = 0; i < n; i++) { k = order[i]; split(k, d, ",");
-        printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.2f× | %.2f× | %.2f | %.2f |\n", d[1], d[2], rps[k",upstream"], rps[k",proxy"],
-            rps[k",njs"], rps[k",recast"], rps[k",recast"] / rps[k",proxy"], rps[k",recast"] / rps[k",njs"], p99[k",proxy"], p99[k",recast"] } }' "$CSV"
+        printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.2f× | %.2f× | %.2f | %.2f | %s | %s |\n", d[1], d[2], rps[k",upstream"], rps[k",proxy"],
+            rps[k",njs"], rps[k",recast"], rps[k",recast"] / rps[k",proxy"], rps[k",recast"] / rps[k",njs"], p99[k",proxy"], p99[k",recast"],
+            cpu[k",proxy"], cpu[k",recast"] } }' "$CSV"
 echo
 echo "CSV: $CSV"

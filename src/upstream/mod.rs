@@ -7,8 +7,9 @@
 mod wire;
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
 use http::{HeaderMap, Method, StatusCode, header};
@@ -17,6 +18,7 @@ use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
+use tokio::time::Instant;
 use tower_service::Service as _;
 
 use crate::policy::{
@@ -40,7 +42,6 @@ pub struct Answer {
     pub status: StatusCode,
     /// The body, with spare capacity for the JSON parser's padding.
     pub body: Vec<u8>,
-    pub elapsed: Duration,
 }
 
 /// Why no answer came back.
@@ -164,10 +165,11 @@ impl UpstreamClient {
 
     /// Sends `request` and reads the answer, all within the total deadline.
     pub async fn call(&self, request: UpstreamRequest) -> Result<Answer, UpstreamError> {
+        // One reading of the clock: the deadline, and the time the pool counts idleness from.
         let started = Instant::now();
-        let exchange = self.exchange(request);
-        match tokio::time::timeout(self.settings.total_timeout, exchange).await {
-            Ok(Ok((status, body))) => Ok(Answer { status, body, elapsed: started.elapsed() }),
+        let exchange = self.exchange(request, started);
+        match tokio::time::timeout_at(started + self.settings.total_timeout, exchange).await {
+            Ok(Ok((status, body))) => Ok(Answer { status, body }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(UpstreamError::Timeout),
         }
@@ -176,12 +178,16 @@ impl UpstreamClient {
     /// One exchange on a pooled connection, or a new one. When a pooled connection fails before
     /// any byte of the answer (the upstream closed it while idle), an idempotent request is sent
     /// once more on a new connection.
-    async fn exchange(&self, request: UpstreamRequest) -> Result<(StatusCode, Vec<u8>), UpstreamError> {
+    async fn exchange(
+        &self,
+        request: UpstreamRequest,
+        started: Instant,
+    ) -> Result<(StatusCode, Vec<u8>), UpstreamError> {
         let key = Key::of(&request.uri)?;
         let bytes = wire::encode(&request);
         let head_only = request.method == Method::HEAD;
         let limit = self.settings.max_body;
-        let mut pooled = self.pool.take(&key);
+        let mut pooled = self.pool.take(&key, started);
         loop {
             let reused = pooled.is_some();
             let mut connection = match pooled.take() {
@@ -199,7 +205,7 @@ impl UpstreamClient {
                         "upstream answered"
                     );
                     if answer.reusable {
-                        self.pool.put(key, connection);
+                        self.pool.put(key, connection, started);
                     }
                     return Ok((answer.status, answer.body));
                 }
@@ -243,24 +249,25 @@ impl Key {
 /// Idle connections by upstream, newest last.
 #[derive(Default)]
 struct Pool {
-    idle: Mutex<HashMap<Key, Vec<wire::Connection>>>,
+    idle: Mutex<HashMap<Key, Vec<wire::Connection>, BuildHasherDefault<Fnv>>>,
 }
 
 impl Pool {
-    /// The most recently used idle connection to `key` that is still open.
-    fn take(&self, key: &Key) -> Option<wire::Connection> {
+    /// The most recently used idle connection to `key` that is still open at `now`.
+    fn take(&self, key: &Key, now: Instant) -> Option<wire::Connection> {
         loop {
             let connection = self.idle.lock().unwrap_or_else(PoisonError::into_inner).get_mut(key)?.pop();
             let mut connection = connection?;
-            if connection.idle_since.elapsed() < IDLE_TIMEOUT && connection.is_open() {
+            if now.saturating_duration_since(connection.idle_since) < IDLE_TIMEOUT && connection.is_open() {
                 return Some(connection);
             }
         }
     }
 
-    /// Keeps a connection for the next request to `key`; closes those idle too long.
-    fn put(&self, key: Key, mut connection: wire::Connection) {
-        let now = Instant::now();
+    /// Keeps a connection for the next request to `key`, idle from `now` (the start of the
+    /// exchange it served, a little early, so it expires no later than it should); closes those
+    /// idle too long.
+    fn put(&self, key: Key, mut connection: wire::Connection, now: Instant) {
         connection.idle_since = now;
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let connections = idle.entry(key).or_default();
@@ -270,6 +277,28 @@ impl Pool {
         connections.push(connection);
         drop(idle);
         drop(closed);
+    }
+}
+
+/// FNV-1a for the pool's keys: a handful of upstream authorities named by registered routes, so a
+/// keyed hash buys nothing, and an `Authority` is hashed a byte at a time.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
     }
 }
 

@@ -6,11 +6,11 @@
 //! no task per connection and no hand-off between tasks per request.
 
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use http::{Method, StatusCode, header};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+use tokio::time::Instant;
 
 use super::RESERVE_LIMIT;
 use crate::json::PADDING;
