@@ -6,14 +6,17 @@
 # with the CPU time per request of the processes serving each target, read from /proc.
 #
 # Settings (environment): LOAD_DURATION (default 10s), LOAD_CONNECTIONS (default "16 64 256"),
-# LOAD_THREADS (wrk threads, default 2), LOAD_PORT (first of four ports, default 18080),
-# LOAD_CSV (default $CARGO_TARGET_DIR/load/results.csv).
+# LOAD_ROUNDS (default 1: how many times the whole set is measured, one round after another; the
+# table gives medians, and each ratio is the median of the ratios within a round), LOAD_THREADS
+# (wrk threads, default 2), LOAD_PORT (first of four ports, default 18080), LOAD_CSV (default
+# $CARGO_TARGET_DIR/load/results.csv).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib.sh
 
 DURATION=${LOAD_DURATION:-10s}
 CONNECTIONS=${LOAD_CONNECTIONS:-16 64 256}
+ROUNDS=${LOAD_ROUNDS:-1}
 THREADS=${LOAD_THREADS:-2}
 PORT=${LOAD_PORT:-18080}
 CSV=${LOAD_CSV:-$CARGO_TARGET_DIR/load/results.csv}
@@ -220,7 +223,7 @@ to_ms() { # wrk latency text (e.g. 512.00us, 1.20ms, 2.00s) to milliseconds
 cpu_ticks() { # user and system clock ticks so far of the given processes, all their threads
     local pid
     for pid in "$@"; do cat /proc/"$pid"/task/*/stat 2>/dev/null; done \
-        | awk '{ sub(/.*\) /, ""); user += $12; system += $13 } END { print user + 0, system + 0 }'
+        | awk '{ sub(/.*\) /, ""); u += $12; s += $13 } END { print u + 0, s + 0 }'
 }
 # The processes that serve each target: nginx's workers, or recast.
 serving() { # $1 target name
@@ -232,8 +235,8 @@ serving() { # $1 target name
 }
 HZ=$(getconf CLK_TCK)
 mkdir -p "$(dirname "$CSV")"
-echo "document,connections,target,requests_per_s,p50_ms,p99_ms,errors,user_us_per_request,system_us_per_request" >"$CSV"
-measure() { # $1 document, $2 connections, $3 target name, $4 URL
+echo "round,document,connections,target,requests_per_s,p50_ms,p99_ms,errors,user_us_per_request,system_us_per_request" >"$CSV"
+measure() { # $1 document, $2 connections, $3 target name, $4 URL; $round is the round
     local out rps p50 p99 errors requests pids before after user system
     pids=$(serving "$3")
     # shellcheck disable=SC2086 # one argument per process id
@@ -249,28 +252,51 @@ measure() { # $1 document, $2 connections, $3 target name, $4 URL
     read -r user system < <(awk -v b="$before" -v a="$after" -v n="$requests" -v hz="$HZ" 'BEGIN {
         split(b, x, " "); split(a, y, " "); if (n < 1) n = 1
         printf "%.2f %.2f\n", (y[1] - x[1]) * 1e6 / hz / n, (y[2] - x[2]) * 1e6 / hz / n }')
-    echo "$1,$2,$3,$rps,$p50,$p99,$errors,$user,$system" >>"$CSV"
-    printf '  %-7s %5s conns  %-9s %10s req/s  p50 %8s ms  p99 %8s ms  errors %s  CPU us/request user %s system %s\n' \
-        "$1" "$2" "$3" "$rps" "$p50" "$p99" "$errors" "$user" "$system"
+    echo "$round,$1,$2,$3,$rps,$p50,$p99,$errors,$user,$system" >>"$CSV"
+    printf '  %s  %-7s %5s conns  %-9s %10s req/s  p50 %8s ms  p99 %8s ms  errors %s  CPU us/request user %s system %s\n' \
+        "$round" "$1" "$2" "$3" "$rps" "$p50" "$p99" "$errors" "$user" "$system"
 }
-echo "wrk -t$THREADS -d$DURATION, connections: $CONNECTIONS"
-for doc in recipe list; do
-    route=$RECIPE_ROUTE; [ "$doc" = list ] && route=$LIST_ROUTE
-    for c in $CONNECTIONS; do
-        measure "$doc" "$c" upstream "http://127.0.0.1:$UPSTREAM_PORT/$doc.json"
-        measure "$doc" "$c" proxy "http://127.0.0.1:$PROXY_PORT/$doc.json"
-        measure "$doc" "$c" njs "http://127.0.0.1:$NJS_PORT/$doc"
-        measure "$doc" "$c" recast "http://127.0.0.1:$RECAST_PORT$route"
+echo "wrk -t$THREADS -d$DURATION, connections: $CONNECTIONS, rounds: $ROUNDS"
+for round in $(seq 1 "$ROUNDS"); do
+    for doc in recipe list; do
+        route=$RECIPE_ROUTE; [ "$doc" = list ] && route=$LIST_ROUTE
+        for c in $CONNECTIONS; do
+            measure "$doc" "$c" upstream "http://127.0.0.1:$UPSTREAM_PORT/$doc.json"
+            measure "$doc" "$c" proxy "http://127.0.0.1:$PROXY_PORT/$doc.json"
+            measure "$doc" "$c" njs "http://127.0.0.1:$NJS_PORT/$doc"
+            measure "$doc" "$c" recast "http://127.0.0.1:$RECAST_PORT$route"
+        done
     done
 done
 
 echo
+[ "$ROUNDS" -gt 1 ] && echo "Medians over $ROUNDS rounds; each ratio is the median of the ratios within a round."
 echo "| document | connections | upstream req/s | nginx proxy req/s | nginx+njs req/s | recast req/s | recast/proxy | recast/njs | p99 proxy ms | p99 recast ms | CPU µs/req proxy (user+sys) | CPU µs/req recast (user+sys) |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-awk -F, 'NR > 1 { k = $1","$2","$3; rps[k] = $4; p99[k] = $6; cpu[k] = sprintf("%.1f+%.1f", $8, $9); if (!seen[$1","$2]++) order[n++] = $1","$2 }
-    END { for (i = 0; i < n; i++) { k = order[i]; split(k, d, ",");
-        printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.2f× | %.2f× | %.2f | %.2f | %s | %s |\n", d[1], d[2], rps[k",upstream"], rps[k",proxy"],
-            rps[k",njs"], rps[k",recast"], rps[k",recast"] / rps[k",proxy"], rps[k",recast"] / rps[k",njs"], p99[k",proxy"], p99[k",recast"],
-            cpu[k",proxy"], cpu[k",recast"] } }' "$CSV"
+awk -F, '
+    function median(list,    v, n, i, j, t) {
+        n = split(substr(list, 2), v, " ")
+        for (i = 2; i <= n; i++) { t = v[i] + 0; for (j = i - 1; j >= 1 && v[j] + 0 > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
+        return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    }
+    NR > 1 {
+        k = $2","$3","$4; rps[k] = rps[k] " " $5; p99[k] = p99[k] " " $7; user[k] = user[k] " " $9; sys[k] = sys[k] " " $10
+        one[$1","k] = $5
+        if (!seen[$2","$3]++) order[n++] = $2","$3
+        if (!counted[$1]++) rounds[r++] = $1
+    }
+    END {
+        for (i = 0; i < n; i++) {
+            k = order[i]; split(k, d, ","); proxy = ""; njs = ""
+            for (j = 0; j < r; j++) {
+                q = rounds[j]","k
+                proxy = proxy " " one[q",recast"] / one[q",proxy"]; njs = njs " " one[q",recast"] / one[q",njs"]
+            }
+            printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.2f× | %.2f× | %.2f | %.2f | %.1f+%.1f | %.1f+%.1f |\n", d[1], d[2],
+                median(rps[k",upstream"]), median(rps[k",proxy"]), median(rps[k",njs"]), median(rps[k",recast"]),
+                median(proxy), median(njs), median(p99[k",proxy"]), median(p99[k",recast"]),
+                median(user[k",proxy"]), median(sys[k",proxy"]), median(user[k",recast"]), median(sys[k",recast"])
+        }
+    }' "$CSV"
 echo
 echo "CSV: $CSV"
