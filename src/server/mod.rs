@@ -192,6 +192,14 @@ pub async fn run_with(
     if state.store.migrated > 0 {
         tracing::info!(routes = state.store.migrated, "stored routes sealed with the secret key");
     }
+    // Said before the loader starts, so these lines come before the `Running` one.
+    tracing::info!(address = %listen, "listening");
+    if state.admin.is_none() {
+        tracing::warn!(
+            "RECAST_ADMIN_TOKEN is not set: anyone who can reach {listen} can register and change routes"
+        );
+    }
+    tracing::info!(upstream_allow = %state.config.upstream_allow, "outbound policy: public addresses, plus");
     let loader = {
         let state = state.clone();
         tokio::task::spawn_blocking(move || {
@@ -220,13 +228,6 @@ pub async fn run_with(
     };
     let open = Arc::new(Open::default());
     let mut connections = JoinSet::new();
-    tracing::info!(address = %listen, "listening");
-    if state.admin.is_none() {
-        tracing::warn!(
-            "RECAST_ADMIN_TOKEN is not set: anyone who can reach {listen} can register and change routes"
-        );
-    }
-    tracing::info!(upstream_allow = %state.config.upstream_allow, "outbound policy: public addresses, plus");
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
