@@ -104,7 +104,8 @@ async fn serve(
                 Parsed::Call(call) => break call,
                 Parsed::Partial if !buffer.is_full() => {}
                 Parsed::Partial | Parsed::Other => {
-                    return hand_off(state, stream, activity, &http, closing, buffer.filled()).await;
+                    drop(out);
+                    return hand_off(state, stream, activity, &http, closing, buffer).await;
                 }
             }
             // Between requests, a graceful close closes at once, a head begun or not: the driver
@@ -123,8 +124,12 @@ async fn serve(
             }
         };
         let busy = activity.busy();
-        let response = answer(&state, &call).await;
+        let mut response = answer(&state, &call).await;
         drop(busy);
+        // Closing after this answer: say so, as hyper does.
+        if closing.load(Ordering::Relaxed) {
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         encode(&mut out, response);
         stream.write_all(&out).await?;
         buffer.consume(call.length);
@@ -310,14 +315,15 @@ impl Buffer {
     }
 }
 
-/// Gives the connection to hyper, which reads `read` first, and serves it there to its end.
+/// Gives the connection to hyper, which reads the bytes left in `read` first, and serves it there
+/// to its end.
 async fn hand_off(
     state: Arc<State>,
     stream: Watched<TcpStream>,
     activity: Arc<Activity>,
     http: &Builder,
     closing: Arc<AtomicBool>,
-    read: &[u8],
+    read: Buffer,
 ) -> Result<(), LaneError> {
     let service = service_fn(move |request| {
         let state = state.clone();
@@ -328,7 +334,8 @@ async fn hand_off(
             Ok::<_, std::convert::Infallible>(response)
         }
     });
-    let io = TokioIo::new(Rewind { read: read.to_vec(), at: 0, stream });
+    let read = (!read.filled().is_empty()).then_some(read);
+    let io = TokioIo::new(Rewind { read, stream });
     let mut connection = std::pin::pin!(http.serve_connection(io, service));
     let mut told = false;
     poll_fn(|cx| {
@@ -342,10 +349,10 @@ async fn hand_off(
     .map_err(Into::into)
 }
 
-/// A stream that gives back bytes already read from it before reading on.
+/// A stream that gives back bytes already read from it before reading on; the lane's buffer is
+/// freed once they are given.
 struct Rewind<S> {
-    read: Vec<u8>,
-    at: usize,
+    read: Option<Buffer>,
     stream: S,
 }
 
@@ -355,10 +362,13 @@ impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        if self.at < self.read.len() {
-            let n = (self.read.len() - self.at).min(buf.remaining());
-            buf.put_slice(&self.read[self.at..self.at + n]);
-            self.at += n;
+        if let Some(read) = &mut self.read {
+            let n = read.filled().len().min(buf.remaining());
+            buf.put_slice(&read.filled()[..n]);
+            read.consume(n);
+            if read.filled().is_empty() {
+                self.read = None;
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut self.stream).poll_read(cx, buf)

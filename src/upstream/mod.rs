@@ -117,6 +117,8 @@ type Connector = HttpsConnector<Guarded<HttpConnector<PolicyResolver>>>;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// The most idle connections kept per upstream host.
 const MAX_IDLE_PER_HOST: usize = 1024;
+/// How often idle connections past `IDLE_TIMEOUT` are looked for and closed.
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
 /// The pooled client; cheap to share.
 #[derive(Clone)]
@@ -141,7 +143,21 @@ impl UpstreamClient {
         http.set_nodelay(true);
         http.set_connect_timeout(Some(settings.connect_timeout));
         let connector = https_or_http(Guarded { inner: http, policy: policy.clone() });
-        UpstreamClient { connector, pool: Arc::default(), settings, policy, lookup }
+        let pool = Arc::new(Pool::default());
+        // Idle connections are also closed when nothing calls their upstream any more.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let pool = Arc::downgrade(&pool);
+            runtime.spawn(async move {
+                let mut every = tokio::time::interval(SWEEP_EVERY);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    let Some(pool) = pool.upgrade() else { break };
+                    pool.sweep(Instant::now());
+                }
+            });
+        }
+        UpstreamClient { connector, pool, settings, policy, lookup }
     }
 
     /// Checks the host of `uri` against the policy without connecting (registration's first
@@ -264,6 +280,23 @@ impl Pool {
         }
     }
 
+    /// Closes the connections idle since before `now - IDLE_TIMEOUT`, and forgets upstreams with
+    /// none left.
+    fn sweep(&self, now: Instant) {
+        let mut closed = Vec::new();
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        idle.retain(|_, connections| {
+            let expired = connections
+                .iter()
+                .take_while(|c| now.saturating_duration_since(c.idle_since) >= IDLE_TIMEOUT)
+                .count();
+            closed.extend(connections.drain(..expired));
+            !connections.is_empty()
+        });
+        drop(idle);
+        drop(closed);
+    }
+
     /// Keeps a connection for the next request to `key`, idle from `now` (the start of the
     /// exchange it served, a little early, so it expires no later than it should); closes those
     /// idle too long.
@@ -271,7 +304,10 @@ impl Pool {
         connection.idle_since = now;
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let connections = idle.entry(key).or_default();
-        let expired = connections.iter().take_while(|c| now - c.idle_since >= IDLE_TIMEOUT).count();
+        let expired = connections
+            .iter()
+            .take_while(|c| now.saturating_duration_since(c.idle_since) >= IDLE_TIMEOUT)
+            .count();
         let over = (connections.len() + 1).saturating_sub(MAX_IDLE_PER_HOST);
         let closed: Vec<_> = connections.drain(..expired.max(over)).collect();
         connections.push(connection);

@@ -25,6 +25,13 @@ const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 128;
 /// What a read asks for at least.
 const READ_SIZE: usize = 8 * 1024;
+/// The most interim (1xx) answers skipped before the answer.
+const MAX_INTERIM: usize = 16;
+/// The longest chunk size line, extensions included.
+const MAX_CHUNK_LINE: usize = 4 * 1024;
+/// A read buffer larger than this after an exchange (a big chunk passed through it) is not kept
+/// while the connection sits in the pool.
+const KEEP_BUFFER: usize = 64 * 1024;
 
 /// One open connection to an upstream.
 pub(super) struct Connection {
@@ -140,16 +147,15 @@ impl Connection {
         };
         sent.await.map_err(|e| Failed::Stale(format!("sending the request failed: {e}")))?;
         let head = self.read_head(head_only).await?;
-        if head.framing == Framing::Length(0) {
-            let reusable = head.keep_alive && self.buf.len() == head.length;
-            self.buf.clear();
-            return Ok(Exchanged { status: head.status, body: Vec::with_capacity(PADDING), reusable });
-        }
         let (body, clean) = match head.framing {
+            Framing::Length(0) => (Vec::with_capacity(PADDING), self.buf.len() == head.length),
             Framing::Length(n) => self.read_length(head.length, n, limit).await?,
             Framing::Chunked => self.read_chunked(head.length, limit).await?,
             Framing::UntilClose => (self.read_to_close(head.length, limit).await?, false),
         };
+        if self.buf.capacity() > KEEP_BUFFER {
+            self.buf = Vec::with_capacity(READ_SIZE);
+        }
         self.buf.clear();
         Ok(Exchanged { status: head.status, body, reusable: clean && head.keep_alive })
     }
@@ -162,21 +168,34 @@ impl Connection {
 
     /// Reads until a whole head is in the buffer and interprets it; skips interim (1xx) answers.
     async fn read_head(&mut self, head_only: bool) -> Result<Head, Failed> {
-        let mut start = 0;
+        let mut interim = 0;
+        let mut received = false;
+        // Where the buffer ended when a parse last found the head incomplete: a head that
+        // arrives in many small reads is parsed again only once a blank line has come.
+        let mut incomplete_at: Option<usize> = None;
         loop {
-            if self.buf.len() > start {
-                if let Some(head) = self.parse_head(start, head_only)? {
-                    if head.status.is_informational() {
-                        start = head.length;
+            let worth_parsing =
+                !self.buf.is_empty() && incomplete_at.is_none_or(|end| has_blank_line(&self.buf, end));
+            if worth_parsing {
+                match self.parse_head(head_only)? {
+                    Some(head) if !head.status.is_informational() => return Ok(head),
+                    Some(interim_answer) => {
+                        interim += 1;
+                        if interim > MAX_INTERIM {
+                            return Err(Failed::Broken(format!("more than {MAX_INTERIM} interim answers")));
+                        }
+                        self.buf.drain(..interim_answer.length);
+                        incomplete_at = None;
                         continue;
                     }
-                    return Ok(head);
-                }
-                if self.buf.len() - start > MAX_HEAD {
-                    return Err(head_too_large());
+                    None => incomplete_at = Some(self.buf.len()),
                 }
             }
-            let nothing_yet = self.buf.is_empty();
+            if self.buf.len() > MAX_HEAD {
+                return Err(head_too_large());
+            }
+            let nothing_yet = !received;
+            received = true;
             match self.fill().await {
                 Ok(0) if nothing_yet => {
                     return Err(Failed::Stale("the upstream closed the connection".into()));
@@ -189,13 +208,12 @@ impl Connection {
         }
     }
 
-    /// The head that begins at `start` in the buffer, if it is all there. Its `length` counts
-    /// from the buffer's start.
-    fn parse_head(&self, start: usize, head_only: bool) -> Result<Option<Head>, Failed> {
+    /// The head at the start of the buffer, if it is all there.
+    fn parse_head(&self, head_only: bool) -> Result<Option<Head>, Failed> {
         let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut answer = httparse::Response::new(&mut lines);
-        let length = match answer.parse(&self.buf[start..]) {
-            Ok(httparse::Status::Complete(length)) if length <= MAX_HEAD => start + length,
+        let length = match answer.parse(&self.buf) {
+            Ok(httparse::Status::Complete(length)) if length <= MAX_HEAD => length,
             Ok(httparse::Status::Complete(_)) => return Err(head_too_large()),
             Ok(httparse::Status::Partial) => return Ok(None),
             Err(e) => return Err(Failed::Broken(format!("the answer is not HTTP/1.1: {e}"))),
@@ -213,9 +231,10 @@ impl Connection {
         for line in answer.headers.iter() {
             let name = line.name.as_bytes();
             if name.eq_ignore_ascii_case(b"content-length") {
-                let n = std::str::from_utf8(line.value)
-                    .ok()
-                    .and_then(|v| v.trim().parse::<u64>().ok())
+                let digits = line.value.trim_ascii();
+                let n = (!digits.is_empty() && digits.iter().all(u8::is_ascii_digit))
+                    .then(|| std::str::from_utf8(digits).ok()?.parse::<u64>().ok())
+                    .flatten()
                     .ok_or_else(|| Failed::Broken("the answer's Content-Length is not a number".into()))?;
                 if declared.is_some_and(|d| d != n) {
                     return Err(Failed::Broken("the answer has two different Content-Lengths".into()));
@@ -235,6 +254,11 @@ impl Connection {
             || status.is_informational()
             || status == StatusCode::NO_CONTENT
             || status == StatusCode::NOT_MODIFIED;
+        // Both a length and a coding: the coding frames the body, and the connection is not
+        // trusted with another request (RFC 9112 §6.3).
+        if chunked.is_some() && declared.is_some() {
+            keep_alive = false;
+        }
         let framing = match (bodiless, chunked, declared) {
             (true, _, _) => Framing::Length(0),
             (false, Some(true), _) => Framing::Chunked,
@@ -274,11 +298,19 @@ impl Connection {
         let mut at = from;
         loop {
             // The size line.
+            let invalid = || Failed::Broken("the answer's chunk size is invalid".into());
             let (taken, size) = loop {
+                // The line begins with the size in hex (an empty size is not zero).
+                if self.buf.get(at).is_some_and(|b| !b.is_ascii_hexdigit()) {
+                    return Err(invalid());
+                }
                 match httparse::parse_chunk_size(&self.buf[at..]) {
                     Ok(httparse::Status::Complete(found)) => break found,
+                    Ok(httparse::Status::Partial) if self.buf.len() - at > MAX_CHUNK_LINE => {
+                        return Err(Failed::Broken("a chunk size line is too long".into()));
+                    }
                     Ok(httparse::Status::Partial) => self.more(&mut at).await?,
-                    Err(_) => return Err(Failed::Broken("the answer's chunk size is invalid".into())),
+                    Err(_) => return Err(invalid()),
                 }
             };
             at += taken;
@@ -289,7 +321,7 @@ impl Connection {
                 return Err(Failed::TooLarge);
             }
             // The chunk's data and its CRLF.
-            let end = size as usize + 2;
+            let end = usize::try_from(size).ok().and_then(|n| n.checked_add(2)).ok_or(Failed::TooLarge)?;
             while self.buf.len() - at < end {
                 self.more(&mut at).await?;
             }
@@ -299,16 +331,28 @@ impl Connection {
             body.extend_from_slice(&self.buf[at..at + end - 2]);
             at += end;
         }
-        // Trailer lines, up to the empty line.
+        // Trailer lines, up to the empty line; at most `MAX_HEAD` bytes of them in all.
+        let mut trailers = 0;
+        // How far past `at` the buffer is known to hold no CRLF.
+        let mut searched: usize = 0;
         loop {
-            match self.buf[at..].windows(2).position(|w| w == b"\r\n") {
+            let line = self.buf[at + searched.saturating_sub(1)..]
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .map(|i| i + searched.saturating_sub(1));
+            searched = self.buf.len() - at;
+            if trailers + line.unwrap_or(self.buf.len() - at) > MAX_HEAD {
+                return Err(Failed::Broken("the answer's trailers are too large".into()));
+            }
+            match line {
                 Some(0) => {
                     at += 2;
                     break;
                 }
-                Some(line) => at += line + 2,
-                None if self.buf.len() - at > MAX_HEAD => {
-                    return Err(Failed::Broken("the answer's trailers are too large".into()));
+                Some(line) => {
+                    at += line + 2;
+                    trailers += line + 2;
+                    searched = 0;
                 }
                 None => self.more(&mut at).await?,
             }
@@ -350,4 +394,10 @@ impl Connection {
 
 fn head_too_large() -> Failed {
     Failed::Broken(format!("the answer's head is larger than {MAX_HEAD} bytes"))
+}
+
+/// Whether `buf` holds the blank line that ends a head (`\n\n` or `\n\r\n`) ending after `from`.
+fn has_blank_line(buf: &[u8], from: usize) -> bool {
+    (from.saturating_sub(2)..buf.len())
+        .any(|i| buf[i] == b'\n' && (buf[..i].ends_with(b"\n") || buf[..i].ends_with(b"\n\r")))
 }

@@ -164,5 +164,6 @@ async fn a_call_in_flight_at_shutdown_is_answered_and_its_connection_closed() {
     assert_eq!(answers.len(), 1);
     assert_eq!(answers[0].status_line, "HTTP/1.1 200 OK");
     assert_eq!(answers[0].header("x-request-id"), Some("late"));
+    assert_eq!(answers[0].header("connection"), Some("close"), "the answer says the connection closes");
     tokio::time::timeout(Duration::from_secs(10), stopping).await.expect("stops").unwrap();
 }

@@ -184,6 +184,18 @@ async fn a_pooled_connection_closed_by_the_upstream_is_replaced_for_idempotent_r
     }
     assert_eq!(upstream.connections.load(Ordering::SeqCst), 3, "a new connection for each call");
 
+    // A pooled connection closed as the request goes out: the GET is sent again on a new one.
+    let closing = Scripted::start(|n| match n {
+        1 => Step::SendAndClose(Vec::new()),
+        _ => Step::Send(vec![ok("content-length: 2\r\n", "{}")]),
+    })
+    .await;
+    assert!(client.call(get(&closing.url)).await.is_ok());
+    let answer = client.call(get(&closing.url)).await.expect("sent again on a new connection");
+    assert_eq!(answer.body, b"{}");
+    assert_eq!(closing.requests.lock().unwrap().len(), 3, "the second call was sent twice");
+    assert_eq!(closing.connections.load(Ordering::SeqCst), 2);
+
     // An upstream that reads a request and closes without answering: a POST is not sent twice.
     let once = Scripted::start(|n| match n {
         0 => Step::Send(vec![ok("content-length: 2\r\n", "{}")]),
@@ -219,17 +231,39 @@ async fn malformed_or_oversized_answers_are_errors() {
         ("chunks over the limit", ok("transfer-encoding: chunked\r\n", "3e9\r\n"), "too large"),
         ("length over the limit", ok("content-length: 1001\r\n", ""), "too large"),
         ("until close over the limit", ok("", &"x".repeat(5000)), "too large"),
-        ("head too large", ok(&format!("x-big: {}\r\n", "y".repeat(70_000)), ""), "broken"),
+        (
+            "head too large",
+            ok(&format!("x-big: {}\r\n", "y".repeat(70_000)), ""),
+            "broken: the answer's head is larger",
+        ),
+        (
+            "a flood of interim answers",
+            ["HTTP/1.1 100 Continue\r\n\r\n".repeat(20).into_bytes(), ok("content-length: 2\r\n", "{}")]
+                .concat(),
+            "broken: more than 16 interim answers",
+        ),
+        (
+            "a chunk size line without end",
+            ok("transfer-encoding: chunked\r\n", &format!("1;{}", "a".repeat(5000))),
+            "broken: a chunk size line is too long",
+        ),
+        ("an empty chunk size", ok("transfer-encoding: chunked\r\n", "\r\n\r\n"), "broken"),
+        ("a signed length", ok("content-length: +2\r\n", "{}"), "broken"),
+        (
+            "endless trailers",
+            ok("transfer-encoding: chunked\r\n", &format!("0\r\n{}", "x-t: v\r\n".repeat(10_000))),
+            "broken: the answer's trailers are too large",
+        ),
     ];
     let client = client();
     for (name, bytes, expected) in cases {
         let upstream = Scripted::start(move |_| Step::SendAndClose(bytes.clone())).await;
         let error = client.call(get(&upstream.url)).await.expect_err(name);
-        let kind = match error {
-            UpstreamError::Broken(_) => "broken",
-            UpstreamError::TooLarge { limit: 1000 } => "too large",
-            _ => "another error",
+        let kind = match &error {
+            UpstreamError::Broken(why) => format!("broken: {why}"),
+            UpstreamError::TooLarge { limit: 1000 } => "too large".to_owned(),
+            _ => "another error".to_owned(),
         };
-        assert_eq!(kind, expected, "{name}: {error:?}");
+        assert!(kind.starts_with(expected), "{name}: {error:?}");
     }
 }
