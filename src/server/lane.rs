@@ -142,8 +142,8 @@ async fn serve(
 /// Serves a route call as [`super::handle`] would.
 async fn answer(state: &State, call: &Call) -> Response {
     let path = call.target.path();
-    let mut segments = path[1..].splitn(3, '/').skip(1);
-    let (id, rest) = (segments.next().unwrap_or_default(), segments.next().unwrap_or_default());
+    // `parse` let only route calls in.
+    let (id, rest) = route_call(path).unwrap_or_default();
     let request = call::CallRequest {
         method: &Method::GET,
         path,
@@ -176,9 +176,7 @@ fn parse(bytes: &[u8], max_headers: usize) -> Parsed {
     }
     let Some(target) = request.path.filter(|p| p.starts_with("/v1/")) else { return Parsed::Other };
     let Ok(target) = PathAndQuery::try_from(target) else { return Parsed::Other };
-    // `/v1/{id}/{rest}`, where `/v1/routes/{id}` is route management (see `super::endpoint`).
-    let mut segments = target.path()[1..].splitn(3, '/');
-    if segments.nth(1).is_none_or(|id| id == "routes") || segments.next().is_none() {
+    if route_call(target.path()).is_none() {
         return Parsed::Other;
     }
     let mut headers = HeaderMap::with_capacity(request.headers.len());
@@ -200,6 +198,17 @@ fn parse(bytes: &[u8], max_headers: usize) -> Parsed {
         headers.append(name, value);
     }
     Parsed::Call(Call { length, target, headers })
+}
+
+/// The uuid and path segments of a route call's path, `/v1/{uuid}/{path}`, by the same rule the
+/// router uses (`super::endpoint`); `None` for a path of another endpoint.
+fn route_call(path: &str) -> Option<(&str, &str)> {
+    let segments: smallvec::SmallVec<[&str; 3]> =
+        path.strip_prefix('/').unwrap_or(path).splitn(3, '/').collect();
+    match (super::endpoint(&segments), segments.as_slice()) {
+        (Endpoint::Call, [_, id, rest]) => Some((id, rest)),
+        _ => None,
+    }
 }
 
 /// Writes `response` as HTTP/1.1 bytes into `out`, as hyper writes it: status line, the
