@@ -92,7 +92,7 @@ pub struct Config {
     #[arg(long, env = SHUTDOWN_GRACE_MS, default_value_t = DEFAULT_SHUTDOWN_GRACE_MS)]
     pub shutdown_grace_ms: u64,
 
-    /// Worker threads of the runtime [default: number of cores].
+    /// Threads serving connections, each with its own event loop [default: number of cores].
     #[arg(long, env = WORKERS, value_parser = clap::value_parser!(u16).range(1..).map(usize::from))]
     pub workers: Option<usize>,
 
@@ -201,8 +201,19 @@ impl Config {
             connect_timeout: Duration::from_millis(self.upstream_connect_timeout_ms),
             total_timeout: Duration::from_millis(self.upstream_timeout_ms),
             max_body: self.max_upstream_bytes,
+            workers: self.workers(),
         }
     }
+
+    /// How many threads serve connections: `RECAST_WORKERS`, or one per core.
+    pub fn workers(&self) -> usize {
+        self.workers.unwrap_or_else(cores)
+    }
+}
+
+/// The number of cores recast may run on (1 if that cannot be told).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// 127.0.0.0/8, ::1, or an IPv4-mapped loopback address (`::ffff:127.0.0.1`).

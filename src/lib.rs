@@ -17,3 +17,4 @@ pub mod server;
 pub mod storage;
 pub mod table;
 pub mod upstream;
+pub mod workers;

@@ -142,11 +142,12 @@ fn serve(config: Config) -> anyhow::Result<()> {
     init_logging(&config)?;
     // Before binding, so an exposed address is never opened with open admin endpoints.
     config.check_exposure(config.listen).map_err(anyhow::Error::msg)?;
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(workers) = config.workers {
-        runtime.worker_threads(workers);
-    }
-    let runtime = runtime.enable_all().build().context("cannot start the runtime")?;
+    // This runtime accepts connections and runs the background work; the connections themselves
+    // are served by the workers (`recast::workers`), each on its own runtime.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await

@@ -37,6 +37,7 @@ use crate::route::Route;
 use crate::storage::{RawRecord, StorageError, Store};
 use crate::table::RouteTable;
 use crate::upstream::{BodyError, UpstreamClient, read_limited};
+use crate::workers::Workers;
 pub use preview::preview_output;
 pub use problem::ApiError;
 
@@ -227,6 +228,7 @@ pub async fn run_with(
         head: Duration::from_millis(state.config.header_timeout_ms),
     };
     let open = Arc::new(Open::default());
+    let workers = Workers::start(state.config.workers()).map_err(RunError::Io)?;
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -234,19 +236,34 @@ pub async fn run_with(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
                     let _ = stream.set_nodelay(true);
+                    // Taken off this runtime's event loop, to join the loop of the worker it goes to.
+                    let stream = match stream.into_std() {
+                        Ok(stream) => stream,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "accepted connection dropped");
+                            continue;
+                        }
+                    };
                     let activity = Activity::new();
                     let registered = open.register(&activity);
-                    let stream = connection::Watched::new(stream, activity.clone());
-                    let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http.clone());
-                    let driven = connection::drive(connection, activity, timeouts);
-                    connections.spawn(async move {
+                    let (worker, placed) = workers.place();
+                    let state = state.clone();
+                    let http = http.clone();
+                    connections.spawn_on(async move {
                         let _registered = registered;
-                        match driven.await {
+                        let _placed = placed;
+                        let stream = match tokio::net::TcpStream::from_std(stream) {
+                            Ok(stream) => stream,
+                            Err(e) => return tracing::warn!(error = %e, "accepted connection dropped"),
+                        };
+                        let stream = connection::Watched::new(stream, activity.clone());
+                        let connection = lane::Lane::new(state, stream, activity.clone(), http);
+                        match connection::drive(connection, activity, timeouts).await {
                             Some(Err(e)) => tracing::debug!(error = %e, "connection ended with an error"),
                             None => tracing::debug!("connection dropped after its deadline"),
                             Some(Ok(())) => {}
                         }
-                    });
+                    }, worker);
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: wait a moment instead of spinning.
@@ -268,6 +285,7 @@ pub async fn run_with(
         tracing::warn!(open = connections.len(), ?grace, "grace period over; closing what is left");
     }
     connections.shutdown().await;
+    drop(workers);
     if tokio::time::timeout(grace, loader).await.is_err() {
         // The loader holds the state; the store closes when it finishes (or the process exits).
         tracing::warn!("stopped while routes were still loading");
@@ -286,7 +304,7 @@ fn load_routes(state: &State) {
     /// Records handed to a decoding thread at a time.
     const BATCH: usize = 256;
     let limits = state.config.limits();
-    let threads = default_threads();
+    let threads = crate::config::cores();
     let (batches, receiver) = std::sync::mpsc::sync_channel::<Vec<RawRecord>>(threads * 2);
     // Only the decoders hold the receiver, so if they all ended, sending fails instead of blocking.
     let receiver = Arc::new(Mutex::new(receiver));
@@ -377,11 +395,6 @@ impl Loaded {
             unreadable: self.unreadable + other.unreadable,
         }
     }
-}
-
-/// One per core.
-fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Routes one request and finishes its answer.

@@ -34,6 +34,9 @@ pub struct UpstreamSettings {
     pub total_timeout: Duration,
     /// Largest answer body read.
     pub max_body: usize,
+    /// How many workers serve connections ([`crate::workers`]): each keeps its own idle
+    /// connections, so a connection is only ever used on the thread whose event loop it is on.
+    pub workers: usize,
 }
 
 /// An upstream's answer, read whole.
@@ -124,7 +127,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 pub struct UpstreamClient {
     connector: Connector,
-    pool: Arc<Pool>,
+    pools: Arc<Pools>,
     settings: UpstreamSettings,
     policy: Arc<OutboundPolicy>,
     lookup: Arc<dyn Lookup>,
@@ -143,21 +146,23 @@ impl UpstreamClient {
         http.set_nodelay(true);
         http.set_connect_timeout(Some(settings.connect_timeout));
         let connector = https_or_http(Guarded { inner: http, policy: policy.clone() });
-        let pool = Arc::new(Pool::default());
+        // One per worker, and one for the calls made on any other thread.
+        let pools = Arc::new(Pools((0..=settings.workers).map(|_| Pool::default()).collect()));
         // Idle connections are also closed when nothing calls their upstream any more.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let pool = Arc::downgrade(&pool);
+            let pools = Arc::downgrade(&pools);
             runtime.spawn(async move {
                 let mut every = tokio::time::interval(SWEEP_EVERY);
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     every.tick().await;
-                    let Some(pool) = pool.upgrade() else { break };
-                    pool.sweep(Instant::now());
+                    let Some(pools) = pools.upgrade() else { break };
+                    let now = Instant::now();
+                    pools.0.iter().for_each(|pool| pool.sweep(now));
                 }
             });
         }
-        UpstreamClient { connector, pool, settings, policy, lookup }
+        UpstreamClient { connector, pools, settings, policy, lookup }
     }
 
     /// Checks the host of `uri` against the policy without connecting (registration's first
@@ -203,7 +208,8 @@ impl UpstreamClient {
         let bytes = wire::encode(&request);
         let head_only = request.method == Method::HEAD;
         let limit = self.settings.max_body;
-        let mut pooled = self.pool.take(&key, started);
+        let pool = self.pools.here();
+        let mut pooled = pool.take(&key, started);
         loop {
             let reused = pooled.is_some();
             let mut connection = match pooled.take() {
@@ -221,7 +227,7 @@ impl UpstreamClient {
                         "upstream answered"
                     );
                     if answer.reusable {
-                        self.pool.put(key, connection, started);
+                        pool.put(key, connection, started);
                     }
                     return Ok((answer.status, answer.body));
                 }
@@ -259,6 +265,17 @@ impl Key {
             (Some(scheme), Some(authority)) => Ok(Key(scheme.clone(), authority.clone())),
             _ => Err(UpstreamError::Connect(format!("`{uri}` is not an absolute URL"))),
         }
+    }
+}
+
+/// The idle connections of each worker (index = worker number), and of other threads (0).
+struct Pools(Box<[Pool]>);
+
+impl Pools {
+    /// The calling thread's pool.
+    fn here(&self) -> &Pool {
+        // A worker numbered past the client's settings (a client made for fewer workers) shares.
+        &self.0[crate::workers::current() % self.0.len()]
     }
 }
 

@@ -101,6 +101,7 @@ fn client() -> UpstreamClient {
         connect_timeout: Duration::from_secs(2),
         total_timeout: Duration::from_secs(5),
         max_body: 1000,
+        workers: 1,
     };
     let allow: AllowList = "127.0.0.1/32".parse().unwrap();
     UpstreamClient::new(settings, Arc::new(OutboundPolicy::new(&allow)), Arc::new(SystemLookup))

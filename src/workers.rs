@@ -1,0 +1,116 @@
+//! The threads that serve connections: one per core by default (`RECAST_WORKERS`), each running
+//! its own single-threaded runtime with its own event loop and timers, like the worker processes
+//! of an event-driven proxy. The accept loop hands each new connection to the worker with the
+//! fewest open ones, and the connection stays there: every request on it is read, sent upstream
+//! (over that worker's own upstream connections, see [`crate::upstream`]), mapped and answered
+//! on one thread, with no task moving between threads and no wake-up crossing them.
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+thread_local! {
+    /// The number of the worker this thread is (1, 2, …), or 0 on any other thread.
+    static WORKER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The number of the worker the calling thread is, from 1; 0 outside the workers.
+pub fn current() -> usize {
+    WORKER.with(Cell::get)
+}
+
+/// The running workers; they stop when this is dropped.
+pub(crate) struct Workers {
+    workers: Vec<Worker>,
+}
+
+struct Worker {
+    handle: Handle,
+    /// Connections handed to this worker and not yet closed.
+    open: Arc<AtomicUsize>,
+    /// Dropped (or sent) to stop the worker.
+    stop: Option<oneshot::Sender<()>>,
+}
+
+/// Counts a connection on its worker while it lives.
+pub(crate) struct Placed(Arc<AtomicUsize>);
+
+impl Drop for Placed {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Workers {
+    /// Starts `count` workers (at least one).
+    pub(crate) fn start(count: usize) -> std::io::Result<Workers> {
+        let mut workers = Vec::with_capacity(count.max(1));
+        for number in 1..=count.max(1) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let handle = runtime.handle().clone();
+            let (stop, stopped) = oneshot::channel::<()>();
+            std::thread::Builder::new().name(format!("recast-worker-{number}")).spawn(move || {
+                WORKER.with(|worker| worker.set(number));
+                // Until stopped; the connections' tasks run while this waits.
+                let _ = runtime.block_on(stopped);
+                // Tasks still there were aborted by the server; blocking ones finish on their own.
+                runtime.shutdown_background();
+            })?;
+            workers.push(Worker { handle, open: Arc::new(AtomicUsize::new(0)), stop: Some(stop) });
+        }
+        Ok(Workers { workers })
+    }
+
+    /// The worker with the fewest open connections (the first of those on a tie), where the next
+    /// connection goes, and its count taken for that connection.
+    pub(crate) fn place(&self) -> (&Handle, Placed) {
+        let worker = self
+            .workers
+            .iter()
+            .min_by_key(|worker| worker.open.load(Ordering::Relaxed))
+            .unwrap_or_else(|| unreachable!("there is always at least one worker"));
+        worker.open.fetch_add(1, Ordering::Relaxed);
+        (&worker.handle, Placed(worker.open.clone()))
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for worker in &mut self.workers {
+            if let Some(stop) = worker.stop.take() {
+                let _ = stop.send(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_go_to_the_least_busy_worker_and_run_there() {
+        let workers = Workers::start(2).expect("workers start");
+        let (first, a) = workers.place();
+        let first = first.clone();
+        let (second, b) = workers.place();
+        let second = second.clone();
+        assert_ne!(first.id(), second.id(), "the second connection goes to the idle worker");
+        drop(a);
+        let (third, _c) = workers.place();
+        assert_eq!(third.id(), first.id(), "a closed connection frees its place");
+        drop(b);
+
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        let numbers = runtime.block_on(async {
+            let one = first.spawn(async { current() }).await.expect("ran");
+            let two = second.spawn(async { current() }).await.expect("ran");
+            (one, two)
+        });
+        assert_eq!(numbers, (1, 2), "each task ran on its own worker's thread");
+        assert_eq!(current(), 0, "other threads are no worker");
+    }
+}
