@@ -7,6 +7,7 @@ pub mod exec;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod json;
+pub mod logging;
 pub mod metrics;
 pub mod plan;
 pub mod policy;

@@ -11,6 +11,7 @@ use super::call::{exchange, map_answer};
 use super::problem::{UpstreamFailure, write_problems};
 use super::{ApiError, Response, State, json, now_ms, read_body};
 use crate::json::{JsonError, write};
+use crate::logging::logged;
 use crate::metrics::RulesSource;
 use crate::route::{CallError, ClientRequest, MAPPED_AUTH, Registration, Route};
 
@@ -28,7 +29,7 @@ pub(super) async fn register(state: &State, request: Request<Incoming>) -> Resul
     state.storage(move |store| store.put(&stored)).await?;
     let route = Arc::new(route);
     state.table.insert(route.clone());
-    tracing::info!(uuid = %route.uuid, path = %route.config.path, "route registered");
+    logged!(tracing::Level::INFO, uuid = %route.uuid, path = %route.config.path, "route registered");
     let mut response = answer(StatusCode::CREATED, &route, &preview);
     if let Ok(location) = HeaderValue::try_from(route.public_path()) {
         response.headers_mut().insert(header::LOCATION, location);
@@ -61,7 +62,7 @@ pub(super) async fn update(
     state.storage(move |store| store.put(&stored)).await?;
     let route = Arc::new(route);
     state.table.insert(route.clone());
-    tracing::info!(uuid = %uuid, "route updated");
+    logged!(tracing::Level::INFO, uuid = %uuid, "route updated");
     Ok(answer(StatusCode::OK, &route, &preview))
 }
 

@@ -25,12 +25,13 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioTimer;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
-use tracing::Instrument as _;
+use tracing::Level;
 use uuid::Uuid;
 
 use self::admission::{AdminToken, InFlight};
 use self::connection::{Activity, Open};
 use crate::config::{Config, DEFAULT_MAX_HEADERS};
+use crate::logging::logged;
 use crate::metrics::{Endpoint, Gauges, Metrics, RulesSource};
 use crate::policy::{Lookup, OutboundPolicy, SystemLookup};
 use crate::route::Route;
@@ -404,12 +405,9 @@ async fn handle(state: &State, request: Request<Incoming>) -> Response {
 }
 
 /// Serves a request under its id: every log line written meanwhile carries it (the `request`
-/// span), and the answer says it (`X-Request-Id`).
+/// span, [`crate::logging`]), and the answer says it (`X-Request-Id`).
 async fn identified(request_id: HeaderValue, serve: impl Future<Output = Response>) -> Response {
-    // At the error level, so the span is there whatever RECAST_LOG lets through: a warning
-    // logged under `RECAST_LOG=warn` still names its request.
-    let span = tracing::error_span!("request", id = %request_id.to_str().unwrap_or("-"));
-    let mut response = serve.instrument(span).await;
+    let (request_id, mut response) = crate::logging::identified(request_id, serve).await;
     response.headers_mut().insert(REQUEST_ID, request_id);
     response
 }
@@ -450,7 +448,7 @@ async fn answered(
         state.metrics.endpoint(endpoint, status);
     }
     if let Some(started) = started {
-        tracing::debug!(%method, path, status, micros = started.elapsed().as_micros() as u64, "answered");
+        logged!(Level::DEBUG, %method, path, status, micros = started.elapsed().as_micros() as u64, "answered");
     }
     response
 }

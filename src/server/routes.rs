@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::{ApiError, Response, State, json};
 use crate::json::{self as tape, write};
+use crate::logging::logged;
 use crate::route::{Auth, Route};
 use crate::storage::Cursor;
 
@@ -67,7 +68,7 @@ pub(super) async fn delete(state: &State, uuid: Uuid) -> Result<Response, ApiErr
     // Gone from disk first: once the answer says so, no restart brings it back.
     state.storage(move |store| store.delete(uuid)).await?;
     state.table.remove(&uuid);
-    tracing::info!(%uuid, "route deleted");
+    logged!(tracing::Level::INFO, %uuid, "route deleted");
     let mut response = json(StatusCode::NO_CONTENT, "");
     response.headers_mut().remove(http::header::CONTENT_TYPE);
     Ok(response)

@@ -20,7 +20,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 use tower_service::Service as _;
+use tracing::{Instrument as _, Level};
 
+use crate::logging::logged;
 use crate::policy::{
     Guarded, Lookup, NotAllowed, OutboundPolicy, PolicyResolver, literal_address, refusal_in,
 };
@@ -218,7 +220,8 @@ impl UpstreamClient {
             };
             match connection.exchange(&bytes, head_only, limit).await {
                 Ok(answer) => {
-                    tracing::trace!(
+                    logged!(
+                        Level::TRACE,
                         upstream = %key.1,
                         status = answer.status.as_u16(),
                         bytes = answer.body.len(),
@@ -232,7 +235,7 @@ impl UpstreamClient {
                     return Ok((answer.status, answer.body));
                 }
                 Err(wire::Failed::Stale(why)) if reused && request.method.is_idempotent() => {
-                    tracing::debug!(upstream = %key.1, %why, "a pooled connection was closed; sending on a new one");
+                    logged!(Level::DEBUG, upstream = %key.1, %why, "a pooled connection was closed; sending on a new one");
                     continue;
                 }
                 Err(wire::Failed::Stale(why) | wire::Failed::Broken(why)) => {
@@ -244,13 +247,19 @@ impl UpstreamClient {
     }
 
     async fn connect(&self, uri: &http::Uri) -> Result<wire::Connection, UpstreamError> {
-        let stream = self.connector.clone().call(uri.clone()).await.map_err(|e| {
+        let connecting = self.connector.clone().call(uri.clone());
+        // The connector logs too (at debug); its lines name the request like ours.
+        let connected = match crate::logging::request_span() {
+            Some(span) => connecting.instrument(span).await,
+            None => connecting.await,
+        };
+        let stream = connected.map_err(|e| {
             if let Some(refusal) = refusal_in(&*e) {
                 return UpstreamError::NotAllowed(refusal.clone());
             }
             UpstreamError::Connect(error_chain(&*e))
         })?;
-        tracing::debug!(upstream = ?uri.authority().map(Authority::as_str), "connected to the upstream");
+        logged!(Level::DEBUG, upstream = ?uri.authority().map(Authority::as_str), "connected to the upstream");
         Ok(wire::Connection::new(TokioIo::new(stream)))
     }
 }

@@ -1,0 +1,108 @@
+//! Log lines name the request they were written for: a line logged while a request is served is
+//! written inside a `request` span holding its id (`request{id=…}:` in text, `"span":{"id":…}` in
+//! JSON). The span is made only for a line that is written: while a request is served
+//! ([`identified`]), its id is kept in a thread-local, and [`logged!`] opens the span from it
+//! around the one event. A request that logs nothing costs two swaps of that thread-local per poll
+//! instead of a span's creation, formatting and bookkeeping.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::pin;
+
+use http::HeaderValue;
+
+thread_local! {
+    /// The id of the request being polled on this thread, if any.
+    static CURRENT: RefCell<Option<HeaderValue>> = const { RefCell::new(None) };
+}
+
+/// Runs `serve` as the request `id`: every [`logged!`] line written while it is polled names it.
+/// Returns the id with the output.
+pub async fn identified<T>(id: HeaderValue, serve: impl Future<Output = T>) -> (HeaderValue, T) {
+    let mut serve = pin!(serve);
+    let mut id = Some(id);
+    let output = std::future::poll_fn(|cx| {
+        // The id is moved in for the poll and back out after it, also if the poll panics.
+        let current = Current { previous: CURRENT.replace(id.take()), into: &mut id };
+        let poll = serve.as_mut().poll(cx);
+        drop(current);
+        poll
+    })
+    .await;
+    let id = id.unwrap_or_else(|| unreachable!("the id is moved back after every poll"));
+    (id, output)
+}
+
+/// Puts back what the thread-local held before a poll, and moves the request's id back out.
+struct Current<'a> {
+    previous: Option<HeaderValue>,
+    into: &'a mut Option<HeaderValue>,
+}
+
+impl Drop for Current<'_> {
+    fn drop(&mut self) {
+        *self.into = CURRENT.replace(self.previous.take());
+    }
+}
+
+/// The `request` span of the request being served on this thread, if any.
+pub fn request_span() -> Option<tracing::Span> {
+    CURRENT.with_borrow(|id| {
+        id.as_ref().map(|id| tracing::error_span!("request", id = %id.to_str().unwrap_or("-")))
+    })
+}
+
+/// `tracing::event!` inside the `request` span of the request being served, if any; the span is
+/// made only when the event is enabled. The span is at the error level, so it is there whatever
+/// `RECAST_LOG` lets through: a warning under `RECAST_LOG=warn` still names its request.
+macro_rules! logged {
+    ($level:expr, $($event:tt)+) => {
+        if tracing::enabled!($level) {
+            let _span = $crate::logging::request_span().map(tracing::Span::entered);
+            tracing::event!($level, $($event)+);
+        }
+    };
+}
+pub(crate) use logged;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn current() -> Option<HeaderValue> {
+        CURRENT.with_borrow(Clone::clone)
+    }
+
+    #[test]
+    fn the_id_is_there_while_the_request_is_polled_and_only_then() {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        let (id, seen) = runtime.block_on(identified(HeaderValue::from_static("outer"), async {
+            let outer = current();
+            // Nested (a request served inside another's poll): the inner id, then the outer again.
+            let (_, inner) = identified(HeaderValue::from_static("inner"), async {
+                tokio::task::yield_now().await;
+                current()
+            })
+            .await;
+            tokio::task::yield_now().await;
+            (outer, inner, current())
+        }));
+        assert_eq!(id, "outer", "the id comes back");
+        assert_eq!(seen.0.as_ref().map(HeaderValue::as_bytes), Some(&b"outer"[..]));
+        assert_eq!(seen.1.as_ref().map(HeaderValue::as_bytes), Some(&b"inner"[..]));
+        assert_eq!(seen.2.as_ref().map(HeaderValue::as_bytes), Some(&b"outer"[..]));
+        assert_eq!(current(), None, "nothing is left behind");
+        assert!(request_span().is_none());
+    }
+
+    #[test]
+    fn a_panicking_poll_leaves_no_id_behind() {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            runtime
+                .block_on(identified(HeaderValue::from_static("doomed"), async { panic!("in the handler") }))
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(current(), None);
+    }
+}
