@@ -374,6 +374,8 @@ struct Upstream {
     /// Configured query pairs with their precedence applied: path query, then
     /// `originalRoute.queries`, then `preConfiguredQueries`.
     query: Vec<(String, String)>,
+    /// The URL of a call that brings no query: the prefix and the configured query, built once.
+    uri: Uri,
     headers: HeaderMap,
     body: Option<Bytes>,
 }
@@ -499,23 +501,32 @@ impl Route {
             }
         }
 
-        let mut query = url::form_urlencoded::Serializer::new(String::new());
-        let configured = |name: &str| upstream.query.iter().any(|(n, _)| n == name);
-        for (name, value) in url::form_urlencoded::parse(client.query.unwrap_or("").as_bytes()) {
-            if !configured(&name) {
-                query.append_pair(&name, &value);
+        let uri = match client.query.filter(|query| !query.is_empty()) {
+            None => upstream.uri.clone(),
+            Some(query) => {
+                upstream_uri(&upstream.prefix, query, &upstream.query).map_err(CallError::Broken)?
             }
-        }
-        for (name, value) in &upstream.query {
-            query.append_pair(name, value);
-        }
-        let query = query.finish();
-        let uri =
-            if query.is_empty() { upstream.prefix.clone() } else { format!("{}?{query}", upstream.prefix) };
-        let uri =
-            Uri::try_from(uri).map_err(|e| CallError::Broken(format!("the upstream URL is invalid: {e}")))?;
+        };
         Ok(UpstreamRequest { method: upstream.method.clone(), uri, headers, body })
     }
+}
+
+/// `prefix` with the query of a call: the client's pairs, except those the route configures,
+/// then the configured ones.
+fn upstream_uri(prefix: &str, client_query: &str, configured: &[(String, String)]) -> Result<Uri, String> {
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    let is_configured = |name: &str| configured.iter().any(|(n, _)| n == name);
+    for (name, value) in url::form_urlencoded::parse(client_query.as_bytes()) {
+        if !is_configured(&name) {
+            query.append_pair(&name, &value);
+        }
+    }
+    for (name, value) in configured {
+        query.append_pair(name, value);
+    }
+    let query = query.finish();
+    let uri = if query.is_empty() { prefix.to_owned() } else { format!("{prefix}?{query}") };
+    Uri::try_from(uri).map_err(|e| format!("the upstream URL is invalid: {e}"))
 }
 
 impl Upstream {
@@ -560,7 +571,8 @@ impl Upstream {
         let body = config.pre_body.as_ref().or(config.body.as_ref()).map(|text| Bytes::from(text.clone()));
         let method =
             config.upstream_method.parse().map_err(|_| "the upstream method is invalid".to_owned())?;
-        Ok(Upstream { method, prefix, query, headers, body })
+        let uri = upstream_uri(&prefix, "", &query)?;
+        Ok(Upstream { method, prefix, query, uri, headers, body })
     }
 }
 
@@ -591,10 +603,17 @@ mod tests {
             r#"{"originalApi":{"baseUrl":"https://api.example.org/v2/"},"path":"/items?a=path&b=path","queries":{"b":"route","c":"route"}}"#,
             r#","preConfiguredQueries":{"c":"pre"}"#,
         );
-        let r =
-            request(c, &ClientRequest { query: Some("a=client&d=client&c=client"), ..Default::default() });
+        let r = request(
+            c.clone(),
+            &ClientRequest { query: Some("a=client&d=client&c=client"), ..Default::default() },
+        );
         assert_eq!(r.uri.to_string(), "https://api.example.org/v2/items?d=client&a=path&b=route&c=pre");
         assert_eq!(r.method, Method::GET);
+        // Without a query of its own (none, or empty), a call gets the URL built at compile time.
+        for query in [None, Some("")] {
+            let r = request(c.clone(), &ClientRequest { query, ..Default::default() });
+            assert_eq!(r.uri.to_string(), "https://api.example.org/v2/items?a=path&b=route&c=pre");
+        }
     }
 
     #[test]
