@@ -10,6 +10,7 @@
 //! `answered`, `call::call`): request id, span, admission, metrics, log line and problems.
 
 use std::future::{Future, poll_fn};
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -77,6 +78,8 @@ struct Call {
     /// Bytes of the head in the buffer.
     length: usize,
     target: PathAndQuery,
+    /// Where the uuid segment of the target's path ends: `/v1/{uuid}` is `path[..id_end]`.
+    id_end: usize,
     headers: HeaderMap,
 }
 
@@ -142,8 +145,8 @@ async fn serve(
 /// Serves a route call as [`super::handle`] would.
 async fn answer(state: &State, call: &Call) -> Response {
     let path = call.target.path();
-    // `parse` let only route calls in.
-    let (id, rest) = route_call(path).unwrap_or_default();
+    // `parse` let only route calls in, and found where the uuid ends.
+    let (id, rest) = (&path["/v1/".len()..call.id_end], &path[call.id_end + 1..]);
     let request = call::CallRequest {
         method: &Method::GET,
         path,
@@ -164,9 +167,10 @@ fn parse(bytes: &[u8], max_headers: usize) -> Parsed {
     if bytes.is_empty() {
         return Parsed::Partial;
     }
-    let mut lines = [httparse::EMPTY_HEADER; HEADERS];
-    let mut request = httparse::Request::new(&mut lines[..max_headers]);
-    let length = match request.parse(bytes) {
+    // Left uninitialised: the parser writes each line before it is read.
+    let mut lines = [const { MaybeUninit::<httparse::Header>::uninit() }; HEADERS];
+    let mut request = httparse::Request::new(&mut []);
+    let length = match request.parse_with_uninit_headers(bytes, &mut lines[..max_headers]) {
         Ok(httparse::Status::Complete(length)) => length,
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
@@ -176,9 +180,8 @@ fn parse(bytes: &[u8], max_headers: usize) -> Parsed {
     }
     let Some(target) = request.path.filter(|p| p.starts_with("/v1/")) else { return Parsed::Other };
     let Ok(target) = PathAndQuery::try_from(target) else { return Parsed::Other };
-    if route_call(target.path()).is_none() {
-        return Parsed::Other;
-    }
+    let Some((id, _)) = route_call(target.path()) else { return Parsed::Other };
+    let id_end = "/v1/".len() + id.len();
     let mut headers = HeaderMap::with_capacity(request.headers.len());
     for line in request.headers.iter() {
         let (Ok(name), Ok(value)) =
@@ -197,7 +200,7 @@ fn parse(bytes: &[u8], max_headers: usize) -> Parsed {
         }
         headers.append(name, value);
     }
-    Parsed::Call(Call { length, target, headers })
+    Parsed::Call(Call { length, target, id_end, headers })
 }
 
 /// The uuid and path segments of a route call's path, `/v1/{uuid}/{path}`, by the same rule the

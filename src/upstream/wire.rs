@@ -5,6 +5,7 @@
 //! The calling task drives the connection itself, from the write to the last byte of the body:
 //! no task per connection and no hand-off between tasks per request.
 
+use std::mem::MaybeUninit;
 use std::task::{Context, Poll};
 
 use http::{Method, StatusCode, header};
@@ -210,9 +211,15 @@ impl Connection {
 
     /// The head at the start of the buffer, if it is all there.
     fn parse_head(&self, head_only: bool) -> Result<Option<Head>, Failed> {
-        let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut answer = httparse::Response::new(&mut lines);
-        let length = match answer.parse(&self.buf) {
+        // Left uninitialised: the parser writes each line before it is read.
+        let mut lines = [const { MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
+        let mut answer = httparse::Response::new(&mut []);
+        let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+            &mut answer,
+            &self.buf,
+            &mut lines,
+        );
+        let length = match parsed {
             Ok(httparse::Status::Complete(length)) if length <= MAX_HEAD => length,
             Ok(httparse::Status::Complete(_)) => return Err(head_too_large()),
             Ok(httparse::Status::Partial) => return Ok(None),
