@@ -29,6 +29,7 @@ pub(crate) struct Workers {
 
 struct Worker {
     handle: Handle,
+    thread: Option<std::thread::JoinHandle<()>>,
     /// Connections handed to this worker and not yet closed.
     open: Arc<AtomicUsize>,
     /// Dropped (or sent) to stop the worker.
@@ -52,14 +53,20 @@ impl Workers {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             let handle = runtime.handle().clone();
             let (stop, stopped) = oneshot::channel::<()>();
-            std::thread::Builder::new().name(format!("recast-worker-{number}")).spawn(move || {
-                WORKER.with(|worker| worker.set(number));
-                // Until stopped; the connections' tasks run while this waits.
-                let _ = runtime.block_on(stopped);
-                // Tasks still there were aborted by the server; blocking ones finish on their own.
-                runtime.shutdown_background();
-            })?;
-            workers.push(Worker { handle, open: Arc::new(AtomicUsize::new(0)), stop: Some(stop) });
+            let thread =
+                std::thread::Builder::new().name(format!("recast-worker-{number}")).spawn(move || {
+                    WORKER.with(|worker| worker.set(number));
+                    // Until stopped; the connections' tasks run while this waits.
+                    let _ = runtime.block_on(stopped);
+                    // Waits for blocking work begun on this worker (a synced store write) to finish.
+                    drop(runtime);
+                })?;
+            workers.push(Worker {
+                handle,
+                thread: Some(thread),
+                open: Arc::new(AtomicUsize::new(0)),
+                stop: Some(stop),
+            });
         }
         Ok(Workers { workers })
     }
@@ -77,13 +84,32 @@ impl Workers {
     }
 }
 
-impl Drop for Workers {
-    fn drop(&mut self) {
+impl Workers {
+    /// Stops every worker and waits until each has finished the blocking work begun on it.
+    /// Blocks: call it off the async threads.
+    pub(crate) fn stop(mut self) {
+        self.signal();
+        for worker in &mut self.workers {
+            if let Some(thread) = worker.thread.take() {
+                // A worker's thread only waits and drops its runtime; it does not panic.
+                let _ = thread.join();
+            }
+        }
+    }
+
+    fn signal(&mut self) {
         for worker in &mut self.workers {
             if let Some(stop) = worker.stop.take() {
                 let _ = stop.send(());
             }
         }
+    }
+}
+
+impl Drop for Workers {
+    /// Stops the workers without waiting for them.
+    fn drop(&mut self) {
+        self.signal();
     }
 }
 
@@ -112,5 +138,21 @@ mod tests {
         });
         assert_eq!(numbers, (1, 2), "each task ran on its own worker's thread");
         assert_eq!(current(), 0, "other threads are no worker");
+
+        // Stopping waits for blocking work begun on a worker.
+        let finished = Arc::new(AtomicUsize::new(0));
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let marker = finished.clone();
+        first.spawn(async move {
+            let _ = tokio::task::spawn_blocking(move || {
+                let _ = started_tx.send(());
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                marker.store(1, Ordering::SeqCst);
+            })
+            .await;
+        });
+        started_rx.recv().expect("the blocking work started");
+        workers.stop();
+        assert_eq!(finished.load(Ordering::SeqCst), 1, "stop returned before the blocking work ended");
     }
 }

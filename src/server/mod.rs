@@ -286,7 +286,8 @@ pub async fn run_with(
         tracing::warn!(open = connections.len(), ?grace, "grace period over; closing what is left");
     }
     connections.shutdown().await;
-    drop(workers);
+    // Store writes begun by a request finish before the store is closed.
+    let _ = tokio::task::spawn_blocking(move || workers.stop()).await;
     if tokio::time::timeout(grace, loader).await.is_err() {
         // The loader holds the state; the store closes when it finishes (or the process exits).
         tracing::warn!("stopped while routes were still loading");
