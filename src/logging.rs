@@ -45,20 +45,28 @@ impl Drop for Current<'_> {
     }
 }
 
-/// The `request` span of the request being served on this thread, if any.
-pub fn request_span() -> Option<tracing::Span> {
-    CURRENT.with_borrow(|id| {
-        id.as_ref().map(|id| tracing::error_span!("request", id = %id.to_str().unwrap_or("-")))
-    })
+/// Calls `f` with the text of the id of the request being served on this thread, if any.
+pub fn with_request_id<T>(f: impl FnOnce(&str) -> T) -> Option<T> {
+    CURRENT.with_borrow(|id| id.as_ref().map(|id| f(id.to_str().unwrap_or("-"))))
 }
 
+/// The `request` span of the request being served on this thread, if any. Its target is the
+/// module that asks for it, so a filter that lets that module's lines through lets the span
+/// through too. The span is at the error level, so it is there whatever level `RECAST_LOG` lets
+/// through: a warning under `RECAST_LOG=warn` still names its request.
+macro_rules! request_span {
+    () => {
+        $crate::logging::with_request_id(|id| tracing::error_span!(target: module_path!(), "request", id = %id))
+    };
+}
+pub(crate) use request_span;
+
 /// `tracing::event!` inside the `request` span of the request being served, if any; the span is
-/// made only when the event is enabled. The span is at the error level, so it is there whatever
-/// `RECAST_LOG` lets through: a warning under `RECAST_LOG=warn` still names its request.
+/// made only when the event is enabled.
 macro_rules! logged {
     ($level:expr, $($event:tt)+) => {
         if tracing::enabled!($level) {
-            let _span = $crate::logging::request_span().map(tracing::Span::entered);
+            let _span = $crate::logging::request_span!().map(tracing::Span::entered);
             tracing::event!($level, $($event)+);
         }
     };
@@ -92,7 +100,7 @@ mod tests {
         assert_eq!(seen.1.as_ref().map(HeaderValue::as_bytes), Some(&b"inner"[..]));
         assert_eq!(seen.2.as_ref().map(HeaderValue::as_bytes), Some(&b"outer"[..]));
         assert_eq!(current(), None, "nothing is left behind");
-        assert!(request_span().is_none());
+        assert!(with_request_id(str::to_owned).is_none());
     }
 
     #[test]

@@ -286,8 +286,11 @@ pub async fn run_with(
         tracing::warn!(open = connections.len(), ?grace, "grace period over; closing what is left");
     }
     connections.shutdown().await;
-    // Store writes begun by a request finish before the store is closed.
-    let _ = tokio::task::spawn_blocking(move || workers.stop()).await;
+    // Store writes begun by a request finish before the store is closed; blocking work that
+    // outlasts the grace period (a name lookup that hangs) is not waited for.
+    if tokio::time::timeout(grace, tokio::task::spawn_blocking(move || workers.stop())).await.is_err() {
+        tracing::warn!(?grace, "blocking work begun by requests is still running; not waiting for it");
+    }
     if tokio::time::timeout(grace, loader).await.is_err() {
         // The loader holds the state; the store closes when it finishes (or the process exits).
         tracing::warn!("stopped while routes were still loading");

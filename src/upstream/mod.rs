@@ -249,7 +249,8 @@ impl UpstreamClient {
     async fn connect(&self, uri: &http::Uri) -> Result<wire::Connection, UpstreamError> {
         let connecting = self.connector.clone().call(uri.clone());
         // The connector logs too (at debug); its lines name the request like ours.
-        let connected = match crate::logging::request_span() {
+        let logs = tracing::enabled!(target: "hyper_util::client::legacy::connect::http", Level::DEBUG);
+        let connected = match logs.then(|| crate::logging::request_span!()).flatten() {
             Some(span) => connecting.instrument(span).await,
             None => connecting.await,
         };
@@ -283,8 +284,10 @@ struct Pools(Box<[Pool]>);
 impl Pools {
     /// The calling thread's pool.
     fn here(&self) -> &Pool {
-        // A worker numbered past the client's settings (a client made for fewer workers) shares.
-        &self.0[crate::workers::current() % self.0.len()]
+        // Both counts come from the same setting; a client made for fewer workers would share.
+        let worker = crate::workers::current();
+        debug_assert!(worker < self.0.len(), "worker {worker} has no pool of its own");
+        &self.0[worker % self.0.len()]
     }
 }
 

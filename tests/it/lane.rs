@@ -61,6 +61,17 @@ async fn exchange(service: &Service, request: &[u8], piece: usize) -> Vec<Raw> {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
+    read_all(&mut stream).await
+}
+
+/// Writes `request` on an open connection and reads until the service closes it.
+async fn send_all(stream: &mut TcpStream, request: String) -> Vec<Raw> {
+    stream.write_all(request.as_bytes()).await.unwrap();
+    read_all(stream).await
+}
+
+/// Reads until the service closes the connection, and splits what came into answers.
+async fn read_all(stream: &mut TcpStream) -> Vec<Raw> {
     let mut read = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut read))
         .await
@@ -113,6 +124,30 @@ async fn pipelined_calls_are_answered_in_order_in_the_lane_and_after_the_move_to
     let mut hyper_names = answers[1].names();
     hyper_names.retain(|name| *name != "connection");
     assert_eq!(answers[0].names(), hyper_names);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn connections_open_at_once_are_served_by_both_workers() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(Config { workers: Some(2), ..config() }).await;
+    let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
+    // Both open before either sends: the second goes to the worker the first did not take, and
+    // each worker calls the upstream over connections of its own.
+    let mut first = TcpStream::connect(service.addr).await.unwrap();
+    let mut second = TcpStream::connect(service.addr).await.unwrap();
+    let three = |name: &str| {
+        [call(&path, name, ""), call(&path, name, ""), call(&path, name, "connection: close\r\n")].concat()
+    };
+    let (a, b) = tokio::join!(send_all(&mut first, three("a")), send_all(&mut second, three("b")));
+    for (answers, id) in [(a, "a"), (b, "b")] {
+        assert_eq!(answers.len(), 3);
+        for answer in &answers {
+            assert_eq!(answer.status_line, "HTTP/1.1 200 OK", "{answer:?}");
+            assert_eq!(answer.header("x-request-id"), Some(id));
+            assert_eq!(answer.body, r#"{"id":52772,"name":"Teriyaki Chicken"}"#);
+        }
+    }
     service.stop().await;
 }
 
