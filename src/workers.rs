@@ -82,9 +82,7 @@ impl Workers {
         worker.open.fetch_add(1, Ordering::Relaxed);
         (&worker.handle, Placed(worker.open.clone()))
     }
-}
 
-impl Workers {
     /// Stops every worker and waits until each has finished the blocking work begun on it.
     /// Blocks: call it off the async threads.
     pub(crate) fn stop(mut self) {

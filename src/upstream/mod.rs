@@ -315,11 +315,7 @@ impl Pool {
         let mut closed = Vec::new();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         idle.retain(|_, connections| {
-            let expired = connections
-                .iter()
-                .take_while(|c| now.saturating_duration_since(c.idle_since) >= IDLE_TIMEOUT)
-                .count();
-            closed.extend(connections.drain(..expired));
+            closed.extend(connections.drain(..expired(connections, now)));
             !connections.is_empty()
         });
         drop(idle);
@@ -333,16 +329,17 @@ impl Pool {
         connection.idle_since = now;
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         let connections = idle.entry(key).or_default();
-        let expired = connections
-            .iter()
-            .take_while(|c| now.saturating_duration_since(c.idle_since) >= IDLE_TIMEOUT)
-            .count();
         let over = (connections.len() + 1).saturating_sub(MAX_IDLE_PER_HOST);
-        let closed: Vec<_> = connections.drain(..expired.max(over)).collect();
+        let closed: Vec<_> = connections.drain(..expired(connections, now).max(over)).collect();
         connections.push(connection);
         drop(idle);
         drop(closed);
     }
+}
+
+/// How many of an upstream's idle connections (oldest first) have been idle too long at `now`.
+fn expired(connections: &[wire::Connection], now: Instant) -> usize {
+    connections.iter().take_while(|c| now.saturating_duration_since(c.idle_since) >= IDLE_TIMEOUT).count()
 }
 
 /// FNV-1a for the pool's keys: a handful of upstream authorities named by registered routes, so a
