@@ -281,7 +281,7 @@ awk -F, '
     }
     NR > 1 {
         k = $2","$3","$4; rps[k] = rps[k] " " $5; p99[k] = p99[k] " " $7; user[k] = user[k] " " $9; sys[k] = sys[k] " " $10
-        one[$1","k] = $5
+        one[$1","k] = $5; late[$1","k] = $7
         if (!seen[$2","$3]++) order[n++] = $2","$3
         if (!counted[$1]++) rounds[r++] = $1
     }
@@ -296,7 +296,19 @@ awk -F, '
                 median(rps[k",upstream"]), median(rps[k",proxy"]), median(rps[k",njs"]), median(rps[k",recast"]),
                 median(proxy), median(njs), median(p99[k",proxy"]), median(p99[k",recast"]),
                 median(user[k",proxy"]), median(sys[k",proxy"]), median(user[k",recast"]), median(sys[k",recast"])
+            line[i] = sprintf("%s, %s connections: recast/proxy %s; p99 recast/proxy ms %s", d[1], d[2], byround(k, "rps"), byround(k, "p99"))
         }
+        # Round by round, so the spread behind each median shows.
+        if (r > 1) { print ""; print "By round:"; for (i = 0; i < n; i++) print "  " line[i] }
+    }
+    function byround(k, what,    j, q, text) {
+        text = ""
+        for (j = 0; j < r; j++) {
+            q = rounds[j]","k
+            if (what == "rps") text = text sprintf(" %.2f", one[q",recast"] / one[q",proxy"])
+            else text = text sprintf(" %.2f/%.2f", late[q",recast"], late[q",proxy"])
+        }
+        return substr(text, 2)
     }' "$CSV"
 echo
 echo "CSV: $CSV"
