@@ -7,7 +7,8 @@
 #
 # Settings (environment): LOAD_DURATION (default 10s), LOAD_CONNECTIONS (default "16 64 256"),
 # LOAD_ROUNDS (default 1: how many times the whole set is measured, one round after another; the
-# table gives medians, and each ratio is the median of the ratios within a round), LOAD_THREADS
+# table gives medians, each ratio is the median of the ratios within a round, and each round's
+# recast/proxy ratio and p99s are listed under it), LOAD_THREADS
 # (wrk threads, default 2), LOAD_PORT (first of four ports, default 18080), LOAD_CSV (default
 # $CARGO_TARGET_DIR/load/results.csv).
 set -euo pipefail
