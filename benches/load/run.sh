@@ -8,7 +8,8 @@
 # Settings (environment): LOAD_DURATION (default 10s), LOAD_CONNECTIONS (default "16 64 256"),
 # LOAD_ROUNDS (default 1: how many times the whole set is measured, one round after another; the
 # table gives medians, each ratio is the median of the ratios within a round, and each round's
-# recast/proxy ratio and p99s are listed under it), LOAD_THREADS
+# recast/proxy ratio and p99s are listed under it; the proxy and recast are measured back to
+# back, the proxy first in odd rounds and recast first in even ones), LOAD_THREADS
 # (wrk threads, default 2), LOAD_PORT (first of four ports, default 18080), LOAD_CSV (default
 # $CARGO_TARGET_DIR/load/results.csv).
 set -euo pipefail
@@ -263,9 +264,16 @@ for round in $(seq 1 "$ROUNDS"); do
         route=$RECIPE_ROUTE; [ "$doc" = list ] && route=$LIST_ROUTE
         for c in $CONNECTIONS; do
             measure "$doc" "$c" upstream "http://127.0.0.1:$UPSTREAM_PORT/$doc.json"
-            measure "$doc" "$c" proxy "http://127.0.0.1:$PROXY_PORT/$doc.json"
+            # The proxy and recast run back to back, in turn first, so a drift of the machine's
+            # speed falls on each side alike.
+            if ((round % 2)); then
+                measure "$doc" "$c" proxy "http://127.0.0.1:$PROXY_PORT/$doc.json"
+                measure "$doc" "$c" recast "http://127.0.0.1:$RECAST_PORT$route"
+            else
+                measure "$doc" "$c" recast "http://127.0.0.1:$RECAST_PORT$route"
+                measure "$doc" "$c" proxy "http://127.0.0.1:$PROXY_PORT/$doc.json"
+            fi
             measure "$doc" "$c" njs "http://127.0.0.1:$NJS_PORT/$doc"
-            measure "$doc" "$c" recast "http://127.0.0.1:$RECAST_PORT$route"
         done
     done
 done
