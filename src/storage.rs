@@ -133,6 +133,10 @@ pub struct Page {
 impl Store {
     /// Opens (creating if needed) the store in `dir`, with the secret key from `secret` or the key
     /// file in `dir`. Fails when the key is not the one the records were sealed with.
+    ///
+    /// Automatic compactions wait until [`Store::resume_compactions`]: a service starting on a
+    /// store with table files to merge loads its routes first, instead of sharing the cores with
+    /// the merge while it loads.
     pub fn open(dir: &Path, secret: Option<&Secret>) -> Result<Store, StorageError> {
         if let Err(e) = std::fs::create_dir_all(dir) {
             return Err(StorageError::Open { dir: dir.to_owned(), why: e.to_string() });
@@ -142,6 +146,7 @@ impl Store {
         // Small records, few of them per second: keep the footprint modest.
         options.set_keep_log_file_num(4);
         options.set_max_log_file_size(8 << 20);
+        options.set_disable_auto_compactions(true);
         let db = match DB::open(&options, dir) {
             Ok(db) => db,
             Err(e) if is_lock_error(&e) => return Err(StorageError::Locked { dir: dir.to_owned() }),
@@ -156,6 +161,13 @@ impl Store {
         }
         store.compact_if_pending()?;
         Ok(store)
+    }
+
+    /// Lets RocksDB merge table files in the background, as it does by default: held from
+    /// [`Store::open`] until here. Anything that writes to the store for long calls this (the
+    /// service does once its routes are loaded); without it, table files only pile up.
+    pub fn resume_compactions(&self) -> Result<(), StorageError> {
+        self.db.set_options(&[("disable_auto_compactions", "false")]).map_err(io)
     }
 
     /// Fails closed when the key does not open the key-check value. `Ok(true)` for a store that
@@ -487,6 +499,30 @@ mod tests {
             }
         }
         found
+    }
+
+    #[test]
+    fn table_files_are_merged_only_once_compactions_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), None).unwrap();
+        let level0 = |store: &Store| {
+            store.db.property_int_value("rocksdb.num-files-at-level0").unwrap().expect("a RocksDB property")
+        };
+        // Six more table files: more than the four at which RocksDB merges them by default.
+        let before = level0(&store);
+        for _ in 0..6 {
+            store.put(&route(Uuid::new_v4(), "t")).unwrap();
+            store.db.flush().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(level0(&store), before + 6, "merged while compactions were held");
+        store.resume_compactions().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while level0(&store) >= before + 6 {
+            assert!(std::time::Instant::now() < deadline, "not merged 30 s after compactions resumed");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(store.all().count(), 6, "every route is still there after the merge");
     }
 
     #[test]

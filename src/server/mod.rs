@@ -206,6 +206,13 @@ pub async fn run_with(
         let state = state.clone();
         tokio::task::spawn_blocking(move || {
             load_routes(&state);
+            // Table files left to merge are merged from now on, in the background.
+            if let Err(e) = state.store.resume_compactions() {
+                tracing::error!(
+                    error = %e,
+                    "the store's background compactions could not be turned on; its table files will pile up until a restart"
+                );
+            }
             // Unless a shutdown came first: then the state stays `Stopped`.
             state.advance(Lifecycle::Idle, Lifecycle::Running);
         })
