@@ -187,8 +187,6 @@ fn start_up(binary: &Path, routes: usize, registration: &str, limits: &Limits) -
 /// registration's is; concurrent writes share their syncs). Returns routes per second.
 fn fill(dir: &Path, n: usize, registration: &str, limits: &Limits) -> f64 {
     let store = Store::open(dir, None).expect("the store opens");
-    // As in a running service, which merges table files while it takes registrations.
-    store.resume_compactions().expect("compactions resume");
     let started = Instant::now();
     let next = AtomicU64::new(0);
     std::thread::scope(|scope| {

@@ -133,11 +133,20 @@ pub struct Page {
 impl Store {
     /// Opens (creating if needed) the store in `dir`, with the secret key from `secret` or the key
     /// file in `dir`. Fails when the key is not the one the records were sealed with.
-    ///
-    /// Automatic compactions wait until [`Store::resume_compactions`]: a service starting on a
-    /// store with table files to merge loads its routes first, instead of sharing the cores with
-    /// the merge while it loads.
     pub fn open(dir: &Path, secret: Option<&Secret>) -> Result<Store, StorageError> {
+        Store::open_with(dir, secret, false)
+    }
+
+    /// [`Store::open`], with RocksDB's background compactions held until
+    /// [`Store::resume_compactions`]: a service starting on a store with table files to merge
+    /// loads its routes first, instead of sharing the cores with the merge while it loads. While
+    /// they are held, table files only pile up (RocksDB does not slow writes down for them), so
+    /// whoever opens the store this way resumes them before writing much.
+    pub fn open_holding_compactions(dir: &Path, secret: Option<&Secret>) -> Result<Store, StorageError> {
+        Store::open_with(dir, secret, true)
+    }
+
+    fn open_with(dir: &Path, secret: Option<&Secret>, hold_compactions: bool) -> Result<Store, StorageError> {
         if let Err(e) = std::fs::create_dir_all(dir) {
             return Err(StorageError::Open { dir: dir.to_owned(), why: e.to_string() });
         }
@@ -146,7 +155,7 @@ impl Store {
         // Small records, few of them per second: keep the footprint modest.
         options.set_keep_log_file_num(4);
         options.set_max_log_file_size(8 << 20);
-        options.set_disable_auto_compactions(true);
+        options.set_disable_auto_compactions(hold_compactions);
         let db = match DB::open(&options, dir) {
             Ok(db) => db,
             Err(e) if is_lock_error(&e) => return Err(StorageError::Locked { dir: dir.to_owned() }),
@@ -163,9 +172,8 @@ impl Store {
         Ok(store)
     }
 
-    /// Lets RocksDB merge table files in the background, as it does by default: held from
-    /// [`Store::open`] until here. Anything that writes to the store for long calls this (the
-    /// service does once its routes are loaded); without it, table files only pile up.
+    /// Lets RocksDB merge table files in the background again, after
+    /// [`Store::open_holding_compactions`]; RocksDB schedules any merge that is due at once.
     pub fn resume_compactions(&self) -> Result<(), StorageError> {
         self.db.set_options(&[("disable_auto_compactions", "false")]).map_err(io)
     }
@@ -501,28 +509,50 @@ mod tests {
         found
     }
 
-    #[test]
-    fn table_files_are_merged_only_once_compactions_resume() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), None).unwrap();
-        let level0 = |store: &Store| {
-            store.db.property_int_value("rocksdb.num-files-at-level0").unwrap().expect("a RocksDB property")
-        };
-        // Six more table files: more than the four at which RocksDB merges them by default.
-        let before = level0(&store);
+    /// Level-0 table files of `store`.
+    fn level0(store: &Store) -> u64 {
+        store.db.property_int_value("rocksdb.num-files-at-level0").unwrap().expect("a RocksDB property")
+    }
+
+    /// Writes six routes, each flushed to a table file of its own: more than the four at which
+    /// RocksDB merges them by default. Returns the level-0 file count before.
+    fn six_table_files(store: &Store) -> u64 {
+        let before = level0(store);
         for _ in 0..6 {
             store.put(&route(Uuid::new_v4(), "t")).unwrap();
             store.db.flush().unwrap();
         }
+        before
+    }
+
+    /// Waits up to 30 s for level 0 to hold fewer than `files`.
+    fn merged_below(store: &Store, files: u64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while level0(store) >= files {
+            assert!(std::time::Instant::now() < deadline, "table files not merged within 30 s");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn table_files_are_merged_only_once_held_compactions_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_holding_compactions(dir.path(), None).unwrap();
+        let before = six_table_files(&store);
         std::thread::sleep(std::time::Duration::from_millis(200));
         assert_eq!(level0(&store), before + 6, "merged while compactions were held");
         store.resume_compactions().unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while level0(&store) >= before + 6 {
-            assert!(std::time::Instant::now() < deadline, "not merged 30 s after compactions resumed");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        merged_below(&store, before + 6);
         assert_eq!(store.all().count(), 6, "every route is still there after the merge");
+    }
+
+    #[test]
+    fn a_store_opened_plainly_merges_as_it_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), None).unwrap();
+        let before = six_table_files(&store);
+        merged_below(&store, before + 6);
+        assert_eq!(store.all().count(), 6);
     }
 
     #[test]

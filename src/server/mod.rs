@@ -173,7 +173,7 @@ pub async fn run_with(
     config.check_exposure(listen).map_err(RunError::Config)?;
     let dir = config.data_dir.clone();
     let secret = config.secret_key.clone();
-    let store = tokio::task::spawn_blocking(move || Store::open(&dir, secret.as_ref()))
+    let store = tokio::task::spawn_blocking(move || Store::open_holding_compactions(&dir, secret.as_ref()))
         .await
         .map_err(|e| RunError::Io(std::io::Error::other(e)))?
         .map_err(RunError::Storage)?;
@@ -210,7 +210,7 @@ pub async fn run_with(
             if let Err(e) = state.store.resume_compactions() {
                 tracing::error!(
                     error = %e,
-                    "the store's background compactions could not be turned on; its table files will pile up until a restart"
+                    "turning the store's background compactions back on failed; if they are still off, table files pile up until a restart"
                 );
             }
             // Unless a shutdown came first: then the state stays `Stopped`.
