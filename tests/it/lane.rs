@@ -128,12 +128,13 @@ async fn pipelined_calls_are_answered_in_order_in_the_lane_and_after_the_move_to
 }
 
 #[tokio::test]
-async fn connections_open_at_once_are_served_by_both_workers() {
+async fn two_connections_on_a_two_worker_service_are_each_answered_in_full() {
     let upstream = Upstream::json(MEALS).await;
     let service = Service::start(Config { workers: Some(2), ..config() }).await;
     let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
-    // Both open before either sends: the second goes to the worker the first did not take, and
-    // each worker calls the upstream over connections of its own.
+    // Both open before either sends, and they send at once. Which worker takes which connection
+    // is checked in `recast::workers`' own test; this checks that calls on two connections of a
+    // two-worker service, each with its own upstream pool, are all answered, in order.
     let mut first = TcpStream::connect(service.addr).await.unwrap();
     let mut second = TcpStream::connect(service.addr).await.unwrap();
     let three = |name: &str| {
