@@ -420,7 +420,7 @@ impl Route {
 
     pub fn from_stored(stored: StoredRoute, limits: &Limits) -> Result<Route, String> {
         let config: RouteConfig =
-            serde_json::from_value(stored.config).map_err(|e| format!("unreadable configuration: {e}"))?;
+            serde_json::from_str(&stored.config).map_err(|e| format!("unreadable configuration: {e}"))?;
         Ok(Route::new(stored.uuid, stored.created_at, stored.updated_at, config, limits))
     }
 
@@ -430,7 +430,7 @@ impl Route {
             uuid: self.uuid,
             created_at: self.created_at,
             updated_at: self.updated_at,
-            config: serde_json::to_value(&self.config).unwrap_or(serde_json::Value::Null),
+            config: serde_json::to_string(&self.config).unwrap_or_else(|_| "null".to_owned()),
         }
     }
 

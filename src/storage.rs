@@ -68,8 +68,7 @@ impl std::error::Error for StorageError {}
 
 /// A route as stored: identity, times, and the registration as the client gave it. The record's
 /// content beyond these members is owned by the route module; storage only keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StoredRoute {
     /// Schema version of the record.
     pub v: u32,
@@ -77,8 +76,9 @@ pub struct StoredRoute {
     /// Milliseconds since the Unix epoch.
     pub created_at: u64,
     pub updated_at: u64,
-    /// The route's configuration (see `route::RouteConfig`).
-    pub config: serde_json::Value,
+    /// The route's configuration (see `route::RouteConfig`) as JSON text. Storage keeps it and
+    /// does not read it: the route module reads it once, straight into its own type.
+    pub config: String,
 }
 
 /// A key and its value, as RocksDB's iterator gives them.
@@ -227,6 +227,7 @@ impl Store {
                 continue;
             }
             let Some(config) = record.config else { continue };
+            let config = config.to_string();
             let route = StoredRoute {
                 v: SCHEMA_VERSION,
                 uuid: record.uuid,
@@ -264,14 +265,14 @@ impl Store {
     }
 
     fn encode(&self, key: &[u8], route: &StoredRoute) -> Result<Vec<u8>, StorageError> {
-        let config = serde_json::to_vec(&route.config).map_err(|e| StorageError::Io(e.to_string()))?;
+        let config = route.config.as_bytes();
         let record = Record {
             v: SCHEMA_VERSION,
             uuid: route.uuid,
             created_at: route.created_at,
             updated_at: route.updated_at,
             config: None,
-            sealed: Some(hex(&self.key.seal(&config, key))),
+            sealed: Some(hex(&self.key.seal(config, key))),
         };
         serde_json::to_vec(&record).map_err(|e| StorageError::Io(e.to_string()))
     }
@@ -291,7 +292,7 @@ impl Store {
             .key
             .open(&sealed, key)
             .map_err(|_| corrupt("the sealed configuration does not open".into()))?;
-        let config = serde_json::from_slice(&config).map_err(|e| corrupt(e.to_string()))?;
+        let config = String::from_utf8(config).map_err(|e| corrupt(e.to_string()))?;
         Ok(StoredRoute {
             v: record.v,
             uuid: record.uuid,
@@ -484,13 +485,14 @@ mod tests {
 
     fn route(uuid: Uuid, token: &str) -> StoredRoute {
         let config = serde_json::json!({ "auth": { "mode": "stored", "kind": "Bearer", "token": token } });
+        let config = config.to_string();
         StoredRoute { v: SCHEMA_VERSION, uuid, created_at: 7, updated_at: 8, config }
     }
 
     /// A record as the first schema wrote it: the configuration in the clear.
     fn v1_record(uuid: Uuid, token: &str) -> Vec<u8> {
         let record = serde_json::json!({
-            "v": 1, "uuid": uuid, "createdAt": 7, "updatedAt": 8, "config": route(uuid, token).config,
+            "v": 1, "uuid": uuid, "createdAt": 7, "updatedAt": 8, "config": serde_json::from_str::<serde_json::Value>(&route(uuid, token).config).unwrap(),
         });
         serde_json::to_vec(&record).unwrap()
     }

@@ -93,21 +93,22 @@ fn check(rules: &Rules, limits: &Limits, problems: &mut Vec<Problem>) -> Vec<Pro
     let sources: HashMap<&str, _> = rules.old_body_fields.iter().map(|old| (old.id.as_str(), old)).collect();
     let mut keys: HashMap<&str, &str> = HashMap::new();
     for new in &rules.new_body_fields {
-        let at = pointer(&["newBodyFields", &new.id]);
+        // Built only for a problem: most documents have none.
+        let at = || pointer(&["newBodyFields", &new.id]);
         if let Some(key) = &new.key {
             match keys.entry(key) {
                 Entry::Vacant(slot) => {
                     slot.insert(&new.id);
                 }
                 Entry::Occupied(first) => problems.push(Problem::new(
-                    format!("{at}/key"),
+                    format!("{}/key", at()),
                     format!("output key `{key}` is already used by target `{}`", first.get()),
                 )),
             }
         }
         let Some(old) = sources.get(new.id.as_str()) else {
             problems.push(Problem::new(
-                &at,
+                at(),
                 format!("target `{}` has no `oldBodyFields` entry with the same id", new.id),
             ));
             continue;
@@ -118,7 +119,7 @@ fn check(rules: &Rules, limits: &Limits, problems: &mut Vec<Problem>) -> Vec<Pro
                 old.keys.iter().find(|entry| matches!(entry, KeyEntry::Concat(_)))
         {
             problems.push(Problem::new(
-                format!("{at}/type"),
+                format!("{}/type", at()),
                 format!(
                     "`{}` is a concatenation, which makes text: the type must be String, not {}",
                     names.join(", "),
@@ -158,7 +159,7 @@ fn lower(rules: &Rules) -> Plan {
     });
 
     let sources: HashMap<&str, _> = rules.old_body_fields.iter().map(|old| (old.id.as_str(), old)).collect();
-    let mut walks = Walks::default();
+    let mut walks = Walks::new();
     let mut plan = Plan {
         ignore_empty: rules.ignore_empty_values,
         each: rules.each.as_ref().map(|path| path.iter().map(|p| p.as_str().into()).collect()),
@@ -213,32 +214,30 @@ fn lower(rules: &Rules) -> Plan {
         .scans
         .into_iter()
         .filter(|scan| !scan.names.is_empty())
-        .map(|scan| {
-            let names: Vec<(&str, SlotId)> = scan.names.iter().map(|(n, s)| (n.as_str(), *s)).collect();
-            Op::Scan { input: scan.input, table: KeyTable::new(&names) }
-        })
+        .map(|scan| Op::Scan { input: scan.input, table: KeyTable::new(&scan.names) })
         .chain(emits)
         .collect();
     plan.scan_count = plan.ops.iter().filter(|op| matches!(op, Op::Scan { .. })).count();
     plan
 }
 
-/// The tree of scans being built: one per distinct `parents` prefix, created parent first.
-struct Walks {
-    scans: Vec<ScanDraft>,
-    slots: HashMap<(usize, String), SlotId>,
+/// The tree of scans being built: one per distinct `parents` prefix, created parent first. Names
+/// are borrowed from the rules being lowered.
+struct Walks<'r> {
+    scans: Vec<ScanDraft<'r>>,
+    slots: HashMap<(usize, &'r str), SlotId>,
     /// For a slot that holds a parent object: the scan that reads it.
     children: HashMap<SlotId, usize>,
     slot_count: SlotId,
 }
 
-struct ScanDraft {
+struct ScanDraft<'r> {
     input: Input,
-    names: Vec<(String, SlotId)>,
+    names: Vec<(&'r str, SlotId)>,
 }
 
-impl Default for Walks {
-    fn default() -> Self {
+impl<'r> Walks<'r> {
+    fn new() -> Self {
         Walks {
             scans: vec![ScanDraft { input: Input::Root, names: Vec::new() }],
             slots: HashMap::new(),
@@ -246,11 +245,9 @@ impl Default for Walks {
             slot_count: 0,
         }
     }
-}
 
-impl Walks {
     /// The scan of the object reached by `parents` from the root.
-    fn walk(&mut self, parents: &[String]) -> usize {
+    fn walk(&mut self, parents: &'r [String]) -> usize {
         let mut scan = 0;
         for parent in parents {
             let slot = self.slot(scan, parent);
@@ -267,15 +264,13 @@ impl Walks {
     }
 
     /// The slot for member `name` of the object that `scan` reads.
-    fn slot(&mut self, scan: usize, name: &str) -> SlotId {
-        if let Some(&slot) = self.slots.get(&(scan, name.to_owned())) {
-            return slot;
-        }
-        let slot = self.slot_count;
-        self.slot_count += 1;
-        self.slots.insert((scan, name.to_owned()), slot);
-        self.scans[scan].names.push((name.to_owned(), slot));
-        slot
+    fn slot(&mut self, scan: usize, name: &'r str) -> SlotId {
+        *self.slots.entry((scan, name)).or_insert_with(|| {
+            let slot = self.slot_count;
+            self.slot_count += 1;
+            self.scans[scan].names.push((name, slot));
+            slot
+        })
     }
 }
 
@@ -424,6 +419,30 @@ mod tests {
             r#""\"nested\"""#,
             Limits::default(),
             expect!["(document): rules must be a JSON object, found a string"],
+        );
+    }
+
+    #[test]
+    fn duplicate_members_are_found_in_small_and_large_objects() {
+        // 20 targets: past the names a small object compares in a list, they are hashed.
+        let ids: Vec<String> = (0..20).map(|i| format!("t{i}")).collect();
+        let new: Vec<String> =
+            ids.iter().map(|id| format!(r#""{id}":{{"key":"{id}","type":"String"}}"#)).collect();
+        let mut old: Vec<String> = ids.iter().map(|id| format!(r#""{id}":{{"keys":["{id}"]}}"#)).collect();
+        old[5] = r#""t5":{"keys":["t5"],"keys":["again"]}"#.to_owned();
+        let rules = format!(
+            r#"{{"newBodyFields":{{{},"t3":{{"key":"x","type":"String"}},"t18":{{"key":"y","key":"z","type":"String"}}}},"oldBodyFields":{{{}}},"newBodyFields":{{}}}}"#,
+            new.join(","),
+            old.join(",")
+        );
+        problems(
+            &rules,
+            Limits::default(),
+            expect![[r#"
+            /newBodyFields/t3: duplicate member `t3`
+            /newBodyFields/t18: duplicate member `t18`
+            /oldBodyFields/t5/keys: duplicate member `keys`
+            /newBodyFields: duplicate member `newBodyFields`"#]],
         );
     }
 

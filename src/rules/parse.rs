@@ -4,6 +4,8 @@
 
 use std::collections::HashSet;
 
+use smallvec::SmallVec;
+
 use super::{KeyEntry, NewField, OldField, Problem, Rules, Type};
 use crate::json::{self, Node, Nodes, StaticNode};
 
@@ -22,10 +24,10 @@ pub fn parse(nodes: &Nodes<'_>, root: usize, problems: &mut Vec<Problem>) -> Rul
         ));
         return rules;
     };
-    let mut seen = HashSet::new();
+    let mut seen = Seen::default();
     let (mut has_new, mut has_old) = (false, false);
     for (name, value) in top {
-        let at = child("", name);
+        let at = At::Member(&At::Root, name);
         if !first_time(&mut seen, name, &at, problems) {
             continue;
         }
@@ -59,23 +61,23 @@ pub fn parse(nodes: &Nodes<'_>, root: usize, problems: &mut Vec<Problem>) -> Rul
 fn entries<T>(
     nodes: &Nodes<'_>,
     i: usize,
-    at: &str,
+    at: &At<'_>,
     problems: &mut Vec<Problem>,
-    read: fn(&Nodes<'_>, usize, String, &str, &mut Vec<Problem>) -> Option<T>,
+    read: fn(&Nodes<'_>, usize, String, &At<'_>, &mut Vec<Problem>) -> Option<T>,
 ) -> Vec<T> {
     let Some(members) = json::members(nodes, i) else {
         problems.push(must_be(at, "an object of rule ids", nodes, i));
         return Vec::new();
     };
-    let mut seen = HashSet::new();
+    let mut seen = Seen::default();
     let mut out = Vec::new();
     for (id, value) in members {
-        let at = child(at, id);
+        let at = At::Member(at, id);
         if !first_time(&mut seen, id, &at, problems) {
             continue;
         }
         if id.is_empty() {
-            problems.push(Problem::new(&at, "a rule id must not be empty"));
+            problems.push(Problem::new(at.pointer(), "a rule id must not be empty"));
         }
         out.extend(read(nodes, value, id.to_owned(), &at, problems));
     }
@@ -86,7 +88,7 @@ fn new_field(
     nodes: &Nodes<'_>,
     i: usize,
     id: String,
-    at: &str,
+    at: &At<'_>,
     problems: &mut Vec<Problem>,
 ) -> Option<NewField> {
     let Some(members) = json::members(nodes, i) else {
@@ -95,9 +97,9 @@ fn new_field(
     };
     let mut field = NewField { id, key: None, ty: None, position: None };
     let (mut has_key, mut has_type) = (false, false);
-    let mut seen = HashSet::new();
+    let mut seen = Seen::default();
     for (name, value) in members {
-        let at = child(at, name);
+        let at = At::Member(at, name);
         if !first_time(&mut seen, name, &at, problems) {
             continue;
         }
@@ -106,7 +108,7 @@ fn new_field(
                 has_key = true;
                 match nodes.get(value) {
                     Some(Node::String("")) => {
-                        problems.push(Problem::new(&at, "the output key must not be empty"))
+                        problems.push(Problem::new(at.pointer(), "the output key must not be empty"))
                     }
                     Some(Node::String(key)) => field.key = Some((*key).to_owned()),
                     _ => problems.push(must_be(&at, "a string", nodes, value)),
@@ -120,7 +122,7 @@ fn new_field(
                 Some(Node::Static(StaticNode::I64(n))) => field.position = Some(*n),
                 Some(Node::Static(StaticNode::U64(n))) => match i64::try_from(*n) {
                     Ok(n) => field.position = Some(n),
-                    Err(_) => problems.push(Problem::new(&at, "position is out of range")),
+                    Err(_) => problems.push(Problem::new(at.pointer(), "position is out of range")),
                 },
                 Some(Node::Static(StaticNode::Null)) => {}
                 _ => problems.push(must_be(&at, "an integer", nodes, value)),
@@ -129,10 +131,10 @@ fn new_field(
         }
     }
     if !has_key {
-        problems.push(Problem::new(at, "missing required member `key`"));
+        problems.push(Problem::new(at.pointer(), "missing required member `key`"));
     }
     if !has_type {
-        problems.push(Problem::new(at, "missing required member `type`"));
+        problems.push(Problem::new(at.pointer(), "missing required member `type`"));
     }
     Some(field)
 }
@@ -141,7 +143,7 @@ fn old_field(
     nodes: &Nodes<'_>,
     i: usize,
     id: String,
-    at: &str,
+    at: &At<'_>,
     problems: &mut Vec<Problem>,
 ) -> Option<OldField> {
     let Some(members) = json::members(nodes, i) else {
@@ -150,9 +152,9 @@ fn old_field(
     };
     let mut field = OldField { id, keys: Vec::new(), parents: Vec::new() };
     let mut has_keys = false;
-    let mut seen = HashSet::new();
+    let mut seen = Seen::default();
     for (name, value) in members {
-        let at = child(at, name);
+        let at = At::Member(at, name);
         if !first_time(&mut seen, name, &at, problems) {
             continue;
         }
@@ -174,12 +176,12 @@ fn old_field(
         }
     }
     if !has_keys {
-        problems.push(Problem::new(at, "missing required member `keys`"));
+        problems.push(Problem::new(at.pointer(), "missing required member `keys`"));
     }
     Some(field)
 }
 
-fn key_entries(nodes: &Nodes<'_>, i: usize, at: &str, problems: &mut Vec<Problem>) -> Vec<KeyEntry> {
+fn key_entries(nodes: &Nodes<'_>, i: usize, at: &At<'_>, problems: &mut Vec<Problem>) -> Vec<KeyEntry> {
     let Some(elements) = json::elements(nodes, i) else {
         problems.push(must_be(at, "a list of field names", nodes, i));
         return Vec::new();
@@ -188,7 +190,7 @@ fn key_entries(nodes: &Nodes<'_>, i: usize, at: &str, problems: &mut Vec<Problem
     let mut listed = 0;
     for (n, value) in elements.enumerate() {
         listed += 1;
-        let at = format!("{at}/{n}");
+        let at = At::Index(at, n);
         let Some(Node::String(text)) = nodes.get(value) else {
             problems.push(must_be(&at, "a string", nodes, value));
             continue;
@@ -196,24 +198,32 @@ fn key_entries(nodes: &Nodes<'_>, i: usize, at: &str, problems: &mut Vec<Problem
         if text.contains(',') {
             let names: Vec<String> = text.split(',').map(|s| s.trim().to_owned()).collect();
             if names.iter().any(String::is_empty) {
-                problems.push(Problem::new(&at, format!("concatenation `{text}` has an empty field name")));
+                problems.push(Problem::new(
+                    at.pointer(),
+                    format!("concatenation `{text}` has an empty field name"),
+                ));
                 continue;
             }
             out.push(KeyEntry::Concat(names));
         } else if text.trim().is_empty() {
-            problems.push(Problem::new(&at, "a field name must not be empty"));
+            problems.push(Problem::new(at.pointer(), "a field name must not be empty"));
         } else {
             out.push(KeyEntry::Field((*text).to_owned()));
         }
     }
     if listed == 0 {
-        problems.push(Problem::new(at, "`keys` must name at least one field"));
+        problems.push(Problem::new(at.pointer(), "`keys` must name at least one field"));
     }
     out
 }
 
 /// A `parents` or `each` path: a list of non-empty names, or `null` for none.
-fn optional_path(nodes: &Nodes<'_>, i: usize, at: &str, problems: &mut Vec<Problem>) -> Option<Vec<String>> {
+fn optional_path(
+    nodes: &Nodes<'_>,
+    i: usize,
+    at: &At<'_>,
+    problems: &mut Vec<Problem>,
+) -> Option<Vec<String>> {
     if let Some(Node::Static(StaticNode::Null)) = nodes.get(i) {
         return None;
     }
@@ -226,15 +236,15 @@ fn optional_path(nodes: &Nodes<'_>, i: usize, at: &str, problems: &mut Vec<Probl
         match nodes.get(value) {
             Some(Node::String(name)) if !name.trim().is_empty() => path.push((*name).to_owned()),
             Some(Node::String(_)) => {
-                problems.push(Problem::new(format!("{at}/{n}"), "a field name must not be empty"))
+                problems.push(Problem::new(At::Index(at, n).pointer(), "a field name must not be empty"))
             }
-            _ => problems.push(must_be(&format!("{at}/{n}"), "a string", nodes, value)),
+            _ => problems.push(must_be(&At::Index(at, n), "a string", nodes, value)),
         }
     }
     Some(path)
 }
 
-fn type_name(nodes: &Nodes<'_>, i: usize, at: &str, problems: &mut Vec<Problem>) -> Option<Type> {
+fn type_name(nodes: &Nodes<'_>, i: usize, at: &At<'_>, problems: &mut Vec<Problem>) -> Option<Type> {
     let Some(Node::String(name)) = nodes.get(i) else {
         problems.push(must_be(at, "a type name", nodes, i));
         return None;
@@ -242,7 +252,7 @@ fn type_name(nodes: &Nodes<'_>, i: usize, at: &str, problems: &mut Vec<Problem>)
     let ty = Type::from_name(name);
     if ty.is_none() {
         problems.push(Problem::new(
-            at,
+            at.pointer(),
             format!(
                 "unknown type `{name}`; the known types are {} (a trailing `?` is allowed)",
                 Type::NAMES.join(", ")
@@ -253,24 +263,79 @@ fn type_name(nodes: &Nodes<'_>, i: usize, at: &str, problems: &mut Vec<Problem>)
 }
 
 /// Records `name` as seen in one object; a second occurrence is a problem.
-fn first_time<'a>(seen: &mut HashSet<&'a str>, name: &'a str, at: &str, problems: &mut Vec<Problem>) -> bool {
+fn first_time<'a>(seen: &mut Seen<'a>, name: &'a str, at: &At<'_>, problems: &mut Vec<Problem>) -> bool {
     if !seen.insert(name) {
-        problems.push(Problem::new(at, format!("duplicate member `{name}`")));
+        problems.push(Problem::new(at.pointer(), format!("duplicate member `{name}`")));
         return false;
     }
     true
 }
 
-fn child(at: &str, name: &str) -> String {
-    let mut pointer = at.to_owned();
-    json::push_pointer(&mut pointer, name);
-    pointer
+/// The member names of one object so far. An object of the rules language has a few members, so
+/// they are compared in a list, which costs less than hashing each name; past `LISTED` of them
+/// they go in a hash set, so a document with thousands of members in one object stays linear.
+#[derive(Default)]
+struct Seen<'a> {
+    listed: SmallVec<[&'a str; Seen::LISTED]>,
+    hashed: HashSet<&'a str>,
 }
 
-fn must_be(at: &str, what: &str, nodes: &Nodes<'_>, i: usize) -> Problem {
-    Problem::new(at, format!("must be {what}, found {}", json::kind(nodes, i)))
+impl Seen<'_> {
+    const LISTED: usize = 16;
 }
 
-fn unknown(at: &str, name: &str, expected: &str) -> Problem {
-    Problem::new(at, format!("unknown member `{name}` (expected one of: {expected})"))
+impl<'a> Seen<'a> {
+    /// False when `name` was seen before.
+    fn insert(&mut self, name: &'a str) -> bool {
+        if self.listed.len() < Self::LISTED {
+            if self.listed.contains(&name) {
+                return false;
+            }
+            self.listed.push(name);
+            return true;
+        }
+        if self.hashed.is_empty() {
+            self.hashed.extend(self.listed.iter().copied());
+        }
+        self.hashed.insert(name)
+    }
+}
+
+/// Where a value of the rules document is. It becomes a JSON pointer only when a problem is
+/// reported there, as most documents have none.
+enum At<'a> {
+    Root,
+    Member(&'a At<'a>, &'a str),
+    Index(&'a At<'a>, usize),
+}
+
+impl At<'_> {
+    fn pointer(&self) -> String {
+        let mut pointer = String::new();
+        self.write(&mut pointer);
+        pointer
+    }
+
+    fn write(&self, pointer: &mut String) {
+        match self {
+            At::Root => {}
+            At::Member(parent, name) => {
+                parent.write(pointer);
+                json::push_pointer(pointer, name);
+            }
+            At::Index(parent, n) => {
+                parent.write(pointer);
+                pointer.push('/');
+                pointer.push_str(itoa::Buffer::new().format(*n));
+            }
+        }
+    }
+}
+
+fn must_be(at: &At<'_>, what: &str, nodes: &Nodes<'_>, i: usize) -> Problem {
+    Problem::new(at.pointer(), format!("must be {what}, found {}", json::kind(nodes, i)))
+}
+
+fn unknown(at: &At<'_>, name: &str, expected: &str) -> Problem {
+    Problem::new(at.pointer(), format!("unknown member `{name}` (expected one of: {expected})"))
 }

@@ -455,7 +455,7 @@ async fn a_stored_route_that_no_longer_compiles_answers_503() {
             uuid,
             created_at: 1,
             updated_at: 1,
-            config,
+            config: config.to_string(),
         };
         store.put(&stored).unwrap();
     }
