@@ -419,8 +419,8 @@ impl Route {
     }
 
     pub fn from_stored(stored: StoredRoute, limits: &Limits) -> Result<Route, String> {
-        let config: RouteConfig =
-            serde_json::from_str(&stored.config).map_err(|e| format!("unreadable configuration: {e}"))?;
+        let config: RouteConfig = serde_json::from_str(&stored.config)
+            .map_err(|e| format!("the stored configuration of route {} is unreadable: {e}", stored.uuid))?;
         Ok(Route::new(stored.uuid, stored.created_at, stored.updated_at, config, limits))
     }
 
@@ -614,6 +614,20 @@ mod tests {
             let r = request(c.clone(), &ClientRequest { query, ..Default::default() });
             assert_eq!(r.uri.to_string(), "https://api.example.org/v2/items?a=path&b=route&c=pre");
         }
+    }
+
+    #[test]
+    fn a_route_is_read_back_from_its_stored_form_and_an_unreadable_one_is_named() {
+        let c = config(r#"{"originalApi":{"baseUrl":"https://api.example.org/"},"path":"/x"}"#, "");
+        let route = Route::new(Uuid::new_v4(), 1, 2, c.clone(), &Limits::default());
+        let again = Route::from_stored(route.to_stored(), &Limits::default()).expect("readable");
+        assert_eq!((again.uuid, again.created_at, again.updated_at, &again.config), (route.uuid, 1, 2, &c));
+        let mut stored = route.to_stored();
+        stored.config = "not json".into();
+        let Err(why) = Route::from_stored(stored, &Limits::default()) else {
+            panic!("read as a configuration")
+        };
+        assert!(why.contains(&route.uuid.to_string()) && why.contains("unreadable"), "{why}");
     }
 
     #[test]

@@ -447,6 +447,43 @@ mod tests {
     }
 
     #[test]
+    fn a_duplicate_is_found_where_the_names_move_from_the_list_to_the_hash_set() {
+        // The 16th name is the last one compared in the list; the 17th is the first hashed.
+        for (count, twice) in [(15, "t3"), (16, "t0"), (16, "t15")] {
+            let members: Vec<String> =
+                (0..count).map(|i| format!(r#""t{i}":{{"key":"t{i}","type":"String"}}"#)).collect();
+            let rules = format!(
+                r#"{{"newBodyFields":{{{},"{twice}":{{}}}},"oldBodyFields":{{}}}}"#,
+                members.join(",")
+            );
+            let problems = compile_json(rules.as_bytes(), &Limits::default()).expect_err("refused");
+            let duplicates: Vec<String> = problems
+                .iter()
+                .filter(|p| p.message.starts_with("duplicate"))
+                .map(Problem::to_string)
+                .collect();
+            assert_eq!(
+                duplicates,
+                [format!("/newBodyFields/{twice}: duplicate member `{twice}`")],
+                "{count}"
+            );
+        }
+    }
+
+    #[test]
+    fn locations_escape_slash_and_tilde_in_names() {
+        problems(
+            r#"{"newBodyFields":{"a/b":{"type":"String"},"c~d":{"key":"k","type":"Text"}},"oldBodyFields":{"a/b":{"keys":[""]}}}"#,
+            Limits::default(),
+            expect![[r#"
+                /newBodyFields/a~1b: missing required member `key`
+                /newBodyFields/c~0d/type: unknown type `Text`; the known types are String, Int, Long, Double, Float, Boolean, Json (a trailing `?` is allowed)
+                /oldBodyFields/a~1b/keys/0: a field name must not be empty
+                /newBodyFields/c~0d: target `c~d` has no `oldBodyFields` entry with the same id"#]],
+        );
+    }
+
+    #[test]
     fn unused_sources_are_warnings() {
         let compiled = compile_json(
             br#"{"newBodyFields":{},"oldBodyFields":{"spare":{"keys":["x"]}}}"#,
