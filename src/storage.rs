@@ -483,16 +483,25 @@ mod tests {
     use super::*;
     use crate::secrets::new_key_hex;
 
+    /// A configuration holding a stored secret.
+    fn config(token: &str) -> serde_json::Value {
+        serde_json::json!({ "auth": { "mode": "stored", "kind": "Bearer", "token": token } })
+    }
+
     fn route(uuid: Uuid, token: &str) -> StoredRoute {
-        let config = serde_json::json!({ "auth": { "mode": "stored", "kind": "Bearer", "token": token } });
-        let config = config.to_string();
-        StoredRoute { v: SCHEMA_VERSION, uuid, created_at: 7, updated_at: 8, config }
+        StoredRoute {
+            v: SCHEMA_VERSION,
+            uuid,
+            created_at: 7,
+            updated_at: 8,
+            config: config(token).to_string(),
+        }
     }
 
     /// A record as the first schema wrote it: the configuration in the clear.
     fn v1_record(uuid: Uuid, token: &str) -> Vec<u8> {
         let record = serde_json::json!({
-            "v": 1, "uuid": uuid, "createdAt": 7, "updatedAt": 8, "config": serde_json::from_str::<serde_json::Value>(&route(uuid, token).config).unwrap(),
+            "v": 1, "uuid": uuid, "createdAt": 7, "updatedAt": 8, "config": config(token),
         });
         serde_json::to_vec(&record).unwrap()
     }

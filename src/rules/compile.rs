@@ -422,13 +422,16 @@ mod tests {
         );
     }
 
+    /// `newBodyFields` members `t0`, `t1`, ...: String targets with their own id as key.
+    fn string_targets(count: usize) -> Vec<String> {
+        (0..count).map(|i| format!(r#""t{i}":{{"key":"t{i}","type":"String"}}"#)).collect()
+    }
+
     #[test]
     fn duplicate_members_are_found_in_small_and_large_objects() {
         // 20 targets: past the names a small object compares in a list, they are hashed.
-        let ids: Vec<String> = (0..20).map(|i| format!("t{i}")).collect();
-        let new: Vec<String> =
-            ids.iter().map(|id| format!(r#""{id}":{{"key":"{id}","type":"String"}}"#)).collect();
-        let mut old: Vec<String> = ids.iter().map(|id| format!(r#""{id}":{{"keys":["{id}"]}}"#)).collect();
+        let new = string_targets(20);
+        let mut old: Vec<String> = (0..20).map(|i| format!(r#""t{i}":{{"keys":["t{i}"]}}"#)).collect();
         old[5] = r#""t5":{"keys":["t5"],"keys":["again"]}"#.to_owned();
         let rules = format!(
             r#"{{"newBodyFields":{{{},"t3":{{"key":"x","type":"String"}},"t18":{{"key":"y","key":"z","type":"String"}}}},"oldBodyFields":{{{}}},"newBodyFields":{{}}}}"#,
@@ -450,8 +453,7 @@ mod tests {
     fn a_duplicate_is_found_where_the_names_move_from_the_list_to_the_hash_set() {
         // The 16th name is the last one compared in the list; the 17th is the first hashed.
         for (count, twice) in [(15, "t3"), (16, "t0"), (16, "t15")] {
-            let members: Vec<String> =
-                (0..count).map(|i| format!(r#""t{i}":{{"key":"t{i}","type":"String"}}"#)).collect();
+            let members = string_targets(count);
             let rules = format!(
                 r#"{{"newBodyFields":{{{},"{twice}":{{}}}},"oldBodyFields":{{}}}}"#,
                 members.join(",")

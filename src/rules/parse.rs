@@ -276,18 +276,17 @@ fn first_time<'a>(seen: &mut Seen<'a>, name: &'a str, at: &At<'_>, problems: &mu
 /// they go in a hash set, so a document with thousands of members in one object stays linear.
 #[derive(Default)]
 struct Seen<'a> {
-    listed: SmallVec<[&'a str; Seen::LISTED]>,
+    listed: SmallVec<[&'a str; LISTED]>,
     hashed: HashSet<&'a str>,
 }
 
-impl Seen<'_> {
-    const LISTED: usize = 16;
-}
+/// Names [`Seen`] compares in its list before it hashes them.
+const LISTED: usize = 16;
 
 impl<'a> Seen<'a> {
     /// False when `name` was seen before.
     fn insert(&mut self, name: &'a str) -> bool {
-        if self.listed.len() < Self::LISTED {
+        if self.listed.len() < LISTED {
             if self.listed.contains(&name) {
                 return false;
             }
