@@ -2,16 +2,18 @@
 # Load benchmark on loopback, one machine: the same upstream documents fetched (a) from the
 # upstream directly, (b) through nginx as a plain reverse proxy with upstream keep-alive, (c)
 # through nginx with njs mapping the fields in JavaScript, and (d) through a recast route mapping
-# the same fields. Every run is bounded by LOAD_DURATION. Prints one table and writes it as CSV,
-# with the CPU time per request of the processes serving each target, read from /proc.
+# the same fields; and, as a control, (e) through a second nginx instance identical to the first
+# (the twin), which shows how far two identical proxies measured back to back differ here. Every
+# run is bounded by LOAD_DURATION. Prints one table and writes it as CSV, with the CPU time per
+# request of the processes serving each target, read from /proc.
 #
 # Settings (environment): LOAD_DURATION (default 10s), LOAD_CONNECTIONS (default "16 64 256"),
 # LOAD_ROUNDS (default 1: how many times the whole set is measured, one round after another; the
 # table gives medians, each ratio is the median of the ratios within a round, and each round's
-# recast/proxy ratio and p99s are listed under it; the proxy and recast are measured back to
-# back, the proxy first in odd rounds and recast first in even ones), LOAD_THREADS
-# (wrk threads, default 2), LOAD_PORT (first of four ports, default 18080), LOAD_CSV (default
-# $CARGO_TARGET_DIR/load/results.csv).
+# recast/proxy and twin/proxy ratios and p99s are listed under it; the proxy, recast and the twin
+# are measured back to back, in that order in odd rounds and the other way round in even ones),
+# LOAD_THREADS (wrk threads, default 2), LOAD_PORT (first of six ports, default 18080), LOAD_CSV
+# (default $CARGO_TARGET_DIR/load/results.csv).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib.sh
@@ -23,13 +25,14 @@ THREADS=${LOAD_THREADS:-2}
 PORT=${LOAD_PORT:-18080}
 CSV=${LOAD_CSV:-$CARGO_TARGET_DIR/load/results.csv}
 UPSTREAM_PORT=$PORT PROXY_PORT=$((PORT + 1)) NJS_PORT=$((PORT + 2)) RECAST_PORT=$((PORT + 3))
+TWIN_PORT=$((PORT + 4)) TWIN_NJS_PORT=$((PORT + 5))
 
 ensure_toolchain
 command -v nginx >/dev/null 2>&1 || ensure_packages nginx-light
 ensure_packages libnginx-mod-http-js wrk curl
-for port in $UPSTREAM_PORT $PROXY_PORT $NJS_PORT $RECAST_PORT; do
+for port in $UPSTREAM_PORT $PROXY_PORT $NJS_PORT $RECAST_PORT $TWIN_PORT $TWIN_NJS_PORT; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        say "port $port on 127.0.0.1 is in use; set LOAD_PORT to a free range of four ports"
+        say "port $port on 127.0.0.1 is in use; set LOAD_PORT to a free range of six ports"
         exit 1
     fi
 done
@@ -104,9 +107,10 @@ async function list(r) {
 export default { recipe, list };
 EOF
 
-# Two nginx instances: the upstream, and the gateway for (b) and (c). A gateway and its upstream
-# are separate processes, as recast and the upstream are; in one instance the proxy's hop to the
-# upstream would stay inside one worker's event loop, a shortcut no real deployment has.
+# Three nginx instances: the upstream, the gateway for (b) and (c), and its twin for (e). A gateway
+# and its upstream are separate processes, as recast and the upstream are; in one instance the
+# proxy's hop to the upstream would stay inside one worker's event loop, a shortcut no real
+# deployment has.
 common() { # $1 instance name
     cat <<EOF
 worker_processes auto;
@@ -135,19 +139,19 @@ $(temp_paths upstream)
 }
 EOF
 } >"$WORK/upstream.conf"
-{
+gateway() { # $1 instance name, $2 proxy port, $3 njs port
     echo "load_module $NJS_MODULE;"
-    common gateway
+    common "$1"
     cat <<EOF
 http {
     access_log off;
-$(temp_paths gateway)
+$(temp_paths "$1")
     keepalive_requests 1000000;
     upstream documents { server 127.0.0.1:$UPSTREAM_PORT; keepalive 256; }
     js_import map from $WORK/map.js;
-    # (b) a plain reverse proxy with upstream keep-alive.
+    # (b) a plain reverse proxy with upstream keep-alive; in the twin, (e).
     server {
-        listen 127.0.0.1:$PROXY_PORT;
+        listen 127.0.0.1:$2;
         location / {
             proxy_pass http://documents;
             proxy_http_version 1.1;
@@ -156,7 +160,7 @@ $(temp_paths gateway)
     }
     # (c) the same proxy, with njs mapping the answer.
     server {
-        listen 127.0.0.1:$NJS_PORT;
+        listen 127.0.0.1:$3;
         subrequest_output_buffer_size 512k;
         location /_upstream/ {
             internal;
@@ -169,9 +173,11 @@ $(temp_paths gateway)
     }
 }
 EOF
-} >"$WORK/gateway.conf"
+}
+gateway gateway "$PROXY_PORT" "$NJS_PORT" >"$WORK/gateway.conf"
+gateway twin "$TWIN_PORT" "$TWIN_NJS_PORT" >"$WORK/twin.conf"
 mkdir -p "$WORK/data"
-for instance in upstream gateway; do
+for instance in upstream gateway twin; do
     nginx -p "$WORK" -c "$WORK/$instance.conf" -g 'daemon off;' 2>>"$WORK/error.log" &
     PIDS+=($!)
 done
@@ -182,7 +188,8 @@ ready=no
 for _ in $(seq 1 200); do
     if curl -sf -m 10 "http://127.0.0.1:$RECAST_PORT/readyz" >/dev/null 2>&1 \
         && curl -sf -m 10 "http://127.0.0.1:$UPSTREAM_PORT/recipe.json" >/dev/null 2>&1 \
-        && curl -sf -m 10 "http://127.0.0.1:$PROXY_PORT/recipe.json" >/dev/null 2>&1; then
+        && curl -sf -m 10 "http://127.0.0.1:$PROXY_PORT/recipe.json" >/dev/null 2>&1 \
+        && curl -sf -m 10 "http://127.0.0.1:$TWIN_PORT/recipe.json" >/dev/null 2>&1; then
         ready=yes
         break
     fi
@@ -227,12 +234,13 @@ cpu_ticks() { # user and system clock ticks so far of the given processes, all t
     for pid in "$@"; do cat /proc/"$pid"/task/*/stat 2>/dev/null; done \
         | awk '{ sub(/.*\) /, ""); u += $12; s += $13 } END { print u + 0, s + 0 }'
 }
-# The processes that serve each target: nginx's workers, or recast.
+# The processes that serve each target: an nginx instance's workers, or recast.
 serving() { # $1 target name
     case $1 in
         upstream) pgrep -P "${PIDS[0]}" ;;
         proxy | njs) pgrep -P "${PIDS[1]}" ;;
-        recast) echo "${PIDS[2]}" ;;
+        twin) pgrep -P "${PIDS[2]}" ;;
+        recast) echo "${PIDS[3]}" ;;
     esac
 }
 HZ=$(getconf CLK_TCK)
@@ -264,12 +272,14 @@ for round in $(seq 1 "$ROUNDS"); do
         route=$RECIPE_ROUTE; [ "$doc" = list ] && route=$LIST_ROUTE
         for c in $CONNECTIONS; do
             measure "$doc" "$c" upstream "http://127.0.0.1:$UPSTREAM_PORT/$doc.json"
-            # The proxy and recast run back to back, in turn first, so a drift of the machine's
-            # speed falls on each side alike.
+            # The proxy, recast and the twin run back to back, in turn one way and the other, so
+            # a drift of the machine's speed falls on each side alike.
             if ((round % 2)); then
                 measure "$doc" "$c" proxy "http://127.0.0.1:$PROXY_PORT/$doc.json"
                 measure "$doc" "$c" recast "http://127.0.0.1:$RECAST_PORT$route"
+                measure "$doc" "$c" twin "http://127.0.0.1:$TWIN_PORT/$doc.json"
             else
+                measure "$doc" "$c" twin "http://127.0.0.1:$TWIN_PORT/$doc.json"
                 measure "$doc" "$c" recast "http://127.0.0.1:$RECAST_PORT$route"
                 measure "$doc" "$c" proxy "http://127.0.0.1:$PROXY_PORT/$doc.json"
             fi
@@ -280,8 +290,8 @@ done
 
 echo
 [ "$ROUNDS" -gt 1 ] && echo "Medians over $ROUNDS rounds; each ratio is the median of the ratios within a round."
-echo "| document | connections | upstream req/s | nginx proxy req/s | nginx+njs req/s | recast req/s | recast/proxy | recast/njs | p99 proxy ms | p99 recast ms | CPU µs/req proxy (user+sys) | CPU µs/req recast (user+sys) |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| document | connections | upstream req/s | nginx proxy req/s | nginx+njs req/s | recast req/s | recast/proxy | recast/njs | p99 proxy ms | p99 recast ms | CPU µs/req proxy (user+sys) | CPU µs/req recast (user+sys) | twin/proxy (control) |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 awk -F, '
     function median(list,    v, n, i, j, t) {
         n = split(substr(list, 2), v, " ")
@@ -296,16 +306,18 @@ awk -F, '
     }
     END {
         for (i = 0; i < n; i++) {
-            k = order[i]; split(k, d, ","); proxy = ""; njs = ""
+            k = order[i]; split(k, d, ","); proxy = ""; njs = ""; twin = ""
             for (j = 0; j < r; j++) {
                 q = rounds[j]","k
                 proxy = proxy " " one[q",recast"] / one[q",proxy"]; njs = njs " " one[q",recast"] / one[q",njs"]
+                twin = twin " " one[q",twin"] / one[q",proxy"]
             }
-            printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.2f× | %.2f× | %.2f | %.2f | %.1f+%.1f | %.1f+%.1f |\n", d[1], d[2],
+            printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.2f× | %.2f× | %.2f | %.2f | %.1f+%.1f | %.1f+%.1f | %.2f× |\n", d[1], d[2],
                 median(rps[k",upstream"]), median(rps[k",proxy"]), median(rps[k",njs"]), median(rps[k",recast"]),
                 median(proxy), median(njs), median(p99[k",proxy"]), median(p99[k",recast"]),
-                median(user[k",proxy"]), median(sys[k",proxy"]), median(user[k",recast"]), median(sys[k",recast"])
-            line[i] = sprintf("%s, %s connections: recast/proxy %s; p99 recast/proxy ms %s", d[1], d[2], byround(k, "rps"), byround(k, "p99"))
+                median(user[k",proxy"]), median(sys[k",proxy"]), median(user[k",recast"]), median(sys[k",recast"]), median(twin)
+            line[i] = sprintf("%s, %s connections: recast/proxy %s; twin/proxy %s; p99 recast/twin/proxy ms %s", d[1], d[2],
+                byround(k, "recast"), byround(k, "twin"), byround(k, "p99"))
         }
         # Round by round, so the spread behind each median shows.
         if (r > 1) { print ""; print "By round:"; for (i = 0; i < n; i++) print "  " line[i] }
@@ -314,8 +326,8 @@ awk -F, '
         text = ""
         for (j = 0; j < r; j++) {
             q = rounds[j]","k
-            if (what == "rps") text = text sprintf(" %.2f", one[q",recast"] / one[q",proxy"])
-            else text = text sprintf(" %.2f/%.2f", late[q",recast"], late[q",proxy"])
+            if (what == "p99") text = text sprintf(" %.2f/%.2f/%.2f", late[q",recast"], late[q",twin"], late[q",proxy"])
+            else text = text sprintf(" %.2f", one[q","what] / one[q",proxy"])
         }
         return substr(text, 2)
     }' "$CSV"
