@@ -111,6 +111,8 @@ EOF
 # and its upstream are separate processes, as recast and the upstream are; in one instance the
 # proxy's hop to the upstream would stay inside one worker's event loop, a shortcut no real
 # deployment has.
+# The twin is the gateway's configuration on two other ports, so it is the proxy's twin in every
+# respect; its njs server is never measured.
 common() { # $1 instance name
     cat <<EOF
 worker_processes auto;
