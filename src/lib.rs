@@ -4,8 +4,11 @@
 pub mod cli;
 pub mod config;
 pub mod exec;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod hex;
+pub(crate) mod http1;
 pub mod json;
 pub mod logging;
 pub mod metrics;

@@ -1,7 +1,7 @@
 //! Log lines name the request they were written for: a line logged while a request is served is
 //! written inside a `request` span holding its id (`request{id=…}:` in text, `"span":{"id":…}` in
 //! JSON). The span is made only for a line that is written: while a request is served
-//! ([`identified`]), its id is kept in a thread-local, and [`logged!`] opens the span from it
+//! ([`within`]), its id is kept in a thread-local, and [`logged!`] opens the span from it
 //! around the one event. A request that logs nothing costs two swaps of that thread-local per poll
 //! instead of a span's creation, formatting and bookkeeping.
 
@@ -18,7 +18,7 @@ thread_local! {
 
 /// Runs `serve` as the request `id`: every [`logged!`] line written while it is polled names it.
 /// Returns the id with the output.
-pub async fn identified<T>(id: HeaderValue, serve: impl Future<Output = T>) -> (HeaderValue, T) {
+pub async fn within<T>(id: HeaderValue, serve: impl Future<Output = T>) -> (HeaderValue, T) {
     let mut serve = pin!(serve);
     let mut id = Some(id);
     let output = std::future::poll_fn(|cx| {
@@ -84,10 +84,10 @@ mod tests {
     #[test]
     fn the_id_is_there_while_the_request_is_polled_and_only_then() {
         let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
-        let (id, seen) = runtime.block_on(identified(HeaderValue::from_static("outer"), async {
+        let (id, seen) = runtime.block_on(within(HeaderValue::from_static("outer"), async {
             let outer = current();
             // Nested (a request served inside another's poll): the inner id, then the outer again.
-            let (_, inner) = identified(HeaderValue::from_static("inner"), async {
+            let (_, inner) = within(HeaderValue::from_static("inner"), async {
                 tokio::task::yield_now().await;
                 current()
             })
@@ -107,8 +107,7 @@ mod tests {
     fn a_panicking_poll_leaves_no_id_behind() {
         let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            runtime
-                .block_on(identified(HeaderValue::from_static("doomed"), async { panic!("in the handler") }))
+            runtime.block_on(within(HeaderValue::from_static("doomed"), async { panic!("in the handler") }))
         }));
         assert!(panicked.is_err());
         assert_eq!(current(), None);

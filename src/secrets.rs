@@ -14,6 +14,8 @@ use std::str::FromStr;
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
 
+use crate::hex;
+
 /// The key file's name in the data directory.
 pub const KEY_FILE: &str = "secret.key";
 const KEY_LEN: usize = 32;
@@ -162,7 +164,7 @@ impl SecretKey {
 
 /// A new random key as 64 hex digits (`recast new-key`).
 pub fn new_key_hex() -> Result<String, String> {
-    Ok(hex(&new_key_bytes()?))
+    Ok(hex::encode(&new_key_bytes()?))
 }
 
 fn new_key_bytes() -> Result<[u8; KEY_LEN], String> {
@@ -189,7 +191,7 @@ fn write_key_file(path: &Path, bytes: &[u8; KEY_LEN]) -> std::io::Result<()> {
     // Left by a start that died before the rename; nothing was sealed with it.
     let _ = std::fs::remove_file(&temporary);
     let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&temporary)?;
-    file.write_all(format!("{}\n", hex(bytes)).as_bytes())?;
+    file.write_all(format!("{}\n", hex::encode(bytes)).as_bytes())?;
     file.sync_all()?;
     std::fs::rename(&temporary, path)?;
     // The directory entry must be durable too, or a crash could lose the key but keep records
@@ -218,18 +220,7 @@ fn check_permissions(path: &Path) -> Result<(), String> {
 }
 
 fn parse_hex(text: &str) -> Option<[u8; KEY_LEN]> {
-    if text.len() != 2 * KEY_LEN || !text.is_ascii() {
-        return None;
-    }
-    let mut bytes = [0u8; KEY_LEN];
-    for (i, byte) in bytes.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(bytes)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::decode(text)?.try_into().ok()
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::hex;
 use crate::secrets::{Secret, SecretKey};
 
 /// The schema version written into every record.
@@ -272,13 +273,13 @@ impl Store {
             created_at: route.created_at,
             updated_at: route.updated_at,
             config: None,
-            sealed: Some(hex(&self.key.seal(config, key))),
+            sealed: Some(hex::encode(&self.key.seal(config, key))),
         };
         serde_json::to_vec(&record).map_err(|e| StorageError::Io(e.to_string()))
     }
 
     fn decode(&self, key: &[u8], bytes: &[u8]) -> Result<StoredRoute, StorageError> {
-        let corrupt = |why: String| StorageError::Corrupt { key: encode_cursor(key), why };
+        let corrupt = |why: String| StorageError::Corrupt { key: hex::encode(key), why };
         let record: Record = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
         if record.v != SCHEMA_VERSION {
             return Err(corrupt(format!("schema version {} is not {SCHEMA_VERSION}", record.v)));
@@ -286,7 +287,7 @@ impl Store {
         let sealed = record
             .sealed
             .as_deref()
-            .and_then(unhex)
+            .and_then(hex::decode)
             .ok_or_else(|| corrupt("no sealed configuration".into()))?;
         let config = self
             .key
@@ -371,7 +372,7 @@ impl Store {
                 break;
             }
             if routes.len() == limit {
-                return Ok(Page { routes, next: last.map(|k: Box<[u8]>| encode_cursor(&k)) });
+                return Ok(Page { routes, next: last.map(|k: Box<[u8]>| hex::encode(&k)) });
             }
             let Some(uuid) = key.get(9..25).and_then(|b| Uuid::from_slice(b).ok()) else { continue };
             if let Some(route) = self.get(uuid)? {
@@ -405,10 +406,6 @@ fn created_key(created_at: u64, uuid: Uuid) -> [u8; 25] {
     key
 }
 
-fn encode_cursor(key: &[u8]) -> String {
-    key.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Where a listing continues: the index key of the last route of the previous page.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor(Vec<u8>);
@@ -416,52 +413,9 @@ pub struct Cursor(Vec<u8>);
 impl Cursor {
     /// Reads a cursor as [`Page::next`] gives it; `None` for anything else.
     pub fn parse(text: &str) -> Option<Cursor> {
-        if text.len() != 50 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        let key: Vec<u8> = (0..25)
-            .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16))
-            .collect::<Result<_, _>>()
-            .ok()?;
+        let key = hex::decode(text).filter(|key| key.len() == 25)?;
         (key[0] == CREATED).then_some(Cursor(key))
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    encode_cursor(bytes)
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    /// The value of each hex digit by its byte, `INVALID` for every other byte: a table, not
-    /// branches, since a sealed configuration is thousands of random digits.
-    const INVALID: u8 = 0xff;
-    const DIGITS: [u8; 256] = {
-        let mut table = [INVALID; 256];
-        let mut i = 0;
-        while i < 10 {
-            table[b'0' as usize + i] = i as u8;
-            i += 1;
-        }
-        let mut i = 0;
-        while i < 6 {
-            table[b'a' as usize + i] = 10 + i as u8;
-            table[b'A' as usize + i] = 10 + i as u8;
-            i += 1;
-        }
-        table
-    };
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    let mut bytes = Vec::with_capacity(text.len() / 2);
-    let mut invalid = 0;
-    for pair in text.as_bytes().chunks_exact(2) {
-        let &[high, low] = pair else { return None };
-        let (high, low) = (DIGITS[usize::from(high)], DIGITS[usize::from(low)]);
-        invalid |= (high | low) & 0xf0;
-        bytes.push(high << 4 | (low & 0x0f));
-    }
-    (invalid == 0).then_some(bytes)
 }
 
 fn io(e: rocksdb::Error) -> StorageError {
@@ -564,16 +518,6 @@ mod tests {
         let before = six_table_files(&store);
         merged_below(&store, before + 6);
         assert_eq!(store.all().count(), 6);
-    }
-
-    #[test]
-    fn hex_round_trips_and_unhex_refuses_what_is_not_hex() {
-        let bytes: Vec<u8> = (0..=255).collect();
-        assert_eq!(unhex(&hex(&bytes)).as_deref(), Some(bytes.as_slice()));
-        assert_eq!(unhex("0aFf"), Some(vec![0x0a, 0xff]));
-        for bad in ["0", "0g", "zz", "é0", "0 "] {
-            assert_eq!(unhex(bad), None, "{bad}");
-        }
     }
 
     #[test]

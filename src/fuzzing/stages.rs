@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::Reached;
 use crate::exec;
 use crate::json;
-use crate::route::{ClientRequest, Registration, Route};
+use crate::route::{FromClient, Registration, Route};
 use crate::rules::{Compiled, Limits, compile_json};
 
 const LIMITS: Limits = Limits { max_rules: 64, max_depth: 16 };
@@ -157,8 +157,7 @@ pub fn upstream_url(data: &[u8]) -> Reached {
         panic!("a validated route is broken: {why}");
     }
     let headers = HeaderMap::new();
-    let client =
-        ClientRequest { query: Some(&case.client_query), headers: Some(&headers), body: Bytes::new() };
+    let client = FromClient { query: Some(&case.client_query), headers: Some(&headers), body: Bytes::new() };
     let request = match route.upstream_request(&client) {
         Ok(request) => request,
         Err(e) => panic!("a validated route ({base:?}, {path:?}) cannot build its request: {e:?}"),

@@ -359,7 +359,7 @@ unsafe fn escape_slow(mut to: *mut u8, bytes: &[u8]) -> *mut u8 {
 /// in one store, whatever `b` takes.
 #[inline(always)]
 unsafe fn escape_byte(to: *mut u8, b: u8) -> *mut u8 {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+    const HEX: &[u8; 16] = crate::hex::DIGITS;
     let escape = ESCAPE[b as usize];
     let (sequence, n) = match escape {
         0 => ([b, 0, 0, 0, 0, 0], 1),

@@ -9,14 +9,15 @@ use hyper::body::Incoming;
 use uuid::Uuid;
 
 use super::problem::UpstreamFailure;
-use super::{ApiError, Response, SERVER_TIMING, State, json, read_body, timing};
+use super::router::{json, read_body, timing};
+use super::{ApiError, Response, SERVER_TIMING, State};
 use crate::metrics::{Endpoint, UpstreamErrorKind};
-use crate::route::{CallError, ClientRequest, Route, UpstreamRequest};
+use crate::route::{CallError, FromClient, Route, UpstreamRequest};
 use crate::upstream::Answer;
 use crate::{exec, json as tape};
 
-/// What a route call needs of its request.
-pub(super) struct CallRequest<'a> {
+/// A route call's request, as the router or the lane read it.
+pub(super) struct RouteCall<'a> {
     pub method: &'a Method,
     /// The request's path, for problem details.
     pub path: &'a str,
@@ -27,19 +28,19 @@ pub(super) struct CallRequest<'a> {
     pub body: Option<Incoming>,
 }
 
-pub(super) async fn call(state: &State, request: CallRequest<'_>, id: &str, path: &str) -> Response {
+pub(super) async fn call(state: &State, request: RouteCall<'_>, id: &str, path: &str) -> Response {
     let instance = request.path;
-    let mut record = Record::default();
-    let mut response = match forward(state, request, id, path, &mut record).await {
+    let mut tally = Tally::default();
+    let mut response = match forward(state, request, id, path, &mut tally).await {
         Ok(response) => response,
         Err(e) => e.to_response(instance),
     };
     // Every answer of a route call says how long the upstream and the mapping took (SPEC §2.2),
     // zero for a step that did not happen.
-    let header = timing(&[("upstream", record.upstream), ("map", record.map)]);
+    let header = timing(&[("upstream", tally.upstream), ("map", tally.map)]);
     response.headers_mut().insert(SERVER_TIMING, header);
     let status = response.status().as_u16();
-    match &record.route {
+    match &tally.route {
         Some(route) => route.requests.record(status),
         None => state.metrics.endpoint(Endpoint::Call, status),
     }
@@ -48,7 +49,7 @@ pub(super) async fn call(state: &State, request: CallRequest<'_>, id: &str, path
 
 /// What a call did, for its headers and metrics.
 #[derive(Default)]
-struct Record {
+struct Tally {
     /// The route called, once it was found.
     route: Option<Arc<Route>>,
     upstream: Duration,
@@ -57,15 +58,15 @@ struct Record {
 
 async fn forward(
     state: &State,
-    request: CallRequest<'_>,
+    request: RouteCall<'_>,
     id: &str,
     path: &str,
-    record: &mut Record,
+    tally: &mut Tally,
 ) -> Result<Response, ApiError> {
     let uuid = Uuid::try_parse(id).map_err(|_| ApiError::NotFound)?;
     state.loaded()?;
     let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
-    let route = &*record.route.insert(route);
+    let route = &*tally.route.insert(route);
     if path != route.config.path {
         return Err(ApiError::NotFound);
     }
@@ -79,17 +80,17 @@ async fn forward(
         Some(body) => read_body(state, request.headers, body).await?,
         None => Vec::new(),
     };
-    let client = ClientRequest { query: request.query, headers: Some(request.headers), body: body.into() };
+    let client = FromClient { query: request.query, headers: Some(request.headers), body: body.into() };
     let upstream = route.upstream_request(&client).map_err(|e| match e {
         CallError::AuthRequired => ApiError::AuthRequired,
         CallError::Broken(why) => ApiError::RouteUnavailable(why),
     })?;
     let failed = |failure| ApiError::Upstream { failure, validating: false };
     let (answer, upstream_took) = exchange(state, upstream).await;
-    record.upstream = upstream_took;
+    tally.upstream = upstream_took;
     let mut answer = answer.map_err(failed)?;
     let (mapped, map_took) = map_answer(state, route, &mut answer);
-    record.map = map_took;
+    tally.map = map_took;
     Ok(json(answer.status, mapped.map_err(failed)?))
 }
 

@@ -6,8 +6,8 @@
 //! to hyper for the rest of its life, so hyper answers everything the lane does not take,
 //! errors and limits included.
 //!
-//! A call in the lane goes through the same steps as one through hyper (`identified`,
-//! `answered`, `call::call`): request id, span, admission, metrics, log line and problems.
+//! A call in the lane goes through the same steps as one through hyper (`router::stamped`,
+//! `router::answered`, `call::call`): request id, span, admission, metrics, log line and problems.
 
 use std::future::{Future, poll_fn};
 use std::mem::MaybeUninit;
@@ -19,16 +19,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::uri::PathAndQuery;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use hyper::body::Body as _;
 use hyper::server::conn::http1::Builder;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::connection::{Activity, Graceful, Watched};
-use super::{Response, State, answered, call, handle, identified};
+use super::router::{answered, endpoint, handle, stamped};
+use super::{Response, State, call};
+use crate::http1::{self, line};
 use crate::metrics::Endpoint;
 
 /// The most bytes of a request head the lane reads before it hands the connection to hyper.
@@ -53,7 +55,7 @@ impl Lane {
         http: Arc<Builder>,
     ) -> Lane {
         let closing = Arc::new(AtomicBool::new(false));
-        let serving = Box::pin(serve(state, stream, activity, http, closing.clone()));
+        let serving = Box::pin(run(state, stream, activity, http, closing.clone()));
         Lane { closing, serving }
     }
 }
@@ -74,7 +76,7 @@ impl Graceful for Lane {
 }
 
 /// A route call's head, owned.
-struct Call {
+struct Head {
     /// Bytes of the head in the buffer.
     length: usize,
     target: PathAndQuery,
@@ -84,14 +86,14 @@ struct Call {
 }
 
 enum Parsed {
-    Call(Call),
+    Call(Head),
     /// The head is not all there yet.
     Partial,
     /// Not for the lane: hyper serves it.
     Other,
 }
 
-async fn serve(
+async fn run(
     state: Arc<State>,
     mut stream: Watched<TcpStream>,
     activity: Arc<Activity>,
@@ -102,9 +104,9 @@ async fn serve(
     let max_headers = HEADERS.min(state.config.max_headers);
     let mut out = Vec::with_capacity(1024);
     loop {
-        let call = loop {
+        let head = loop {
             match parse(buffer.filled(), max_headers) {
-                Parsed::Call(call) => break call,
+                Parsed::Call(head) => break head,
                 Parsed::Partial if !buffer.is_full() => {}
                 Parsed::Partial | Parsed::Other => {
                     drop(out);
@@ -127,7 +129,7 @@ async fn serve(
             }
         };
         let busy = activity.busy();
-        let mut response = answer(&state, &call).await;
+        let mut response = respond_to_call(&state, &head).await;
         drop(busy);
         // Closing after this answer: say so, as hyper does.
         if closing.load(Ordering::Relaxed) {
@@ -135,30 +137,30 @@ async fn serve(
         }
         encode(&mut out, response);
         stream.write_all(&out).await?;
-        buffer.consume(call.length);
+        buffer.consume(head.length);
         if closing.load(Ordering::Relaxed) {
             return Ok(());
         }
     }
 }
 
-/// Serves a route call as [`super::handle`] would.
-async fn answer(state: &State, call: &Call) -> Response {
-    let path = call.target.path();
+/// Answers a route call as [`handle`] would.
+async fn respond_to_call(state: &State, head: &Head) -> Response {
+    let path = head.target.path();
     // `parse` let only route calls in, and found where the uuid ends.
-    let (id, rest) = (&path["/v1/".len()..call.id_end], &path[call.id_end + 1..]);
-    let request = call::CallRequest {
+    let (id, rest) = (&path["/v1/".len()..head.id_end], &path[head.id_end + 1..]);
+    let request = call::RouteCall {
         method: &Method::GET,
         path,
-        query: call.target.query(),
-        headers: &call.headers,
+        query: head.target.query(),
+        headers: &head.headers,
         body: None,
     };
-    // Boxed: the call's future is large, and `answered` and `identified` each hold the future
+    // Boxed: the call's future is large, and `answered` and `stamped` each hold the future
     // they are given and move it again to await it; a box makes those moves a pointer's.
     let called = Box::pin(async { Ok(call::call(state, request, id, rest).await) });
-    let request_id = state.request_ids.for_headers(&call.headers);
-    identified(request_id, answered(state, &Method::GET, path, Endpoint::Call, called)).await
+    let request_id = state.request_ids.for_headers(&head.headers);
+    stamped(request_id, answered(state, &Method::GET, path, Endpoint::Call, called)).await
 }
 
 /// Reads a request head from `bytes`: a route call the lane serves, or not yet all there, or
@@ -200,15 +202,15 @@ fn parse(bytes: &[u8], max_headers: usize) -> Parsed {
         }
         headers.append(name, value);
     }
-    Parsed::Call(Call { length, target, id_end, headers })
+    Parsed::Call(Head { length, target, id_end, headers })
 }
 
 /// The uuid and path segments of a route call's path, `/v1/{uuid}/{path}`, by the same rule the
-/// router uses (`super::endpoint`); `None` for a path of another endpoint.
+/// router uses ([`endpoint`]); `None` for a path of another endpoint.
 fn route_call(path: &str) -> Option<(&str, &str)> {
     let segments: smallvec::SmallVec<[&str; 3]> =
         path.strip_prefix('/').unwrap_or(path).splitn(3, '/').collect();
-    match (super::endpoint(&segments), segments.as_slice()) {
+    match (endpoint(&segments), segments.as_slice()) {
         (Endpoint::Call, [_, id, rest]) => Some((id, rest)),
         _ => None,
     }
@@ -228,9 +230,7 @@ fn encode(out: &mut Vec<u8>, response: Response) {
     for (name, value) in &parts.headers {
         line(out, name.as_str().as_bytes(), value.as_bytes());
     }
-    let bodiless = parts.status.is_informational()
-        || parts.status == StatusCode::NO_CONTENT
-        || parts.status == StatusCode::NOT_MODIFIED;
+    let bodiless = http1::has_no_body(parts.status);
     if !bodiless && !parts.headers.contains_key(header::CONTENT_LENGTH) {
         line(out, b"content-length", itoa::Buffer::new().format(body.len()).as_bytes());
     }
@@ -239,13 +239,6 @@ fn encode(out: &mut Vec<u8>, response: Response) {
     if !bodiless {
         out.extend_from_slice(&body);
     }
-}
-
-fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 /// The bytes of a whole body, which is ready at once.
@@ -387,32 +380,4 @@ impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
+http1::write_through!(Rewind, stream);

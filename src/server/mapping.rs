@@ -9,11 +9,12 @@ use uuid::Uuid;
 
 use super::call::{exchange, map_answer};
 use super::problem::{UpstreamFailure, write_problems};
-use super::{ApiError, Response, State, json, now_ms, read_body};
+use super::router::{json, now_ms, read_body};
+use super::{ApiError, Response, State};
 use crate::json::{JsonError, write};
 use crate::logging::logged;
 use crate::metrics::RulesSource;
-use crate::route::{CallError, ClientRequest, MAPPED_AUTH, Registration, Route};
+use crate::route::{CallError, FromClient, MAPPED_AUTH, Registration, Route};
 
 pub(super) async fn register(state: &State, request: Request<Incoming>) -> Result<Response, ApiError> {
     state.loaded()?;
@@ -82,7 +83,7 @@ async fn validate(state: &State, route: &Route, headers: &HeaderMap) -> Result<V
         state.metrics.compile_failure(RulesSource::Registration);
         return Err(ApiError::InvalidRules(problems.clone()));
     }
-    let client = ClientRequest { query: None, headers: Some(headers), body: Default::default() };
+    let client = FromClient { query: None, headers: Some(headers), body: Default::default() };
     let request = route.upstream_request(&client).map_err(|e| match e {
         CallError::AuthRequired => ApiError::AuthRequired,
         CallError::Broken(why) => ApiError::InvalidRequest(why),

@@ -1,46 +1,44 @@
-//! The HTTP server: accepts connections, routes each request to its handler, answers every error
-//! through [`ApiError`], stamps `X-Request-Id` on every answer, loads the stored routes at start
-//! and drains on shutdown.
+//! The HTTP server's life: it opens the store, loads the stored routes ([`load`]), accepts
+//! connections and hands each to a worker, where the lane ([`lane`]) or hyper serves it and the
+//! router ([`router`]) answers each request; on shutdown it drains and closes the store.
 
 mod admission;
 mod call;
 mod connection;
 mod lane;
+mod load;
+mod management;
 mod mapping;
 mod playground;
 mod preview;
 pub mod problem;
-mod routes;
+mod router;
 
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, header};
+use http::HeaderName;
 use http_body_util::Full;
-use hyper::body::Incoming;
 use hyper_util::rt::TokioTimer;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
-use tracing::Level;
-use uuid::Uuid;
 
 use self::admission::{AdminToken, InFlight};
 use self::connection::{Activity, Open};
+use self::router::RequestIds;
 use crate::config::{Config, DEFAULT_MAX_HEADERS};
-use crate::logging::logged;
-use crate::metrics::{Endpoint, Gauges, Metrics, RulesSource};
+use crate::metrics::Metrics;
 use crate::policy::{Lookup, OutboundPolicy, SystemLookup};
-use crate::route::Route;
-use crate::storage::{RawRecord, StorageError, Store};
+use crate::storage::{StorageError, Store};
 use crate::table::RouteTable;
-use crate::upstream::{BodyError, UpstreamClient, read_limited};
+use crate::upstream::UpstreamClient;
 use crate::workers::Workers;
 pub use preview::preview_output;
 pub use problem::ApiError;
+pub use router::OPENAPI;
 
 /// What every handler answers with.
 pub type Response = http::Response<Full<Bytes>>;
@@ -205,7 +203,7 @@ pub async fn run_with(
     let loader = {
         let state = state.clone();
         tokio::task::spawn_blocking(move || {
-            load_routes(&state);
+            load::load_routes(&state);
             // Table files left to merge are merged from now on, in the background.
             if let Err(e) = state.store.resume_compactions() {
                 tracing::error!(
@@ -307,394 +305,4 @@ pub async fn run_with(
     drop(state);
     tracing::info!("stopped; storage closed");
     Ok(())
-}
-
-/// Loads and compiles every stored route into the table, decoding and compiling on one thread
-/// per core while this one reads the store. A route that no longer compiles stays, and answers
-/// 503 with the reason; an unreadable record is logged.
-fn load_routes(state: &State) {
-    /// Records handed to a decoding thread at a time.
-    const BATCH: usize = 256;
-    let limits = state.config.limits();
-    let threads = crate::config::cores();
-    let (batches, receiver) = std::sync::mpsc::sync_channel::<Vec<RawRecord>>(threads * 2);
-    // Only the decoders hold the receiver, so if they all ended, sending fails instead of blocking.
-    let receiver = Arc::new(Mutex::new(receiver));
-    let counts = std::thread::scope(|scope| {
-        let decoders: Vec<_> = (0..threads)
-            .map(|_| {
-                let receiver = receiver.clone();
-                let limits = &limits;
-                scope.spawn(move || {
-                    let mut counts = Loaded::default();
-                    loop {
-                        // The lock is held only while waiting for the next batch.
-                        let next = receiver.lock().unwrap_or_else(PoisonError::into_inner).recv();
-                        let Ok(batch) = next else { break };
-                        for record in batch {
-                            let route = state.store.decode_record(&record).map_err(|e| e.to_string());
-                            counts.add(state, route.and_then(|stored| Route::from_stored(stored, limits)));
-                        }
-                    }
-                    counts
-                })
-            })
-            .collect();
-        drop(receiver);
-        let mut counts = Loaded::default();
-        let mut batch = Vec::with_capacity(BATCH);
-        for record in state.store.records() {
-            match record {
-                Ok(record) => batch.push(record),
-                Err(e) => counts.add(state, Err(e.to_string())),
-            }
-            if batch.len() == BATCH
-                && batches.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))).is_err()
-            {
-                break;
-            }
-        }
-        let _ = batches.send(batch);
-        drop(batches);
-        // A decoder that panicked is a bug; carry it on rather than serve with routes missing.
-        decoders
-            .into_iter()
-            .map(|decoder| decoder.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .fold(counts, Loaded::sum)
-    });
-    tracing::info!(
-        loaded = counts.loaded,
-        broken = counts.broken,
-        unreadable = counts.unreadable,
-        "routes loaded"
-    );
-}
-
-/// What loading the stored routes found.
-#[derive(Default)]
-struct Loaded {
-    loaded: usize,
-    broken: usize,
-    unreadable: usize,
-}
-
-impl Loaded {
-    /// Puts a loaded route in the table, or logs why it could not be loaded.
-    fn add(&mut self, state: &State, route: Result<Route, String>) {
-        match route {
-            Ok(route) => {
-                if let Some(why) = route.broken() {
-                    self.broken += 1;
-                    if route.rules.is_err() {
-                        state.metrics.compile_failure(RulesSource::Stored);
-                    }
-                    tracing::error!(uuid = %route.uuid, %why, "stored route cannot serve calls; it answers 503");
-                }
-                self.loaded += 1;
-                state.table.insert(Arc::new(route));
-            }
-            Err(why) => {
-                self.unreadable += 1;
-                tracing::error!(%why, "stored route skipped");
-            }
-        }
-    }
-
-    fn sum(self, other: Loaded) -> Loaded {
-        Loaded {
-            loaded: self.loaded + other.loaded,
-            broken: self.broken + other.broken,
-            unreadable: self.unreadable + other.unreadable,
-        }
-    }
-}
-
-/// Routes one request and finishes its answer.
-async fn handle(state: &State, request: Request<Incoming>) -> Response {
-    let request_id = state.request_ids.for_headers(request.headers());
-    identified(request_id, serve(state, request)).await
-}
-
-/// Serves a request under its id: every log line written meanwhile carries it (the `request`
-/// span, [`crate::logging`]), and the answer says it (`X-Request-Id`).
-async fn identified(request_id: HeaderValue, serve: impl Future<Output = Response>) -> Response {
-    let (request_id, mut response) = crate::logging::identified(request_id, serve).await;
-    response.headers_mut().insert(REQUEST_ID, request_id);
-    response
-}
-
-async fn serve(state: &State, request: Request<Incoming>) -> Response {
-    let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(&path).splitn(3, '/').collect();
-    let endpoint = endpoint(&segments);
-    answered(state, &method, &path, endpoint, route(state, request, &segments)).await
-}
-
-/// Admits a request to `endpoint` and answers it by `route`, or with 503 when too many are in
-/// flight; counts the answer and logs it.
-async fn answered(
-    state: &State,
-    method: &Method,
-    path: &str,
-    endpoint: Endpoint,
-    route: impl Future<Output = Result<Response, ApiError>>,
-) -> Response {
-    // Only the debug line below needs the time.
-    let started = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
-    // Health checks stay answerable under any load; everything else takes a place or gets 503.
-    let admitted = match endpoint {
-        Endpoint::Health => Ok(None),
-        _ => state.in_flight.enter().map(Some).ok_or(ApiError::Overloaded),
-    };
-    // A route call counts its answer on its route (`call::call`); the rest are counted here.
-    let counted_by_call = admitted.is_ok() && endpoint == Endpoint::Call;
-    let result = match admitted {
-        Ok(_place) => route.await,
-        Err(overloaded) => Err(overloaded),
-    };
-    let response = result.unwrap_or_else(|e| e.to_response(path));
-    let status = response.status().as_u16();
-    if !counted_by_call {
-        state.metrics.endpoint(endpoint, status);
-    }
-    if let Some(started) = started {
-        logged!(Level::DEBUG, %method, path, status, micros = started.elapsed().as_micros() as u64, "answered");
-    }
-    response
-}
-
-/// Which endpoint a path belongs to, for metrics; mirrors [`route`].
-fn endpoint(segments: &[&str]) -> Endpoint {
-    match segments {
-        ["v1", "preview"] => Endpoint::Preview,
-        ["v1", "mapping"] => Endpoint::Mapping,
-        ["v1", "routes"] | ["v1", "routes", _] => Endpoint::Routes,
-        ["v1", _, _] => Endpoint::Call,
-        ["healthz" | "readyz"] => Endpoint::Health,
-        ["metrics"] => Endpoint::Metrics,
-        ["openapi.json"] => Endpoint::OpenApi,
-        [name] if playground::serves(name) => Endpoint::Playground,
-        _ => Endpoint::Other,
-    }
-}
-
-async fn route(state: &State, request: Request<Incoming>, segments: &[&str]) -> Result<Response, ApiError> {
-    let method = request.method().clone();
-    if admission::is_admin_path(segments)
-        && let Some(token) = &state.admin
-        && !token.admits(request.headers())
-    {
-        return Err(ApiError::AdminTokenRequired);
-    }
-    match (&method, segments) {
-        (&Method::POST, ["v1", "preview"]) => preview::preview(state, request).await,
-        (_, ["v1", "preview"]) => Err(ApiError::MethodNotAllowed { allow: "POST" }),
-        (&Method::POST, ["v1", "mapping"]) => mapping::register(state, request).await,
-        (_, ["v1", "mapping"]) => Err(ApiError::MethodNotAllowed { allow: "POST" }),
-        (&Method::GET, ["v1", "routes"]) => routes::list(state, request.uri().query()).await,
-        (_, ["v1", "routes"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
-        (_, ["v1", "routes", id]) => {
-            let uuid = Uuid::try_parse(id).map_err(|_| ApiError::NotFound)?;
-            match method {
-                Method::GET => routes::get(state, uuid),
-                Method::PUT => mapping::update(state, request, uuid).await,
-                Method::DELETE => routes::delete(state, uuid).await,
-                _ => Err(ApiError::MethodNotAllowed { allow: "GET, PUT, DELETE" }),
-            }
-        }
-        (_, ["v1", id, rest]) => {
-            let (parts, body) = request.into_parts();
-            let request = call::CallRequest {
-                method: &parts.method,
-                path: parts.uri.path(),
-                query: parts.uri.query(),
-                headers: &parts.headers,
-                body: Some(body),
-            };
-            Ok(call::call(state, request, id, rest).await)
-        }
-        (&Method::GET, ["healthz"]) => Ok(json(StatusCode::OK, r#"{"status":"ok"}"#)),
-        (&Method::GET, ["readyz"]) => Ok(readiness(state)),
-        (_, ["healthz" | "readyz"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
-        (&Method::GET, ["metrics"]) => Ok(metrics(state)),
-        (&Method::GET, ["openapi.json"]) => Ok(json(StatusCode::OK, OPENAPI.as_bytes())),
-        (_, ["metrics" | "openapi.json"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
-        (_, [name]) if playground::serves(name) => playground::serve(&method, name),
-        _ => Err(ApiError::NotFound),
-    }
-}
-
-/// The OpenAPI 3.1 description of this API (`GET /openapi.json`); `tests/it/openapi.rs` sends
-/// its examples and checks every answer against it.
-pub const OPENAPI: &str = include_str!("../../docs/openapi.json");
-
-/// `GET /metrics`: the Prometheus text exposition. Routes never called have no series, so a
-/// scrape copies out only the counts of routes that were.
-fn metrics(state: &State) -> Response {
-    let (mut loaded, mut broken) = (0, 0);
-    let mut called = Vec::new();
-    state.table.for_each(|route| {
-        loaded += 1;
-        broken += usize::from(!route.serves());
-        if !route.requests.is_empty() {
-            called.push((route.uuid, route.requests.clone()));
-        }
-    });
-    let gauges = Gauges {
-        routes_loaded: loaded,
-        routes_broken: broken,
-        in_flight: state.in_flight.now(),
-        lifecycle: state.lifecycle() as u8,
-    };
-    let text =
-        state.metrics.render(gauges, called.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)));
-    let mut response = http::Response::new(Full::new(Bytes::from(text)));
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
-    response
-}
-
-fn readiness(state: &State) -> Response {
-    match state.lifecycle() {
-        Lifecycle::Running => json(StatusCode::OK, r#"{"status":"running"}"#),
-        Lifecycle::Idle => json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"idle"}"#),
-        Lifecycle::Stopped => json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"stopped"}"#),
-    }
-}
-
-/// A JSON answer.
-pub fn json(status: StatusCode, body: impl Into<Bytes>) -> Response {
-    let mut response = http::Response::new(Full::new(body.into()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
-/// Reads a request body of at most `RECAST_MAX_REQUEST_BYTES`; larger bodies are refused before
-/// they are read when `Content-Length` says so, else as soon as the limit is passed. The whole
-/// body must arrive within `RECAST_HEADER_TIMEOUT_MS` (408 otherwise), so a client that drips it
-/// cannot hold its place for long.
-pub(crate) async fn read_body(
-    state: &State,
-    headers: &HeaderMap,
-    body: Incoming,
-) -> Result<Vec<u8>, ApiError> {
-    let within = Duration::from_millis(state.config.header_timeout_ms);
-    let limit = state.config.max_request_bytes;
-    match tokio::time::timeout(within, read_limited(headers, body, limit)).await {
-        Err(_) => Err(ApiError::BodyTimeout),
-        Ok(read) => read.map_err(|e| match e {
-            BodyError::TooLarge => ApiError::BodyTooLarge { limit },
-            BodyError::Broken => ApiError::BodyUnreadable,
-        }),
-    }
-}
-
-/// The time now, in milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-/// A `Server-Timing` header value: `name;dur=milliseconds` per entry, to the microsecond.
-pub(crate) fn timing(entries: &[(&str, Duration)]) -> HeaderValue {
-    let mut text = Vec::with_capacity(entries.len() * 24);
-    let mut digits = itoa::Buffer::new();
-    for (i, (name, elapsed)) in entries.iter().enumerate() {
-        if i > 0 {
-            text.extend_from_slice(b", ");
-        }
-        let micros = elapsed.as_micros();
-        text.extend_from_slice(name.as_bytes());
-        text.extend_from_slice(b";dur=");
-        text.extend_from_slice(digits.format(micros / 1000).as_bytes());
-        let fraction = (micros % 1000) as u16;
-        text.extend_from_slice(&[
-            b'.',
-            b'0' + (fraction / 100) as u8,
-            b'0' + (fraction / 10 % 10) as u8,
-            b'0' + (fraction % 10) as u8,
-        ]);
-    }
-    HeaderValue::from_bytes(&text).unwrap_or(HeaderValue::from_static("total;dur=0"))
-}
-
-/// Request ids: the client's `X-Request-Id` when it is sane, else a new one made of a random
-/// per-process prefix and a counter (unique without a system call per request).
-struct RequestIds {
-    prefix: u32,
-    next: AtomicU64,
-}
-
-impl RequestIds {
-    fn new() -> RequestIds {
-        let prefix = std::collections::hash_map::RandomState::new().build_hasher().finish() as u32;
-        RequestIds { prefix, next: AtomicU64::new(1) }
-    }
-
-    fn for_headers(&self, headers: &HeaderMap) -> HeaderValue {
-        if let Some(given) = headers.get(REQUEST_ID)
-            && is_sane_request_id(given.as_bytes())
-        {
-            return given.clone();
-        }
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut id = [0u8; 21];
-        hex(&mut id[..8], u64::from(self.prefix));
-        id[8] = b'-';
-        hex(&mut id[9..], n);
-        HeaderValue::from_bytes(&id).unwrap_or(HeaderValue::from_static("unknown"))
-    }
-}
-
-/// Writes the low `4 × out.len()` bits of `n` as lowercase hex digits, filling `out`.
-fn hex(out: &mut [u8], mut n: u64) {
-    for digit in out.iter_mut().rev() {
-        *digit = b"0123456789abcdef"[(n & 0xf) as usize];
-        n >>= 4;
-    }
-}
-
-/// 1 to 128 characters of letters, digits and `-_.:`.
-fn is_sane_request_id(id: &[u8]) -> bool {
-    (1..=128).contains(&id.len())
-        && id.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn request_ids_keep_sane_client_ids_and_replace_others() {
-        let ids = RequestIds::new();
-        let with = |id: &str| {
-            let mut headers = HeaderMap::new();
-            headers.insert(REQUEST_ID, HeaderValue::from_str(id).unwrap());
-            ids.for_headers(&headers)
-        };
-        assert_eq!(with("abc-123_x.y:z"), "abc-123_x.y:z");
-        let replaced = with("has space");
-        assert_ne!(replaced, "has space");
-        assert_ne!(with(&"a".repeat(129)), "a".repeat(129).as_str());
-        let fresh = ids.for_headers(&HeaderMap::new());
-        assert!(is_sane_request_id(fresh.as_bytes()));
-        assert_ne!(fresh, replaced, "generated ids are unique");
-    }
-
-    #[test]
-    fn server_timing_writes_milliseconds_to_the_microsecond() {
-        let header =
-            timing(&[("upstream", Duration::from_micros(1_234_567)), ("map", Duration::from_nanos(5_900))]);
-        assert_eq!(header, "upstream;dur=1234.567, map;dur=0.005");
-        assert_eq!(timing(&[("map", Duration::ZERO)]), "map;dur=0.000");
-    }
-
-    #[test]
-    fn generated_request_ids_are_prefix_and_counter_in_hex() {
-        let ids = RequestIds { prefix: 0xdead_beef, next: AtomicU64::new(0x1_2345_6789) };
-        assert_eq!(ids.for_headers(&HeaderMap::new()), "deadbeef-000123456789");
-        assert_eq!(ids.for_headers(&HeaderMap::new()), "deadbeef-00012345678a");
-    }
 }

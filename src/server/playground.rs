@@ -43,7 +43,7 @@ pub(super) fn serves(segment: &str) -> bool {
 }
 
 /// Answers a request for a file of the page; only `GET` is allowed.
-pub(super) fn serve(method: &Method, segment: &str) -> Result<Response, ApiError> {
+pub(super) fn file(method: &Method, segment: &str) -> Result<Response, ApiError> {
     let asset = asset(segment).ok_or(ApiError::NotFound)?;
     if method != Method::GET {
         return Err(ApiError::MethodNotAllowed { allow: "GET" });
@@ -78,7 +78,7 @@ mod tests {
             ("playground.css", "text/css; charset=utf-8"),
         ] {
             assert!(serves(segment), "{segment}");
-            let response = serve(&Method::GET, segment).unwrap();
+            let response = file(&Method::GET, segment).unwrap();
             assert_eq!(response.status(), StatusCode::OK, "{segment}");
             assert_eq!(header(&response, header::CONTENT_TYPE), content_type, "{segment}");
             assert_eq!(header(&response, header::CACHE_CONTROL), "no-cache");
@@ -92,7 +92,7 @@ mod tests {
     #[test]
     fn other_methods_are_refused_and_other_names_are_not_served() {
         for method in [Method::POST, Method::PUT, Method::DELETE, Method::HEAD] {
-            let refused = serve(&method, "").unwrap_err();
+            let refused = file(&method, "").unwrap_err();
             assert!(matches!(refused, ApiError::MethodNotAllowed { allow: "GET" }), "{method}: {refused:?}");
         }
         for name in ["index.htm", "playground", "playground.js.map", "v1"] {

@@ -6,7 +6,8 @@ use http::{Request, StatusCode};
 use hyper::body::Incoming;
 
 use super::problem::write_problems;
-use super::{ApiError, Response, SERVER_TIMING, State, json, read_body, timing};
+use super::router::{json, read_body, timing};
+use super::{ApiError, Response, SERVER_TIMING, State};
 use crate::exec;
 use crate::json::{self as tape};
 use crate::metrics::RulesSource;

@@ -192,8 +192,7 @@ impl UpstreamClient {
         let started = Instant::now();
         let exchange = self.exchange(request, started);
         match tokio::time::timeout_at(started + self.settings.total_timeout, exchange).await {
-            Ok(Ok((status, body))) => Ok(Answer { status, body }),
-            Ok(Err(e)) => Err(e),
+            Ok(answer) => answer,
             Err(_) => Err(UpstreamError::Timeout),
         }
     }
@@ -201,11 +200,7 @@ impl UpstreamClient {
     /// One exchange on a pooled connection, or a new one. When a pooled connection fails before
     /// any byte of the answer (the upstream closed it while idle), an idempotent request is sent
     /// once more on a new connection.
-    async fn exchange(
-        &self,
-        request: UpstreamRequest,
-        started: Instant,
-    ) -> Result<(StatusCode, Vec<u8>), UpstreamError> {
+    async fn exchange(&self, request: UpstreamRequest, started: Instant) -> Result<Answer, UpstreamError> {
         let key = Key::of(&request.uri)?;
         let bytes = wire::encode(&request);
         let head_only = request.method == Method::HEAD;
@@ -219,20 +214,20 @@ impl UpstreamClient {
                 None => self.connect(&request.uri).await?,
             };
             match connection.exchange(&bytes, head_only, limit).await {
-                Ok(answer) => {
+                Ok((answer, reuse)) => {
                     logged!(
                         Level::TRACE,
                         upstream = %key.1,
                         status = answer.status.as_u16(),
                         bytes = answer.body.len(),
                         reused,
-                        kept = answer.reusable,
+                        kept = (reuse == wire::Reuse::Keep),
                         "upstream answered"
                     );
-                    if answer.reusable {
+                    if reuse == wire::Reuse::Keep {
                         pool.put(key, connection, started);
                     }
-                    return Ok((answer.status, answer.body));
+                    return Ok(answer);
                 }
                 Err(wire::Failed::Stale(why)) if reused && request.method.is_idempotent() => {
                     logged!(Level::DEBUG, upstream = %key.1, %why, "a pooled connection was closed; sending on a new one");

@@ -13,7 +13,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
-use super::RESERVE_LIMIT;
+use super::{Answer, RESERVE_LIMIT};
+use crate::http1::{self, line};
 use crate::json::PADDING;
 use crate::route::UpstreamRequest;
 
@@ -57,12 +58,11 @@ pub(super) enum Failed {
     TooLarge,
 }
 
-/// An answer read whole.
-pub(super) struct Exchanged {
-    pub status: StatusCode,
-    pub body: Vec<u8>,
-    /// The connection may carry another request.
-    pub reusable: bool,
+/// Whether a connection may carry another request once its answer is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reuse {
+    Keep,
+    Close,
 }
 
 /// How an answer's body is delimited (RFC 9112 §6.3).
@@ -108,13 +108,6 @@ pub(super) fn encode(request: &UpstreamRequest) -> Vec<u8> {
     out
 }
 
-fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
-
 impl Connection {
     pub(super) fn new(stream: Stream) -> Connection {
         Connection {
@@ -140,7 +133,7 @@ impl Connection {
         request: &[u8],
         head_only: bool,
         limit: usize,
-    ) -> Result<Exchanged, Failed> {
+    ) -> Result<(Answer, Reuse), Failed> {
         self.buf.clear();
         let sent = async {
             self.stream.write_all(request).await?;
@@ -158,7 +151,8 @@ impl Connection {
             self.buf = Vec::with_capacity(READ_SIZE);
         }
         self.buf.clear();
-        Ok(Exchanged { status: head.status, body, reusable: clean && head.keep_alive })
+        let reuse = if clean && head.keep_alive { Reuse::Keep } else { Reuse::Close };
+        Ok((Answer { status: head.status, body }, reuse))
     }
 
     /// Reads more bytes into the buffer; `Ok(0)` at the end of the stream.
@@ -257,10 +251,7 @@ impl Connection {
                 keep_alive = false;
             }
         }
-        let bodiless = head_only
-            || status.is_informational()
-            || status == StatusCode::NO_CONTENT
-            || status == StatusCode::NOT_MODIFIED;
+        let bodiless = head_only || http1::has_no_body(status);
         // Both a length and a coding: the coding frames the body, and the connection is not
         // trusted with another request (RFC 9112 §6.3).
         if chunked.is_some() && declared.is_some() {

@@ -9,7 +9,8 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
-use super::{ApiError, Response, State, json};
+use super::router::json;
+use super::{ApiError, Response, State};
 use crate::json::{self as tape, write};
 use crate::logging::logged;
 use crate::route::{Auth, Route};
@@ -52,7 +53,7 @@ pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response,
     Ok(json(StatusCode::OK, body))
 }
 
-pub(super) fn get(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
+pub(super) fn show(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
     state.loaded()?;
     let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
     let body = serde_json::to_vec(&RouteView::of(&route)).map_err(|e| ApiError::Storage(e.to_string()))?;

@@ -1,0 +1,143 @@
+//! Routes (SPEC §2.1, §2.2): what a client registers ([`registration`]), the configuration that is
+//! validated from it and stored ([`RouteConfig`]), the compiled [`Route`] the route table holds,
+//! and the upstream request of one call ([`request`]). No IO here: the server calls, the store
+//! keeps, this module decides what a route is and what a call sends.
+
+mod registration;
+mod request;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use http::Method;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use self::request::Upstream;
+use crate::metrics::StatusCounts;
+use crate::rules::{Compiled, Limits, Problem, compile_json};
+use crate::storage::{SCHEMA_VERSION, StoredRoute};
+pub use registration::{AuthHeader, OriginalApi, OriginalRoute, Registration};
+pub use request::{CallError, FromClient, MAPPED_AUTH, UpstreamRequest};
+
+/// A validated route configuration: what is stored, and what [`Route`] is compiled from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteConfig {
+    /// The route's own path below `/v1/{uuid}/`, without a leading slash.
+    pub path: String,
+    /// The method clients call the route with.
+    pub method: String,
+    pub base_url: String,
+    /// `originalRoute.path` as given (it may hold a query string).
+    pub upstream_path: String,
+    pub upstream_method: String,
+    pub headers: BTreeMap<String, String>,
+    pub queries: BTreeMap<String, String>,
+    /// JSON text of `originalRoute.body`.
+    pub body: Option<String>,
+    pub pre_queries: BTreeMap<String, String>,
+    pub pre_headers: BTreeMap<String, String>,
+    /// JSON text of `preConfiguredBody`.
+    pub pre_body: Option<String>,
+    pub auth: Auth,
+    /// The `rulesAsString` value as sent (a rules object, or a string holding one), as JSON text.
+    pub rules: String,
+}
+
+/// How a route authenticates to its upstream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "camelCase")]
+pub enum Auth {
+    /// No `authHeader` and no `X-Mapped-Auth` at registration: nothing stored; a caller's
+    /// `X-Mapped-Auth` is still passed on.
+    None,
+    /// Registered with `X-Mapped-Auth` only: every call must bring one.
+    Runtime,
+    /// An `authHeader` was given and is stored.
+    Stored { kind: AuthKind, token: Option<String> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AuthKind {
+    Bearer,
+    Basic,
+    None,
+}
+
+impl AuthKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            AuthKind::Bearer => "Bearer",
+            AuthKind::Basic => "Basic",
+            AuthKind::None => "None",
+        }
+    }
+}
+
+/// A route ready to be called: its configuration, its compiled rules (or why they do not compile),
+/// and the upstream request parts that do not change from call to call.
+#[derive(Debug)]
+pub struct Route {
+    pub uuid: Uuid,
+    pub created_at: u64,
+    pub updated_at: u64,
+    pub config: RouteConfig,
+    pub method: Method,
+    pub rules: Result<Compiled, Vec<Problem>>,
+    upstream: Result<Upstream, String>,
+    /// Answers to calls of this route by status (`GET /metrics`); an update hands them on to the
+    /// route that replaces this one.
+    pub requests: Arc<StatusCounts>,
+}
+
+impl Route {
+    /// Compiles a stored route. A route whose rules or upstream no longer build is still returned:
+    /// it answers 503 with the reason instead of disappearing.
+    pub fn new(uuid: Uuid, created_at: u64, updated_at: u64, config: RouteConfig, limits: &Limits) -> Route {
+        let rules = compile_json(config.rules.as_bytes(), limits);
+        let upstream = Upstream::new(&config);
+        let method = config.method.parse().unwrap_or(Method::GET);
+        Route { uuid, created_at, updated_at, config, method, rules, upstream, requests: Default::default() }
+    }
+
+    pub fn from_stored(stored: StoredRoute, limits: &Limits) -> Result<Route, String> {
+        let config: RouteConfig = serde_json::from_str(&stored.config)
+            .map_err(|e| format!("the stored configuration of route {} is unreadable: {e}", stored.uuid))?;
+        Ok(Route::new(stored.uuid, stored.created_at, stored.updated_at, config, limits))
+    }
+
+    pub fn to_stored(&self) -> StoredRoute {
+        StoredRoute {
+            v: SCHEMA_VERSION,
+            uuid: self.uuid,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            config: serde_json::to_string(&self.config).unwrap_or_else(|_| "null".to_owned()),
+        }
+    }
+
+    /// Whether the route can serve calls (see [`Route::broken`] for why not).
+    pub fn serves(&self) -> bool {
+        self.rules.is_ok() && self.upstream.is_ok()
+    }
+
+    /// Why the route cannot serve calls, if it cannot.
+    pub fn broken(&self) -> Option<String> {
+        match (&self.rules, &self.upstream) {
+            (Err(problems), _) => Some(format!(
+                "its rules no longer compile: {}",
+                problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; ")
+            )),
+            (_, Err(why)) => Some(why.clone()),
+            _ => None,
+        }
+    }
+
+    /// The path clients call: `/v1/{uuid}/{path}`.
+    pub fn public_path(&self) -> String {
+        format!("/v1/{}/{}", self.uuid, self.config.path)
+    }
+}

@@ -1,0 +1,290 @@
+//! A registration as a client sends it (`POST /v1/mapping`, `PUT /v1/routes/{uuid}`), and its
+//! validation into a [`RouteConfig`], with every problem located in the body.
+
+use std::collections::BTreeMap;
+
+use http::HeaderValue;
+use http::header::HeaderName;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::{Auth, AuthKind, RouteConfig};
+use crate::rules::Problem;
+
+/// The body of `POST /v1/mapping` and `PUT /v1/routes/{uuid}` as sent.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Registration {
+    pub path: Option<String>,
+    #[serde(default)]
+    pub method: Option<String>,
+    pub original_route: OriginalRoute,
+    #[serde(default)]
+    pub pre_configured_queries: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub pre_configured_headers: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub pre_configured_body: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub auth_header: Option<AuthHeader>,
+    pub rules_as_string: Box<RawValue>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OriginalRoute {
+    pub original_api: OriginalApi,
+    pub path: String,
+    #[serde(default)]
+    pub method: Option<String>,
+    #[serde(default)]
+    pub headers: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub queries: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub body: Option<Box<RawValue>>,
+    #[serde(default)]
+    pub auth_header: Option<AuthHeader>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OriginalApi {
+    pub base_url: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthHeader {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+/// Methods a route and its upstream may use.
+const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+
+/// Headers a route may not configure: set by recast itself, hop-by-hop, or secrets that belong
+/// in `authHeader`.
+const RESERVED_HEADERS: [&str; 13] = [
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "authorization",
+    "x-mapped-auth",
+];
+
+impl Registration {
+    /// Checks the registration and returns the configuration to store, or every problem found
+    /// (located by JSON pointer into the body). `runtime_auth` says whether the request carried
+    /// `X-Mapped-Auth`. An update passes the route's `path`, which it may repeat but not change.
+    pub fn validate(self, runtime_auth: bool, fixed_path: Option<&str>) -> Result<RouteConfig, Vec<Problem>> {
+        let mut problems = Vec::new();
+        let path = match (&self.path, fixed_path) {
+            (Some(given), Some(fixed)) if given.strip_prefix('/').unwrap_or(given) != fixed => {
+                problems.push(Problem::new("/path", "the path of a route cannot change"));
+                fixed.to_owned()
+            }
+            (_, Some(fixed)) => fixed.to_owned(),
+            (Some(path), None) => route_path(path, &mut problems),
+            (None, None) => {
+                problems.push(Problem::new("/path", "missing required member `path`"));
+                String::new()
+            }
+        };
+        let method = method_of(self.method.as_deref(), "/method", &mut problems);
+        let original = &self.original_route;
+        let upstream_method = method_of(original.method.as_deref(), "/originalRoute/method", &mut problems);
+        let base_url = original.original_api.base_url.trim().to_owned();
+        if let Err(why) = BaseUrl::parse(&base_url) {
+            problems.push(Problem::new("/originalRoute/originalApi/baseUrl", why));
+        }
+        if let Err(why) = UpstreamPath::parse(&original.path) {
+            problems.push(Problem::new("/originalRoute/path", why));
+        }
+        let headers = original.headers.clone().unwrap_or_default();
+        check_headers(&headers, "/originalRoute/headers", &mut problems);
+        let pre_headers = self.pre_configured_headers.clone().unwrap_or_default();
+        check_headers(&pre_headers, "/preConfiguredHeaders", &mut problems);
+        let auth = match (&self.auth_header, &original.auth_header) {
+            (Some(top), Some(inner)) if top != inner => {
+                problems.push(Problem::new(
+                    "/authHeader",
+                    "`authHeader` is given at the top level and in `originalRoute` with different values",
+                ));
+                Auth::None
+            }
+            (Some(given), _) => auth(given, "/authHeader", &mut problems),
+            (None, Some(given)) => auth(given, "/originalRoute/authHeader", &mut problems),
+            (None, None) if runtime_auth => Auth::Runtime,
+            (None, None) => Auth::None,
+        };
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        Ok(RouteConfig {
+            path,
+            method,
+            base_url,
+            upstream_path: original.path.clone(),
+            upstream_method,
+            headers,
+            queries: original.queries.clone().unwrap_or_default(),
+            body: json_text(original.body.as_deref()),
+            pre_queries: self.pre_configured_queries.unwrap_or_default(),
+            pre_headers,
+            pre_body: json_text(self.pre_configured_body.as_deref()),
+            auth,
+            rules: self.rules_as_string.get().to_owned(),
+        })
+    }
+}
+
+fn json_text(value: Option<&RawValue>) -> Option<String> {
+    value.map(|v| v.get().to_owned()).filter(|text| text != "null")
+}
+
+/// One or more non-empty segments of URL path characters; no `.` or `..` segments.
+fn route_path(path: &str, problems: &mut Vec<Problem>) -> String {
+    let path = path.strip_prefix('/').unwrap_or(path);
+    let bad = |why: &str| Problem::new("/path", why.to_owned());
+    if path.is_empty() {
+        problems.push(bad("the path needs at least one segment"));
+    } else if path.split('/').any(|s| s.is_empty()) {
+        problems.push(bad("the path has an empty segment"));
+    } else if path.split('/').any(|s| s == "." || s == "..") {
+        problems.push(bad("the path may not have `.` or `..` segments"));
+    } else if !path.bytes().all(|b| b == b'/' || is_path_char(b)) {
+        problems.push(bad("the path may hold letters, digits and -._~!$&'()*+,;=:@ only"));
+    }
+    path.to_owned()
+}
+
+/// Characters of a URL path segment that need no percent-encoding (RFC 3986 `pchar`).
+fn is_path_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&b)
+}
+
+/// An HTTP method, case-insensitive, GET when not given.
+fn method_of(given: Option<&str>, at: &str, problems: &mut Vec<Problem>) -> String {
+    let method = given.unwrap_or("GET").trim().to_ascii_uppercase();
+    if !METHODS.contains(&method.as_str()) {
+        problems.push(Problem::new(at, format!("method must be one of {}", METHODS.join(", "))));
+    }
+    method
+}
+
+fn check_headers(headers: &BTreeMap<String, String>, at: &str, problems: &mut Vec<Problem>) {
+    for (name, value) in headers {
+        let at = format!("{at}/{name}");
+        match HeaderName::from_bytes(name.as_bytes()) {
+            Err(_) => problems.push(Problem::new(&at, "not a valid header name")),
+            Ok(header) if RESERVED_HEADERS.contains(&header.as_str()) => problems.push(Problem::new(
+                &at,
+                format!("`{name}` cannot be configured (use `authHeader` for credentials)"),
+            )),
+            Ok(_) => {}
+        }
+        if HeaderValue::from_str(value).is_err() {
+            problems
+                .push(Problem::new(&at, "not a valid header value (control characters such as CR or LF)"));
+        }
+    }
+}
+
+fn auth(given: &AuthHeader, at: &str, problems: &mut Vec<Problem>) -> Auth {
+    let kind = match given.kind.to_ascii_lowercase().as_str() {
+        "bearer" => AuthKind::Bearer,
+        "basic" => AuthKind::Basic,
+        "none" => AuthKind::None,
+        _ => {
+            problems.push(Problem::new(format!("{at}/type"), "must be Bearer, Basic or None"));
+            return Auth::None;
+        }
+    };
+    let token = given.token.clone().filter(|t| !t.is_empty());
+    if kind != AuthKind::None && token.is_none() {
+        problems.push(Problem::new(format!("{at}/token"), format!("a {} token is required", kind.name())));
+    }
+    if let Some(token) = &token {
+        let value = match kind {
+            AuthKind::Bearer | AuthKind::Basic => format!("{} {token}", kind.name()),
+            AuthKind::None => token.clone(),
+        };
+        if HeaderValue::from_str(&value).is_err() {
+            problems.push(Problem::new(
+                format!("{at}/token"),
+                "not a valid header value (control characters such as CR or LF)",
+            ));
+        }
+    }
+    Auth::Stored { kind, token }
+}
+
+/// A checked `baseUrl`: http or https, a host, no credentials, query or fragment.
+pub(super) struct BaseUrl(pub(super) url::Url);
+
+impl BaseUrl {
+    pub(super) fn parse(text: &str) -> Result<BaseUrl, String> {
+        let url = url::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!("the scheme must be http or https, not `{}`", url.scheme()));
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err("the URL has no host".into());
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("the URL may not hold credentials (`user:pass@`); use `authHeader`".into());
+        }
+        // The URL standard lets characters such as `{` or `}` into host names; HTTP and DNS do not.
+        if let Some(domain) = url.domain()
+            && !domain.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+        {
+            return Err(format!("`{domain}` is not a valid host name"));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err("the base URL may not have a query or fragment; use `originalRoute.queries`".into());
+        }
+        Ok(BaseUrl(url))
+    }
+}
+
+/// A checked `originalRoute.path`: the path below the base URL, and its query pairs.
+pub(super) struct UpstreamPath {
+    pub(super) path: String,
+    pub(super) query: Vec<(String, String)>,
+}
+
+impl UpstreamPath {
+    pub(super) fn parse(text: &str) -> Result<UpstreamPath, String> {
+        let (path, query) = text.split_once('?').unwrap_or((text, ""));
+        if path.contains("://") || path.starts_with("//") {
+            return Err("the path must be relative to the base URL, not a URL".into());
+        }
+        if path.contains('\\') || path.contains('#') {
+            return Err("the path may not hold `\\` or `#`".into());
+        }
+        let decoded = percent_decode(path);
+        if decoded.split('/').any(|s| s == "." || s == "..") {
+            return Err("the path may not have `.` or `..` segments".into());
+        }
+        if !path.bytes().all(|b| b == b'/' || b == b'%' || is_path_char(b)) {
+            return Err("the path holds characters that must be percent-encoded".into());
+        }
+        let query = url::form_urlencoded::parse(query.as_bytes()).into_owned().collect();
+        Ok(UpstreamPath { path: path.trim_start_matches('/').to_owned(), query })
+    }
+}
+
+fn percent_decode(text: &str) -> String {
+    percent_encoding::percent_decode_str(text).decode_utf8_lossy().into_owned()
+}

@@ -1,0 +1,173 @@
+//! The upstream request of one call (SPEC §2.2): the parts that are fixed per route, built once
+//! when the route is compiled, and what a call adds from the client's request.
+
+use bytes::Bytes;
+use http::header::{self, HeaderName};
+use http::{HeaderMap, HeaderValue, Method, Uri};
+
+use super::registration::{BaseUrl, UpstreamPath};
+use super::{Auth, AuthKind, Route, RouteConfig};
+
+/// The fixed parts of every upstream request of a route.
+#[derive(Debug)]
+pub(super) struct Upstream {
+    method: Method,
+    /// `scheme://authority/path` of the upstream URL.
+    prefix: String,
+    /// Configured query pairs with their precedence applied: path query, then
+    /// `originalRoute.queries`, then `preConfiguredQueries`.
+    query: Vec<(String, String)>,
+    /// The URL of a call that brings no query: the prefix and the configured query, built once.
+    uri: Uri,
+    headers: HeaderMap,
+    body: Option<Bytes>,
+}
+
+/// What a call takes from the client's request.
+#[derive(Debug, Default)]
+pub struct FromClient<'a> {
+    pub query: Option<&'a str>,
+    pub headers: Option<&'a HeaderMap>,
+    pub body: Bytes,
+}
+
+/// The request a call sends upstream.
+#[derive(Debug)]
+pub struct UpstreamRequest {
+    pub method: Method,
+    pub uri: Uri,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// Why a call cannot be sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// A runtime-auth route called without `X-Mapped-Auth`.
+    AuthRequired,
+    /// The stored configuration no longer makes a request (reported like broken rules).
+    Broken(String),
+}
+
+pub const MAPPED_AUTH: HeaderName = HeaderName::from_static("x-mapped-auth");
+
+impl Route {
+    /// Builds the upstream request of one call (SPEC §2.2).
+    pub fn upstream_request(&self, client: &FromClient<'_>) -> Result<UpstreamRequest, CallError> {
+        let upstream = self.upstream.as_ref().map_err(|why| CallError::Broken(why.clone()))?;
+        let mut headers = upstream.headers.clone();
+        if let Some(from_client) = client.headers {
+            for name in [header::ACCEPT, header::ACCEPT_LANGUAGE] {
+                if !headers.contains_key(&name)
+                    && let Some(value) = from_client.get(&name)
+                {
+                    headers.insert(name, value.clone());
+                }
+            }
+        }
+        let mapped = client.headers.and_then(|h| h.get(&MAPPED_AUTH));
+        let authorization = match &self.config.auth {
+            Auth::Stored { kind, token: Some(token) } => Some(match kind {
+                AuthKind::Bearer | AuthKind::Basic => format!("{} {token}", kind.name()),
+                AuthKind::None => token.clone(),
+            }),
+            Auth::Stored { token: None, .. } => None,
+            Auth::Runtime => match mapped {
+                Some(value) => Some(value.to_str().map_err(|_| CallError::AuthRequired)?.to_owned()),
+                None => return Err(CallError::AuthRequired),
+            },
+            Auth::None => mapped.and_then(|v| v.to_str().ok()).map(str::to_owned),
+        };
+        if let Some(value) = authorization {
+            let value = HeaderValue::from_str(&value).map_err(|_| CallError::AuthRequired)?;
+            headers.insert(header::AUTHORIZATION, value);
+        }
+
+        let mut body = Bytes::new();
+        if matches!(upstream.method, Method::POST | Method::PUT | Method::PATCH) {
+            // A configured Content-Type header wins over both.
+            if let Some(configured) = &upstream.body {
+                body = configured.clone();
+                headers.entry(header::CONTENT_TYPE).or_insert(HeaderValue::from_static("application/json"));
+            } else if !client.body.is_empty() {
+                body = client.body.clone();
+                if let Some(kind) = client.headers.and_then(|h| h.get(header::CONTENT_TYPE)) {
+                    headers.entry(header::CONTENT_TYPE).or_insert_with(|| kind.clone());
+                }
+            }
+        }
+
+        let uri = match client.query.filter(|query| !query.is_empty()) {
+            None => upstream.uri.clone(),
+            Some(query) => {
+                upstream_uri(&upstream.prefix, query, &upstream.query).map_err(CallError::Broken)?
+            }
+        };
+        Ok(UpstreamRequest { method: upstream.method.clone(), uri, headers, body })
+    }
+}
+
+/// `prefix` with the query of a call: the client's pairs, except those the route configures,
+/// then the configured ones.
+fn upstream_uri(prefix: &str, client_query: &str, configured: &[(String, String)]) -> Result<Uri, String> {
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    let is_configured = |name: &str| configured.iter().any(|(n, _)| n == name);
+    for (name, value) in url::form_urlencoded::parse(client_query.as_bytes()) {
+        if !is_configured(&name) {
+            query.append_pair(&name, &value);
+        }
+    }
+    for (name, value) in configured {
+        query.append_pair(name, value);
+    }
+    let query = query.finish();
+    let uri = if query.is_empty() { prefix.to_owned() } else { format!("{prefix}?{query}") };
+    Uri::try_from(uri).map_err(|e| format!("the upstream URL is invalid: {e}"))
+}
+
+impl Upstream {
+    pub(super) fn new(config: &RouteConfig) -> Result<Upstream, String> {
+        let base = BaseUrl::parse(&config.base_url)?.0;
+        let path = UpstreamPath::parse(&config.upstream_path)?;
+        let mut prefix = format!("{}://{}", base.scheme(), base.host_str().unwrap_or_default());
+        if let Some(port) = base.port() {
+            prefix.push_str(&format!(":{port}"));
+        }
+        let base_path = base.path().trim_end_matches('/');
+        prefix.push_str(base_path);
+        if !path.path.is_empty() || base_path.is_empty() {
+            prefix.push('/');
+            prefix.push_str(&path.path);
+        }
+        // The joined URL must stay on the base URL's origin and below its path.
+        let joined = url::Url::parse(&prefix).map_err(|e| format!("the upstream URL is invalid: {e}"))?;
+        if joined.origin() != base.origin() || !joined.path().starts_with(base_path) {
+            return Err("the upstream path leaves the base URL".into());
+        }
+
+        let mut query: Vec<(String, String)> = Vec::new();
+        let mut set = |name: &str, value: &str| {
+            query.retain(|(n, _)| n != name);
+            query.push((name.to_owned(), value.to_owned()));
+        };
+        for (name, value) in &path.query {
+            set(name, value);
+        }
+        for (name, value) in config.queries.iter().chain(&config.pre_queries) {
+            set(name, value);
+        }
+
+        let mut headers = HeaderMap::new();
+        for (name, value) in config.headers.iter().chain(&config.pre_headers) {
+            let name =
+                HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("header `{name}`: {e}"))?;
+            let value = HeaderValue::from_str(value).map_err(|e| format!("header `{name}`: {e}"))?;
+            headers.insert(name, value);
+        }
+        let body = config.pre_body.as_ref().or(config.body.as_ref()).map(|text| Bytes::from(text.clone()));
+        let method =
+            config.upstream_method.parse().map_err(|_| "the upstream method is invalid".to_owned())?;
+        let uri = upstream_uri(&prefix, "", &query)?;
+        Ok(Upstream { method, prefix, query, uri, headers, body })
+    }
+}

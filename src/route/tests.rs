@@ -1,0 +1,181 @@
+//! Validating registrations, building upstream requests, and the stored form of routes.
+
+use bytes::Bytes;
+use http::header::HeaderName;
+use http::{HeaderMap, HeaderValue, Method};
+use uuid::Uuid;
+
+use super::registration::{BaseUrl, UpstreamPath};
+use super::*;
+
+fn registration(json: &str) -> Registration {
+    serde_json::from_str(json).expect("a registration")
+}
+
+const RULES: &str =
+    r#"{"newBodyFields":{"a":{"key":"a","type":"String"}},"oldBodyFields":{"a":{"keys":["a"]}}}"#;
+
+fn config(original: &str, extra: &str) -> RouteConfig {
+    let json = format!(r#"{{"path":"p","originalRoute":{original},"rulesAsString":{RULES}{extra}}}"#);
+    registration(&json).validate(false, None).expect("valid")
+}
+
+fn request(config: RouteConfig, client: &FromClient<'_>) -> UpstreamRequest {
+    let route = Route::new(Uuid::nil(), 0, 0, config, &Limits::default());
+    route.upstream_request(client).expect("a request")
+}
+
+#[test]
+fn base_path_is_kept_and_queries_follow_their_precedence() {
+    let c = config(
+        r#"{"originalApi":{"baseUrl":"https://api.example.org/v2/"},"path":"/items?a=path&b=path","queries":{"b":"route","c":"route"}}"#,
+        r#","preConfiguredQueries":{"c":"pre"}"#,
+    );
+    let r =
+        request(c.clone(), &FromClient { query: Some("a=client&d=client&c=client"), ..Default::default() });
+    assert_eq!(r.uri.to_string(), "https://api.example.org/v2/items?d=client&a=path&b=route&c=pre");
+    assert_eq!(r.method, Method::GET);
+    // Without a query of its own (none, or empty), a call gets the URL built at compile time.
+    for query in [None, Some("")] {
+        let r = request(c.clone(), &FromClient { query, ..Default::default() });
+        assert_eq!(r.uri.to_string(), "https://api.example.org/v2/items?a=path&b=route&c=pre");
+    }
+}
+
+#[test]
+fn a_route_is_read_back_from_its_stored_form_and_an_unreadable_one_is_named() {
+    let c = config(r#"{"originalApi":{"baseUrl":"https://api.example.org/"},"path":"/x"}"#, "");
+    let route = Route::new(Uuid::new_v4(), 1, 2, c.clone(), &Limits::default());
+    let again = Route::from_stored(route.to_stored(), &Limits::default()).expect("readable");
+    assert_eq!((again.uuid, again.created_at, again.updated_at, &again.config), (route.uuid, 1, 2, &c));
+    let mut stored = route.to_stored();
+    stored.config = "not json".into();
+    let Err(why) = Route::from_stored(stored, &Limits::default()) else { panic!("read as a configuration") };
+    assert!(why.contains(&route.uuid.to_string()) && why.contains("unreadable"), "{why}");
+}
+
+#[test]
+fn empty_path_calls_the_base_url() {
+    let c = config(r#"{"originalApi":{"baseUrl":"http://127.0.0.1:9/random.php"},"path":""}"#, "");
+    assert_eq!(request(c, &FromClient::default()).uri.to_string(), "http://127.0.0.1:9/random.php");
+    let c = config(r#"{"originalApi":{"baseUrl":"http://h.example"},"path":""}"#, "");
+    assert_eq!(request(c, &FromClient::default()).uri.to_string(), "http://h.example/");
+}
+
+#[test]
+fn only_accept_headers_pass_and_configured_headers_win() {
+    let c = config(
+        r#"{"originalApi":{"baseUrl":"https://a.example"},"path":"x","headers":{"Accept-Language":"en","X-Key":"route"}}"#,
+        r#","preConfiguredHeaders":{"X-Key":"pre"}"#,
+    );
+    let mut client = HeaderMap::new();
+    for (name, value) in [
+        ("accept", "application/json"),
+        ("accept-language", "fr"),
+        ("cookie", "s=1"),
+        ("authorization", "Bearer leak"),
+        ("x-other", "1"),
+    ] {
+        client.insert(HeaderName::from_static(name), HeaderValue::from_static(value));
+    }
+    let r = request(c, &FromClient { headers: Some(&client), ..Default::default() });
+    let names: Vec<&str> = r.headers.keys().map(|k| k.as_str()).collect();
+    assert_eq!(r.headers["accept-language"], "en");
+    assert_eq!(r.headers["x-key"], "pre");
+    assert_eq!(r.headers["accept"], "application/json");
+    assert_eq!(names.len(), 3, "{names:?}");
+}
+
+#[test]
+fn stored_auth_wins_and_runtime_auth_is_required() {
+    let bearer = config(
+        r#"{"originalApi":{"baseUrl":"https://a.example"},"path":""}"#,
+        r#","authHeader":{"type":"bearer","token":"s3"}"#,
+    );
+    let mut client = HeaderMap::new();
+    client.insert(MAPPED_AUTH, HeaderValue::from_static("Bearer caller"));
+    let with_caller = FromClient { headers: Some(&client), ..Default::default() };
+    assert_eq!(request(bearer, &with_caller).headers["authorization"], "Bearer s3");
+
+    let raw = config(
+        r#"{"originalApi":{"baseUrl":"https://a.example"},"path":"","authHeader":{"type":"None","token":"k=1"}}"#,
+        "",
+    );
+    assert_eq!(request(raw, &with_caller).headers["authorization"], "k=1");
+
+    let json = format!(
+        r#"{{"path":"p","originalRoute":{{"originalApi":{{"baseUrl":"https://a.example"}},"path":""}},"rulesAsString":{RULES}}}"#
+    );
+    let runtime = registration(&json).validate(true, None).unwrap();
+    assert_eq!(runtime.auth, Auth::Runtime);
+    let route = Route::new(Uuid::nil(), 0, 0, runtime, &Limits::default());
+    assert_eq!(route.upstream_request(&FromClient::default()).unwrap_err(), CallError::AuthRequired);
+    assert_eq!(route.upstream_request(&with_caller).unwrap().headers["authorization"], "Bearer caller");
+}
+
+#[test]
+fn bodies_follow_their_precedence_on_methods_that_carry_one() {
+    let post = |extra: &str| {
+        config(
+            &format!(
+                r#"{{"originalApi":{{"baseUrl":"https://a.example"}},"path":"","method":"post"{extra}}}"#
+            ),
+            "",
+        )
+    };
+    let client = FromClient { body: Bytes::from_static(b"{\"from\":\"client\"}"), ..Default::default() };
+    assert_eq!(request(post(""), &client).body, client.body);
+    assert_eq!(&request(post(r#","body":{"from":"route"}"#), &client).body[..], br#"{"from":"route"}"#);
+    let get = config(r#"{"originalApi":{"baseUrl":"https://a.example"},"path":"","body":{"x":1}}"#, "");
+    assert!(request(get, &client).body.is_empty(), "GET sends no body");
+    let typed = post(r#","body":{"x":1},"headers":{"Content-Type":"application/vnd.api+json"}"#);
+    assert_eq!(request(typed, &client).headers["content-type"], "application/vnd.api+json");
+}
+
+#[test]
+fn every_problem_of_a_registration_is_reported() {
+    let json = r#"{"path":"a/../b","method":"FETCH","originalRoute":{"originalApi":{"baseUrl":"ftp://u:p@x"},"path":"//evil.example/x","method":"get","headers":{"Host":"x","X-Ok":"a\nb"},"authHeader":{"type":"Bearer"}},"authHeader":{"type":"Basic","token":"t"},"rulesAsString":{}}"#;
+    let problems = registration(json).validate(false, None).unwrap_err();
+    let locations: Vec<&str> = problems.iter().map(|p| p.location.as_str()).collect();
+    assert_eq!(
+        locations,
+        [
+            "/path",
+            "/method",
+            "/originalRoute/originalApi/baseUrl",
+            "/originalRoute/path",
+            "/originalRoute/headers/Host",
+            "/originalRoute/headers/X-Ok",
+            "/authHeader"
+        ],
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn upstream_paths_cannot_leave_the_base() {
+    for path in
+        ["../x", "a/%2e%2e/b", "a/%2E%2E", "http://evil.example/", "//evil.example", "a\\b", "a#b", "a b"]
+    {
+        assert!(UpstreamPath::parse(path).is_err(), "{path}");
+    }
+    for path in ["", "x", "/x/y.json", "a%20b", "api/json/v1/1/random.php?c=Seafood"] {
+        assert!(UpstreamPath::parse(path).is_ok(), "{path}");
+    }
+}
+
+#[test]
+fn base_urls_need_a_valid_host_name() {
+    for base in ["https://}", "http://a{b}.example/", "http://a|b/", "http://a%7Bb/"] {
+        assert!(BaseUrl::parse(base).is_err(), "{base}");
+    }
+    for base in [
+        "https://api.example.com/v2/",
+        "http://127.0.0.1:9/",
+        "http://[::1]/",
+        "https://bücher.example/",
+        "http://a_b.example/",
+    ] {
+        assert!(BaseUrl::parse(base).is_ok(), "{base}");
+    }
+}

@@ -1,0 +1,109 @@
+//! Loading the stored routes at start: every record is read from the store, unsealed, parsed and
+//! compiled into the route table before the service leaves `Idle`.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::State;
+use crate::metrics::RulesSource;
+use crate::route::Route;
+use crate::storage::RawRecord;
+
+/// Loads and compiles every stored route into the table, decoding and compiling on one thread
+/// per core while this one reads the store. A route that no longer compiles stays, and answers
+/// 503 with the reason; an unreadable record is logged.
+pub(super) fn load_routes(state: &State) {
+    /// Records handed to a decoding thread at a time.
+    const BATCH: usize = 256;
+    let limits = state.config.limits();
+    let threads = crate::config::cores();
+    let (batches, receiver) = std::sync::mpsc::sync_channel::<Vec<RawRecord>>(threads * 2);
+    // Only the decoders hold the receiver, so if they all ended, sending fails instead of blocking.
+    let receiver = Arc::new(Mutex::new(receiver));
+    let counts = std::thread::scope(|scope| {
+        let decoders: Vec<_> = (0..threads)
+            .map(|_| {
+                let receiver = receiver.clone();
+                let limits = &limits;
+                scope.spawn(move || {
+                    let mut counts = Loaded::default();
+                    loop {
+                        // The lock is held only while waiting for the next batch.
+                        let next = receiver.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        let Ok(batch) = next else { break };
+                        for record in batch {
+                            let route = state.store.decode_record(&record).map_err(|e| e.to_string());
+                            counts.add(state, route.and_then(|stored| Route::from_stored(stored, limits)));
+                        }
+                    }
+                    counts
+                })
+            })
+            .collect();
+        drop(receiver);
+        let mut counts = Loaded::default();
+        let mut batch = Vec::with_capacity(BATCH);
+        for record in state.store.records() {
+            match record {
+                Ok(record) => batch.push(record),
+                Err(e) => counts.add(state, Err(e.to_string())),
+            }
+            if batch.len() == BATCH
+                && batches.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))).is_err()
+            {
+                break;
+            }
+        }
+        let _ = batches.send(batch);
+        drop(batches);
+        // A decoder that panicked is a bug; carry it on rather than serve with routes missing.
+        decoders
+            .into_iter()
+            .map(|decoder| decoder.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .fold(counts, Loaded::sum)
+    });
+    tracing::info!(
+        loaded = counts.loaded,
+        broken = counts.broken,
+        unreadable = counts.unreadable,
+        "routes loaded"
+    );
+}
+
+/// What loading the stored routes found.
+#[derive(Default)]
+struct Loaded {
+    loaded: usize,
+    broken: usize,
+    unreadable: usize,
+}
+
+impl Loaded {
+    /// Puts a loaded route in the table, or logs why it could not be loaded.
+    fn add(&mut self, state: &State, route: Result<Route, String>) {
+        match route {
+            Ok(route) => {
+                if let Some(why) = route.broken() {
+                    self.broken += 1;
+                    if route.rules.is_err() {
+                        state.metrics.compile_failure(RulesSource::Stored);
+                    }
+                    tracing::error!(uuid = %route.uuid, %why, "stored route cannot serve calls; it answers 503");
+                }
+                self.loaded += 1;
+                state.table.insert(Arc::new(route));
+            }
+            Err(why) => {
+                self.unreadable += 1;
+                tracing::error!(%why, "stored route skipped");
+            }
+        }
+    }
+
+    fn sum(self, other: Loaded) -> Loaded {
+        Loaded {
+            loaded: self.loaded + other.loaded,
+            broken: self.broken + other.broken,
+            unreadable: self.unreadable + other.unreadable,
+        }
+    }
+}

@@ -1,0 +1,311 @@
+//! The router: every request that hyper reads, and every route call the lane reads, is answered
+//! here under its request id, admitted or refused by the in-flight limit, sent to its handler by
+//! method and path, and counted. Also the small handlers (health, readiness, metrics, the API
+//! description) and what the handlers share: JSON answers, bounded body reading, `Server-Timing`.
+
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use tracing::Level;
+use uuid::Uuid;
+
+use super::{
+    ApiError, Lifecycle, REQUEST_ID, Response, State, admission, call, management, mapping, playground,
+    preview,
+};
+use crate::logging::logged;
+use crate::metrics::{Endpoint, Gauges};
+use crate::upstream::{BodyError, read_limited};
+
+/// Answers one request that hyper read.
+pub(super) async fn handle(state: &State, request: Request<Incoming>) -> Response {
+    let request_id = state.request_ids.for_headers(request.headers());
+    stamped(request_id, respond(state, request)).await
+}
+
+/// Answers a request under its id: every log line written meanwhile carries it (the `request`
+/// span, [`crate::logging`]), and the answer says it (`X-Request-Id`).
+pub(super) async fn stamped(request_id: HeaderValue, respond: impl Future<Output = Response>) -> Response {
+    let (request_id, mut response) = crate::logging::within(request_id, respond).await;
+    response.headers_mut().insert(REQUEST_ID, request_id);
+    response
+}
+
+async fn respond(state: &State, request: Request<Incoming>) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(&path).splitn(3, '/').collect();
+    let endpoint = endpoint(&segments);
+    answered(state, &method, &path, endpoint, dispatch(state, request, &segments)).await
+}
+
+/// Admits a request to `endpoint` and answers it by `handler`, or with 503 when too many are in
+/// flight; counts the answer and logs it.
+pub(super) async fn answered(
+    state: &State,
+    method: &Method,
+    path: &str,
+    endpoint: Endpoint,
+    handler: impl Future<Output = Result<Response, ApiError>>,
+) -> Response {
+    // Only the debug line below needs the time.
+    let started = tracing::enabled!(tracing::Level::DEBUG).then(std::time::Instant::now);
+    // Health checks stay answerable under any load; everything else takes a place or gets 503.
+    let admitted = match endpoint {
+        Endpoint::Health => Ok(None),
+        _ => state.in_flight.enter().map(Some).ok_or(ApiError::Overloaded),
+    };
+    // A route call counts its answer on its route (`call::call`); the rest are counted here.
+    let counted_by_call = admitted.is_ok() && endpoint == Endpoint::Call;
+    let result = match admitted {
+        Ok(_place) => handler.await,
+        Err(overloaded) => Err(overloaded),
+    };
+    let response = result.unwrap_or_else(|e| e.to_response(path));
+    let status = response.status().as_u16();
+    if !counted_by_call {
+        state.metrics.endpoint(endpoint, status);
+    }
+    if let Some(started) = started {
+        logged!(Level::DEBUG, %method, path, status, micros = started.elapsed().as_micros() as u64, "answered");
+    }
+    response
+}
+
+/// Which endpoint a path belongs to, for metrics; mirrors [`dispatch`].
+pub(super) fn endpoint(segments: &[&str]) -> Endpoint {
+    match segments {
+        ["v1", "preview"] => Endpoint::Preview,
+        ["v1", "mapping"] => Endpoint::Mapping,
+        ["v1", "routes"] | ["v1", "routes", _] => Endpoint::Routes,
+        ["v1", _, _] => Endpoint::Call,
+        ["healthz" | "readyz"] => Endpoint::Health,
+        ["metrics"] => Endpoint::Metrics,
+        ["openapi.json"] => Endpoint::OpenApi,
+        [name] if playground::serves(name) => Endpoint::Playground,
+        _ => Endpoint::Other,
+    }
+}
+
+/// Sends a request to its handler by method and path.
+async fn dispatch(
+    state: &State,
+    request: Request<Incoming>,
+    segments: &[&str],
+) -> Result<Response, ApiError> {
+    let method = request.method().clone();
+    if admission::is_admin_path(segments)
+        && let Some(token) = &state.admin
+        && !token.admits(request.headers())
+    {
+        return Err(ApiError::AdminTokenRequired);
+    }
+    match (&method, segments) {
+        (&Method::POST, ["v1", "preview"]) => preview::preview(state, request).await,
+        (_, ["v1", "preview"]) => Err(ApiError::MethodNotAllowed { allow: "POST" }),
+        (&Method::POST, ["v1", "mapping"]) => mapping::register(state, request).await,
+        (_, ["v1", "mapping"]) => Err(ApiError::MethodNotAllowed { allow: "POST" }),
+        (&Method::GET, ["v1", "routes"]) => management::list(state, request.uri().query()).await,
+        (_, ["v1", "routes"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
+        (_, ["v1", "routes", id]) => {
+            let uuid = Uuid::try_parse(id).map_err(|_| ApiError::NotFound)?;
+            match method {
+                Method::GET => management::show(state, uuid),
+                Method::PUT => mapping::update(state, request, uuid).await,
+                Method::DELETE => management::delete(state, uuid).await,
+                _ => Err(ApiError::MethodNotAllowed { allow: "GET, PUT, DELETE" }),
+            }
+        }
+        (_, ["v1", id, rest]) => {
+            let (parts, body) = request.into_parts();
+            let request = call::RouteCall {
+                method: &parts.method,
+                path: parts.uri.path(),
+                query: parts.uri.query(),
+                headers: &parts.headers,
+                body: Some(body),
+            };
+            Ok(call::call(state, request, id, rest).await)
+        }
+        (&Method::GET, ["healthz"]) => Ok(json(StatusCode::OK, r#"{"status":"ok"}"#)),
+        (&Method::GET, ["readyz"]) => Ok(readiness(state)),
+        (_, ["healthz" | "readyz"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
+        (&Method::GET, ["metrics"]) => Ok(metrics(state)),
+        (&Method::GET, ["openapi.json"]) => Ok(json(StatusCode::OK, OPENAPI.as_bytes())),
+        (_, ["metrics" | "openapi.json"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
+        (_, [name]) if playground::serves(name) => playground::file(&method, name),
+        _ => Err(ApiError::NotFound),
+    }
+}
+
+/// The OpenAPI 3.1 description of this API (`GET /openapi.json`); `tests/it/openapi.rs` sends
+/// its examples and checks every answer against it.
+pub const OPENAPI: &str = include_str!("../../docs/openapi.json");
+
+/// `GET /metrics`: the Prometheus text exposition. Routes never called have no series, so a
+/// scrape copies out only the counts of routes that were.
+fn metrics(state: &State) -> Response {
+    let (mut loaded, mut broken) = (0, 0);
+    let mut called = Vec::new();
+    state.table.for_each(|route| {
+        loaded += 1;
+        broken += usize::from(!route.serves());
+        if !route.requests.is_empty() {
+            called.push((route.uuid, route.requests.clone()));
+        }
+    });
+    let gauges = Gauges {
+        routes_loaded: loaded,
+        routes_broken: broken,
+        in_flight: state.in_flight.now(),
+        lifecycle: state.lifecycle() as u8,
+    };
+    let text =
+        state.metrics.render(gauges, called.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)));
+    let mut response = http::Response::new(Full::new(Bytes::from(text)));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    response
+}
+
+fn readiness(state: &State) -> Response {
+    match state.lifecycle() {
+        Lifecycle::Running => json(StatusCode::OK, r#"{"status":"running"}"#),
+        Lifecycle::Idle => json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"idle"}"#),
+        Lifecycle::Stopped => json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"stopped"}"#),
+    }
+}
+
+/// A JSON answer.
+pub fn json(status: StatusCode, body: impl Into<Bytes>) -> Response {
+    let mut response = http::Response::new(Full::new(body.into()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// Reads a request body of at most `RECAST_MAX_REQUEST_BYTES`; larger bodies are refused before
+/// they are read when `Content-Length` says so, else as soon as the limit is passed. The whole
+/// body must arrive within `RECAST_HEADER_TIMEOUT_MS` (408 otherwise), so a client that drips it
+/// cannot hold its place for long.
+pub(crate) async fn read_body(
+    state: &State,
+    headers: &HeaderMap,
+    body: Incoming,
+) -> Result<Vec<u8>, ApiError> {
+    let within = Duration::from_millis(state.config.header_timeout_ms);
+    let limit = state.config.max_request_bytes;
+    match tokio::time::timeout(within, read_limited(headers, body, limit)).await {
+        Err(_) => Err(ApiError::BodyTimeout),
+        Ok(read) => read.map_err(|e| match e {
+            BodyError::TooLarge => ApiError::BodyTooLarge { limit },
+            BodyError::Broken => ApiError::BodyUnreadable,
+        }),
+    }
+}
+
+/// The time now, in milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A `Server-Timing` header value: `name;dur=milliseconds` per entry, to the microsecond.
+pub(crate) fn timing(entries: &[(&str, Duration)]) -> HeaderValue {
+    let mut text = Vec::with_capacity(entries.len() * 24);
+    let mut digits = itoa::Buffer::new();
+    for (i, (name, elapsed)) in entries.iter().enumerate() {
+        if i > 0 {
+            text.extend_from_slice(b", ");
+        }
+        let micros = elapsed.as_micros();
+        text.extend_from_slice(name.as_bytes());
+        text.extend_from_slice(b";dur=");
+        text.extend_from_slice(digits.format(micros / 1000).as_bytes());
+        let fraction = (micros % 1000) as u16;
+        text.extend_from_slice(&[
+            b'.',
+            b'0' + (fraction / 100) as u8,
+            b'0' + (fraction / 10 % 10) as u8,
+            b'0' + (fraction % 10) as u8,
+        ]);
+    }
+    HeaderValue::from_bytes(&text).unwrap_or(HeaderValue::from_static("total;dur=0"))
+}
+
+/// Request ids: the client's `X-Request-Id` when it is sane, else a new one made of a random
+/// per-process prefix and a counter (unique without a system call per request).
+pub(super) struct RequestIds {
+    prefix: u32,
+    next: AtomicU64,
+}
+
+impl RequestIds {
+    pub(super) fn new() -> RequestIds {
+        let prefix = std::collections::hash_map::RandomState::new().build_hasher().finish() as u32;
+        RequestIds { prefix, next: AtomicU64::new(1) }
+    }
+
+    pub(super) fn for_headers(&self, headers: &HeaderMap) -> HeaderValue {
+        if let Some(given) = headers.get(REQUEST_ID)
+            && is_sane_request_id(given.as_bytes())
+        {
+            return given.clone();
+        }
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut id = [0u8; 21];
+        crate::hex::write_u64(&mut id[..8], u64::from(self.prefix));
+        id[8] = b'-';
+        crate::hex::write_u64(&mut id[9..], n);
+        HeaderValue::from_bytes(&id).unwrap_or(HeaderValue::from_static("unknown"))
+    }
+}
+
+/// 1 to 128 characters of letters, digits and `-_.:`.
+fn is_sane_request_id(id: &[u8]) -> bool {
+    (1..=128).contains(&id.len())
+        && id.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_keep_sane_client_ids_and_replace_others() {
+        let ids = RequestIds::new();
+        let with = |id: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(REQUEST_ID, HeaderValue::from_str(id).unwrap());
+            ids.for_headers(&headers)
+        };
+        assert_eq!(with("abc-123_x.y:z"), "abc-123_x.y:z");
+        let replaced = with("has space");
+        assert_ne!(replaced, "has space");
+        assert_ne!(with(&"a".repeat(129)), "a".repeat(129).as_str());
+        let fresh = ids.for_headers(&HeaderMap::new());
+        assert!(is_sane_request_id(fresh.as_bytes()));
+        assert_ne!(fresh, replaced, "generated ids are unique");
+    }
+
+    #[test]
+    fn server_timing_writes_milliseconds_to_the_microsecond() {
+        let header =
+            timing(&[("upstream", Duration::from_micros(1_234_567)), ("map", Duration::from_nanos(5_900))]);
+        assert_eq!(header, "upstream;dur=1234.567, map;dur=0.005");
+        assert_eq!(timing(&[("map", Duration::ZERO)]), "map;dur=0.000");
+    }
+
+    #[test]
+    fn generated_request_ids_are_prefix_and_counter_in_hex() {
+        let ids = RequestIds { prefix: 0xdead_beef, next: AtomicU64::new(0x1_2345_6789) };
+        assert_eq!(ids.for_headers(&HeaderMap::new()), "deadbeef-000123456789");
+        assert_eq!(ids.for_headers(&HeaderMap::new()), "deadbeef-00012345678a");
+    }
+}
