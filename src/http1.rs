@@ -17,6 +17,25 @@ pub(crate) fn has_no_body(status: StatusCode) -> bool {
     status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED
 }
 
+/// Makes room in `buf` for `additional` more bytes, growing it as `Vec` would (to at least twice
+/// its capacity) but never past `most` bytes of capacity: a body read to its limit takes about the
+/// limit in memory, not up to twice as much. `most` must leave room for what is being added.
+pub(crate) fn reserve_within(buf: &mut Vec<u8>, additional: usize, most: usize) {
+    let needed = buf.len() + additional;
+    if needed > buf.capacity() {
+        let target = needed.max(buf.capacity().saturating_mul(2)).min(most.max(needed));
+        buf.reserve_exact(target - buf.len());
+    }
+}
+
+/// Whether `buf` holds a blank line, the end of a head (`\n\n` or `\n\r\n`), that ends at or after
+/// `from`: the readers of heads parse a buffer again only when more bytes brought one, so a head
+/// that arrives a byte at a time is parsed once, not once per byte.
+pub(crate) fn has_blank_line(buf: &[u8], from: usize) -> bool {
+    (from.saturating_sub(2)..buf.len())
+        .any(|i| buf[i] == b'\n' && (buf[..i].ends_with(b"\n") || buf[..i].ends_with(b"\n\r")))
+}
+
 /// Implements `tokio::io::AsyncWrite` for a stream wrapper `$wrapper<S>` by passing every call on
 /// to its field `$field`: the wrappers around a client's stream change only how it is read.
 macro_rules! write_through {
@@ -63,6 +82,18 @@ pub(crate) use write_through;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blank_lines_are_found_in_new_bytes_only() {
+        let head = b"GET / HTTP/1.1\r\nhost: a\r\n\r\n";
+        for end in 0..head.len() {
+            assert!(!has_blank_line(&head[..end], 0), "{end}");
+        }
+        assert!(has_blank_line(head, 0));
+        assert!(has_blank_line(head, head.len() - 1), "the last byte completes it");
+        assert!(has_blank_line(b"a\n\nb", 2));
+        assert!(!has_blank_line(b"a\r\nb\r\n", 0));
+    }
 
     #[test]
     fn lines_and_bodiless_statuses() {

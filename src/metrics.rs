@@ -287,6 +287,34 @@ impl RulesSource {
     }
 }
 
+/// Where a panic was caught, as the `site` label names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum PanicSite {
+    /// While a request was answered (it got a 500).
+    Request,
+    /// While a connection was served outside any request (reading heads, writing answers).
+    Connection,
+    /// In a store operation begun by a request.
+    Storage,
+    /// While the stored routes were loaded at start (the service stays not ready).
+    Loading,
+}
+
+impl PanicSite {
+    const ALL: [PanicSite; 4] =
+        [PanicSite::Request, PanicSite::Connection, PanicSite::Storage, PanicSite::Loading];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            PanicSite::Request => "request",
+            PanicSite::Connection => "connection",
+            PanicSite::Storage => "storage",
+            PanicSite::Loading => "loading",
+        }
+    }
+}
+
 /// The service-wide metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -295,6 +323,7 @@ pub struct Metrics {
     pub mapping: Histogram,
     upstream_errors: [AtomicU64; UpstreamErrorKind::ALL.len()],
     compile_failures: [AtomicU64; RulesSource::ALL.len()],
+    panics: [AtomicU64; PanicSite::ALL.len()],
 }
 
 impl Default for Metrics {
@@ -305,6 +334,7 @@ impl Default for Metrics {
             mapping: Histogram::new(MAPPING_BOUNDS),
             upstream_errors: Default::default(),
             compile_failures: Default::default(),
+            panics: Default::default(),
         }
     }
 }
@@ -332,6 +362,11 @@ impl Metrics {
 
     pub fn compile_failure(&self, source: RulesSource) {
         self.compile_failures[source as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A panic was caught at `site`: a bug, which the service survived.
+    pub fn panicked(&self, site: PanicSite) {
+        self.panics[site as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition (format 0.0.4) of everything, with the counts of each
@@ -377,6 +412,12 @@ impl Metrics {
             let count = self.compile_failures[source as usize].load(Ordering::Relaxed);
             let _ =
                 writeln!(out, "recast_rule_compile_failures_total{{source=\"{}\"}} {count}", source.label());
+        }
+        out.push_str("# HELP recast_panics_total Panics caught while serving, by where; each is a bug and is logged.\n");
+        out.push_str("# TYPE recast_panics_total counter\n");
+        for site in PanicSite::ALL {
+            let count = self.panics[site as usize].load(Ordering::Relaxed);
+            let _ = writeln!(out, "recast_panics_total{{site=\"{}\"}} {count}", site.label());
         }
         let gauge = |out: &mut String, name: &str, help: &str, value: usize| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
@@ -484,6 +525,7 @@ mod tests {
         metrics.endpoint(Endpoint::Preview, 200);
         metrics.upstream_error(UpstreamErrorKind::Timeout);
         metrics.compile_failure(RulesSource::Stored);
+        metrics.panicked(PanicSite::Connection);
         let route = StatusCounts::default();
         route.record(201);
         let gauges = Gauges { routes_loaded: 3, routes_broken: 1, in_flight: 2, lifecycle: 1 };
@@ -494,6 +536,8 @@ mod tests {
             "recast_upstream_errors_total{kind=\"timeout\"} 1",
             "recast_upstream_errors_total{kind=\"not_json\"} 0",
             "recast_rule_compile_failures_total{source=\"stored\"} 1",
+            "recast_panics_total{site=\"connection\"} 1",
+            "recast_panics_total{site=\"request\"} 0",
             "recast_routes_loaded 3",
             "recast_routes_broken 1",
             "recast_in_flight_requests 2",

@@ -50,7 +50,11 @@ impl Workers {
     pub(crate) fn start(count: usize) -> std::io::Result<Workers> {
         let mut workers = Vec::with_capacity(count.max(1));
         for number in 1..=count.max(1) {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            // Its blocking threads (store writes) are named after it, so a panic there names it.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .thread_name(format!("recast-worker-{number}-blocking"))
+                .enable_all()
+                .build()?;
             let handle = runtime.handle().clone();
             let (stop, stopped) = oneshot::channel::<()>();
             let thread =

@@ -3,6 +3,11 @@
 //! The service runs once per process on 127.0.0.1 with a real store in a temporary directory and
 //! one stored route, whose upstream is a small server on 127.0.0.77. Its outbound policy allows
 //! only 127.0.0.77 and resolves no names, so no input can make it connect anywhere else.
+//!
+//! A panic anywhere in the service fails the input twice over: the service counts every panic it
+//! catches (`recast_panics_total`, read after each input), and a panic hook flags any panic on
+//! the service's threads (`recast-*`: the workers, their blocking threads, the loaders, and this
+//! harness's runtime, which runs the accept loop).
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -26,7 +31,10 @@ use crate::storage::Store;
 pub const ROUTE_PATH: &str = "/v1/00000000-0000-4000-8000-000000000001/meals";
 const ROUTE_UUID: Uuid = Uuid::from_u128(0x00000000_0000_4000_8000_000000000001);
 const UPSTREAM_ANSWER: &str = r#"{"meals":[{"idMeal":"52772","strMeal":"Teriyaki","tags":null,"n":1.5e3}]}"#;
+/// The harness's own runtime threads; the service names its threads `recast-…` too.
 const THREAD_PREFIX: &str = "recast-fuzz";
+/// The prefix of every thread that serves.
+const SERVICE_THREADS: &str = "recast-";
 
 /// Set when any thread of the service panics.
 static PANICKED: AtomicBool = AtomicBool::new(false);
@@ -50,7 +58,7 @@ fn harness() -> &'static Harness {
     HARNESS.get_or_init(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if std::thread::current().name().is_some_and(|n| n.starts_with(THREAD_PREFIX)) {
+            if std::thread::current().name().is_some_and(|n| n.starts_with(SERVICE_THREADS)) {
                 PANICKED.store(true, Ordering::SeqCst);
             }
             previous(info);
@@ -80,7 +88,8 @@ async fn start() -> SocketAddr {
         secret_key: Some(key.clone()),
         upstream_timeout_ms: 2_000,
         upstream_connect_timeout_ms: 500,
-        header_timeout_ms: 1_000,
+        // Short: an input that leaves a head or a body unfinished waits for it.
+        header_timeout_ms: 250,
         idle_timeout_ms: 2_000,
         max_request_bytes: 64 << 10,
         log: "off".to_owned(),
@@ -106,7 +115,7 @@ async fn start() -> SocketAddr {
         }
     });
     for _ in 0..500 {
-        if exchange(addr, b"GET /readyz HTTP/1.1\r\nhost: f\r\nconnection: close\r\n\r\n")
+        if exchange(addr, b"GET /readyz HTTP/1.1\r\nhost: f\r\n", Ending::Closing)
             .await
             .starts_with(b"HTTP/1.1 200")
         {
@@ -149,24 +158,53 @@ async fn serve_upstream(listener: TcpListener) {
     }
 }
 
-/// Writes `bytes`, closes the sending side, and reads what comes back (for up to five seconds).
-async fn exchange(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+/// How an input's connection ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The client closes its sending side after the bytes: a call still in flight then is
+    /// dropped unanswered, as for a client that went away.
+    HalfClose,
+    /// The client sends `\r\n\r\n` (which ends a head left open) and a health check that asks
+    /// to close, and keeps its side open: every request before it is answered.
+    Closing,
+}
+
+/// The request [`Ending::Closing`] sends after an input.
+const CLOSING: &[u8] = b"\r\n\r\nGET /healthz HTTP/1.1\r\nhost: f\r\nconnection: close\r\n\r\n";
+
+/// Writes `bytes`, ends as `ending` says, and reads what comes back until the service closes
+/// the connection (for up to five seconds).
+async fn exchange(addr: SocketAddr, bytes: &[u8], ending: Ending) -> Vec<u8> {
     let Ok(mut stream) = TcpStream::connect(addr).await else { return Vec::new() };
     // The service may close early (a refused head); what it answered is still read.
     let _ = stream.write_all(bytes).await;
-    let _ = stream.shutdown().await;
+    match ending {
+        Ending::HalfClose => {
+            let _ = stream.shutdown().await;
+        }
+        Ending::Closing => {
+            let _ = stream.write_all(CLOSING).await;
+        }
+    }
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
     answer
 }
 
-/// Arbitrary bytes sent to the service as one or more HTTP/1.x requests. Checks: no thread of
-/// the service panics, every answer is an HTTP/1.1 response, none is a 500, and the service
-/// still answers its health check.
+/// Arbitrary bytes sent to the service as one or more HTTP/1.x requests, the connection ended
+/// by half-closing it when there is an even number of bytes and by a closing request otherwise
+/// (see [`Ending`]). Checks: no panic, every answer is an HTTP/1.1 response, none is a 500, and
+/// the service still answers.
 pub fn http_request(data: &[u8]) -> HttpReached {
+    let ending = if data.len() % 2 == 0 { Ending::HalfClose } else { Ending::Closing };
+    http_request_ending(data, ending)
+}
+
+/// [`http_request`] with the ending given.
+pub fn http_request_ending(data: &[u8], ending: Ending) -> HttpReached {
     let harness = harness();
-    let answer = harness.runtime.block_on(exchange(harness.addr, data));
-    assert!(!PANICKED.load(Ordering::SeqCst), "the service panicked");
+    let answer = harness.runtime.block_on(exchange(harness.addr, data, ending));
+    assert!(!PANICKED.load(Ordering::SeqCst), "a thread of the service panicked");
     if answer.is_empty() {
         return HttpReached::Closed;
     }
@@ -185,13 +223,18 @@ pub fn http_request(data: &[u8]) -> HttpReached {
             String::from_utf8_lossy(&answer)
         );
     }
-    let health =
-        harness.runtime.block_on(exchange(harness.addr, b"GET /healthz HTTP/1.1\r\nhost: f\r\n\r\n"));
-    assert!(
-        health.starts_with(b"HTTP/1.1 200"),
-        "the service stopped answering: {}",
-        String::from_utf8_lossy(&health)
-    );
+    let metrics = harness.runtime.block_on(exchange(
+        harness.addr,
+        b"GET /metrics HTTP/1.1\r\nhost: f\r\n",
+        Ending::Closing,
+    ));
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(metrics.starts_with("HTTP/1.1 200"), "the service stopped answering: {metrics}");
+    let panics: Vec<&str> = metrics
+        .lines()
+        .filter(|line| line.starts_with("recast_panics_total{") && !line.ends_with(" 0"))
+        .collect();
+    assert!(panics.is_empty(), "the service caught panics: {panics:?}");
     let class = answer.get(9).map_or(0, |d| u16::from(d.wrapping_sub(b'0')));
     HttpReached::Answered(class)
 }

@@ -263,5 +263,5 @@ impl Value {
 mod http;
 mod stages;
 
-pub use self::http::{HttpReached, ROUTE_PATH, http_request};
+pub use self::http::{Ending, HttpReached, ROUTE_PATH, http_request, http_request_ending};
 pub use self::stages::{exec_document, rules_compile, upstream_url};

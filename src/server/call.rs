@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::{HeaderMap, Method};
-use hyper::body::Incoming;
 use uuid::Uuid;
 
+use super::connection::RequestBody;
 use super::problem::UpstreamFailure;
 use super::router::{json, read_body, timing};
 use super::{ApiError, Response, SERVER_TIMING, State};
@@ -25,7 +25,7 @@ pub(super) struct RouteCall<'a> {
     pub headers: &'a HeaderMap,
     /// The body, read only once the route is found and takes the method; `None` when the
     /// request has none.
-    pub body: Option<Incoming>,
+    pub body: Option<RequestBody>,
 }
 
 pub(super) async fn call(state: &State, request: RouteCall<'_>, id: &str, path: &str) -> Response {

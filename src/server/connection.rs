@@ -6,7 +6,9 @@
 //! - when the service stops.
 //!
 //! The driver tells the two waits apart by watching the bytes the connection reads ([`Watched`]):
-//! bytes read while no request is in flight begin a head.
+//! bytes read while no request is in flight begin a head, and so do bytes read while one is
+//! served once its body has been read to its end ([`RequestBody`]): the client pipelines its next
+//! request.
 //!
 //! Nothing here runs per request beyond a few atomic stores: the driver's one timer is armed no
 //! later than the earliest deadline any future event could set (see [`drive`]) and re-armed only
@@ -21,6 +23,9 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -36,6 +41,8 @@ pub(super) struct Activity {
     last_ms: AtomicU64,
     /// Milliseconds since `started` at the first byte of a head not yet complete, or [`NONE`].
     head_ms: AtomicU64,
+    /// The body of the request in flight has been read: bytes read now begin the next head.
+    body_read: AtomicBool,
     /// Notified once when the service stops.
     stop: Notify,
 }
@@ -64,6 +71,7 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
             head_ms: AtomicU64::new(NONE),
+            body_read: AtomicBool::new(false),
             stop: Notify::new(),
         })
     }
@@ -76,13 +84,27 @@ impl Activity {
     pub(super) fn busy(self: &Arc<Activity>) -> Busy {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.head_ms.store(NONE, Ordering::Release);
+        self.body_read.store(false, Ordering::Release);
         Busy(self.clone())
     }
 
-    /// Bytes were read from the client.
+    /// The body of the request in flight has been read to its end (or it has none).
+    pub(super) fn body_read(&self) {
+        self.body_read.store(true, Ordering::Release);
+    }
+
+    /// Bytes of the next request's head are here (read while a request is served, or left over
+    /// after its head): its head timeout runs from now, unless it already runs.
+    pub(super) fn head_begun(&self) {
+        let _ = self.head_ms.compare_exchange(NONE, self.now_ms(), Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Bytes were read from the client: unless they belong to the request in flight, they begin
+    /// a head.
     fn read(&self) {
-        if self.in_flight.load(Ordering::Acquire) == 0 && self.head_ms.load(Ordering::Acquire) == NONE {
-            let _ = self.head_ms.compare_exchange(NONE, self.now_ms(), Ordering::AcqRel, Ordering::Acquire);
+        let next = self.in_flight.load(Ordering::Acquire) == 0 || self.body_read.load(Ordering::Acquire);
+        if next && self.head_ms.load(Ordering::Acquire) == NONE {
+            self.head_begun();
         }
     }
 
@@ -128,6 +150,46 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
 }
 
 crate::http1::write_through!(Watched, inner);
+
+/// A request's body as hyper reads it, telling the connection's [`Activity`] when it has been
+/// read to its end.
+pub(super) struct RequestBody {
+    inner: Incoming,
+    activity: Arc<Activity>,
+}
+
+impl RequestBody {
+    pub(super) fn new(inner: Incoming, activity: Arc<Activity>) -> RequestBody {
+        if inner.is_end_stream() {
+            activity.body_read();
+        }
+        RequestBody { inner, activity }
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.activity.body_read();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
 
 /// A hyper connection that can be asked to finish its current request and close.
 pub(super) trait Graceful: Future {

@@ -27,7 +27,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::connection::{Activity, Graceful, Watched};
+use super::connection::{Activity, Graceful, RequestBody, Watched};
 use super::router::{answered, endpoint, handle, stamped};
 use super::{Response, State, call};
 use crate::http1::{self, line};
@@ -105,7 +105,7 @@ async fn run(
     let mut out = Vec::with_capacity(1024);
     loop {
         let head = loop {
-            match parse(buffer.filled(), max_headers) {
+            match next_head(&mut buffer, max_headers) {
                 Parsed::Call(head) => break head,
                 Parsed::Partial if !buffer.is_full() => {}
                 Parsed::Partial | Parsed::Other => {
@@ -128,8 +128,19 @@ async fn run(
                 Err(e) => return Err(e.into()),
             }
         };
+        buffer.consume(head.length);
         let busy = activity.busy();
-        let mut response = respond_to_call(&state, &head).await;
+        // A route call in the lane has no body: bytes after its head are the start of the next
+        // one, and so are bytes read while it is served. The next head's time runs from then.
+        activity.body_read();
+        if !buffer.filled().is_empty() {
+            activity.head_begun();
+        }
+        let call = respond_to_call(&state, &head);
+        let Some(mut response) = watching(call, &mut buffer, &mut stream).await else {
+            tracing::debug!("the client went away during a route call; the call was dropped unanswered");
+            return Ok(());
+        };
         drop(busy);
         // Closing after this answer: say so, as hyper does.
         if closing.load(Ordering::Relaxed) {
@@ -137,11 +148,37 @@ async fn run(
         }
         encode(&mut out, response);
         stream.write_all(&out).await?;
-        buffer.consume(head.length);
         if closing.load(Ordering::Relaxed) {
             return Ok(());
         }
     }
+}
+
+/// Awaits `call` while reading what the client sends meanwhile: bytes begin its next head (the
+/// stream tells the connection's driver, so its head timeout runs), and the end of the stream or
+/// an error means the client has gone: the call is
+/// dropped, which frees its in-flight place and closes its upstream connection, and `None` is
+/// returned. With the buffer full, the client is not read until the call ends.
+async fn watching(
+    call: impl Future<Output = Response>,
+    buffer: &mut Buffer,
+    stream: &mut Watched<TcpStream>,
+) -> Option<Response> {
+    let mut call = std::pin::pin!(call);
+    poll_fn(|cx| {
+        if let Poll::Ready(response) = call.as_mut().poll(cx) {
+            return Poll::Ready(Some(response));
+        }
+        while !buffer.is_full() {
+            match buffer.poll_fill(stream, cx) {
+                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Pending => break,
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 /// Answers a route call as [`handle`] would.
@@ -161,6 +198,33 @@ async fn respond_to_call(state: &State, head: &Head) -> Response {
     let called = Box::pin(async { Ok(call::call(state, request, id, rest).await) });
     let request_id = state.request_ids.for_headers(&head.headers);
     stamped(request_id, answered(state, &Method::GET, path, Endpoint::Call, called)).await
+}
+
+/// The next request head in the buffer: a route call the lane serves, not yet all there, or
+/// anything else. The buffer is parsed only once a blank line has arrived since the last look
+/// (or it is full), so a head that comes a byte at a time is parsed once, not once per byte; and
+/// bytes that cannot begin `GET /v1/` are handed to hyper at once.
+fn next_head(buffer: &mut Buffer, max_headers: usize) -> Parsed {
+    let bytes = buffer.filled();
+    if !may_be_call(bytes) {
+        return Parsed::Other;
+    }
+    if !buffer.is_full() && !http1::has_blank_line(bytes, buffer.looked) {
+        buffer.looked = bytes.len();
+        return Parsed::Partial;
+    }
+    let parsed = parse(bytes, max_headers);
+    buffer.looked = bytes.len();
+    parsed
+}
+
+/// Whether `bytes` may begin a route call: after any empty lines, which a server ignores before a
+/// request line (RFC 9112 §2.2), they agree with `GET /v1/` as far as they go.
+fn may_be_call(bytes: &[u8]) -> bool {
+    let start = bytes.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(bytes.len());
+    let prefix = b"GET /v1/";
+    let n = (bytes.len() - start).min(prefix.len());
+    bytes[start..start + n] == prefix[..n]
 }
 
 /// Reads a request head from `bytes`: a route call the lane serves, or not yet all there, or
@@ -279,11 +343,13 @@ struct Buffer {
     bytes: Box<[u8]>,
     start: usize,
     end: usize,
+    /// How many of the unread bytes are known to hold no complete head.
+    looked: usize,
 }
 
 impl Buffer {
     fn new(size: usize) -> Buffer {
-        Buffer { bytes: vec![0; size.max(1)].into_boxed_slice(), start: 0, end: 0 }
+        Buffer { bytes: vec![0; size.max(1)].into_boxed_slice(), start: 0, end: 0, looked: 0 }
     }
 
     fn filled(&self) -> &[u8] {
@@ -314,6 +380,7 @@ impl Buffer {
 
     fn consume(&mut self, n: usize) {
         self.start += n;
+        self.looked = 0;
         if self.start == self.end {
             (self.start, self.end) = (0, 0);
         }
@@ -330,9 +397,10 @@ async fn hand_off(
     closing: Arc<AtomicBool>,
     read: Buffer,
 ) -> Result<(), LaneError> {
-    let service = service_fn(move |request| {
+    let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
         let state = state.clone();
         let busy = activity.busy();
+        let request = request.map(|body| RequestBody::new(body, activity.clone()));
         async move {
             let response = handle(&state, request).await;
             drop(busy);

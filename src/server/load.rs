@@ -24,19 +24,24 @@ pub(super) fn load_routes(state: &State) {
             .map(|_| {
                 let receiver = receiver.clone();
                 let limits = &limits;
-                scope.spawn(move || {
-                    let mut counts = Loaded::default();
-                    loop {
-                        // The lock is held only while waiting for the next batch.
-                        let next = receiver.lock().unwrap_or_else(PoisonError::into_inner).recv();
-                        let Ok(batch) = next else { break };
-                        for record in batch {
-                            let route = state.store.decode_record(&record).map_err(|e| e.to_string());
-                            counts.add(state, route.and_then(|stored| Route::from_stored(stored, limits)));
+                std::thread::Builder::new()
+                    .name("recast-loader".to_owned())
+                    .spawn_scoped(scope, move || {
+                        let mut counts = Loaded::default();
+                        loop {
+                            // The lock is held only while waiting for the next batch.
+                            let next = receiver.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                            let Ok(batch) = next else { break };
+                            for record in batch {
+                                let route = state.store.decode_record(&record).map_err(|e| e.to_string());
+                                counts
+                                    .add(state, route.and_then(|stored| Route::from_stored(stored, limits)));
+                            }
                         }
-                    }
-                    counts
-                })
+                        counts
+                    })
+                    // As `scope.spawn` would; the loader's caller counts and logs the panic.
+                    .unwrap_or_else(|e| panic!("a thread to load routes could not start: {e}"))
             })
             .collect();
         drop(receiver);

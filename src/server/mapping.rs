@@ -3,20 +3,19 @@
 
 use std::sync::Arc;
 
-use http::{HeaderMap, HeaderValue, Request, StatusCode, header};
-use hyper::body::Incoming;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
 use uuid::Uuid;
 
 use super::call::{exchange, map_answer};
 use super::problem::{UpstreamFailure, write_problems};
 use super::router::{json, now_ms, read_body};
-use super::{ApiError, Response, State};
+use super::{ApiError, Request, Response, State};
 use crate::json::{JsonError, write};
 use crate::logging::logged;
 use crate::metrics::RulesSource;
 use crate::route::{CallError, FromClient, MAPPED_AUTH, Registration, Route};
 
-pub(super) async fn register(state: &State, request: Request<Incoming>) -> Result<Response, ApiError> {
+pub(super) async fn register(state: &State, request: Request) -> Result<Response, ApiError> {
     state.loaded()?;
     let (parts, body) = request.into_parts();
     let body = read_body(state, &parts.headers, body).await?;
@@ -38,11 +37,7 @@ pub(super) async fn register(state: &State, request: Request<Incoming>) -> Resul
     Ok(response)
 }
 
-pub(super) async fn update(
-    state: &State,
-    request: Request<Incoming>,
-    uuid: Uuid,
-) -> Result<Response, ApiError> {
+pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Result<Response, ApiError> {
     state.loaded()?;
     let existing = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
     let (parts, body) = request.into_parts();

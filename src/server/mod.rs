@@ -30,7 +30,7 @@ use self::admission::{AdminToken, InFlight};
 use self::connection::{Activity, Open};
 use self::router::RequestIds;
 use crate::config::{Config, DEFAULT_MAX_HEADERS};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PanicSite};
 use crate::policy::{Lookup, OutboundPolicy, SystemLookup};
 use crate::storage::{StorageError, Store};
 use crate::table::RouteTable;
@@ -42,6 +42,9 @@ pub use router::OPENAPI;
 
 /// What every handler answers with.
 pub type Response = http::Response<Full<Bytes>>;
+
+/// A request as hyper reads it, its body watched by the connection's driver.
+type Request = http::Request<connection::RequestBody>;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
@@ -133,7 +136,14 @@ impl State {
         let store = self.store.clone();
         match tokio::task::spawn_blocking(move || operation(&store)).await {
             Ok(result) => result.map_err(|e| ApiError::Storage(e.to_string())),
-            Err(_) => Err(ApiError::Storage("the storage task did not finish".to_owned())),
+            Err(e) => {
+                if e.is_panic() {
+                    self.metrics.panicked(PanicSite::Storage);
+                    let panic = router::panic_message(&*e.into_panic());
+                    crate::logging::logged!(tracing::Level::ERROR, %panic, "a store operation panicked");
+                }
+                Err(ApiError::Storage("the storage task did not finish".to_owned()))
+            }
         }
     }
 }
@@ -203,7 +213,15 @@ pub async fn run_with(
     let loader = {
         let state = state.clone();
         tokio::task::spawn_blocking(move || {
-            load::load_routes(&state);
+            let loading =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| load::load_routes(&state)));
+            if let Err(panic) = loading {
+                // A bug: the service stays `Idle`, not ready, rather than serve with routes missing.
+                state.metrics.panicked(PanicSite::Loading);
+                let panic = router::panic_message(&*panic);
+                tracing::error!(%panic, "loading the stored routes panicked; recast stays not ready");
+                return;
+            }
             // Table files left to merge are merged from now on, in the background.
             if let Err(e) = state.store.resume_compactions() {
                 tracing::error!(
@@ -217,10 +235,10 @@ pub async fn run_with(
     };
 
     let mut http = hyper::server::conn::http1::Builder::new();
-    // A client may close its sending side once its request is out (`shutdown(SHUT_WR)`) and
-    // still get the answer.
+    // A client that closes its sending side while its request is served has gone away (as
+    // the lane sees it too): hyper drops the request, which frees its in-flight place.
     http.timer(TokioTimer::new())
-        .half_close(true)
+        .half_close(false)
         .max_header_size(state.config.max_header_bytes)
         // `connection::drive` times heads itself, apart from idle waits for the next request.
         .header_read_timeout(None);
@@ -263,11 +281,16 @@ pub async fn run_with(
                             Err(e) => return tracing::warn!(error = %e, "accepted connection dropped"),
                         };
                         let stream = connection::Watched::new(stream, activity.clone());
-                        let connection = lane::Lane::new(state, stream, activity.clone(), http);
-                        match connection::drive(connection, activity, timeouts).await {
-                            Some(Err(e)) => tracing::debug!(error = %e, "connection ended with an error"),
-                            None => tracing::debug!("connection dropped after its deadline"),
-                            Some(Ok(())) => {}
+                        let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http);
+                        match router::caught(connection::drive(connection, activity, timeouts)).await {
+                            Ok(Some(Err(e))) => tracing::debug!(error = %e, "connection ended with an error"),
+                            Ok(None) => tracing::debug!("connection dropped after its deadline"),
+                            Ok(Some(Ok(()))) => {}
+                            // A bug outside any request (a panic in one is answered 500 there).
+                            Err(panic) => {
+                                state.metrics.panicked(PanicSite::Connection);
+                                tracing::error!(%panic, "serving a connection panicked; it was closed");
+                            }
                         }
                     }, worker);
                 }

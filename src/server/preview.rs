@@ -2,12 +2,11 @@
 
 use std::time::Instant;
 
-use http::{Request, StatusCode};
-use hyper::body::Incoming;
+use http::StatusCode;
 
 use super::problem::write_problems;
 use super::router::{json, read_body, timing};
-use super::{ApiError, Response, SERVER_TIMING, State};
+use super::{ApiError, Request, Response, SERVER_TIMING, State};
 use crate::exec;
 use crate::json::{self as tape};
 use crate::metrics::RulesSource;
@@ -17,7 +16,7 @@ use crate::rules::{Compiled, compile_value};
 const SAMPLE: &str = "originalResponse";
 const RULES: &str = "mappingRules";
 
-pub(super) async fn preview(state: &State, request: Request<Incoming>) -> Result<Response, ApiError> {
+pub(super) async fn preview(state: &State, request: Request) -> Result<Response, ApiError> {
     let traced = trace_flag(request.uri().query())?;
     let (parts, body) = request.into_parts();
     let mut body = read_body(state, &parts.headers, body).await?;

@@ -14,7 +14,7 @@ use crate::upstream::UpstreamError;
 pub const TYPE_BASE: &str = "https://recast.dev/problems/";
 
 /// The last segment of every problem type recast answers with (see [`ApiError::slug`]).
-pub const SLUGS: [&str; 21] = [
+pub const SLUGS: [&str; 22] = [
     "invalid-json",
     "invalid-request",
     "invalid-rules",
@@ -36,6 +36,7 @@ pub const SLUGS: [&str; 21] = [
     "starting",
     "route-unavailable",
     "storage-error",
+    "internal-error",
 ];
 
 /// Most rule problems listed in one answer; the rest are counted in `detail`.
@@ -86,6 +87,8 @@ pub enum ApiError {
     RouteUnavailable(String),
     /// Storage failed; the change was not made.
     Storage(String),
+    /// A bug: the handler panicked. The panic is logged and counted (`recast_panics_total`).
+    Internal,
 }
 
 /// How an upstream exchange failed.
@@ -142,7 +145,7 @@ impl ApiError {
             ApiError::Starting | ApiError::RouteUnavailable(_) | ApiError::Overloaded => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            ApiError::Storage(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Storage(_) | ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -172,6 +175,7 @@ impl ApiError {
             ApiError::Starting => "starting",
             ApiError::RouteUnavailable(_) => "route-unavailable",
             ApiError::Storage(_) => "storage-error",
+            ApiError::Internal => "internal-error",
         }
     }
 
@@ -202,6 +206,7 @@ impl ApiError {
             ApiError::Starting => "recast is still loading its routes",
             ApiError::RouteUnavailable(_) => "This route cannot serve calls",
             ApiError::Storage(_) => "Storage failed; nothing was changed",
+            ApiError::Internal => "recast failed on this request",
         }
     }
 
@@ -251,6 +256,9 @@ impl ApiError {
                     .to_owned()
             }
             ApiError::Overloaded => "RECAST_MAX_INFLIGHT requests are in flight; try again in a moment".to_owned(),
+            ApiError::Internal => {
+                "a bug in recast stopped this request; it is logged with the request id".to_owned()
+            }
         }
     }
 
@@ -353,6 +361,7 @@ mod tests {
             ApiError::Overloaded,
             ApiError::RouteUnavailable(String::new()),
             ApiError::Storage(String::new()),
+            ApiError::Internal,
         ];
         all.extend(failures().into_iter().map(|f| upstream(f, false)));
         all.extend(failures().into_iter().map(|f| upstream(f, true)));

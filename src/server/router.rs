@@ -6,25 +6,28 @@
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, header};
-use http_body_util::Full;
-use hyper::body::Incoming;
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use http_body_util::{BodyExt, Full};
 use tracing::Level;
 use uuid::Uuid;
 
+use super::connection::RequestBody;
 use super::{
-    ApiError, Lifecycle, REQUEST_ID, Response, State, admission, call, management, mapping, playground,
-    preview,
+    ApiError, Lifecycle, REQUEST_ID, Request, Response, State, admission, call, management, mapping,
+    playground, preview,
 };
+use crate::http1;
+use crate::json::PADDING;
 use crate::logging::logged;
-use crate::metrics::{Endpoint, Gauges};
-use crate::upstream::{BodyError, read_limited};
+use crate::metrics::{Endpoint, Gauges, PanicSite};
+use crate::upstream::RESERVE_LIMIT;
 
 /// Answers one request that hyper read.
-pub(super) async fn handle(state: &State, request: Request<Incoming>) -> Response {
+pub(super) async fn handle(state: &State, request: Request) -> Response {
     let request_id = state.request_ids.for_headers(request.headers());
     stamped(request_id, respond(state, request)).await
 }
@@ -37,7 +40,7 @@ pub(super) async fn stamped(request_id: HeaderValue, respond: impl Future<Output
     response
 }
 
-async fn respond(state: &State, request: Request<Incoming>) -> Response {
+async fn respond(state: &State, request: Request) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(&path).splitn(3, '/').collect();
@@ -62,9 +65,16 @@ pub(super) async fn answered(
         _ => state.in_flight.enter().map(Some).ok_or(ApiError::Overloaded),
     };
     // A route call counts its answer on its route (`call::call`); the rest are counted here.
-    let counted_by_call = admitted.is_ok() && endpoint == Endpoint::Call;
+    let mut counted_by_call = admitted.is_ok() && endpoint == Endpoint::Call;
     let result = match admitted {
-        Ok(_place) => handler.await,
+        // A panic is a bug; it must not take the connection (or the worker) with it. The
+        // request's place is freed as the handler unwinds.
+        Ok(_place) => caught(handler).await.unwrap_or_else(|panic| {
+            state.metrics.panicked(PanicSite::Request);
+            logged!(Level::ERROR, %method, path, %panic, "a handler panicked; answered 500");
+            counted_by_call = false;
+            Err(ApiError::Internal)
+        }),
         Err(overloaded) => Err(overloaded),
     };
     let response = result.unwrap_or_else(|e| e.to_response(path));
@@ -76,6 +86,30 @@ pub(super) async fn answered(
         logged!(Level::DEBUG, %method, path, status, micros = started.elapsed().as_micros() as u64, "answered");
     }
     response
+}
+
+/// Polls `future` to its end, or until it panics: then the panic's message is returned. Safe to use
+/// on the request path: the state a handler shares with others is atomics, locks that are not
+/// poisoned or whose poison is ignored, and maps it changes in one step.
+pub(super) async fn caught<T>(future: impl Future<Output = T>) -> Result<T, String> {
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(move |cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(panic) => Poll::Ready(Err(panic_message(&*panic))),
+        }
+    })
+    .await
+}
+
+/// What a panic said, when it said it with text.
+pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(text), _) => (*text).to_owned(),
+        (_, Some(text)) => text.clone(),
+        _ => "(no message)".to_owned(),
+    }
 }
 
 /// Which endpoint a path belongs to, for metrics; mirrors [`dispatch`].
@@ -94,11 +128,7 @@ pub(super) fn endpoint(segments: &[&str]) -> Endpoint {
 }
 
 /// Sends a request to its handler by method and path.
-async fn dispatch(
-    state: &State,
-    request: Request<Incoming>,
-    segments: &[&str],
-) -> Result<Response, ApiError> {
+async fn dispatch(state: &State, request: Request, segments: &[&str]) -> Result<Response, ApiError> {
     let method = request.method().clone();
     if admission::is_admin_path(segments)
         && let Some(token) = &state.admin
@@ -195,10 +225,10 @@ pub fn json(status: StatusCode, body: impl Into<Bytes>) -> Response {
 /// they are read when `Content-Length` says so, else as soon as the limit is passed. The whole
 /// body must arrive within `RECAST_HEADER_TIMEOUT_MS` (408 otherwise), so a client that drips it
 /// cannot hold its place for long.
-pub(crate) async fn read_body(
+pub(super) async fn read_body(
     state: &State,
     headers: &HeaderMap,
-    body: Incoming,
+    body: RequestBody,
 ) -> Result<Vec<u8>, ApiError> {
     let within = Duration::from_millis(state.config.header_timeout_ms);
     let limit = state.config.max_request_bytes;
@@ -209,6 +239,42 @@ pub(crate) async fn read_body(
             BodyError::Broken => ApiError::BodyUnreadable,
         }),
     }
+}
+
+/// Why a body was not read whole.
+#[derive(Debug)]
+enum BodyError {
+    /// Larger than the limit, by its `Content-Length` or by what arrived.
+    TooLarge,
+    /// The connection broke.
+    Broken,
+}
+
+/// Reads a body of at most `limit` bytes into a buffer with room for the JSON parser's padding. A
+/// larger `Content-Length` is refused before reading; a declared length is reserved only up to
+/// [`RESERVE_LIMIT`], so bodies that never come cannot make recast hold memory, and the rest
+/// grows as it arrives, never past the limit and the padding.
+async fn read_limited(
+    headers: &HeaderMap,
+    mut body: RequestBody,
+    limit: usize,
+) -> Result<Vec<u8>, BodyError> {
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    let reserve = declared.map_or(16 * 1024, |n| (n as usize).min(RESERVE_LIMIT));
+    let mut buf = Vec::with_capacity(reserve.min(limit) + PADDING);
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.map_err(|_| BodyError::Broken)?.into_data() {
+            if buf.len() + data.len() > limit {
+                return Err(BodyError::TooLarge);
+            }
+            http1::reserve_within(&mut buf, data.len() + PADDING, limit + PADDING);
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf)
 }
 
 /// The time now, in milliseconds since the Unix epoch.
@@ -300,6 +366,25 @@ mod tests {
             timing(&[("upstream", Duration::from_micros(1_234_567)), ("map", Duration::from_nanos(5_900))]);
         assert_eq!(header, "upstream;dur=1234.567, map;dur=0.005");
         assert_eq!(timing(&[("map", Duration::ZERO)]), "map;dur=0.000");
+    }
+
+    #[test]
+    fn a_panic_while_polled_is_caught_with_its_message_and_no_thread_dies() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let fine = runtime.block_on(caught(async {
+            tokio::task::yield_now().await;
+            7
+        }));
+        assert_eq!(fine, Ok(7));
+        let formatted = runtime.block_on(caught(async {
+            tokio::task::yield_now().await;
+            if fine.is_ok() {
+                panic!("lane {} broke", 2);
+            }
+        }));
+        assert_eq!(formatted, Err("lane 2 broke".to_owned()));
+        let plain: Result<(), String> = runtime.block_on(caught(async { std::panic::panic_any(5u8) }));
+        assert_eq!(plain, Err("(no message)".to_owned()));
     }
 
     #[test]

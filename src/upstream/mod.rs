@@ -12,9 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
-use http::{HeaderMap, Method, StatusCode, header};
-use http_body_util::BodyExt;
-use hyper::body::Incoming;
+use http::{Method, StatusCode};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
@@ -79,42 +77,7 @@ impl std::fmt::Display for UpstreamError {
 }
 
 /// The most memory reserved for a body up front, whatever its declared length.
-const RESERVE_LIMIT: usize = 1 << 20;
-
-/// Why a body was not read whole.
-#[derive(Debug)]
-pub(crate) enum BodyError {
-    /// Larger than the limit, by its `Content-Length` or by what arrived.
-    TooLarge,
-    /// The connection broke.
-    Broken,
-}
-
-/// Reads a body (a client's request or an upstream's answer) of at most `limit` bytes into a
-/// buffer with room for the JSON parser's padding. A larger `Content-Length` is refused before
-/// reading; a declared length is reserved only up to [`RESERVE_LIMIT`], so bodies that never
-/// come cannot make recast hold memory, and the rest grows as it arrives.
-pub(crate) async fn read_limited(
-    headers: &HeaderMap,
-    mut body: Incoming,
-    limit: usize,
-) -> Result<Vec<u8>, BodyError> {
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(BodyError::TooLarge);
-    }
-    let reserve = declared.map_or(16 * 1024, |n| (n as usize).min(RESERVE_LIMIT));
-    let mut buf = Vec::with_capacity(reserve + crate::json::PADDING);
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame.map_err(|_| BodyError::Broken)?.into_data() {
-            if buf.len() + data.len() > limit {
-                return Err(BodyError::TooLarge);
-            }
-            buf.extend_from_slice(&data);
-        }
-    }
-    Ok(buf)
-}
+pub(crate) const RESERVE_LIMIT: usize = 1 << 20;
 
 type Connector = HttpsConnector<Guarded<HttpConnector<PolicyResolver>>>;
 

@@ -170,7 +170,7 @@ impl Connection {
         let mut incomplete_at: Option<usize> = None;
         loop {
             let worth_parsing =
-                !self.buf.is_empty() && incomplete_at.is_none_or(|end| has_blank_line(&self.buf, end));
+                !self.buf.is_empty() && incomplete_at.is_none_or(|end| http1::has_blank_line(&self.buf, end));
             if worth_parsing {
                 match self.parse_head(head_only)? {
                     Some(head) if !head.status.is_informational() => return Ok(head),
@@ -392,10 +392,4 @@ impl Connection {
 
 fn head_too_large() -> Failed {
     Failed::Broken(format!("the answer's head is larger than {MAX_HEAD} bytes"))
-}
-
-/// Whether `buf` holds the blank line that ends a head (`\n\n` or `\n\r\n`) ending after `from`.
-fn has_blank_line(buf: &[u8], from: usize) -> bool {
-    (from.saturating_sub(2)..buf.len())
-        .any(|i| buf[i] == b'\n' && (buf[..i].ends_with(b"\n") || buf[..i].ends_with(b"\n\r")))
 }

@@ -80,12 +80,14 @@ fn upstream_url_corpus_replays() {
 
 #[test]
 fn http_request_corpus_replays_against_the_service() {
-    use recast::fuzzing::{HttpReached, http_request};
+    use recast::fuzzing::{Ending, HttpReached, http_request, http_request_ending};
     let reached = replay("http_request", http_request);
     for class in [2, 4] {
         assert!(reached.contains_key(&HttpReached::Answered(class)), "no {class}xx answer: {reached:?}");
     }
-    // The stored route answers through its upstream.
+    // The stored route answers through its upstream. (Half-closing instead races the upstream's
+    // answer against the service noticing the client's end; `edges.rs` pins that with an upstream
+    // that holds its answer.)
     let call = format!("GET {} HTTP/1.1\r\nhost: f\r\n\r\n", recast::fuzzing::ROUTE_PATH);
-    assert_eq!(http_request(call.as_bytes()), HttpReached::Answered(2));
+    assert_eq!(http_request_ending(call.as_bytes(), Ending::Closing), HttpReached::Answered(2));
 }

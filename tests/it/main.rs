@@ -9,6 +9,7 @@ mod binary;
 mod cli;
 mod conformance;
 mod crash;
+mod edges;
 mod faults;
 mod fuzz_corpus;
 mod lane;
