@@ -1,6 +1,9 @@
 //! recast: an HTTP middleware that calls upstream JSON APIs and reshapes their answers by stored
 //! mapping rules. See `ARCHITECTURE.md` for the map of modules and their invariants.
 
+// `unsafe` is allowed in one module only: the JSON writer (`json::write`).
+#![deny(unsafe_code)]
+
 pub mod cli;
 pub mod config;
 pub mod exec;

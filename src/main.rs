@@ -1,5 +1,7 @@
 //! The `recast` binary: command-line parsing, logging, the runtime, and signals.
 
+#![deny(unsafe_code)]
+
 use std::io::IsTerminal as _;
 
 use std::io::Write as _;

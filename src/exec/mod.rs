@@ -491,8 +491,8 @@ fn concat(
     for &slot in plan.parts.get(parts.range()).unwrap_or_default() {
         match nodes.get(slot_at(slots, slot)) {
             // Text, the usual part, is written with its separator in one step. This is the string
-            // case of `text` written out: going through `Text` costs 4% more executor
-            // instructions on the engine bench's list (callgrind).
+            // case of `text` written out, which is cheaper than going through it (measured in
+            // docs/performance.md).
             Some(Node::String(s)) => {
                 let s = coerce::trim(s);
                 if s.is_empty() {

@@ -4,6 +4,8 @@
 //! A tape is a flat `Vec<Node>` in document order. Containers are a header node followed by their
 //! contents; the header's `count` is the number of nodes inside, so a value is skipped in O(1).
 
+// The one module with `unsafe` code: writing strings through pointers (see its SAFETY comments).
+#[allow(unsafe_code)]
 pub mod write;
 
 use std::cell::RefCell;

@@ -66,7 +66,7 @@ pub fn string(out: &mut Vec<u8>, s: &str) {
 #[inline(always)]
 pub fn string_in(out: &mut Vec<u8>, s: &str, backing: Backing<'_>) {
     let bytes = s.as_bytes();
-    out.reserve(escaped_room(bytes.len()) + 2);
+    out.reserve(sum(escaped_room(bytes.len()), 2));
     let len = out.len();
     // SAFETY: `reserve` left at least `escaped_room(n) + 2` bytes of spare capacity after `len`.
     // The opening quote takes one, `escape_into` writes within the next `escaped_room(n)` (its
@@ -101,7 +101,7 @@ pub fn string_body(out: &mut Vec<u8>, s: &str, backing: Backing<'_>) {
 #[inline(always)]
 pub fn string_body_after(out: &mut Vec<u8>, separator: u8, s: &str, backing: Backing<'_>) {
     let bytes = s.as_bytes();
-    out.reserve(escaped_room(bytes.len()) + 1);
+    out.reserve(sum(escaped_room(bytes.len()), 1));
     let len = out.len();
     // SAFETY: as in `string_body`, with one more byte reserved and written first: the separator
     // at `len`, then `escape_into` within the `escaped_room(n)` bytes after it; the new length
@@ -119,7 +119,7 @@ pub fn string_body_after(out: &mut Vec<u8>, separator: u8, s: &str, backing: Bac
 #[inline(always)]
 pub fn joined_in(out: &mut Vec<u8>, a: &str, b: &str, backing: Backing<'_>) {
     let (a, b) = (a.as_bytes(), b.as_bytes());
-    out.reserve(escaped_room(a.len()) + escaped_room(b.len()) + 3);
+    out.reserve(sum(sum(escaped_room(a.len()), escaped_room(b.len())), 3));
     let len = out.len();
     // SAFETY: `reserve` left `escaped_room(a) + escaped_room(b) + 3` bytes of spare capacity after
     // `len`. The opening quote takes one; `escape_into` writes `a` within the next
@@ -141,10 +141,30 @@ pub fn joined_in(out: &mut Vec<u8>, a: &str, b: &str, backing: Backing<'_>) {
 }
 
 /// Room the escaped form of `n` bytes may need: every byte as `\u00XX`, plus one chunk of slack
-/// for the store of the last, partial chunk (a word, on the general path: smaller).
+/// for the store of the last, partial chunk (a word, on the general path: smaller). Checked: the
+/// writes below rely on this room, so a size that overflowed would be unsound rather than wrong.
+/// No string that fits in memory comes near; such a one panics before anything is written.
 #[inline(always)]
 const fn escaped_room(n: usize) -> usize {
-    6 * n + chunk::LEN
+    match n.checked_mul(6) {
+        Some(room) => sum(room, chunk::LEN),
+        None => too_long(),
+    }
+}
+
+/// `a + b` for the room of escaped text, checked as [`escaped_room`] is.
+#[inline(always)]
+const fn sum(a: usize, b: usize) -> usize {
+    match a.checked_add(b) {
+        Some(room) => room,
+        None => too_long(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+const fn too_long() -> ! {
+    panic!("text too long to escape: its room overflows usize")
 }
 
 /// Writes the escaped form of `bytes` at `to` and returns the end of what it wrote.
@@ -392,12 +412,13 @@ impl Words {
     /// exactly two, without a loop.
     #[inline(always)]
     pub fn write(&self, out: &mut Vec<u8>) {
-        // Decided before the stores rather than matched around them: the latter compiles to code
-        // that runs 6% more executor instructions on the engine bench's list (callgrind).
+        // Decided before the stores rather than matched around them, which compiles to slower
+        // code (measured in docs/performance.md).
         let (short, words) = match *self.words {
             [first, second] => (Some((first, second)), &self.words[..0]),
             ref words => (None, words),
         };
+        // The words' own size in bytes: it cannot overflow.
         out.reserve(self.words.len() * 8);
         let len = out.len();
         // SAFETY: `reserve` left eight bytes of spare capacity per word after `len`, and word `i`

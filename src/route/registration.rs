@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use http::HeaderValue;
-use http::header::HeaderName;
+use http::header::{self, HeaderName};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -191,6 +191,10 @@ fn check_headers(headers: &BTreeMap<String, String>, at: &str, problems: &mut Ve
             Ok(header) if RESERVED_HEADERS.contains(&header.as_str()) => problems.push(Problem::new(
                 &at,
                 format!("`{name}` cannot be configured (use `authHeader` for credentials)"),
+            )),
+            Ok(header::ACCEPT_ENCODING) => problems.push(Problem::new(
+                &at,
+                "`Accept-Encoding` cannot be configured: recast asks for uncompressed answers, the only ones it can read",
             )),
             Ok(_) => {}
         }

@@ -179,3 +179,17 @@ fn base_urls_need_a_valid_host_name() {
         assert!(BaseUrl::parse(base).is_ok(), "{base}");
     }
 }
+
+#[test]
+fn accept_encoding_cannot_be_configured() {
+    let json = format!(
+        r#"{{"path":"p","originalRoute":{{"originalApi":{{"baseUrl":"https://a.example"}},"path":"","headers":{{"Accept-Encoding":"gzip"}}}},"preConfiguredHeaders":{{"accept-encoding":"br"}},"rulesAsString":{RULES}}}"#
+    );
+    let problems = registration(&json).validate(false, None).unwrap_err();
+    let locations: Vec<&str> = problems.iter().map(|p| p.location.as_str()).collect();
+    assert_eq!(
+        locations,
+        ["/originalRoute/headers/Accept-Encoding", "/preConfiguredHeaders/accept-encoding"]
+    );
+    assert!(problems[0].message.contains("uncompressed"), "{}", problems[0].message);
+}

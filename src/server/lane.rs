@@ -201,15 +201,15 @@ async fn respond_to_call(state: &State, head: &Head) -> Response {
 }
 
 /// The next request head in the buffer: a route call the lane serves, not yet all there, or
-/// anything else. The buffer is parsed only once a blank line has arrived since the last look
-/// (or it is full), so a head that comes a byte at a time is parsed once, not once per byte; and
-/// bytes that cannot begin `GET /v1/` are handed to hyper at once.
+/// anything else. Once a look found the head incomplete, the buffer is parsed again only when a
+/// blank line has arrived since (or it is full), so a head that comes a byte at a time is parsed
+/// a few times, not once per byte; and bytes that cannot begin `GET /v1/` go to hyper at once.
 fn next_head(buffer: &mut Buffer, max_headers: usize) -> Parsed {
     let bytes = buffer.filled();
     if !may_be_call(bytes) {
         return Parsed::Other;
     }
-    if !buffer.is_full() && !http1::has_blank_line(bytes, buffer.looked) {
+    if buffer.looked > 0 && !buffer.is_full() && !http1::has_blank_line(bytes, buffer.looked) {
         buffer.looked = bytes.len();
         return Parsed::Partial;
     }

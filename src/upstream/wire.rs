@@ -95,8 +95,11 @@ pub(super) fn encode(request: &UpstreamRequest) -> Vec<u8> {
     {
         line(&mut out, b"host", authority.as_str().as_bytes());
     }
+    // Uncompressed answers only: recast cannot read a compressed body (no header would mean
+    // any coding, RFC 9110 §12.5.3).
+    line(&mut out, b"accept-encoding", b"identity");
     for (name, value) in &request.headers {
-        if name != header::CONTENT_LENGTH {
+        if name != header::CONTENT_LENGTH && name != header::ACCEPT_ENCODING {
             line(&mut out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
@@ -151,6 +154,9 @@ impl Connection {
             self.buf = Vec::with_capacity(READ_SIZE);
         }
         self.buf.clear();
+        // Bytes that came with the answer's last read but after it are nobody's answer: the
+        // connection must not carry another request. (Bytes that come later are found by the
+        // pool, which looks before it reuses a connection.)
         let reuse = if clean && head.keep_alive { Reuse::Keep } else { Reuse::Close };
         Ok((Answer { status: head.status, body }, reuse))
     }
@@ -251,10 +257,17 @@ impl Connection {
                 keep_alive = false;
             }
         }
+        // Transfer codings are HTTP/1.1: one in an HTTP/1.0 answer means its framing is faulty
+        // (RFC 9112 §6.1).
+        if chunked.is_some() && answer.version != Some(1) {
+            return Err(Failed::Broken("an HTTP/1.0 answer has Transfer-Encoding".into()));
+        }
         let bodiless = head_only || http1::has_no_body(status);
         // Both a length and a coding: the coding frames the body, and the connection is not
-        // trusted with another request (RFC 9112 §6.3).
-        if chunked.is_some() && declared.is_some() {
+        // trusted with another request (RFC 9112 §6.3). Nor is it after an answer whose status
+        // has no body but whose headers announce one: the bytes that may follow are not read.
+        let announces_body = chunked.is_some() || declared.is_some_and(|n| n > 0);
+        if chunked.is_some() && declared.is_some() || http1::has_no_body(status) && announces_body {
             keep_alive = false;
         }
         let framing = match (bodiless, chunked, declared) {
@@ -277,86 +290,120 @@ impl Connection {
         let buffered = &self.buf[from..];
         body.extend_from_slice(&buffered[..buffered.len().min(n)]);
         let clean = buffered.len() <= n;
+        self.read_exactly(&mut body, n, n + PADDING).await?;
+        http1::reserve_within(&mut body, PADDING, n + PADDING);
+        Ok((body, clean))
+    }
+
+    /// Reads from the stream into `body` until it holds `n` bytes, growing it as the bytes come
+    /// (a declared length is not trusted with memory up front) to at most `most` bytes.
+    async fn read_exactly(&mut self, body: &mut Vec<u8>, n: usize, most: usize) -> Result<(), Failed> {
         while body.len() < n {
-            body.reserve((n - body.len()).min(RESERVE_LIMIT) + PADDING);
-            let wanted = (n - body.len()) as u64;
-            match (&mut *self.stream).take(wanted).read_buf(&mut body).await {
+            let wanted = n - body.len();
+            http1::reserve_within(body, wanted.min(RESERVE_LIMIT) + PADDING, most);
+            match (&mut *self.stream).take(wanted as u64).read_buf(body).await {
                 Ok(0) => return Err(Failed::Broken("the upstream closed the connection mid-body".into())),
                 Ok(_) => {}
                 Err(e) => return Err(Failed::Broken(e.to_string())),
             }
         }
-        body.reserve(PADDING);
-        Ok((body, clean))
+        Ok(())
     }
 
-    /// A chunked body, `from` the buffer on; clean when nothing followed it.
+    /// A chunked body, `from` the buffer on; clean when nothing followed it. Chunk data goes
+    /// straight into the body, not through the read buffer, so a large chunk is held once.
     async fn read_chunked(&mut self, from: usize, limit: usize) -> Result<(Vec<u8>, bool), Failed> {
-        let mut body = Vec::with_capacity(READ_SIZE + PADDING);
+        let mut body = Vec::with_capacity(READ_SIZE.min(limit) + PADDING);
         let mut at = from;
         loop {
-            // The size line.
-            let invalid = || Failed::Broken("the answer's chunk size is invalid".into());
-            let (taken, size) = loop {
-                // The line begins with the size in hex (an empty size is not zero).
-                if self.buf.get(at).is_some_and(|b| !b.is_ascii_hexdigit()) {
-                    return Err(invalid());
-                }
-                match httparse::parse_chunk_size(&self.buf[at..]) {
-                    Ok(httparse::Status::Complete(found)) => break found,
-                    Ok(httparse::Status::Partial) if self.buf.len() - at > MAX_CHUNK_LINE => {
-                        return Err(Failed::Broken("a chunk size line is too long".into()));
-                    }
-                    Ok(httparse::Status::Partial) => self.more(&mut at).await?,
-                    Err(_) => return Err(invalid()),
-                }
-            };
-            at += taken;
+            let size = self.chunk_size(&mut at).await?;
             if size == 0 {
                 break;
             }
             if size > (limit - body.len()) as u64 {
                 return Err(Failed::TooLarge);
             }
-            // The chunk's data and its CRLF.
-            let end = usize::try_from(size).ok().and_then(|n| n.checked_add(2)).ok_or(Failed::TooLarge)?;
-            while self.buf.len() - at < end {
+            // The chunk's data: what the buffer holds of it, then the rest from the stream.
+            let end = body.len() + size as usize;
+            let buffered = (self.buf.len() - at).min(end - body.len());
+            http1::reserve_within(&mut body, buffered + PADDING, limit + PADDING);
+            body.extend_from_slice(&self.buf[at..at + buffered]);
+            at += buffered;
+            if body.len() < end {
+                self.read_exactly(&mut body, end, limit + PADDING).await?;
+            }
+            // Its CRLF.
+            while self.buf.len() - at < 2 {
                 self.more(&mut at).await?;
             }
-            if &self.buf[at + end - 2..at + end] != b"\r\n" {
+            if &self.buf[at..at + 2] != b"\r\n" {
                 return Err(Failed::Broken("a chunk does not end with CRLF".into()));
             }
-            body.extend_from_slice(&self.buf[at..at + end - 2]);
-            at += end;
+            at += 2;
         }
-        // Trailer lines, up to the empty line; at most `MAX_HEAD` bytes of them in all.
+        self.skip_trailers(&mut at).await?;
+        http1::reserve_within(&mut body, PADDING, limit + PADDING);
+        Ok((body, self.buf.len() == at))
+    }
+
+    /// Reads the chunk size line at `at` and moves past it.
+    async fn chunk_size(&mut self, at: &mut usize) -> Result<u64, Failed> {
+        let invalid = || Failed::Broken("the answer's chunk size is invalid".into());
+        loop {
+            // The line begins with the size in hex (an empty size is not zero).
+            if self.buf.get(*at).is_some_and(|b| !b.is_ascii_hexdigit()) {
+                return Err(invalid());
+            }
+            match httparse::parse_chunk_size(&self.buf[*at..]) {
+                Ok(httparse::Status::Complete((taken, size))) => {
+                    // The line ends with CRLF, and holds no other CR or LF (the parser lets a
+                    // bare LF pass inside an extension): a line end that two readers of the same
+                    // bytes see in different places is how framing tricks begin (RFC 9112 §7.1).
+                    let line = &self.buf[*at..*at + taken];
+                    if !line.ends_with(b"\r\n") || line[..taken - 2].iter().any(|&b| b == b'\r' || b == b'\n')
+                    {
+                        return Err(Failed::Broken("a chunk size line does not end with CRLF alone".into()));
+                    }
+                    *at += taken;
+                    return Ok(size);
+                }
+                Ok(httparse::Status::Partial) if self.buf.len() - *at > MAX_CHUNK_LINE => {
+                    return Err(Failed::Broken("a chunk size line is too long".into()));
+                }
+                Ok(httparse::Status::Partial) => self.more(at).await?,
+                Err(_) => return Err(invalid()),
+            }
+        }
+    }
+
+    /// Moves past the trailer lines after the last chunk, up to the empty line; at most `MAX_HEAD`
+    /// bytes of them in all.
+    async fn skip_trailers(&mut self, at: &mut usize) -> Result<(), Failed> {
         let mut trailers = 0;
         // How far past `at` the buffer is known to hold no CRLF.
         let mut searched: usize = 0;
         loop {
-            let line = self.buf[at + searched.saturating_sub(1)..]
+            let line = self.buf[*at + searched.saturating_sub(1)..]
                 .windows(2)
                 .position(|w| w == b"\r\n")
                 .map(|i| i + searched.saturating_sub(1));
-            searched = self.buf.len() - at;
-            if trailers + line.unwrap_or(self.buf.len() - at) > MAX_HEAD {
+            searched = self.buf.len() - *at;
+            if trailers + line.unwrap_or(self.buf.len() - *at) > MAX_HEAD {
                 return Err(Failed::Broken("the answer's trailers are too large".into()));
             }
             match line {
                 Some(0) => {
-                    at += 2;
-                    break;
+                    *at += 2;
+                    return Ok(());
                 }
                 Some(line) => {
-                    at += line + 2;
+                    *at += line + 2;
                     trailers += line + 2;
                     searched = 0;
                 }
-                None => self.more(&mut at).await?,
+                None => self.more(at).await?,
             }
         }
-        body.reserve(PADDING);
-        Ok((body, self.buf.len() == at))
     }
 
     /// For the chunked reader: drops the bytes before `at` and reads more.
@@ -370,22 +417,27 @@ impl Connection {
         }
     }
 
-    /// A body that ends when the upstream closes the connection.
+    /// A body that ends when the upstream closes the connection. It is read at most a byte past
+    /// the limit, so the buffer never grows beyond it.
     async fn read_to_close(&mut self, from: usize, limit: usize) -> Result<Vec<u8>, Failed> {
-        let mut body = Vec::with_capacity(READ_SIZE + PADDING);
-        body.extend_from_slice(&self.buf[from..]);
+        let buffered = &self.buf[from..];
+        if buffered.len() > limit {
+            return Err(Failed::TooLarge);
+        }
+        let mut body = Vec::with_capacity(buffered.len().max(READ_SIZE).min(limit) + PADDING);
+        body.extend_from_slice(buffered);
         loop {
-            if body.len() > limit {
-                return Err(Failed::TooLarge);
-            }
-            body.reserve(READ_SIZE + PADDING);
-            match self.stream.read_buf(&mut body).await {
+            // Room for one byte more than the limit: reading it tells a body over the limit.
+            let room = limit + 1 - body.len();
+            http1::reserve_within(&mut body, room.min(READ_SIZE) + PADDING, limit + 1 + PADDING);
+            match (&mut *self.stream).take(room as u64).read_buf(&mut body).await {
                 Ok(0) => break,
+                Ok(_) if body.len() > limit => return Err(Failed::TooLarge),
                 Ok(_) => {}
                 Err(e) => return Err(Failed::Broken(e.to_string())),
             }
         }
-        body.reserve(PADDING);
+        http1::reserve_within(&mut body, PADDING, limit + 1 + PADDING);
         Ok(body)
     }
 }

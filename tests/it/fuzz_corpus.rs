@@ -91,3 +91,13 @@ fn http_request_corpus_replays_against_the_service() {
     let call = format!("GET {} HTTP/1.1\r\nhost: f\r\n\r\n", recast::fuzzing::ROUTE_PATH);
     assert_eq!(http_request_ending(call.as_bytes(), Ending::Closing), HttpReached::Answered(2));
 }
+
+#[test]
+fn upstream_answer_corpus_replays_and_the_next_call_gets_its_own_answer() {
+    use recast::fuzzing::{AnswerReached, upstream_answer};
+    let reached = replay("upstream_answer", upstream_answer);
+    assert!(
+        reached.contains_key(&AnswerReached::Answered(2)) && reached.contains_key(&AnswerReached::Failed),
+        "{reached:?}"
+    );
+}

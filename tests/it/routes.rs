@@ -209,10 +209,11 @@ async fn only_accept_headers_and_configured_headers_reach_the_upstream() {
     names.sort();
     assert_eq!(
         names,
-        ["accept", "accept-language", "authorization", "host", "x-both", "x-route"],
+        ["accept", "accept-encoding", "accept-language", "authorization", "host", "x-both", "x-route"],
         "{:?}",
         received.headers
     );
+    assert_eq!(received.headers["accept-encoding"], "identity", "uncompressed answers only");
     assert_eq!(received.headers["authorization"], "Bearer stored");
     assert_eq!(received.headers["x-both"], "pre");
     assert_eq!(received.headers["accept-language"], "fr");

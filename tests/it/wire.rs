@@ -268,3 +268,135 @@ async fn malformed_or_oversized_answers_are_errors() {
         assert!(kind.starts_with(expected), "{name}: {error:?}");
     }
 }
+
+/// The answer each reuse case expects for its second call.
+const SECOND: &str = r#"{"second":true}"#;
+
+#[tokio::test]
+async fn a_connection_whose_answer_leaves_bytes_behind_is_never_reused() {
+    let second = ok(&format!("content-length: {}\r\n", SECOND.len()), SECOND);
+    // What the upstream sends for the first call, in pieces (a pause between them), keeping the
+    // connection open; each leaves bytes that are no answer to anything asked.
+    let cases: Vec<(&str, Vec<Vec<u8>>)> = vec![
+        ("a 204 with a body", vec![b"HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\nhello".to_vec()]),
+        (
+            "a 204 whose announced body comes later",
+            vec![b"HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\n".to_vec(), b"hello".to_vec()],
+        ),
+        (
+            "a 304 with a chunked body",
+            vec![
+                b"HTTP/1.1 304 Not Modified\r\ntransfer-encoding: chunked\r\n\r\n".to_vec(),
+                b"5\r\nhello\r\n0\r\n\r\n".to_vec(),
+            ],
+        ),
+        (
+            "an unasked second answer after a Content-Length body",
+            vec![ok("content-length: 2\r\n", "{}"), ok("content-length: 7\r\n", r#"{"x":1}"#)],
+        ),
+        (
+            "an unasked second answer in the same write",
+            vec![[ok("content-length: 2\r\n", "{}"), ok("content-length: 7\r\n", r#"{"x":1}"#)].concat()],
+        ),
+        (
+            "Content-Length with Transfer-Encoding",
+            vec![ok("content-length: 5\r\ntransfer-encoding: chunked\r\n", "2\r\n{}\r\n0\r\n\r\n")],
+        ),
+        (
+            "a chunked body followed by extra bytes",
+            vec![
+                ok("transfer-encoding: chunked\r\n", "2\r\n{}\r\n0\r\n\r\n"),
+                b"HTTP/1.1 200 OK\r\n\r\n".to_vec(),
+            ],
+        ),
+        (
+            "a chunked body with extra bytes in the same write",
+            vec![ok("transfer-encoding: chunked\r\n", "2\r\n{}\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n\r\n")],
+        ),
+    ];
+    let client = client();
+    for (name, first) in cases {
+        let second = second.clone();
+        let upstream = Scripted::start(move |n| match n {
+            0 => Step::Send(first.clone()),
+            _ => Step::Send(vec![second.clone()]),
+        })
+        .await;
+        let _ = client.call(get(&upstream.url)).await;
+        // Whatever was left to come has come.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let answer = client.call(get(&upstream.url)).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(answer.body, SECOND.as_bytes(), "{name}");
+        assert_eq!(
+            upstream.connections.load(Ordering::SeqCst),
+            2,
+            "{name}: not sent on the first connection"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bare_line_feeds_in_chunk_sizes_and_codings_in_http_1_0_are_refused() {
+    let cases = [
+        ("a chunk size line ending in LF", ok("transfer-encoding: chunked\r\n", "2\n{}\r\n0\r\n\r\n")),
+        ("a last chunk line ending in LF", ok("transfer-encoding: chunked\r\n", "2\r\n{}\r\n0\n\r\n")),
+        ("an LF inside a chunk extension", ok("transfer-encoding: chunked\r\n", "2;a\nb\r\n{}\r\n0\r\n\r\n")),
+        (
+            "HTTP/1.0 with Transfer-Encoding",
+            b"HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n".to_vec(),
+        ),
+        (
+            "HTTP/1.0 with Transfer-Encoding and Content-Length",
+            b"HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
+        ),
+    ];
+    let client = client();
+    for (name, bytes) in cases {
+        let upstream = Scripted::start(move |_| Step::SendAndClose(bytes.clone())).await;
+        let error = client.call(get(&upstream.url)).await.expect_err(name);
+        assert!(matches!(error, UpstreamError::Broken(_)), "{name}: {error:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_body_at_the_limit_takes_the_limit_in_memory_not_twice() {
+    // The client's limit is 1000 bytes.
+    let full = "x".repeat(1000);
+    let chunked: String = full
+        .as_bytes()
+        .chunks(7)
+        .map(|c| format!("{:x}\r\n{}\r\n", c.len(), std::str::from_utf8(c).unwrap()))
+        .collect();
+    let (length, close, chunks) = (full.clone(), full.clone(), chunked.clone());
+    let upstream = Scripted::start(move |n| match n {
+        0 => Step::Send(ok("content-length: 1000\r\n", &length).chunks(100).map(<[u8]>::to_vec).collect()),
+        1 => Step::Send(
+            ok("transfer-encoding: chunked\r\n", &format!("{chunks}0\r\n\r\n"))
+                .chunks(50)
+                .map(<[u8]>::to_vec)
+                .collect(),
+        ),
+        _ => Step::SendAndClose(ok("", &close)),
+    })
+    .await;
+    let client = client();
+    for framing in ["Content-Length", "chunked", "up to the close"] {
+        let answer = client.call(get(&upstream.url)).await.unwrap_or_else(|e| panic!("{framing}: {e}"));
+        assert_eq!(answer.body.len(), 1000, "{framing}");
+        // The padding the parser needs, and for a body read to the close the byte that tells
+        // whether it went past the limit.
+        let most = 1000 + 1 + recast::json::PADDING;
+        assert!(answer.body.capacity() <= most, "{framing}: {} bytes held for 1000", answer.body.capacity());
+    }
+}
+
+#[tokio::test]
+async fn requests_ask_for_uncompressed_answers() {
+    let upstream = Scripted::start(|_| Step::Send(vec![ok("content-length: 2\r\n", "{}")])).await;
+    let mut request = get(&upstream.url);
+    request.headers.insert("accept-encoding", "gzip".parse().unwrap());
+    client().call(request).await.unwrap();
+    let sent = upstream.requests.lock().unwrap()[0].to_ascii_lowercase();
+    assert_eq!(sent.matches("accept-encoding").count(), 1, "{sent}");
+    assert!(sent.contains("accept-encoding: identity\r\n"), "{sent}");
+}
