@@ -63,26 +63,28 @@ BUILD_PACKAGES=(gcc g++ libclang-dev)
 # What the tests need beyond the build: curl runs the README's walk-through as written.
 TEST_PACKAGES=(curl)
 
-# Chromium, Node.js and playwright-core for the playground's browser test (tests/browser).
-# Without them that test says it is skipped and the others run, so a failure here is reported,
-# not fatal. A node or npm already on the PATH (from NodeSource or nvm, say) is kept: Debian's
-# packages would replace it with an older one.
+# Chromium, Node.js and playwright-core for the playground's browser test (tests/browser). They
+# are installed like the packages above, or the script stops saying what is missing. Once they are
+# in place, a marker in the target directory tells that test it must run: from then on a missing
+# part fails it instead of skipping it. A node or npm already on the PATH (from NodeSource or nvm,
+# say) is kept: Debian's packages would replace it with an older one.
 ensure_browser() {
     local packages=(chromium)
     command -v node >/dev/null 2>&1 || packages+=(nodejs)
     command -v npm >/dev/null 2>&1 || packages+=(npm)
-    # A subshell: ensure_packages exits when it cannot install.
-    if ! (ensure_packages "${packages[@]}"); then
-        say "${packages[*]} could not be installed: the playground's browser test will be skipped"
-    fi
-    if ! command -v npm >/dev/null 2>&1; then
-        return 0
-    fi
+    ensure_packages "${packages[@]}"
     local dir=tests/browser
     # npm ci keeps its own copy of the lock file in node_modules; an older copy means a stale install.
     if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
         say "installing the browser test's npm packages (npm ci --prefix $dir)"
-        npm ci --prefix "$dir" --no-audit --no-fund >/dev/null \
-            || say "npm ci failed: the playground's browser test will be skipped"
+        if ! npm ci --prefix "$dir" --no-audit --no-fund >/dev/null; then
+            say "npm ci --prefix $dir failed: the playground's browser test needs playwright-core from the npm registry"
+            exit 1
+        fi
     fi
+    mkdir -p "$CARGO_TARGET_DIR/tmp"
+    printf 'installed by scripts/test.sh: the browser test must run\n' >"$CARGO_TARGET_DIR/tmp/$BROWSER_MARKER"
 }
+
+# Its name, which tests/it/playground.rs knows too.
+BROWSER_MARKER=browser-test-required

@@ -114,11 +114,21 @@ pub fn preview(rules: &Path, input: &Path, traced: bool, limits: &Limits) -> Out
     }
 }
 
-/// A `routes` command.
-#[derive(Debug, Clone)]
+/// A `routes` command (`recast routes ...`; its doc comments are the commands' help).
+#[derive(Debug, Clone, clap::Subcommand)]
 pub enum RoutesCommand {
-    List { limit: Option<usize>, cursor: Option<String> },
+    /// Routes, newest first, one page at a time (secrets masked).
+    List {
+        /// Routes per page (1 to 500; the service's default is 50).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// The `nextCursor` of the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// One route (secrets masked).
     Get { uuid: String },
+    /// Delete a route.
     Delete { uuid: String },
 }
 

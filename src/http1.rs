@@ -11,6 +11,15 @@ pub(crate) fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Appends the line `content-length: {length}\r\n`.
+pub(crate) fn content_length(out: &mut Vec<u8>, length: usize) {
+    line(out, b"content-length", itoa::Buffer::new().format(length).as_bytes());
+}
+
+/// The most memory reserved for a body up front, whatever its declared length: a client or an
+/// upstream that announces a large body and never sends it cannot make recast hold memory.
+pub(crate) const RESERVE_LIMIT: usize = 1 << 20;
+
 /// Whether an answer with `status` never has a body, whatever its headers say (RFC 9112 §6.3):
 /// interim answers, `204 No Content` and `304 Not Modified`.
 pub(crate) fn has_no_body(status: StatusCode) -> bool {
@@ -100,6 +109,8 @@ mod tests {
         let mut out = Vec::new();
         line(&mut out, b"content-length", b"12");
         assert_eq!(out, b"content-length: 12\r\n");
+        content_length(&mut out, 345);
+        assert_eq!(out, b"content-length: 12\r\ncontent-length: 345\r\n");
         for status in [100, 103, 204, 304] {
             assert!(has_no_body(StatusCode::from_u16(status).unwrap()), "{status}");
         }

@@ -16,15 +16,15 @@ thread_local! {
     static CURRENT: RefCell<Option<HeaderValue>> = const { RefCell::new(None) };
 }
 
-/// Runs `serve` as the request `id`: every [`logged!`] line written while it is polled names it.
+/// Runs `future` as the request `id`: every [`logged!`] line written while it is polled names it.
 /// Returns the id with the output.
-pub async fn within<T>(id: HeaderValue, serve: impl Future<Output = T>) -> (HeaderValue, T) {
-    let mut serve = pin!(serve);
+pub async fn within<T>(id: HeaderValue, future: impl Future<Output = T>) -> (HeaderValue, T) {
+    let mut future = pin!(future);
     let mut id = Some(id);
     let output = std::future::poll_fn(|cx| {
         // The id is moved in for the poll and back out after it, also if the poll panics.
         let current = Current { previous: CURRENT.replace(id.take()), into: &mut id };
-        let poll = serve.as_mut().poll(cx);
+        let poll = future.as_mut().poll(cx);
         drop(current);
         poll
     })

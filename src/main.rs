@@ -64,7 +64,7 @@ enum Command {
         #[arg(long, global = true, env = recast::config::ADMIN_TOKEN, hide_env_values = true)]
         token: Option<String>,
         #[command(subcommand)]
-        command: RoutesCommand,
+        command: cli::RoutesCommand,
     },
     /// Print a new random secret key (64 hex digits) for RECAST_SECRET_KEY.
     NewKey,
@@ -87,23 +87,6 @@ impl LimitArgs {
     }
 }
 
-#[derive(Subcommand)]
-enum RoutesCommand {
-    /// Routes, newest first, one page at a time (secrets masked).
-    List {
-        /// Routes per page (1 to 500; the service's default is 50).
-        #[arg(long)]
-        limit: Option<usize>,
-        /// The `nextCursor` of the previous page.
-        #[arg(long)]
-        cursor: Option<String>,
-    },
-    /// One route (secrets masked).
-    Get { uuid: String },
-    /// Delete a route.
-    Delete { uuid: String },
-}
-
 fn main() -> ExitCode {
     let outcome = match Cli::parse().command {
         Command::Serve(config) => {
@@ -124,11 +107,6 @@ fn main() -> ExitCode {
             cli::preview(&rules, &input, trace, &limits.limits())
         }
         Command::Routes { url, token, command } => {
-            let command = match command {
-                RoutesCommand::List { limit, cursor } => cli::RoutesCommand::List { limit, cursor },
-                RoutesCommand::Get { uuid } => cli::RoutesCommand::Get { uuid },
-                RoutesCommand::Delete { uuid } => cli::RoutesCommand::Delete { uuid },
-            };
             match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime.block_on(cli::routes(&url, token.as_deref(), &command)),
                 Err(e) => cli::Outcome::failed(Exit::Unavailable, format!("cannot start: {e}\n")),

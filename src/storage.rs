@@ -126,7 +126,7 @@ impl Drop for Store {
 
 /// One page of a listing, newest first.
 pub struct Page {
-    pub routes: Vec<StoredRoute>,
+    pub stored: Vec<StoredRoute>,
     /// Where the next page starts, if there is one.
     pub next: Option<String>,
 }
@@ -364,23 +364,23 @@ impl Store {
             Some(Cursor(key)) => [key.as_slice(), &[0]].concat(),
             None => vec![CREATED],
         };
-        let mut routes = Vec::new();
+        let mut stored = Vec::new();
         let mut last = None;
         for entry in self.db.iterator(IteratorMode::From(&start, Direction::Forward)) {
             let (key, _) = entry.map_err(io)?;
             if key.first() != Some(&CREATED) {
                 break;
             }
-            if routes.len() == limit {
-                return Ok(Page { routes, next: last.map(|k: Box<[u8]>| hex::encode(&k)) });
+            if stored.len() == limit {
+                return Ok(Page { stored, next: last.map(|k: Box<[u8]>| hex::encode(&k)) });
             }
             let Some(uuid) = key.get(9..25).and_then(|b| Uuid::from_slice(b).ok()) else { continue };
             if let Some(route) = self.get(uuid)? {
-                routes.push(route);
+                stored.push(route);
             }
             last = Some(key);
         }
-        Ok(Page { routes, next: None })
+        Ok(Page { stored, next: None })
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
@@ -615,6 +615,6 @@ mod tests {
         assert_eq!(store.migrated, 0);
         assert_eq!(store.all().count(), 1);
         assert!(store.db.get(COMPACT_PENDING).unwrap().is_none(), "the marker is gone once compacted");
-        assert_eq!(store.page(10, None).unwrap().routes, [route(uuid, "canary-v1-clear-91b2")]);
+        assert_eq!(store.page(10, None).unwrap().stored, [route(uuid, "canary-v1-clear-91b2")]);
     }
 }

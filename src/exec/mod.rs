@@ -186,7 +186,7 @@ fn object<O: Observer>(
     out.push(b'{');
     let mut first = true;
     for op in &plan.ops {
-        let target = Target { out: &mut *out, first: &mut first, root, observer: &mut *observer };
+        let target = MemberOut { out: &mut *out, first: &mut first, root, observer: &mut *observer };
         match op {
             Op::Scan { input, table } => {
                 let from = match *input {
@@ -238,8 +238,8 @@ fn object<O: Observer>(
     !first
 }
 
-/// Where the targets of one output object are written.
-struct Target<'o, O> {
+/// Where one target is written: a member of the output object being built.
+struct MemberOut<'o, O> {
     out: &'o mut Vec<u8>,
     /// Whether no member is written yet.
     first: &'o mut bool,
@@ -247,7 +247,7 @@ struct Target<'o, O> {
     observer: &'o mut O,
 }
 
-impl<O: Observer> Target<'_, O> {
+impl<O: Observer> MemberOut<'_, O> {
     /// Writes target `id`: its member name, then its value by `value`, which says whether the
     /// value is kept; when it is not, both are taken back.
     #[inline(always)]

@@ -196,7 +196,7 @@ async fn exchange(addr: SocketAddr, bytes: &[u8], ending: Ending) -> Vec<u8> {
 /// (see [`Ending`]). Checks: no panic, every answer is an HTTP/1.1 response, none is a 500, and
 /// the service still answers.
 pub fn http_request(data: &[u8]) -> HttpReached {
-    let ending = if data.len() % 2 == 0 { Ending::HalfClose } else { Ending::Closing };
+    let ending = if data.len().is_multiple_of(2) { Ending::HalfClose } else { Ending::Closing };
     http_request_ending(data, ending)
 }
 

@@ -62,7 +62,7 @@ fn harness() -> &'static Harness {
         let (client, addr) = runtime.block_on(async {
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
             let addr = listener.local_addr().expect("the upstream's address");
-            tokio::spawn(serve(listener, script.clone(), Arc::new(wrote)));
+            tokio::spawn(serve_upstream(listener, script.clone(), Arc::new(wrote)));
             let settings = UpstreamSettings {
                 connect_timeout: Duration::from_secs(1),
                 total_timeout: Duration::from_secs(2),
@@ -78,7 +78,7 @@ fn harness() -> &'static Harness {
     })
 }
 
-async fn serve(listener: TcpListener, script: Arc<Mutex<Script>>, wrote: Arc<watch::Sender<u64>>) {
+async fn serve_upstream(listener: TcpListener, script: Arc<Mutex<Script>>, wrote: Arc<watch::Sender<u64>>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
         tokio::spawn(connection(stream, script.clone(), wrote.clone()));

@@ -90,7 +90,7 @@ pub struct Route {
     upstream: Result<Upstream, String>,
     /// Answers to calls of this route by status (`GET /metrics`); an update hands them on to the
     /// route that replaces this one.
-    pub requests: Arc<StatusCounts>,
+    pub statuses: Arc<StatusCounts>,
 }
 
 impl Route {
@@ -100,7 +100,7 @@ impl Route {
         let rules = compile_json(config.rules.as_bytes(), limits);
         let upstream = Upstream::new(&config);
         let method = config.method.parse().unwrap_or(Method::GET);
-        Route { uuid, created_at, updated_at, config, method, rules, upstream, requests: Default::default() }
+        Route { uuid, created_at, updated_at, config, method, rules, upstream, statuses: Default::default() }
     }
 
     pub fn from_stored(stored: StoredRoute, limits: &Limits) -> Result<Route, String> {

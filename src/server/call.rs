@@ -28,10 +28,11 @@ pub(super) struct RouteCall<'a> {
     pub body: Option<RequestBody>,
 }
 
-pub(super) async fn call(state: &State, request: RouteCall<'_>, id: &str, path: &str) -> Response {
+/// Answers a call of the route `uuid` whose path below `/v1/{uuid}/` is `route_path`.
+pub(super) async fn call(state: &State, request: RouteCall<'_>, uuid: &str, route_path: &str) -> Response {
     let instance = request.path;
     let mut tally = Tally::default();
-    let mut response = match forward(state, request, id, path, &mut tally).await {
+    let mut response = match forward(state, request, uuid, route_path, &mut tally).await {
         Ok(response) => response,
         Err(e) => e.to_response(instance),
     };
@@ -41,7 +42,7 @@ pub(super) async fn call(state: &State, request: RouteCall<'_>, id: &str, path: 
     response.headers_mut().insert(SERVER_TIMING, header);
     let status = response.status().as_u16();
     match &tally.route {
-        Some(route) => route.requests.record(status),
+        Some(route) => route.statuses.record(status),
         None => state.metrics.endpoint(Endpoint::Call, status),
     }
     response
@@ -59,15 +60,15 @@ struct Tally {
 async fn forward(
     state: &State,
     request: RouteCall<'_>,
-    id: &str,
-    path: &str,
+    uuid: &str,
+    route_path: &str,
     tally: &mut Tally,
 ) -> Result<Response, ApiError> {
-    let uuid = Uuid::try_parse(id).map_err(|_| ApiError::NotFound)?;
+    let uuid = Uuid::try_parse(uuid).map_err(|_| ApiError::NotFound)?;
     state.loaded()?;
     let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
     let route = &*tally.route.insert(route);
-    if path != route.config.path {
+    if route_path != route.config.path {
         return Err(ApiError::NotFound);
     }
     if let Some(why) = route.broken() {
@@ -86,7 +87,7 @@ async fn forward(
         CallError::Broken(why) => ApiError::RouteUnavailable(why),
     })?;
     let failed = |failure| ApiError::Upstream { failure, validating: false };
-    let (answer, upstream_took) = exchange(state, upstream).await;
+    let (answer, upstream_took) = call_upstream(state, upstream).await;
     tally.upstream = upstream_took;
     let mut answer = answer.map_err(failed)?;
     let (mapped, map_took) = map_answer(state, route, &mut answer);
@@ -95,7 +96,7 @@ async fn forward(
 }
 
 /// Sends a request upstream and reads the answer; counts the time it took and any failure.
-pub(super) async fn exchange(
+pub(super) async fn call_upstream(
     state: &State,
     request: UpstreamRequest,
 ) -> (Result<Answer, UpstreamFailure>, Duration) {

@@ -27,8 +27,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::connection::{Activity, Graceful, RequestBody, Watched};
-use super::router::{answered, endpoint, handle, stamped};
+use super::connection::{Activity, Framed, Graceful, RequestBody, Watched};
+use super::router::{answered, endpoint, handle, segments, stamped};
 use super::{Response, State, call};
 use crate::http1::{self, line};
 use crate::metrics::Endpoint;
@@ -55,7 +55,7 @@ impl Lane {
         http: Arc<Builder>,
     ) -> Lane {
         let closing = Arc::new(AtomicBool::new(false));
-        let serving = Box::pin(run(state, stream, activity, http, closing.clone()));
+        let serving = Box::pin(run_connection(state, stream, activity, http, closing.clone()));
         Lane { closing, serving }
     }
 }
@@ -76,7 +76,7 @@ impl Graceful for Lane {
 }
 
 /// A route call's head, owned.
-struct Head {
+struct CallHead {
     /// Bytes of the head in the buffer.
     length: usize,
     target: PathAndQuery,
@@ -86,14 +86,14 @@ struct Head {
 }
 
 enum Parsed {
-    Call(Head),
+    Call(CallHead),
     /// The head is not all there yet.
     Partial,
     /// Not for the lane: hyper serves it.
     Other,
 }
 
-async fn run(
+async fn run_connection(
     state: Arc<State>,
     mut stream: Watched<TcpStream>,
     activity: Arc<Activity>,
@@ -182,7 +182,7 @@ async fn watching(
 }
 
 /// Answers a route call as [`handle`] would.
-async fn respond_to_call(state: &State, head: &Head) -> Response {
+async fn respond_to_call(state: &State, head: &CallHead) -> Response {
     let path = head.target.path();
     // `parse` let only route calls in, and found where the uuid ends.
     let (id, rest) = (&path["/v1/".len()..head.id_end], &path[head.id_end + 1..]);
@@ -209,11 +209,7 @@ fn next_head(buffer: &mut Buffer, max_headers: usize) -> Parsed {
     if !may_be_call(bytes) {
         return Parsed::Other;
     }
-    if buffer.looked > 0 && !buffer.is_full() && !http1::has_blank_line(bytes, buffer.looked) {
-        buffer.looked = bytes.len();
-        return Parsed::Partial;
-    }
-    let parsed = parse(bytes, max_headers);
+    let parsed = if buffer.worth_a_look() { parse(bytes, max_headers) } else { Parsed::Partial };
     buffer.looked = bytes.len();
     parsed
 }
@@ -246,7 +242,7 @@ fn parse(bytes: &[u8], max_headers: usize) -> Parsed {
     }
     let Some(target) = request.path.filter(|p| p.starts_with("/v1/")) else { return Parsed::Other };
     let Ok(target) = PathAndQuery::try_from(target) else { return Parsed::Other };
-    let Some((id, _)) = route_call(target.path()) else { return Parsed::Other };
+    let Some((id, _)) = call_segments(target.path()) else { return Parsed::Other };
     let id_end = "/v1/".len() + id.len();
     let mut headers = HeaderMap::with_capacity(request.headers.len());
     for line in request.headers.iter() {
@@ -266,14 +262,13 @@ fn parse(bytes: &[u8], max_headers: usize) -> Parsed {
         }
         headers.append(name, value);
     }
-    Parsed::Call(Head { length, target, id_end, headers })
+    Parsed::Call(CallHead { length, target, id_end, headers })
 }
 
 /// The uuid and path segments of a route call's path, `/v1/{uuid}/{path}`, by the same rule the
 /// router uses ([`endpoint`]); `None` for a path of another endpoint.
-fn route_call(path: &str) -> Option<(&str, &str)> {
-    let segments: smallvec::SmallVec<[&str; 3]> =
-        path.strip_prefix('/').unwrap_or(path).splitn(3, '/').collect();
+fn call_segments(path: &str) -> Option<(&str, &str)> {
+    let segments = segments(path);
     match (endpoint(&segments), segments.as_slice()) {
         (Endpoint::Call, [_, id, rest]) => Some((id, rest)),
         _ => None,
@@ -296,7 +291,7 @@ fn encode(out: &mut Vec<u8>, response: Response) {
     }
     let bodiless = http1::has_no_body(parts.status);
     if !bodiless && !parts.headers.contains_key(header::CONTENT_LENGTH) {
-        line(out, b"content-length", itoa::Buffer::new().format(body.len()).as_bytes());
+        http1::content_length(out, body.len());
     }
     DATE.with(|date| date.write(out));
     out.extend_from_slice(b"\r\n");
@@ -360,6 +355,12 @@ impl Buffer {
         self.end - self.start == self.bytes.len()
     }
 
+    /// Whether the unread bytes may hold a head the last look did not find complete: nothing was
+    /// looked at yet, a blank line has arrived since, or the buffer is full (and goes to hyper).
+    fn worth_a_look(&self) -> bool {
+        self.looked == 0 || self.is_full() || http1::has_blank_line(self.filled(), self.looked)
+    }
+
     /// Reads more bytes after the unread ones (moved to the front first when the end is reached).
     fn poll_fill<S: AsyncRead + Unpin>(
         &mut self,
@@ -387,8 +388,8 @@ impl Buffer {
     }
 }
 
-/// Gives the connection to hyper, which reads the bytes left in `read` first, and serves it there
-/// to its end.
+/// Gives the connection to hyper, which reads the bytes left in `read` first, a request at a time
+/// ([`Framed`]), and serves it there to its end.
 async fn hand_off(
     state: Arc<State>,
     stream: Watched<TcpStream>,
@@ -397,6 +398,8 @@ async fn hand_off(
     closing: Arc<AtomicBool>,
     read: Buffer,
 ) -> Result<(), LaneError> {
+    let io = TokioIo::new(Framed::new(stream, read.filled(), activity.clone()));
+    drop(read);
     let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
         let state = state.clone();
         let busy = activity.busy();
@@ -407,8 +410,6 @@ async fn hand_off(
             Ok::<_, std::convert::Infallible>(response)
         }
     });
-    let read = (!read.filled().is_empty()).then_some(read);
-    let io = TokioIo::new(Rewind { read, stream });
     let mut connection = std::pin::pin!(http.serve_connection(io, service));
     let mut told = false;
     poll_fn(|cx| {
@@ -422,30 +423,68 @@ async fn hand_off(
     .map_err(Into::into)
 }
 
-/// A stream that gives back bytes already read from it before reading on; the lane's buffer is
-/// freed once they are given.
-struct Rewind<S> {
-    read: Option<Buffer>,
-    stream: S,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        if let Some(read) = &mut self.read {
-            let n = read.filled().len().min(buf.remaining());
-            buf.put_slice(&read.filled()[..n]);
-            read.consume(n);
-            if read.filled().is_empty() {
-                self.read = None;
-            }
-            return Poll::Ready(Ok(()));
+    impl Buffer {
+        /// Appends `bytes` as a read would.
+        fn receive(&mut self, bytes: &[u8]) {
+            self.bytes[self.end..self.end + bytes.len()].copy_from_slice(bytes);
+            self.end += bytes.len();
         }
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+
+    /// A route call's head of about `size` bytes, padded with header lines (fewer than
+    /// [`HEADERS`]).
+    fn long_head(size: usize) -> Vec<u8> {
+        let mut head = b"GET /v1/0b7f0ab4-7e50-4d8e-9a35-35b8e7a0d3c1/meal HTTP/1.1\r\nhost: t\r\n".to_vec();
+        let mut n = 0;
+        // Lines of 256 bytes, and room for the blank line.
+        while head.len() + 256 + 2 <= size {
+            head.extend_from_slice(format!("x-padding-{n:02}: {}\r\n", "p".repeat(240)).as_bytes());
+            n += 1;
+        }
+        head.extend_from_slice(b"\r\n");
+        head
+    }
+
+    #[test]
+    fn a_head_that_comes_a_byte_at_a_time_is_parsed_twice_not_once_per_byte() {
+        let head = long_head(BUFFER - 100);
+        let mut buffer = Buffer::new(BUFFER);
+        let mut looks = 0;
+        for (i, byte) in head.iter().enumerate() {
+            buffer.receive(&[*byte]);
+            looks += usize::from(buffer.worth_a_look());
+            match next_head(&mut buffer, HEADERS) {
+                Parsed::Partial => assert!(i + 1 < head.len(), "complete, yet partial"),
+                Parsed::Call(call) => {
+                    assert_eq!((i + 1, call.length), (head.len(), head.len()));
+                    assert!(call.headers.len() > 50, "{} header lines", call.headers.len());
+                }
+                Parsed::Other => panic!("handed on at byte {i}"),
+            }
+        }
+        // Once at the first byte, once when the blank line came.
+        assert_eq!(looks, 2, "{} bytes", head.len());
+    }
+
+    #[test]
+    fn each_new_blank_line_and_a_full_buffer_get_a_look() {
+        let mut buffer = Buffer::new(64);
+        buffer.receive(b"\r\n\r\nGET /v1/x");
+        assert!(buffer.worth_a_look(), "the first look");
+        assert!(matches!(next_head(&mut buffer, HEADERS), Parsed::Partial));
+        buffer.receive(b"/y HTTP/1.1\r\nhost: t\r");
+        assert!(!buffer.worth_a_look(), "blank lines before the request line were looked at");
+        buffer.receive(b"\n\r\n");
+        assert!(buffer.worth_a_look(), "a blank line split across reads");
+        let mut full = Buffer::new(16);
+        full.receive(b"GET /v1/");
+        let _ = next_head(&mut full, HEADERS);
+        full.receive(b"abcdefgh");
+        assert!(full.is_full() && full.worth_a_look());
+        assert!(matches!(next_head(&mut full, HEADERS), Parsed::Partial), "full: the caller hands on");
     }
 }
-
-http1::write_through!(Rewind, stream);

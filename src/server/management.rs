@@ -41,7 +41,7 @@ pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response,
     let page = state.storage(move |store| store.page(limit, cursor.as_ref())).await?;
     let limits = state.config.limits();
     let routes: Vec<Arc<Route>> = page
-        .routes
+        .stored
         .into_iter()
         .filter_map(|stored| {
             state.table.get(&stored.uuid).or_else(|| Route::from_stored(stored, &limits).ok().map(Arc::new))

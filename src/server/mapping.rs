@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use uuid::Uuid;
 
-use super::call::{exchange, map_answer};
+use super::call::{call_upstream, map_answer};
 use super::problem::{UpstreamFailure, write_problems};
 use super::router::{json, now_ms, read_body};
 use super::{ApiError, Request, Response, State};
@@ -24,13 +24,13 @@ pub(super) async fn register(state: &State, request: Request) -> Result<Response
         .map_err(ApiError::InvalidRegistration)?;
     let now = now_ms();
     let route = Route::new(Uuid::new_v4(), now, now, config, &state.config.limits());
-    let preview = validate(state, &route, &parts.headers).await?;
+    let preview = live_call(state, &route, &parts.headers).await?;
     let stored = route.to_stored();
     state.storage(move |store| store.put(&stored)).await?;
     let route = Arc::new(route);
     state.table.insert(route.clone());
     logged!(tracing::Level::INFO, uuid = %route.uuid, path = %route.config.path, "route registered");
-    let mut response = answer(StatusCode::CREATED, &route, &preview);
+    let mut response = registered(StatusCode::CREATED, &route, &preview);
     if let Ok(location) = HeaderValue::try_from(route.public_path()) {
         response.headers_mut().insert(header::LOCATION, location);
     }
@@ -46,10 +46,10 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
         .validate(parts.headers.contains_key(&MAPPED_AUTH), Some(&existing.config.path))
         .map_err(ApiError::InvalidRegistration)?;
     let mut route = Route::new(uuid, existing.created_at, now_ms(), config, &state.config.limits());
-    // The route's request counts go on across the change.
-    route.requests = existing.requests.clone();
+    // The route's answer counts go on across the change.
+    route.statuses = existing.statuses.clone();
     // Validated like a registration; until it passes, the old route keeps serving.
-    let preview = validate(state, &route, &parts.headers).await?;
+    let preview = live_call(state, &route, &parts.headers).await?;
     let _writing = state.writes.lock().await;
     if state.table.get(&uuid).is_none() {
         return Err(ApiError::NotFound);
@@ -59,7 +59,7 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     let route = Arc::new(route);
     state.table.insert(route.clone());
     logged!(tracing::Level::INFO, uuid = %uuid, "route updated");
-    Ok(answer(StatusCode::OK, &route, &preview))
+    Ok(registered(StatusCode::OK, &route, &preview))
 }
 
 fn registration(body: &[u8]) -> Result<Registration, ApiError> {
@@ -73,7 +73,7 @@ fn registration(body: &[u8]) -> Result<Registration, ApiError> {
 }
 
 /// Checks that the route compiles and makes its live call; returns the mapped output.
-async fn validate(state: &State, route: &Route, headers: &HeaderMap) -> Result<Vec<u8>, ApiError> {
+async fn live_call(state: &State, route: &Route, headers: &HeaderMap) -> Result<Vec<u8>, ApiError> {
     if let Err(problems) = &route.rules {
         state.metrics.compile_failure(RulesSource::Registration);
         return Err(ApiError::InvalidRules(problems.clone()));
@@ -85,17 +85,17 @@ async fn validate(state: &State, route: &Route, headers: &HeaderMap) -> Result<V
     })?;
     // SPEC §2.1 step 1: the upstream's address against the outbound policy, before any call.
     let failed = |failure| ApiError::Upstream { failure, validating: true };
-    if let Err(refused) = state.client.check(&request.uri).await {
+    if let Err(refused) = state.client.check_policy(&request.uri).await {
         let failure = UpstreamFailure::from(refused);
         state.metrics.upstream_error(failure.kind());
         return Err(failed(failure));
     }
-    let mut answer = exchange(state, request).await.0.map_err(failed)?;
+    let mut answer = call_upstream(state, request).await.0.map_err(failed)?;
     map_answer(state, route, &mut answer).0.map_err(failed)
 }
 
-/// `{"uuid", "path", "method", "preview", "warnings"}`.
-fn answer(status: StatusCode, route: &Route, preview: &[u8]) -> Response {
+/// The answer to a registration or update: `{"uuid", "path", "method", "preview", "warnings"}`.
+fn registered(status: StatusCode, route: &Route, preview: &[u8]) -> Response {
     let mut body = Vec::with_capacity(preview.len() + 256);
     body.extend_from_slice(b"{\"uuid\":");
     write::string(&mut body, &route.uuid.to_string());

@@ -38,7 +38,7 @@ fn asset(segment: &str) -> Option<&'static Asset> {
 }
 
 /// Whether a one-segment path is a file of the page.
-pub(super) fn serves(segment: &str) -> bool {
+pub(super) fn has_file(segment: &str) -> bool {
     asset(segment).is_some()
 }
 
@@ -77,7 +77,7 @@ mod tests {
             ("playground.js", "text/javascript; charset=utf-8"),
             ("playground.css", "text/css; charset=utf-8"),
         ] {
-            assert!(serves(segment), "{segment}");
+            assert!(has_file(segment), "{segment}");
             let response = file(&Method::GET, segment).unwrap();
             assert_eq!(response.status(), StatusCode::OK, "{segment}");
             assert_eq!(header(&response, header::CONTENT_TYPE), content_type, "{segment}");
@@ -96,7 +96,7 @@ mod tests {
             assert!(matches!(refused, ApiError::MethodNotAllowed { allow: "GET" }), "{method}: {refused:?}");
         }
         for name in ["index.htm", "playground", "playground.js.map", "v1"] {
-            assert!(!serves(name), "{name}");
+            assert!(!has_file(name), "{name}");
         }
     }
 
@@ -113,7 +113,7 @@ mod tests {
         for quoted in ["src=\"", "href=\""] {
             for (at, _) in page.match_indices(quoted) {
                 let target = page[at + quoted.len()..].split('"').next().unwrap();
-                let served = target.strip_prefix('/').is_some_and(serves) || target == "data:,";
+                let served = target.strip_prefix('/').is_some_and(has_file) || target == "data:,";
                 assert!(served, "the page loads {target}, which is not served here");
             }
         }

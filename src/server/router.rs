@@ -17,14 +17,13 @@ use uuid::Uuid;
 
 use super::connection::RequestBody;
 use super::{
-    ApiError, Lifecycle, REQUEST_ID, Request, Response, State, admission, call, management, mapping,
-    playground, preview,
+    ApiError, Lifecycle, REQUEST_ID, Request, Response, SERVER_TIMING, State, admission, call, management,
+    mapping, playground, preview,
 };
-use crate::http1;
+use crate::http1::{self, RESERVE_LIMIT};
 use crate::json::PADDING;
 use crate::logging::logged;
 use crate::metrics::{Endpoint, Gauges, PanicSite};
-use crate::upstream::RESERVE_LIMIT;
 
 /// Answers one request that hyper read.
 pub(super) async fn handle(state: &State, request: Request) -> Response {
@@ -43,7 +42,7 @@ pub(super) async fn stamped(request_id: HeaderValue, respond: impl Future<Output
 async fn respond(state: &State, request: Request) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
-    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(&path).splitn(3, '/').collect();
+    let segments = segments(&path);
     let endpoint = endpoint(&segments);
     answered(state, &method, &path, endpoint, dispatch(state, request, &segments)).await
 }
@@ -77,10 +76,15 @@ pub(super) async fn answered(
         }),
         Err(overloaded) => Err(overloaded),
     };
-    let response = result.unwrap_or_else(|e| e.to_response(path));
+    let mut response = result.unwrap_or_else(|e| e.to_response(path));
     let status = response.status().as_u16();
     if !counted_by_call {
         state.metrics.endpoint(endpoint, status);
+        // Every answer to a route call says what its steps took (SPEC §2.2): here, no step ran.
+        if endpoint == Endpoint::Call {
+            let none = timing(&[("upstream", Duration::ZERO), ("map", Duration::ZERO)]);
+            response.headers_mut().insert(SERVER_TIMING, none);
+        }
     }
     if let Some(started) = started {
         logged!(Level::DEBUG, %method, path, status, micros = started.elapsed().as_micros() as u64, "answered");
@@ -112,6 +116,12 @@ pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// A path's first three segments, the last holding the rest (`/v1/{uuid}/{path}`): what
+/// [`endpoint`] and [`dispatch`] route by.
+pub(super) fn segments(path: &str) -> smallvec::SmallVec<[&str; 3]> {
+    path.strip_prefix('/').unwrap_or(path).splitn(3, '/').collect()
+}
+
 /// Which endpoint a path belongs to, for metrics; mirrors [`dispatch`].
 pub(super) fn endpoint(segments: &[&str]) -> Endpoint {
     match segments {
@@ -122,7 +132,7 @@ pub(super) fn endpoint(segments: &[&str]) -> Endpoint {
         ["healthz" | "readyz"] => Endpoint::Health,
         ["metrics"] => Endpoint::Metrics,
         ["openapi.json"] => Endpoint::OpenApi,
-        [name] if playground::serves(name) => Endpoint::Playground,
+        [name] if playground::has_file(name) => Endpoint::Playground,
         _ => Endpoint::Other,
     }
 }
@@ -169,7 +179,7 @@ async fn dispatch(state: &State, request: Request, segments: &[&str]) -> Result<
         (&Method::GET, ["metrics"]) => Ok(metrics(state)),
         (&Method::GET, ["openapi.json"]) => Ok(json(StatusCode::OK, OPENAPI.as_bytes())),
         (_, ["metrics" | "openapi.json"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
-        (_, [name]) if playground::serves(name) => playground::file(&method, name),
+        (_, [name]) if playground::has_file(name) => playground::file(&method, name),
         _ => Err(ApiError::NotFound),
     }
 }
@@ -186,8 +196,8 @@ fn metrics(state: &State) -> Response {
     state.table.for_each(|route| {
         loaded += 1;
         broken += usize::from(!route.serves());
-        if !route.requests.is_empty() {
-            called.push((route.uuid, route.requests.clone()));
+        if !route.statuses.is_empty() {
+            called.push((route.uuid, route.statuses.clone()));
         }
     });
     let gauges = Gauges {

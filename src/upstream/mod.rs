@@ -76,9 +76,6 @@ impl std::fmt::Display for UpstreamError {
     }
 }
 
-/// The most memory reserved for a body up front, whatever its declared length.
-pub(crate) const RESERVE_LIMIT: usize = 1 << 20;
-
 type Connector = HttpsConnector<Guarded<HttpConnector<PolicyResolver>>>;
 
 /// How long a pooled connection may stay idle before it is closed.
@@ -132,7 +129,7 @@ impl UpstreamClient {
 
     /// Checks the host of `uri` against the policy without connecting (registration's first
     /// step). The connector checks again, on the addresses it connects to.
-    pub async fn check(&self, uri: &http::Uri) -> Result<(), UpstreamError> {
+    pub async fn check_policy(&self, uri: &http::Uri) -> Result<(), UpstreamError> {
         let host = uri.host().unwrap_or_default();
         let addresses = match literal_address(host) {
             Some(ip) => vec![ip],
@@ -153,7 +150,7 @@ impl UpstreamClient {
     pub async fn call(&self, request: UpstreamRequest) -> Result<Answer, UpstreamError> {
         // One reading of the clock: the deadline, and the time the pool counts idleness from.
         let started = Instant::now();
-        let exchange = self.exchange(request, started);
+        let exchange = self.exchange_pooled(request, started);
         match tokio::time::timeout_at(started + self.settings.total_timeout, exchange).await {
             Ok(answer) => answer,
             Err(_) => Err(UpstreamError::Timeout),
@@ -163,7 +160,11 @@ impl UpstreamClient {
     /// One exchange on a pooled connection, or a new one. When a pooled connection fails before
     /// any byte of the answer (the upstream closed it while idle), an idempotent request is sent
     /// once more on a new connection.
-    async fn exchange(&self, request: UpstreamRequest, started: Instant) -> Result<Answer, UpstreamError> {
+    async fn exchange_pooled(
+        &self,
+        request: UpstreamRequest,
+        started: Instant,
+    ) -> Result<Answer, UpstreamError> {
         let key = Key::of(&request.uri)?;
         let bytes = wire::encode(&request);
         let head_only = request.method == Method::HEAD;

@@ -13,7 +13,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
-use super::{Answer, RESERVE_LIMIT};
+use super::Answer;
 use crate::http1::{self, line};
 use crate::json::PADDING;
 use crate::route::UpstreamRequest;
@@ -74,7 +74,7 @@ enum Framing {
 }
 
 /// What the head of an answer says.
-struct Head {
+struct AnswerHead {
     status: StatusCode,
     length: usize,
     framing: Framing,
@@ -104,7 +104,7 @@ pub(super) fn encode(request: &UpstreamRequest) -> Vec<u8> {
         }
     }
     if !request.body.is_empty() || matches!(request.method, Method::POST | Method::PUT | Method::PATCH) {
-        line(&mut out, b"content-length", itoa::Buffer::new().format(request.body.len()).as_bytes());
+        http1::content_length(&mut out, request.body.len());
     }
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(&request.body);
@@ -168,7 +168,7 @@ impl Connection {
     }
 
     /// Reads until a whole head is in the buffer and interprets it; skips interim (1xx) answers.
-    async fn read_head(&mut self, head_only: bool) -> Result<Head, Failed> {
+    async fn read_head(&mut self, head_only: bool) -> Result<AnswerHead, Failed> {
         let mut interim = 0;
         let mut received = false;
         // Where the buffer ended when a parse last found the head incomplete: a head that
@@ -210,7 +210,7 @@ impl Connection {
     }
 
     /// The head at the start of the buffer, if it is all there.
-    fn parse_head(&self, head_only: bool) -> Result<Option<Head>, Failed> {
+    fn parse_head(&self, head_only: bool) -> Result<Option<AnswerHead>, Failed> {
         // Left uninitialised: the parser writes each line before it is read.
         let mut lines = [const { MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
         let mut answer = httparse::Response::new(&mut []);
@@ -277,7 +277,7 @@ impl Connection {
             (false, None, Some(n)) => Framing::Length(n),
             (false, None, None) => Framing::UntilClose,
         };
-        Ok(Some(Head { status, length, framing, keep_alive }))
+        Ok(Some(AnswerHead { status, length, framing, keep_alive }))
     }
 
     /// A body of `n` bytes, `from` the buffer on; clean when nothing followed it.
@@ -286,7 +286,7 @@ impl Connection {
             return Err(Failed::TooLarge);
         }
         let n = n as usize;
-        let mut body = Vec::with_capacity(n.min(RESERVE_LIMIT) + PADDING);
+        let mut body = Vec::with_capacity(n.min(http1::RESERVE_LIMIT) + PADDING);
         let buffered = &self.buf[from..];
         body.extend_from_slice(&buffered[..buffered.len().min(n)]);
         let clean = buffered.len() <= n;
@@ -300,7 +300,7 @@ impl Connection {
     async fn read_exactly(&mut self, body: &mut Vec<u8>, n: usize, most: usize) -> Result<(), Failed> {
         while body.len() < n {
             let wanted = n - body.len();
-            http1::reserve_within(body, wanted.min(RESERVE_LIMIT) + PADDING, most);
+            http1::reserve_within(body, wanted.min(http1::RESERVE_LIMIT) + PADDING, most);
             match (&mut *self.stream).take(wanted as u64).read_buf(body).await {
                 Ok(0) => return Err(Failed::Broken("the upstream closed the connection mid-body".into())),
                 Ok(_) => {}

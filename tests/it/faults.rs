@@ -187,7 +187,7 @@ async fn every_upstream_fault_gets_its_status_and_the_service_keeps_serving() {
             faulty(|mut s| async move {
                 let head = "content-type: application/json\r\ncontent-length: 99999999999\r\n";
                 let _ = s.write_all(&answer(head, b"{\"meals\":")).await;
-                tokio::time::sleep(Duration::from_secs(10)).await;
+                tokio::time::sleep(Duration::from_secs(60)).await;
             })
             .await,
             502,
@@ -252,9 +252,12 @@ async fn every_upstream_fault_gets_its_status_and_the_service_keeps_serving() {
         }
         answers
     });
+    // Each status shows which deadline or limit ended the call; the time only has to rule out
+    // waiting for the upstream: twenty times the 1.5 s deadline, while the dripping answer would
+    // take over a minute and the huge one holds its connection for a minute.
     for ((name, _, status, slug), (answer, took)) in faults.iter().zip(&results) {
         check(answer, *status, slug, name);
-        assert!(*took < Duration::from_millis(3_000), "{name} took {took:?}");
+        assert!(*took < Duration::from_secs(30), "{name} took {took:?}");
     }
     assert_eq!(healthy_answers, [200; 5], "the healthy route kept answering");
     let refused = get(&service.url(&gone_path)).await;

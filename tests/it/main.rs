@@ -2,6 +2,8 @@
 
 #[path = "../../benches/common/baseline.rs"]
 mod baseline;
+#[path = "../../benches/common/ordered_json.rs"]
+mod ordered_json;
 mod support;
 
 mod architecture;

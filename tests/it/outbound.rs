@@ -183,7 +183,7 @@ async fn a_name_that_rebinds_to_loopback_after_the_check_is_refused_at_connect()
     let lookup = Script::new(&["93.184.216.34", "127.0.0.1"]);
     let client = client("", lookup.clone());
     let url = format!("http://rebind.example:{port}/api/random.php");
-    client.check(&url.parse().unwrap()).await.expect("the first answer is public");
+    client.check_policy(&url.parse().unwrap()).await.expect("the first answer is public");
     let error = client.call(request(&url)).await.expect_err("the second answer is loopback");
     let UpstreamError::NotAllowed(refusal) = error else { panic!("refused by the policy, not {error:?}") };
     assert_eq!(refusal.addresses, ["127.0.0.1".parse::<IpAddr>().unwrap()]);

@@ -1,6 +1,8 @@
 //! The playground page: its files served with their types and security headers, and the page
-//! driven end to end in headless Chromium against the real binary (`tests/browser/playground.mjs`),
-//! skipped with one line saying why where Chromium, Node.js or playwright-core is missing.
+//! driven end to end in headless Chromium against the real binary (`tests/browser/playground.mjs`).
+//! Where Chromium, Node.js or playwright-core is missing the browser test says so in one line and
+//! is skipped, unless `scripts/test.sh` installed them (it leaves a marker in the target directory):
+//! then their absence fails it.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -54,6 +56,13 @@ async fn the_page_and_its_files_are_served_with_their_types_and_policy() {
 async fn the_page_previews_marks_problems_and_builds_a_registration_in_chromium() {
     let browser = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("browser");
     if let Some(why) = missing_browser_parts(&browser) {
+        let marker = Path::new(env!("CARGO_TARGET_TMPDIR")).join(BROWSER_MARKER);
+        assert!(
+            !marker.exists(),
+            "{why}, but scripts/test.sh installed the browser test's parts ({} says so): \
+             run ./scripts/test.sh again to reinstall them",
+            marker.display()
+        );
         // Straight to stderr, so the line shows even when the test harness captures output.
         let _ = writeln!(std::io::stderr(), "playground browser test skipped: {why}");
         return;
@@ -78,6 +87,10 @@ async fn the_page_previews_marks_problems_and_builds_a_registration_in_chromium(
     );
     println!("{stdout}");
 }
+
+/// The file `scripts/test.sh` (`ensure_browser`) writes in the target directory's `tmp` once it has
+/// installed Chromium, Node.js and playwright-core.
+const BROWSER_MARKER: &str = "browser-test-required";
 
 /// Why the browser test cannot run here, if it cannot.
 fn missing_browser_parts(browser: &Path) -> Option<String> {

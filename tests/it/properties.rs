@@ -1,13 +1,14 @@
 //! Property tests: for arbitrary inputs and arbitrary valid rules the executor never panics, always
-//! writes valid JSON, agrees with the independent reference mapper, and traces without changing
-//! its output; arbitrary rules text never makes the compiler panic.
+//! writes valid JSON, agrees with the independent reference mapper (which reads the same rules
+//! text itself) member for member and in order, and traces without changing its output; arbitrary
+//! rules text never makes the compiler panic.
 
 use proptest::prelude::*;
 use proptest::{collection, option, sample};
-use recast::rules::{Limits, compile_json, read_json};
-use serde_json::Value;
+use recast::rules::{Limits, compile_json};
 
 use crate::baseline;
+use crate::support::Json;
 
 /// Member names shared by the rules and the documents, so that lookups hit as well as miss.
 const NAMES: [&str; 9] = ["a", "b", "meals", "idMeal", "str Meal", "x\"y", "ünï", "list", "n/~"];
@@ -17,14 +18,14 @@ fn name() -> impl Strategy<Value = String> {
     prop_oneof![4 => sample::select(&NAMES[..]).prop_map(str::to_owned), 1 => "[a-c]{1,2}"]
 }
 
-fn scalar() -> impl Strategy<Value = Value> {
+fn scalar() -> impl Strategy<Value = Json> {
     prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(Value::from),
-        any::<u64>().prop_map(Value::from),
-        (0i64..=2).prop_map(Value::from),
-        any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f).map(Value::Number)),
+        Just(Json::Null),
+        any::<bool>().prop_map(Json::Bool),
+        any::<i64>().prop_map(|n| Json::Number(n.into())),
+        any::<u64>().prop_map(|n| Json::Number(n.into())),
+        (0i64..=2).prop_map(|n| Json::Number(n.into())),
+        any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f).map(Json::Number)),
         sample::select(
             &[
                 "",
@@ -44,18 +45,24 @@ fn scalar() -> impl Strategy<Value = Value> {
                 "0x10",
             ][..]
         )
-        .prop_map(|s| Value::String(s.to_owned())),
-        "\\PC{0,8}".prop_map(Value::String),
+        .prop_map(|s| Json::String(s.to_owned())),
+        "\\PC{0,8}".prop_map(Json::String),
     ]
 }
 
-fn document() -> impl Strategy<Value = Value> {
+/// A document whose objects hold their members in any order, names repeated at times.
+fn document() -> impl Strategy<Value = Json> {
     scalar().prop_recursive(5, 96, 6, |inner| {
         prop_oneof![
-            collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            collection::btree_map(name(), inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+            collection::vec(inner.clone(), 0..4).prop_map(Json::Array),
+            collection::vec((name(), inner), 0..6).prop_map(Json::Object),
         ]
     })
+}
+
+/// `s` as a JSON string.
+fn text(s: &str) -> String {
+    Json::String(s.to_owned()).to_string()
 }
 
 /// A valid rules document as JSON text, with targets in a random order and random positions.
@@ -73,7 +80,6 @@ fn rules() -> impl Strategy<Value = String> {
     );
     (any::<bool>(), option::of(collection::vec(name(), 0..3)), collection::vec(target, 0..6)).prop_map(
         |(ignore, each, targets)| {
-            let text = |s: &str| Value::String(s.to_owned()).to_string();
             let list = |items: &[String]| items.iter().map(|s| text(s)).collect::<Vec<_>>().join(",");
             let mut new = Vec::new();
             let mut old = Vec::new();
@@ -109,6 +115,26 @@ fn run(rules: &str, input: &str) -> (Vec<u8>, Vec<u8>) {
     .expect("generated input parses")
 }
 
+/// The comparison above sees order and repeated names: on a document whose first `a` is not its
+/// last and rules whose positions reverse the declaration order, recast and the reference agree,
+/// and an output with the members swapped, or built from the last `a`, does not compare equal.
+#[test]
+fn the_reference_comparison_tells_member_order_and_repeated_names_apart() {
+    let rules = r#"{"newBodyFields":{"x":{"key":"x","type":"Int","position":2},"y":{"key":"y","type":"Json","position":1}},"oldBodyFields":{"x":{"keys":["a"]},"y":{"keys":["b"]}}}"#;
+    let input = r#"{"a":1,"b":{"d":1,"c":2,"d":3},"a":2}"#;
+    let output = Json::parse(&run(rules, input).0);
+    let reference = baseline::Rules::read(rules.as_bytes()).unwrap();
+    assert_eq!(output, Json::parse(&baseline::map_bytes(&reference, input.as_bytes())));
+    assert_eq!(output.to_string(), r#"{"y":{"d":1,"c":2,"d":3},"x":1}"#);
+    for wrong in [
+        r#"{"x":1,"y":{"d":1,"c":2,"d":3}}"#,
+        r#"{"y":{"d":1,"c":2,"d":3},"x":2}"#,
+        r#"{"y":{"c":2,"d":3},"x":1}"#,
+    ] {
+        assert_ne!(output, Json::parse(wrong.as_bytes()), "{wrong}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
@@ -116,11 +142,12 @@ proptest! {
     fn output_is_valid_json_and_agrees_with_the_reference(rules in rules(), input in document()) {
         let input = input.to_string();
         let (plain, traced) = run(&rules, &input);
-        let output: Value = serde_json::from_slice(&plain)
+        let output = Json::read(&plain)
             .map_err(|e| TestCaseError::fail(format!("invalid JSON ({e}): {}", String::from_utf8_lossy(&plain))))?;
-        // The very function the engine benchmark times as its baseline.
-        let rules_read = read_json(rules.as_bytes(), &Limits::default()).unwrap();
-        let reference: Value = serde_json::from_slice(&baseline::map_bytes(&rules_read, input.as_bytes())).unwrap();
+        // The very function the engine benchmark times as its baseline, from the rules text.
+        let reference = baseline::Rules::read(rules.as_bytes()).map_err(TestCaseError::fail)?;
+        let reference = Json::parse(&baseline::map_bytes(&reference, input.as_bytes()));
+        // Objects compare member by member, in order.
         prop_assert_eq!(output, reference);
         prop_assert_eq!(plain, traced, "tracing changes nothing in the output");
     }
@@ -138,7 +165,7 @@ proptest! {
             let mut out = Vec::new();
             recast::json::with_parsed(&mut buf, 64, |nodes| recast::exec::execute(&compiled.plan, nodes, 0, &mut out))
                 .unwrap();
-            prop_assert!(serde_json::from_slice::<Value>(&out).is_ok());
+            prop_assert!(Json::read(&out).is_ok());
         }
     }
 }
@@ -151,8 +178,7 @@ const ELEMENT_NAMES: [&str; 8] =
 
 /// An object as JSON text, written member by member, so names may repeat.
 fn object_text<V: std::fmt::Display>(members: impl Iterator<Item = (&'static str, V)>) -> String {
-    let members: Vec<String> =
-        members.map(|(name, value)| format!("{}:{value}", Value::from(name))).collect();
+    let members: Vec<String> = members.map(|(name, value)| format!("{}:{value}", text(name))).collect();
     format!("{{{}}}", members.join(","))
 }
 
@@ -163,8 +189,7 @@ fn small_object() -> impl Strategy<Value = String> {
         .prop_map(|members| object_text(members.into_iter()))
 }
 
-/// An `each` list whose elements are much alike, as JSON text (a `Value` cannot hold the repeated
-/// names): most elements have the members of the first, in its order, with other values; the rest
+/// An `each` list whose elements are much alike, as JSON text: most elements have the members of the first, in its order, with other values; the rest
 /// have members of their own. Names repeat inside an element; values may be objects (with
 /// repeated names too) or lists of objects, which a scan below `n` follows to their first element.
 fn similar_elements() -> impl Strategy<Value = Vec<String>> {
@@ -213,13 +238,9 @@ fn element_rules_text(ignore: bool, targets: &[ElementTarget], each: bool) -> St
     let mut new = Vec::new();
     let mut old = Vec::new();
     for (i, (ty, key, parents)) in targets.iter().enumerate() {
-        let parents: Vec<String> = parents.iter().map(|p| Value::from(p.as_str()).to_string()).collect();
+        let parents: Vec<String> = parents.iter().map(|p| text(p)).collect();
         new.push(format!(r#""t{i}":{{"key":"k{i}","type":"{ty}"}}"#));
-        old.push(format!(
-            r#""t{i}":{{"keys":[{}],"parents":[{}]}}"#,
-            Value::from(key.as_str()),
-            parents.join(",")
-        ));
+        old.push(format!(r#""t{i}":{{"keys":[{}],"parents":[{}]}}"#, text(key), parents.join(",")));
     }
     let each = if each { r#","each":["items"]"# } else { "" };
     format!(

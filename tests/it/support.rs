@@ -1,10 +1,11 @@
-//! Test harness: an order-keeping JSON value for reading and comparing documents, the service
-//! started in-process on 127.0.0.1:0, and a small HTTP client.
+//! Test harness: the service started in-process on 127.0.0.1:0, upstreams to call, and a small
+//! HTTP client. Documents are read and compared as [`Json`], whose objects keep their order.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
@@ -13,147 +14,17 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use recast::config::Config;
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use tempfile::TempDir;
-use tokio::sync::oneshot;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
+
+pub use crate::ordered_json::Json;
 
 /// The default configuration, with loopback upstreams allowed (the test upstreams listen on
 /// 127.0.0.1, which the outbound policy refuses by default).
 pub fn config() -> Config {
     Config { upstream_allow: "127.0.0.0/8".parse().expect("a network"), ..Config::default() }
-}
-
-/// A JSON value whose objects keep their members in document order.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Json {
-    Null,
-    Bool(bool),
-    Number(serde_json::Number),
-    String(String),
-    Array(Vec<Json>),
-    Object(Vec<(String, Json)>),
-}
-
-impl Json {
-    pub fn parse(text: &[u8]) -> Json {
-        serde_json::from_slice(text)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(text)))
-    }
-
-    pub fn get(&self, name: &str) -> Option<&Json> {
-        match self {
-            Json::Object(members) => members.iter().find(|(k, _)| k == name).map(|(_, v)| v),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Json::String(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    pub fn as_array(&self) -> &[Json] {
-        match self {
-            Json::Array(items) => items,
-            other => panic!("not an array: {other}"),
-        }
-    }
-
-    /// The same value with every object's members sorted, for order-blind comparison.
-    pub fn sorted(&self) -> Json {
-        match self {
-            Json::Array(items) => Json::Array(items.iter().map(Json::sorted).collect()),
-            Json::Object(members) => {
-                let mut members: Vec<_> = members.iter().map(|(k, v)| (k.clone(), v.sorted())).collect();
-                members.sort_by(|a, b| a.0.cmp(&b.0));
-                Json::Object(members)
-            }
-            other => other.clone(),
-        }
-    }
-}
-
-/// Compact JSON text, members in order.
-impl fmt::Display for Json {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Json::Null => f.write_str("null"),
-            Json::Bool(b) => write!(f, "{b}"),
-            Json::Number(n) => write!(f, "{n}"),
-            Json::String(s) => write!(f, "{}", serde_json::Value::String(s.clone())),
-            Json::Array(items) => {
-                f.write_str("[")?;
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(",")?;
-                    }
-                    write!(f, "{item}")?;
-                }
-                f.write_str("]")
-            }
-            Json::Object(members) => {
-                f.write_str("{")?;
-                for (i, (k, v)) in members.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(",")?;
-                    }
-                    write!(f, "{}:{v}", serde_json::Value::String(k.clone()))?;
-                }
-                f.write_str("}")
-            }
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Json {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Json, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Json;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("JSON")
-            }
-            fn visit_unit<E>(self) -> Result<Json, E> {
-                Ok(Json::Null)
-            }
-            fn visit_bool<E>(self, b: bool) -> Result<Json, E> {
-                Ok(Json::Bool(b))
-            }
-            fn visit_i64<E>(self, n: i64) -> Result<Json, E> {
-                Ok(Json::Number(n.into()))
-            }
-            fn visit_u64<E>(self, n: u64) -> Result<Json, E> {
-                Ok(Json::Number(n.into()))
-            }
-            fn visit_f64<E: de::Error>(self, n: f64) -> Result<Json, E> {
-                serde_json::Number::from_f64(n).map(Json::Number).ok_or_else(|| E::custom("not finite"))
-            }
-            fn visit_str<E>(self, s: &str) -> Result<Json, E> {
-                Ok(Json::String(s.to_owned()))
-            }
-            fn visit_string<E>(self, s: String) -> Result<Json, E> {
-                Ok(Json::String(s))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json, A::Error> {
-                let mut items = Vec::new();
-                while let Some(item) = seq.next_element()? {
-                    items.push(item);
-                }
-                Ok(Json::Array(items))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json, A::Error> {
-                let mut members = Vec::new();
-                while let Some(member) = map.next_entry()? {
-                    members.push(member);
-                }
-                Ok(Json::Object(members))
-            }
-        }
-        deserializer.deserialize_any(V)
-    }
 }
 
 /// The service running in-process on an ephemeral loopback port, with its own data directory.
@@ -179,7 +50,7 @@ impl Service {
     /// Starts the service on the data directory `dir` (kept by the caller, e.g. across restarts).
     pub async fn start_in(mut config: Config, dir: &Path) -> Service {
         config.data_dir = dir.to_owned();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local address");
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(recast::server::run(listener, config, async move {
@@ -197,7 +68,7 @@ impl Service {
             if ready.status == 200 {
                 return;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         panic!("the service did not become ready");
     }
@@ -232,7 +103,7 @@ pub struct Reply {
     pub status: u16,
     pub content_type: &'static str,
     pub body: Vec<u8>,
-    pub delay: std::time::Duration,
+    pub delay: Duration,
     /// More headers to answer with.
     pub headers: Vec<(&'static str, String)>,
 }
@@ -260,25 +131,25 @@ type Replier = dyn Fn(&Received) -> Reply + Send + Sync;
 pub struct Upstream {
     pub addr: SocketAddr,
     received: Arc<Mutex<Vec<Received>>>,
-    connections: Arc<std::sync::atomic::AtomicUsize>,
+    connections: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
 
 impl Upstream {
     pub async fn start(reply: impl Fn(&Received) -> Reply + Send + Sync + 'static) -> Upstream {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().unwrap();
         let received = Arc::new(Mutex::new(Vec::new()));
         let reply: Arc<Replier> = Arc::new(reply);
         let log = received.clone();
-        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let connections = Arc::new(AtomicUsize::new(0));
         let accepted = connections.clone();
         let task = tokio::spawn(async move {
             // Connection tasks belong to this task: stopping the upstream closes them too.
             let mut serving = tokio::task::JoinSet::new();
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
-                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                accepted.fetch_add(1, Ordering::SeqCst);
                 let (reply, log) = (reply.clone(), log.clone());
                 serving.spawn(async move {
                     let service =
@@ -330,11 +201,81 @@ impl Upstream {
 
     /// How many TCP connections were accepted.
     pub fn connections(&self) -> usize {
-        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+        self.connections.load(Ordering::SeqCst)
     }
 }
 
 impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Longest a check waits for something that should happen at once; far below the upstream holds
+/// and idle timeouts the checks tell apart from it.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// An upstream that answers `body` as JSON, holding every request whose query holds `hold` until
+/// [`Held::release`] (or a minute), so a call stays in flight for as long as a test needs.
+pub struct Held {
+    pub url: String,
+    pub arrived: Arc<AtomicUsize>,
+    pub release: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Held {
+    pub async fn start(body: &'static str) -> Held {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let arrived = Arc::new(AtomicUsize::new(0));
+        let (release, released) = watch::channel(false);
+        let counted = arrived.clone();
+        let task = tokio::spawn(async move {
+            let mut serving = tokio::task::JoinSet::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                let (counted, released) = (counted.clone(), released.clone());
+                serving.spawn(async move {
+                    let service = hyper::service::service_fn(move |request: http::Request<_>| {
+                        let (counted, mut released) = (counted.clone(), released.clone());
+                        async move {
+                            if request.uri().query().is_some_and(|q| q.contains("hold")) {
+                                counted.fetch_add(1, Ordering::SeqCst);
+                                let _ = tokio::time::timeout(
+                                    Duration::from_secs(60),
+                                    released.wait_for(|released| *released),
+                                )
+                                .await;
+                            }
+                            let mut answer =
+                                http::Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+                            answer.headers_mut().insert("content-type", "application/json".parse().unwrap());
+                            Ok::<_, std::convert::Infallible>(answer)
+                        }
+                    });
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                });
+            }
+        });
+        Held { url, arrived, release, task }
+    }
+
+    /// Waits until `n` held requests have arrived.
+    pub async fn arrived(&self, n: usize) {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while self.arrived.load(Ordering::SeqCst) < n {
+            assert!(tokio::time::Instant::now() < deadline, "the call did not reach the upstream");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    pub fn release(&self) {
+        let _ = self.release.send(true);
+    }
+}
+
+impl Drop for Held {
     fn drop(&mut self) {
         self.task.abort();
     }
