@@ -490,9 +490,8 @@ fn concat(
     let empty = out.len();
     for &slot in plan.parts.get(parts.range()).unwrap_or_default() {
         match nodes.get(slot_at(slots, slot)) {
-            // Text, the usual part, is written with its separator in one step. This is the string
-            // case of `text` written out, which is cheaper than going through it (measured in
-            // docs/performance.md).
+            // Text, the usual part, is written with its separator in one step: the string case
+            // of `text` written out here, so the usual part skips its dispatch.
             Some(Node::String(s)) => {
                 let s = coerce::trim(s);
                 if s.is_empty() {

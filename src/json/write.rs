@@ -412,8 +412,8 @@ impl Words {
     /// exactly two, without a loop.
     #[inline(always)]
     pub fn write(&self, out: &mut Vec<u8>) {
-        // Decided before the stores rather than matched around them, which compiles to slower
-        // code (measured in docs/performance.md).
+        // Decided before the stores rather than matched around them, so the stores below are
+        // straight-line code.
         let (short, words) = match *self.words {
             [first, second] => (Some((first, second)), &self.words[..0]),
             ref words => (None, words),

@@ -1,4 +1,4 @@
-//! One client connection: hyper serves it, while this driver closes it gracefully
+//! One client connection, whether the lane or hyper serves it: this driver closes it gracefully
 //! - when no request has begun for `RECAST_IDLE_TIMEOUT_MS` after the last one ended (or after
 //!   the connection opened): an idle keep-alive connection;
 //! - when a request head has begun but is not complete `RECAST_HEADER_TIMEOUT_MS` after its first

@@ -28,6 +28,8 @@ struct Scripted {
     url: String,
     connections: Arc<AtomicUsize>,
     requests: Arc<Mutex<Vec<String>>>,
+    /// Requests whose scripted answer has been written whole.
+    answered: Arc<AtomicUsize>,
 }
 
 impl Scripted {
@@ -35,21 +37,33 @@ impl Scripted {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/data?x=1", listener.local_addr().unwrap());
         let (connections, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
-        let (opened, seen, script) = (connections.clone(), requests.clone(), Arc::new(script));
+        let answered = Arc::new(AtomicUsize::new(0));
+        let (opened, seen, written, script) =
+            (connections.clone(), requests.clone(), answered.clone(), Arc::new(script));
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 opened.fetch_add(1, Ordering::SeqCst);
-                let (seen, script) = (seen.clone(), script.clone());
-                tokio::spawn(serve(stream, seen, script));
+                let (seen, written, script) = (seen.clone(), written.clone(), script.clone());
+                tokio::spawn(serve(stream, seen, written, script));
             }
         });
-        Scripted { url, connections, requests }
+        Scripted { url, connections, requests, answered }
+    }
+
+    /// Waits until the answers to `n` requests have been written whole.
+    async fn answered(&self, n: usize) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self.answered.load(Ordering::SeqCst) < n {
+            assert!(tokio::time::Instant::now() < deadline, "the upstream did not finish writing");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }
 
 async fn serve(
     mut stream: TcpStream,
     seen: Arc<Mutex<Vec<String>>>,
+    written: Arc<AtomicUsize>,
     script: Arc<impl Fn(usize) -> Step + Send + Sync + 'static>,
 ) {
     loop {
@@ -67,6 +81,7 @@ async fn serve(
                     }
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
+                written.fetch_add(1, Ordering::SeqCst);
             }
             Step::SendAndClose(bytes) => {
                 let _ = stream.write_all(&bytes).await;
@@ -323,8 +338,8 @@ async fn a_connection_whose_answer_leaves_bytes_behind_is_never_reused() {
         })
         .await;
         let _ = client.call(get(&upstream.url)).await;
-        // Whatever was left to come has come.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Whatever was left to come has been sent (on loopback, it is there to read).
+        upstream.answered(1).await;
         let answer = client.call(get(&upstream.url)).await.unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(answer.body, SECOND.as_bytes(), "{name}");
         assert_eq!(
@@ -332,6 +347,54 @@ async fn a_connection_whose_answer_leaves_bytes_behind_is_never_reused() {
             2,
             "{name}: not sent on the first connection"
         );
+    }
+}
+
+/// An answer whose status has no body but whose headers announce one, with the announced bytes
+/// held back until the next request arrives on that connection: the pool's look before reuse
+/// finds nothing, so only the head itself can keep the connection out of the pool.
+#[tokio::test]
+async fn a_bodiless_status_announcing_a_body_keeps_its_connection_out_of_the_pool() {
+    let cases: [(&str, &[u8], &[u8]); 2] = [
+        ("a 204 with Content-Length", b"HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\n", b"hello"),
+        (
+            "a 304 with Transfer-Encoding",
+            b"HTTP/1.1 304 Not Modified\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"5\r\nhello\r\n0\r\n\r\n",
+        ),
+    ];
+    let smuggled = ok("content-length: 16\r\n", r#"{"smuggled":true}"#);
+    let second = ok(&format!("content-length: {}\r\n", SECOND.len()), SECOND);
+    let client = client();
+    for (name, head, held) in cases {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/data", listener.local_addr().unwrap());
+        let (held, smuggled, second) = (held.to_vec(), smuggled.clone(), second.clone());
+        let server = tokio::spawn(async move {
+            let (mut first, _) = listener.accept().await.unwrap();
+            read_request(&mut first).await.unwrap();
+            first.write_all(head).await.unwrap();
+            // The held bytes and an unasked answer go out only if the next request comes on
+            // this connection; a new connection gets the real second answer.
+            tokio::select! {
+                request = read_request(&mut first) => {
+                    request.unwrap();
+                    first.write_all(&[held, smuggled].concat()).await.unwrap();
+                    1
+                }
+                accepted = listener.accept() => {
+                    let (mut fresh, _) = accepted.unwrap();
+                    read_request(&mut fresh).await.unwrap();
+                    fresh.write_all(&second).await.unwrap();
+                    2
+                }
+            }
+        });
+        let first = client.call(get(&url)).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(first.body.is_empty(), "{name}: a bodiless status has no body");
+        let answer = client.call(get(&url)).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(answer.body, SECOND.as_bytes(), "{name}");
+        assert_eq!(server.await.unwrap(), 2, "{name}: the second request went on the first connection");
     }
 }
 
