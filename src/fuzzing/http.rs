@@ -205,6 +205,19 @@ pub fn http_request_ending(data: &[u8], ending: Ending) -> HttpReached {
     let harness = harness();
     let answer = harness.runtime.block_on(exchange(harness.addr, data, ending));
     assert!(!PANICKED.load(Ordering::SeqCst), "a thread of the service panicked");
+    // Every input, answered or not: the service still answers, and caught no panic.
+    let metrics = harness.runtime.block_on(exchange(
+        harness.addr,
+        b"GET /metrics HTTP/1.1\r\nhost: f\r\n",
+        Ending::Closing,
+    ));
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(metrics.starts_with("HTTP/1.1 200"), "the service stopped answering: {metrics}");
+    let panics: Vec<&str> = metrics
+        .lines()
+        .filter(|line| line.starts_with("recast_panics_total{") && !line.ends_with(" 0"))
+        .collect();
+    assert!(panics.is_empty(), "the service caught panics: {panics:?}");
     if answer.is_empty() {
         return HttpReached::Closed;
     }
@@ -223,18 +236,6 @@ pub fn http_request_ending(data: &[u8], ending: Ending) -> HttpReached {
             String::from_utf8_lossy(&answer)
         );
     }
-    let metrics = harness.runtime.block_on(exchange(
-        harness.addr,
-        b"GET /metrics HTTP/1.1\r\nhost: f\r\n",
-        Ending::Closing,
-    ));
-    let metrics = String::from_utf8_lossy(&metrics);
-    assert!(metrics.starts_with("HTTP/1.1 200"), "the service stopped answering: {metrics}");
-    let panics: Vec<&str> = metrics
-        .lines()
-        .filter(|line| line.starts_with("recast_panics_total{") && !line.ends_with(" 0"))
-        .collect();
-    assert!(panics.is_empty(), "the service caught panics: {panics:?}");
     let class = answer.get(9).map_or(0, |d| u16::from(d.wrapping_sub(b'0')));
     HttpReached::Answered(class)
 }

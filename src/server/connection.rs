@@ -10,9 +10,9 @@
 //! served once its body has been read to its end ([`RequestBody`]): the client pipelines its next
 //! request.
 //!
-//! Nothing here runs per request beyond a few atomic stores: the driver's one timer is armed no
-//! later than the earliest deadline any future event could set (see [`drive`]) and re-armed only
-//! when it fires, and a stop reaches each connection through its own [`Activity`] ([`Open`])
+//! Nothing here runs per request beyond a few atomic stores: the driver's one timer fires at
+//! least every `min(head, idle)` and at the earliest deadline known when it was armed (see
+//! [`drive`] for which deadlines that meets on time) and is re-armed only when it fires, and a stop reaches each connection through its own [`Activity`] ([`Open`])
 //! rather than through a channel every connection would poll on each wake.
 
 use std::collections::HashMap;
@@ -245,7 +245,7 @@ impl Body for RequestBody {
 /// A head is handed up to its blank line; the body, once the request has said its length through
 /// [`RequestBody::new`], exactly to its end; what follows is kept until hyper reads again. Bytes
 /// kept beyond a request are the start of the next one, so its head timeout runs from when they
-/// came ([`Activity::head_begun_at`]), while hyper, which would otherwise hold them unseen in its
+/// came ([`Activity::head_begun_at_kept`]), while hyper, which would otherwise hold them unseen in its
 /// own buffer, is still busy with the request before. A body of no declared length (chunked), or
 /// a head hyper did not take where this one saw it end, switch the framing off for the rest of
 /// the connection: bytes then pass straight through, and a head begins only with bytes read once
@@ -402,12 +402,15 @@ where
 /// or when the service stops. Returns the connection's own result, or `None` when a connection
 /// closed for a deadline did not finish within one more head timeout and was dropped.
 ///
-/// The timer is never later than the connection's deadline: armed at time `t`, it fires at the
-/// earlier of the current deadline and `t + min(head, idle)`, and no later event can set an
-/// earlier deadline (a head beginning at `h ≥ t` is due at `h + head`, a request ending at
-/// `e ≥ t` makes the connection idle until `e + idle`). So reads and requests need not wake the
-/// driver; it re-checks when the timer fires, at the latest every `min(head, idle)`. (Times are
-/// kept in whole milliseconds, so a deadline may pass up to a millisecond late.)
+/// Reads and requests need not wake the driver: armed at time `t`, its timer fires at the
+/// earlier of the current deadline and `t + min(head, idle)`, and a deadline set by a later event
+/// cannot fall before that (a head beginning at `h ≥ t` is due at `h + head`, a request ending at
+/// `e ≥ t` makes the connection idle until `e + idle`), so such deadlines are met on time. Two
+/// are met up to `min(head, idle)` late: a head whose bytes were read before `t` but found to
+/// begin a request only after it (kept by [`Framed`], timed from when they were read), and a head
+/// timeout that falls due while a request is still in flight (no connection is closed under a
+/// call; the deadline counts once the call has ended). (Times are kept in whole milliseconds, so
+/// a deadline may also pass up to a millisecond late.)
 pub(super) async fn drive<C>(connection: C, activity: Arc<Activity>, timeouts: Timeouts) -> Option<C::Output>
 where
     C: Graceful,

@@ -300,8 +300,14 @@ pub async fn run_with(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            // Reap finished connection tasks so the set does not grow.
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            // Reap finished connection tasks so the set does not grow. A panic that escaped
+            // `caught` (one in a drop after it) is still a bug to count.
+            Some(joined) = connections.join_next(), if !connections.is_empty() => {
+                if joined.is_err_and(|e| e.is_panic()) {
+                    state.metrics.panicked(PanicSite::Connection);
+                    tracing::error!("a connection task panicked outside its guard");
+                }
+            }
             () = &mut shutdown => break,
         }
     }

@@ -116,17 +116,14 @@ async fn bodies_and_conflicting_framing_get_one_answer_each_never_a_smuggled_one
     for (name, bytes, due) in framing_cases(&path) {
         let calls_before = upstream.received().len();
         let answers = answers_to(&service, bytes.as_bytes()).await;
-        assert!(answers.len() <= due, "{name}: {} answers for {due}: {answers:?}", answers.len());
-        assert!(!answers.is_empty(), "{name}: no answer");
-        // Whatever the verdict on the framing, no answer beyond the requests sent, and no more
-        // upstream calls than answers.
+        assert_eq!(answers.len(), due, "{name}: {} answers for {due}: {answers:?}", answers.len());
+        // Whatever the verdict on a doubtful framing (a call, or 400), no more upstream calls
+        // than answers; requests framed well (two of them) are both served.
         let calls = upstream.received().len() - calls_before;
         assert!(calls <= answers.len(), "{name}: {calls} upstream calls for {} answers", answers.len());
         for (status, body) in &answers {
-            assert!(
-                status == "HTTP/1.1 200 OK" && body == MAPPED || status.starts_with("HTTP/1.1 400 "),
-                "{name}: {status} {body}"
-            );
+            let served = status == "HTTP/1.1 200 OK" && body == MAPPED;
+            assert!(served || due == 1 && status.starts_with("HTTP/1.1 400 "), "{name}: {status} {body}");
         }
     }
     service.stop().await;

@@ -131,7 +131,10 @@ async fn request_heads_over_the_limits_get_431() {
 
 #[tokio::test]
 async fn a_client_that_never_finishes_its_head_is_cut_off() {
-    let service = Service::start(Config { header_timeout_ms: 300, ..Config::default() }).await;
+    // The idle timeout is far beyond the drip: only the head timeout can close the connection.
+    let service =
+        Service::start(Config { header_timeout_ms: 300, idle_timeout_ms: 600_000, ..Config::default() })
+            .await;
     let mut slow = TcpStream::connect(service.addr).await.unwrap();
     slow.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n").await.unwrap();
     let (mut reading, mut writing) = slow.split();
@@ -234,7 +237,11 @@ async fn idle_keep_alive_connections_are_closed_but_busy_ones_are_not() {
     let answer = read_answer(&mut stream).await;
     assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
     assert!(!answer.to_ascii_lowercase().contains("connection: close"), "kept alive: {answer}");
-    // ...which is closed once it has been idle for the timeout.
+    // ...and serves the next request on it...
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\n\r\n").await.unwrap();
+    let answer = read_answer(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 200 "), "still open after the call: {answer}");
+    // ...until it has been idle for the timeout.
     let mut rest = Vec::new();
     tokio::time::timeout(PATIENCE, stream.read_to_end(&mut rest))
         .await

@@ -375,18 +375,25 @@ async fn a_bodiless_status_announcing_a_body_keeps_its_connection_out_of_the_poo
             read_request(&mut first).await.unwrap();
             first.write_all(head).await.unwrap();
             // The held bytes and an unasked answer go out only if the next request comes on
-            // this connection; a new connection gets the real second answer.
-            tokio::select! {
-                request = read_request(&mut first) => {
-                    request.unwrap();
-                    first.write_all(&[held, smuggled].concat()).await.unwrap();
-                    1
-                }
-                accepted = listener.accept() => {
-                    let (mut fresh, _) = accepted.unwrap();
-                    read_request(&mut fresh).await.unwrap();
-                    fresh.write_all(&second).await.unwrap();
-                    2
+            // this connection; a new connection gets the real second answer. (The client closing
+            // the first connection and opening another can both be ready at once.)
+            let mut open = true;
+            loop {
+                tokio::select! {
+                    biased;
+                    accepted = listener.accept() => {
+                        let (mut fresh, _) = accepted.unwrap();
+                        read_request(&mut fresh).await.unwrap();
+                        fresh.write_all(&second).await.unwrap();
+                        return 2;
+                    }
+                    request = read_request(&mut first), if open => match request {
+                        Some(_) => {
+                            first.write_all(&[held.clone(), smuggled.clone()].concat()).await.unwrap();
+                            return 1;
+                        }
+                        None => open = false,
+                    },
                 }
             }
         });
