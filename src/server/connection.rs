@@ -12,8 +12,9 @@
 //!
 //! Nothing here runs per request beyond a few atomic stores: the driver's one timer fires at
 //! least every `min(head, idle)` and at the earliest deadline known when it was armed (see
-//! [`drive`] for which deadlines that meets on time) and is re-armed only when it fires, and a stop reaches each connection through its own [`Activity`] ([`Open`])
-//! rather than through a channel every connection would poll on each wake.
+//! [`drive`] for which deadlines that meets on time) and is re-armed only when it fires, and a
+//! stop reaches each connection through its own [`Activity`] ([`Open`]) rather than through a
+//! channel every connection would poll on each wake.
 
 use std::collections::HashMap;
 use std::future::Future;

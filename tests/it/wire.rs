@@ -363,7 +363,7 @@ async fn a_bodiless_status_announcing_a_body_keeps_its_connection_out_of_the_poo
             b"5\r\nhello\r\n0\r\n\r\n",
         ),
     ];
-    let smuggled = ok("content-length: 16\r\n", r#"{"smuggled":true}"#);
+    let smuggled = ok("content-length: 17\r\n", r#"{"smuggled":true}"#);
     let second = ok(&format!("content-length: {}\r\n", SECOND.len()), SECOND);
     let client = client();
     for (name, head, held) in cases {
