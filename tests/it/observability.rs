@@ -1,15 +1,21 @@
 //! What operators watch: `GET /metrics` counting what really happened, and logs that carry the
 //! request id on every line written while a request is served (text and JSON lines).
 
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};
 
 use http::Method;
+use recast::fuzzing::DELIBERATE_PANIC;
+use recast::policy::{AllowList, Lookup, OutboundPolicy};
+use recast::server::Outbound;
 use serde_json::Value;
 
 use crate::binary::Binary;
 use crate::routes::{MEALS, registered, registration};
-use crate::support::{Reply, Service, Upstream, config, get, send};
+use crate::support::{Reply, Service, Upstream, config, get, post_json, send};
 
 /// The value of the sample line `series` (name and labels exactly as written), 0 when absent.
 fn sample(text: &str, series: &str) -> f64 {
@@ -163,4 +169,37 @@ async fn text_log_lines_of_a_request_name_its_id() {
     assert_eq!(answer.status, 404);
     let line = binary.wait_for_line("request{id=text-7}").expect("a line of the request");
     assert!(line.contains("answered") && line.contains("status=404"), "{line}");
+}
+
+/// A resolver that panics: a stand-in for a bug in a handler, since registration resolves the
+/// upstream's host within the request's own task.
+struct Panicking;
+
+impl Lookup for Panicking {
+    fn lookup(&self, host: &str) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<IpAddr>>> + Send>> {
+        panic!("{DELIBERATE_PANIC}: resolving {host}");
+    }
+}
+
+#[tokio::test]
+async fn a_panic_in_a_handler_is_answered_500_counted_and_the_service_goes_on() {
+    let allow: AllowList = "127.0.0.0/8".parse().unwrap();
+    let outbound = Outbound { policy: Arc::new(OutboundPolicy::new(&allow)), lookup: Arc::new(Panicking) };
+    let service = Service::start_with(config(), outbound).await;
+    let before = metrics(&service).await;
+    assert_eq!(sample(&before, r#"recast_panics_total{site="request"}"#), 0.0);
+    for n in 1..=2 {
+        let answer =
+            post_json(&service.url("/v1/mapping"), registration("http://broken.test:9/", "", "")).await;
+        answer.assert_problem(500, "internal-error");
+        // The id the panic's log line carries, for the client to quote.
+        assert!(answer.header("x-request-id").is_some_and(|id| !id.is_empty()), "a request id");
+        let text = metrics(&service).await;
+        assert_eq!(sample(&text, r#"recast_panics_total{site="request"}"#), f64::from(n), "{text}");
+    }
+    // The worker that panicked goes on serving.
+    assert_eq!(get(&service.url("/healthz")).await.status, 200);
+    let text = metrics(&service).await;
+    assert_eq!(sample(&text, r#"recast_panics_total{site="connection"}"#), 0.0, "{text}");
+    service.stop().await;
 }

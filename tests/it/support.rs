@@ -14,6 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use recast::config::Config;
+use recast::server::Outbound;
 use tempfile::TempDir;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
@@ -48,14 +49,32 @@ impl Service {
     }
 
     /// Starts the service on the data directory `dir` (kept by the caller, e.g. across restarts).
-    pub async fn start_in(mut config: Config, dir: &Path) -> Service {
+    pub async fn start_in(config: Config, dir: &Path) -> Service {
+        Service::launch(config, dir, None).await
+    }
+
+    /// [`Service::start`] with the outbound policy and resolver given.
+    pub async fn start_with(config: Config, outbound: Outbound) -> Service {
+        let temp = TempDir::new().expect("a temporary directory");
+        let mut service = Service::launch(config, temp.path(), Some(outbound)).await;
+        service._temp = Some(temp);
+        service
+    }
+
+    async fn launch(mut config: Config, dir: &Path, outbound: Option<Outbound>) -> Service {
         config.data_dir = dir.to_owned();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local address");
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(recast::server::run(listener, config, async move {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            match outbound {
+                Some(outbound) => recast::server::run_with(listener, config, outbound, shutdown).await,
+                None => recast::server::run(listener, config, shutdown).await,
+            }
+        });
         let service = Service { addr, dir: dir.to_owned(), stop: Some(stop), task: Some(task), _temp: None };
         service.wait_ready().await;
         service
