@@ -197,7 +197,7 @@ async fn a_panic_in_a_handler_is_answered_500_counted_and_the_service_goes_on() 
         let text = metrics(&service).await;
         assert_eq!(sample(&text, r#"recast_panics_total{site="request"}"#), f64::from(n), "{text}");
     }
-    // The worker that panicked goes on serving.
+    // The service goes on serving (the panics were caught on its workers, which stay up).
     assert_eq!(get(&service.url("/healthz")).await.status, 200);
     let text = metrics(&service).await;
     assert_eq!(sample(&text, r#"recast_panics_total{site="connection"}"#), 0.0, "{text}");
