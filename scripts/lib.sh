@@ -60,8 +60,9 @@ use_this_checkout() {
 # C++) and libclang, which generates RocksDB's Rust bindings.
 BUILD_PACKAGES=(gcc g++ libclang-dev)
 
-# What the tests need beyond the build: curl runs the README's walk-through as written.
-TEST_PACKAGES=(curl)
+# What the tests need beyond the build: curl runs the README's walk-through as written, and
+# PostgreSQL's server binaries start the throwaway clusters of `tests/it/postgres.rs`.
+TEST_PACKAGES=(curl postgresql)
 
 # Chromium, Node.js and playwright-core for the playground's browser test (tests/browser). They
 # are installed like the packages above, or the script stops saying what is missing. Once they are

@@ -20,6 +20,7 @@ mod observability;
 mod openapi;
 mod outbound;
 mod playground;
+mod postgres;
 mod preview;
 mod properties;
 mod readme;
