@@ -234,6 +234,15 @@ impl Drop for Upstream {
 /// and idle timeouts the checks tell apart from it.
 pub const PATIENCE: Duration = Duration::from_secs(10);
 
+/// Waits until `counter` is at least `n`; fails saying `what` after [`PATIENCE`].
+pub async fn reached(counter: &AtomicUsize, n: usize, what: &str) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while counter.load(Ordering::SeqCst) < n {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// An upstream that answers `body` as JSON, holding every request whose query holds `hold` until
 /// [`Held::release`] (or a minute), so a call stays in flight for as long as a test needs.
 pub struct Held {
@@ -282,11 +291,7 @@ impl Held {
 
     /// Waits until `n` held requests have arrived.
     pub async fn arrived(&self, n: usize) {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        while self.arrived.load(Ordering::SeqCst) < n {
-            assert!(tokio::time::Instant::now() < deadline, "the call did not reach the upstream");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        reached(&self.arrived, n, "the call did not reach the upstream").await;
     }
 
     pub fn release(&self) {

@@ -52,11 +52,7 @@ impl Scripted {
 
     /// Waits until the answers to `n` requests have been written whole.
     async fn answered(&self, n: usize) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while self.answered.load(Ordering::SeqCst) < n {
-            assert!(tokio::time::Instant::now() < deadline, "the upstream did not finish writing");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        crate::support::reached(&self.answered, n, "the upstream did not finish writing").await;
     }
 }
 
