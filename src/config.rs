@@ -31,6 +31,11 @@ pub const MAX_HEADER_BYTES: &str = "RECAST_MAX_HEADER_BYTES";
 pub const MAX_HEADERS: &str = "RECAST_MAX_HEADERS";
 pub const HEADER_TIMEOUT_MS: &str = "RECAST_HEADER_TIMEOUT_MS";
 pub const IDLE_TIMEOUT_MS: &str = "RECAST_IDLE_TIMEOUT_MS";
+pub const DATABASE_URL: &str = "RECAST_DATABASE_URL";
+pub const DATABASE_TIMEOUT_MS: &str = "RECAST_DATABASE_TIMEOUT_MS";
+pub const SYNC_INTERVAL_MS: &str = "RECAST_SYNC_INTERVAL_MS";
+pub const MAX_STALENESS_MS: &str = "RECAST_MAX_STALENESS_MS";
+pub const TOMBSTONE_RETENTION_MS: &str = "RECAST_TOMBSTONE_RETENTION_MS";
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATA_DIR: &str = "./recast-data";
@@ -47,6 +52,9 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 << 10;
 pub const DEFAULT_MAX_HEADERS: usize = 100;
 pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
+pub const DEFAULT_DATABASE_TIMEOUT_MS: u64 = 5_000;
+pub const DEFAULT_SYNC_INTERVAL_MS: u64 = 1_000;
+pub const DEFAULT_TOMBSTONE_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
 
 /// Everything the service can be tuned by.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -134,6 +142,33 @@ pub struct Config {
     /// Time an idle keep-alive connection stays open, in milliseconds.
     #[arg(long, env = IDLE_TIMEOUT_MS, default_value_t = DEFAULT_IDLE_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_ms: u64,
+
+    /// Cluster mode: the PostgreSQL database that holds every node's routes, as a `postgres://`
+    /// URL (`sslmode=require` for TLS). Unset: routes live in the data directory's RocksDB alone.
+    /// Set: the database is the source of truth and the data directory holds this node's
+    /// snapshot; RECAST_SECRET_KEY is then required.
+    #[arg(long, env = DATABASE_URL, hide_env_values = true)]
+    pub database_url: Option<Secret>,
+
+    /// Cluster mode: time to connect to the database and for each statement, in milliseconds; a
+    /// connection that does not answer within it is dropped and made again.
+    #[arg(long, env = DATABASE_TIMEOUT_MS, default_value_t = DEFAULT_DATABASE_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub database_timeout_ms: u64,
+
+    /// Cluster mode: how often a node checks the database for changes it was not told of, in
+    /// milliseconds (a lost notification costs at most this long).
+    #[arg(long, env = SYNC_INTERVAL_MS, default_value_t = DEFAULT_SYNC_INTERVAL_MS, value_parser = clap::value_parser!(u64).range(10..))]
+    pub sync_interval_ms: u64,
+
+    /// Cluster mode: how long a node may be cut off from the database before `/readyz` answers
+    /// 503, in milliseconds [default: never; the node keeps serving the routes it has].
+    #[arg(long, env = MAX_STALENESS_MS)]
+    pub max_staleness_ms: Option<u64>,
+
+    /// Cluster mode: how long the database keeps a deleted route's tombstone, in milliseconds. A
+    /// node that was away longer reloads every route once.
+    #[arg(long, env = TOMBSTONE_RETENTION_MS, default_value_t = DEFAULT_TOMBSTONE_RETENTION_MS)]
+    pub tombstone_retention_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -165,6 +200,11 @@ impl Default for Config {
             max_headers: DEFAULT_MAX_HEADERS,
             header_timeout_ms: DEFAULT_HEADER_TIMEOUT_MS,
             idle_timeout_ms: DEFAULT_IDLE_TIMEOUT_MS,
+            database_url: None,
+            database_timeout_ms: DEFAULT_DATABASE_TIMEOUT_MS,
+            sync_interval_ms: DEFAULT_SYNC_INTERVAL_MS,
+            max_staleness_ms: None,
+            tombstone_retention_ms: DEFAULT_TOMBSTONE_RETENTION_MS,
         }
     }
 }
@@ -274,6 +314,11 @@ mod tests {
             MAX_HEADERS,
             HEADER_TIMEOUT_MS,
             IDLE_TIMEOUT_MS,
+            DATABASE_URL,
+            DATABASE_TIMEOUT_MS,
+            SYNC_INTERVAL_MS,
+            MAX_STALENESS_MS,
+            TOMBSTONE_RETENTION_MS,
         ];
         for name in all {
             assert!(names.iter().any(|n| n == name), "{name} is not bound");

@@ -5,6 +5,7 @@
 #![deny(unsafe_code)]
 
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod exec;
 #[cfg(feature = "fuzzing")]
@@ -22,6 +23,7 @@ pub mod rules;
 pub mod secrets;
 pub mod server;
 pub mod storage;
+pub mod store;
 pub mod table;
 pub mod upstream;
 pub mod workers;

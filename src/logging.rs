@@ -73,6 +73,15 @@ macro_rules! logged {
 }
 pub(crate) use logged;
 
+/// What a panic said, when it said it with text.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(text), _) => (*text).to_owned(),
+        (_, Some(text)) => text.clone(),
+        _ => "(no message)".to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -347,6 +347,18 @@ pub struct Gauges {
     pub in_flight: usize,
     /// 0 starting, 1 running, 2 stopping.
     pub lifecycle: u8,
+    /// Cluster mode: how the node stands with the database.
+    pub store: Option<StoreGauges>,
+}
+
+/// Cluster mode: how a node stands with the route database.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreGauges {
+    pub up: bool,
+    /// The last revision applied.
+    pub revision: u64,
+    /// Seconds since the node last knew it had every change.
+    pub lag_seconds: f64,
 }
 
 impl Metrics {
@@ -441,6 +453,24 @@ impl Metrics {
             "0 while loading routes, 1 while running, 2 while stopping.",
             usize::from(gauges.lifecycle),
         );
+        if let Some(store) = &gauges.store {
+            gauge(
+                &mut out,
+                "recast_store_up",
+                "1 while the route database answers this node, 0 while it does not.",
+                usize::from(store.up),
+            );
+            let _ = writeln!(
+                out,
+                "# HELP recast_store_revision The last revision of the route database this node applied.\n# TYPE recast_store_revision gauge\nrecast_store_revision {}",
+                store.revision
+            );
+            let _ = writeln!(
+                out,
+                "# HELP recast_store_sync_lag_seconds Time since this node last knew it had every change of the route database.\n# TYPE recast_store_sync_lag_seconds gauge\nrecast_store_sync_lag_seconds {:.3}",
+                store.lag_seconds
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP recast_build_info The running version.\n# TYPE recast_build_info gauge\nrecast_build_info{{version=\"{}\"}} 1",
@@ -528,7 +558,7 @@ mod tests {
         metrics.panicked(PanicSite::Connection);
         let route = StatusCounts::default();
         route.record(201);
-        let gauges = Gauges { routes_loaded: 3, routes_broken: 1, in_flight: 2, lifecycle: 1 };
+        let gauges = Gauges { routes_loaded: 3, routes_broken: 1, in_flight: 2, lifecycle: 1, store: None };
         let text = metrics.render(gauges, [("u-1".to_owned(), &route)]);
         for line in [
             "recast_requests_total{route=\"preview\",status=\"200\"} 1",

@@ -31,6 +31,8 @@ const KEY_CHECK_TEXT: &[u8] = b"recast key check";
 /// Present while clear copies of version 1 records may remain in the files: the store is
 /// compacted at start until it is gone.
 const COMPACT_PENDING: &[u8] = b"m";
+/// In a cluster node's snapshot: the database epoch and revision its records come from.
+const POSITION: &[u8] = b"p";
 
 /// Why storage failed.
 #[derive(Debug)]
@@ -102,6 +104,9 @@ struct Record {
     /// Version 2: the configuration's JSON text, sealed, in hex.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sealed: Option<String>,
+    /// In cluster mode: the revision of the database change this record comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    revision: Option<u64>,
 }
 
 /// The route store.
@@ -266,41 +271,11 @@ impl Store {
     }
 
     fn encode(&self, key: &[u8], route: &StoredRoute) -> Result<Vec<u8>, StorageError> {
-        let config = route.config.as_bytes();
-        let record = Record {
-            v: SCHEMA_VERSION,
-            uuid: route.uuid,
-            created_at: route.created_at,
-            updated_at: route.updated_at,
-            config: None,
-            sealed: Some(hex::encode(&self.key.seal(config, key))),
-        };
-        serde_json::to_vec(&record).map_err(|e| StorageError::Io(e.to_string()))
+        Ok(seal(&self.key, key, route, None))
     }
 
     fn decode(&self, key: &[u8], bytes: &[u8]) -> Result<StoredRoute, StorageError> {
-        let corrupt = |why: String| StorageError::Corrupt { key: hex::encode(key), why };
-        let record: Record = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
-        if record.v != SCHEMA_VERSION {
-            return Err(corrupt(format!("schema version {} is not {SCHEMA_VERSION}", record.v)));
-        }
-        let sealed = record
-            .sealed
-            .as_deref()
-            .and_then(hex::decode)
-            .ok_or_else(|| corrupt("no sealed configuration".into()))?;
-        let config = self
-            .key
-            .open(&sealed, key)
-            .map_err(|_| corrupt("the sealed configuration does not open".into()))?;
-        let config = String::from_utf8(config).map_err(|e| corrupt(e.to_string()))?;
-        Ok(StoredRoute {
-            v: record.v,
-            uuid: record.uuid,
-            created_at: record.created_at,
-            updated_at: record.updated_at,
-            config,
-        })
+        open(&self.key, key, bytes).map(|(route, _)| route)
     }
 
     pub fn dir(&self) -> &Path {
@@ -383,11 +358,154 @@ impl Store {
         Ok(Page { stored, next: None })
     }
 
+    /// [`Store::decode_record`] with the record's revision (cluster mode; 0 without one).
+    pub fn decode_revised(&self, record: &RawRecord) -> Result<(StoredRoute, u64), StorageError> {
+        let (key, value) = &record.0;
+        open(&self.key, key, value).map(|(route, revision)| (route, revision.unwrap_or(0)))
+    }
+
+    /// Whether any route is stored.
+    pub fn has_routes(&self) -> Result<bool, StorageError> {
+        self.all_records().next().transpose().map(|first| first.is_some()).map_err(io)
+    }
+
+    /// Where a cluster node's snapshot stands; `None` for a standalone store and a new snapshot.
+    pub fn position(&self) -> Result<Option<Position>, StorageError> {
+        let Some(bytes) = self.db.get_pinned(POSITION).map_err(io)? else { return Ok(None) };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| StorageError::Corrupt { key: "p".to_owned(), why: e.to_string() })
+    }
+
+    /// Applies database changes to a cluster node's snapshot in one atomic write: each change is a
+    /// route's record as the database holds it (from [`seal_record`]), or `None` where the route
+    /// was deleted; then the snapshot stands at `position` (if given; else where it stood). Not
+    /// synced: the database is the source of truth, and a snapshot cut short by a crash is still
+    /// a prefix of the changes.
+    pub fn apply(
+        &self,
+        changes: &[(Uuid, Option<Vec<u8>>)],
+        position: Option<Position>,
+    ) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        for (uuid, record) in changes {
+            let key = route_key(*uuid);
+            // The index entry of the record it replaces (its creation time does not change, but
+            // a record that is not readable is replaced whole).
+            if let Some(old) = self.db.get_pinned(key).map_err(io)?
+                && let Ok(old) = serde_json::from_slice::<Record>(&old)
+            {
+                batch.delete(created_key(old.created_at, *uuid));
+            }
+            match record {
+                Some(bytes) => {
+                    let created_at = serde_json::from_slice::<Record>(bytes)
+                        .map_err(|e| StorageError::Corrupt { key: hex::encode(&key), why: e.to_string() })?
+                        .created_at;
+                    batch.put(key, bytes);
+                    batch.put(created_key(created_at, *uuid), []);
+                }
+                None => batch.delete(key),
+            }
+        }
+        if let Some(position) = position {
+            let position = serde_json::to_vec(&position).map_err(|e| StorageError::Io(e.to_string()))?;
+            batch.put(POSITION, position);
+        }
+        self.db.write(batch).map_err(io)
+    }
+
+    /// Removes every route that `keep` does not hold (a full resync), leaving the position as it
+    /// is. Returns how many were removed.
+    pub fn retain(&self, keep: impl Fn(Uuid) -> bool) -> Result<usize, StorageError> {
+        let mut batch = WriteBatch::default();
+        let mut removed = 0;
+        for entry in self.all_records() {
+            let (key, value) = entry.map_err(io)?;
+            let Some(uuid) = key.get(1..).and_then(|b| Uuid::from_slice(b).ok()) else { continue };
+            if keep(uuid) {
+                continue;
+            }
+            if let Ok(record) = serde_json::from_slice::<Record>(&value) {
+                batch.delete(created_key(record.created_at, uuid));
+            }
+            batch.delete(&key);
+            removed += 1;
+        }
+        self.db.write(batch).map_err(io)?;
+        Ok(removed)
+    }
+
     fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
         let mut options = WriteOptions::default();
         options.set_sync(true);
         self.db.write_opt(batch, &options).map_err(io)
     }
+}
+
+/// A route record as stored: identity and times readable, the configuration sealed with `key`
+/// and bound to `place` (the record's store key), and the revision it comes from in cluster mode.
+fn seal(key: &SecretKey, place: &[u8], route: &StoredRoute, revision: Option<u64>) -> Vec<u8> {
+    let record = Record {
+        v: SCHEMA_VERSION,
+        uuid: route.uuid,
+        created_at: route.created_at,
+        updated_at: route.updated_at,
+        config: None,
+        sealed: Some(hex::encode(&key.seal(route.config.as_bytes(), place))),
+        revision,
+    };
+    serde_json::to_vec(&record).expect("a record serializes")
+}
+
+/// Reads a record sealed by [`seal`] at `place`; fails on anything else, on a record whose uuid is
+/// not its place's, and on a seal that does not open.
+fn open(key: &SecretKey, place: &[u8], bytes: &[u8]) -> Result<(StoredRoute, Option<u64>), StorageError> {
+    let corrupt = |why: String| StorageError::Corrupt { key: hex::encode(place), why };
+    let record: Record = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+    if record.v != SCHEMA_VERSION {
+        return Err(corrupt(format!("schema version {} is not {SCHEMA_VERSION}", record.v)));
+    }
+    if place.get(1..) != Some(record.uuid.as_bytes().as_slice()) {
+        return Err(corrupt(format!("the record names route {}, another than its place", record.uuid)));
+    }
+    let sealed = record
+        .sealed
+        .as_deref()
+        .and_then(hex::decode)
+        .ok_or_else(|| corrupt("no sealed configuration".into()))?;
+    let config =
+        key.open(&sealed, place).map_err(|_| corrupt("the sealed configuration does not open".into()))?;
+    let config = String::from_utf8(config).map_err(|e| corrupt(e.to_string()))?;
+    let route = StoredRoute {
+        v: record.v,
+        uuid: record.uuid,
+        created_at: record.created_at,
+        updated_at: record.updated_at,
+        config,
+    };
+    Ok((route, record.revision))
+}
+
+/// A route record sealed for the database and every node's snapshot (cluster mode): the same
+/// bytes in both, with the revision of the change that wrote it.
+pub fn seal_record(key: &SecretKey, route: &StoredRoute, revision: u64) -> Vec<u8> {
+    seal(key, &route_key(route.uuid), route, Some(revision))
+}
+
+/// Reads a record of [`seal_record`] for route `uuid`, with its revision (0 when it has none).
+pub fn open_record(key: &SecretKey, uuid: Uuid, bytes: &[u8]) -> Result<(StoredRoute, u64), StorageError> {
+    open(key, &route_key(uuid), bytes).map(|(route, revision)| (route, revision.unwrap_or(0)))
+}
+
+/// The sealed value that tells whether a key is the one records were sealed with.
+pub fn seal_key_check(key: &SecretKey) -> Vec<u8> {
+    key.seal(KEY_CHECK_TEXT, KEY_CHECK)
+}
+
+/// Whether `sealed` is [`seal_key_check`] of `key`.
+pub fn key_check_opens(key: &SecretKey, sealed: &[u8]) -> bool {
+    key.open(sealed, KEY_CHECK).is_ok_and(|text| text == KEY_CHECK_TEXT)
 }
 
 fn route_key(uuid: Uuid) -> [u8; 17] {
@@ -406,6 +524,14 @@ fn created_key(created_at: u64, uuid: Uuid) -> [u8; 25] {
     key
 }
 
+/// Where a cluster node's snapshot stands: the database it comes from (its epoch, written when
+/// the schema was created) and the last revision applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Position {
+    pub epoch: Uuid,
+    pub revision: u64,
+}
+
 /// Where a listing continues: the index key of the last route of the previous page.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cursor(Vec<u8>);
@@ -415,6 +541,19 @@ impl Cursor {
     pub fn parse(text: &str) -> Option<Cursor> {
         let key = hex::decode(text).filter(|key| key.len() == 25)?;
         (key[0] == CREATED).then_some(Cursor(key))
+    }
+
+    /// The cursor after the route created at `created_at` with `uuid`, as text.
+    pub fn after(created_at: u64, uuid: Uuid) -> String {
+        hex::encode(&created_key(created_at, uuid))
+    }
+
+    /// The creation time and uuid of the route the listing continues after.
+    pub fn route(&self) -> (u64, Uuid) {
+        let mut inverted = [0u8; 8];
+        inverted.copy_from_slice(&self.0[1..9]);
+        let uuid = Uuid::from_slice(&self.0[9..25]).expect("a parsed cursor holds 16 uuid bytes");
+        (u64::MAX - u64::from_be_bytes(inverted), uuid)
     }
 }
 

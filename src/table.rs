@@ -12,6 +12,9 @@ use crate::route::Route;
 #[derive(Default)]
 pub struct RouteTable {
     routes: DashMap<Uuid, Arc<Route>>,
+    /// Cluster mode: the revision at which each deleted route was deleted, so that a change older
+    /// than its deletion, applied late, cannot bring it back.
+    buried: DashMap<Uuid, u64>,
 }
 
 impl RouteTable {
@@ -22,6 +25,86 @@ impl RouteTable {
     /// Adds a route or replaces the one with the same uuid, atomically for readers.
     pub fn insert(&self, route: Arc<Route>) {
         self.routes.insert(route.uuid, route);
+    }
+
+    /// Cluster mode: puts `route` in unless the table holds the same or a newer revision of it,
+    /// or it was deleted at a later revision; the route's answer counts go on from the version it
+    /// replaces. Returns whether it went in. A route of revision 0 (standalone mode) always does.
+    pub fn apply(&self, mut route: Route) -> bool {
+        if let Some(current) = self.get(&route.uuid) {
+            route.statuses = current.statuses.clone();
+        }
+        self.apply_shared(Arc::new(route))
+    }
+
+    /// [`RouteTable::apply`] for a route already shared, whose answer counts are its own (an
+    /// update hands the old route's on before this).
+    pub fn apply_shared(&self, route: Arc<Route>) -> bool {
+        use dashmap::mapref::entry::Entry;
+        let revision = route.revision;
+        if revision == 0 {
+            self.insert(route);
+            return true;
+        }
+        let entry = self.routes.entry(route.uuid);
+        // Checked while the entry is held: a deletion applied meanwhile either is seen here, or
+        // its removal waits for this insert and then removes it.
+        if self.buried.get(&route.uuid).is_some_and(|at| *at >= revision) {
+            return false;
+        }
+        match entry {
+            Entry::Occupied(current) if current.get().revision >= revision => false,
+            Entry::Occupied(mut current) => {
+                current.insert(route);
+                true
+            }
+            Entry::Vacant(place) => {
+                place.insert(route);
+                true
+            }
+        }
+    }
+
+    /// Cluster mode: removes route `uuid` unless the table holds a revision of it newer than
+    /// `revision`, the revision of its deletion, and remembers the deletion. Returns whether a
+    /// route was removed. Revision 0 (standalone mode) removes whatever is there.
+    pub fn bury(&self, uuid: Uuid, revision: u64) -> bool {
+        if revision == 0 {
+            return self.remove(&uuid).is_some();
+        }
+        // Remembered first (and released), then removed: see `apply_shared`.
+        self.buried.entry(uuid).and_modify(|at| *at = (*at).max(revision)).or_insert(revision);
+        self.routes.remove_if(&uuid, |_, route| route.revision < revision).is_some()
+    }
+
+    /// Cluster mode, after a full reload: removes every route `keep` refuses, remembering each at
+    /// revision `at`. Returns how many were removed.
+    pub fn retain(&self, at: u64, keep: impl Fn(&Route) -> bool) -> usize {
+        let mut gone = Vec::new();
+        self.routes.retain(|uuid, route| {
+            let kept = keep(route);
+            if !kept {
+                gone.push(*uuid);
+            }
+            kept
+        });
+        for uuid in &gone {
+            self.buried.insert(*uuid, at);
+        }
+        gone.len()
+    }
+
+    /// Cluster mode: forgets every remembered deletion (the database was recreated or restored, so
+    /// its revisions start again).
+    pub fn forget_deletions(&self) {
+        self.buried.clear();
+    }
+
+    /// Every route's uuid and revision, sorted by uuid.
+    pub fn revisions(&self) -> Vec<(Uuid, u64)> {
+        let mut all: Vec<(Uuid, u64)> = self.routes.iter().map(|e| (*e.key(), e.value().revision)).collect();
+        all.sort_unstable();
+        all
     }
 
     pub fn remove(&self, uuid: &Uuid) -> Option<Arc<Route>> {

@@ -91,6 +91,8 @@ pub struct Route {
     /// Answers to calls of this route by status (`GET /metrics`); an update hands them on to the
     /// route that replaces this one.
     pub statuses: Arc<StatusCounts>,
+    /// Cluster mode: the revision of the database change this version comes from (0 otherwise).
+    pub revision: u64,
 }
 
 impl Route {
@@ -100,7 +102,17 @@ impl Route {
         let rules = compile_json(config.rules.as_bytes(), limits);
         let upstream = Upstream::new(&config);
         let method = config.method.parse().unwrap_or(Method::GET);
-        Route { uuid, created_at, updated_at, config, method, rules, upstream, statuses: Default::default() }
+        Route {
+            uuid,
+            created_at,
+            updated_at,
+            config,
+            method,
+            rules,
+            upstream,
+            statuses: Default::default(),
+            revision: 0,
+        }
     }
 
     pub fn from_stored(stored: StoredRoute, limits: &Limits) -> Result<Route, String> {

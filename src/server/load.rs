@@ -1,5 +1,6 @@
-//! Loading the stored routes at start: every record is read from the store, unsealed, parsed and
-//! compiled into the route table before the service leaves `Idle`.
+//! Loading the stored routes at start: every record is read from the data directory's RocksDB
+//! (the routes themselves, or a cluster node's snapshot), unsealed, parsed and compiled into the
+//! route table before the service leaves `Idle`.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -33,9 +34,15 @@ pub(super) fn load_routes(state: &State) {
                             let next = receiver.lock().unwrap_or_else(PoisonError::into_inner).recv();
                             let Ok(batch) = next else { break };
                             for record in batch {
-                                let route = state.store.decode_record(&record).map_err(|e| e.to_string());
-                                counts
-                                    .add(state, route.and_then(|stored| Route::from_stored(stored, limits)));
+                                let route = state.local.decode_revised(&record).map_err(|e| e.to_string());
+                                counts.add(
+                                    state,
+                                    route.and_then(|(stored, revision)| {
+                                        let mut route = Route::from_stored(stored, limits)?;
+                                        route.revision = revision;
+                                        Ok(route)
+                                    }),
+                                );
                             }
                         }
                         counts
@@ -47,7 +54,7 @@ pub(super) fn load_routes(state: &State) {
         drop(receiver);
         let mut counts = Loaded::default();
         let mut batch = Vec::with_capacity(BATCH);
-        for record in state.store.records() {
+        for record in state.local.records() {
             match record {
                 Ok(record) => batch.push(record),
                 Err(e) => counts.add(state, Err(e.to_string())),

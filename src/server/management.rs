@@ -38,7 +38,7 @@ pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response,
             _ => {}
         }
     }
-    let page = state.storage(move |store| store.page(limit, cursor.as_ref())).await?;
+    let page = state.stored(state.store.page(limit, cursor).await)?;
     let limits = state.config.limits();
     let routes: Vec<Arc<Route>> = page
         .stored
@@ -63,12 +63,13 @@ pub(super) fn show(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
 pub(super) async fn delete(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
     state.loaded()?;
     let _writing = state.writes.lock().await;
-    if state.table.get(&uuid).is_none() {
+    // In cluster mode the database decides: the route may be there before this node has it.
+    if !state.clustered() && state.table.get(&uuid).is_none() {
         return Err(ApiError::NotFound);
     }
-    // Gone from disk first: once the answer says so, no restart brings it back.
-    state.storage(move |store| store.delete(uuid)).await?;
-    state.table.remove(&uuid);
+    // Gone from the store first: once the answer says so, no restart brings it back.
+    let revision = state.stored(state.store.delete(uuid).await)?;
+    state.table.bury(uuid, revision);
     logged!(tracing::Level::INFO, %uuid, "route deleted");
     let mut response = json(StatusCode::NO_CONTENT, "");
     response.headers_mut().remove(http::header::CONTENT_TYPE);
@@ -102,6 +103,9 @@ struct RouteView<'a> {
     status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     problem: Option<String>,
+    /// Cluster mode: the revision of the database change this node holds the route at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    revision: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -162,6 +166,7 @@ impl<'a> RouteView<'a> {
             updated_at: route.updated_at,
             status: if problem.is_some() { "unavailable" } else { "ok" },
             problem,
+            revision: (route.revision != 0).then_some(route.revision),
         }
     }
 }

@@ -23,12 +23,11 @@ pub(super) async fn register(state: &State, request: Request) -> Result<Response
         .validate(parts.headers.contains_key(&MAPPED_AUTH), None)
         .map_err(ApiError::InvalidRegistration)?;
     let now = now_ms();
-    let route = Route::new(Uuid::new_v4(), now, now, config, &state.config.limits());
+    let mut route = Route::new(Uuid::new_v4(), now, now, config, &state.config.limits());
     let preview = live_call(state, &route, &parts.headers).await?;
-    let stored = route.to_stored();
-    state.storage(move |store| store.put(&stored)).await?;
+    route.revision = state.stored(state.store.create(route.to_stored()).await)?;
     let route = Arc::new(route);
-    state.table.insert(route.clone());
+    state.table.apply_shared(route.clone());
     logged!(tracing::Level::INFO, uuid = %route.uuid, path = %route.config.path, "route registered");
     let mut response = registered(StatusCode::CREATED, &route, &preview);
     if let Ok(location) = HeaderValue::try_from(route.public_path()) {
@@ -54,10 +53,11 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     if state.table.get(&uuid).is_none() {
         return Err(ApiError::NotFound);
     }
-    let stored = route.to_stored();
-    state.storage(move |store| store.put(&stored)).await?;
+    // In cluster mode the database takes it only if it still holds the version this update began
+    // from: two nodes updating at once get one 200 and one 409, never two overwrites.
+    route.revision = state.stored(state.store.replace(route.to_stored(), existing.revision).await)?;
     let route = Arc::new(route);
-    state.table.insert(route.clone());
+    state.table.apply_shared(route.clone());
     logged!(tracing::Level::INFO, uuid = %uuid, "route updated");
     Ok(registered(StatusCode::OK, &route, &preview))
 }
@@ -108,6 +108,11 @@ fn registered(status: StatusCode, route: &Route, preview: &[u8]) -> Response {
     body.extend_from_slice(b",\"warnings\":");
     let warnings = route.rules.as_ref().map(|c| c.warnings.as_slice()).unwrap_or_default();
     write_problems(&mut body, warnings);
+    if route.revision != 0 {
+        // Cluster mode: the revision of the database change that stored it.
+        body.extend_from_slice(b",\"revision\":");
+        write::u64(&mut body, route.revision);
+    }
     body.push(b'}');
     json(status, body)
 }

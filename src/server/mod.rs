@@ -13,6 +13,7 @@ mod playground;
 mod preview;
 pub mod problem;
 mod router;
+mod sync;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -29,10 +30,12 @@ use tokio::task::JoinSet;
 use self::admission::{AdminToken, InFlight};
 use self::connection::{Activity, Open};
 use self::router::RequestIds;
+use crate::cluster::{ClusterStore, Database};
 use crate::config::{Config, DEFAULT_MAX_HEADERS};
 use crate::metrics::{Metrics, PanicSite};
 use crate::policy::{Lookup, OutboundPolicy, SystemLookup};
 use crate::storage::{StorageError, Store};
+use crate::store::{LocalStore, RouteStore, StoreError};
 use crate::table::RouteTable;
 use crate::upstream::UpstreamClient;
 use crate::workers::Workers;
@@ -87,7 +90,13 @@ pub struct State {
     config: Config,
     lifecycle: AtomicU8,
     request_ids: RequestIds,
-    store: Arc<Store>,
+    /// Where routes are kept: the embedded RocksDB, or the database in cluster mode.
+    store: Arc<dyn RouteStore>,
+    /// The data directory's RocksDB: the routes themselves, or in cluster mode this node's
+    /// snapshot of the database's.
+    local: Arc<Store>,
+    /// Cluster mode: the database, and how this node stands with it.
+    database: Option<Arc<Database>>,
     table: RouteTable,
     client: UpstreamClient,
     admin: Option<AdminToken>,
@@ -128,23 +137,25 @@ impl State {
         }
     }
 
-    /// Runs a storage operation off the async workers (RocksDB writes are synced to disk).
-    async fn storage<T: Send + 'static>(
-        &self,
-        operation: impl FnOnce(&Store) -> Result<T, StorageError> + Send + 'static,
-    ) -> Result<T, ApiError> {
-        let store = self.store.clone();
-        match tokio::task::spawn_blocking(move || operation(&store)).await {
-            Ok(result) => result.map_err(|e| ApiError::Storage(e.to_string())),
-            Err(e) => {
-                if e.is_panic() {
-                    self.metrics.panicked(PanicSite::Storage);
-                    let panic = router::panic_message(&*e.into_panic());
-                    crate::logging::logged!(tracing::Level::ERROR, %panic, "a store operation panicked");
-                }
-                Err(ApiError::Storage("the storage task did not finish".to_owned()))
+    /// The outcome of a store operation, as an answer would say it. A panic in it is a bug:
+    /// counted and logged.
+    fn stored<T>(&self, result: Result<T, StoreError>) -> Result<T, ApiError> {
+        result.map_err(|e| match e {
+            StoreError::Unavailable(why) => ApiError::StoreUnavailable(why),
+            StoreError::Conflict(why) => ApiError::Conflict(why),
+            StoreError::NotFound => ApiError::NotFound,
+            StoreError::Failed(why) => ApiError::Storage(why),
+            StoreError::Panicked(panic) => {
+                self.metrics.panicked(PanicSite::Storage);
+                crate::logging::logged!(tracing::Level::ERROR, %panic, "a store operation panicked");
+                ApiError::Storage("the storage task did not finish".to_owned())
             }
-        }
+        })
+    }
+
+    /// Whether routes are shared through a database.
+    fn clustered(&self) -> bool {
+        self.database.is_some()
     }
 }
 
@@ -179,12 +190,62 @@ pub async fn run_with(
 ) -> Result<(), RunError> {
     let listen = listener.local_addr().map_err(RunError::Io)?;
     config.check_exposure(listen).map_err(RunError::Config)?;
+    if config.database_url.is_some() && config.secret_key.is_none() {
+        return Err(RunError::Config(
+            "RECAST_DATABASE_URL is set but RECAST_SECRET_KEY is not: every node of a cluster must \
+             unseal every route, so each needs the same key (`recast new-key` prints one)"
+                .to_owned(),
+        ));
+    }
     let dir = config.data_dir.clone();
     let secret = config.secret_key.clone();
-    let store = tokio::task::spawn_blocking(move || Store::open_holding_compactions(&dir, secret.as_ref()))
+    let local = tokio::task::spawn_blocking(move || Store::open_holding_compactions(&dir, secret.as_ref()))
         .await
         .map_err(|e| RunError::Io(std::io::Error::other(e)))?
         .map_err(RunError::Storage)?;
+    let local = Arc::new(local);
+    let position = local.position().map_err(RunError::Storage)?;
+    let database = match &config.database_url {
+        None if position.is_some() => {
+            return Err(RunError::Config(format!(
+                "the data directory {} holds a cluster node's snapshot; start it with RECAST_DATABASE_URL, \
+                 or give this standalone node another RECAST_DATA_DIR",
+                local.dir().display()
+            )));
+        }
+        None => None,
+        Some(_) if position.is_none() && local.has_routes().map_err(RunError::Storage)? => {
+            return Err(RunError::Config(format!(
+                "the data directory {} holds the routes of a standalone node; move them into the \
+                 database with `recast routes export` and `recast routes import`, and give this \
+                 cluster node another RECAST_DATA_DIR",
+                local.dir().display()
+            )));
+        }
+        Some(url) => {
+            let key = crate::secrets::SecretKey::load(config.secret_key.as_ref(), &config.data_dir, false)
+                .map_err(RunError::Config)?;
+            let timeout = Duration::from_millis(config.database_timeout_ms);
+            Some(Arc::new(Database::new(url, key, timeout).map_err(RunError::Config)?))
+        }
+    };
+    let store: Arc<dyn RouteStore> = match &database {
+        Some(database) => Arc::new(ClusterStore::new(database.clone())),
+        None => Arc::new(LocalStore::new(local.clone())),
+    };
+    if let Some(database) = &database {
+        // A wrong key or a newer schema stops the start here when the database answers; when it
+        // does not, the node serves its snapshot and the follower checks once it does.
+        match database.prepare_now().await {
+            Ok(()) => {}
+            Err(crate::cluster::DbError::Fatal(why)) => return Err(RunError::Config(why)),
+            Err(e) => tracing::warn!(
+                error = %e,
+                snapshot = position.map(|p| p.revision),
+                "the route database cannot be reached at start; serving this node's snapshot until it can"
+            ),
+        }
+    }
     let state = Arc::new(State {
         client: UpstreamClient::new(config.upstream(), outbound.policy, outbound.lookup),
         admin: config.admin_token.as_ref().map(AdminToken::new),
@@ -193,14 +254,22 @@ pub async fn run_with(
         config,
         lifecycle: AtomicU8::new(Lifecycle::Idle as u8),
         request_ids: RequestIds::new(),
-        store: Arc::new(store),
+        store,
+        local,
+        database,
         table: RouteTable::default(),
         writes: tokio::sync::Mutex::new(()),
     });
-    tracing::info!(state = ?Lifecycle::Idle, data = %state.store.dir().display(), "lifecycle");
-    tracing::info!(key = %state.store.key_origin(), "stored routes are sealed with the secret key from");
-    if state.store.migrated > 0 {
-        tracing::info!(routes = state.store.migrated, "stored routes sealed with the secret key");
+    tracing::info!(state = ?Lifecycle::Idle, data = %state.local.dir().display(), "lifecycle");
+    tracing::info!(key = %state.local.key_origin(), "stored routes are sealed with the secret key from");
+    if state.local.migrated > 0 {
+        tracing::info!(routes = state.local.migrated, "stored routes sealed with the secret key");
+    }
+    if state.clustered() {
+        tracing::info!(
+            snapshot = ?position,
+            "cluster mode: routes are shared through the database; this node serves its snapshot and follows the database's changes"
+        );
     }
     // Said before the loader starts, so these lines come before the `Running` one.
     tracing::info!(address = %listen, "listening");
@@ -210,8 +279,12 @@ pub async fn run_with(
         );
     }
     tracing::info!(upstream_allow = %state.config.upstream_allow, "outbound policy: public addresses, plus");
+    // Cluster mode: the follower starts once the snapshot is loaded, and says why the node must
+    // stop if it ever must.
+    let (stop_node, mut must_stop) = tokio::sync::mpsc::channel::<String>(1);
     let loader = {
         let state = state.clone();
+        let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
             let loading =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| load::load_routes(&state)));
@@ -220,17 +293,25 @@ pub async fn run_with(
                 state.metrics.panicked(PanicSite::Loading);
                 let panic = router::panic_message(&*panic);
                 tracing::error!(%panic, "loading the stored routes panicked; recast stays not ready");
-                return;
+                return None;
             }
             // Table files left to merge are merged from now on, in the background.
-            if let Err(e) = state.store.resume_compactions() {
+            if let Err(e) = state.local.resume_compactions() {
                 tracing::error!(
                     error = %e,
                     "turning the store's background compactions back on failed; if they are still off, table files pile up until a restart"
                 );
             }
-            // Unless a shutdown came first: then the state stays `Stopped`.
-            state.advance(Lifecycle::Idle, Lifecycle::Running);
+            // A node without a snapshot serves once the follower has loaded the database's routes.
+            if !state.clustered() || position.is_some() {
+                // Unless a shutdown came first: then the state stays `Stopped`.
+                state.advance(Lifecycle::Idle, Lifecycle::Running);
+            }
+            let database = state.database.clone()?;
+            Some(runtime.spawn(async move {
+                let why = sync::follow(state, database, position).await;
+                let _ = stop_node.send(why).await;
+            }))
         })
     };
 
@@ -254,6 +335,7 @@ pub async fn run_with(
     let open = Arc::new(Open::default());
     let workers = Workers::start(state.config.workers()).map_err(RunError::Io)?;
     let mut connections = JoinSet::new();
+    let mut fatal = None;
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -309,6 +391,11 @@ pub async fn run_with(
                 }
             }
             () = &mut shutdown => break,
+            Some(why) = must_stop.recv() => {
+                tracing::error!(error = %why, "stopping: this node cannot follow the route database");
+                fatal = Some(why);
+                break;
+            }
         }
     }
     drop(listener);
@@ -325,13 +412,20 @@ pub async fn run_with(
     if tokio::time::timeout(grace, tokio::task::spawn_blocking(move || workers.stop())).await.is_err() {
         tracing::warn!(?grace, "blocking work begun by requests is still running; not waiting for it");
     }
-    if tokio::time::timeout(grace, loader).await.is_err() {
-        // The loader holds the state; the store closes when it finishes (or the process exits).
-        tracing::warn!("stopped while routes were still loading");
-        return Ok(());
+    match tokio::time::timeout(grace, loader).await {
+        Err(_) => {
+            // The loader holds the state; the store closes when it finishes (or the process exits).
+            tracing::warn!("stopped while routes were still loading");
+            return fatal.map_or(Ok(()), |why| Err(RunError::Config(why)));
+        }
+        Ok(Ok(Some(follower))) => {
+            follower.abort();
+            let _ = follower.await;
+        }
+        Ok(_) => {}
     }
     // Every connection task is gone, so this is the last reference: dropping it closes the store.
     drop(state);
     tracing::info!("stopped; storage closed");
-    Ok(())
+    fatal.map_or(Ok(()), |why| Err(RunError::Config(why)))
 }

@@ -14,7 +14,7 @@ use crate::upstream::UpstreamError;
 pub const TYPE_BASE: &str = "https://recast.dev/problems/";
 
 /// The last segment of every problem type recast answers with (see [`ApiError::slug`]).
-pub const SLUGS: [&str; 22] = [
+pub const SLUGS: [&str; 24] = [
     "invalid-json",
     "invalid-request",
     "invalid-rules",
@@ -36,6 +36,8 @@ pub const SLUGS: [&str; 22] = [
     "starting",
     "route-unavailable",
     "storage-error",
+    "store-unavailable",
+    "conflict",
     "internal-error",
 ];
 
@@ -87,6 +89,10 @@ pub enum ApiError {
     RouteUnavailable(String),
     /// Storage failed; the change was not made.
     Storage(String),
+    /// Cluster mode: the database cannot be reached; the change was not made.
+    StoreUnavailable(String),
+    /// Cluster mode: the route changed on another node since this update began (what it is now).
+    Conflict(String),
     /// A bug: the handler panicked. The panic is logged and counted (`recast_panics_total`).
     Internal,
 }
@@ -142,9 +148,11 @@ impl ApiError {
                 UpstreamFailure::Status(status) if status.is_client_error() && !validating => *status,
                 _ => StatusCode::BAD_GATEWAY,
             },
-            ApiError::Starting | ApiError::RouteUnavailable(_) | ApiError::Overloaded => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::Starting
+            | ApiError::RouteUnavailable(_)
+            | ApiError::Overloaded
+            | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Storage(_) | ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -175,6 +183,8 @@ impl ApiError {
             ApiError::Starting => "starting",
             ApiError::RouteUnavailable(_) => "route-unavailable",
             ApiError::Storage(_) => "storage-error",
+            ApiError::StoreUnavailable(_) => "store-unavailable",
+            ApiError::Conflict(_) => "conflict",
             ApiError::Internal => "internal-error",
         }
     }
@@ -206,6 +216,8 @@ impl ApiError {
             ApiError::Starting => "recast is still loading its routes",
             ApiError::RouteUnavailable(_) => "This route cannot serve calls",
             ApiError::Storage(_) => "Storage failed; nothing was changed",
+            ApiError::StoreUnavailable(_) => "The route database cannot be reached; nothing was changed",
+            ApiError::Conflict(_) => "The route was changed elsewhere meanwhile; nothing was changed",
             ApiError::Internal => "recast failed on this request",
         }
     }
@@ -216,7 +228,11 @@ impl ApiError {
                 format!("the body nests deeper than {limit} levels (RECAST_MAX_DEPTH)")
             }
             ApiError::InvalidJson(e) => e.to_string(),
-            ApiError::InvalidRequest(why) | ApiError::RouteUnavailable(why) | ApiError::Storage(why) => why.clone(),
+            ApiError::InvalidRequest(why)
+            | ApiError::RouteUnavailable(why)
+            | ApiError::Storage(why)
+            | ApiError::StoreUnavailable(why)
+            | ApiError::Conflict(why) => why.clone(),
             ApiError::InvalidRegistration(problems) | ApiError::InvalidRules(problems) => {
                 match problems.len() {
                     1 => "1 problem; see `errors`".to_owned(),
@@ -296,7 +312,10 @@ impl ApiError {
             ApiError::MethodNotAllowed { allow } => {
                 headers.insert(header::ALLOW, HeaderValue::from_static(allow));
             }
-            ApiError::Starting | ApiError::RouteUnavailable(_) | ApiError::Overloaded => {
+            ApiError::Starting
+            | ApiError::RouteUnavailable(_)
+            | ApiError::Overloaded
+            | ApiError::StoreUnavailable(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::AdminTokenRequired => {
@@ -361,6 +380,8 @@ mod tests {
             ApiError::Overloaded,
             ApiError::RouteUnavailable(String::new()),
             ApiError::Storage(String::new()),
+            ApiError::StoreUnavailable(String::new()),
+            ApiError::Conflict(String::new()),
             ApiError::Internal,
         ];
         all.extend(failures().into_iter().map(|f| upstream(f, false)));

@@ -107,14 +107,7 @@ pub(super) async fn caught<T>(future: impl Future<Output = T>) -> Result<T, Stri
     .await
 }
 
-/// What a panic said, when it said it with text.
-pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-        (Some(text), _) => (*text).to_owned(),
-        (_, Some(text)) => text.clone(),
-        _ => "(no message)".to_owned(),
-    }
-}
+pub(super) use crate::logging::panic_message;
 
 /// A path's first three segments, the last holding the rest (`/v1/{uuid}/{path}`): what
 /// [`endpoint`] and [`dispatch`] route by.
@@ -205,6 +198,11 @@ fn metrics(state: &State) -> Response {
         routes_broken: broken,
         in_flight: state.in_flight.now(),
         lifecycle: state.lifecycle() as u8,
+        store: state.database.as_ref().map(|database| crate::metrics::StoreGauges {
+            up: database.status.is_up(),
+            revision: database.status.revision(),
+            lag_seconds: database.status.lag().as_secs_f64(),
+        }),
     };
     let text =
         state.metrics.render(gauges, called.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)));
@@ -215,12 +213,31 @@ fn metrics(state: &State) -> Response {
     response
 }
 
+/// `GET /readyz`: 200 while running. In cluster mode the body also says how the node stands with
+/// the database, and a node cut off from it for longer than `RECAST_MAX_STALENESS_MS` answers
+/// 503 (`"status": "stale"`), so a load balancer can take it out.
 fn readiness(state: &State) -> Response {
-    match state.lifecycle() {
-        Lifecycle::Running => json(StatusCode::OK, r#"{"status":"running"}"#),
-        Lifecycle::Idle => json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"idle"}"#),
-        Lifecycle::Stopped => json(StatusCode::SERVICE_UNAVAILABLE, r#"{"status":"stopped"}"#),
+    let (mut status, mut ready) = match state.lifecycle() {
+        Lifecycle::Running => ("running", true),
+        Lifecycle::Idle => ("idle", false),
+        Lifecycle::Stopped => ("stopped", false),
+    };
+    let Some(database) = &state.database else {
+        let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+        return json(code, format!(r#"{{"status":"{status}"}}"#));
+    };
+    let lag = database.status.lag();
+    let stale = state.config.max_staleness_ms.is_some_and(|max| lag > Duration::from_millis(max));
+    if ready && stale {
+        (status, ready) = ("stale", false);
     }
+    let body = format!(
+        r#"{{"status":"{status}","store":{{"kind":"postgres","up":{},"revision":{},"syncLagMs":{}}}}}"#,
+        database.status.is_up(),
+        database.status.revision(),
+        lag.as_millis()
+    );
+    json(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, body)
 }
 
 /// A JSON answer.

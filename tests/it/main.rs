@@ -9,6 +9,7 @@ mod support;
 mod architecture;
 mod binary;
 mod cli;
+mod cluster;
 mod conformance;
 mod crash;
 mod edges;

@@ -70,6 +70,18 @@ impl Postgres {
         format!("postgres://{USER}@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// `pg_dump` of the database `postgres`, as text.
+    pub fn dump(&self) -> String {
+        let port = self.port.to_string();
+        let output = self.pg_output("pg_dump", &["-h", "127.0.0.1", "-p", &port, "-U", USER, "postgres"]);
+        assert!(output.status.success(), "pg_dump: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     fn data(&self) -> PathBuf {
         self.dir.path().join("data")
     }

@@ -1,0 +1,82 @@
+//! The database schema, created and migrated by recast itself. Migrations run in one transaction
+//! that first takes an advisory lock, so nodes starting at once apply each migration once: the
+//! others wait for the lock, then find it applied.
+
+use tokio_postgres::Client;
+use uuid::Uuid;
+
+/// The advisory lock every node takes while migrating ("recast" in ASCII).
+const MIGRATION_LOCK: i64 = 0x7265_6361_7374;
+
+/// The migrations, in order; version N is `MIGRATIONS[N - 1]`. Never edit one that shipped:
+/// add the next.
+const MIGRATIONS: &[&str] = &[
+    // 1: the counter row (with the database's epoch and the key check), and routes with their
+    // revisions. A deleted route stays as a tombstone (`record` NULL) until it is pruned.
+    "CREATE TABLE recast_meta (
+         id smallint PRIMARY KEY CHECK (id = 1),
+         epoch uuid NOT NULL,
+         revision bigint NOT NULL,
+         pruned_through bigint NOT NULL DEFAULT 0,
+         key_check bytea
+     );
+     CREATE TABLE recast_routes (
+         uuid uuid PRIMARY KEY,
+         revision bigint NOT NULL,
+         created_at bigint NOT NULL,
+         updated_at bigint NOT NULL,
+         record bytea,
+         deleted_at timestamptz
+     );
+     CREATE UNIQUE INDEX recast_routes_by_revision ON recast_routes (revision);
+     CREATE INDEX recast_routes_newest_first ON recast_routes (created_at DESC, uuid)
+         WHERE record IS NOT NULL;",
+];
+
+/// Why the schema could not be made ready.
+pub(super) enum SchemaError {
+    Database(tokio_postgres::Error),
+    /// The database holds a newer schema than this recast knows.
+    TooNew(i32),
+}
+
+impl From<tokio_postgres::Error> for SchemaError {
+    fn from(e: tokio_postgres::Error) -> SchemaError {
+        SchemaError::Database(e)
+    }
+}
+
+/// Creates the schema or brings it up to date. A new schema gets a new epoch, so nodes that
+/// followed an earlier database notice it was recreated.
+pub(super) async fn migrate(client: &mut Client) -> Result<(), SchemaError> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS recast_schema (
+             version integer PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         )",
+    )
+    .await?;
+    let current: i32 = tx.query_one("SELECT coalesce(max(version), 0) FROM recast_schema", &[]).await?.get(0);
+    let known = MIGRATIONS.len() as i32;
+    if current > known {
+        return Err(SchemaError::TooNew(current));
+    }
+    for version in current + 1..=known {
+        tx.batch_execute(MIGRATIONS[version as usize - 1]).await?;
+        if version == 1 {
+            tx.execute("INSERT INTO recast_meta (id, epoch, revision) VALUES (1, $1, 0)", &[&Uuid::new_v4()])
+                .await?;
+        }
+        tx.execute("INSERT INTO recast_schema (version) VALUES ($1)", &[&version]).await?;
+        tracing::info!(version, "database schema migrated");
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The schema version this recast writes.
+pub(super) fn latest() -> usize {
+    MIGRATIONS.len()
+}

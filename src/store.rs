@@ -1,0 +1,118 @@
+//! The route store behind one seam: registration, update, delete and listing go through
+//! [`RouteStore`], whose two implementations are [`LocalStore`] (the embedded RocksDB of
+//! `storage`, the default) and `cluster::ClusterStore` (PostgreSQL, shared by several nodes).
+//! The request path never calls it: route calls read only the in-memory `RouteTable`.
+//!
+//! Each change answers with its revision: the database's counter in cluster mode, 0 for the
+//! embedded store, which has one writer and needs none.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use crate::storage::{Cursor, Page, StorageError, Store, StoredRoute};
+
+/// What a store operation hands back when it is done.
+pub type Pending<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// Why a store operation did not change anything.
+#[derive(Debug)]
+pub enum StoreError {
+    /// The store cannot be reached now (the database is down or does not answer in time).
+    Unavailable(String),
+    /// The route is not the version this node holds: it changed elsewhere (what it is now).
+    Conflict(String),
+    /// No such route.
+    NotFound,
+    /// The store refused or failed the operation.
+    Failed(String),
+    /// The operation panicked (a bug); the message of the panic.
+    Panicked(String),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Unavailable(why) => write!(f, "the route store is unavailable: {why}"),
+            StoreError::Conflict(why) => f.write_str(why),
+            StoreError::NotFound => f.write_str("no such route"),
+            StoreError::Failed(why) => write!(f, "storage failed: {why}"),
+            StoreError::Panicked(panic) => write!(f, "a store operation panicked: {panic}"),
+        }
+    }
+}
+
+impl From<StorageError> for StoreError {
+    fn from(e: StorageError) -> StoreError {
+        StoreError::Failed(e.to_string())
+    }
+}
+
+/// Where routes are kept.
+pub trait RouteStore: Send + Sync {
+    /// Stores a new route; answers the change's revision.
+    fn create(&self, route: StoredRoute) -> Pending<'_, u64>;
+
+    /// Replaces the route `route.uuid`, which this node holds at `revision`: [`StoreError::Conflict`]
+    /// when the store holds another revision, [`StoreError::NotFound`] when it was deleted.
+    fn replace(&self, route: StoredRoute, revision: u64) -> Pending<'_, u64>;
+
+    /// Deletes a route, leaving a tombstone where there is a change feed; answers the deletion's
+    /// revision, or [`StoreError::NotFound`].
+    fn delete(&self, uuid: Uuid) -> Pending<'_, u64>;
+
+    /// Up to `limit` routes, newest first, after `cursor`.
+    fn page(&self, limit: usize, cursor: Option<Cursor>) -> Pending<'_, Page>;
+}
+
+/// The embedded store: RocksDB in the data directory, each change one synced write, run off the
+/// async workers.
+pub struct LocalStore {
+    store: Arc<Store>,
+}
+
+impl LocalStore {
+    pub fn new(store: Arc<Store>) -> LocalStore {
+        LocalStore { store }
+    }
+
+    fn blocking<T: Send + 'static>(
+        &self,
+        operation: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Pending<'_, T> {
+        let store = self.store.clone();
+        Box::pin(async move {
+            match tokio::task::spawn_blocking(move || operation(&store)).await {
+                Ok(result) => result,
+                Err(e) if e.is_panic() => {
+                    Err(StoreError::Panicked(crate::logging::panic_message(&*e.into_panic())))
+                }
+                Err(_) => Err(StoreError::Failed("the storage task did not finish".to_owned())),
+            }
+        })
+    }
+}
+
+impl RouteStore for LocalStore {
+    fn create(&self, route: StoredRoute) -> Pending<'_, u64> {
+        self.blocking(move |store| Ok(store.put(&route).map(|()| 0)?))
+    }
+
+    fn replace(&self, route: StoredRoute, _revision: u64) -> Pending<'_, u64> {
+        // One writer: the service applies replacements one at a time and checks the table first.
+        self.blocking(move |store| Ok(store.put(&route).map(|()| 0)?))
+    }
+
+    fn delete(&self, uuid: Uuid) -> Pending<'_, u64> {
+        self.blocking(move |store| match store.delete(uuid)? {
+            true => Ok(0),
+            false => Err(StoreError::NotFound),
+        })
+    }
+
+    fn page(&self, limit: usize, cursor: Option<Cursor>) -> Pending<'_, Page> {
+        self.blocking(move |store| Ok(store.page(limit, cursor.as_ref())?))
+    }
+}

@@ -1,0 +1,656 @@
+//! Cluster mode with three real `recast` processes sharing a real, throwaway PostgreSQL
+//! (`postgres.rs`): propagation of changes, lost notifications and swallowed connections,
+//! database outages, snapshots and deltas, a recreated schema, crashes, conflicting writers, and
+//! what the database and the logs see.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use http::Method;
+use tempfile::TempDir;
+
+use crate::binary::Binary;
+use crate::postgres::Postgres;
+use crate::support::{Answer, Json, Upstream, get, send};
+
+const MEALS: &str = r#"{"meals":[{"idMeal":"7","strMeal":"Soup"}]}"#;
+const RULES: &str = r#"{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]}}}"#;
+/// The same rules with the name left out: how an update is told from the route it replaces.
+const RULES_ID_ONLY: &str = r#"{"newBodyFields":{"id":{"key":"id","type":"Int"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]}}}"#;
+
+/// Every node's secret key.
+const KEY: &str = "5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7";
+
+/// A database, and a data directory per node.
+struct Cluster {
+    postgres: Postgres,
+    dirs: Vec<TempDir>,
+}
+
+impl Cluster {
+    async fn start(nodes: usize) -> Cluster {
+        let postgres = tokio::task::spawn_blocking(Postgres::start).await.unwrap();
+        Cluster { postgres, dirs: (0..nodes).map(|_| TempDir::new().unwrap()).collect() }
+    }
+
+    fn env(&self, url: &str) -> Vec<(String, String)> {
+        vec![
+            ("RECAST_DATABASE_URL".to_owned(), url.to_owned()),
+            ("RECAST_SECRET_KEY".to_owned(), KEY.to_owned()),
+            ("RECAST_SYNC_INTERVAL_MS".to_owned(), "1000".to_owned()),
+            ("RECAST_DATABASE_TIMEOUT_MS".to_owned(), "1000".to_owned()),
+        ]
+    }
+
+    /// Node `n`, started and ready.
+    async fn node(&self, n: usize) -> Binary {
+        self.node_with(n, &[]).await
+    }
+
+    /// Node `n` with settings added or replaced, started and ready.
+    async fn node_with(&self, n: usize, more: &[(&str, &str)]) -> Binary {
+        let env = self.merged(&self.postgres.url(), more);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Binary::start_with(self.dirs[n].path(), &env).await
+    }
+
+    /// Node `n` with settings added or replaced, started but not waited for.
+    fn spawn_with(&self, n: usize, url: &str, more: &[(&str, &str)]) -> Binary {
+        let env = self.merged(url, more);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Binary::spawn_with(self.dirs[n].path(), &env)
+    }
+
+    fn merged(&self, url: &str, more: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut env = self.env(url);
+        for (name, value) in more {
+            env.retain(|(n, _)| n != name);
+            env.push(((*name).to_owned(), (*value).to_owned()));
+        }
+        env
+    }
+
+    async fn sql(&self) -> tokio_postgres::Client {
+        let (client, connection) =
+            tokio_postgres::connect(&self.postgres.url(), tokio_postgres::NoTls).await.expect("connect");
+        tokio::spawn(connection);
+        client
+    }
+}
+
+fn registration(base: &str, path: &str, rules: &str) -> String {
+    format!(
+        r#"{{"path":"{path}","originalRoute":{{"originalApi":{{"baseUrl":"{base}"}},"path":"meal","authHeader":{{"type":"Bearer","token":"canary-{path}-c1d2"}}}},"rulesAsString":{rules}}}"#
+    )
+}
+
+/// Registers a route on `node`; its uuid.
+async fn register(node: &Binary, upstream: &Upstream, path: &str) -> String {
+    let answer =
+        send(Method::POST, &node.url("/v1/mapping"), &[], registration(&upstream.url("/"), path, RULES))
+            .await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    answer.json().get("uuid").and_then(Json::as_str).unwrap().to_owned()
+}
+
+async fn update(node: &Binary, upstream: &Upstream, uuid: &str, path: &str) -> Answer {
+    let body = registration(&upstream.url("/"), path, RULES_ID_ONLY);
+    send(Method::PUT, &node.url(&format!("/v1/routes/{uuid}")), &[], body).await
+}
+
+async fn delete(node: &Binary, uuid: &str) -> Answer {
+    send(Method::DELETE, &node.url(&format!("/v1/routes/{uuid}")), &[], "").await
+}
+
+/// What a call of route `uuid` at `path` answers on `node`: the body, or the status.
+async fn call(node: &Binary, uuid: &str, path: &str) -> Result<String, u16> {
+    let answer = get(&node.url(&format!("/v1/{uuid}/{path}"))).await;
+    match answer.status.as_u16() {
+        200 => Ok(String::from_utf8_lossy(&answer.body).into_owned()),
+        status => Err(status),
+    }
+}
+
+const FULL: &str = r#"{"id":7,"name":"Soup"}"#;
+const ID_ONLY: &str = r#"{"id":7}"#;
+
+/// Waits up to `within` for `node` to answer `expected` on route `uuid`; how long it took.
+async fn converges(
+    node: &Binary,
+    uuid: &str,
+    path: &str,
+    expected: Result<&str, u16>,
+    within: Duration,
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        let now = call(node, uuid, path).await;
+        if now.as_deref().map_err(|s| *s) == expected {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < within,
+            "{} did not answer {expected:?} within {within:?}: {now:?}",
+            node.addr
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The `store` member of `/readyz`, and its status.
+async fn readiness(node: &Binary) -> (u16, Json) {
+    let answer = get(&node.url("/readyz")).await;
+    (answer.status.as_u16(), answer.json())
+}
+
+#[tokio::test]
+async fn a_change_on_one_node_reaches_the_others_within_a_second() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(3).await;
+    let nodes = [cluster.node(0).await, cluster.node(1).await, cluster.node(2).await];
+    let second = Duration::from_secs(1);
+
+    let uuid = register(&nodes[0], &upstream, "soup").await;
+    for node in &nodes[1..] {
+        converges(node, &uuid, "soup", Ok(FULL), second).await;
+    }
+    let updated = update(&nodes[1], &upstream, &uuid, "soup").await;
+    assert_eq!(updated.status, 200, "{:?}", updated.body);
+    for node in [&nodes[0], &nodes[2]] {
+        converges(node, &uuid, "soup", Ok(ID_ONLY), second).await;
+    }
+    assert_eq!(delete(&nodes[2], &uuid).await.status, 204);
+    for node in &nodes[..2] {
+        converges(node, &uuid, "soup", Err(404), second).await;
+    }
+    let (status, ready) = readiness(&nodes[0]).await;
+    assert_eq!(status, 200);
+    let store = ready.get("store").expect("cluster readiness names the store");
+    assert_eq!(store.get("up"), Some(&Json::Bool(true)));
+    assert_eq!(store.get("revision"), Some(&Json::Number(3.into())), "create, update, delete: {ready}");
+}
+
+#[tokio::test]
+async fn a_node_refuses_to_start_without_a_key_or_with_another_key_than_the_database_s() {
+    let cluster = Cluster::start(2).await;
+    let first = cluster.node(0).await;
+    let mut keyless = {
+        let mut env = cluster.env(&cluster.postgres.url());
+        env.retain(|(name, _)| name != "RECAST_SECRET_KEY");
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Binary::spawn_with(cluster.dirs[1].path(), &env)
+    };
+    assert!(keyless.wait_for_line("RECAST_SECRET_KEY is not").is_some(), "{}", keyless.log_text());
+    assert!(!keyless.exit_status().expect("it stops").success());
+
+    let other = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let mut wrong = cluster.spawn_with(1, &cluster.postgres.url(), &[("RECAST_SECRET_KEY", other)]);
+    assert!(
+        wrong.wait_for_line("not the one the routes in the database were sealed with").is_some(),
+        "{}",
+        wrong.log_text()
+    );
+    assert!(!wrong.exit_status().expect("it stops").success());
+    assert!(!wrong.log_text().contains(other), "the key is never logged");
+    assert_eq!(get(&first.url("/readyz")).await.status, 200, "the first node keeps serving");
+}
+
+/// Files under `dir` holding `needle`.
+fn files_holding(dir: &Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(files_holding(&path, needle));
+        } else if std::fs::read(&path).unwrap_or_default().windows(needle.len()).any(|w| w == needle) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// Runs a blocking step on the cluster (stop or start the database) off the async threads.
+async fn on_postgres(cluster: Cluster, step: impl FnOnce(&Postgres) + Send + 'static) -> Cluster {
+    tokio::task::spawn_blocking(move || {
+        step(&cluster.postgres);
+        cluster
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits up to `within` for `check` to hold.
+async fn eventually<F: std::future::Future<Output = bool>>(
+    within: Duration,
+    what: &str,
+    mut check: impl FnMut() -> F,
+) {
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn store_up(node: &Binary) -> bool {
+    readiness(node).await.1.get("store").and_then(|s| s.get("up")).cloned() == Some(Json::Bool(true))
+}
+
+/// A TCP proxy to the database that can swallow everything in both directions: bytes are read
+/// and dropped, nothing is closed or reset.
+struct Proxy {
+    port: u16,
+    swallow: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(to: u16) -> Proxy {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let swallow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swallowing = swallow.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else { return };
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await else { continue };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = server.into_split();
+                for (mut from, mut to) in [(client_read, server_write), (server_read, client_write)]
+                    .map(|(r, w)| (Box::new(r) as Box<dyn tokio::io::AsyncRead + Unpin + Send>, w))
+                {
+                    let swallowing = swallowing.clone();
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 16 << 10];
+                        loop {
+                            let n = match from.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            if swallowing.load(Ordering::SeqCst) {
+                                continue;
+                            }
+                            if to.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        Proxy { port, swallow, task }
+    }
+
+    fn swallow(&self, on: bool) {
+        self.swallow.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test]
+async fn a_node_whose_listening_connection_is_killed_converges_within_one_sync_interval() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(2).await;
+    let (a, b) = (cluster.node(0).await, cluster.node(1).await);
+    let sql = cluster.sql().await;
+    let killed = sql
+        .query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'recast-follower'", &[])
+        .await
+        .unwrap();
+    assert_eq!(killed.len(), 2, "each node listens on a connection of its own");
+    // Made while the listening connections are gone: their notifications are lost.
+    let uuid = register(&a, &upstream, "soup").await;
+    let updated = update(&a, &upstream, &uuid, "soup").await;
+    assert_eq!(updated.status, 200);
+    let took = converges(&b, &uuid, "soup", Ok(ID_ONLY), Duration::from_millis(1000)).await;
+    assert!(
+        b.wait_for_line("cannot be followed").is_some(),
+        "the lost connection is logged:\n{}",
+        b.log_text()
+    );
+    eprintln!("converged {took:?} after its listening connection was killed");
+}
+
+#[tokio::test]
+async fn a_node_behind_a_connection_that_swallows_its_traffic_notices_and_converges_once_it_passes() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(2).await;
+    let proxy = Proxy::start(cluster.postgres.port()).await;
+    let a = cluster.node(0).await;
+    let through = cluster
+        .postgres
+        .url()
+        .replace(&format!(":{}/", cluster.postgres.port()), &format!(":{}/", proxy.port));
+    let b = {
+        let env = cluster.merged(&through, &[]);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Binary::start_with(cluster.dirs[1].path(), &env).await
+    };
+    let before = register(&a, &upstream, "before").await;
+    converges(&b, &before, "before", Ok(FULL), Duration::from_secs(1)).await;
+
+    proxy.swallow(true);
+    // Noticed by a statement's deadline (1 s here) at the next tick: no close, no reset comes.
+    eventually(Duration::from_secs(10), "the node notices it is cut off", || store_up(&b).map(|up| !up))
+        .await;
+    let during = register(&a, &upstream, "during").await;
+    assert_eq!(call(&b, &before, "before").await.as_deref(), Ok(FULL), "a cut-off node keeps serving");
+    assert_eq!(call(&b, &during, "during").await, Err(404));
+
+    proxy.swallow(false);
+    converges(&b, &during, "during", Ok(FULL), Duration::from_secs(15)).await;
+    assert!(store_up(&b).await);
+}
+
+use futures_util::FutureExt as _;
+
+#[tokio::test]
+async fn with_the_database_down_routes_are_served_writes_get_503_and_changes_flow_again_after() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(3).await;
+    let nodes = [
+        cluster.node(0).await,
+        cluster.node(1).await,
+        cluster.node_with(2, &[("RECAST_MAX_STALENESS_MS", "1500")]).await,
+    ];
+    let uuid = register(&nodes[0], &upstream, "soup").await;
+    for node in &nodes {
+        converges(node, &uuid, "soup", Ok(FULL), Duration::from_secs(1)).await;
+    }
+    let cluster = on_postgres(cluster, Postgres::stop_immediate).await;
+    for node in &nodes {
+        eventually(Duration::from_secs(5), "the node sees the database down", || {
+            store_up(node).map(|up| !up)
+        })
+        .await;
+        assert_eq!(call(node, &uuid, "soup").await.as_deref(), Ok(FULL), "routes keep serving");
+        let body = registration(&upstream.url("/"), "more", RULES);
+        let answer = send(Method::POST, &node.url("/v1/mapping"), &[], body).await;
+        answer.assert_problem(503, "store-unavailable");
+        assert_eq!(answer.header("retry-after"), Some("1"));
+        update(node, &upstream, &uuid, "soup").await.assert_problem(503, "store-unavailable");
+        delete(node, &uuid).await.assert_problem(503, "store-unavailable");
+        let metrics = get(&node.url("/metrics")).await;
+        assert!(String::from_utf8_lossy(&metrics.body).contains("\nrecast_store_up 0\n"));
+    }
+    assert_eq!(readiness(&nodes[0]).await.0, 200, "no staleness limit: still ready");
+    eventually(Duration::from_secs(5), "the node with a staleness limit turns unready", || async {
+        let (status, body) = readiness(&nodes[2]).await;
+        status == 503 && body.get("status").and_then(Json::as_str) == Some("stale")
+    })
+    .await;
+
+    let cluster = on_postgres(cluster, Postgres::start_again).await;
+    for node in &nodes {
+        eventually(Duration::from_secs(15), "the node reconnects", || store_up(node)).await;
+        // What was refused changed nothing.
+        assert_eq!(call(node, &uuid, "soup").await.as_deref(), Ok(FULL));
+    }
+    assert_eq!(readiness(&nodes[2]).await.0, 200, "caught up: ready again");
+    let after = register(&nodes[1], &upstream, "after").await;
+    for node in &nodes {
+        converges(node, &after, "after", Ok(FULL), Duration::from_secs(1)).await;
+    }
+    let sql = cluster.sql().await;
+    let count: i64 = sql.query_one("SELECT count(*) FROM recast_routes", &[]).await.unwrap().get(0);
+    assert_eq!(count, 2, "only the two acknowledged registrations are in the database");
+}
+
+#[tokio::test]
+async fn a_node_away_during_100_changes_catches_up_by_delta_then_reloads_once_tombstones_are_pruned() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(3).await;
+    let a = cluster.node(0).await;
+    let c = cluster.node(2).await;
+    let mut routes = Vec::new();
+    for n in 0..40 {
+        routes.push((register(&a, &upstream, &format!("r{n}")).await, format!("r{n}")));
+    }
+    let (last, last_path) = routes.last().unwrap().clone();
+    converges(&c, &last, &last_path, Ok(FULL), Duration::from_secs(1)).await;
+    drop(c);
+
+    // 100 changes while C is away: 30 deletions, 50 updates, 20 registrations.
+    let mut expected = Vec::new();
+    for (n, (uuid, path)) in routes.iter().enumerate() {
+        if n < 30 {
+            assert_eq!(delete(&a, uuid).await.status, 204);
+            expected.push((uuid.clone(), path.clone(), Err(404)));
+        } else {
+            expected.push((uuid.clone(), path.clone(), Ok(FULL)));
+        }
+    }
+    for _ in 0..5 {
+        for (uuid, path) in &routes[30..] {
+            assert_eq!(update(&a, &upstream, uuid, path).await.status, 200);
+        }
+    }
+    for item in expected.iter_mut().skip(30) {
+        item.2 = Ok(ID_ONLY);
+    }
+    for n in 0..20 {
+        let path = format!("new{n}");
+        expected.push((register(&a, &upstream, &path).await, path, Ok(FULL)));
+    }
+
+    let c = cluster.node(2).await;
+    let line = c.wait_for_line("caught up from the snapshot").expect("a delta from the snapshot");
+    // 100 revisions; 60 rows, as the updated routes are read once each at their last change.
+    assert!(line.contains("from=40 to=140 rows=60"), "{line}");
+    assert!(!c.log_text().contains("loading every route"), "{}", c.log_text());
+    for (uuid, path, answer) in &expected {
+        assert_eq!(call(&c, uuid, path).await.as_deref().map_err(|s| *s), *answer, "{path}");
+    }
+    drop(c);
+
+    // Away again while routes are deleted and their tombstones pruned (by a node that keeps none).
+    let gone: Vec<_> = expected.iter().filter(|(_, _, a)| a.is_ok()).take(5).cloned().collect();
+    for (uuid, _, _) in &gone {
+        assert_eq!(delete(&a, uuid).await.status, 204);
+    }
+    let pruner = cluster.node_with(1, &[("RECAST_TOMBSTONE_RETENTION_MS", "0")]).await;
+    let sql = cluster.sql().await;
+    eventually(Duration::from_secs(5), "the tombstones are pruned", || async {
+        let left: i64 = sql
+            .query_one("SELECT count(*) FROM recast_routes WHERE record IS NULL", &[])
+            .await
+            .unwrap()
+            .get(0);
+        left == 0
+    })
+    .await;
+    drop(pruner);
+    let c = cluster.node(2).await;
+    assert!(
+        c.wait_for_line("tombstones this node had not applied were pruned").is_some(),
+        "{}",
+        c.log_text()
+    );
+    for (uuid, path, answer) in &expected {
+        let answer = if gone.iter().any(|(g, _, _)| g == uuid) { Err(404) } else { *answer };
+        assert_eq!(call(&c, uuid, path).await.as_deref().map_err(|s| *s), answer, "{path}");
+    }
+    drop(c);
+
+    // Started while the database is down: it serves its snapshot.
+    let cluster = on_postgres(cluster, Postgres::stop_immediate).await;
+    let c = cluster.node(2).await;
+    let (status, ready) = readiness(&c).await;
+    assert_eq!(status, 200, "{ready}");
+    let (uuid, path, _) = &expected[35];
+    assert_eq!(call(&c, uuid, path).await.as_deref(), Ok(ID_ONLY));
+    drop(a);
+}
+
+#[tokio::test]
+async fn a_schema_dropped_and_made_again_is_noticed_by_every_node() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(3).await;
+    let nodes = [cluster.node(0).await, cluster.node(1).await, cluster.node(2).await];
+    let old = register(&nodes[0], &upstream, "old").await;
+    for node in &nodes {
+        converges(node, &old, "old", Ok(FULL), Duration::from_secs(1)).await;
+    }
+    let sql = cluster.sql().await;
+    sql.batch_execute("DROP TABLE recast_routes, recast_meta, recast_schema").await.unwrap();
+    for node in &nodes {
+        converges(node, &old, "old", Err(404), Duration::from_secs(10)).await;
+        assert!(node.wait_for_line("the database was recreated").is_some(), "{}", node.log_text());
+    }
+    let new = register(&nodes[2], &upstream, "new").await;
+    for node in &nodes {
+        converges(node, &new, "new", Ok(FULL), Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_node_killed_with_sigkill_and_restarted_serves_every_route() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(2).await;
+    let a = cluster.node(0).await;
+    let b = cluster.node(1).await;
+    let mut routes = Vec::new();
+    for n in 0..10 {
+        routes.push((register(&a, &upstream, &format!("r{n}")).await, format!("r{n}")));
+    }
+    converges(&b, &routes[9].0, "r9", Ok(FULL), Duration::from_secs(1)).await;
+    b.kill();
+    for n in 10..15 {
+        routes.push((register(&a, &upstream, &format!("r{n}")).await, format!("r{n}")));
+    }
+    let b = cluster.node(1).await;
+    for (uuid, path) in &routes[..10] {
+        assert_eq!(call(&b, uuid, path).await.as_deref(), Ok(FULL), "from the snapshot: {path}");
+    }
+    for (uuid, path) in &routes {
+        converges(&b, uuid, path, Ok(FULL), Duration::from_secs(1)).await;
+    }
+}
+
+fn revision_of(value: &Json) -> Option<u64> {
+    match value {
+        Json::Number(n) => n.as_u64(),
+        _ => None,
+    }
+}
+
+/// Node `node`'s view of route `uuid`: its revision, or `None` when it has no such route.
+async fn held(node: &Binary, uuid: &str) -> Option<u64> {
+    let answer = get(&node.url(&format!("/v1/routes/{uuid}"))).await;
+    match answer.status.as_u16() {
+        200 => answer.json().get("revision").and_then(revision_of),
+        404 => None,
+        status => panic!("{status}: {:?}", answer.body),
+    }
+}
+
+#[tokio::test]
+async fn concurrent_conflicting_updates_and_deletes_end_in_one_table_and_lose_no_acknowledged_change() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(3).await;
+    let nodes = std::sync::Arc::new([cluster.node(0).await, cluster.node(1).await, cluster.node(2).await]);
+    let mut uuids = Vec::new();
+    for n in 0..20 {
+        uuids.push(register(&nodes[n % 3], &upstream, &format!("r{n}")).await);
+    }
+    for (n, uuid) in uuids.iter().enumerate() {
+        for node in nodes.iter() {
+            converges(node, uuid, &format!("r{n}"), Ok(FULL), Duration::from_secs(1)).await;
+        }
+    }
+    let upstream = std::sync::Arc::new(upstream);
+    let mut tasks = tokio::task::JoinSet::new();
+    for op in 0..200usize {
+        let (nodes, upstream, uuid) = (nodes.clone(), upstream.clone(), uuids[op % 20].clone());
+        let path = format!("r{}", op % 20);
+        tasks.spawn(async move {
+            let node = &nodes[op % 3];
+            // One in eight is a deletion; the rest update.
+            if op % 8 == 7 {
+                let answer = delete(node, &uuid).await;
+                (uuid, answer.status.as_u16(), None)
+            } else {
+                let answer = update(node, &upstream, &uuid, &path).await;
+                let revision = answer.json().get("revision").and_then(revision_of);
+                (uuid, answer.status.as_u16(), revision)
+            }
+        });
+    }
+    let mut outcomes = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        outcomes.push(done.unwrap());
+    }
+    for (_, status, _) in &outcomes {
+        assert!([200, 204, 404, 409].contains(status), "{status}");
+    }
+    assert!(outcomes.iter().any(|(_, s, _)| *s == 409), "conflicts happened");
+
+    let sql = cluster.sql().await;
+    let rows =
+        sql.query("SELECT uuid::text, revision, record IS NOT NULL FROM recast_routes", &[]).await.unwrap();
+    let database: std::collections::BTreeMap<String, Option<u64>> = rows
+        .iter()
+        .map(|row| (row.get::<_, String>(0), row.get::<_, bool>(2).then(|| row.get::<_, i64>(1) as u64)))
+        .collect();
+    for uuid in &uuids {
+        let acknowledged: Vec<_> = outcomes.iter().filter(|(u, _, _)| u == uuid).collect();
+        let deleted = acknowledged.iter().any(|(_, status, _)| *status == 204);
+        let newest = acknowledged.iter().filter_map(|(_, _, revision)| *revision).max();
+        match database[uuid] {
+            None => assert!(deleted, "{uuid} is gone, but no deletion was acknowledged"),
+            Some(revision) => {
+                assert!(!deleted, "{uuid} was acknowledged deleted, yet it is in the database");
+                assert_eq!(
+                    newest.map_or(revision, |n| n),
+                    revision,
+                    "{uuid}: the newest acknowledged update is the one kept"
+                );
+            }
+        }
+        for node in nodes.iter() {
+            let want = database[uuid];
+            eventually(Duration::from_secs(3), "every node holds the database's version", || async {
+                held(node, uuid).await == want
+            })
+            .await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_database_and_the_logs_never_see_a_token_in_the_clear() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(2).await;
+    let (a, b) = (cluster.node(0).await, cluster.node(1).await);
+    let mut uuids = Vec::new();
+    for n in 0..3 {
+        uuids.push(register(&a, &upstream, &format!("r{n}")).await);
+    }
+    assert_eq!(update(&b, &upstream, &uuids[0], "r0").await.status, 200);
+    converges(&b, &uuids[2], "r2", Ok(FULL), Duration::from_secs(1)).await;
+    let dump = tokio::task::spawn_blocking(move || {
+        let dump = cluster.postgres.dump();
+        (dump, cluster)
+    })
+    .await
+    .unwrap();
+    let (dump, cluster) = dump;
+    for uuid in &uuids {
+        assert!(dump.contains(uuid.as_str()), "the dump holds the routes");
+    }
+    assert!(!dump.contains("canary-"), "a token in the clear in the database");
+    for node in [&a, &b] {
+        assert!(!node.log_text().contains("canary-"), "a token in a log");
+        assert!(!node.log_text().contains(KEY), "the key in a log");
+    }
+    for dir in &cluster.dirs {
+        assert_eq!(files_holding(dir.path(), b"canary-"), Vec::<std::path::PathBuf>::new());
+    }
+}
