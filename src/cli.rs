@@ -130,6 +130,110 @@ pub enum RoutesCommand {
     Get { uuid: String },
     /// Delete a route.
     Delete { uuid: String },
+    /// Print every route of a standalone node's data directory, one sealed record per line, as
+    /// stored (offline: stop the node first). For `recast routes import`.
+    Export {
+        /// The node's data directory.
+        #[arg(long, env = crate::config::DATA_DIR, default_value = crate::config::DEFAULT_DATA_DIR)]
+        data_dir: std::path::PathBuf,
+        /// The node's key, if it was started with one (else its key file is used).
+        #[arg(long, env = crate::config::SECRET_KEY, hide_env_values = true)]
+        secret_key: Option<crate::secrets::Secret>,
+    },
+    /// Store the records of `recast routes export` in a cluster's database, as they are (each
+    /// gets a revision); routes the database already has are skipped. The key must be the one
+    /// they were sealed with, and the database's.
+    Import {
+        /// The exported records; standard input when not given.
+        file: Option<std::path::PathBuf>,
+        /// The cluster's database.
+        #[arg(long, env = crate::config::DATABASE_URL, hide_env_values = true)]
+        database_url: crate::secrets::Secret,
+        /// The cluster's key (RECAST_SECRET_KEY of its nodes).
+        #[arg(long, env = crate::config::SECRET_KEY, hide_env_values = true)]
+        secret_key: crate::secrets::Secret,
+    },
+}
+
+/// `recast routes export`: every record of the data directory `dir`, one per line.
+pub fn export(dir: &Path, secret: Option<&crate::secrets::Secret>) -> Outcome {
+    if !dir.is_dir() {
+        return Outcome::failed(Exit::Unavailable, format!("{} is not a data directory\n", dir.display()));
+    }
+    let store = match crate::storage::Store::open(dir, secret) {
+        Ok(store) => store,
+        Err(e) => return Outcome::failed(Exit::Unavailable, format!("{e}\n")),
+    };
+    match store.position() {
+        Ok(None) => {}
+        Ok(Some(_)) => {
+            return Outcome::failed(
+                Exit::Problems,
+                format!(
+                    "{} is a cluster node's snapshot; its routes are in the database already\n",
+                    dir.display()
+                ),
+            );
+        }
+        Err(e) => return Outcome::failed(Exit::Unavailable, format!("{e}\n")),
+    }
+    let mut out = Vec::new();
+    let mut count = 0;
+    for record in store.records() {
+        match record {
+            Ok(record) => {
+                out.extend_from_slice(crate::storage::record_bytes(&record));
+                out.push(b'\n');
+                count += 1;
+            }
+            Err(e) => return Outcome::failed(Exit::Unavailable, format!("{e}\n")),
+        }
+    }
+    Outcome::ok(out, format!("{count} route(s) exported\n"))
+}
+
+/// `recast routes import`: the records of `file` (or standard input) into the database.
+pub async fn import(
+    file: Option<&Path>,
+    url: &crate::secrets::Secret,
+    key: &crate::secrets::Secret,
+) -> Outcome {
+    let text = match file {
+        Some(file) => match read(file, "export file") {
+            Ok(text) => text,
+            Err(outcome) => return outcome,
+        },
+        None => {
+            let mut text = Vec::new();
+            if let Err(e) = std::io::Read::read_to_end(&mut std::io::stdin(), &mut text) {
+                return Outcome::failed(Exit::Unavailable, format!("cannot read standard input: {e}\n"));
+            }
+            text
+        }
+    };
+    let records: Vec<Vec<u8>> = text
+        .split(|b| *b == b'\n')
+        .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
+        .map(<[u8]>::to_vec)
+        .collect();
+    let key = match crate::secrets::SecretKey::load(Some(key), Path::new("."), false) {
+        Ok(key) => key,
+        Err(why) => return Outcome::failed(Exit::Usage, format!("{why}\n")),
+    };
+    let database = match crate::cluster::Database::new(url, key, Duration::from_secs(10)) {
+        Ok(database) => database,
+        Err(why) => return Outcome::failed(Exit::Usage, format!("{why}\n")),
+    };
+    match database.import(&records).await {
+        Ok((imported, skipped)) => Outcome::ok(
+            Vec::new(),
+            format!("{imported} route(s) imported, {skipped} already in the database and skipped\n"),
+        ),
+        Err(crate::cluster::DbError::Unavailable(why)) => {
+            Outcome::failed(Exit::Unavailable, format!("{why}\n"))
+        }
+        Err(e) => Outcome::failed(Exit::Problems, format!("nothing was imported: {e}\n")),
+    }
 }
 
 /// `recast routes ...` against the service at `url` (e.g. `http://127.0.0.1:8080`), with the
@@ -151,6 +255,10 @@ pub async fn routes(url: &str, token: Option<&str>, command: &RoutesCommand) -> 
         }
         RoutesCommand::Get { uuid } => (Method::GET, format!("/v1/routes/{}", encoded(uuid))),
         RoutesCommand::Delete { uuid } => (Method::DELETE, format!("/v1/routes/{}", encoded(uuid))),
+        RoutesCommand::Export { data_dir, secret_key } => return export(data_dir, secret_key.as_ref()),
+        RoutesCommand::Import { file, database_url, secret_key } => {
+            return import(file.as_deref(), database_url, secret_key).await;
+        }
     };
     let mut request = Request::builder().method(method).uri(format!("{base}{path}"));
     if let Some(token) = token {

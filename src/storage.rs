@@ -498,6 +498,27 @@ pub fn open_record(key: &SecretKey, uuid: Uuid, bytes: &[u8]) -> Result<(StoredR
     open(key, &route_key(uuid), bytes).map(|(route, revision)| (route, revision.unwrap_or(0)))
 }
 
+/// A record of [`Store::records`] or [`seal_record`] as it is stored (`recast routes export`).
+pub fn record_bytes(record: &RawRecord) -> &[u8] {
+    &record.0.1
+}
+
+/// A stored record as given (`recast routes import`): its route's uuid and times, and the same
+/// record with `revision` set; the sealed configuration is kept byte for byte, and must open
+/// with `key`.
+pub fn imported_record(
+    key: &SecretKey,
+    bytes: &[u8],
+    revision: u64,
+) -> Result<(StoredRoute, Vec<u8>), StorageError> {
+    let mut record: Record = serde_json::from_slice(bytes)
+        .map_err(|e| StorageError::Corrupt { key: "(import)".to_owned(), why: e.to_string() })?;
+    let (route, _) = open(key, &route_key(record.uuid), bytes)?;
+    record.revision = Some(revision);
+    let bytes = serde_json::to_vec(&record).map_err(|e| StorageError::Io(e.to_string()))?;
+    Ok((route, bytes))
+}
+
 /// The sealed value that tells whether a key is the one records were sealed with.
 pub fn seal_key_check(key: &SecretKey) -> Vec<u8> {
     key.seal(KEY_CHECK_TEXT, KEY_CHECK)

@@ -412,6 +412,50 @@ impl Database {
         }
     }
 
+    /// `recast routes import`: stores records exported from a standalone node, as they are (each
+    /// gets its revision), in one transaction with one notification. A route the database
+    /// already holds (or held: a tombstone) is skipped. Returns (imported, skipped).
+    pub async fn import(&self, records: &[Vec<u8>]) -> Result<(usize, usize), DbError> {
+        let mut client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| DbError::Unavailable(format!("no connection to the database: {e}")))?;
+        self.prepare(&mut client).await?;
+        let tx = self.within(client.transaction()).await?;
+        let (mut imported, mut skipped) = (0, 0);
+        for bytes in records {
+            // Checked before a revision is taken: the record must open with this key.
+            let (route, _) =
+                storage::imported_record(&self.key, bytes, 0).map_err(|e| DbError::Failed(e.to_string()))?;
+            let there = self
+                .within(tx.query_opt("SELECT 1 FROM recast_routes WHERE uuid = $1", &[&route.uuid]))
+                .await?;
+            if there.is_some() {
+                skipped += 1;
+                continue;
+            }
+            let row = self
+                .within(tx.query_one(
+                    "UPDATE recast_meta SET revision = revision + 1 WHERE id = 1 RETURNING revision",
+                    &[],
+                ))
+                .await?;
+            let revision: i64 = row.get(0);
+            let (_, record) = storage::imported_record(&self.key, bytes, revision as u64)
+                .map_err(|e| DbError::Failed(e.to_string()))?;
+            self.within(tx.execute(
+                "INSERT INTO recast_routes (uuid, revision, created_at, updated_at, record) VALUES ($1, $2, $3, $4, $5)",
+                &[&route.uuid, &revision, &(route.created_at as i64), &(route.updated_at as i64), &record],
+            ))
+            .await?;
+            imported += 1;
+        }
+        self.within(tx.execute("SELECT pg_notify($1, 'import')", &[&CHANNEL])).await?;
+        self.within(tx.commit()).await?;
+        Ok((imported, skipped))
+    }
+
     async fn page(&self, limit: usize, cursor: Option<Cursor>) -> Result<Page, StoreError> {
         let client = self
             .pool

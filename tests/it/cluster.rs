@@ -654,3 +654,66 @@ async fn the_database_and_the_logs_never_see_a_token_in_the_clear() {
         assert_eq!(files_holding(dir.path(), b"canary-"), Vec::<std::path::PathBuf>::new());
     }
 }
+
+/// Runs `recast routes ...` with `env` and no other RECAST_ setting; (exit code, stdout, stderr).
+fn routes_command(args: &[&str], env: &[(&str, &str)], input: Option<&[u8]>) -> (i32, Vec<u8>, String) {
+    use std::io::Write;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_recast"));
+    command.arg("routes").args(args);
+    for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("RECAST_")) {
+        command.env_remove(name);
+    }
+    command.envs(env.iter().copied());
+    command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = command.spawn().expect("the binary starts");
+    child.stdin.take().unwrap().write_all(input.unwrap_or_default()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    (output.status.code().unwrap_or(-1), output.stdout, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[tokio::test]
+async fn routes_move_from_a_standalone_node_to_the_database_by_export_and_import() {
+    let upstream = Upstream::json(MEALS).await;
+    let standalone = TempDir::new().unwrap();
+    let key = [("RECAST_SECRET_KEY", KEY)];
+    let mut node = Binary::start_with(standalone.path(), &key).await;
+    let mut uuids = Vec::new();
+    for n in 0..3 {
+        uuids.push(register(&node, &upstream, &format!("r{n}")).await);
+    }
+    assert!(node.terminate().success());
+
+    let dir = standalone.path().to_str().unwrap();
+    let (code, exported, stderr) = routes_command(&["export", "--data-dir", dir], &key, None);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(exported.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count(), 3, "{stderr}");
+    assert!(!exported.windows(7).any(|w| w == b"canary-"), "exported sealed");
+
+    let cluster = Cluster::start(1).await;
+    let member = cluster.node(0).await;
+    let url = cluster.postgres.url();
+    let env = [("RECAST_SECRET_KEY", KEY), ("RECAST_DATABASE_URL", url.as_str())];
+    let (code, _, stderr) = routes_command(&["import"], &env, Some(&exported));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("3 route(s) imported, 0 already"), "{stderr}");
+    for (n, uuid) in uuids.iter().enumerate() {
+        converges(&member, uuid, &format!("r{n}"), Ok(FULL), Duration::from_secs(1)).await;
+    }
+    assert_eq!(
+        upstream.received().pop().unwrap().headers["authorization"],
+        "Bearer canary-r2-c1d2",
+        "the stored token still opens"
+    );
+    let (code, _, stderr) = routes_command(&["import"], &env, Some(&exported));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("0 route(s) imported, 3 already in the database"), "{stderr}");
+
+    let other = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let wrong = [("RECAST_SECRET_KEY", other), ("RECAST_DATABASE_URL", url.as_str())];
+    let (code, _, stderr) = routes_command(&["import"], &wrong, Some(&exported));
+    assert_eq!(code, 1, "another key imports nothing: {stderr}");
+    assert!(stderr.contains("nothing was imported"), "{stderr}");
+}
