@@ -67,6 +67,13 @@ pub struct Change {
     pub record: Option<Vec<u8>>,
 }
 
+impl Change {
+    /// A row of `SELECT uuid, revision, record`.
+    fn from_row(row: &tokio_postgres::Row) -> Change {
+        Change { uuid: row.get(0), revision: row.get::<_, i64>(1) as u64, record: row.get(2) }
+    }
+}
+
 /// Why talking to the database failed.
 #[derive(Debug)]
 pub enum DbError {
@@ -242,13 +249,14 @@ impl Database {
         Ok(())
     }
 
+    /// A connection of the pool, or why there is none.
+    async fn pooled(&self) -> Result<deadpool_postgres::Object, DbError> {
+        self.pool.get().await.map_err(|e| DbError::Unavailable(format!("no connection to the database: {e}")))
+    }
+
     /// [`Database::prepare`] on a connection of the pool (at start).
     pub async fn prepare_now(&self) -> Result<(), DbError> {
-        let mut client = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| DbError::Unavailable(format!("no connection to the database: {e}")))?;
+        let mut client = self.pooled().await?;
         self.prepare(&mut client).await
     }
 
@@ -289,10 +297,7 @@ impl Database {
                 &[&(revision as i64), &PAGE],
             ))
             .await?;
-        Ok(rows
-            .iter()
-            .map(|row| Change { uuid: row.get(0), revision: row.get::<_, i64>(1) as u64, record: row.get(2) })
-            .collect())
+        Ok(rows.iter().map(Change::from_row).collect())
     }
 
     /// Up to [`PAGE`] routes (no tombstones) after `uuid`, in uuid order: a full load, page by page.
@@ -308,10 +313,7 @@ impl Database {
                 &[&uuid, &PAGE],
             ))
             .await?;
-        Ok(rows
-            .iter()
-            .map(|row| Change { uuid: row.get(0), revision: row.get::<_, i64>(1) as u64, record: row.get(2) })
-            .collect())
+        Ok(rows.iter().map(Change::from_row).collect())
     }
 
     /// Removes tombstones deleted longer than `retention` ago and moves the pruning horizon past
@@ -343,11 +345,7 @@ impl Database {
     /// One change in one transaction: the next revision from the counter row, the change, the
     /// notification. Nothing is written unless all of it commits.
     async fn change(&self, uuid: Uuid, change: Write) -> Result<u64, StoreError> {
-        let mut client = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("no connection to the database: {e}")))?;
+        let mut client = self.pooled().await?;
         let work = async {
             let tx = client.transaction().await?;
             let row = tx
@@ -416,11 +414,7 @@ impl Database {
     /// gets its revision), in one transaction with one notification. A route the database
     /// already holds (or held: a tombstone) is skipped. Returns (imported, skipped).
     pub async fn import(&self, records: &[Vec<u8>]) -> Result<(usize, usize), DbError> {
-        let mut client = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| DbError::Unavailable(format!("no connection to the database: {e}")))?;
+        let mut client = self.pooled().await?;
         self.prepare(&mut client).await?;
         let tx = self.within(client.transaction()).await?;
         let (mut imported, mut skipped) = (0, 0);
@@ -457,11 +451,7 @@ impl Database {
     }
 
     async fn page(&self, limit: usize, cursor: Option<Cursor>) -> Result<Page, StoreError> {
-        let client = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("no connection to the database: {e}")))?;
+        let client = self.pooled().await?;
         let (after_time, after_uuid) = match &cursor {
             Some(cursor) => {
                 let (time, uuid) = cursor.route();

@@ -36,7 +36,7 @@ fn holds(haystack: &[u8], needle: &str) -> bool {
 }
 
 /// Every file under `dir` that holds `needle`, with how many files were read.
-fn files_holding(dir: &Path, needle: &str, read: &mut usize) -> Vec<String> {
+pub fn files_holding(dir: &Path, needle: &str, read: &mut usize) -> Vec<String> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
