@@ -17,6 +17,7 @@
 
 mod schema;
 
+use std::collections::HashSet;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -414,40 +415,60 @@ impl Database {
     /// gets its revision), in one transaction with one notification. A route the database
     /// already holds (or held: a tombstone) is skipped. Returns (imported, skipped).
     pub async fn import(&self, records: &[Vec<u8>]) -> Result<(usize, usize), DbError> {
+        // Every record must open with this key before anything is written.
+        let routes = records
+            .iter()
+            .map(|bytes| storage::imported_record(&self.key, bytes, 0).map(|(route, _)| route))
+            .collect::<Result<Vec<StoredRoute>, _>>()
+            .map_err(|e| DbError::Failed(e.to_string()))?;
         let mut client = self.pooled().await?;
         self.prepare(&mut client).await?;
         let tx = self.within(client.transaction()).await?;
-        let (mut imported, mut skipped) = (0, 0);
-        for bytes in records {
-            // Checked before a revision is taken: the record must open with this key.
-            let (route, _) =
-                storage::imported_record(&self.key, bytes, 0).map_err(|e| DbError::Failed(e.to_string()))?;
-            let there = self
-                .within(tx.query_opt("SELECT 1 FROM recast_routes WHERE uuid = $1", &[&route.uuid]))
+        let mut there = HashSet::new();
+        for chunk in routes.chunks(PAGE as usize) {
+            let uuids: Vec<Uuid> = chunk.iter().map(|route| route.uuid).collect();
+            let rows = self
+                .within(tx.query("SELECT uuid FROM recast_routes WHERE uuid = ANY($1)", &[&uuids]))
                 .await?;
-            if there.is_some() {
-                skipped += 1;
-                continue;
-            }
-            let row = self
-                .within(tx.query_one(
-                    "UPDATE recast_meta SET revision = revision + 1 WHERE id = 1 RETURNING revision",
-                    &[],
-                ))
-                .await?;
-            let revision: i64 = row.get(0);
-            let (_, record) = storage::imported_record(&self.key, bytes, revision as u64)
-                .map_err(|e| DbError::Failed(e.to_string()))?;
-            self.within(tx.execute(
-                "INSERT INTO recast_routes (uuid, revision, created_at, updated_at, record) VALUES ($1, $2, $3, $4, $5)",
-                &[&route.uuid, &revision, &(route.created_at as i64), &(route.updated_at as i64), &record],
+            there.extend(rows.iter().map(|row| row.get::<_, Uuid>(0)));
+        }
+        // A route given twice is imported once.
+        let fresh: Vec<usize> = (0..routes.len()).filter(|&i| there.insert(routes[i].uuid)).collect();
+        let skipped = routes.len() - fresh.len();
+        if fresh.is_empty() {
+            return Ok((0, skipped));
+        }
+        // One bump of the counter for them all: a row updated once per record in one transaction
+        // leaves a chain of versions that every later update walks.
+        let row = self
+            .within(tx.query_one(
+                "UPDATE recast_meta SET revision = revision + $1 WHERE id = 1 RETURNING revision",
+                &[&(fresh.len() as i64)],
             ))
             .await?;
-            imported += 1;
+        let first = row.get::<_, i64>(0) - fresh.len() as i64 + 1;
+        for (n, chunk) in fresh.chunks(PAGE as usize).enumerate() {
+            let mut rows = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for (k, &i) in chunk.iter().enumerate() {
+                let revision = first + (n * PAGE as usize + k) as i64;
+                let (route, record) = storage::imported_record(&self.key, &records[i], revision as u64)
+                    .map_err(|e| DbError::Failed(e.to_string()))?;
+                rows.0.push(route.uuid);
+                rows.1.push(revision);
+                rows.2.push(route.created_at as i64);
+                rows.3.push(route.updated_at as i64);
+                rows.4.push(record);
+            }
+            self.within(tx.execute(
+                "INSERT INTO recast_routes (uuid, revision, created_at, updated_at, record)
+                 SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[])",
+                &[&rows.0, &rows.1, &rows.2, &rows.3, &rows.4],
+            ))
+            .await?;
         }
         self.within(tx.execute("SELECT pg_notify($1, 'import')", &[&CHANNEL])).await?;
         self.within(tx.commit()).await?;
-        Ok((imported, skipped))
+        Ok((fresh.len(), skipped))
     }
 
     async fn page(&self, limit: usize, cursor: Option<Cursor>) -> Result<Page, StoreError> {
