@@ -64,6 +64,12 @@ BUILD_PACKAGES=(gcc g++ libclang-dev)
 # PostgreSQL's server binaries start the throwaway clusters of `tests/it/postgres.rs`.
 TEST_PACKAGES=(curl postgresql)
 
+# nginx, for the test of the load-balancing configuration in docs/cluster.md and for the load
+# bench: any of Debian's flavours will do; nginx-light when there is none.
+ensure_nginx() {
+    command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || ensure_packages nginx-light
+}
+
 # Chromium, Node.js and playwright-core for the playground's browser test (tests/browser). They
 # are installed like the packages above, or the script stops saying what is missing. Once they are
 # in place, a marker in the target directory tells that test it must run: from then on a missing

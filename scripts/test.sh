@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 ensure_toolchain
 use_this_checkout
 ensure_packages "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
+ensure_nginx
 ensure_browser
 
 # Tests build their own configuration; RECAST_* settings of the calling shell must not leak in.

@@ -28,7 +28,7 @@ UPSTREAM_PORT=$PORT PROXY_PORT=$((PORT + 1)) NJS_PORT=$((PORT + 2)) RECAST_PORT=
 TWIN_PORT=$((PORT + 4)) TWIN_NJS_PORT=$((PORT + 5))
 
 ensure_toolchain
-command -v nginx >/dev/null 2>&1 || ensure_packages nginx-light
+ensure_nginx
 ensure_packages libnginx-mod-http-js wrk curl
 for port in $UPSTREAM_PORT $PROXY_PORT $NJS_PORT $RECAST_PORT $TWIN_PORT $TWIN_NJS_PORT; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then

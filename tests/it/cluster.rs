@@ -1,7 +1,7 @@
 //! Cluster mode with three real `recast` processes sharing a real, throwaway PostgreSQL
 //! (`postgres.rs`): propagation of changes, lost notifications and swallowed connections,
 //! database outages, snapshots and deltas, a recreated schema, crashes, conflicting writers, and
-//! what the database and the logs see.
+//! what the database and the logs see; and the nginx configuration of `docs/cluster.md` in front.
 
 use std::time::{Duration, Instant};
 
@@ -9,6 +9,7 @@ use http::Method;
 use tempfile::TempDir;
 
 use crate::binary::Binary;
+use crate::nginx::Nginx;
 use crate::postgres::Postgres;
 use crate::secrets::files_holding;
 use crate::support::{Answer, Json, Upstream, get, send};
@@ -706,4 +707,58 @@ async fn routes_move_from_a_standalone_node_to_the_database_by_export_and_import
     let (code, _, stderr) = routes_command(&["import"], &wrong, Some(&exported));
     assert_eq!(code, 1, "another key imports nothing: {stderr}");
     assert!(stderr.contains("nothing was imported"), "{stderr}");
+}
+
+/// How many calls of route `uuid` `node` has answered 200 (`/metrics`).
+async fn served_calls(node: &Binary, uuid: &str) -> u64 {
+    let metrics = get(&node.url("/metrics")).await;
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    let series = format!("recast_requests_total{{route=\"{uuid}\",status=\"200\"}} ");
+    text.lines().find_map(|line| line.strip_prefix(&series)).map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn the_nginx_configuration_of_the_docs_spreads_calls_over_the_nodes_and_passes_over_a_dead_one() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(3).await;
+    let mut nodes = vec![cluster.node(0).await, cluster.node(1).await, cluster.node(2).await];
+    let addresses: Vec<String> =
+        nodes.iter().map(|node| node.url("").trim_start_matches("http://").to_owned()).collect();
+    let nginx = tokio::task::spawn_blocking(move || {
+        Nginx::start([addresses[0].as_str(), addresses[1].as_str(), addresses[2].as_str()])
+    })
+    .await
+    .unwrap();
+
+    let registered =
+        send(Method::POST, &nginx.url("/v1/mapping"), &[], registration(&upstream.url("/"), "soup", RULES))
+            .await;
+    assert_eq!(registered.status, 201, "{:?} {}", registered.body, nginx.log());
+    let uuid = registered.json().get("uuid").and_then(Json::as_str).unwrap().to_owned();
+    for node in &nodes {
+        converges(node, &uuid, "soup", Ok(FULL), Duration::from_secs(1)).await;
+    }
+    let call = nginx.url(&format!("/v1/{uuid}/soup"));
+    for _ in 0..30 {
+        let answer = get(&call).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        assert_eq!(answer.body, FULL);
+    }
+    for node in &nodes {
+        // One worker, round robin: each node had its turns.
+        assert!(served_calls(node, &uuid).await >= 5, "{}", node.url(""));
+    }
+
+    // A node gone: nginx passes its turns to the others.
+    nodes.pop().unwrap().kill();
+    for _ in 0..12 {
+        let answer = get(&call).await;
+        assert_eq!(answer.status, 200, "{:?} {}", answer.body, nginx.log());
+    }
+    let deleted = send(Method::DELETE, &nginx.url(&format!("/v1/routes/{uuid}")), &[], "").await;
+    assert_eq!(deleted.status, 204, "{:?}", deleted.body);
+    for node in &nodes {
+        converges(node, &uuid, "soup", Err(404), Duration::from_secs(1)).await;
+    }
+    assert_eq!(get(&call).await.status, 404);
 }

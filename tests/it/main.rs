@@ -17,6 +17,7 @@ mod faults;
 mod fuzz_corpus;
 mod lane;
 mod limits;
+mod nginx;
 mod observability;
 mod openapi;
 mod outbound;
