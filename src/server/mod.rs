@@ -295,12 +295,10 @@ pub async fn run_with(
                 tracing::error!(%panic, "loading the stored routes panicked; recast stays not ready");
                 return None;
             }
-            // Table files left to merge are merged from now on, in the background.
-            if let Err(e) = state.local.resume_compactions() {
-                tracing::error!(
-                    error = %e,
-                    "turning the store's background compactions back on failed; if they are still off, table files pile up until a restart"
-                );
+            // Table files left to merge are merged from now on, in the background; on a new
+            // cluster node, once the follower has written every route of the database into it.
+            if !state.clustered() || position.is_some() {
+                resume_compactions(&state.local);
             }
             // A node without a snapshot serves once the follower has loaded the database's routes.
             if !state.clustered() || position.is_some() {
@@ -428,4 +426,14 @@ pub async fn run_with(
     drop(state);
     tracing::info!("stopped; storage closed");
     fatal.map_or(Ok(()), |why| Err(RunError::Config(why)))
+}
+
+/// Turns the store's background compactions back on (they are held while routes load).
+pub(crate) fn resume_compactions(store: &Store) {
+    if let Err(e) = store.resume_compactions() {
+        tracing::error!(
+            error = %e,
+            "turning the store's background compactions back on failed; if they are still off, table files pile up until a restart"
+        );
+    }
 }

@@ -136,7 +136,7 @@ async fn catch_up(
             // Revisions of another epoch (or of a restored database) say nothing about these.
             let comparable = previous.is_some_and(|p| p.epoch == meta.epoch && meta.revision >= p.revision);
             tracing::info!(reason = why, revision = meta.revision, "loading every route from the database");
-            load_all(state, database, &tx, meta, comparable).await?;
+            load_all(state, database, &tx, meta, comparable, previous.is_none()).await?;
         }
         (None, Some(mut at)) => {
             // Rows, not changes: a route changed several times is read once, at its last change.
@@ -173,25 +173,28 @@ async fn catch_up(
 
 /// Loads every route of the database, page by page, then removes what it no longer holds from
 /// the table and the snapshot, and sets the snapshot's position last (a crash before that
-/// reloads again at the next start).
+/// reloads again at the next start). `first`: this node had no snapshot, and its store's
+/// compactions are held until now.
 async fn load_all(
     state: &Arc<State>,
     database: &Arc<Database>,
     tx: &tokio_postgres::Transaction<'_>,
     meta: Meta,
     comparable: bool,
+    first: bool,
 ) -> Result<(), DbError> {
     if !comparable {
         state.table.forget_deletions();
     }
     let mut seen = HashSet::new();
-    let mut after = Uuid::nil();
-    loop {
-        let routes = database.routes_after(tx, after).await?;
-        let Some(last) = routes.last() else { break };
-        after = last.uuid;
+    let mut routes = database.routes_after(tx, Uuid::nil()).await?;
+    while let Some(after) = routes.last().map(|change| change.uuid) {
         seen.extend(routes.iter().map(|change| change.uuid));
-        apply(state, database, routes, None, comparable).await?;
+        // The next page is read while this one is compiled and applied.
+        let (next, applied) =
+            tokio::join!(database.routes_after(tx, after), apply(state, database, routes, None, comparable));
+        applied?;
+        routes = next?;
     }
     let position = Position { epoch: meta.epoch, revision: meta.revision };
     let loaded = state.clone();
@@ -202,6 +205,10 @@ async fn load_all(
         });
         loaded.local.retain(|uuid| seen.contains(&uuid))?;
         loaded.local.apply(&[], Some(position))?;
+        if first {
+            // Held since the start, so that merging did not share the cores with the load.
+            super::resume_compactions(&loaded.local);
+        }
         tracing::info!(
             routes = loaded.table.len(),
             removed,
