@@ -14,20 +14,24 @@
 //! Run: `cargo bench --bench scale`. Under `cargo test` the same code runs with small sizes.
 
 use std::hint::black_box;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
-use recast::route::{Registration, Route};
 use recast::rules::Limits;
 use recast::storage::Store;
 use recast::table::RouteTable;
 use uuid::Uuid;
+
+#[path = "common/harness.rs"]
+mod harness;
+
+use harness::{
+    Registered, Server, Upstream, get, register_for, registration_json, resident_bytes, resident_bytes_in,
+    route, tempdir,
+};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -121,21 +125,6 @@ fn mib(bytes: u64) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // Routes.
 
-/// A registration of the kind a user makes: one upstream, five targets, one concatenation.
-fn registration_json(upstream: SocketAddr) -> String {
-    let rules = r#"{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"},"category":{"key":"category","type":"String"},"area":{"key":"area","type":"String"},"ingredient":{"key":"ingredient","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]},"category":{"keys":["strCategory"],"parents":["meals"]},"area":{"keys":["strArea"],"parents":["meals"]},"ingredient":{"keys":["strMeasure1, strIngredient1"],"parents":["meals"]}}}"#;
-    format!(
-        r#"{{"path":"meal","originalRoute":{{"originalApi":{{"baseUrl":"http://{upstream}/api"}},"path":"lookup.php"}},"authHeader":{{"type":"Bearer","token":"a-secret-token"}},"rulesAsString":{rules}}}"#
-    )
-}
-
-fn route(registration: &str, limits: &Limits) -> Route {
-    let registration: Registration =
-        serde_json::from_str(registration).expect("the registration is valid JSON");
-    let config = registration.validate(false, None).expect("the registration is valid");
-    Route::new(Uuid::new_v4(), 1, 1, config, limits)
-}
-
 fn table_of(n: usize, registration: &str, limits: &Limits) -> (RouteTable, Vec<Uuid>) {
     let table = RouteTable::default();
     let mut uuids = Vec::with_capacity(n);
@@ -204,52 +193,24 @@ fn fill(dir: &Path, n: usize, registration: &str, limits: &Limits) -> f64 {
 /// Starts the binary on `dir`, waits until it is running with `routes` routes loaded; returns the
 /// time that took and the process's resident memory then.
 fn time_start(binary: &Path, dir: &Path, routes: usize) -> (Duration, u64) {
-    let port = free_port();
     let started = Instant::now();
-    let server = Server(
-        Command::new(binary)
-            .arg("serve")
-            .env("RECAST_LISTEN", format!("127.0.0.1:{port}"))
-            .env("RECAST_DATA_DIR", dir)
-            .env("RECAST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the binary starts"),
-    );
-    let deadline = started + Duration::from_secs(120);
-    loop {
-        if let Some((200, _)) = get(port, "/readyz") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "recast did not become ready within 120 s");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let server = Server::spawn(binary, &[("RECAST_DATA_DIR", path(dir))]);
+    server.wait_ready(Duration::from_secs(120));
     let ready = started.elapsed();
-    let listed = get(port, "/v1/routes?limit=1").expect("the listing answers");
+    let listed = get(server.port, "/v1/routes?limit=1").expect("the listing answers");
     assert_eq!(listed.0, 200, "{}", listed.1);
     assert_eq!(routes == 0, listed.1.contains(r#""routes":[]"#), "{}", listed.1);
-    let rss = resident_bytes(server.0.id());
+    let rss = resident_bytes(server.pid());
     server.stop();
     (ready, rss)
 }
 
+fn path(dir: &Path) -> &str {
+    dir.to_str().expect("a UTF-8 path")
+}
+
 fn own_resident_bytes() -> u64 {
     resident_bytes_in("/proc/self/status")
-}
-
-fn resident_bytes(pid: u32) -> u64 {
-    resident_bytes_in(&format!("/proc/{pid}/status"))
-}
-
-fn resident_bytes_in(status: &str) -> u64 {
-    let status = std::fs::read_to_string(status).expect("the process has a status");
-    let kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS is in the status");
-    kib * 1024
 }
 
 fn dir_size(dir: &Path) -> u64 {
@@ -266,191 +227,13 @@ fn dir_size(dir: &Path) -> u64 {
 // ---------------------------------------------------------------------------------------------
 // Registration throughput.
 
-struct Registered {
-    count: u64,
-    elapsed: Duration,
-}
-
 fn registration_throughput(binary: &Path, registration: &str, run_for: Duration) -> Registered {
     let dir = tempdir("register");
-    let port = free_port();
-    let server = Server(
-        Command::new(binary)
-            .arg("serve")
-            .env("RECAST_LISTEN", format!("127.0.0.1:{port}"))
-            .env("RECAST_DATA_DIR", &dir)
-            .env("RECAST_UPSTREAM_ALLOW", "127.0.0.1/32")
-            .env("RECAST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the binary starts"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while get(port, "/readyz").is_none_or(|(status, _)| status != 200) {
-        assert!(Instant::now() < deadline, "recast did not become ready");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let count = AtomicU64::new(0);
-    let started = Instant::now();
-    let until = started + run_for;
-    std::thread::scope(|scope| {
-        for _ in 0..CLIENTS {
-            scope.spawn(|| {
-                let mut connection = Connection::open(port);
-                while Instant::now() < until {
-                    let (status, body) = connection.post("/v1/mapping", registration);
-                    assert_eq!(status, 201, "{body}");
-                    count.fetch_add(1, Ordering::Relaxed);
-                }
-            });
-        }
-    });
-    let elapsed = started.elapsed();
+    let server =
+        Server::spawn(binary, &[("RECAST_DATA_DIR", path(&dir)), ("RECAST_UPSTREAM_ALLOW", "127.0.0.1/32")]);
+    server.wait_ready(Duration::from_secs(30));
+    let registered = register_for(server.port, registration, CLIENTS, run_for);
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
-    Registered { count: count.into_inner(), elapsed }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Plumbing: the child process, a small HTTP/1.1 client, an upstream on loopback.
-
-/// The binary, killed when dropped.
-struct Server(Child);
-
-impl Server {
-    /// Stops the binary as an operator does (SIGTERM), so it closes its store cleanly; kills it
-    /// if it has not exited within 30 s.
-    fn stop(mut self) {
-        let stopped = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while stopped.as_ref().is_ok_and(|s| s.success()) && Instant::now() < deadline {
-            if let Ok(Some(status)) = self.0.try_wait() {
-                assert!(status.success(), "recast stopped with {status}");
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("recast-scale-{name}-{}", Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).expect("the temporary directory is created");
-    dir
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
-}
-
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut connection = Connection::try_open(port)?;
-    connection.request("GET", path, None)
-}
-
-/// One keep-alive connection to recast.
-struct Connection {
-    reader: BufReader<TcpStream>,
-    port: u16,
-}
-
-impl Connection {
-    fn try_open(port: u16) -> Option<Connection> {
-        let stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-        stream.set_nodelay(true).ok()?;
-        Some(Connection { reader: BufReader::new(stream), port })
-    }
-
-    fn open(port: u16) -> Connection {
-        Connection::try_open(port).expect("recast accepts connections")
-    }
-
-    fn post(&mut self, path: &str, body: &str) -> (u16, String) {
-        self.request("POST", path, Some(body)).expect("recast answers")
-    }
-
-    fn request(&mut self, method: &str, path: &str, body: Option<&str>) -> Option<(u16, String)> {
-        let body = body.unwrap_or("");
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            self.port,
-            body.len()
-        );
-        // One write: a second small one would wait for the peer's delayed ACK.
-        self.reader.get_mut().write_all([head.as_bytes(), body.as_bytes()].concat().as_slice()).ok()?;
-        let (status, length) = read_head(&mut self.reader)?;
-        let mut body = vec![0; length];
-        self.reader.read_exact(&mut body).ok()?;
-        Some((status, String::from_utf8_lossy(&body).into_owned()))
-    }
-}
-
-/// Reads a response or request head; returns the status (0 for a request) and `Content-Length`.
-fn read_head(reader: &mut impl BufRead) -> Option<(u16, usize)> {
-    let mut line = String::new();
-    reader.read_line(&mut line).ok()?;
-    let status = line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let mut length = 0;
-    loop {
-        line.clear();
-        if reader.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            return Some((status, length));
-        }
-        if let Some((name, value)) = line.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().ok()?;
-        }
-    }
-}
-
-/// A recipe API on 127.0.0.1: answers every request with the same JSON document, keep-alive, a
-/// thread per connection, until the process ends.
-struct Upstream {
-    address: SocketAddr,
-}
-
-impl Upstream {
-    fn start() -> Upstream {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("the upstream binds");
-        let address = listener.local_addr().expect("the upstream has an address");
-        let body = r#"{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken Casserole","strCategory":"Chicken","strArea":"Japanese","strIngredient1":"soy sauce","strMeasure1":"3/4 cup"}]}"#;
-        let answer = Arc::new(format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        ));
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let answer = answer.clone();
-                std::thread::spawn(move || {
-                    let Ok(writer) = stream.try_clone() else { return };
-                    let mut reader = BufReader::new(stream);
-                    let mut writer = writer;
-                    loop {
-                        let Some((_, length)) = read_head(&mut reader) else { return };
-                        let mut body = vec![0; length];
-                        if reader.read_exact(&mut body).is_err()
-                            || writer.write_all(answer.as_bytes()).is_err()
-                        {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        Upstream { address }
-    }
+    registered
 }

@@ -1,6 +1,7 @@
 //! A throwaway PostgreSQL cluster for the tests of cluster mode: `initdb` into a temporary
-//! directory, started on a free loopback port with its socket in that directory and `fsync=off`,
-//! stopped at once (`-m immediate`) when dropped. `initdb` refuses to run as root, so when the
+//! directory, started on a free loopback port with its socket in that directory and `fsync=off`
+//! (the cluster benchmark, `benches/cluster.rs`, starts it with `fsync` on), stopped at once
+//! (`-m immediate`) when dropped. `initdb` refuses to run as root, so when the
 //! tests run as root the cluster's commands run through `runuser -u postgres`. The binaries come
 //! from Debian's `postgresql` package, which `scripts/test.sh` installs.
 
@@ -19,11 +20,19 @@ pub struct Postgres {
     port: u16,
     /// Whether the cluster's commands run as `postgres` (the tests run as root).
     as_postgres: bool,
+    /// Whether commits wait for the disk (`fsync` and full-page writes on), as in production.
+    durable: bool,
 }
 
 impl Postgres {
-    /// Creates a cluster and starts it. Panics with the server's log when it cannot.
+    /// Creates a cluster that never waits for the disk, and starts it. Panics with the server's
+    /// log when it cannot.
     pub fn start() -> Postgres {
+        Postgres::start_durable(false)
+    }
+
+    /// Creates a cluster and starts it; `durable`: with `fsync` and full-page writes on.
+    pub fn start_durable(durable: bool) -> Postgres {
         let bin =
             binaries().expect("PostgreSQL's binaries (Debian's `postgresql`; ./scripts/test.sh installs it)");
         let as_postgres = is_root();
@@ -32,7 +41,7 @@ impl Postgres {
             run(Command::new("chown").arg("postgres").arg(dir.path()));
         }
         let port = free_port();
-        let postgres = Postgres { dir, bin, port, as_postgres };
+        let postgres = Postgres { dir, bin, port, as_postgres, durable };
         let data = postgres.data();
         postgres.pg(
             "initdb",
@@ -44,8 +53,9 @@ impl Postgres {
 
     /// Starts the stopped cluster again, on the same port.
     pub fn start_again(&self) {
+        let sync = if self.durable { "on" } else { "off" };
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync={sync} -c full_page_writes={sync}",
             self.port,
             self.dir.path().display()
         );
