@@ -22,7 +22,7 @@ use tokio_postgres::Client;
 use uuid::Uuid;
 
 use super::{Lifecycle, State};
-use crate::cluster::{Change, Database, DbError, Meta};
+use crate::cluster::{Change, Database, DbError, Meta, PAGE};
 use crate::metrics::RulesSource;
 use crate::route::Route;
 use crate::storage::{self, Position};
@@ -146,7 +146,7 @@ async fn catch_up(
                 let Some(last) = changes.last() else { break };
                 at.revision = last.revision;
                 rows += changes.len();
-                apply(state, database, changes, Some(at), true).await?;
+                apply(state, database, changes, Snapshot::Write(Some(at)), true).await?;
             }
             if database.status.revision() == 0 {
                 // The first catch-up of this process: from the snapshot it started with.
@@ -174,7 +174,9 @@ async fn catch_up(
 /// Loads every route of the database, page by page, then removes what it no longer holds from
 /// the table and the snapshot, and sets the snapshot's position last (a crash before that
 /// reloads again at the next start). `first`: this node had no snapshot, and its store's
-/// compactions are held until now.
+/// compactions are held until now; it serves as soon as its table is full, and writes the
+/// records into its snapshot after that (holding them meanwhile), since writing them took about a
+/// third of the load's time.
 async fn load_all(
     state: &Arc<State>,
     database: &Arc<Database>,
@@ -187,50 +189,74 @@ async fn load_all(
         state.table.forget_deletions();
     }
     let mut seen = HashSet::new();
+    let mut held = Vec::new();
+    let snapshot = if first { Snapshot::HandBack } else { Snapshot::Write(None) };
     let mut routes = database.routes_after(tx, Uuid::nil()).await?;
     while let Some(after) = routes.last().map(|change| change.uuid) {
         seen.extend(routes.iter().map(|change| change.uuid));
         // The next page is read while this one is compiled and applied.
         let (next, applied) =
-            tokio::join!(database.routes_after(tx, after), apply(state, database, routes, None, comparable));
-        applied?;
+            tokio::join!(database.routes_after(tx, after), apply(state, database, routes, snapshot, comparable));
+        held.extend(applied?);
         routes = next?;
     }
     let position = Position { epoch: meta.epoch, revision: meta.revision };
     let loaded = state.clone();
+    let database = database.clone();
     blocking(move || {
         // Routes this node wrote after the reload's view was taken stay.
         let removed = loaded.table.retain(meta.revision, |route| {
             seen.contains(&route.uuid) || (comparable && route.revision > meta.revision)
         });
-        loaded.local.retain(|uuid| seen.contains(&uuid))?;
-        loaded.local.apply(&[], Some(position))?;
-        if first {
-            // Held since the start, so that merging did not share the cores with the load.
-            super::resume_compactions(&loaded.local);
-        }
         tracing::info!(
             routes = loaded.table.len(),
             removed,
             revision = meta.revision,
             "every route loaded from the database"
         );
+        if first {
+            database.status.set_revision(meta.revision);
+            database.status.synced();
+            loaded.advance(Lifecycle::Idle, Lifecycle::Running);
+        }
+        loaded.local.retain(|uuid| seen.contains(&uuid))?;
+        // Written a page at a time from the end, each page's memory freed once it is written.
+        while !held.is_empty() {
+            let page = held.split_off(held.len().saturating_sub(PAGE as usize));
+            loaded.local.apply(&page, None)?;
+        }
+        loaded.local.apply(&[], Some(position))?;
+        if first {
+            tracing::info!(revision = meta.revision, "snapshot written: the next start serves from it");
+            // Held since the start, so that merging did not share the cores with the load.
+            super::resume_compactions(&loaded.local);
+        }
         Ok::<(), storage::StorageError>(())
     })
     .await
 }
 
-/// Applies changes to the table and then the snapshot (at `position`, if given; else its
-/// position stays), decoding and compiling on the blocking pool, spread over the cores.
+/// What [`apply`] does with the records it applied to the table.
+#[derive(Clone, Copy)]
+enum Snapshot {
+    /// Writes them into the snapshot, which then stands at the position, if one is given (else
+    /// its position stays).
+    Write(Option<Position>),
+    /// Hands them back to be written later.
+    HandBack,
+}
+
+/// Applies changes to the table and then, as `snapshot` says, to the snapshot, decoding and
+/// compiling on the blocking pool, spread over the cores; the records handed back, if any.
 /// `comparable`: revisions decide which version wins; otherwise (a reload after the database was
 /// recreated or restored) the database's version does.
 async fn apply(
     state: &Arc<State>,
     database: &Arc<Database>,
     changes: Vec<Change>,
-    position: Option<Position>,
+    snapshot: Snapshot,
     comparable: bool,
-) -> Result<(), DbError> {
+) -> Result<Vec<(Uuid, Option<Vec<u8>>)>, DbError> {
     let (state, database) = (state.clone(), database.clone());
     blocking(move || {
         let compiled = compile(&state, &database, &changes);
@@ -257,7 +283,10 @@ async fn apply(
             }
         }
         let records: Vec<(Uuid, Option<Vec<u8>>)> = changes.into_iter().map(|c| (c.uuid, c.record)).collect();
-        state.local.apply(&records, position)
+        match snapshot {
+            Snapshot::Write(position) => state.local.apply(&records, position).map(|()| Vec::new()),
+            Snapshot::HandBack => Ok(records),
+        }
     })
     .await
 }
@@ -296,11 +325,11 @@ fn compile(state: &State, database: &Database, changes: &[Change]) -> Vec<Option
 
 /// Runs table and snapshot work on the blocking pool. A panic there is a bug: counted, and the
 /// session ends as if the database had failed, so the work is tried again.
-async fn blocking<E: std::fmt::Display>(
-    work: impl FnOnce() -> Result<(), E> + Send + 'static,
-) -> Result<(), DbError> {
+async fn blocking<T: Send + 'static, E: std::fmt::Display>(
+    work: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, DbError> {
     match tokio::task::spawn_blocking(move || work().map_err(|e| e.to_string())).await {
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(done)) => Ok(done),
         Ok(Err(why)) => Err(DbError::Failed(format!("the local snapshot could not be written: {why}"))),
         Err(e) => Err(DbError::Failed(format!("applying changes from the database failed: {e}"))),
     }
