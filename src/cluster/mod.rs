@@ -349,40 +349,42 @@ impl Database {
         let mut client = self.pooled().await?;
         let work = async {
             let tx = client.transaction().await?;
-            let row = tx
-                .query_one(
-                    "UPDATE recast_meta SET revision = revision + 1 WHERE id = 1 RETURNING revision",
-                    &[],
-                )
+            // Prepared once per pooled connection: the counter row stays locked from its update
+            // to the commit, and each statement prepared meanwhile would hold it a round trip
+            // longer, for every writer waiting behind it.
+            let write = match &change {
+                Write::Create(_) => {
+                    "INSERT INTO recast_routes (uuid, revision, created_at, updated_at, record)
+                     VALUES ($1, $2, $3, $4, $5)"
+                }
+                Write::Replace(..) => {
+                    "UPDATE recast_routes SET revision = $2, updated_at = $3, record = $4
+                     WHERE uuid = $1 AND revision = $5 AND record IS NOT NULL"
+                }
+                Write::Delete => {
+                    "UPDATE recast_routes SET revision = $2, record = NULL, deleted_at = now()
+                     WHERE uuid = $1 AND record IS NOT NULL"
+                }
+            };
+            let next = tx
+                .prepare_cached("UPDATE recast_meta SET revision = revision + 1 WHERE id = 1 RETURNING revision")
                 .await?;
+            let write = tx.prepare_cached(write).await?;
+            let notify = tx.prepare_cached("SELECT pg_notify($1, $2)").await?;
+            let row = tx.query_one(&next, &[]).await?;
             let revision: i64 = row.get(0);
             let changed = match &change {
                 Write::Create(route) => {
                     let record = storage::seal_record(&self.key, route, revision as u64);
-                    tx.execute(
-                        "INSERT INTO recast_routes (uuid, revision, created_at, updated_at, record)
-                         VALUES ($1, $2, $3, $4, $5)",
-                        &[&uuid, &revision, &(route.created_at as i64), &(route.updated_at as i64), &record],
-                    )
-                    .await?
+                    let times = (route.created_at as i64, route.updated_at as i64);
+                    tx.execute(&write, &[&uuid, &revision, &times.0, &times.1, &record]).await?
                 }
                 Write::Replace(route, held) => {
                     let record = storage::seal_record(&self.key, route, revision as u64);
-                    tx.execute(
-                        "UPDATE recast_routes SET revision = $2, updated_at = $3, record = $4
-                         WHERE uuid = $1 AND revision = $5 AND record IS NOT NULL",
-                        &[&uuid, &revision, &(route.updated_at as i64), &record, &(*held as i64)],
-                    )
-                    .await?
+                    tx.execute(&write, &[&uuid, &revision, &(route.updated_at as i64), &record, &(*held as i64)])
+                        .await?
                 }
-                Write::Delete => {
-                    tx.execute(
-                        "UPDATE recast_routes SET revision = $2, record = NULL, deleted_at = now()
-                         WHERE uuid = $1 AND record IS NOT NULL",
-                        &[&uuid, &revision],
-                    )
-                    .await?
-                }
+                Write::Delete => tx.execute(&write, &[&uuid, &revision]).await?,
             };
             if changed == 0 {
                 // Rolled back when `tx` is dropped. Why: deleted, or changed since this node read it.
@@ -401,7 +403,7 @@ impl Database {
                     _ => StoreError::NotFound,
                 }));
             }
-            tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &revision.to_string()]).await?;
+            tx.execute(&notify, &[&CHANNEL, &revision.to_string()]).await?;
             tx.commit().await?;
             Ok(Ok(revision as u64))
         };
