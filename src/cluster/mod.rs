@@ -367,7 +367,9 @@ impl Database {
                 }
             };
             let next = tx
-                .prepare_cached("UPDATE recast_meta SET revision = revision + 1 WHERE id = 1 RETURNING revision")
+                .prepare_cached(
+                    "UPDATE recast_meta SET revision = revision + 1 WHERE id = 1 RETURNING revision",
+                )
                 .await?;
             let write = tx.prepare_cached(write).await?;
             let notify = tx.prepare_cached("SELECT pg_notify($1, $2)").await?;
@@ -381,8 +383,11 @@ impl Database {
                 }
                 Write::Replace(route, held) => {
                     let record = storage::seal_record(&self.key, route, revision as u64);
-                    tx.execute(&write, &[&uuid, &revision, &(route.updated_at as i64), &record, &(*held as i64)])
-                        .await?
+                    tx.execute(
+                        &write,
+                        &[&uuid, &revision, &(route.updated_at as i64), &record, &(*held as i64)],
+                    )
+                    .await?
                 }
                 Write::Delete => tx.execute(&write, &[&uuid, &revision]).await?,
             };

@@ -195,8 +195,10 @@ async fn load_all(
     while let Some(after) = routes.last().map(|change| change.uuid) {
         seen.extend(routes.iter().map(|change| change.uuid));
         // The next page is read while this one is compiled and applied.
-        let (next, applied) =
-            tokio::join!(database.routes_after(tx, after), apply(state, database, routes, snapshot, comparable));
+        let (next, applied) = tokio::join!(
+            database.routes_after(tx, after),
+            apply(state, database, routes, snapshot, comparable)
+        );
         held.extend(applied?);
         routes = next?;
     }
