@@ -762,3 +762,28 @@ async fn the_nginx_configuration_of_the_docs_spreads_calls_over_the_nodes_and_pa
     }
     assert_eq!(get(&call).await.status, 404);
 }
+
+#[tokio::test]
+async fn a_new_node_serves_once_loaded_then_writes_its_snapshot_and_serves_from_it_with_the_database_down() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(2).await;
+    let a = cluster.node(0).await;
+    let routes = register_many(&a, &upstream, 0, 30).await;
+
+    let mut b = cluster.node(1).await;
+    assert!(b.wait_for_line("loading every route from the database").is_some(), "{}", b.log_text());
+    let written = b.wait_for_line("snapshot written").expect("the snapshot is written after the load");
+    assert!(written.contains("revision=30"), "{written}");
+    let log = b.log_text();
+    let (running, snapshot) = (log.find("state=Running").unwrap(), log.find("snapshot written").unwrap());
+    assert!(running < snapshot, "serves before its snapshot is written:\n{log}");
+    assert!(b.terminate().success());
+    drop(a);
+
+    let cluster = on_postgres(cluster, Postgres::stop_immediate).await;
+    let b = cluster.node(1).await;
+    for (uuid, path) in &routes {
+        assert_eq!(call(&b, uuid, path).await.as_deref(), Ok(FULL), "{path}");
+    }
+    assert!(!b.log_text().contains("loading every route"), "{}", b.log_text());
+}
