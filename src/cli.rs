@@ -164,9 +164,9 @@ pub fn export(dir: &Path, secret: Option<&crate::secrets::Secret>) -> Outcome {
         Ok(store) => store,
         Err(e) => return Outcome::failed(Exit::Unavailable, format!("{e}\n")),
     };
-    match store.position() {
-        Ok(None) => {}
-        Ok(Some(_)) => {
+    match store.position().and_then(|position| Ok(position.is_some() || store.is_loading()?)) {
+        Ok(false) => {}
+        Ok(true) => {
             return Outcome::failed(
                 Exit::Problems,
                 format!(

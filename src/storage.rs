@@ -33,6 +33,9 @@ const KEY_CHECK_TEXT: &[u8] = b"recast key check";
 const COMPACT_PENDING: &[u8] = b"m";
 /// In a cluster node's snapshot: the database epoch and revision its records come from.
 const POSITION: &[u8] = b"p";
+/// In a new cluster node's store while its first full load is written and before its position
+/// is: records without a position are then that load's, not a standalone node's.
+const LOADING: &[u8] = b"l";
 
 /// Why storage failed.
 #[derive(Debug)]
@@ -367,6 +370,17 @@ impl Store {
     /// Whether any route is stored.
     pub fn has_routes(&self) -> Result<bool, StorageError> {
         self.all_records().next().transpose().map(|first| first.is_some()).map_err(io)
+    }
+
+    /// Marks this store as a new cluster node's whose first load is being written ([`LOADING`]).
+    pub fn mark_loading(&self) -> Result<(), StorageError> {
+        self.db.put(LOADING, []).map_err(io)
+    }
+
+    /// Whether this store is a cluster node's whose first load was begun; its position, once
+    /// written, says where that load ended.
+    pub fn is_loading(&self) -> Result<bool, StorageError> {
+        self.db.get_pinned(LOADING).map(|found| found.is_some()).map_err(io)
     }
 
     /// Where a cluster node's snapshot stands; `None` for a standalone store and a new snapshot.

@@ -205,8 +205,10 @@ pub async fn run_with(
         .map_err(RunError::Storage)?;
     let local = Arc::new(local);
     let position = local.position().map_err(RunError::Storage)?;
+    // A new cluster node that stopped while writing its first load: no position, some records.
+    let loading = local.is_loading().map_err(RunError::Storage)?;
     let database = match &config.database_url {
-        None if position.is_some() => {
+        None if position.is_some() || loading => {
             return Err(RunError::Config(format!(
                 "the data directory {} holds a cluster node's snapshot; start it with RECAST_DATABASE_URL, \
                  or give this standalone node another RECAST_DATA_DIR",
@@ -214,7 +216,7 @@ pub async fn run_with(
             )));
         }
         None => None,
-        Some(_) if position.is_none() && local.has_routes().map_err(RunError::Storage)? => {
+        Some(_) if position.is_none() && !loading && local.has_routes().map_err(RunError::Storage)? => {
             return Err(RunError::Config(format!(
                 "the data directory {} holds the routes of a standalone node; move them into the \
                  database with `recast routes export` and `recast routes import`, and give this \

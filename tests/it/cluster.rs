@@ -499,8 +499,11 @@ async fn a_schema_dropped_and_made_again_is_noticed_by_every_node() {
         assert!(node.wait_for_line("the database was recreated").is_some(), "{}", node.log_text());
     }
     let new = register(&nodes[2], &upstream, "new").await;
+    // Node 0 prepared its writes' statements on the tables that were dropped.
+    let again = register(&nodes[0], &upstream, "again").await;
     for node in &nodes {
         converges(node, &new, "new", Ok(FULL), Duration::from_secs(1)).await;
+        converges(node, &again, "again", Ok(FULL), Duration::from_secs(1)).await;
     }
 }
 
@@ -786,4 +789,42 @@ async fn a_new_node_serves_once_loaded_then_writes_its_snapshot_and_serves_from_
         assert_eq!(call(&b, uuid, path).await.as_deref(), Ok(FULL), "{path}");
     }
     assert!(!b.log_text().contains("loading every route"), "{}", b.log_text());
+}
+
+#[tokio::test]
+async fn a_new_node_stopped_while_writing_its_first_snapshot_loads_again_and_is_not_taken_for_a_standalone_store()
+ {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(2).await;
+    let a = cluster.node(0).await;
+    let routes = register_many(&a, &upstream, 0, 3).await;
+
+    // Node 1's store as a stop in the middle of writing its first load leaves it: the loading
+    // mark, a record the database no longer holds, no position.
+    let leftover = {
+        let secret = recast::secrets::Secret::new(KEY);
+        let store = recast::storage::Store::open(cluster.dirs[1].path(), Some(&secret)).unwrap();
+        let registration: recast::route::Registration =
+            serde_json::from_str(&registration(&upstream.url("/"), "left", RULES)).unwrap();
+        let config = registration.validate(false, None).unwrap();
+        let route = recast::route::Route::new(uuid::Uuid::new_v4(), 1, 1, config, &Default::default());
+        store.put(&route.to_stored()).unwrap();
+        store.mark_loading().unwrap();
+        route.uuid.to_string()
+    };
+
+    let mut standalone = Binary::spawn_with(cluster.dirs[1].path(), &[("RECAST_SECRET_KEY", KEY)]);
+    assert!(
+        standalone.wait_for_line("holds a cluster node's snapshot").is_some(),
+        "{}",
+        standalone.log_text()
+    );
+    assert!(!standalone.exit_status().expect("it stops").success());
+
+    let b = cluster.node(1).await;
+    assert!(b.wait_for_line("snapshot written").is_some(), "{}", b.log_text());
+    for (uuid, path) in &routes {
+        assert_eq!(call(&b, uuid, path).await.as_deref(), Ok(FULL), "{path}");
+    }
+    assert_eq!(call(&b, &leftover, "left").await, Err(404), "the leftover record is gone");
 }
