@@ -26,9 +26,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use recast::rules::Limits;
 use recast::secrets::Secret;
-use recast::storage::Store;
 
 #[path = "common/harness.rs"]
 mod harness;
@@ -38,7 +36,8 @@ mod harness;
 mod postgres;
 
 use harness::{
-    Connection, Registered, Server, Upstream, register_for, registration_json, resident_bytes, route, tempdir,
+    Connection, Registered, Server, Upstream, fill, path, register_for, registration_json, resident_bytes,
+    tempdir,
 };
 use postgres::Postgres;
 
@@ -214,10 +213,6 @@ fn node(binary: &Path, dir: &Path, database: Option<&str>) -> Server {
     Server::spawn(binary, &env)
 }
 
-fn path(dir: &Path) -> &str {
-    dir.to_str().expect("a UTF-8 path")
-}
-
 // ---------------------------------------------------------------------------------------------
 // Propagation.
 
@@ -359,7 +354,7 @@ struct StartUp {
 fn start_up(binary: &Path, postgres: &Postgres, registration: &str, sizes: &Sizes) -> StartUp {
     let url = database(postgres, "startup");
     let standalone = tempdir("standalone");
-    fill(&standalone, sizes.stored, registration);
+    fill(&standalone, sizes.stored, registration, Some(&Secret::new(KEY)), CLIENTS);
     let records = standalone.join("routes.export");
     let started = Instant::now();
     let out = std::fs::File::create(&records).expect("the export file is created");
@@ -393,22 +388,6 @@ fn start_up(binary: &Path, postgres: &Postgres, registration: &str, sizes: &Size
         let _ = std::fs::remove_dir_all(dir);
     }
     StartUp { exported, imported, cold, warm }
-}
-
-/// Writes `n` routes, sealed with [`KEY`], into a new RocksDB store at `dir` from several threads.
-fn fill(dir: &Path, n: usize, registration: &str) {
-    let limits = Limits::default();
-    let store = Store::open(dir, Some(&Secret::new(KEY))).expect("the store opens");
-    let next = AtomicU64::new(0);
-    std::thread::scope(|scope| {
-        for _ in 0..CLIENTS {
-            scope.spawn(|| {
-                while next.fetch_add(1, Ordering::Relaxed) < n as u64 {
-                    store.put(&route(registration, &limits).to_stored()).expect("the route is stored");
-                }
-            });
-        }
-    });
 }
 
 /// Starts a cluster node on `dir`, waits until `/readyz` answers 200, checks that it holds

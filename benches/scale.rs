@@ -16,12 +16,10 @@
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
 use recast::rules::Limits;
-use recast::storage::Store;
 use recast::table::RouteTable;
 use uuid::Uuid;
 
@@ -29,8 +27,8 @@ use uuid::Uuid;
 mod harness;
 
 use harness::{
-    Registered, Server, Upstream, get, register_for, registration_json, resident_bytes, resident_bytes_in,
-    route, tempdir,
+    Registered, Server, Upstream, fill, get, path, register_for, registration_json, resident_bytes,
+    resident_bytes_in, route, tempdir,
 };
 
 #[global_allocator]
@@ -85,7 +83,7 @@ fn main() {
     criterion.final_summary();
 
     let binary = PathBuf::from(env!("CARGO_BIN_EXE_recast"));
-    let started = start_up(&binary, sizes.stored, &registration, &limits);
+    let started = start_up(&binary, sizes.stored, &registration);
     let registered = registration_throughput(&binary, &registration, sizes.register_for);
     println!();
     println!("| measure | value |");
@@ -155,10 +153,10 @@ impl StartUp {
     }
 }
 
-fn start_up(binary: &Path, routes: usize, registration: &str, limits: &Limits) -> StartUp {
+fn start_up(binary: &Path, routes: usize, registration: &str) -> StartUp {
     let empty = tempdir("empty");
     let full = tempdir("full");
-    let fill_rate = fill(&full, routes, registration, limits);
+    let fill_rate = fill(&full, routes, registration, None, CLIENTS);
     let (ready_empty, rss_empty) = time_start(binary, &empty, 0);
     // Three starts on the full store: the first after the writer closed it, then after recast's
     // own clean stops.
@@ -170,24 +168,6 @@ fn start_up(binary: &Path, routes: usize, registration: &str, limits: &Limits) -
         let _ = std::fs::remove_dir_all(dir);
     }
     StartUp { fill_rate, ready, ready_empty, rss_empty, rss_full, disk, routes }
-}
-
-/// Writes `n` routes into a new store at `dir` from several threads (each write synced, as a
-/// registration's is; concurrent writes share their syncs). Returns routes per second.
-fn fill(dir: &Path, n: usize, registration: &str, limits: &Limits) -> f64 {
-    let store = Store::open(dir, None).expect("the store opens");
-    let started = Instant::now();
-    let next = AtomicU64::new(0);
-    std::thread::scope(|scope| {
-        for _ in 0..CLIENTS {
-            scope.spawn(|| {
-                while next.fetch_add(1, Ordering::Relaxed) < n as u64 {
-                    store.put(&route(registration, limits).to_stored()).expect("the route is stored");
-                }
-            });
-        }
-    });
-    n as f64 / started.elapsed().as_secs_f64()
 }
 
 /// Starts the binary on `dir`, waits until it is running with `routes` routes loaded; returns the
@@ -203,10 +183,6 @@ fn time_start(binary: &Path, dir: &Path, routes: usize) -> (Duration, u64) {
     let rss = resident_bytes(server.pid());
     server.stop();
     (ready, rss)
-}
-
-fn path(dir: &Path) -> &str {
-    dir.to_str().expect("a UTF-8 path")
 }
 
 fn own_resident_bytes() -> u64 {

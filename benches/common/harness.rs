@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use recast::route::{Registration, Route};
 use recast::rules::Limits;
+use recast::secrets::Secret;
+use recast::storage::Store;
 use uuid::Uuid;
 
 /// A registration of the kind a user makes: one upstream, five targets, one concatenation.
@@ -27,6 +29,30 @@ pub fn route(registration: &str, limits: &Limits) -> Route {
         serde_json::from_str(registration).expect("the registration is valid JSON");
     let config = registration.validate(false, None).expect("the registration is valid");
     Route::new(Uuid::new_v4(), 1, 1, config, limits)
+}
+
+/// Writes `n` routes of `registration` into a new store at `dir` (sealed with `secret`, else with
+/// a key file the store makes) from `writers` threads, each write synced as a registration's is
+/// (concurrent writes share their syncs). Returns routes per second.
+pub fn fill(dir: &Path, n: usize, registration: &str, secret: Option<&Secret>, writers: usize) -> f64 {
+    let limits = Limits::default();
+    let store = Store::open(dir, secret).expect("the store opens");
+    let started = Instant::now();
+    let next = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..writers {
+            scope.spawn(|| {
+                while next.fetch_add(1, Ordering::Relaxed) < n as u64 {
+                    store.put(&route(registration, &limits).to_stored()).expect("the route is stored");
+                }
+            });
+        }
+    });
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+pub fn path(dir: &Path) -> &str {
+    dir.to_str().expect("a UTF-8 path")
 }
 
 /// The binary, killed when dropped.

@@ -297,13 +297,11 @@ pub async fn run_with(
                 tracing::error!(%panic, "loading the stored routes panicked; recast stays not ready");
                 return None;
             }
-            // Table files left to merge are merged from now on, in the background; on a new
-            // cluster node, once the follower has written every route of the database into it.
+            // A new cluster node (no snapshot) serves once the follower has loaded the database's
+            // routes, and merges its table files once it has written them all into its store.
             if !state.clustered() || position.is_some() {
+                // Table files left to merge are merged from now on, in the background.
                 resume_compactions(&state.local);
-            }
-            // A node without a snapshot serves once the follower has loaded the database's routes.
-            if !state.clustered() || position.is_some() {
                 // Unless a shutdown came first: then the state stays `Stopped`.
                 state.advance(Lifecycle::Idle, Lifecycle::Running);
             }
