@@ -36,6 +36,7 @@ pub const DATABASE_TIMEOUT_MS: &str = "RECAST_DATABASE_TIMEOUT_MS";
 pub const SYNC_INTERVAL_MS: &str = "RECAST_SYNC_INTERVAL_MS";
 pub const MAX_STALENESS_MS: &str = "RECAST_MAX_STALENESS_MS";
 pub const TOMBSTONE_RETENTION_MS: &str = "RECAST_TOMBSTONE_RETENTION_MS";
+pub const UPSTREAM_COMPRESSION: &str = "RECAST_UPSTREAM_COMPRESSION";
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATA_DIR: &str = "./recast-data";
@@ -80,9 +81,15 @@ pub struct Config {
     #[arg(long, env = UPSTREAM_TIMEOUT_MS, default_value_t = DEFAULT_UPSTREAM_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
     pub upstream_timeout_ms: u64,
 
-    /// Largest upstream answer body read, in bytes; larger answers get 502.
+    /// Largest upstream answer body read, in bytes, counted after decoding a gzip or br body;
+    /// larger answers get 502.
     #[arg(long, env = MAX_UPSTREAM_BYTES, default_value_t = DEFAULT_MAX_UPSTREAM_BYTES)]
     pub max_upstream_bytes: usize,
+
+    /// Whether upstreams are asked for compressed answers (`Accept-Encoding: gzip, br`); `false`
+    /// asks for `identity`. gzip and br answers are decoded either way.
+    #[arg(long, env = UPSTREAM_COMPRESSION, default_value_t = true, action = clap::ArgAction::Set)]
+    pub upstream_compression: bool,
 
     /// Largest request body accepted, in bytes; larger bodies get 413.
     #[arg(long, env = MAX_REQUEST_BYTES, default_value_t = DEFAULT_MAX_REQUEST_BYTES)]
@@ -186,6 +193,7 @@ impl Default for Config {
             upstream_connect_timeout_ms: DEFAULT_UPSTREAM_CONNECT_TIMEOUT_MS,
             upstream_timeout_ms: DEFAULT_UPSTREAM_TIMEOUT_MS,
             max_upstream_bytes: DEFAULT_MAX_UPSTREAM_BYTES,
+            upstream_compression: true,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             max_rules: DEFAULT_MAX_RULES,
             max_depth: DEFAULT_MAX_DEPTH,
@@ -241,6 +249,7 @@ impl Config {
             connect_timeout: Duration::from_millis(self.upstream_connect_timeout_ms),
             total_timeout: Duration::from_millis(self.upstream_timeout_ms),
             max_body: self.max_upstream_bytes,
+            compression: self.upstream_compression,
             workers: self.workers(),
         }
     }
@@ -319,6 +328,7 @@ mod tests {
             SYNC_INTERVAL_MS,
             MAX_STALENESS_MS,
             TOMBSTONE_RETENTION_MS,
+            UPSTREAM_COMPRESSION,
         ];
         for name in all {
             assert!(names.iter().any(|n| n == name), "{name} is not bound");

@@ -228,6 +228,8 @@ pub enum UpstreamErrorKind {
     TooLarge,
     /// A 2xx answer that is not JSON.
     NotJson,
+    /// A 2xx answer in a content coding recast does not decode, or that does not decode.
+    Encoding,
     /// The outbound policy refused the address; nothing was sent.
     NotAllowed,
     /// An answer with a 4xx status.
@@ -239,11 +241,12 @@ pub enum UpstreamErrorKind {
 }
 
 impl UpstreamErrorKind {
-    const ALL: [UpstreamErrorKind; 8] = [
+    const ALL: [UpstreamErrorKind; 9] = [
         UpstreamErrorKind::Unreachable,
         UpstreamErrorKind::Timeout,
         UpstreamErrorKind::TooLarge,
         UpstreamErrorKind::NotJson,
+        UpstreamErrorKind::Encoding,
         UpstreamErrorKind::NotAllowed,
         UpstreamErrorKind::Status4xx,
         UpstreamErrorKind::Status5xx,
@@ -256,6 +259,7 @@ impl UpstreamErrorKind {
             UpstreamErrorKind::Timeout => "timeout",
             UpstreamErrorKind::TooLarge => "too_large",
             UpstreamErrorKind::NotJson => "not_json",
+            UpstreamErrorKind::Encoding => "encoding",
             UpstreamErrorKind::NotAllowed => "not_allowed",
             UpstreamErrorKind::Status4xx => "status_4xx",
             UpstreamErrorKind::Status5xx => "status_5xx",

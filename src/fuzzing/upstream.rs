@@ -67,6 +67,7 @@ fn harness() -> &'static Harness {
                 connect_timeout: Duration::from_secs(1),
                 total_timeout: Duration::from_secs(2),
                 max_body: 4096,
+                compression: true,
                 workers: 1,
             };
             let allow: AllowList = "127.0.0.1/32".parse().expect("a network");

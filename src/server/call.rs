@@ -161,6 +161,7 @@ impl UpstreamFailure {
             UpstreamFailure::Timeout => UpstreamErrorKind::Timeout,
             UpstreamFailure::TooLarge { .. } => UpstreamErrorKind::TooLarge,
             UpstreamFailure::NotJson(_) => UpstreamErrorKind::NotJson,
+            UpstreamFailure::Encoding(_) => UpstreamErrorKind::Encoding,
             UpstreamFailure::NotAllowed(_) => UpstreamErrorKind::NotAllowed,
         }
     }

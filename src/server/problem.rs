@@ -14,7 +14,7 @@ use crate::upstream::UpstreamError;
 pub const TYPE_BASE: &str = "https://recast.dev/problems/";
 
 /// The last segment of every problem type recast answers with (see [`ApiError::slug`]).
-pub const SLUGS: [&str; 24] = [
+pub const SLUGS: [&str; 25] = [
     "invalid-json",
     "invalid-request",
     "invalid-rules",
@@ -33,6 +33,7 @@ pub const SLUGS: [&str; 24] = [
     "upstream-timeout",
     "upstream-too-large",
     "upstream-not-json",
+    "upstream-encoding",
     "starting",
     "route-unavailable",
     "storage-error",
@@ -110,6 +111,9 @@ pub enum UpstreamFailure {
     },
     /// A 2xx answer whose body is not JSON (the parser's reason).
     NotJson(String),
+    /// A 2xx answer in a content coding recast does not decode, or a coded body that does not
+    /// decode (which, and why).
+    Encoding(String),
     /// The outbound policy refuses the upstream's address (the reason); nothing was sent.
     NotAllowed(String),
 }
@@ -120,6 +124,7 @@ impl From<UpstreamError> for UpstreamFailure {
             UpstreamError::Timeout => UpstreamFailure::Timeout,
             UpstreamError::TooLarge { limit } => UpstreamFailure::TooLarge { limit },
             UpstreamError::NotAllowed(refusal) => UpstreamFailure::NotAllowed(refusal.to_string()),
+            UpstreamError::Coding(why) => UpstreamFailure::Encoding(why),
             UpstreamError::Connect(_) | UpstreamError::Broken(_) => {
                 UpstreamFailure::Unreachable(e.to_string())
             }
@@ -179,6 +184,7 @@ impl ApiError {
                 UpstreamFailure::Timeout => "upstream-timeout",
                 UpstreamFailure::TooLarge { .. } => "upstream-too-large",
                 UpstreamFailure::NotJson(_) => "upstream-not-json",
+                UpstreamFailure::Encoding(_) => "upstream-encoding",
             },
             ApiError::Starting => "starting",
             ApiError::RouteUnavailable(_) => "route-unavailable",
@@ -212,6 +218,7 @@ impl ApiError {
                 UpstreamFailure::Timeout => "The upstream did not answer in time",
                 UpstreamFailure::TooLarge { .. } => "The upstream's answer is too large",
                 UpstreamFailure::NotJson(_) => "The upstream's answer is not JSON",
+                UpstreamFailure::Encoding(_) => "The upstream's answer is in a coding recast cannot read",
             },
             ApiError::Starting => "recast is still loading its routes",
             ApiError::RouteUnavailable(_) => "This route cannot serve calls",
@@ -253,7 +260,7 @@ impl ApiError {
             }
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::Status(status) => format!("the upstream answered {status}"),
-                UpstreamFailure::Unreachable(why) => why.clone(),
+                UpstreamFailure::Unreachable(why) | UpstreamFailure::Encoding(why) => why.clone(),
                 UpstreamFailure::Timeout => "the upstream did not answer within RECAST_UPSTREAM_TIMEOUT_MS".to_owned(),
                 UpstreamFailure::TooLarge { limit } => {
                     format!("the answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
@@ -361,6 +368,7 @@ mod tests {
                 UpstreamFailure::Timeout,
                 UpstreamFailure::TooLarge { limit: 1 },
                 UpstreamFailure::NotJson("html".to_owned()),
+                UpstreamFailure::Encoding("zstd".to_owned()),
                 UpstreamFailure::NotAllowed("private".to_owned()),
             ]
         };

@@ -4,6 +4,7 @@
 //! followed. Connections are made by hyper's connector behind the outbound policy
 //! ([`crate::policy::Guarded`]); the exchange itself is [`wire`], driven by the calling task.
 
+mod coding;
 mod wire;
 
 use std::collections::HashMap;
@@ -32,8 +33,11 @@ pub struct UpstreamSettings {
     pub connect_timeout: Duration,
     /// Deadline for sending the request and reading the whole answer.
     pub total_timeout: Duration,
-    /// Largest answer body read.
+    /// Largest answer body read (decoded, when it comes in a content coding).
     pub max_body: usize,
+    /// Whether upstreams are asked for `gzip` or `br` answers (`RECAST_UPSTREAM_COMPRESSION`).
+    /// Answers in those codings are decoded either way.
+    pub compression: bool,
     /// How many workers serve connections ([`crate::workers`]): each keeps its own idle
     /// connections, so a connection is only ever used on the thread whose event loop it is on.
     pub workers: usize,
@@ -56,8 +60,11 @@ pub enum UpstreamError {
     Broken(String),
     /// The deadline passed.
     Timeout,
-    /// The body is larger than allowed.
+    /// The body is larger than allowed (decoded, when it comes in a content coding).
     TooLarge { limit: usize },
+    /// A 2xx answer in a content coding recast does not decode (its name), or a coded body that
+    /// does not decode (why).
+    Coding(String),
     /// The outbound policy refuses the upstream's address; nothing was sent.
     NotAllowed(NotAllowed),
 }
@@ -71,6 +78,7 @@ impl std::fmt::Display for UpstreamError {
             UpstreamError::TooLarge { limit } => {
                 write!(f, "the upstream's answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
             }
+            UpstreamError::Coding(why) => f.write_str(why),
             UpstreamError::NotAllowed(refusal) => refusal.fmt(f),
         }
     }
@@ -166,7 +174,7 @@ impl UpstreamClient {
         started: Instant,
     ) -> Result<Answer, UpstreamError> {
         let key = Key::of(&request.uri)?;
-        let bytes = wire::encode(&request);
+        let bytes = wire::encode(&request, self.settings.compression);
         let head_only = request.method == Method::HEAD;
         let limit = self.settings.max_body;
         let pool = self.pools.here();
@@ -201,6 +209,12 @@ impl UpstreamClient {
                     return Err(UpstreamError::Broken(why));
                 }
                 Err(wire::Failed::TooLarge) => return Err(UpstreamError::TooLarge { limit }),
+                Err(wire::Failed::UnknownCoding(name)) => {
+                    return Err(UpstreamError::Coding(format!(
+                        "the upstream answered in the content coding `{name}`, which recast does not decode (it decodes gzip and br)"
+                    )));
+                }
+                Err(wire::Failed::Undecodable(why)) => return Err(UpstreamError::Coding(why)),
             }
         }
     }

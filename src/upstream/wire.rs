@@ -14,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
 use super::Answer;
+use super::coding::{Coding, Decoding, Sink};
 use crate::http1::{self, line};
 use crate::json::PADDING;
 use crate::route::UpstreamRequest;
@@ -26,7 +27,7 @@ const MAX_HEAD: usize = 64 * 1024;
 /// The most header lines an answer may have.
 const MAX_HEADERS: usize = 128;
 /// What a read asks for at least.
-const READ_SIZE: usize = 8 * 1024;
+pub(super) const READ_SIZE: usize = 8 * 1024;
 /// The most interim (1xx) answers skipped before the answer.
 const MAX_INTERIM: usize = 16;
 /// The longest chunk size line, extensions included.
@@ -54,8 +55,12 @@ pub(super) enum Failed {
     Stale(String),
     /// The connection broke, or the answer is not HTTP/1.1.
     Broken(String),
-    /// The body is larger than allowed.
+    /// The body is larger than allowed (decoded, when it comes in a content coding).
     TooLarge,
+    /// A 2xx answer's content coding is not one recast decodes (its name).
+    UnknownCoding(String),
+    /// A coded body does not decode (why).
+    Undecodable(String),
 }
 
 /// Whether a connection may carry another request once its answer is read.
@@ -79,11 +84,13 @@ struct AnswerHead {
     length: usize,
     framing: Framing,
     keep_alive: bool,
+    coding: Coding,
 }
 
-/// The bytes of `request` on the wire: request line, `Host`, the request's headers,
-/// `Content-Length` when there is a body or the method carries one, and the body.
-pub(super) fn encode(request: &UpstreamRequest) -> Vec<u8> {
+/// The bytes of `request` on the wire: request line, `Host`, `Accept-Encoding` (`gzip, br` when
+/// `compression` is on, else `identity`), the request's headers, `Content-Length` when there is a
+/// body or the method carries one, and the body.
+pub(super) fn encode(request: &UpstreamRequest, compression: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + request.body.len());
     out.extend_from_slice(request.method.as_str().as_bytes());
     out.push(b' ');
@@ -95,9 +102,8 @@ pub(super) fn encode(request: &UpstreamRequest) -> Vec<u8> {
     {
         line(&mut out, b"host", authority.as_str().as_bytes());
     }
-    // Uncompressed answers only: recast cannot read a compressed body (no header would mean
-    // any coding, RFC 9110 §12.5.3).
-    line(&mut out, b"accept-encoding", b"identity");
+    // Only the codings recast decodes (no header at all would mean any coding, RFC 9110 §12.5.3).
+    line(&mut out, b"accept-encoding", if compression { b"gzip, br" } else { b"identity" });
     for (name, value) in &request.headers {
         if name != header::CONTENT_LENGTH && name != header::ACCEPT_ENCODING {
             line(&mut out, name.as_str().as_bytes(), value.as_bytes());
@@ -144,11 +150,26 @@ impl Connection {
         };
         sent.await.map_err(|e| Failed::Stale(format!("sending the request failed: {e}")))?;
         let head = self.read_head(head_only).await?;
-        let (body, clean) = match head.framing {
-            Framing::Length(0) => (Vec::with_capacity(PADDING), self.buf.len() == head.length),
-            Framing::Length(n) => self.read_length(head.length, n, limit).await?,
-            Framing::Chunked => self.read_chunked(head.length, limit).await?,
-            Framing::UntilClose => (self.read_to_close(head.length, limit).await?, false),
+        // Only a 2xx answer's body is ever read by recast; any other is read to keep the framing
+        // and dropped, whatever its coding.
+        let decoding = match &head.coding {
+            Coding::Identity => None,
+            _ if !head.status.is_success() || head.framing == Framing::Length(0) => None,
+            Coding::Unknown(name) => return Err(Failed::UnknownCoding(name.clone())),
+            coding => Decoding::new(coding, limit),
+        };
+        let (body, clean) = match decoding {
+            None => {
+                let mut body = Vec::new();
+                let clean = self.read_body(&mut body, &head, limit).await?;
+                let most = body.len() + PADDING;
+                http1::reserve_within(&mut body, PADDING, most);
+                (body, clean)
+            }
+            Some(mut decoding) => {
+                let clean = self.read_body(&mut decoding, &head, limit).await?;
+                (decoding.finish()?, clean)
+            }
         };
         if self.buf.capacity() > KEEP_BUFFER {
             self.buf = Vec::with_capacity(READ_SIZE);
@@ -235,6 +256,7 @@ impl Connection {
         let mut keep_alive = answer.version == Some(1);
         let mut declared: Option<u64> = None;
         let mut chunked = None;
+        let mut coding = Coding::Identity;
         for line in answer.headers.iter() {
             let name = line.name.as_bytes();
             if name.eq_ignore_ascii_case(b"content-length") {
@@ -251,6 +273,15 @@ impl Connection {
                 // Chunked only when it is the last coding; any other ends at the close.
                 let last = line.value.rsplit(|&b| b == b',').next().unwrap_or_default();
                 chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            } else if name.eq_ignore_ascii_case(b"content-encoding") {
+                // Several lines are one list; a list of codings is not one recast decodes.
+                coding = match coding {
+                    Coding::Identity => Coding::of(line.value),
+                    earlier => Coding::Unknown(format!(
+                        "{earlier}, {}",
+                        String::from_utf8_lossy(line.value.trim_ascii())
+                    )),
+                };
             } else if name.eq_ignore_ascii_case(b"connection")
                 && line.value.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
             {
@@ -277,34 +308,52 @@ impl Connection {
             (false, None, Some(n)) => Framing::Length(n),
             (false, None, None) => Framing::UntilClose,
         };
-        Ok(Some(AnswerHead { status, length, framing, keep_alive }))
+        Ok(Some(AnswerHead { status, length, framing, keep_alive, coding }))
+    }
+
+    /// Reads the body the head announces into `body`; true when nothing followed it.
+    async fn read_body(
+        &mut self,
+        body: &mut impl Sink,
+        head: &AnswerHead,
+        limit: usize,
+    ) -> Result<bool, Failed> {
+        match head.framing {
+            Framing::Length(0) => Ok(self.buf.len() == head.length),
+            Framing::Length(n) => self.read_length(body, head.length, n, limit).await,
+            Framing::Chunked => self.read_chunked(body, head.length, limit).await,
+            Framing::UntilClose => self.read_to_close(body, head.length, limit).await.map(|()| false),
+        }
     }
 
     /// A body of `n` bytes, `from` the buffer on; clean when nothing followed it.
-    async fn read_length(&mut self, from: usize, n: u64, limit: usize) -> Result<(Vec<u8>, bool), Failed> {
+    async fn read_length(
+        &mut self,
+        body: &mut impl Sink,
+        from: usize,
+        n: u64,
+        limit: usize,
+    ) -> Result<bool, Failed> {
         if n > limit as u64 {
             return Err(Failed::TooLarge);
         }
         let n = n as usize;
-        let mut body = Vec::with_capacity(n.min(http1::RESERVE_LIMIT) + PADDING);
+        body.reserve(n.min(http1::RESERVE_LIMIT) + PADDING, n + PADDING);
         let buffered = &self.buf[from..];
-        body.extend_from_slice(&buffered[..buffered.len().min(n)]);
+        body.take_slice(&buffered[..buffered.len().min(n)])?;
         let clean = buffered.len() <= n;
-        self.read_exactly(&mut body, n, n + PADDING).await?;
-        http1::reserve_within(&mut body, PADDING, n + PADDING);
-        Ok((body, clean))
+        self.read_exactly(body, n, n + PADDING).await?;
+        Ok(clean)
     }
 
-    /// Reads from the stream into `body` until it holds `n` bytes, growing it as the bytes come
-    /// (a declared length is not trusted with memory up front) to at most `most` bytes.
-    async fn read_exactly(&mut self, body: &mut Vec<u8>, n: usize, most: usize) -> Result<(), Failed> {
-        while body.len() < n {
-            let wanted = n - body.len();
-            http1::reserve_within(body, wanted.min(http1::RESERVE_LIMIT) + PADDING, most);
-            match (&mut *self.stream).take(wanted as u64).read_buf(body).await {
-                Ok(0) => return Err(Failed::Broken("the upstream closed the connection mid-body".into())),
-                Ok(_) => {}
-                Err(e) => return Err(Failed::Broken(e.to_string())),
+    /// Reads from the stream into `body` until it has taken `n` bytes, growing a plain body as the
+    /// bytes come (a declared length is not trusted with memory up front) to at most `most` bytes.
+    async fn read_exactly(&mut self, body: &mut impl Sink, n: usize, most: usize) -> Result<(), Failed> {
+        while body.taken() < n {
+            let wanted = n - body.taken();
+            body.reserve(wanted.min(http1::RESERVE_LIMIT) + PADDING, most);
+            if body.read_from(&mut self.stream, wanted).await? == 0 {
+                return Err(Failed::Broken("the upstream closed the connection mid-body".into()));
             }
         }
         Ok(())
@@ -312,25 +361,30 @@ impl Connection {
 
     /// A chunked body, `from` the buffer on; clean when nothing followed it. Chunk data goes
     /// straight into the body, not through the read buffer, so a large chunk is held once.
-    async fn read_chunked(&mut self, from: usize, limit: usize) -> Result<(Vec<u8>, bool), Failed> {
-        let mut body = Vec::with_capacity(READ_SIZE.min(limit) + PADDING);
+    async fn read_chunked(
+        &mut self,
+        body: &mut impl Sink,
+        from: usize,
+        limit: usize,
+    ) -> Result<bool, Failed> {
+        body.reserve(READ_SIZE.min(limit) + PADDING, limit + PADDING);
         let mut at = from;
         loop {
             let size = self.chunk_size(&mut at).await?;
             if size == 0 {
                 break;
             }
-            if size > (limit - body.len()) as u64 {
+            if size > (limit - body.taken()) as u64 {
                 return Err(Failed::TooLarge);
             }
             // The chunk's data: what the buffer holds of it, then the rest from the stream.
-            let end = body.len() + size as usize;
-            let buffered = (self.buf.len() - at).min(end - body.len());
-            http1::reserve_within(&mut body, buffered + PADDING, limit + PADDING);
-            body.extend_from_slice(&self.buf[at..at + buffered]);
+            let end = body.taken() + size as usize;
+            let buffered = (self.buf.len() - at).min(end - body.taken());
+            body.reserve(buffered + PADDING, limit + PADDING);
+            body.take_slice(&self.buf[at..at + buffered])?;
             at += buffered;
-            if body.len() < end {
-                self.read_exactly(&mut body, end, limit + PADDING).await?;
+            if body.taken() < end {
+                self.read_exactly(body, end, limit + PADDING).await?;
             }
             // Its CRLF.
             while self.buf.len() - at < 2 {
@@ -342,8 +396,7 @@ impl Connection {
             at += 2;
         }
         self.skip_trailers(&mut at).await?;
-        http1::reserve_within(&mut body, PADDING, limit + PADDING);
-        Ok((body, self.buf.len() == at))
+        Ok(self.buf.len() == at)
     }
 
     /// Reads the chunk size line at `at` and moves past it.
@@ -418,27 +471,24 @@ impl Connection {
     }
 
     /// A body that ends when the upstream closes the connection. It is read at most a byte past
-    /// the limit, so the buffer never grows beyond it.
-    async fn read_to_close(&mut self, from: usize, limit: usize) -> Result<Vec<u8>, Failed> {
+    /// the limit, so a plain body's buffer never grows beyond it.
+    async fn read_to_close(&mut self, body: &mut impl Sink, from: usize, limit: usize) -> Result<(), Failed> {
         let buffered = &self.buf[from..];
         if buffered.len() > limit {
             return Err(Failed::TooLarge);
         }
-        let mut body = Vec::with_capacity(buffered.len().max(READ_SIZE).min(limit) + PADDING);
-        body.extend_from_slice(buffered);
+        body.reserve(buffered.len().max(READ_SIZE).min(limit) + PADDING, limit + 1 + PADDING);
+        body.take_slice(buffered)?;
         loop {
             // Room for one byte more than the limit: reading it tells a body over the limit.
-            let room = limit + 1 - body.len();
-            http1::reserve_within(&mut body, room.min(READ_SIZE) + PADDING, limit + 1 + PADDING);
-            match (&mut *self.stream).take(room as u64).read_buf(&mut body).await {
-                Ok(0) => break,
-                Ok(_) if body.len() > limit => return Err(Failed::TooLarge),
-                Ok(_) => {}
-                Err(e) => return Err(Failed::Broken(e.to_string())),
+            let room = limit + 1 - body.taken();
+            body.reserve(room.min(READ_SIZE) + PADDING, limit + 1 + PADDING);
+            match body.read_from(&mut self.stream, room).await? {
+                0 => return Ok(()),
+                _ if body.taken() > limit => return Err(Failed::TooLarge),
+                _ => {}
             }
         }
-        http1::reserve_within(&mut body, PADDING, limit + 1 + PADDING);
-        Ok(body)
     }
 }
 

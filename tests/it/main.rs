@@ -10,6 +10,7 @@ mod architecture;
 mod binary;
 mod cli;
 mod cluster;
+mod compression;
 mod conformance;
 mod crash;
 mod edges;

@@ -159,6 +159,7 @@ fn client(allow: &str, lookup: Arc<Script>) -> UpstreamClient {
         connect_timeout: Duration::from_secs(2),
         total_timeout: Duration::from_secs(5),
         max_body: 1 << 20,
+        compression: true,
         workers: 1,
     };
     let allow: AllowList = allow.parse().unwrap();

@@ -112,6 +112,7 @@ fn client() -> UpstreamClient {
         connect_timeout: Duration::from_secs(2),
         total_timeout: Duration::from_secs(5),
         max_body: 1000,
+        compression: true,
         workers: 1,
     };
     let allow: AllowList = "127.0.0.1/32".parse().unwrap();
@@ -457,12 +458,159 @@ async fn a_body_at_the_limit_takes_the_limit_in_memory_not_twice() {
 }
 
 #[tokio::test]
-async fn requests_ask_for_uncompressed_answers() {
-    let upstream = Scripted::start(|_| Step::Send(vec![ok("content-length: 2\r\n", "{}")])).await;
-    let mut request = get(&upstream.url);
-    request.headers.insert("accept-encoding", "gzip".parse().unwrap());
-    client().call(request).await.unwrap();
-    let sent = upstream.requests.lock().unwrap()[0].to_ascii_lowercase();
-    assert_eq!(sent.matches("accept-encoding").count(), 1, "{sent}");
-    assert!(sent.contains("accept-encoding: identity\r\n"), "{sent}");
+async fn requests_ask_for_the_codings_recast_decodes_or_identity_when_compression_is_off() {
+    for (compression, asked) in
+        [(true, "accept-encoding: gzip, br\r\n"), (false, "accept-encoding: identity\r\n")]
+    {
+        let upstream = Scripted::start(|_| Step::Send(vec![ok("content-length: 2\r\n", "{}")])).await;
+        let mut request = get(&upstream.url);
+        request.headers.insert("accept-encoding", "zstd".parse().unwrap());
+        let client = UpstreamClient::new(
+            UpstreamSettings { compression, ..client().settings() },
+            Arc::new(OutboundPolicy::new(&"127.0.0.1/32".parse().unwrap())),
+            Arc::new(SystemLookup),
+        );
+        client.call(request).await.unwrap();
+        let sent = upstream.requests.lock().unwrap()[0].to_ascii_lowercase();
+        assert_eq!(sent.matches("accept-encoding").count(), 1, "{sent}");
+        assert!(sent.contains(asked), "{sent}");
+    }
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
+fn br(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    brotli::BrotliCompress(&mut &bytes[..], &mut out, &brotli::enc::BrotliEncoderParams::default()).unwrap();
+    out
+}
+
+/// An answer with `head` lines and a body of raw bytes.
+fn raw_ok(head: &str, body: &[u8]) -> Vec<u8> {
+    let mut all = format!("HTTP/1.1 200 OK\r\n{head}\r\n").into_bytes();
+    all.extend_from_slice(body);
+    all
+}
+
+/// `body` in chunks of `size` bytes, with the last chunk.
+fn chunked(body: &[u8], size: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for chunk in body.chunks(size) {
+        out.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        out.extend_from_slice(chunk);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    out
+}
+
+#[tokio::test]
+async fn gzip_and_br_bodies_are_decoded_in_every_framing_and_the_connection_is_kept() {
+    let json: String = format!(
+        "{{\"items\":[{}]}}",
+        (0..300).map(|i| format!("{{\"n\":{i}}}")).collect::<Vec<_>>().join(",")
+    );
+    let codings: [(&str, Vec<u8>); 3] =
+        [("gzip", gzip(json.as_bytes())), ("x-gzip", gzip(json.as_bytes())), ("br", br(json.as_bytes()))];
+    let answers: Vec<Step> = codings
+        .iter()
+        .flat_map(|(name, encoded)| {
+            let length = raw_ok(
+                &format!("content-encoding: {name}\r\ncontent-length: {}\r\n", encoded.len()),
+                encoded,
+            );
+            let chunks = raw_ok(
+                &format!("content-encoding: {name}\r\ntransfer-encoding: chunked\r\n"),
+                &chunked(encoded, 100),
+            );
+            [
+                // Content-Length, arriving in small pieces.
+                Step::Send(length.chunks(50).map(<[u8]>::to_vec).collect()),
+                Step::Send(vec![chunks]),
+            ]
+        })
+        .collect();
+    let count = answers.len();
+    let answers = Mutex::new(answers.into_iter().map(Some).collect::<Vec<_>>());
+    let upstream = Scripted::start(move |n| answers.lock().unwrap()[n].take().unwrap()).await;
+    let client = client_with_limit(1 << 20);
+    for n in 0..count {
+        let answer = client.call(get(&upstream.url)).await.unwrap_or_else(|e| panic!("answer {n}: {e}"));
+        assert_eq!(String::from_utf8_lossy(&answer.body), json, "answer {n}");
+        assert!(answer.body.capacity() - answer.body.len() >= recast::json::PADDING, "answer {n}");
+    }
+    assert_eq!(upstream.connections.load(Ordering::SeqCst), 1, "one kept-alive connection for all");
+
+    // Up to the close.
+    let encoded = br(json.as_bytes());
+    let upstream =
+        Scripted::start(move |_| Step::SendAndClose(raw_ok("content-encoding: br\r\n", &encoded))).await;
+    let answer = client.call(get(&upstream.url)).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&answer.body), json);
+}
+
+#[tokio::test]
+async fn coded_bodies_are_limited_on_their_decoded_size() {
+    let body = vec![b' '; 5000];
+    let encoded = gzip(&body);
+    assert!(encoded.len() < 1000, "{} bytes", encoded.len());
+    let head = format!("content-encoding: gzip\r\ncontent-length: {}\r\n", encoded.len());
+    let upstream = Scripted::start(move |_| Step::Send(vec![raw_ok(&head, &encoded)])).await;
+    // The client's limit is 1000 bytes: under it on the wire, over it decoded.
+    let failed = client().call(get(&upstream.url)).await.unwrap_err();
+    assert_eq!(failed, UpstreamError::TooLarge { limit: 1000 });
+    let answer = client_with_limit(5000).call(get(&upstream.url)).await.unwrap();
+    assert_eq!(answer.body, body);
+}
+
+#[tokio::test]
+async fn unknown_or_broken_codings_fail_a_2xx_answer_with_their_name_but_not_an_error_status() {
+    let json = r#"{"a":1}"#;
+    let not_gzip =
+        raw_ok(&format!("content-encoding: gzip\r\ncontent-length: {}\r\n", json.len()), json.as_bytes());
+    let upstream = Scripted::start(move |n| match n {
+        0 => Step::Send(vec![ok(
+            &format!("content-encoding: zstd\r\ncontent-length: {}\r\n", json.len()),
+            json,
+        )]),
+        1 => Step::Send(vec![ok(
+            &format!("content-encoding: gzip\r\ncontent-encoding: br\r\ncontent-length: {}\r\n", json.len()),
+            json,
+        )]),
+        2 => Step::Send(vec![not_gzip.clone()]),
+        // An error status in an unknown coding: its body is never read, the status is what counts.
+        _ => Step::Send(vec![
+            format!(
+                "HTTP/1.1 404 Not Found\r\ncontent-encoding: zstd\r\ncontent-length: {}\r\n\r\n{json}",
+                json.len()
+            )
+            .into_bytes(),
+        ]),
+    })
+    .await;
+    let client = client();
+    let failed = client.call(get(&upstream.url)).await.unwrap_err();
+    assert!(matches!(&failed, UpstreamError::Coding(why) if why.contains("`zstd`")), "{failed:?}");
+    let failed = client.call(get(&upstream.url)).await.unwrap_err();
+    assert!(matches!(&failed, UpstreamError::Coding(why) if why.contains("`gzip, br`")), "{failed:?}");
+    let failed = client.call(get(&upstream.url)).await.unwrap_err();
+    assert!(
+        matches!(&failed, UpstreamError::Coding(why) if why.contains("gzip body cannot be decoded")),
+        "{failed:?}"
+    );
+    let answer = client.call(get(&upstream.url)).await.unwrap();
+    assert_eq!(answer.status, StatusCode::NOT_FOUND);
+}
+
+fn client_with_limit(max_body: usize) -> UpstreamClient {
+    UpstreamClient::new(
+        UpstreamSettings { max_body, ..client().settings() },
+        Arc::new(OutboundPolicy::new(&"127.0.0.1/32".parse().unwrap())),
+        Arc::new(SystemLookup),
+    )
 }

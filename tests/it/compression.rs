@@ -1,0 +1,104 @@
+//! Compressed upstream answers through the service: recast asks for gzip or br, maps a coded
+//! body exactly as a plain one, and stops a decompression bomb at `RECAST_MAX_UPSTREAM_BYTES`
+//! counted on the decoded size, well within the call's deadline.
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use recast::config::Config;
+
+use crate::routes::{MEALS, registered, registration};
+use crate::support::{Reply, Service, Upstream, config, get};
+
+pub(crate) fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
+pub(crate) fn br(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    brotli::BrotliCompress(&mut &bytes[..], &mut out, &brotli::enc::BrotliEncoderParams::default()).unwrap();
+    out
+}
+
+/// A 200 answer of `body` in content coding `coding`.
+fn coded(coding: &str, body: Vec<u8>) -> Reply {
+    Reply {
+        status: 200,
+        content_type: "application/json",
+        body,
+        delay: Duration::ZERO,
+        headers: vec![("content-encoding", coding.to_owned())],
+    }
+}
+
+#[tokio::test]
+async fn gzip_and_br_answers_map_exactly_as_plain_ones() {
+    // The client picks the upstream's coding by the query; the upstream sees recast's request.
+    let upstream = Upstream::start(|request| match request.uri.query().unwrap_or_default() {
+        "coding=gzip" => coded("gzip", gzip(MEALS.as_bytes())),
+        "coding=br" => coded("br", br(MEALS.as_bytes())),
+        _ => Reply::json(MEALS),
+    })
+    .await;
+    let service = Service::start(config()).await;
+    let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
+    let plain = get(&service.url(&path)).await;
+    assert_eq!(plain.status, 200);
+    assert_eq!(&plain.body[..], br#"{"id":52772,"name":"Teriyaki Chicken"}"#);
+    for coding in ["gzip", "br"] {
+        let answer = get(&service.url(&format!("{path}?coding={coding}"))).await;
+        assert_eq!(answer.status, 200, "{coding}: {}", String::from_utf8_lossy(&answer.body));
+        assert_eq!(answer.body, plain.body, "{coding}");
+    }
+    for received in upstream.received() {
+        assert_eq!(received.headers["accept-encoding"], "gzip, br");
+    }
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn an_unknown_coding_is_a_502_that_names_it() {
+    let upstream = Upstream::start(|request| match request.uri.query() {
+        Some("coding=zstd") => coded("zstd", MEALS.as_bytes().to_vec()),
+        _ => Reply::json(MEALS),
+    })
+    .await;
+    let service = Service::start(config()).await;
+    let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
+    let answer = get(&service.url(&format!("{path}?coding=zstd"))).await;
+    let problem = answer.assert_problem(502, "upstream-encoding");
+    let detail = problem.get("detail").and_then(crate::support::Json::as_str).unwrap().to_owned();
+    assert!(detail.contains("`zstd`"), "{detail}");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_1_gb_gzip_bomb_is_cut_at_the_limit_within_the_deadline() {
+    // 1024 gzip members of 1 MiB of zeros each: one gzip body (RFC 1952 §2.2) of 1 GiB decoded,
+    // about a megabyte on the wire.
+    let member = gzip(&vec![0u8; 1 << 20]);
+    let bomb: Vec<u8> = member.iter().copied().cycle().take(member.len() * 1024).collect();
+    assert!(bomb.len() < 2 << 20, "{} bytes on the wire", bomb.len());
+    let upstream = Upstream::start(move |request| match request.uri.query() {
+        Some(query) if query.starts_with("bomb") => coded("gzip", bomb.clone()),
+        _ => coded("gzip", gzip(MEALS.as_bytes())),
+    })
+    .await;
+    let deadline = Duration::from_secs(10);
+    let config = Config { upstream_timeout_ms: deadline.as_millis() as u64, ..config() };
+    let limit = config.max_upstream_bytes;
+    let service = Service::start(config).await;
+    let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
+    let started = Instant::now();
+    let answer = get(&service.url(&format!("{path}?bomb"))).await;
+    let took = started.elapsed();
+    let problem = answer.assert_problem(502, "upstream-too-large");
+    let detail = problem.get("detail").and_then(crate::support::Json::as_str).unwrap().to_owned();
+    assert!(detail.contains(&format!("larger than {limit} bytes")), "{detail}");
+    assert!(took < deadline, "the bomb took {took:?}, past the {deadline:?} deadline");
+    // The service goes on serving.
+    assert_eq!(get(&service.url(&path)).await.status, 200);
+    service.stop().await;
+}
