@@ -1,5 +1,5 @@
 //! The commands besides `serve`: offline `check` and `preview` with the service's own engine, and
-//! `routes list|get|delete` against a running service. Each returns what to print and an
+//! `routes list|get|delete|purge` against a running service. Each returns what to print and an
 //! [`Exit`] code that scripts can rely on (see `docs/cli.md`).
 
 use std::path::Path;
@@ -130,6 +130,8 @@ pub enum RoutesCommand {
     Get { uuid: String },
     /// Delete a route.
     Delete { uuid: String },
+    /// Drop a route's cached answers on the service at `--url` (each node has its own cache).
+    Purge { uuid: String },
     /// Print every route of a standalone node's data directory, one sealed record per line, as
     /// stored (offline: stop the node first). For `recast routes import`.
     Export {
@@ -255,6 +257,7 @@ pub async fn routes(url: &str, token: Option<&str>, command: &RoutesCommand) -> 
         }
         RoutesCommand::Get { uuid } => (Method::GET, format!("/v1/routes/{}", encoded(uuid))),
         RoutesCommand::Delete { uuid } => (Method::DELETE, format!("/v1/routes/{}", encoded(uuid))),
+        RoutesCommand::Purge { uuid } => (Method::DELETE, format!("/v1/routes/{}/cache", encoded(uuid))),
         RoutesCommand::Export { data_dir, secret_key } => return export(data_dir, secret_key.as_ref()),
         RoutesCommand::Import { file, database_url, secret_key } => {
             return import(file.as_deref(), database_url, secret_key).await;
@@ -283,6 +286,9 @@ pub async fn routes(url: &str, token: Option<&str>, command: &RoutesCommand) -> 
         }
     };
     match status {
+        StatusCode::NO_CONTENT if matches!(command, RoutesCommand::Purge { .. }) => {
+            Outcome::ok(Vec::new(), "purged\n".to_owned())
+        }
         StatusCode::NO_CONTENT => Outcome::ok(Vec::new(), "deleted\n".to_owned()),
         _ if status.is_success() => Outcome::ok([body.as_slice(), b"\n"].concat(), String::new()),
         _ => Outcome::failed(Exit::Problems, describe_problem(status, &body)),

@@ -37,6 +37,7 @@ pub const SYNC_INTERVAL_MS: &str = "RECAST_SYNC_INTERVAL_MS";
 pub const MAX_STALENESS_MS: &str = "RECAST_MAX_STALENESS_MS";
 pub const TOMBSTONE_RETENTION_MS: &str = "RECAST_TOMBSTONE_RETENTION_MS";
 pub const UPSTREAM_COMPRESSION: &str = "RECAST_UPSTREAM_COMPRESSION";
+pub const CACHE_BYTES: &str = "RECAST_CACHE_BYTES";
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATA_DIR: &str = "./recast-data";
@@ -56,6 +57,7 @@ pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
 pub const DEFAULT_DATABASE_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_SYNC_INTERVAL_MS: u64 = 1_000;
 pub const DEFAULT_TOMBSTONE_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
+pub const DEFAULT_CACHE_BYTES: u64 = 256 << 20;
 
 /// Everything the service can be tuned by.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -90,6 +92,11 @@ pub struct Config {
     /// asks for `identity`. gzip and br answers are decoded either way.
     #[arg(long, env = UPSTREAM_COMPRESSION, default_value_t = true, action = clap::ArgAction::Set)]
     pub upstream_compression: bool,
+
+    /// Most bytes the cache of mapped answers holds, for all routes together (answers, keys and
+    /// bookkeeping); 0 turns caching off. Only routes registered with `cache` use it.
+    #[arg(long, env = CACHE_BYTES, default_value_t = DEFAULT_CACHE_BYTES)]
+    pub cache_bytes: u64,
 
     /// Largest request body accepted, in bytes; larger bodies get 413.
     #[arg(long, env = MAX_REQUEST_BYTES, default_value_t = DEFAULT_MAX_REQUEST_BYTES)]
@@ -194,6 +201,7 @@ impl Default for Config {
             upstream_timeout_ms: DEFAULT_UPSTREAM_TIMEOUT_MS,
             max_upstream_bytes: DEFAULT_MAX_UPSTREAM_BYTES,
             upstream_compression: true,
+            cache_bytes: DEFAULT_CACHE_BYTES,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             max_rules: DEFAULT_MAX_RULES,
             max_depth: DEFAULT_MAX_DEPTH,
@@ -329,6 +337,7 @@ mod tests {
             MAX_STALENESS_MS,
             TOMBSTONE_RETENTION_MS,
             UPSTREAM_COMPRESSION,
+            CACHE_BYTES,
         ];
         for name in all {
             assert!(names.iter().any(|n| n == name), "{name} is not bound");

@@ -328,6 +328,36 @@ pub struct Metrics {
     upstream_errors: [AtomicU64; UpstreamErrorKind::ALL.len()],
     compile_failures: [AtomicU64; RulesSource::ALL.len()],
     panics: [AtomicU64; PanicSite::ALL.len()],
+    pub cache: CacheCounts,
+}
+
+/// What the cache of mapped answers did (`docs/caching.md`).
+#[derive(Debug, Default)]
+pub struct CacheCounts {
+    /// Calls answered from a fresh entry.
+    pub hits: AtomicU64,
+    /// Calls that went upstream for their key (coalesced waiters not counted).
+    pub misses: AtomicU64,
+    /// Calls answered from an entry past its freshness, within `staleWhileRevalidateSeconds`.
+    pub stale: AtomicU64,
+    /// Calls that waited for another call's upstream call instead of making their own.
+    pub coalesced: AtomicU64,
+}
+
+impl CacheCounts {
+    #[inline]
+    pub fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What the cache of mapped answers holds, read when the metrics are rendered.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CacheGauges {
+    pub entries: usize,
+    pub bytes: u64,
+    /// Entries dropped to stay within `RECAST_CACHE_BYTES`, or refused as too large for it.
+    pub evictions: u64,
 }
 
 impl Default for Metrics {
@@ -339,6 +369,7 @@ impl Default for Metrics {
             upstream_errors: Default::default(),
             compile_failures: Default::default(),
             panics: Default::default(),
+            cache: Default::default(),
         }
     }
 }
@@ -353,6 +384,7 @@ pub struct Gauges {
     pub lifecycle: u8,
     /// Cluster mode: how the node stands with the database.
     pub store: Option<StoreGauges>,
+    pub cache: CacheGauges,
 }
 
 /// Cluster mode: how a node stands with the route database.
@@ -438,6 +470,47 @@ impl Metrics {
         let gauge = |out: &mut String, name: &str, help: &str, value: usize| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
         };
+        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+        };
+        let cache = &self.cache;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        counter(
+            &mut out,
+            "recast_cache_hits_total",
+            "Route calls answered from a fresh cached answer.",
+            load(&cache.hits),
+        );
+        counter(
+            &mut out,
+            "recast_cache_misses_total",
+            "Route calls of cached routes that went upstream for their answer.",
+            load(&cache.misses),
+        );
+        counter(
+            &mut out,
+            "recast_cache_stale_total",
+            "Route calls answered at once from a stale cached answer while it was refreshed.",
+            load(&cache.stale),
+        );
+        counter(
+            &mut out,
+            "recast_cache_coalesced_total",
+            "Route calls that waited for a concurrent call's upstream call instead of making their own.",
+            load(&cache.coalesced),
+        );
+        counter(
+            &mut out,
+            "recast_cache_evictions_total",
+            "Cached answers dropped to stay within RECAST_CACHE_BYTES, or refused as too large for it.",
+            gauges.cache.evictions,
+        );
+        gauge(&mut out, "recast_cache_entries", "Answers the cache holds.", gauges.cache.entries);
+        let _ = writeln!(
+            out,
+            "# HELP recast_cache_bytes Bytes the cache holds (answers, keys and bookkeeping), at most RECAST_CACHE_BYTES.\n# TYPE recast_cache_bytes gauge\nrecast_cache_bytes {}",
+            gauges.cache.bytes
+        );
         gauge(&mut out, "recast_routes_loaded", "Routes in the route table.", gauges.routes_loaded);
         gauge(
             &mut out,
@@ -562,7 +635,14 @@ mod tests {
         metrics.panicked(PanicSite::Connection);
         let route = StatusCounts::default();
         route.record(201);
-        let gauges = Gauges { routes_loaded: 3, routes_broken: 1, in_flight: 2, lifecycle: 1, store: None };
+        let gauges = Gauges {
+            routes_loaded: 3,
+            routes_broken: 1,
+            in_flight: 2,
+            lifecycle: 1,
+            store: None,
+            cache: CacheGauges::default(),
+        };
         let text = metrics.render(gauges, [("u-1".to_owned(), &route)]);
         for line in [
             "recast_requests_total{route=\"preview\",status=\"200\"} 1",

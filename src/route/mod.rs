@@ -19,7 +19,7 @@ use self::request::Upstream;
 use crate::metrics::StatusCounts;
 use crate::rules::{Compiled, Limits, Problem, compile_json};
 use crate::storage::{SCHEMA_VERSION, StoredRoute};
-pub use registration::{AuthHeader, OriginalApi, OriginalRoute, Registration};
+pub use registration::{AuthHeader, MAX_CACHE_SECONDS, OriginalApi, OriginalRoute, Registration};
 pub use request::{CallError, FromClient, MAPPED_AUTH, UpstreamRequest};
 
 /// A validated route configuration: what is stored, and what [`Route`] is compiled from.
@@ -45,6 +45,18 @@ pub struct RouteConfig {
     pub auth: Auth,
     /// The `rulesAsString` value as sent (a rules object, or a string holding one), as JSON text.
     pub rules: String,
+    /// Whether and how long mapped answers are cached (`cache`); `None` for no caching.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheSettings>,
+}
+
+/// A route's `cache` member: how long a mapped answer is fresh, and how long after that it may
+/// still be answered at once while one refresh runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheSettings {
+    pub ttl_seconds: u64,
+    pub stale_while_revalidate_seconds: u64,
 }
 
 /// How a route authenticates to its upstream.
@@ -93,7 +105,13 @@ pub struct Route {
     pub statuses: Arc<StatusCounts>,
     /// Cluster mode: the revision of the database change this version comes from (0 otherwise).
     pub revision: u64,
+    /// This version's number in the process, unique: cached answers are kept by it, so a new
+    /// version never reads an older one's.
+    pub serial: u64,
 }
+
+/// The serial of the next route version compiled.
+static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Route {
     /// Compiles a stored route. A route whose rules or upstream no longer build is still returned:
@@ -112,6 +130,7 @@ impl Route {
             upstream,
             statuses: Default::default(),
             revision: 0,
+            serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 

@@ -8,7 +8,7 @@ use http::header::{self, HeaderName};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::{Auth, AuthKind, RouteConfig};
+use super::{Auth, AuthKind, CacheSettings, RouteConfig};
 use crate::rules::Problem;
 
 /// The body of `POST /v1/mapping` and `PUT /v1/routes/{uuid}` as sent.
@@ -28,6 +28,10 @@ pub struct Registration {
     #[serde(default)]
     pub auth_header: Option<AuthHeader>,
     pub rules_as_string: Box<RawValue>,
+    /// `{"ttlSeconds": N, "staleWhileRevalidateSeconds": M}`; checked by hand, so that each of
+    /// its problems has a location.
+    #[serde(default)]
+    pub cache: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -128,6 +132,7 @@ impl Registration {
             (None, None) if runtime_auth => Auth::Runtime,
             (None, None) => Auth::None,
         };
+        let cache = cache_settings(self.cache.as_ref(), &method, &mut problems);
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -145,8 +150,66 @@ impl Registration {
             pre_body: json_text(self.pre_configured_body.as_deref()),
             auth,
             rules: self.rules_as_string.get().to_owned(),
+            cache,
         })
     }
+}
+
+/// The longest `ttlSeconds` or `staleWhileRevalidateSeconds`: a year.
+pub const MAX_CACHE_SECONDS: u64 = 365 * 24 * 3600;
+
+/// `cache`: absent or `null` for none; else an object with a `ttlSeconds` and an optional
+/// `staleWhileRevalidateSeconds` (0 when absent), each a whole number of seconds from 0 to a year,
+/// on a route called with GET.
+fn cache_settings(
+    given: Option<&serde_json::Value>,
+    method: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<CacheSettings> {
+    use serde_json::Value;
+    let members = match given? {
+        Value::Null => return None,
+        Value::Object(members) => members,
+        _ => {
+            problems.push(Problem::new("/cache", "must be an object such as {\"ttlSeconds\": 60}, or null"));
+            return None;
+        }
+    };
+    let before = problems.len();
+    if method != "GET" {
+        problems.push(Problem::new(
+            "/cache",
+            format!("only a route called with GET may have a cache; this one is called with {method}"),
+        ));
+    }
+    for name in members.keys() {
+        if name != "ttlSeconds" && name != "staleWhileRevalidateSeconds" {
+            problems.push(Problem::new(
+                format!("/cache/{name}"),
+                "unknown member; `cache` takes `ttlSeconds` and `staleWhileRevalidateSeconds`",
+            ));
+        }
+    }
+    let mut seconds = |name: &str, required: bool| match members.get(name) {
+        None if required => {
+            problems.push(Problem::new(format!("/cache/{name}"), "missing required member"));
+            0
+        }
+        None => 0,
+        Some(value) => match value.as_u64() {
+            Some(n) if n <= MAX_CACHE_SECONDS => n,
+            _ => {
+                problems.push(Problem::new(
+                    format!("/cache/{name}"),
+                    format!("must be a whole number of seconds from 0 to {MAX_CACHE_SECONDS} (a year)"),
+                ));
+                0
+            }
+        },
+    };
+    let ttl_seconds = seconds("ttlSeconds", true);
+    let stale_while_revalidate_seconds = seconds("staleWhileRevalidateSeconds", false);
+    (problems.len() == before).then_some(CacheSettings { ttl_seconds, stale_while_revalidate_seconds })
 }
 
 fn json_text(value: Option<&RawValue>) -> Option<String> {
@@ -194,7 +257,7 @@ fn check_headers(headers: &BTreeMap<String, String>, at: &str, problems: &mut Ve
             )),
             Ok(header::ACCEPT_ENCODING) => problems.push(Problem::new(
                 &at,
-                "`Accept-Encoding` cannot be configured: recast asks for uncompressed answers, the only ones it can read",
+                "`Accept-Encoding` cannot be configured: recast asks for the codings it decodes (gzip, br)",
             )),
             Ok(_) => {}
         }

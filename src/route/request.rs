@@ -32,7 +32,7 @@ pub struct FromClient<'a> {
 }
 
 /// The request a call sends upstream.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct UpstreamRequest {
     pub method: Method,
     pub uri: Uri,

@@ -4,15 +4,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::{HeaderMap, Method};
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use uuid::Uuid;
 
+use super::cache::{self, Found, Joined, Key, Leader, Mapped, Outcome};
 use super::connection::RequestBody;
 use super::problem::UpstreamFailure;
 use super::router::{json, read_body, timing};
 use super::{ApiError, Response, SERVER_TIMING, State};
-use crate::metrics::{Endpoint, UpstreamErrorKind};
-use crate::route::{CallError, FromClient, Route, UpstreamRequest};
+use crate::metrics::{CacheCounts, Endpoint, UpstreamErrorKind};
+use crate::route::{CacheSettings, CallError, FromClient, Route, UpstreamRequest};
 use crate::upstream::Answer;
 use crate::{exec, json as tape};
 
@@ -37,9 +38,16 @@ pub(super) async fn call(state: &State, request: RouteCall<'_>, uuid: &str, rout
         Err(e) => e.to_response(instance),
     };
     // Every answer of a route call says how long the upstream and the mapping took (SPEC §2.2),
-    // zero for a step that did not happen.
-    let header = timing(&[("upstream", tally.upstream), ("map", tally.map)]);
+    // zero for a step that did not happen; one answered from the cache has no upstream step,
+    // only the lookup.
+    let header = match tally.lookup {
+        Some(lookup) => timing(&[("cache", lookup)]),
+        None => timing(&[("upstream", tally.upstream), ("map", tally.map)]),
+    };
     response.headers_mut().insert(SERVER_TIMING, header);
+    if let Some(cache_status) = tally.cache_status.take() {
+        response.headers_mut().insert(CACHE_STATUS, cache_status);
+    }
     let status = response.status().as_u16();
     match &tally.route {
         Some(route) => route.statuses.record(status),
@@ -55,7 +63,14 @@ struct Tally {
     route: Option<Arc<Route>>,
     upstream: Duration,
     map: Duration,
+    /// Answered from the cache: how long the lookup took.
+    lookup: Option<Duration>,
+    /// A cached route's `Cache-Status` (RFC 9211).
+    cache_status: Option<HeaderValue>,
 }
+
+/// RFC 9211.
+const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
 
 async fn forward(
     state: &State,
@@ -67,7 +82,7 @@ async fn forward(
     let uuid = Uuid::try_parse(uuid).map_err(|_| ApiError::NotFound)?;
     state.loaded()?;
     let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
-    let route = &*tally.route.insert(route);
+    let route = tally.route.insert(route).clone();
     if route_path != route.config.path {
         return Err(ApiError::NotFound);
     }
@@ -86,13 +101,140 @@ async fn forward(
         CallError::AuthRequired => ApiError::AuthRequired,
         CallError::Broken(why) => ApiError::RouteUnavailable(why),
     })?;
-    let failed = |failure| ApiError::Upstream { failure, validating: false };
-    let (answer, upstream_took) = call_upstream(state, upstream).await;
-    tally.upstream = upstream_took;
-    let mut answer = answer.map_err(failed)?;
-    let (mapped, map_took) = map_answer(state, route, &mut answer);
-    tally.map = map_took;
-    Ok(json(answer.status, mapped.map_err(failed)?))
+    if let Some(settings) = route.config.cache {
+        if state.cache.enabled() {
+            return cached(state, &route, settings, upstream, request.headers, tally).await;
+        }
+        tally.cache_status = Some(HeaderValue::from_static("recast; fwd=bypass; detail=cache-off"));
+    }
+    let outcome = fetch(state, &route, upstream).await;
+    answer(outcome, tally)
+}
+
+/// A call of a route with a cache: from a fresh entry; from a stale one while one refresh runs;
+/// else from one upstream call shared with every concurrent call of the same key.
+async fn cached(
+    state: &State,
+    route: &Arc<Route>,
+    settings: CacheSettings,
+    upstream: UpstreamRequest,
+    headers: &HeaderMap,
+    tally: &mut Tally,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let key = Key::of(route, &upstream, Some(headers));
+    // A waiter waits no longer than its own upstream call could have taken.
+    let deadline = tokio::time::Instant::now() + state.client.settings().total_timeout;
+    let counts = &state.metrics.cache;
+    loop {
+        let now = Instant::now();
+        let (entry, status) = match state.cache.find(&key, now) {
+            Found::Fresh(entry) => {
+                CacheCounts::count(&counts.hits);
+                (entry, "hit")
+            }
+            Found::Stale(entry) => {
+                CacheCounts::count(&counts.stale);
+                if let Joined::Leader(leader) = state.cache.join(&key) {
+                    refresh(state, route, settings, upstream, leader);
+                }
+                (entry, "fwd=stale")
+            }
+            Found::Nothing => match state.cache.join(&key) {
+                Joined::Leader(leader) => {
+                    CacheCounts::count(&counts.misses);
+                    let outcome = leader.land(fetch(state, route, upstream).await, settings);
+                    tally.cache_status = Some(miss_status(&outcome, false));
+                    return answer(outcome, tally);
+                }
+                Joined::Waiter(receiver) => {
+                    CacheCounts::count(&counts.coalesced);
+                    match cache::wait(receiver, deadline).await {
+                        Ok(Some(outcome)) if outcome.mapped.as_ref().is_ok_and(|m| !m.shareable()) => {
+                            // The upstream said this answer is not to be reused: this call
+                            // makes its own.
+                            let outcome = fetch(state, route, upstream).await;
+                            tally.cache_status = Some(miss_status(&outcome, false));
+                            return answer(outcome, tally);
+                        }
+                        Ok(Some(outcome)) => {
+                            tally.cache_status = Some(miss_status(&outcome, true));
+                            return answer(outcome, tally);
+                        }
+                        // The leader went away without an outcome (its caller hung up).
+                        Ok(None) if tokio::time::Instant::now() < deadline => continue,
+                        Ok(None) | Err(()) => {
+                            tally.cache_status =
+                                Some(HeaderValue::from_static("recast; fwd=miss; collapsed"));
+                            return Err(ApiError::Upstream {
+                                failure: UpstreamFailure::Timeout,
+                                validating: false,
+                            });
+                        }
+                    }
+                }
+            },
+        };
+        tally.lookup = Some(started.elapsed());
+        tally.cache_status = HeaderValue::try_from(format!("recast; {status}; ttl={}", entry.ttl(now))).ok();
+        let mut response = json(entry.status, entry.body.clone());
+        response.headers_mut().insert(http::header::AGE, HeaderValue::from(entry.age(now)));
+        return Ok(response);
+    }
+}
+
+/// Refreshes a stale entry in the background: the call that found it has its answer already.
+fn refresh(
+    state: &State,
+    route: &Arc<Route>,
+    settings: CacheSettings,
+    request: UpstreamRequest,
+    leader: Leader,
+) {
+    let (Some(state), route) = (state.me.upgrade(), route.clone()) else { return };
+    tokio::spawn(async move {
+        let outcome = fetch(&state, &route, request).await;
+        leader.land(outcome, settings);
+    });
+}
+
+/// `Cache-Status` of an answer that went upstream (or waited for the call that did).
+fn miss_status(outcome: &Outcome, collapsed: bool) -> HeaderValue {
+    let mut text = String::from("recast; fwd=miss");
+    if let Ok(Mapped { stored: Some(ttl), .. }) = &outcome.mapped {
+        text.push_str(&format!("; stored; ttl={ttl}"));
+    }
+    if collapsed {
+        text.push_str("; collapsed");
+    }
+    HeaderValue::try_from(text).unwrap_or(HeaderValue::from_static("recast; fwd=miss"))
+}
+
+/// One upstream call and the mapping of its answer.
+async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcome {
+    let (answer, upstream) = call_upstream(state, request).await;
+    let mut answer = match answer {
+        Ok(answer) => answer,
+        Err(failure) => return Outcome { mapped: Err(failure), upstream, map: Duration::ZERO },
+    };
+    let (mapped, map) = map_answer(state, route, &mut answer);
+    let mapped = mapped.map(|body| Mapped {
+        status: answer.status,
+        body: body.into(),
+        freshness: answer.freshness,
+        stored: None,
+    });
+    Outcome { mapped, upstream, map }
+}
+
+/// The answer to a call from an upstream call's outcome.
+fn answer(outcome: Outcome, tally: &mut Tally) -> Result<Response, ApiError> {
+    tally.upstream = outcome.upstream;
+    tally.map = outcome.map;
+    match outcome.mapped {
+        Ok(mapped) => Ok(json(mapped.status, mapped.body)),
+        Err(failure) => Err(ApiError::Upstream { failure, validating: false }),
+    }
 }
 
 /// Sends a request upstream and reads the answer; counts the time it took and any failure.

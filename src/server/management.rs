@@ -13,7 +13,7 @@ use super::router::json;
 use super::{ApiError, Response, State};
 use crate::json::{self as tape, write};
 use crate::logging::logged;
-use crate::route::{Auth, Route};
+use crate::route::{Auth, CacheSettings, Route};
 use crate::storage::Cursor;
 
 /// Routes per page when `limit` is not given, and the most a page may hold.
@@ -70,7 +70,22 @@ pub(super) async fn delete(state: &State, uuid: Uuid) -> Result<Response, ApiErr
     // Gone from the store first: once the answer says so, no restart brings it back.
     let revision = state.stored(state.store.delete(uuid).await)?;
     state.table.bury(uuid, revision);
+    state.cache.drop_route(uuid);
     logged!(tracing::Level::INFO, %uuid, "route deleted");
+    let mut response = json(StatusCode::NO_CONTENT, "");
+    response.headers_mut().remove(http::header::CONTENT_TYPE);
+    Ok(response)
+}
+
+/// `DELETE /v1/routes/{uuid}/cache`: drops the route's cached answers on this node, and keeps
+/// the upstream calls under way from storing theirs; the next call goes upstream.
+pub(super) fn purge(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
+    state.loaded()?;
+    if state.table.get(&uuid).is_none() {
+        return Err(ApiError::NotFound);
+    }
+    state.cache.drop_route(uuid);
+    logged!(tracing::Level::INFO, %uuid, "cached answers purged");
     let mut response = json(StatusCode::NO_CONTENT, "");
     response.headers_mut().remove(http::header::CONTENT_TYPE);
     Ok(response)
@@ -98,6 +113,8 @@ struct RouteView<'a> {
     auth_header: Option<AuthHeaderView>,
     auth: &'static str,
     rules_as_string: Option<Box<RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache: Option<&'a CacheSettings>,
     created_at: u64,
     updated_at: u64,
     status: &'static str,
@@ -162,6 +179,7 @@ impl<'a> RouteView<'a> {
             auth_header,
             auth,
             rules_as_string: compact(&c.rules),
+            cache: c.cache.as_ref(),
             created_at: route.created_at,
             updated_at: route.updated_at,
             status: if problem.is_some() { "unavailable" } else { "ok" },

@@ -58,6 +58,7 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     route.revision = state.stored(state.store.replace(route.to_stored(), existing.revision).await)?;
     let route = Arc::new(route);
     state.table.apply_shared(route.clone());
+    state.cache.drop_route(uuid);
     logged!(tracing::Level::INFO, uuid = %uuid, "route updated");
     Ok(registered(StatusCode::OK, &route, &preview))
 }

@@ -3,6 +3,7 @@
 //! router ([`router`]) answers each request; on shutdown it drains and closes the store.
 
 mod admission;
+pub mod cache;
 mod call;
 mod connection;
 mod lane;
@@ -16,8 +17,8 @@ mod router;
 mod sync;
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -28,6 +29,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use self::admission::{AdminToken, InFlight};
+use self::cache::AnswerCache;
 use self::connection::{Activity, Open};
 use self::router::RequestIds;
 use crate::cluster::{ClusterStore, Database};
@@ -104,6 +106,11 @@ pub struct State {
     metrics: Metrics,
     /// Held while a route is replaced or deleted, so those changes apply one at a time.
     writes: tokio::sync::Mutex<()>,
+    /// Mapped answers of routes registered with `cache`, and the upstream calls under way for
+    /// them.
+    cache: Arc<AnswerCache>,
+    /// This state itself, for work that outlives the call that starts it (a cache refresh).
+    me: Weak<State>,
 }
 
 impl State {
@@ -248,7 +255,9 @@ pub async fn run_with(
             ),
         }
     }
-    let state = Arc::new(State {
+    let state = Arc::new_cyclic(|me| State {
+        cache: Arc::new(AnswerCache::new(config.cache_bytes)),
+        me: me.clone(),
         client: UpstreamClient::new(config.upstream(), outbound.policy, outbound.lookup),
         admin: config.admin_token.as_ref().map(AdminToken::new),
         in_flight: InFlight::new(config.max_inflight),

@@ -146,6 +146,14 @@ async fn dispatch(state: &State, request: Request, segments: &[&str]) -> Result<
         (_, ["v1", "mapping"]) => Err(ApiError::MethodNotAllowed { allow: "POST" }),
         (&Method::GET, ["v1", "routes"]) => management::list(state, request.uri().query()).await,
         (_, ["v1", "routes"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
+        (_, ["v1", "routes", rest]) if rest.ends_with("/cache") => {
+            let id = &rest[..rest.len() - "/cache".len()];
+            let uuid = Uuid::try_parse(id).map_err(|_| ApiError::NotFound)?;
+            match method {
+                Method::DELETE => management::purge(state, uuid),
+                _ => Err(ApiError::MethodNotAllowed { allow: "DELETE" }),
+            }
+        }
         (_, ["v1", "routes", id]) => {
             let uuid = Uuid::try_parse(id).map_err(|_| ApiError::NotFound)?;
             match method {
@@ -203,6 +211,7 @@ fn metrics(state: &State) -> Response {
             revision: database.status.revision(),
             lag_seconds: database.status.lag().as_secs_f64(),
         }),
+        cache: state.cache.gauges(),
     };
     let text =
         state.metrics.render(gauges, called.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)));

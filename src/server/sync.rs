@@ -269,7 +269,9 @@ async fn apply(
         for (change, route) in changes.iter().zip(compiled) {
             match route {
                 None => {
-                    state.table.bury(change.uuid, change.revision);
+                    if state.table.bury(change.uuid, change.revision) {
+                        state.cache.drop_route(change.uuid);
+                    }
                 }
                 Some(Ok(mut route)) => {
                     route.revision = change.revision;
@@ -279,10 +281,15 @@ async fn apply(
                         }
                         tracing::error!(uuid = %route.uuid, %why, "route from the database cannot serve calls; it answers 503");
                     }
-                    if comparable {
-                        state.table.apply(route);
+                    let uuid = route.uuid;
+                    let changed = if comparable {
+                        state.table.apply(route)
                     } else {
                         state.table.insert(Arc::new(route));
+                        true
+                    };
+                    if changed {
+                        state.cache.drop_route(uuid);
                     }
                 }
                 Some(Err(why)) => tracing::error!(uuid = %change.uuid, %why, "route from the database skipped"),

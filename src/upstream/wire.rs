@@ -13,8 +13,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
-use super::Answer;
 use super::coding::{Coding, Decoding, Sink};
+use super::{Answer, Freshness};
 use crate::http1::{self, line};
 use crate::json::PADDING;
 use crate::route::UpstreamRequest;
@@ -85,6 +85,7 @@ struct AnswerHead {
     framing: Framing,
     keep_alive: bool,
     coding: Coding,
+    freshness: Freshness,
 }
 
 /// The bytes of `request` on the wire: request line, `Host`, `Accept-Encoding` (`gzip, br` when
@@ -179,7 +180,7 @@ impl Connection {
         // connection must not carry another request. (Bytes that come later are found by the
         // pool, which looks before it reuses a connection.)
         let reuse = if clean && head.keep_alive { Reuse::Keep } else { Reuse::Close };
-        Ok((Answer { status: head.status, body }, reuse))
+        Ok((Answer { status: head.status, body, freshness: head.freshness }, reuse))
     }
 
     /// Reads more bytes into the buffer; `Ok(0)` at the end of the stream.
@@ -257,6 +258,7 @@ impl Connection {
         let mut declared: Option<u64> = None;
         let mut chunked = None;
         let mut coding = Coding::Identity;
+        let mut freshness = Freshness::default();
         for line in answer.headers.iter() {
             let name = line.name.as_bytes();
             if name.eq_ignore_ascii_case(b"content-length") {
@@ -282,6 +284,12 @@ impl Connection {
                         String::from_utf8_lossy(line.value.trim_ascii())
                     )),
                 };
+            } else if name.eq_ignore_ascii_case(b"cache-control") {
+                freshness.cache_control(line.value);
+            } else if name.eq_ignore_ascii_case(b"age") {
+                freshness.age(line.value);
+            } else if name.eq_ignore_ascii_case(b"vary") {
+                freshness.vary(line.value);
             } else if name.eq_ignore_ascii_case(b"connection")
                 && line.value.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
             {
@@ -308,7 +316,7 @@ impl Connection {
             (false, None, Some(n)) => Framing::Length(n),
             (false, None, None) => Framing::UntilClose,
         };
-        Ok(Some(AnswerHead { status, length, framing, keep_alive, coding }))
+        Ok(Some(AnswerHead { status, length, framing, keep_alive, coding, freshness }))
     }
 
     /// Reads the body the head announces into `body`; true when nothing followed it.

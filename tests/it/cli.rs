@@ -105,11 +105,11 @@ async fn preview_prints_what_the_preview_endpoint_answers() {
 }
 
 #[tokio::test]
-async fn routes_lists_shows_and_deletes_with_the_admin_token() {
+async fn routes_lists_shows_purges_and_deletes_with_the_admin_token() {
     let upstream = Upstream::json(SAMPLE).await;
     let service = Service::start(Config { admin_token: Some(Secret::new("admin-c4f2")), ..config() }).await;
     let registration = format!(
-        r#"{{"path":"soup","originalRoute":{{"originalApi":{{"baseUrl":"{}"}},"path":"meals"}},"authHeader":{{"type":"Bearer","token":"upstream-secret-81d0"}},"rulesAsString":{RULES}}}"#,
+        r#"{{"path":"soup","originalRoute":{{"originalApi":{{"baseUrl":"{}"}},"path":"meals"}},"authHeader":{{"type":"Bearer","token":"upstream-secret-81d0"}},"rulesAsString":{RULES},"cache":{{"ttlSeconds":600}}}}"#,
         upstream.url("/api")
     );
     let admin = [("authorization", "Bearer admin-c4f2"), ("content-type", "application/json")];
@@ -140,6 +140,21 @@ async fn routes_lists_shows_and_deletes_with_the_admin_token() {
         2,
         "a token no header can hold"
     );
+
+    // A purge: the call after it goes upstream again.
+    let call = service.url(&format!("/v1/{uuid}/soup"));
+    for _ in 0..2 {
+        assert_eq!(send(Method::GET, &call, &[], "").await.status, 200);
+    }
+    assert_eq!(upstream.received().len(), 2, "the live call and one call; the other was a hit");
+    let purged = recast(&["routes", "purge", &uuid, "--url", url, "--token", "admin-c4f2"]).await;
+    assert_eq!(code(&purged), 0, "{}", text(&purged.stderr));
+    assert_eq!(text(&purged.stderr), "purged\n");
+    assert_eq!(
+        send(Method::GET, &call, &[], "").await.header("cache-status"),
+        Some("recast; fwd=miss; stored; ttl=600")
+    );
+    assert_eq!(upstream.received().len(), 3);
 
     let deleted = recast(&["routes", "delete", &uuid, "--url", url, "--token", "admin-c4f2"]).await;
     assert_eq!(code(&deleted), 0, "{}", text(&deleted.stderr));

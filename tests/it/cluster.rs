@@ -182,6 +182,41 @@ async fn a_change_on_one_node_reaches_the_others_within_a_second() {
 }
 
 #[tokio::test]
+async fn an_update_or_a_delete_on_one_node_drops_the_cached_answers_of_the_others() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(2).await;
+    let nodes = [cluster.node(0).await, cluster.node(1).await];
+    let cached = |rules: &str| {
+        let body = registration(&upstream.url("/"), "soup", rules);
+        format!(r#"{},"cache":{{"ttlSeconds":600}}}}"#, body.strip_suffix('}').unwrap())
+    };
+    let answer = send(Method::POST, &nodes[0].url("/v1/mapping"), &[], cached(RULES)).await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    let uuid = answer.json().get("uuid").and_then(Json::as_str).unwrap().to_owned();
+    let second = Duration::from_secs(1);
+    converges(&nodes[1], &uuid, "soup", Ok(FULL), second).await;
+    let url = nodes[1].url(&format!("/v1/{uuid}/soup"));
+    assert!(get(&url).await.header("cache-status").unwrap().starts_with("recast; hit;"));
+    let entries = |node: &Binary| {
+        let url = node.url("/metrics");
+        async move {
+            let text = String::from_utf8(get(&url).await.body.to_vec()).unwrap();
+            crate::observability::sample(&text, "recast_cache_entries")
+        }
+    };
+    assert_eq!(entries(&nodes[1]).await, 1.0);
+
+    // The update reaches the other node: its old answer is dropped, not left beside the new one.
+    let manage = nodes[0].url(&format!("/v1/routes/{uuid}"));
+    assert_eq!(send(Method::PUT, &manage, &[], cached(RULES_ID_ONLY)).await.status, 200);
+    converges(&nodes[1], &uuid, "soup", Ok(ID_ONLY), second).await;
+    assert_eq!(entries(&nodes[1]).await, 1.0, "only the new version's answer");
+    assert_eq!(delete(&nodes[0], &uuid).await.status, 204);
+    converges(&nodes[1], &uuid, "soup", Err(404), second).await;
+    assert_eq!(entries(&nodes[1]).await, 0.0);
+}
+
+#[tokio::test]
 async fn a_node_refuses_to_start_without_a_key_or_with_another_key_than_the_database_s() {
     let cluster = Cluster::start(2).await;
     let first = cluster.node(0).await;

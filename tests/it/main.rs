@@ -8,6 +8,7 @@ mod support;
 
 mod architecture;
 mod binary;
+mod cache;
 mod cli;
 mod cluster;
 mod compression;

@@ -18,11 +18,11 @@ use crate::routes::{MEALS, registered, registration};
 use crate::support::{Reply, Service, Upstream, config, get, post_json, send};
 
 /// The value of the sample line `series` (name and labels exactly as written), 0 when absent.
-fn sample(text: &str, series: &str) -> f64 {
+pub(crate) fn sample(text: &str, series: &str) -> f64 {
     text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok()).unwrap_or(0.0)
 }
 
-async fn metrics(service: &Service) -> String {
+pub(crate) async fn metrics(service: &Service) -> String {
     let answer = get(&service.url("/metrics")).await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));

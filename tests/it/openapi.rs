@@ -247,6 +247,16 @@ async fn every_operation_answers_as_the_description_says() {
     answer.assert_problem(404, "not-found");
     spec.check(template, &Method::GET, &answer);
 
+    // Purging the route's cached answers, then an unknown route's.
+    let purge = format!("{route}/cache");
+    for (path, expected) in
+        [(purge.as_str(), 204), ("/v1/routes/00000000-0000-4000-8000-000000000000/cache", 404)]
+    {
+        let answer = send(Method::DELETE, &url(path), &[], "").await;
+        assert_eq!(answer.status, expected, "{path}");
+        spec.check("/v1/routes/{uuid}/cache", &Method::DELETE, &answer);
+    }
+
     // Deletion, twice.
     for expected in [204, 404] {
         let answer = send(Method::DELETE, &url(&route), &[], "").await;
@@ -280,7 +290,7 @@ async fn every_operation_answers_as_the_description_says() {
             assert_ne!(answer.status, 401, "{method} {template} asks for the admin token");
         }
     }
-    assert_eq!(secured, 6, "mapping, routes (list, get, put, delete) and metrics");
+    assert_eq!(secured, 7, "mapping, routes (list, get, put, delete, purge) and metrics");
     guarded.stop().await;
 
     let missing: Vec<_> = spec.operations().difference(&spec.exercised).cloned().collect();

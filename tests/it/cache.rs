@@ -1,0 +1,373 @@
+//! The cache of mapped answers through the service, against real upstreams on 127.0.0.1 that
+//! count what they receive: coalescing, lifetimes and the upstream's `Cache-Control`,
+//! stale-while-revalidate, callers with different tokens, drops on update, delete and purge,
+//! the byte bound, and the settings' validation.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use http::Method;
+use recast::config::Config;
+
+use crate::observability::{metrics, sample};
+use crate::routes::{register, registered, registration};
+use crate::support::{Answer, Json, Reply, Service, Upstream, config, get, send};
+
+/// `{"id": n, "name": name}` once mapped by the registration's rules.
+fn meal(n: usize, name: &str) -> String {
+    format!(r#"{{"meals":[{{"idMeal":"{n}","strMeal":"{name}"}}]}}"#)
+}
+
+/// An upstream whose n-th answer (from 1) maps to `{"id":n,...}`, after `delay`, with the
+/// headers `headers` gives for the request's query.
+async fn counting(
+    delay: Duration,
+    headers: fn(&str) -> Vec<(&'static str, String)>,
+) -> (Upstream, Arc<AtomicUsize>) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let counter = count.clone();
+    let upstream = Upstream::start(move |request| {
+        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut reply = Reply::json(&meal(n, "Soup"));
+        reply.delay = delay;
+        reply.headers = headers(request.uri.query().unwrap_or_default());
+        reply
+    })
+    .await;
+    (upstream, count)
+}
+
+fn none(_: &str) -> Vec<(&'static str, String)> {
+    Vec::new()
+}
+
+async fn cached_route(service: &Service, upstream: &Upstream, cache: &str) -> String {
+    registered(service, &registration(&upstream.url("/"), "", &format!(r#","cache":{cache}"#)), &[]).await
+}
+
+fn id(answer: &Answer) -> i64 {
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    match answer.json().get("id") {
+        Some(Json::Number(n)) => n.as_i64().unwrap(),
+        other => panic!("no id: {other:?}"),
+    }
+}
+
+fn cache_status(answer: &Answer) -> &str {
+    answer.header("cache-status").unwrap_or_else(|| panic!("no Cache-Status: {:?}", answer.headers))
+}
+
+/// The `Cache-Status` of a hit on an entry stored fresh for `ttl` seconds a moment ago: the
+/// seconds left are counted down, so a second may have begun to pass.
+fn assert_fresh_hit(answer: &Answer, ttl: u64) {
+    let status = cache_status(answer);
+    let left: u64 = status
+        .strip_prefix("recast; hit; ttl=")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(left + 1 >= ttl && left <= ttl, "{status}, stored for {ttl} s");
+}
+
+#[tokio::test]
+async fn fifty_concurrent_calls_to_a_cold_route_make_one_upstream_call_and_get_one_body() {
+    let (upstream, count) = counting(Duration::from_millis(300), none).await;
+    let service = Service::start(config()).await;
+    let path = cached_route(&service, &upstream, r#"{"ttlSeconds":60}"#).await;
+    assert_eq!(count.load(Ordering::SeqCst), 1, "the live call");
+    let url = service.url(&path);
+    let calls: Vec<_> = (0..50).map(|_| tokio::spawn(get_owned(url.clone()))).collect();
+    let mut answers = Vec::new();
+    for call in calls {
+        answers.push(call.await.unwrap());
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 2, "one upstream call for the fifty");
+    let bodies: std::collections::BTreeSet<_> = answers.iter().map(|a| a.body.clone()).collect();
+    assert_eq!(bodies.len(), 1, "{bodies:?}");
+    assert_eq!(id(&answers[0]), 2);
+    // One call led; the others waited for it, or (had they come after it) were hits.
+    let statuses: Vec<&str> = answers.iter().map(cache_status).collect();
+    let led = statuses.iter().filter(|s| **s == "recast; fwd=miss; stored; ttl=60").count();
+    let waited = statuses.iter().filter(|s| **s == "recast; fwd=miss; stored; ttl=60; collapsed").count();
+    let hits = statuses.iter().filter(|s| s.starts_with("recast; hit; ")).count();
+    assert_eq!((led, waited + hits), (1, 49), "{statuses:?}");
+    assert!(waited > 0, "{statuses:?}");
+    let text = metrics(&service).await;
+    assert_eq!(sample(&text, "recast_cache_misses_total"), 1.0);
+    assert_eq!(sample(&text, "recast_cache_coalesced_total"), waited as f64);
+    assert_eq!(sample(&text, "recast_cache_entries"), 1.0);
+    service.stop().await;
+}
+
+async fn get_owned(url: String) -> Answer {
+    get(&url).await
+}
+
+#[tokio::test]
+async fn hits_within_the_ttl_make_no_upstream_call_and_the_first_call_after_it_makes_one() {
+    let (upstream, count) = counting(Duration::ZERO, none).await;
+    let service = Service::start(config()).await;
+    let path = cached_route(&service, &upstream, r#"{"ttlSeconds":1}"#).await;
+    let url = service.url(&path);
+    let first = get(&url).await;
+    assert_eq!((id(&first), cache_status(&first)), (2, "recast; fwd=miss; stored; ttl=1"));
+    assert!(first.header("age").is_none());
+    let hit = get(&url).await;
+    assert_eq!(id(&hit), 2);
+    assert_eq!(cache_status(&hit), "recast; hit; ttl=0");
+    assert_eq!(hit.header("age"), Some("0"));
+    let timing = hit.header("server-timing").unwrap();
+    assert!(timing.starts_with("cache;dur=") && !timing.contains("upstream"), "{timing}");
+    assert_eq!(count.load(Ordering::SeqCst), 2, "the hit made no upstream call");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let after = get(&url).await;
+    assert_eq!((id(&after), cache_status(&after)), (3, "recast; fwd=miss; stored; ttl=1"));
+    assert!(after.header("server-timing").unwrap().starts_with("upstream;dur="));
+    assert_eq!(get(&url).await.header("cache-status"), Some("recast; hit; ttl=0"));
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+    let text = metrics(&service).await;
+    assert_eq!(sample(&text, "recast_cache_hits_total"), 2.0);
+    assert_eq!(sample(&text, "recast_cache_misses_total"), 2.0);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn the_upstreams_cache_control_is_honoured() {
+    let (upstream, count) = counting(Duration::ZERO, |query| {
+        let control = match query {
+            "c=no-store" => "no-store",
+            "c=private" => "private, max-age=600",
+            "c=no-cache" => "no-cache",
+            "c=short" => "max-age=1",
+            "c=aged" => "max-age=100, public",
+            "c=older" => "public, s-maxage=100, max-age=5",
+            _ => return Vec::new(),
+        };
+        let mut headers = vec![("cache-control", control.to_owned())];
+        match query {
+            "c=aged" => headers.push(("age", "40".to_owned())),
+            "c=older" => headers.push(("age", "70".to_owned())),
+            _ => {}
+        }
+        headers
+    })
+    .await;
+    let service = Service::start(config()).await;
+    let path = cached_route(&service, &upstream, r#"{"ttlSeconds":60}"#).await;
+    for never in ["no-store", "private", "no-cache"] {
+        let url = service.url(&format!("{path}?c={never}"));
+        let before = count.load(Ordering::SeqCst);
+        let answers = [get(&url).await, get(&url).await];
+        assert_eq!(count.load(Ordering::SeqCst), before + 2, "{never}: never reused");
+        assert_ne!(id(&answers[0]), id(&answers[1]), "{never}");
+        assert_eq!(cache_status(&answers[1]), "recast; fwd=miss", "{never}");
+    }
+    // max-age below the route's TTL wins.
+    let url = service.url(&format!("{path}?c=short"));
+    assert_eq!(cache_status(&get(&url).await), "recast; fwd=miss; stored; ttl=1");
+    let hit = get(&url).await;
+    assert_eq!(cache_status(&hit), "recast; hit; ttl=0");
+    let before = count.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(cache_status(&get(&url).await), "recast; fwd=miss; stored; ttl=1");
+    assert_eq!(count.load(Ordering::SeqCst), before + 1);
+    // The age the answer already has counts against the upstream's lifetime (100 - 40 = 60 s
+    // left: the route's 60 s), and shows in `Age`.
+    let url = service.url(&format!("{path}?c=aged"));
+    assert_eq!(cache_status(&get(&url).await), "recast; fwd=miss; stored; ttl=60");
+    let hit = get(&url).await;
+    assert_eq!(hit.header("age"), Some("40"));
+    assert_fresh_hit(&hit, 60);
+    let url = service.url(&format!("{path}?c=older"));
+    assert_eq!(cache_status(&get(&url).await), "recast; fwd=miss; stored; ttl=30");
+    // A lifetime above the route's TTL does not lengthen it.
+    let url = service.url(&format!("{path}?c=long"));
+    assert_eq!(cache_status(&get(&url).await), "recast; fwd=miss; stored; ttl=60");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_stale_answer_is_given_at_once_while_one_refresh_runs_and_the_next_call_sees_it() {
+    let (upstream, count) = counting(Duration::from_millis(400), none).await;
+    let service = Service::start(config()).await;
+    let path =
+        cached_route(&service, &upstream, r#"{"ttlSeconds":1,"staleWhileRevalidateSeconds":30}"#).await;
+    let url = service.url(&path);
+    assert_eq!(id(&get(&url).await), 2);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let started = std::time::Instant::now();
+    let stale = [get(&url).await, get(&url).await];
+    // Both answered from the entry, without waiting for the 400 ms upstream.
+    assert!(started.elapsed() < Duration::from_millis(400), "{:?}", started.elapsed());
+    for answer in &stale {
+        assert_eq!(id(answer), 2);
+        assert!(cache_status(answer).starts_with("recast; fwd=stale; ttl=-"), "{}", cache_status(answer));
+        assert!(answer.header("server-timing").unwrap().starts_with("cache;dur="));
+    }
+    // One refresh for both.
+    crate::support::reached(&count, 3, "the refresh did not reach the upstream").await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let refreshed = get(&url).await;
+    assert_eq!((id(&refreshed), cache_status(&refreshed)), (3, "recast; hit; ttl=0"));
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+    assert_eq!(sample(&metrics(&service).await, "recast_cache_stale_total"), 2.0);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn callers_with_different_tokens_never_get_each_others_answers() {
+    // The upstream answers each token with its own name.
+    let upstream = Upstream::start(|request| {
+        let token = request.headers.get("authorization").map_or("none", |v| v.to_str().unwrap());
+        Reply::json(&meal(1, token))
+    })
+    .await;
+    let service = Service::start(config()).await;
+    let body = registration(&upstream.url("/"), "", r#","cache":{"ttlSeconds":60}"#);
+    let path = registered(&service, &body, &[("x-mapped-auth", "Bearer first")]).await;
+    let url = service.url(&path);
+    let call = |token: &'static str| {
+        let url = url.clone();
+        async move { send(Method::GET, &url, &[("x-mapped-auth", token)], "").await }
+    };
+    let name = |answer: &Answer| answer.json().get("name").and_then(Json::as_str).unwrap().to_owned();
+    for round in 0..2 {
+        let (a, b) = tokio::join!(call("Bearer alice"), call("Bearer bob"));
+        assert_eq!(name(&a), "Bearer alice", "round {round}");
+        assert_eq!(name(&b), "Bearer bob", "round {round}");
+        for answer in [&a, &b] {
+            match round {
+                0 => assert_eq!(cache_status(answer), "recast; fwd=miss; stored; ttl=60"),
+                _ => assert_fresh_hit(answer, 60),
+            }
+        }
+    }
+    let sent: Vec<String> = upstream.received()[1..]
+        .iter()
+        .map(|r| r.headers["authorization"].to_str().unwrap().to_owned())
+        .collect();
+    let mut sorted = sent.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["Bearer alice", "Bearer bob"], "each token went upstream once: {sent:?}");
+    // Without a token the runtime-auth route still answers 401, cache or not.
+    get(&url).await.assert_problem(401, "auth-required");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn an_update_drops_the_old_entries_a_delete_404s_and_a_purge_sends_the_next_call_upstream() {
+    let (upstream, count) = counting(Duration::ZERO, none).await;
+    let service = Service::start(config()).await;
+    let cache = r#","cache":{"ttlSeconds":600}"#;
+    let path = registered(&service, &registration(&upstream.url("/"), "", cache), &[]).await;
+    let uuid = path.split('/').nth(2).unwrap().to_owned();
+    let url = service.url(&path);
+    assert_eq!(id(&get(&url).await), 2);
+    assert_fresh_hit(&get(&url).await, 600);
+
+    // Purge: the next call goes upstream.
+    let purge = service.url(&format!("/v1/routes/{uuid}/cache"));
+    let purged = send(Method::DELETE, &purge, &[], "").await;
+    assert_eq!(purged.status, 204);
+    assert_eq!(sample(&metrics(&service).await, "recast_cache_entries"), 0.0);
+    let after = get(&url).await;
+    assert_eq!((id(&after), cache_status(&after)), (3, "recast; fwd=miss; stored; ttl=600"));
+    send(Method::GET, &purge, &[], "").await.assert_problem(405, "method-not-allowed");
+    let unknown = service.url(&format!("/v1/routes/{}/cache", uuid::Uuid::new_v4()));
+    send(Method::DELETE, &unknown, &[], "").await.assert_problem(404, "not-found");
+
+    // An update (its live call is upstream call 4) drops the entries at once.
+    let manage = service.url(&format!("/v1/routes/{uuid}"));
+    let updated = send(Method::PUT, &manage, &[], registration(&upstream.url("/"), "", cache)).await;
+    assert_eq!(updated.status, 200);
+    assert_eq!(sample(&metrics(&service).await, "recast_cache_entries"), 0.0);
+    let after = get(&url).await;
+    assert_eq!((id(&after), cache_status(&after)), (5, "recast; fwd=miss; stored; ttl=600"));
+    // The listing shows the settings.
+    let shown = get(&manage).await.json();
+    assert_eq!(
+        shown.get("cache").unwrap().to_string(),
+        r#"{"ttlSeconds":600,"staleWhileRevalidateSeconds":0}"#
+    );
+
+    // A delete: 404 at once, nothing answered from the cache.
+    assert_eq!(send(Method::DELETE, &manage, &[], "").await.status, 204);
+    get(&url).await.assert_problem(404, "not-found");
+    assert_eq!(sample(&metrics(&service).await, "recast_cache_entries"), 0.0);
+    assert_eq!(count.load(Ordering::SeqCst), 5);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_cache_smaller_than_the_working_set_stays_within_its_bytes() {
+    // Answers of about 4 KB each (a long name), 100 different queries, a 64 KiB cache.
+    let name = "x".repeat(4000);
+    let upstream = Upstream::start(move |_| Reply::json(&meal(1, &name))).await;
+    let bound = 64 << 10;
+    let service = Service::start(Config { cache_bytes: bound, ..config() }).await;
+    let path = cached_route(&service, &upstream, r#"{"ttlSeconds":600}"#).await;
+    for n in 0..100 {
+        let answer = get(&service.url(&format!("{path}?n={n}"))).await;
+        assert_eq!(cache_status(&answer), "recast; fwd=miss; stored; ttl=600", "query {n}");
+        let text = metrics(&service).await;
+        let held = sample(&text, "recast_cache_bytes");
+        assert!(held <= bound as f64, "{held} bytes held after query {n}, over {bound}");
+    }
+    let text = metrics(&service).await;
+    let entries = sample(&text, "recast_cache_entries");
+    assert!((10.0..16.0).contains(&entries), "{entries} entries of about 4 KB in 64 KiB");
+    assert!(sample(&text, "recast_cache_evictions_total") >= 100.0 - entries, "{text}");
+    // The most recent query is still held.
+    assert_fresh_hit(&get(&service.url(&format!("{path}?n=99"))).await, 600);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn cache_settings_are_validated_with_locations_and_only_for_get_routes() {
+    let upstream = Upstream::json(crate::routes::MEALS).await;
+    let service = Service::start(config()).await;
+    let cases = [
+        (r#","method":"POST","cache":{"ttlSeconds":5}"#, "/cache"),
+        (r#","cache":{"ttlSeconds":-1}"#, "/cache/ttlSeconds"),
+        (r#","cache":{"ttlSeconds":1.5}"#, "/cache/ttlSeconds"),
+        (r#","cache":{"ttlSeconds":"60"}"#, "/cache/ttlSeconds"),
+        (r#","cache":{"ttlSeconds":31536001}"#, "/cache/ttlSeconds"),
+        (r#","cache":{"staleWhileRevalidateSeconds":5}"#, "/cache/ttlSeconds"),
+        (
+            r#","cache":{"ttlSeconds":5,"staleWhileRevalidateSeconds":null}"#,
+            "/cache/staleWhileRevalidateSeconds",
+        ),
+        (r#","cache":{"ttlSeconds":5,"ttl":5}"#, "/cache/ttl"),
+        (r#","cache":60"#, "/cache"),
+    ];
+    for (extra, location) in cases {
+        let answer = register(&service, &registration(&upstream.url("/"), "", extra), &[]).await;
+        let problem = answer.assert_problem(400, "invalid-request");
+        let errors = problem.get("errors").unwrap().as_array();
+        let locations: Vec<&str> =
+            errors.iter().map(|e| e.get("location").and_then(Json::as_str).unwrap()).collect();
+        assert_eq!(locations, [location], "{extra}");
+    }
+    assert_eq!(upstream.received().len(), 0, "nothing invalid was called");
+    // `null` is no cache, as is no member at all; a route without one carries no Cache-Status.
+    let path = registered(&service, &registration(&upstream.url("/"), "", r#","cache":null"#), &[]).await;
+    let answer = get(&service.url(&path)).await;
+    assert_eq!(answer.status, 200);
+    assert!(answer.header("cache-status").is_none());
+    let uuid = path.split('/').nth(2).unwrap();
+    assert!(get(&service.url(&format!("/v1/routes/{uuid}"))).await.json().get("cache").is_none());
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn with_the_cache_off_every_call_goes_upstream_and_says_so() {
+    let (upstream, count) = counting(Duration::ZERO, none).await;
+    let service = Service::start(Config { cache_bytes: 0, ..config() }).await;
+    let path = cached_route(&service, &upstream, r#"{"ttlSeconds":60}"#).await;
+    let url = service.url(&path);
+    let answers = [get(&url).await, get(&url).await];
+    assert_eq!((id(&answers[0]), id(&answers[1])), (2, 3));
+    assert_eq!(cache_status(&answers[1]), "recast; fwd=bypass; detail=cache-off");
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+    service.stop().await;
+}
