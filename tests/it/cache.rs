@@ -371,3 +371,46 @@ async fn with_the_cache_off_every_call_goes_upstream_and_says_so() {
     assert_eq!(count.load(Ordering::SeqCst), 3);
     service.stop().await;
 }
+
+#[tokio::test]
+async fn waiters_whose_leader_hangs_up_make_the_call_themselves() {
+    use tokio::io::AsyncWriteExt as _;
+    let (upstream, count) = counting(Duration::from_millis(400), none).await;
+    let service = Service::start(config()).await;
+    let path = cached_route(&service, &upstream, r#"{"ttlSeconds":60}"#).await;
+    // The leader: a client that sends its call and hangs up before the upstream answers.
+    let mut leader = tokio::net::TcpStream::connect(service.addr).await.unwrap();
+    leader.write_all(format!("GET {path} HTTP/1.1\r\nhost: recast\r\n\r\n").as_bytes()).await.unwrap();
+    crate::support::reached(&count, 2, "the leader's call did not reach the upstream").await;
+    // A second call waits on the leader's flight; then the leader goes.
+    let waiter = tokio::spawn(get_owned(service.url(&path)));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(leader);
+    let answer = waiter.await.unwrap();
+    assert_eq!((id(&answer), cache_status(&answer)), (3, "recast; fwd=miss; stored; ttl=60"));
+    let text = metrics(&service).await;
+    assert_eq!(sample(&text, "recast_cache_coalesced_total"), 1.0);
+    assert_eq!(sample(&text, "recast_cache_misses_total"), 2.0);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn the_registration_in_the_caching_doc_registers_a_cached_route() {
+    let doc = include_str!("../../docs/caching.md");
+    let start = doc.find("```json\n").expect("a json block") + "```json\n".len();
+    let end = start + doc[start..].find("```").expect("closed");
+    let upstream = Upstream::json(crate::routes::MEALS).await;
+    let body = doc[start..end].replace("https://www.themealdb.com/", &upstream.url("/"));
+    let service = Service::start(config()).await;
+    let answer = register(&service, &body, &[]).await;
+    assert_eq!(answer.status, 201, "{}", String::from_utf8_lossy(&answer.body));
+    let uuid = answer.json().get("uuid").and_then(Json::as_str).unwrap().to_owned();
+    let shown = get(&service.url(&format!("/v1/routes/{uuid}"))).await.json();
+    assert_eq!(
+        shown.get("cache").unwrap().to_string(),
+        r#"{"ttlSeconds":60,"staleWhileRevalidateSeconds":30}"#
+    );
+    let path = answer.json().get("path").and_then(Json::as_str).unwrap().to_owned();
+    assert_eq!(cache_status(&get(&service.url(&path)).await), "recast; fwd=miss; stored; ttl=60");
+    service.stop().await;
+}
