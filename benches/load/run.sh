@@ -3,17 +3,20 @@
 # upstream directly, (b) through nginx as a plain reverse proxy with upstream keep-alive, (c)
 # through nginx with njs mapping the fields in JavaScript, and (d) through a recast route mapping
 # the same fields; and, as a control, (e) through a second nginx instance identical to the first
-# (the twin), which shows how far two identical proxies measured back to back differ here. Every
-# run is bounded by LOAD_DURATION. Prints one table and writes it as CSV, with the CPU time per
-# request of the processes serving each target, read from /proc.
+# (the twin), which shows how far two identical proxies measured back to back differ here. Then
+# the cache of mapped answers: (f) a recast route with `cache`, every call a hit, against nginx
+# serving the very same mapped bytes (g) as a static file and (h) from its proxy_cache. Every
+# run is bounded by LOAD_DURATION. Prints two tables and writes them as CSV, with the CPU time
+# per request of the processes serving each target, read from /proc.
 #
 # Settings (environment): LOAD_DURATION (default 10s), LOAD_CONNECTIONS (default "16 64 256"),
 # LOAD_ROUNDS (default 1: how many times the whole set is measured, one round after another; the
-# table gives medians, each ratio is the median of the ratios within a round, and each round's
-# recast/proxy and twin/proxy ratios and p99s are listed under it; the proxy, recast and the twin
-# are measured back to back, in that order in odd rounds and the other way round in even ones),
-# LOAD_THREADS (wrk threads, default 2), LOAD_PORT (first of six ports, default 18080), LOAD_CSV
-# (default $CARGO_TARGET_DIR/load/results.csv).
+# tables give medians, each ratio is the median of the ratios within a round, and each round's
+# recast/proxy and twin/proxy ratios and p99s are listed under the first; the proxy, recast and
+# the twin are measured back to back, in that order in odd rounds and the other way round in
+# even ones, and so are static, proxy_cache and the cached route), LOAD_THREADS (wrk threads,
+# default 2), LOAD_PORT (first of eight ports, default 18080), LOAD_CSV (default
+# $CARGO_TARGET_DIR/load/results.csv).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib.sh
@@ -25,14 +28,14 @@ THREADS=${LOAD_THREADS:-2}
 PORT=${LOAD_PORT:-18080}
 CSV=${LOAD_CSV:-$CARGO_TARGET_DIR/load/results.csv}
 UPSTREAM_PORT=$PORT PROXY_PORT=$((PORT + 1)) NJS_PORT=$((PORT + 2)) RECAST_PORT=$((PORT + 3))
-TWIN_PORT=$((PORT + 4)) TWIN_NJS_PORT=$((PORT + 5))
+TWIN_PORT=$((PORT + 4)) TWIN_NJS_PORT=$((PORT + 5)) CACHE_PORT=$((PORT + 6)) TWIN_CACHE_PORT=$((PORT + 7))
 
 ensure_toolchain
 ensure_nginx
 ensure_packages libnginx-mod-http-js wrk curl
-for port in $UPSTREAM_PORT $PROXY_PORT $NJS_PORT $RECAST_PORT $TWIN_PORT $TWIN_NJS_PORT; do
+for port in $UPSTREAM_PORT $PROXY_PORT $NJS_PORT $RECAST_PORT $TWIN_PORT $TWIN_NJS_PORT $CACHE_PORT $TWIN_CACHE_PORT; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        say "port $port on 127.0.0.1 is in use; set LOAD_PORT to a free range of six ports"
+        say "port $port on 127.0.0.1 is in use; set LOAD_PORT to a free range of eight ports"
         exit 1
     fi
 done
@@ -141,7 +144,7 @@ $(temp_paths upstream)
 }
 EOF
 } >"$WORK/upstream.conf"
-gateway() { # $1 instance name, $2 proxy port, $3 njs port
+gateway() { # $1 instance name, $2 proxy port, $3 njs port, $4 proxy_cache port
     echo "load_module $NJS_MODULE;"
     common "$1"
     cat <<EOF
@@ -173,11 +176,25 @@ $(temp_paths "$1")
         location = /recipe { js_content map.recipe; }
         location = /list { js_content map.list; }
     }
+    # (h) the mapped bytes from nginx's own cache: the upstream serves them (as the static file
+    # (g)); after the first call, every call is a hit that never reaches it.
+    proxy_cache_path $WORK/$1-cache levels=1:2 keys_zone=$1:10m max_size=256m inactive=1h;
+    server {
+        listen 127.0.0.1:$4;
+        location / {
+            proxy_pass http://documents;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_cache $1;
+            proxy_cache_valid 200 1h;
+            add_header Cache-Status \$upstream_cache_status;
+        }
+    }
 }
 EOF
 }
-gateway gateway "$PROXY_PORT" "$NJS_PORT" >"$WORK/gateway.conf"
-gateway twin "$TWIN_PORT" "$TWIN_NJS_PORT" >"$WORK/twin.conf"
+gateway gateway "$PROXY_PORT" "$NJS_PORT" "$CACHE_PORT" >"$WORK/gateway.conf"
+gateway twin "$TWIN_PORT" "$TWIN_NJS_PORT" "$TWIN_CACHE_PORT" >"$WORK/twin.conf"
 mkdir -p "$WORK/data"
 for instance in upstream gateway twin; do
     nginx -p "$WORK" -c "$WORK/$instance.conf" -g 'daemon off;' 2>>"$WORK/error.log" &
@@ -203,14 +220,18 @@ if [ "$ready" = no ]; then
     exit 1
 fi
 
-register() { # $1 path, $2 upstream file, $3 rules; prints the route's path
+register() { # $1 path, $2 upstream file, $3 rules, $4 more members; prints the route's path
     curl -sf -m 10 "http://127.0.0.1:$RECAST_PORT/v1/mapping" -H 'content-type: application/json' -d \
-        '{"path":"'"$1"'","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'"$UPSTREAM_PORT"'/"},"path":"'"$2"'"},"rulesAsString":'"$3"'}' \
+        '{"path":"'"$1"'","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'"$UPSTREAM_PORT"'/"},"path":"'"$2"'"},"rulesAsString":'"$3${4:-}"'}' \
         | sed -n 's/.*"path":"\(\/v1\/[^"]*\)".*/\1/p'
 }
 RECIPE_ROUTE=$(register recipe recipe.json "$RECIPE_RULES")
 LIST_ROUTE=$(register list list.json "$LIST_RULES")
-if [ -z "$RECIPE_ROUTE" ] || [ -z "$LIST_ROUTE" ]; then
+# (f) the same routes with a cache that outlasts the run: every call after the first is a hit.
+CACHED=',"cache":{"ttlSeconds":3600}'
+CACHED_RECIPE_ROUTE=$(register cached-recipe recipe.json "$RECIPE_RULES" "$CACHED")
+CACHED_LIST_ROUTE=$(register cached-list list.json "$LIST_RULES" "$CACHED")
+if [ -z "$RECIPE_ROUTE" ] || [ -z "$LIST_ROUTE" ] || [ -z "$CACHED_RECIPE_ROUTE" ] || [ -z "$CACHED_LIST_ROUTE" ]; then
     say "registering the routes failed; recast's log:"; cat "$WORK/recast.log" >&2; exit 1
 fi
 
@@ -223,6 +244,24 @@ for doc in recipe list; do
         say "recast and njs map $doc differently:"; head -c 400 "$WORK/$doc.recast" >&2; echo >&2
         head -c 400 "$WORK/$doc.njs" >&2; echo >&2; exit 1
     fi
+done
+# (g) and (h) serve recast's mapped bytes as they are; the cached route must answer them too, and
+# from its cache, as must proxy_cache.
+for doc in recipe list; do
+    route=$CACHED_RECIPE_ROUTE; [ "$doc" = list ] && route=$CACHED_LIST_ROUTE
+    cp "$WORK/$doc.recast" "$WORK/$doc-mapped.json"
+    chmod 644 "$WORK/$doc-mapped.json"
+    for url in "http://127.0.0.1:$RECAST_PORT$route" "http://127.0.0.1:$UPSTREAM_PORT/$doc-mapped.json" \
+        "http://127.0.0.1:$CACHE_PORT/$doc-mapped.json"; do
+        curl -sf -m 10 "$url" >/dev/null # fills the caches
+        curl -sf -m 10 -D "$WORK/headers" "$url" >"$WORK/answer"
+        if ! cmp -s "$WORK/answer" "$WORK/$doc.recast"; then
+            say "$url does not answer recast's mapped $doc"; exit 1
+        fi
+        if [[ $url != *":$UPSTREAM_PORT/"* ]] && ! grep -qiE '^cache-status: (recast; hit|HIT)' "$WORK/headers"; then
+            say "$url did not answer from its cache:"; cat "$WORK/headers" >&2; exit 1
+        fi
+    done
 done
 printf 'documents: recipe %s bytes -> %s mapped; list %s bytes -> %s mapped (recast and njs identical)\n' \
     "$(wc -c <"$WORK/recipe.json")" "$(wc -c <"$WORK/recipe.recast")" "$(wc -c <"$WORK/list.json")" "$(wc -c <"$WORK/list.recast")"
@@ -240,9 +279,10 @@ cpu_ticks() { # user and system clock ticks so far of the given processes, all t
 serving() { # $1 target name
     case $1 in
         upstream) pgrep -P "${PIDS[0]}" ;;
-        proxy | njs) pgrep -P "${PIDS[1]}" ;;
+        proxy | njs | proxy_cache) pgrep -P "${PIDS[1]}" ;;
+        static) pgrep -P "${PIDS[0]}" ;;
         twin) pgrep -P "${PIDS[2]}" ;;
-        recast) echo "${PIDS[3]}" ;;
+        recast | cached) echo "${PIDS[3]}" ;;
     esac
 }
 HZ=$(getconf CLK_TCK)
@@ -286,6 +326,16 @@ for round in $(seq 1 "$ROUNDS"); do
                 measure "$doc" "$c" proxy "http://127.0.0.1:$PROXY_PORT/$doc.json"
             fi
             measure "$doc" "$c" njs "http://127.0.0.1:$NJS_PORT/$doc"
+            cached=$CACHED_RECIPE_ROUTE; [ "$doc" = list ] && cached=$CACHED_LIST_ROUTE
+            if ((round % 2)); then
+                measure "$doc" "$c" static "http://127.0.0.1:$UPSTREAM_PORT/$doc-mapped.json"
+                measure "$doc" "$c" proxy_cache "http://127.0.0.1:$CACHE_PORT/$doc-mapped.json"
+                measure "$doc" "$c" cached "http://127.0.0.1:$RECAST_PORT$cached"
+            else
+                measure "$doc" "$c" cached "http://127.0.0.1:$RECAST_PORT$cached"
+                measure "$doc" "$c" proxy_cache "http://127.0.0.1:$CACHE_PORT/$doc-mapped.json"
+                measure "$doc" "$c" static "http://127.0.0.1:$UPSTREAM_PORT/$doc-mapped.json"
+            fi
         done
     done
 done
@@ -332,6 +382,37 @@ awk -F, '
             else text = text sprintf(" %.2f", one[q","what] / one[q",proxy"])
         }
         return substr(text, 2)
+    }' "$CSV"
+echo
+echo "The cache of mapped answers: a recast route with cache (every call a hit) against nginx serving the same mapped bytes."
+echo "| document | connections | nginx static req/s | nginx proxy_cache req/s | recast cached req/s | recast uncached req/s | cached/uncached | cached/static | cached/proxy_cache | p99 static ms | p99 proxy_cache ms | p99 cached ms | CPU µs/req static (user+sys) | CPU µs/req proxy_cache (user+sys) | CPU µs/req cached (user+sys) |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+awk -F, '
+    function median(list,    v, n, i, j, t) {
+        n = split(substr(list, 2), v, " ")
+        for (i = 2; i <= n; i++) { t = v[i] + 0; for (j = i - 1; j >= 1 && v[j] + 0 > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
+        return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    }
+    NR > 1 {
+        k = $2","$3","$4; rps[k] = rps[k] " " $5; p99[k] = p99[k] " " $7; user[k] = user[k] " " $9; sys[k] = sys[k] " " $10
+        one[$1","k] = $5
+        if (!seen[$2","$3]++) order[n++] = $2","$3
+        if (!counted[$1]++) rounds[r++] = $1
+    }
+    END {
+        for (i = 0; i < n; i++) {
+            k = order[i]; split(k, d, ","); uncached = ""; static = ""; pc = ""
+            for (j = 0; j < r; j++) {
+                q = rounds[j]","k
+                uncached = uncached " " one[q",cached"] / one[q",recast"]; static = static " " one[q",cached"] / one[q",static"]
+                pc = pc " " one[q",cached"] / one[q",proxy_cache"]
+            }
+            printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.2f× | %.2f× | %.2f× | %.2f | %.2f | %.2f | %.1f+%.1f | %.1f+%.1f | %.1f+%.1f |\n", d[1], d[2],
+                median(rps[k",static"]), median(rps[k",proxy_cache"]), median(rps[k",cached"]), median(rps[k",recast"]),
+                median(uncached), median(static), median(pc), median(p99[k",static"]), median(p99[k",proxy_cache"]), median(p99[k",cached"]),
+                median(user[k",static"]), median(sys[k",static"]), median(user[k",proxy_cache"]), median(sys[k",proxy_cache"]),
+                median(user[k",cached"]), median(sys[k",cached"])
+        }
     }' "$CSV"
 echo
 echo "CSV: $CSV"
