@@ -355,10 +355,20 @@ mod tests {
             "8",
             "--log-format",
             "json",
+            "--upstream-compression",
+            "false",
+            "--cache-bytes",
+            "0",
         ]);
         assert_eq!(cli.config.listen.port(), 0);
         assert_eq!(cli.config.max_depth, 8);
         assert_eq!(cli.config.log_format, LogFormat::Json);
+        assert!(!cli.config.upstream().compression);
+        assert_eq!(cli.config.cache_bytes, 0);
+        let defaults = Cli::parse_from(["recast"]).config;
+        assert!(defaults.upstream().compression);
+        assert_eq!(defaults.cache_bytes, 256 << 20);
+        assert!(Cli::try_parse_from(["recast", "--upstream-compression", "maybe"]).is_err());
         assert!(Cli::try_parse_from(["recast", "--max-depth", "0"]).is_err());
         assert!(Cli::try_parse_from(["recast", "--workers", "0"]).is_err());
         assert!(Cli::try_parse_from(["recast", "--listen", "nowhere"]).is_err());

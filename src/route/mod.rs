@@ -19,7 +19,7 @@ use self::request::Upstream;
 use crate::metrics::StatusCounts;
 use crate::rules::{Compiled, Limits, Problem, compile_json};
 use crate::storage::{SCHEMA_VERSION, StoredRoute};
-pub use registration::{AuthHeader, MAX_CACHE_SECONDS, OriginalApi, OriginalRoute, Registration};
+pub use registration::{AuthHeader, OriginalApi, OriginalRoute, Registration};
 pub use request::{CallError, FromClient, MAPPED_AUTH, UpstreamRequest};
 
 /// A validated route configuration: what is stored, and what [`Route`] is compiled from.

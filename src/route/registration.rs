@@ -156,7 +156,7 @@ impl Registration {
 }
 
 /// The longest `ttlSeconds` or `staleWhileRevalidateSeconds`: a year.
-pub const MAX_CACHE_SECONDS: u64 = 365 * 24 * 3600;
+const MAX_CACHE_SECONDS: u64 = 365 * 24 * 3600;
 
 /// `cache`: absent or `null` for none; else an object with a `ttlSeconds` and an optional
 /// `staleWhileRevalidateSeconds` (0 when absent), each a whole number of seconds from 0 to a year,

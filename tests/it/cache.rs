@@ -414,3 +414,40 @@ async fn the_registration_in_the_caching_doc_registers_a_cached_route() {
     assert_eq!(cache_status(&get(&service.url(&path)).await), "recast; fwd=miss; stored; ttl=60");
     service.stop().await;
 }
+
+#[tokio::test]
+async fn concurrent_calls_share_one_upstream_error_and_the_next_call_tries_again() {
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let count = Arc::new(AtomicUsize::new(0));
+    let upstream = {
+        let (failing, count) = (failing.clone(), count.clone());
+        Upstream::start(move |_| {
+            let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut reply = if failing.load(Ordering::SeqCst) {
+                Reply::with(500, "{}")
+            } else {
+                Reply::json(&meal(n, "Soup"))
+            };
+            // Long enough for all ten calls to arrive while the first is under way.
+            reply.delay = Duration::from_millis(1000);
+            reply
+        })
+        .await
+    };
+    let service = Service::start(config()).await;
+    let path = cached_route(&service, &upstream, r#"{"ttlSeconds":60}"#).await;
+    failing.store(true, Ordering::SeqCst);
+    let url = service.url(&path);
+    let calls: Vec<_> = (0..10).map(|_| tokio::spawn(get_owned(url.clone()))).collect();
+    for call in calls {
+        let answer = call.await.unwrap();
+        answer.assert_problem(502, "upstream-error");
+        assert!(cache_status(&answer).starts_with("recast; fwd=miss"), "{}", cache_status(&answer));
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 2, "the live call and one call for the ten");
+    // Errors are not kept: the next call goes upstream, and its answer is.
+    failing.store(false, Ordering::SeqCst);
+    let answer = get(&url).await;
+    assert_eq!((id(&answer), cache_status(&answer)), (3, "recast; fwd=miss; stored; ttl=60"));
+    service.stop().await;
+}
