@@ -188,7 +188,7 @@ async fn the_upstreams_cache_control_is_honoured() {
 
 #[tokio::test]
 async fn a_stale_answer_is_given_at_once_while_one_refresh_runs_and_the_next_call_sees_it() {
-    let (upstream, count) = counting(Duration::from_millis(400), none).await;
+    let (upstream, count) = counting(Duration::from_millis(1500), none).await;
     let service = Service::start(config()).await;
     let path =
         cached_route(&service, &upstream, r#"{"ttlSeconds":1,"staleWhileRevalidateSeconds":30}"#).await;
@@ -197,20 +197,28 @@ async fn a_stale_answer_is_given_at_once_while_one_refresh_runs_and_the_next_cal
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let started = std::time::Instant::now();
     let stale = [get(&url).await, get(&url).await];
-    // Both answered from the entry, without waiting for the 400 ms upstream.
-    assert!(started.elapsed() < Duration::from_millis(400), "{:?}", started.elapsed());
+    // Both answered from the entry, without waiting for the 1.5 s upstream.
+    assert!(started.elapsed() < Duration::from_millis(1000), "{:?}", started.elapsed());
     for answer in &stale {
         assert_eq!(id(answer), 2);
         assert!(cache_status(answer).starts_with("recast; fwd=stale; ttl=-"), "{}", cache_status(answer));
         assert!(answer.header("server-timing").unwrap().starts_with("cache;dur="));
     }
-    // One refresh for both.
+    // One refresh for both; once it has landed, calls get its answer from the cache.
     crate::support::reached(&count, 3, "the refresh did not reach the upstream").await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let refreshed = get(&url).await;
-    assert_eq!((id(&refreshed), cache_status(&refreshed)), (3, "recast; hit; ttl=0"));
-    assert_eq!(count.load(Ordering::SeqCst), 3);
-    assert_eq!(sample(&metrics(&service).await, "recast_cache_stale_total"), 2.0);
+    let deadline = std::time::Instant::now() + crate::support::PATIENCE;
+    let refreshed = loop {
+        let answer = get(&url).await;
+        if id(&answer) == 3 {
+            break answer;
+        }
+        assert!(cache_status(&answer).starts_with("recast; fwd=stale"), "{}", cache_status(&answer));
+        assert!(std::time::Instant::now() < deadline, "the refresh never landed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(cache_status(&refreshed), "recast; hit; ttl=0");
+    assert_eq!(count.load(Ordering::SeqCst), 3, "one refresh, however many stale answers");
+    assert!(sample(&metrics(&service).await, "recast_cache_stale_total") >= 2.0);
     service.stop().await;
 }
 
@@ -375,7 +383,7 @@ async fn with_the_cache_off_every_call_goes_upstream_and_says_so() {
 #[tokio::test]
 async fn waiters_whose_leader_hangs_up_make_the_call_themselves() {
     use tokio::io::AsyncWriteExt as _;
-    let (upstream, count) = counting(Duration::from_millis(400), none).await;
+    let (upstream, count) = counting(Duration::from_millis(2000), none).await;
     let service = Service::start(config()).await;
     let path = cached_route(&service, &upstream, r#"{"ttlSeconds":60}"#).await;
     // The leader: a client that sends its call and hangs up before the upstream answers.
@@ -384,7 +392,7 @@ async fn waiters_whose_leader_hangs_up_make_the_call_themselves() {
     crate::support::reached(&count, 2, "the leader's call did not reach the upstream").await;
     // A second call waits on the leader's flight; then the leader goes.
     let waiter = tokio::spawn(get_owned(service.url(&path)));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     drop(leader);
     let answer = waiter.await.unwrap();
     assert_eq!((id(&answer), cache_status(&answer)), (3, "recast; fwd=miss; stored; ttl=60"));
