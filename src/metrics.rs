@@ -470,41 +470,38 @@ impl Metrics {
         let gauge = |out: &mut String, name: &str, help: &str, value: usize| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
         };
-        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
-        };
         let cache = &self.cache;
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        counter(
-            &mut out,
-            "recast_cache_hits_total",
-            "Route calls answered from a fresh cached answer.",
-            load(&cache.hits),
-        );
-        counter(
-            &mut out,
-            "recast_cache_misses_total",
-            "Route calls of cached routes that went upstream for their answer.",
-            load(&cache.misses),
-        );
-        counter(
-            &mut out,
-            "recast_cache_stale_total",
-            "Route calls answered at once from a stale cached answer while it was refreshed.",
-            load(&cache.stale),
-        );
-        counter(
-            &mut out,
-            "recast_cache_coalesced_total",
-            "Route calls that waited for a concurrent call's upstream call instead of making their own.",
-            load(&cache.coalesced),
-        );
-        counter(
-            &mut out,
-            "recast_cache_evictions_total",
-            "Cached answers dropped to stay within RECAST_CACHE_BYTES, or refused as too large for it.",
-            gauges.cache.evictions,
-        );
+        let counters = [
+            (
+                "recast_cache_hits_total",
+                "Route calls answered from a fresh cached answer.",
+                load(&cache.hits),
+            ),
+            (
+                "recast_cache_misses_total",
+                "Route calls of cached routes that went upstream for their answer.",
+                load(&cache.misses),
+            ),
+            (
+                "recast_cache_stale_total",
+                "Route calls answered at once from a stale cached answer while it was refreshed.",
+                load(&cache.stale),
+            ),
+            (
+                "recast_cache_coalesced_total",
+                "Route calls that waited for a concurrent call's upstream call instead of making their own.",
+                load(&cache.coalesced),
+            ),
+            (
+                "recast_cache_evictions_total",
+                "Cached answers dropped to stay within RECAST_CACHE_BYTES, or refused as too large for it.",
+                gauges.cache.evictions,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+        }
         gauge(&mut out, "recast_cache_entries", "Answers the cache holds.", gauges.cache.entries);
         let _ = writeln!(
             out,

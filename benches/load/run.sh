@@ -344,7 +344,8 @@ echo
 [ "$ROUNDS" -gt 1 ] && echo "Medians over $ROUNDS rounds; each ratio is the median of the ratios within a round."
 echo "| document | connections | upstream req/s | nginx proxy req/s | nginx+njs req/s | recast req/s | recast/proxy | recast/njs | p99 proxy ms | p99 recast ms | CPU µs/req proxy (user+sys) | CPU µs/req recast (user+sys) | twin/proxy (control) |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-awk -F, '
+# What both tables read from the CSV: each measure's values by round, and a median function.
+CSV_READ='
     function median(list,    v, n, i, j, t) {
         n = split(substr(list, 2), v, " ")
         for (i = 2; i <= n; i++) { t = v[i] + 0; for (j = i - 1; j >= 1 && v[j] + 0 > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
@@ -355,7 +356,8 @@ awk -F, '
         one[$1","k] = $5; late[$1","k] = $7
         if (!seen[$2","$3]++) order[n++] = $2","$3
         if (!counted[$1]++) rounds[r++] = $1
-    }
+    }'
+awk -F, "$CSV_READ"'
     END {
         for (i = 0; i < n; i++) {
             k = order[i]; split(k, d, ","); proxy = ""; njs = ""; twin = ""
@@ -387,18 +389,7 @@ echo
 echo "The cache of mapped answers: a recast route with cache (every call a hit) against nginx serving the same mapped bytes."
 echo "| document | connections | nginx static req/s | nginx proxy_cache req/s | recast cached req/s | recast uncached req/s | cached/uncached | cached/static | cached/proxy_cache | p99 static ms | p99 proxy_cache ms | p99 cached ms | CPU µs/req static (user+sys) | CPU µs/req proxy_cache (user+sys) | CPU µs/req cached (user+sys) |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-awk -F, '
-    function median(list,    v, n, i, j, t) {
-        n = split(substr(list, 2), v, " ")
-        for (i = 2; i <= n; i++) { t = v[i] + 0; for (j = i - 1; j >= 1 && v[j] + 0 > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
-        return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-    }
-    NR > 1 {
-        k = $2","$3","$4; rps[k] = rps[k] " " $5; p99[k] = p99[k] " " $7; user[k] = user[k] " " $9; sys[k] = sys[k] " " $10
-        one[$1","k] = $5
-        if (!seen[$2","$3]++) order[n++] = $2","$3
-        if (!counted[$1]++) rounds[r++] = $1
-    }
+awk -F, "$CSV_READ"'
     END {
         for (i = 0; i < n; i++) {
             k = order[i]; split(k, d, ","); uncached = ""; static = ""; pc = ""

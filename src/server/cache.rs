@@ -247,8 +247,8 @@ pub struct AnswerCache {
 }
 
 impl AnswerCache {
-    /// A cache of at most `bytes` bytes; 0 for none (calls of cached routes then go upstream
-    /// every time, coalesced).
+    /// A cache of at most `bytes` bytes; 0 for none (`call` then sends calls of cached routes
+    /// upstream like any other's, neither kept nor coalesced).
     pub fn new(bytes: u64) -> AnswerCache {
         let evictions = Evictions::default();
         let entries = (bytes > 0).then(|| {

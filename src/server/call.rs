@@ -33,7 +33,9 @@ pub(super) struct RouteCall<'a> {
 pub(super) async fn call(state: &State, request: RouteCall<'_>, uuid: &str, route_path: &str) -> Response {
     let instance = request.path;
     let mut tally = Tally::default();
-    let mut response = match forward(state, request, uuid, route_path, &mut tally).await {
+    // The route called, once it was found.
+    let mut called = None;
+    let mut response = match forward(state, request, uuid, route_path, &mut called, &mut tally).await {
         Ok(response) => response,
         Err(e) => e.to_response(instance),
     };
@@ -49,7 +51,7 @@ pub(super) async fn call(state: &State, request: RouteCall<'_>, uuid: &str, rout
         response.headers_mut().insert(CACHE_STATUS, cache_status);
     }
     let status = response.status().as_u16();
-    match &tally.route {
+    match &called {
         Some(route) => route.statuses.record(status),
         None => state.metrics.endpoint(Endpoint::Call, status),
     }
@@ -59,8 +61,6 @@ pub(super) async fn call(state: &State, request: RouteCall<'_>, uuid: &str, rout
 /// What a call did, for its headers and metrics.
 #[derive(Default)]
 struct Tally {
-    /// The route called, once it was found.
-    route: Option<Arc<Route>>,
     upstream: Duration,
     map: Duration,
     /// Answered from the cache: how long the lookup took.
@@ -77,12 +77,13 @@ async fn forward(
     request: RouteCall<'_>,
     uuid: &str,
     route_path: &str,
+    called: &mut Option<Arc<Route>>,
     tally: &mut Tally,
 ) -> Result<Response, ApiError> {
     let uuid = Uuid::try_parse(uuid).map_err(|_| ApiError::NotFound)?;
     state.loaded()?;
     let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
-    let route = tally.route.insert(route).clone();
+    let route = &*called.insert(route);
     if route_path != route.config.path {
         return Err(ApiError::NotFound);
     }
@@ -103,11 +104,11 @@ async fn forward(
     })?;
     if let Some(settings) = route.config.cache {
         if state.cache.enabled() {
-            return cached(state, &route, settings, upstream, request.headers, tally).await;
+            return cached(state, route, settings, upstream, request.headers, tally).await;
         }
         tally.cache_status = Some(HeaderValue::from_static("recast; fwd=bypass; detail=cache-off"));
     }
-    let outcome = fetch(state, &route, upstream).await;
+    let outcome = fetch(state, route, upstream).await;
     answer(outcome, tally)
 }
 

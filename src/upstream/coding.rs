@@ -136,15 +136,35 @@ impl Decoding {
         Some(Decoding { decoder, taken: 0, scratch: vec![0; READ_SIZE].into_boxed_slice() })
     }
 
+    /// The decoded body, with room for the JSON parser's padding, once every encoded byte is in.
+    /// A body that ends before its coding does is undecodable.
+    pub(super) fn finish(mut self) -> Result<Vec<u8>, Failed> {
+        let finished = match &mut self.decoder {
+            Decoder::Gzip(decoder) => decoder.try_finish(),
+            Decoder::Br(decoder) => decoder.close(),
+        };
+        finished.map_err(|e| self.decoder.failed(&e))?;
+        let mut bounded = match self.decoder {
+            Decoder::Gzip(decoder) => decoder.finish().map_err(|e| Failed::Undecodable(e.to_string()))?,
+            Decoder::Br(decoder) => decoder
+                .into_inner()
+                .map_err(|_| Failed::Undecodable("the upstream's br body ends before its end".into()))?,
+        };
+        http1::reserve_within(&mut bounded.out, PADDING, bounded.limit + PADDING);
+        Ok(bounded.out)
+    }
+}
+
+impl Decoder {
     fn name(&self) -> &'static str {
-        match self.decoder {
+        match self {
             Decoder::Gzip(_) => "gzip",
             Decoder::Br(_) => "br",
         }
     }
 
     fn bounded(&self) -> &Bounded {
-        match &self.decoder {
+        match self {
             Decoder::Gzip(decoder) => decoder.get_ref(),
             Decoder::Br(decoder) => decoder.get_ref(),
         }
@@ -160,29 +180,11 @@ impl Decoding {
     }
 
     fn decode(&mut self, bytes: &[u8]) -> Result<(), Failed> {
-        let written = match &mut self.decoder {
+        let written = match self {
             Decoder::Gzip(decoder) => decoder.write_all(bytes),
             Decoder::Br(decoder) => decoder.write_all(bytes),
         };
         written.map_err(|e| self.failed(&e))
-    }
-
-    /// The decoded body, with room for the JSON parser's padding, once every encoded byte is in.
-    /// A body that ends before its coding does is undecodable.
-    pub(super) fn finish(mut self) -> Result<Vec<u8>, Failed> {
-        let finished = match &mut self.decoder {
-            Decoder::Gzip(decoder) => decoder.try_finish(),
-            Decoder::Br(decoder) => decoder.close(),
-        };
-        finished.map_err(|e| self.failed(&e))?;
-        let mut bounded = match self.decoder {
-            Decoder::Gzip(decoder) => decoder.finish().map_err(|e| Failed::Undecodable(e.to_string()))?,
-            Decoder::Br(decoder) => decoder
-                .into_inner()
-                .map_err(|_| Failed::Undecodable("the upstream's br body ends before its end".into()))?,
-        };
-        http1::reserve_within(&mut bounded.out, PADDING, bounded.limit + PADDING);
-        Ok(bounded.out)
     }
 }
 
@@ -195,17 +197,15 @@ impl Sink for Decoding {
 
     fn take_slice(&mut self, bytes: &[u8]) -> Result<(), Failed> {
         self.taken += bytes.len();
-        self.decode(bytes)
+        self.decoder.decode(bytes)
     }
 
     async fn read_from(&mut self, stream: &mut Stream, wanted: usize) -> Result<usize, Failed> {
         let room = wanted.min(self.scratch.len());
         let n = stream.read(&mut self.scratch[..room]).await.map_err(|e| Failed::Broken(e.to_string()))?;
         self.taken += n;
-        let scratch = std::mem::take(&mut self.scratch);
-        let decoded = self.decode(&scratch[..n]);
-        self.scratch = scratch;
-        decoded.map(|()| n)
+        self.decoder.decode(&self.scratch[..n])?;
+        Ok(n)
     }
 }
 
