@@ -7,5 +7,7 @@ cd "$(dirname "$0")/.."
 ensure_toolchain
 use_this_checkout
 ensure_packages "${BUILD_PACKAGES[@]}"
+use_ccache
+announce_rocksdb release
 cargo build --release --locked --bin recast
 exec "$CARGO_TARGET_DIR/release/recast" serve "$@"

@@ -9,6 +9,7 @@ use_this_checkout
 ensure_packages "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
 ensure_nginx
 ensure_browser
+use_ccache
 
 # Tests build their own configuration; RECAST_* settings of the calling shell must not leak in.
 for name in $(compgen -v RECAST_ || true); do unset "$name"; done
@@ -27,6 +28,7 @@ step() { printf '\n== %s\n' "$*" >&2; }
 step "cargo fmt --check"
 cargo fmt --all -- --check
 step "cargo clippy"
+announce_rocksdb debug
 cargo clippy --all-targets --locked -- -D warnings
 step "cargo test"
 cargo test --all-targets --locked

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# How long a newcomer waits: runs the README's two commands from nothing built, in a checkout,
+# and times them. Each path gets a new, empty cargo target directory and a new, empty ccache
+# directory (CARGO_TARGET_DIR and CCACHE_DIR point into a new temporary directory); the Debian
+# packages, the Rust toolchain and the crates already downloaded to ~/.cargo stay, so the times
+# are the build's and the tests', not the network's.
+#
+#   benches/first-build/run.sh [--checkout DIR] PATH...
+#
+# PATH is one of
+#   serve       ./scripts/serve.sh until the service it starts answers GET /readyz with 200
+#   test        ./scripts/test.sh, to its end
+#   serve-test  serve, stopped once it answers, then test in the same directories: the README's order
+#
+# DIR is the checkout whose scripts run (default: this one), so an older commit can be timed by
+# the same method. Every path is bounded: it is stopped after FIRST_BUILD_LIMIT seconds (default
+# 5400, CI's 90 minutes). Prints one line per path (wall time, and the CPU time of every process
+# it ran), and keeps the scripts' output in the temporary directory it names.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd -P)
+checkout=$here
+if [ "${1:-}" = --checkout ]; then
+    checkout=$(cd "$2" && pwd -P)
+    shift 2
+fi
+[ $# -gt 0 ] || { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+limit=${FIRST_BUILD_LIMIT:-5400}
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { s = b - a; printf "%d min %02d s", s / 60, s % 60 }'; }
+# CPU time (user + system) of this shell's waited-for children so far, in seconds. `times` runs
+# in this shell (a pipe would run it in a new one, which has no children yet).
+cpu() {
+    times >"$work/times"
+    tail -n 1 "$work/times" | awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); sub(/s$/, "", p[2]); n += p[1] * 60 + p[2] } print n }'
+}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# Starts serve.sh and waits (within the limit) until the service is ready; stops it.
+run_serve() {
+    local dir=$1 log=$2 port pid deadline
+    port=$(free_port)
+    (cd "$checkout" && exec timeout "$limit" ./scripts/serve.sh --listen "127.0.0.1:$port" \
+        --data-dir "$dir/data") >"$log" 2>&1 &
+    pid=$!
+    deadline=$(($(date +%s) + limit))
+    until curl -fs -o /dev/null "http://127.0.0.1:$port/readyz"; do
+        if ! kill -0 "$pid" 2>/dev/null || [ "$(date +%s)" -gt "$deadline" ]; then
+            echo "serve.sh stopped or ran out of time before the service answered; see $log" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
+    kill -TERM "$pid"
+    wait "$pid" || true
+}
+
+run_test() {
+    local log=$1
+    (cd "$checkout" && timeout "$limit" ./scripts/test.sh) >"$log" 2>&1 || {
+        echo "test.sh failed or ran out of time; see $log" >&2
+        return 1
+    }
+}
+
+for path in "$@"; do
+    dir=$(mktemp -d "/tmp/recast-first-build.$path.XXXXXX")
+    export CARGO_TARGET_DIR=$dir/target CCACHE_DIR=$dir/ccache
+    start=$(now) cpu_start=$(cpu)
+    case $path in
+        serve) run_serve "$dir" "$dir/serve.log" ;;
+        test) run_test "$dir/test.log" ;;
+        serve-test)
+            run_serve "$dir" "$dir/serve.log"
+            middle=$(now)
+            printf '%s: serve.sh answered after %s\n' "$path" "$(elapsed "$start" "$middle")"
+            run_test "$dir/test.log"
+            ;;
+        *) echo "unknown path $path (serve, test or serve-test)" >&2; exit 2 ;;
+    esac
+    end=$(now)
+    printf '%s: %s wall, %.0f min CPU, checkout %s at %s; output in %s\n' "$path" \
+        "$(elapsed "$start" "$end")" "$(awk -v a="$cpu_start" -v b="$(cpu)" 'BEGIN { print (b - a) / 60 }')" \
+        "$checkout" "$(git -C "$checkout" rev-parse --short HEAD)" "$dir"
+done
