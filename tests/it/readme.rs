@@ -52,7 +52,8 @@ async fn the_walk_through_works_as_pasted() {
     .await;
     let service = Service::start(config()).await;
     let readme = include_str!("../../README.md");
-    let start = readme.find("### Register, call, list, update and delete a route").expect("a walk-through section");
+    let start =
+        readme.find("### Register, call, list, update and delete a route").expect("a walk-through section");
     let block_start = readme[start..].find("```sh\n").expect("its sh block") + start + "```sh\n".len();
     let block_end = readme[block_start..].find("```").expect("closed") + block_start;
     let script = readme[block_start..block_end]
