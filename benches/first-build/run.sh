@@ -28,11 +28,11 @@ limit=${FIRST_BUILD_LIMIT:-5400}
 
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { s = b - a; printf "%d min %02d s", s / 60, s % 60 }'; }
-# CPU time (user + system) of this shell's waited-for children so far, in seconds. `times` runs
-# in this shell (a pipe would run it in a new one, which has no children yet).
+# Sets CPU to the CPU time (user + system) of this shell's waited-for children so far, in seconds.
+# Called directly: `times` in a pipe or $(...) would run in a new shell, which has no children yet.
 cpu() {
     times >"$work/times"
-    tail -n 1 "$work/times" | awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); sub(/s$/, "", p[2]); n += p[1] * 60 + p[2] } print n }'
+    CPU=$(tail -n 1 "$work/times" | awk '{ n = 0; for (i = 1; i <= 2; i++) { split($i, p, "m"); sub(/s$/, "", p[2]); n += p[1] * 60 + p[2] } print n }')
 }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -69,7 +69,8 @@ run_test() {
 for path in "$@"; do
     dir=$(mktemp -d "/tmp/recast-first-build.$path.XXXXXX")
     export CARGO_TARGET_DIR=$dir/target CCACHE_DIR=$dir/ccache
-    start=$(now) cpu_start=$(cpu)
+    cpu
+    start=$(now) cpu_start=$CPU
     case $path in
         serve) run_serve "$dir" "$dir/serve.log" ;;
         test) run_test "$dir/test.log" ;;
@@ -82,7 +83,8 @@ for path in "$@"; do
         *) echo "unknown path $path (serve, test or serve-test)" >&2; exit 2 ;;
     esac
     end=$(now)
+    cpu
     printf '%s: %s wall, %.0f min CPU, checkout %s at %s; output in %s\n' "$path" \
-        "$(elapsed "$start" "$end")" "$(awk -v a="$cpu_start" -v b="$(cpu)" 'BEGIN { print (b - a) / 60 }')" \
+        "$(elapsed "$start" "$end")" "$(awk -v a="$cpu_start" -v b="$CPU" 'BEGIN { print (b - a) / 60 }')" \
         "$checkout" "$(git -C "$checkout" rev-parse --short HEAD)" "$dir"
 done
