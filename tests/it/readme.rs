@@ -92,33 +92,165 @@ async fn the_walk_through_works_as_pasted() {
     service.stop().await;
 }
 
+/// Every setting of `recast serve`: its variable, its flag and its default (`None` when it has none).
+fn settings() -> Vec<(String, String, Option<String>)> {
+    let command = <recast::config::Config as clap::Args>::augment_args(clap::Command::new("serve"));
+    command
+        .get_arguments()
+        .filter_map(|arg| {
+            let env = arg.get_env()?.to_str()?.to_owned();
+            let flag = format!("--{}", arg.get_long()?);
+            let default = match arg.get_default_values() {
+                [default] => Some(default.to_str()?.to_owned()),
+                _ => None,
+            };
+            Some((env, flag, default))
+        })
+        .collect()
+}
+
+/// The cells of the table rows of `doc` that start with a setting's variable.
+fn setting_rows(doc: &str) -> Vec<Vec<&str>> {
+    doc.lines()
+        .filter(|l| l.starts_with("| `RECAST_"))
+        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+        .collect()
+}
+
 /// docs/config.md has a row for every setting of `recast serve`: its variable, its flag and its
 /// default as the code has them, and no row for a setting that does not exist.
 #[test]
 fn the_settings_reference_matches_the_code() {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/config.md")).unwrap();
-    let rows: Vec<Vec<&str>> = doc
-        .lines()
-        .filter(|l| l.starts_with("| `RECAST_"))
-        .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
-        .collect();
-    let command = <recast::config::Config as clap::Args>::augment_args(clap::Command::new("serve"));
-    let mut settings = 0;
-    for arg in command.get_arguments() {
-        let Some(env) = arg.get_env().and_then(|e| e.to_str()) else { continue };
-        settings += 1;
+    let rows = setting_rows(&doc);
+    let settings = settings();
+    for (env, flag, default) in &settings {
         let row = rows
             .iter()
             .find(|r| r.first() == Some(&format!("`{env}`").as_str()))
             .unwrap_or_else(|| panic!("docs/config.md has no row for {env}"));
-        let flag = format!("`--{}`", arg.get_long().unwrap());
-        assert_eq!(row.get(1), Some(&flag.as_str()), "{env}");
-        if let [default] = arg.get_default_values() {
-            let default = default.to_str().unwrap();
+        assert_eq!(row.get(1), Some(&format!("`{flag}`").as_str()), "{env}");
+        if let Some(default) = default {
             let documented = row.get(2).copied().unwrap_or_default();
             let expected = if default.is_empty() { "empty".to_owned() } else { format!("`{default}`") };
             assert_eq!(documented, expected, "the default of {env}");
         }
     }
-    assert_eq!(rows.len(), settings, "docs/config.md lists a setting the code does not have");
+    assert_eq!(rows.len(), settings.len(), "docs/config.md lists a setting the code does not have");
+}
+
+/// The README's short table of settings names real settings with the defaults the code has:
+/// a value in one code span, a number of MiB, `empty`, or, for a setting with no default value,
+/// `unset` or a few words on what recast does then.
+#[test]
+fn the_readmes_settings_are_the_codes() {
+    let rows = setting_rows(include_str!("../../README.md"));
+    assert!(rows.len() >= 5, "found {} settings in the README", rows.len());
+    let settings = settings();
+    for row in rows {
+        let [variable, documented, _] = row[..] else { panic!("a row of three cells: {row:?}") };
+        let (env, _, default) = settings
+            .iter()
+            .find(|(env, ..)| variable == format!("`{env}`"))
+            .unwrap_or_else(|| panic!("the README names {variable}, which is not a setting"));
+        let span =
+            documented.strip_prefix('`').and_then(|d| d.strip_suffix('`')).filter(|d| !d.contains('`'));
+        let documented = match (span, documented.strip_suffix(" MiB")) {
+            (Some(value), _) => Some(value.to_owned()),
+            (None, Some(mib)) => Some((mib.parse::<u64>().expect("a number of MiB") << 20).to_string()),
+            (None, None) if documented == "empty" => Some(String::new()),
+            (None, None) => None,
+        };
+        assert_eq!(&documented, default, "the README's default of {env}");
+    }
+}
+
+/// The whole rules behind each row of the README's table "The rules language in short", whose
+/// rules column is abridged: `(the start of the row's feature cell, rules document)`.
+const TABLE_RULES: &[(&str, &str)] = &[
+    (
+        "rename",
+        r#"{"newBodyFields": {"n": {"key": "name", "type": "String"}},
+           "oldBodyFields": {"n": {"keys": ["strMeal"]}}}"#,
+    ),
+    (
+        "nested extraction",
+        r#"{"newBodyFields": {"i": {"key": "id", "type": "Int"}},
+           "oldBodyFields": {"i": {"keys": ["id"], "parents": ["data", "items"]}}}"#,
+    ),
+    (
+        "concatenation",
+        r#"{"newBodyFields": {"q": {"key": "q", "type": "String"}},
+           "oldBodyFields": {"q": {"keys": ["qty, unit"]}}}"#,
+    ),
+    (
+        "several entries",
+        r#"{"newBodyFields": {"ab": {"key": "ab", "type": "String"}},
+           "oldBodyFields": {"ab": {"keys": ["a", "b"]}}}"#,
+    ),
+    (
+        "type coercion",
+        r#"{"newBodyFields": {"n": {"key": "n", "type": "Int"}, "r": {"key": "r", "type": "Double"},
+           "ok": {"key": "ok", "type": "Boolean"}},
+           "oldBodyFields": {"n": {"keys": ["n"]}, "r": {"keys": ["r"]}, "ok": {"keys": ["ok"]}}}"#,
+    ),
+    (
+        "a value that does not convert",
+        r#"{"newBodyFields": {"n": {"key": "n", "type": "Int"}},
+           "oldBodyFields": {"n": {"keys": ["n"]}}}"#,
+    ),
+    (
+        "`ignoreEmptyValues`",
+        r#"{"ignoreEmptyValues": true,
+           "newBodyFields": {"a": {"key": "a", "type": "String"}, "b": {"key": "b", "type": "String"},
+           "c": {"key": "c", "type": "String"}},
+           "oldBodyFields": {"a": {"keys": ["a"]}, "b": {"keys": ["b"]}, "c": {"keys": ["c"]}}}"#,
+    ),
+    (
+        "`each`",
+        r#"{"each": ["meals"], "newBodyFields": {"i": {"key": "id", "type": "Int"}},
+           "oldBodyFields": {"i": {"keys": ["id"]}}}"#,
+    ),
+    (
+        "`position`",
+        r#"{"newBodyFields": {"a": {"key": "a", "type": "Int", "position": 2},
+           "b": {"key": "b", "type": "Int", "position": 1}},
+           "oldBodyFields": {"a": {"keys": ["a"]}, "b": {"keys": ["b"]}}}"#,
+    ),
+    (
+        "`Json`",
+        r#"{"newBodyFields": {"t": {"key": "tags", "type": "Json"}},
+           "oldBodyFields": {"t": {"keys": ["tags"]}}}"#,
+    ),
+];
+
+/// The README's rules table: every row's input, mapped by the whole rules of [`TABLE_RULES`] for its
+/// feature, gives exactly the row's output, and every row has its rules.
+#[tokio::test]
+async fn the_rules_table_shows_what_its_rules_give() {
+    let readme = include_str!("../../README.md");
+    let start = readme.find("\n| feature | input | rules | output |\n").expect("the rules table");
+    let rows: Vec<Vec<&str>> = readme[start + 1..]
+        .lines()
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| line.trim_matches('|').split(" | ").map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), TABLE_RULES.len(), "the table's rows and the rules held for them");
+    let code = |cell: &str| cell.strip_prefix('`').and_then(|c| c.strip_suffix('`')).map(str::to_owned);
+    let service = Service::start(config()).await;
+    for row in &rows {
+        let [feature, input, _, output] = row[..] else { panic!("a row of four cells: {row:?}") };
+        let (_, rules) = TABLE_RULES
+            .iter()
+            .find(|(start, _)| feature.starts_with(start))
+            .unwrap_or_else(|| panic!("no rules held for the row {feature}"));
+        let input = code(input).unwrap_or_else(|| panic!("{feature}: the input is one code span"));
+        let output = code(output).unwrap_or_else(|| panic!("{feature}: the output is one code span"));
+        let body = format!(r#"{{"originalResponse": {input}, "mappingRules": {rules}}}"#);
+        let answer = post_json(&service.url("/v1/preview"), body).await;
+        assert_eq!(answer.status, 200, "{feature}: {}", String::from_utf8_lossy(&answer.body));
+        assert_eq!(answer.json(), Json::parse(output.as_bytes()), "{feature}");
+    }
+    service.stop().await;
 }
