@@ -64,24 +64,46 @@ BUILD_PACKAGES=(gcc g++ clang libclang-dev ccache)
 # RocksDB's C++ is compiled with the same flags in every cargo profile (Cargo.toml), so ccache,
 # keeping its objects next to the target directory, lets a build in one profile reuse what a build
 # in another compiled: `serve.sh` after `test.sh` (or the other way round) compiles none of it.
+# Every script that builds calls this, so they all hand cargo the same compilers: RocksDB's build
+# script runs again whenever CC or CXX change. Compilers set by the caller are kept.
 use_ccache() {
     export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/recast/ccache}"
+    if [ -n "${CC:-}${CXX:-}" ]; then
+        say "compiling C and C++ with CC=${CC:-(unset)} and CXX=${CXX:-(unset)} as set, not with ccache and clang"
+        return 0
+    fi
     export CC="ccache clang" CXX="ccache clang++"
 }
 
-# Says, before cargo starts, that this build compiles RocksDB (the long step of a first build), when
-# the target directory has no RocksDB built for PROFILE (debug or release).
+# Says, before cargo starts, that this build compiles RocksDB (the long step of a first build),
+# unless the target directory holds a RocksDB that PROFILE's build (debug or release) compiled with
+# the compilers in use. The record of a build-script run names the C++ compiler it was given.
 announce_rocksdb() {
-    local profile=$1 cores built_elsewhere=no
-    compgen -G "$CARGO_TARGET_DIR/$profile/build/librocksdb-sys-*/out/librocksdb.a" >/dev/null && return 0
-    compgen -G "$CARGO_TARGET_DIR/*/build/librocksdb-sys-*/out/librocksdb.a" >/dev/null && built_elsewhere=yes
+    local profile=$1 compiler="CXX = None" record built_elsewhere=no cores minutes files
+    [ -n "${CXX:-}" ] && compiler="CXX = Some($CXX)"
+    for record in "$CARGO_TARGET_DIR"/*/build/librocksdb-sys-*/output; do
+        [ -f "${record%/output}/out/librocksdb.a" ] && grep -qxF "$compiler" "$record" || continue
+        case $record in
+            "$CARGO_TARGET_DIR/$profile/"*) return 0 ;;
+            *) built_elsewhere=yes ;;
+        esac
+    done
+    files=0
+    [[ ${CXX:-} == ccache* ]] && files=$(ccache --print-stats 2>/dev/null | awk '$1 == "files_in_cache" { print $2 }' || true)
     cores=$(nproc 2>/dev/null || echo 2)
-    if [ "$built_elsewhere" = yes ]; then
+    minutes=$(((ROCKSDB_CPU_MINUTES + cores - 1) / cores))
+    if [ "${files:-0}" -ge "$ROCKSDB_CACHED_FILES" ] && [ "$built_elsewhere" = yes ]; then
         say "building RocksDB for the $profile profile from the C++ objects ccache kept, in seconds"
+    elif [ "${files:-0}" -ge "$ROCKSDB_CACHED_FILES" ]; then
+        say "building RocksDB (about 340 C++ files): seconds if ccache still holds them from an earlier build, else about $minutes minutes on $cores cores"
     else
-        say "building RocksDB from source (about 340 C++ files), about $(((ROCKSDB_CPU_MINUTES + cores - 1) / cores)) minutes on $cores cores, once"
+        say "building RocksDB from source (about 340 C++ files), about $minutes minutes on $cores cores, once"
     fi
 }
+
+# ccache keeps about two files per object: a cache that holds fewer than this many files cannot
+# hold RocksDB's 343 objects.
+ROCKSDB_CACHED_FILES=600
 
 # CPU minutes RocksDB's C++ takes to compile at -O2 with clang 14, beside the Rust it builds with
 # (9.4 to 10.5 minutes of wall time on a 2-core AMD EPYC VM).

@@ -1,13 +1,27 @@
-//! The README's examples: each ```sh block that is one curl command followed by a ```json block
-//! must produce exactly that answer, and the walk-through must work as pasted.
+//! The README's examples and tables: each ```sh block that is one curl command followed by a
+//! ```json block must print exactly that answer when run as pasted, the walk-through must work as
+//! pasted, the trace shown must be the trace recast gives, and the rules and settings tables must
+//! say what recast does.
 
 use crate::support::{Json, Reply, Service, Upstream, config, post_json};
 
-/// `(path, body, expected answer)` of every curl example in the README.
-fn examples() -> Vec<(String, String, String)> {
-    let readme = include_str!("../../README.md");
+const README: &str = include_str!("../../README.md");
+
+/// One curl example of the README.
+struct Example {
+    /// The command as pasted.
+    command: String,
+    /// The path it posts to and the body it posts.
+    path: String,
+    body: String,
+    /// The json block after it.
+    expected: String,
+}
+
+/// Every curl example in the README.
+fn examples() -> Vec<Example> {
     let mut examples = Vec::new();
-    let mut rest = readme;
+    let mut rest = README;
     while let Some(start) = rest.find("```sh\ncurl ") {
         let block = &rest[start + "```sh\n".len()..];
         let end = block.find("```").expect("closed sh block");
@@ -22,21 +36,72 @@ fn examples() -> Vec<(String, String, String)> {
         let path = command[url_start..].split_whitespace().next().expect("a path");
         let body_start = command.find("-d '").expect("a -d body") + 4;
         let body_end = command.rfind('\'').expect("a closing quote");
-        examples.push((path.to_owned(), command[body_start..body_end].to_owned(), expected.to_owned()));
+        examples.push(Example {
+            command: command.to_owned(),
+            path: path.to_owned(),
+            body: command[body_start..body_end].to_owned(),
+            expected: expected.to_owned(),
+        });
         rest = &after[json_start + json_end..];
     }
     examples
 }
 
+/// Runs `script` with bash, with the README's address replaced by `service`'s, and returns what it
+/// printed, failing the test if it fails.
+async fn run_pasted(service: &Service, script: &str) -> (String, String) {
+    let script = script.replace("http://127.0.0.1:8080", &format!("http://{}", service.addr));
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("bash").arg("-c").arg(script).output().expect("bash runs")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+/// Each curl example, run as pasted with bash and curl, prints exactly the answer the README shows.
 #[tokio::test]
 async fn curl_examples_answer_what_the_readme_says() {
     let examples = examples();
     assert!(examples.len() >= 2, "found {} examples", examples.len());
     let service = Service::start(config()).await;
-    for (path, body, expected) in examples {
-        let answer = post_json(&service.url(&path), body).await;
-        assert_eq!(answer.json(), Json::parse(expected.as_bytes()), "example at {path}");
+    for example in examples {
+        let (stdout, _) = run_pasted(&service, &example.command).await;
+        assert_eq!(
+            Json::parse(stdout.as_bytes()),
+            Json::parse(example.expected.as_bytes()),
+            "{}",
+            example.path
+        );
     }
+    service.stop().await;
+}
+
+/// The trace the README shows, abridged with `...`, is the start of the trace of its first example:
+/// the same output, the same first entry, member for member, and the same warnings.
+#[tokio::test]
+async fn the_trace_shown_is_the_trace_recast_gives() {
+    let start = README.find("Add `?trace=true`").expect("the trace paragraph");
+    let block = &README[start..];
+    let block = &block[block.find("```json\n").expect("its json block") + "```json\n".len()..];
+    let block = &block[..block.find("```").expect("closed")];
+    let entry_start = block.find("\"trace\": [").expect("a trace") + "\"trace\": [".len();
+    let entry_end = block.find(", ...]").expect("an abridged trace");
+    let first_entry = Json::parse(&block.as_bytes()[entry_start..entry_end]);
+    assert!(block.contains("\"warnings\": []"), "{block}");
+
+    let example = examples().into_iter().next().expect("a first example");
+    assert_eq!(example.path, "/v1/preview");
+    let service = Service::start(config()).await;
+    let answer = post_json(&service.url("/v1/preview?trace=true"), example.body).await;
+    assert_eq!(answer.status, 200);
+    let traced = answer.json();
+    assert_eq!(traced.get("output"), Some(&Json::parse(example.expected.as_bytes())));
+    assert_eq!(traced.get("trace").expect("a trace").as_array().first(), Some(&first_entry));
+    assert_eq!(traced.get("warnings"), Some(&Json::Array(Vec::new())));
     service.stop().await;
 }
 
@@ -51,22 +116,12 @@ async fn the_walk_through_works_as_pasted() {
     })
     .await;
     let service = Service::start(config()).await;
-    let readme = include_str!("../../README.md");
     let start =
-        readme.find("### Register, call, list, update and delete a route").expect("a walk-through section");
-    let block_start = readme[start..].find("```sh\n").expect("its sh block") + start + "```sh\n".len();
-    let block_end = readme[block_start..].find("```").expect("closed") + block_start;
-    let script = readme[block_start..block_end]
-        .replace("http://127.0.0.1:8080", &format!("http://{}", service.addr))
-        .replace("https://www.themealdb.com/", &upstream.url("/"));
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("bash").arg("-c").arg(script).output().expect("bash runs")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}");
+        README.find("### Register, call, list, update and delete a route").expect("a walk-through section");
+    let block_start = README[start..].find("```sh\n").expect("its sh block") + start + "```sh\n".len();
+    let block_end = README[block_start..].find("```").expect("closed") + block_start;
+    let script = README[block_start..block_end].replace("https://www.themealdb.com/", &upstream.url("/"));
+    let (stdout, stderr) = run_pasted(&service, &script).await;
     let preview = r#""preview":{"id":52772,"name":"Teriyaki Chicken Casserole","ingredients":["3/4 cup soy sauce","1/2 cup water"]}"#;
     assert!(stderr.contains(preview), "registration: {stderr}");
     let lines: Vec<&str> = stdout.lines().filter(|l| !l.is_empty()).collect();
@@ -144,7 +199,7 @@ fn the_settings_reference_matches_the_code() {
 /// `unset` or a few words on what recast does then.
 #[test]
 fn the_readmes_settings_are_the_codes() {
-    let rows = setting_rows(include_str!("../../README.md"));
+    let rows = setting_rows(README);
     assert!(rows.len() >= 5, "found {} settings in the README", rows.len());
     let settings = settings();
     for row in rows {
@@ -228,9 +283,8 @@ const TABLE_RULES: &[(&str, &str)] = &[
 /// feature, gives exactly the row's output, and every row has its rules.
 #[tokio::test]
 async fn the_rules_table_shows_what_its_rules_give() {
-    let readme = include_str!("../../README.md");
-    let start = readme.find("\n| feature | input | rules | output |\n").expect("the rules table");
-    let rows: Vec<Vec<&str>> = readme[start + 1..]
+    let start = README.find("\n| feature | input | rules | output |\n").expect("the rules table");
+    let rows: Vec<Vec<&str>> = README[start + 1..]
         .lines()
         .skip(2)
         .take_while(|line| line.starts_with('|'))
@@ -240,11 +294,18 @@ async fn the_rules_table_shows_what_its_rules_give() {
     let code = |cell: &str| cell.strip_prefix('`').and_then(|c| c.strip_suffix('`')).map(str::to_owned);
     let service = Service::start(config()).await;
     for row in &rows {
-        let [feature, input, _, output] = row[..] else { panic!("a row of four cells: {row:?}") };
+        let [feature, input, shown, output] = row[..] else { panic!("a row of four cells: {row:?}") };
         let (_, rules) = TABLE_RULES
             .iter()
             .find(|(start, _)| feature.starts_with(start))
             .unwrap_or_else(|| panic!("no rules held for the row {feature}"));
+        // The abridged rules: each code span, cut at `...`, is part of the whole rules' compact text.
+        let compact = Json::parse(rules.as_bytes()).to_string();
+        let spans: Vec<&str> = shown.split('`').skip(1).step_by(2).collect();
+        assert!(!spans.is_empty(), "{feature}: the rules cell shows no code");
+        for piece in spans.iter().flat_map(|span| span.split("...")).filter(|p| !p.is_empty()) {
+            assert!(compact.contains(piece), "{feature}: `{piece}` is not in the rules {compact}");
+        }
         let input = code(input).unwrap_or_else(|| panic!("{feature}: the input is one code span"));
         let output = code(output).unwrap_or_else(|| panic!("{feature}: the output is one code span"));
         let body = format!(r#"{{"originalResponse": {input}, "mappingRules": {rules}}}"#);
