@@ -92,12 +92,12 @@ announce_rocksdb() {
     [[ ${CXX:-} == ccache* ]] && files=$(ccache --print-stats 2>/dev/null | awk '$1 == "files_in_cache" { print $2 }' || true)
     cores=$(nproc 2>/dev/null || echo 2)
     minutes=$(((ROCKSDB_CPU_MINUTES + cores - 1) / cores))
-    if [ "${files:-0}" -ge "$ROCKSDB_CACHED_FILES" ] && [ "$built_elsewhere" = yes ]; then
-        say "building RocksDB for the $profile profile from the C++ objects ccache kept, in seconds"
-    elif [ "${files:-0}" -ge "$ROCKSDB_CACHED_FILES" ]; then
-        say "building RocksDB (about 340 C++ files): seconds if ccache still holds them from an earlier build, else about $minutes minutes on $cores cores"
-    else
+    if [ "${files:-0}" -lt "$ROCKSDB_CACHED_FILES" ]; then
         say "building RocksDB from source (about 340 C++ files), about $minutes minutes on $cores cores, once"
+    elif [ "$built_elsewhere" = yes ]; then
+        say "building RocksDB for the $profile profile from the C++ objects ccache kept, in seconds"
+    else
+        say "building RocksDB (about 340 C++ files): seconds if ccache still holds them from an earlier build, else about $minutes minutes on $cores cores"
     fi
 }
 
