@@ -4,7 +4,11 @@
 //! there: nothing past the limit is decoded, and the rest of it is never read.
 
 use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use brotli_decompressor::writer::DecompressorWriterCustomAlloc;
+use brotli_decompressor::{Allocator, SliceWrapper, SliceWrapperMut, StandardAlloc};
 use tokio::io::AsyncReadExt;
 
 use super::wire::{Failed, READ_SIZE, Stream};
@@ -93,9 +97,99 @@ pub(super) struct Decoding {
 }
 
 enum Decoder {
-    /// Several gzip members one after another are one body (RFC 1952 §2.2).
+    /// Several gzip members one after another are one body (RFC 1952 §2.2). Its memory is fixed:
+    /// a 32 KiB window and the inflater's tables, and header fields of at most 64 KiB each.
     Gzip(Box<flate2::write::MultiGzDecoder<Bounded>>),
-    Br(Box<brotli_decompressor::DecompressorWriter<Bounded>>),
+    /// Its byte buffers (the window's ring buffer, context maps) come from `budget`.
+    Br(Box<BrDecoder>, Arc<Budget>),
+}
+
+type BrDecoder = DecompressorWriterCustomAlloc<Bounded, Cell, Budgeted, StandardAlloc, StandardAlloc>;
+
+/// What a brotli decoder may hold in byte buffers at once. A stream declares its window (up to
+/// 16 MiB) and the length of each metablock, and the decoder sizes its ring buffer from them; a
+/// ring buffer larger than the decoded body can grow is never needed, since a brotli stream
+/// cannot refer back past its own start. So the budget is what a body of `limit` bytes needs:
+/// a ring buffer of the next power of two, half that again while it grows (the old buffer is
+/// copied into the new), and room for the context maps. A stream that asks for more would decode
+/// past the limit, and is refused as too large before anything is allocated.
+#[derive(Debug)]
+struct Budget {
+    most: usize,
+    held: AtomicUsize,
+    /// The most it held at once.
+    peak: AtomicUsize,
+    /// Set when an allocation was refused.
+    refused: AtomicBool,
+}
+
+impl Budget {
+    fn for_limit(limit: usize) -> Arc<Budget> {
+        let ring = limit.max(1).checked_next_power_of_two().unwrap_or(usize::MAX);
+        let most = ring.saturating_add(ring / 2).saturating_add(64 << 10);
+        Arc::new(Budget {
+            most,
+            held: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            refused: AtomicBool::new(false),
+        })
+    }
+
+    fn refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
+/// The allocator of a brotli decoder's byte buffers: within its [`Budget`], else an empty cell,
+/// which the decoder takes as an allocation failure and stops on.
+struct Budgeted(Arc<Budget>);
+
+impl Allocator<u8> for Budgeted {
+    type AllocatedMemory = Cell;
+
+    fn alloc_cell(&mut self, len: usize) -> Cell {
+        let budget = &self.0;
+        let held = budget.held.fetch_add(len, Ordering::Relaxed);
+        if held.saturating_add(len) > budget.most {
+            budget.held.fetch_sub(len, Ordering::Relaxed);
+            budget.refused.store(true, Ordering::Relaxed);
+            return Cell::default();
+        }
+        budget.peak.fetch_max(held + len, Ordering::Relaxed);
+        Cell { bytes: vec![0; len].into_boxed_slice(), budget: Some(budget.clone()) }
+    }
+
+    fn free_cell(&mut self, cell: Cell) {
+        drop(cell);
+    }
+}
+
+/// A byte buffer of a brotli decoder, handed back to its budget when dropped (the decoder drops
+/// some without calling `free_cell`).
+#[derive(Default)]
+struct Cell {
+    bytes: Box<[u8]>,
+    budget: Option<Arc<Budget>>,
+}
+
+impl Drop for Cell {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.held.fetch_sub(self.bytes.len(), Ordering::Relaxed);
+        }
+    }
+}
+
+impl SliceWrapper<u8> for Cell {
+    fn slice(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl SliceWrapperMut<u8> for Cell {
+    fn slice_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
 }
 
 /// The decoded body, refusing to grow past `limit` bytes.
@@ -130,7 +224,14 @@ impl Decoding {
         let out = Bounded { out: Vec::with_capacity(READ_SIZE.min(limit) + PADDING), limit, over: false };
         let decoder = match coding {
             Coding::Gzip => Decoder::Gzip(Box::new(flate2::write::MultiGzDecoder::new(out))),
-            Coding::Br => Decoder::Br(Box::new(brotli_decompressor::DecompressorWriter::new(out, READ_SIZE))),
+            Coding::Br => {
+                let budget = Budget::for_limit(limit);
+                // Its output buffer is not the budget's: it is fixed, like the read scratch.
+                let buffer = Cell { bytes: vec![0; READ_SIZE].into_boxed_slice(), budget: None };
+                let decoder =
+                    BrDecoder::new(out, buffer, Budgeted(budget.clone()), StandardAlloc {}, StandardAlloc {});
+                Decoder::Br(Box::new(decoder), budget)
+            }
             Coding::Identity | Coding::Unknown(_) => return None,
         };
         Some(Decoding { decoder, taken: 0, scratch: vec![0; READ_SIZE].into_boxed_slice() })
@@ -141,12 +242,12 @@ impl Decoding {
     pub(super) fn finish(mut self) -> Result<Vec<u8>, Failed> {
         let finished = match &mut self.decoder {
             Decoder::Gzip(decoder) => decoder.try_finish(),
-            Decoder::Br(decoder) => decoder.close(),
+            Decoder::Br(decoder, _) => decoder.close(),
         };
         finished.map_err(|e| self.decoder.failed(&e))?;
         let mut bounded = match self.decoder {
             Decoder::Gzip(decoder) => decoder.finish().map_err(|e| Failed::Undecodable(e.to_string()))?,
-            Decoder::Br(decoder) => decoder
+            Decoder::Br(decoder, _) => decoder
                 .into_inner()
                 .map_err(|_| Failed::Undecodable("the upstream's br body ends before its end".into()))?,
         };
@@ -159,20 +260,22 @@ impl Decoder {
     fn name(&self) -> &'static str {
         match self {
             Decoder::Gzip(_) => "gzip",
-            Decoder::Br(_) => "br",
+            Decoder::Br(..) => "br",
         }
     }
 
     fn bounded(&self) -> &Bounded {
         match self {
             Decoder::Gzip(decoder) => decoder.get_ref(),
-            Decoder::Br(decoder) => decoder.get_ref(),
+            Decoder::Br(decoder, _) => decoder.get_ref(),
         }
     }
 
-    /// A decoder's failure: the limit, or a body that is not in its coding.
+    /// A decoder's failure: the limit (of the decoded bytes, or of the memory a body within it
+    /// needs), or a body that is not in its coding.
     fn failed(&self, e: &std::io::Error) -> Failed {
-        if self.bounded().over {
+        let over_budget = matches!(self, Decoder::Br(_, budget) if budget.refused());
+        if self.bounded().over || over_budget {
             Failed::TooLarge
         } else {
             Failed::Undecodable(format!("the upstream's {} body cannot be decoded: {e}", self.name()))
@@ -182,7 +285,7 @@ impl Decoder {
     fn decode(&mut self, bytes: &[u8]) -> Result<(), Failed> {
         let written = match self {
             Decoder::Gzip(decoder) => decoder.write_all(bytes),
-            Decoder::Br(decoder) => decoder.write_all(bytes),
+            Decoder::Br(decoder, _) => decoder.write_all(bytes),
         };
         written.map_err(|e| self.failed(&e))
     }
@@ -227,6 +330,72 @@ mod tests {
         }
         assert_eq!(sink.taken(), encoded.len());
         sink.finish()
+    }
+
+    /// `bytes` in brotli with a window of 2^`window_bits` bytes.
+    fn brotli(bytes: &[u8], window_bits: i32) -> Vec<u8> {
+        let params =
+            brotli::enc::BrotliEncoderParams { lgwin: window_bits, quality: 5, ..Default::default() };
+        let mut out = Vec::new();
+        brotli::BrotliCompress(&mut &bytes[..], &mut out, &params).unwrap();
+        out
+    }
+
+    /// Decodes a br body whole, in read-sized pieces; the outcome and the most the decoder's
+    /// byte buffers held at once.
+    fn decode_br(encoded: &[u8], limit: usize) -> (Result<Vec<u8>, Failed>, usize, usize) {
+        let mut sink = Decoding::new(&Coding::Br, limit).unwrap();
+        let Decoder::Br(_, budget) = &sink.decoder else { unreachable!() };
+        let budget = budget.clone();
+        let mut outcome = Ok(());
+        for piece in encoded.chunks(READ_SIZE) {
+            outcome = sink.take_slice(piece);
+            if outcome.is_err() {
+                break;
+            }
+        }
+        let decoded = outcome.and_then(|()| sink.finish());
+        (decoded, budget.peak.load(Ordering::Relaxed), budget.most)
+    }
+
+    #[test]
+    fn a_brotli_bomb_with_a_large_window_is_refused_within_the_memory_its_limit_allows() {
+        // 16 MiB of one byte, in a 16 MiB window: the decoder would size its ring buffer by the
+        // window and the metablocks' lengths, far past what a 1 MiB body needs.
+        let bomb = brotli(&vec![b' '; 16 << 20], 24);
+        assert!(bomb.len() < 64 << 10, "{} bytes", bomb.len());
+        let (decoded, peak, most) = decode_br(&bomb, 1 << 20);
+        assert!(matches!(decoded, Err(Failed::TooLarge)), "{decoded:?}");
+        assert!(peak <= most, "{peak} bytes held, over the budget of {most}");
+        assert!(most < 2 << 20, "the budget of a 1 MiB limit is {most} bytes");
+    }
+
+    #[test]
+    fn bodies_within_the_limit_decode_whatever_window_they_declare() {
+        let body: Vec<u8> = (0..200_000u32).flat_map(|n| format!("{n},").into_bytes()).collect();
+        for window_bits in [10, 16, 22, 24] {
+            let encoded = brotli(&body, window_bits);
+            // Exactly at the limit, and far below it.
+            for limit in [body.len(), body.len() * 4] {
+                let (decoded, peak, most) = decode_br(&encoded, limit);
+                assert_eq!(decoded.as_deref().ok(), Some(&body[..]), "window 2^{window_bits}, limit {limit}");
+                assert!(peak <= most);
+            }
+            let (decoded, _, _) = decode_br(&encoded, body.len() - 1);
+            assert!(matches!(decoded, Err(Failed::TooLarge)), "window 2^{window_bits}: {decoded:?}");
+        }
+        // A small body in the largest window, under a small limit.
+        let (decoded, _, _) = decode_br(&brotli(br#"{"a":1}"#, 24), 100);
+        assert_eq!(decoded.unwrap(), br#"{"a":1}"#);
+    }
+
+    #[test]
+    fn a_gzip_bomb_over_many_members_stops_at_the_limit() {
+        let member = gzip(&vec![b' '; 1 << 20]);
+        let bomb: Vec<u8> = std::iter::repeat_n(member.as_slice(), 64).flatten().copied().collect();
+        assert!(matches!(decode(Coding::Gzip, &bomb, 4 << 20), Err(Failed::TooLarge)));
+        let four: Vec<u8> = std::iter::repeat_n(member.as_slice(), 4).flatten().copied().collect();
+        assert_eq!(decode(Coding::Gzip, &four, 4 << 20).unwrap().len(), 4 << 20);
     }
 
     #[test]
