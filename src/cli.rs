@@ -222,7 +222,8 @@ pub async fn import(
         Ok(key) => key,
         Err(why) => return Outcome::failed(Exit::Usage, format!("{why}\n")),
     };
-    let database = match crate::cluster::Database::new(url, key, Duration::from_secs(10)) {
+    let tasks = crate::tasks::Tasks::new(Default::default());
+    let database = match crate::cluster::Database::new(url, key, Duration::from_secs(10), tasks) {
         Ok(database) => database,
         Err(why) => return Outcome::failed(Exit::Usage, format!("{why}\n")),
     };

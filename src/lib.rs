@@ -4,6 +4,7 @@
 // `unsafe` is allowed in one module only: the JSON writer (`json::write`).
 #![deny(unsafe_code)]
 
+pub mod cache;
 pub mod cli;
 pub mod cluster;
 pub mod config;
@@ -25,5 +26,6 @@ pub mod server;
 pub mod storage;
 pub mod store;
 pub mod table;
+pub mod tasks;
 pub mod upstream;
 pub mod workers;

@@ -303,11 +303,25 @@ pub enum PanicSite {
     Storage,
     /// While the stored routes were loaded at start (the service stays not ready).
     Loading,
+    /// In a background refresh of a stale cached answer.
+    Refresh,
+    /// In the cluster follower or its snapshot writes (it starts over).
+    Follower,
+    /// In any other background task (the upstream pool's sweeper, the database's listening
+    /// connection, stopping the workers).
+    Background,
 }
 
 impl PanicSite {
-    const ALL: [PanicSite; 4] =
-        [PanicSite::Request, PanicSite::Connection, PanicSite::Storage, PanicSite::Loading];
+    const ALL: [PanicSite; 7] = [
+        PanicSite::Request,
+        PanicSite::Connection,
+        PanicSite::Storage,
+        PanicSite::Loading,
+        PanicSite::Refresh,
+        PanicSite::Follower,
+        PanicSite::Background,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -315,6 +329,9 @@ impl PanicSite {
             PanicSite::Connection => "connection",
             PanicSite::Storage => "storage",
             PanicSite::Loading => "loading",
+            PanicSite::Refresh => "refresh",
+            PanicSite::Follower => "follower",
+            PanicSite::Background => "background",
         }
     }
 }
@@ -415,6 +432,11 @@ impl Metrics {
     /// A panic was caught at `site`: a bug, which the service survived.
     pub fn panicked(&self, site: PanicSite) {
         self.panics[site as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The panics caught at `site` so far.
+    pub fn panics(&self, site: PanicSite) -> u64 {
+        self.panics[site as usize].load(Ordering::Relaxed)
     }
 
     /// The Prometheus text exposition (format 0.0.4) of everything, with the counts of each

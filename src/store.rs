@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
+use crate::metrics::PanicSite;
 use crate::storage::{Cursor, Page, StorageError, Store, StoredRoute};
+use crate::tasks::{Panicked, Tasks};
 
 /// What a store operation hands back when it is done.
 pub type Pending<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -28,7 +30,7 @@ pub enum StoreError {
     NotFound,
     /// The store refused or failed the operation.
     Failed(String),
-    /// The operation panicked (a bug); the message of the panic.
+    /// The operation panicked (a bug, already logged and counted); the message of the panic.
     Panicked(String),
 }
 
@@ -71,11 +73,12 @@ pub trait RouteStore: Send + Sync {
 /// async workers.
 pub struct LocalStore {
     store: Arc<Store>,
+    tasks: Tasks,
 }
 
 impl LocalStore {
-    pub fn new(store: Arc<Store>) -> LocalStore {
-        LocalStore { store }
+    pub fn new(store: Arc<Store>, tasks: Tasks) -> LocalStore {
+        LocalStore { store, tasks }
     }
 
     fn blocking<T: Send + 'static>(
@@ -84,12 +87,9 @@ impl LocalStore {
     ) -> Pending<'_, T> {
         let store = self.store.clone();
         Box::pin(async move {
-            match tokio::task::spawn_blocking(move || operation(&store)).await {
+            match self.tasks.blocking(PanicSite::Storage, move || operation(&store)).await {
                 Ok(result) => result,
-                Err(e) if e.is_panic() => {
-                    Err(StoreError::Panicked(crate::logging::panic_message(&*e.into_panic())))
-                }
-                Err(_) => Err(StoreError::Failed("the storage task did not finish".to_owned())),
+                Err(Panicked(panic)) => Err(StoreError::Panicked(panic)),
             }
         })
     }

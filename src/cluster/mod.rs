@@ -30,9 +30,11 @@ use tokio_postgres::{AsyncMessage, Client, GenericClient, IsolationLevel, Transa
 use tokio_postgres_rustls::MakeRustlsConnect;
 use uuid::Uuid;
 
+use crate::metrics::PanicSite;
 use crate::secrets::{Secret, SecretKey};
 use crate::storage::{self, Cursor, Page, StoredRoute};
 use crate::store::{Pending, RouteStore, StoreError};
+use crate::tasks::Tasks;
 
 /// The channel every change is announced on.
 const CHANNEL: &str = "recast_routes";
@@ -48,6 +50,8 @@ pub struct Database {
     key: SecretKey,
     /// For connecting and for each statement.
     timeout: Duration,
+    /// Runs the listening connection's task behind the panic guard.
+    tasks: Tasks,
     pub status: Status,
 }
 
@@ -125,7 +129,7 @@ fn sorted(e: tokio_postgres::Error) -> DbError {
 impl Database {
     /// Reads the URL and sets the connection up (nothing is connected yet). The URL is never
     /// printed: it may hold a password.
-    pub fn new(url: &Secret, key: SecretKey, timeout: Duration) -> Result<Database, String> {
+    pub fn new(url: &Secret, key: SecretKey, timeout: Duration, tasks: Tasks) -> Result<Database, String> {
         let mut config = tokio_postgres::Config::from_str(url.expose())
             .map_err(|e| format!("RECAST_DATABASE_URL is not a valid postgres:// URL: {e}"))?;
         let statement_timeout = format!("-c statement_timeout={}", timeout.as_millis());
@@ -153,7 +157,7 @@ impl Database {
             .recycle_timeout(Some(timeout))
             .build()
             .map_err(|e| format!("the database pool cannot be built: {e}"))?;
-        Ok(Database { config, tls, pool, key, timeout, status: Status::new() })
+        Ok(Database { config, tls, pool, key, timeout, tasks, status: Status::new() })
     }
 
     pub fn key(&self) -> &SecretKey {
@@ -198,7 +202,8 @@ impl Database {
             }
         };
         let (ended, end) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
+        // A panic drops `ended`, which the follower sees as the connection's end.
+        self.tasks.spawn(PanicSite::Background, async move {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             let why = loop {
                 match messages.next().await {

@@ -193,3 +193,82 @@ fn accept_encoding_cannot_be_configured() {
     );
     assert!(problems[0].message.contains("the codings it decodes"), "{}", problems[0].message);
 }
+
+/// The cache's key of a call is the digest of the request it sends: requests that differ in any
+/// part a caller supplies differ in their digests, and what a caller sends that does not go
+/// upstream changes nothing.
+#[test]
+fn the_digest_of_a_request_tells_apart_every_part_a_caller_supplies() {
+    // A route called with GET whose upstream takes the caller's body, with no stored token, so
+    // the caller's `X-Mapped-Auth` goes upstream too.
+    let c = config(r#"{"originalApi":{"baseUrl":"https://a.example"},"path":"search","method":"post"}"#, "");
+    let route = Route::new(Uuid::nil(), 0, 0, c, &Limits::default());
+    let base = [
+        ("accept", "application/json"),
+        ("accept-language", "en"),
+        ("x-mapped-auth", "Bearer alice"),
+        ("content-type", "application/json"),
+    ];
+    let digest = |query: &str, headers: &[(&str, &str)], body: &'static str| {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        let client =
+            FromClient { query: Some(query), headers: Some(&map), body: Bytes::from_static(body.as_bytes()) };
+        route.upstream_request(&client).expect("a request").digest()
+    };
+    let reference = digest("q=1", &base, r#"{"user":"alice"}"#);
+    assert_eq!(reference, digest("q=1", &base, r#"{"user":"alice"}"#), "the same request, the same digest");
+    let mut all: Vec<(&str, [u8; 32])> = vec![
+        ("query", digest("q=2", &base, r#"{"user":"alice"}"#)),
+        ("body", digest("q=1", &base, r#"{"user":"bob"}"#)),
+        ("no body", digest("q=1", &base, "")),
+    ];
+    for (name, other) in [
+        ("accept", "application/xml"),
+        ("accept-language", "fr"),
+        ("x-mapped-auth", "Bearer bob"),
+        ("content-type", "application/x-www-form-urlencoded"),
+    ] {
+        let pairs: Vec<(&str, &str)> =
+            base.iter().map(|&(n, v)| (n, if n == name { other } else { v })).collect();
+        all.push((name, digest("q=1", &pairs, r#"{"user":"alice"}"#)));
+    }
+    // Each header left out differs too.
+    for left_out in ["accept", "accept-language", "x-mapped-auth", "content-type"] {
+        let pairs: Vec<(&str, &str)> = base.iter().copied().filter(|(n, _)| *n != left_out).collect();
+        all.push((left_out, digest("q=1", &pairs, r#"{"user":"alice"}"#)));
+    }
+    for (part, other) in &all {
+        assert_ne!(*other, reference, "a request differing in its {part} has the same digest");
+    }
+    let distinct: std::collections::HashSet<_> = all.iter().map(|(_, d)| *d).collect();
+    assert_eq!(distinct.len(), all.len(), "every variation has its own digest");
+    // What never goes upstream changes nothing: the caller's own Authorization, cookies, other
+    // headers, and the order the forwarded ones came in.
+    let mut noisy: Vec<(&str, &str)> = base.iter().rev().copied().collect();
+    noisy.extend([("authorization", "Bearer other"), ("cookie", "s=1"), ("x-forwarded-for", "10.0.0.1")]);
+    assert_eq!(digest("q=1", &noisy, r#"{"user":"alice"}"#), reference);
+}
+
+#[test]
+fn a_stored_token_is_the_same_for_every_caller_so_their_requests_share_a_digest() {
+    let c = config(
+        r#"{"originalApi":{"baseUrl":"https://a.example"},"path":""}"#,
+        r#","authHeader":{"type":"bearer","token":"s3"}"#,
+    );
+    let route = Route::new(Uuid::nil(), 0, 0, c, &Limits::default());
+    let digest = |token: &'static str| {
+        let mut headers = HeaderMap::new();
+        headers.insert(MAPPED_AUTH, HeaderValue::from_static(token));
+        route
+            .upstream_request(&FromClient { headers: Some(&headers), ..Default::default() })
+            .unwrap()
+            .digest()
+    };
+    assert_eq!(digest("Bearer alice"), digest("Bearer bob"));
+}

@@ -4,17 +4,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use uuid::Uuid;
 
-use super::cache::{self, Found, Joined, Key, Leader, Mapped, Outcome};
 use super::connection::RequestBody;
 use super::problem::UpstreamFailure;
-use super::router::{json, read_body, timing};
+use super::reply::{json, read_body, timing};
 use super::{ApiError, Response, SERVER_TIMING, State};
-use crate::metrics::{CacheCounts, Endpoint, UpstreamErrorKind};
+use crate::cache::{self, CacheStatus, Found, Joined, Key, Leader, TimedOut};
+use crate::metrics::{CacheCounts, Endpoint, PanicSite, UpstreamErrorKind};
 use crate::route::{CacheSettings, CallError, FromClient, Route, UpstreamRequest};
-use crate::upstream::Answer;
+use crate::upstream::{Answer, Freshness};
 use crate::{exec, json as tape};
 
 /// A route call's request, as the router or the lane read it.
@@ -32,23 +33,23 @@ pub(super) struct RouteCall<'a> {
 /// Answers a call of the route `uuid` whose path below `/v1/{uuid}/` is `route_path`.
 pub(super) async fn call(state: &State, request: RouteCall<'_>, uuid: &str, route_path: &str) -> Response {
     let instance = request.path;
-    let mut tally = Tally::default();
+    let mut record = CallRecord::default();
     // The route called, once it was found.
     let mut called = None;
-    let mut response = match forward(state, request, uuid, route_path, &mut called, &mut tally).await {
+    let mut response = match forward(state, request, uuid, route_path, &mut called, &mut record).await {
         Ok(response) => response,
         Err(e) => e.to_response(instance),
     };
     // Every answer of a route call says how long the upstream and the mapping took (SPEC §2.2),
     // zero for a step that did not happen; one answered from the cache has no upstream step,
     // only the lookup.
-    let header = match tally.lookup {
+    let header = match record.lookup {
         Some(lookup) => timing(&[("cache", lookup)]),
-        None => timing(&[("upstream", tally.upstream), ("map", tally.map)]),
+        None => timing(&[("upstream", record.upstream), ("map", record.map)]),
     };
     response.headers_mut().insert(SERVER_TIMING, header);
-    if let Some(cache_status) = tally.cache_status.take() {
-        response.headers_mut().insert(CACHE_STATUS, cache_status);
+    if let Some(status) = record.cache {
+        response.headers_mut().insert(CACHE_STATUS, status.header());
     }
     let status = response.status().as_u16();
     match &called {
@@ -60,17 +61,36 @@ pub(super) async fn call(state: &State, request: RouteCall<'_>, uuid: &str, rout
 
 /// What a call did, for its headers and metrics.
 #[derive(Default)]
-struct Tally {
+struct CallRecord {
     upstream: Duration,
     map: Duration,
     /// Answered from the cache: how long the lookup took.
     lookup: Option<Duration>,
-    /// A cached route's `Cache-Status` (RFC 9211).
-    cache_status: Option<HeaderValue>,
+    /// What the cache did, for a route with `cache`.
+    cache: Option<CacheStatus>,
 }
 
 /// RFC 9211.
 const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+
+/// The outcome of one upstream call and its mapping, as the call that made it and every call
+/// that waited for it answer.
+#[derive(Debug, Clone)]
+pub(super) struct Outcome {
+    mapped: Result<MappedAnswer, UpstreamFailure>,
+    upstream: Duration,
+    map: Duration,
+}
+
+/// A mapped 2xx answer.
+#[derive(Debug, Clone)]
+struct MappedAnswer {
+    status: StatusCode,
+    body: Bytes,
+    freshness: Freshness,
+    /// The seconds it was kept fresh for, when it was.
+    stored: Option<u64>,
+}
 
 async fn forward(
     state: &State,
@@ -78,7 +98,7 @@ async fn forward(
     uuid: &str,
     route_path: &str,
     called: &mut Option<Arc<Route>>,
-    tally: &mut Tally,
+    record: &mut CallRecord,
 ) -> Result<Response, ApiError> {
     let uuid = Uuid::try_parse(uuid).map_err(|_| ApiError::NotFound)?;
     state.loaded()?;
@@ -104,12 +124,12 @@ async fn forward(
     })?;
     if let Some(settings) = route.config.cache {
         if state.cache.enabled() {
-            return cached(state, route, settings, upstream, request.headers, tally).await;
+            return cached(state, route, settings, upstream, record).await;
         }
-        tally.cache_status = Some(HeaderValue::from_static("recast; fwd=bypass; detail=cache-off"));
+        record.cache = Some(CacheStatus::Off);
     }
     let outcome = fetch(state, route, upstream).await;
-    answer(outcome, tally)
+    answer(outcome, record)
 }
 
 /// A call of a route with a cache: from a fresh entry; from a stale one while one refresh runs;
@@ -119,54 +139,51 @@ async fn cached(
     route: &Arc<Route>,
     settings: CacheSettings,
     upstream: UpstreamRequest,
-    headers: &HeaderMap,
-    tally: &mut Tally,
+    record: &mut CallRecord,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let key = Key::of(route, &upstream, Some(headers));
+    let key = Key::new(route, &upstream);
     // A waiter waits no longer than its own upstream call could have taken.
     let deadline = tokio::time::Instant::now() + state.client.settings().total_timeout;
     let counts = &state.metrics.cache;
     loop {
-        let now = Instant::now();
-        let (entry, status) = match state.cache.find(&key, now) {
+        let (entry, fresh) = match state.cache.find(&key) {
             Found::Fresh(entry) => {
                 CacheCounts::count(&counts.hits);
-                (entry, "hit")
+                (entry, true)
             }
             Found::Stale(entry) => {
                 CacheCounts::count(&counts.stale);
                 if let Joined::Leader(leader) = state.cache.join(&key) {
                     refresh(state, route, settings, upstream, leader);
                 }
-                (entry, "fwd=stale")
+                (entry, false)
             }
             Found::Nothing => match state.cache.join(&key) {
                 Joined::Leader(leader) => {
                     CacheCounts::count(&counts.misses);
-                    let outcome = leader.land(fetch(state, route, upstream).await, settings);
-                    tally.cache_status = Some(miss_status(&outcome, false));
-                    return answer(outcome, tally);
+                    let outcome = lead(leader, fetch(state, route, upstream).await, settings);
+                    record.cache = Some(miss(&outcome, false));
+                    return answer(outcome, record);
                 }
-                Joined::Waiter(receiver) => {
+                Joined::Waiter(waiter) => {
                     CacheCounts::count(&counts.coalesced);
-                    match cache::wait(receiver, deadline).await {
-                        Ok(Some(outcome)) if outcome.mapped.as_ref().is_ok_and(|m| !m.shareable()) => {
+                    match waiter.wait(deadline).await {
+                        Ok(Some(outcome)) if outcome.mapped.as_ref().is_ok_and(|m| m.freshness.no_store) => {
                             // The upstream said this answer is not to be reused: this call
                             // makes its own.
                             let outcome = fetch(state, route, upstream).await;
-                            tally.cache_status = Some(miss_status(&outcome, false));
-                            return answer(outcome, tally);
+                            record.cache = Some(miss(&outcome, false));
+                            return answer(outcome, record);
                         }
                         Ok(Some(outcome)) => {
-                            tally.cache_status = Some(miss_status(&outcome, true));
-                            return answer(outcome, tally);
+                            record.cache = Some(miss(&outcome, true));
+                            return answer(outcome, record);
                         }
                         // The leader went away without an outcome (its caller hung up).
                         Ok(None) if tokio::time::Instant::now() < deadline => continue,
-                        Ok(None) | Err(()) => {
-                            tally.cache_status =
-                                Some(HeaderValue::from_static("recast; fwd=miss; collapsed"));
+                        Ok(None) | Err(TimedOut) => {
+                            record.cache = Some(CacheStatus::Miss { stored: None, collapsed: true });
                             return Err(ApiError::Upstream {
                                 failure: UpstreamFailure::Timeout,
                                 validating: false,
@@ -176,12 +193,26 @@ async fn cached(
                 }
             },
         };
-        tally.lookup = Some(started.elapsed());
-        tally.cache_status = HeaderValue::try_from(format!("recast; {status}; ttl={}", entry.ttl(now))).ok();
+        let now = tokio::time::Instant::now();
+        record.lookup = Some(started.elapsed());
+        let ttl = entry.ttl(now);
+        record.cache = Some(if fresh { CacheStatus::Hit { ttl } } else { CacheStatus::Stale { ttl } });
         let mut response = json(entry.status, entry.body.clone());
         response.headers_mut().insert(http::header::AGE, HeaderValue::from(entry.age(now)));
         return Ok(response);
     }
+}
+
+/// A leader's outcome: kept when the route and the upstream allow, then handed to the calls
+/// waiting on its flight. Returns it with `stored` filled in.
+fn lead(leader: Leader<Outcome>, mut outcome: Outcome, settings: CacheSettings) -> Outcome {
+    if let Ok(mapped) = &mut outcome.mapped {
+        let offered =
+            cache::Mapped { status: mapped.status, body: &mapped.body, freshness: &mapped.freshness };
+        mapped.stored = leader.store(offered, settings);
+    }
+    leader.share(outcome.clone());
+    outcome
 }
 
 /// Refreshes a stale entry in the background: the call that found it has its answer already.
@@ -190,25 +221,20 @@ fn refresh(
     route: &Arc<Route>,
     settings: CacheSettings,
     request: UpstreamRequest,
-    leader: Leader,
+    leader: Leader<Outcome>,
 ) {
     let (Some(state), route) = (state.me.upgrade(), route.clone()) else { return };
-    tokio::spawn(async move {
+    // A panic drops the leader, which hands nothing on: the next stale call refreshes again.
+    state.tasks.clone().spawn(PanicSite::Refresh, async move {
         let outcome = fetch(&state, &route, request).await;
-        leader.land(outcome, settings);
+        lead(leader, outcome, settings);
     });
 }
 
-/// `Cache-Status` of an answer that went upstream (or waited for the call that did).
-fn miss_status(outcome: &Outcome, collapsed: bool) -> HeaderValue {
-    let mut text = String::from("recast; fwd=miss");
-    if let Ok(Mapped { stored: Some(ttl), .. }) = &outcome.mapped {
-        text.push_str(&format!("; stored; ttl={ttl}"));
-    }
-    if collapsed {
-        text.push_str("; collapsed");
-    }
-    HeaderValue::try_from(text).unwrap_or(HeaderValue::from_static("recast; fwd=miss"))
+/// The `Cache-Status` of a call that went upstream (or waited for the call that did).
+fn miss(outcome: &Outcome, collapsed: bool) -> CacheStatus {
+    let stored = outcome.mapped.as_ref().ok().and_then(|mapped| mapped.stored);
+    CacheStatus::Miss { stored, collapsed }
 }
 
 /// One upstream call and the mapping of its answer.
@@ -219,7 +245,7 @@ async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcom
         Err(failure) => return Outcome { mapped: Err(failure), upstream, map: Duration::ZERO },
     };
     let (mapped, map) = map_answer(state, route, &mut answer);
-    let mapped = mapped.map(|body| Mapped {
+    let mapped = mapped.map(|body| MappedAnswer {
         status: answer.status,
         body: body.into(),
         freshness: answer.freshness,
@@ -229,9 +255,9 @@ async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcom
 }
 
 /// The answer to a call from an upstream call's outcome.
-fn answer(outcome: Outcome, tally: &mut Tally) -> Result<Response, ApiError> {
-    tally.upstream = outcome.upstream;
-    tally.map = outcome.map;
+fn answer(outcome: Outcome, record: &mut CallRecord) -> Result<Response, ApiError> {
+    record.upstream = outcome.upstream;
+    record.map = outcome.map;
     match outcome.mapped {
         Ok(mapped) => Ok(json(mapped.status, mapped.body)),
         Err(failure) => Err(ApiError::Upstream { failure, validating: false }),

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
-use super::router::json;
+use super::reply::json;
 use super::{ApiError, Response, State};
 use crate::json::{self as tape, write};
 use crate::logging::logged;

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::call::{call_upstream, map_answer};
 use super::problem::{UpstreamFailure, write_problems};
-use super::router::{json, now_ms, read_body};
+use super::reply::{json, now_ms, read_body};
 use super::{ApiError, Request, Response, State};
 use crate::json::{JsonError, write};
 use crate::logging::logged;

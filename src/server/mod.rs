@@ -3,7 +3,6 @@
 //! router ([`router`]) answers each request; on shutdown it drains and closes the store.
 
 mod admission;
-pub mod cache;
 mod call;
 mod connection;
 mod lane;
@@ -13,6 +12,7 @@ mod mapping;
 mod playground;
 mod preview;
 pub mod problem;
+mod reply;
 mod router;
 mod sync;
 
@@ -29,9 +29,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use self::admission::{AdminToken, InFlight};
-use self::cache::AnswerCache;
 use self::connection::{Activity, Open};
 use self::router::RequestIds;
+use crate::cache::AnswerCache;
 use crate::cluster::{ClusterStore, Database};
 use crate::config::{Config, DEFAULT_MAX_HEADERS};
 use crate::metrics::{Metrics, PanicSite};
@@ -39,6 +39,7 @@ use crate::policy::{Lookup, OutboundPolicy, SystemLookup};
 use crate::storage::{StorageError, Store};
 use crate::store::{LocalStore, RouteStore, StoreError};
 use crate::table::RouteTable;
+use crate::tasks::Tasks;
 use crate::upstream::UpstreamClient;
 use crate::workers::Workers;
 pub use preview::preview_output;
@@ -103,12 +104,14 @@ pub struct State {
     client: UpstreamClient,
     admin: Option<AdminToken>,
     in_flight: InFlight,
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
+    /// Starts every task the service spawns, behind the panic guard.
+    tasks: Tasks,
     /// Held while a route is replaced or deleted, so those changes apply one at a time.
     writes: tokio::sync::Mutex<()>,
     /// Mapped answers of routes registered with `cache`, and the upstream calls under way for
     /// them.
-    cache: Arc<AnswerCache>,
+    cache: Arc<AnswerCache<call::Outcome>>,
     /// This state itself, for work that outlives the call that starts it (a cache refresh).
     me: Weak<State>,
 }
@@ -144,19 +147,14 @@ impl State {
         }
     }
 
-    /// The outcome of a store operation, as an answer would say it. A panic in it is a bug:
-    /// counted and logged.
+    /// The outcome of a store operation, as an answer would say it.
     fn stored<T>(&self, result: Result<T, StoreError>) -> Result<T, ApiError> {
         result.map_err(|e| match e {
             StoreError::Unavailable(why) => ApiError::StoreUnavailable(why),
             StoreError::Conflict(why) => ApiError::Conflict(why),
             StoreError::NotFound => ApiError::NotFound,
             StoreError::Failed(why) => ApiError::Storage(why),
-            StoreError::Panicked(panic) => {
-                self.metrics.panicked(PanicSite::Storage);
-                crate::logging::logged!(tracing::Level::ERROR, %panic, "a store operation panicked");
-                ApiError::Storage("the storage task did not finish".to_owned())
-            }
+            StoreError::Panicked(_) => ApiError::Storage("the storage task did not finish".to_owned()),
         })
     }
 
@@ -204,11 +202,14 @@ pub async fn run_with(
                 .to_owned(),
         ));
     }
+    let metrics = Arc::new(Metrics::default());
+    let tasks = Tasks::new(metrics.clone());
     let dir = config.data_dir.clone();
     let secret = config.secret_key.clone();
-    let local = tokio::task::spawn_blocking(move || Store::open_holding_compactions(&dir, secret.as_ref()))
+    let local = tasks
+        .blocking(PanicSite::Loading, move || Store::open_holding_compactions(&dir, secret.as_ref()))
         .await
-        .map_err(|e| RunError::Io(std::io::Error::other(e)))?
+        .map_err(|panic| RunError::Io(std::io::Error::other(panic.to_string())))?
         .map_err(RunError::Storage)?;
     let local = Arc::new(local);
     let position = local.position().map_err(RunError::Storage)?;
@@ -235,12 +236,12 @@ pub async fn run_with(
             let key = crate::secrets::SecretKey::load(config.secret_key.as_ref(), &config.data_dir, false)
                 .map_err(RunError::Config)?;
             let timeout = Duration::from_millis(config.database_timeout_ms);
-            Some(Arc::new(Database::new(url, key, timeout).map_err(RunError::Config)?))
+            Some(Arc::new(Database::new(url, key, timeout, tasks.clone()).map_err(RunError::Config)?))
         }
     };
     let store: Arc<dyn RouteStore> = match &database {
         Some(database) => Arc::new(ClusterStore::new(database.clone())),
-        None => Arc::new(LocalStore::new(local.clone())),
+        None => Arc::new(LocalStore::new(local.clone(), tasks.clone())),
     };
     if let Some(database) = &database {
         // A wrong key or a newer schema stops the start here when the database answers; when it
@@ -261,7 +262,8 @@ pub async fn run_with(
         client: UpstreamClient::new(config.upstream(), outbound.policy, outbound.lookup),
         admin: config.admin_token.as_ref().map(AdminToken::new),
         in_flight: InFlight::new(config.max_inflight),
-        metrics: Metrics::default(),
+        metrics,
+        tasks: tasks.clone(),
         config,
         lifecycle: AtomicU8::new(Lifecycle::Idle as u8),
         request_ids: RequestIds::new(),
@@ -293,17 +295,16 @@ pub async fn run_with(
     // Cluster mode: the follower starts once the snapshot is loaded, and says why the node must
     // stop if it ever must.
     let (stop_node, mut must_stop) = tokio::sync::mpsc::channel::<String>(1);
+    tasks.spawn(PanicSite::Background, state.client.sweeper());
     let loader = {
         let state = state.clone();
         let runtime = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            let loading =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| load::load_routes(&state)));
-            if let Err(panic) = loading {
-                // A bug: the service stays `Idle`, not ready, rather than serve with routes missing.
-                state.metrics.panicked(PanicSite::Loading);
-                let panic = router::panic_message(&*panic);
-                tracing::error!(%panic, "loading the stored routes panicked; recast stays not ready");
+        tasks.spawn(PanicSite::Loading, async move {
+            let loaded = state.clone();
+            // A panic here is a bug: the service stays `Idle`, not ready, rather than serve with
+            // routes missing.
+            if state.tasks.blocking(PanicSite::Loading, move || load::load_routes(&loaded)).await.is_err() {
+                tracing::error!("recast stays not ready: loading the stored routes failed");
                 return None;
             }
             // A new cluster node (no snapshot) serves once the follower has loaded the database's
@@ -315,9 +316,21 @@ pub async fn run_with(
                 state.advance(Lifecycle::Idle, Lifecycle::Running);
             }
             let database = state.database.clone()?;
-            Some(runtime.spawn(async move {
-                let why = sync::follow(state, database, position).await;
-                let _ = stop_node.send(why).await;
+            let tasks = state.tasks.clone();
+            Some(tasks.spawn_on(&runtime, PanicSite::Follower, async move {
+                let mut position = position;
+                loop {
+                    let following = sync::follow(state.clone(), database.clone(), position);
+                    match state.tasks.guard(PanicSite::Follower, following).await {
+                        Ok(why) => break drop(stop_node.send(why).await),
+                        // A bug, logged and counted: the follower starts over from the snapshot.
+                        Err(_) => {
+                            database.status.set_up(false);
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            position = state.local.position().unwrap_or(position);
+                        }
+                    }
+                }
             }))
         })
     };
@@ -362,7 +375,9 @@ pub async fn run_with(
                     let (worker, placed) = workers.place();
                     let state = state.clone();
                     let http = http.clone();
-                    connections.spawn_on(async move {
+                    // A panic outside any request is a bug (one in a request is answered 500
+                    // there): the guard closes the connection, logs and counts it.
+                    let serve = async move {
                         let _registered = registered;
                         let _placed = placed;
                         let stream = match tokio::net::TcpStream::from_std(stream) {
@@ -370,18 +385,14 @@ pub async fn run_with(
                             Err(e) => return tracing::warn!(error = %e, "accepted connection dropped"),
                         };
                         let stream = connection::Watched::new(stream, activity.clone());
-                        let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http);
-                        match router::caught(connection::drive(connection, activity, timeouts)).await {
-                            Ok(Some(Err(e))) => tracing::debug!(error = %e, "connection ended with an error"),
-                            Ok(None) => tracing::debug!("connection dropped after its deadline"),
-                            Ok(Some(Ok(()))) => {}
-                            // A bug outside any request (a panic in one is answered 500 there).
-                            Err(panic) => {
-                                state.metrics.panicked(PanicSite::Connection);
-                                tracing::error!(%panic, "serving a connection panicked; it was closed");
-                            }
+                        let connection = lane::Lane::new(state, stream, activity.clone(), http);
+                        match connection::drive(connection, activity, timeouts).await {
+                            Some(Err(e)) => tracing::debug!(error = %e, "connection ended with an error"),
+                            None => tracing::debug!("connection dropped after its deadline"),
+                            Some(Ok(())) => {}
                         }
-                    }, worker);
+                    };
+                    connections.spawn_on(tasks.guard(PanicSite::Connection, serve), worker);
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: wait a moment instead of spinning.
@@ -390,7 +401,7 @@ pub async fn run_with(
                 }
             },
             // Reap finished connection tasks so the set does not grow. A panic that escaped
-            // `caught` (one in a drop after it) is still a bug to count.
+            // the guard (one in a drop after it) is still a bug to count.
             Some(joined) = connections.join_next(), if !connections.is_empty() => {
                 if joined.is_err_and(|e| e.is_panic()) {
                     state.metrics.panicked(PanicSite::Connection);
@@ -416,7 +427,10 @@ pub async fn run_with(
     connections.shutdown().await;
     // Store writes begun by a request finish before the store is closed; blocking work that
     // outlasts the grace period (a name lookup that hangs) is not waited for.
-    if tokio::time::timeout(grace, tokio::task::spawn_blocking(move || workers.stop())).await.is_err() {
+    if tokio::time::timeout(grace, tasks.blocking(PanicSite::Background, move || workers.stop()))
+        .await
+        .is_err()
+    {
         tracing::warn!(?grace, "blocking work begun by requests is still running; not waiting for it");
     }
     match tokio::time::timeout(grace, loader).await {
@@ -425,7 +439,7 @@ pub async fn run_with(
             tracing::warn!("stopped while routes were still loading");
             return fatal.map_or(Ok(()), |why| Err(RunError::Config(why)));
         }
-        Ok(Ok(Some(follower))) => {
+        Ok(Ok(Ok(Some(follower)))) => {
             follower.abort();
             let _ = follower.await;
         }

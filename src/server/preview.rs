@@ -5,7 +5,7 @@ use std::time::Instant;
 use http::StatusCode;
 
 use super::problem::write_problems;
-use super::router::{json, read_body, timing};
+use super::reply::{json, read_body, timing};
 use super::{ApiError, Request, Response, SERVER_TIMING, State};
 use crate::exec;
 use crate::json::{self as tape};

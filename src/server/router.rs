@@ -1,27 +1,24 @@
 //! The router: every request that hyper reads, and every route call the lane reads, is answered
 //! here under its request id, admitted or refused by the in-flight limit, sent to its handler by
 //! method and path, and counted. Also the small handlers (health, readiness, metrics, the API
-//! description) and what the handlers share: JSON answers, bounded body reading, `Server-Timing`.
+//! description) and request ids.
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use tracing::Level;
 use uuid::Uuid;
 
-use super::connection::RequestBody;
+use super::reply::{json, timing};
 use super::{
     ApiError, Lifecycle, REQUEST_ID, Request, Response, SERVER_TIMING, State, admission, call, management,
     mapping, playground, preview,
 };
-use crate::http1::{self, RESERVE_LIMIT};
-use crate::json::PADDING;
 use crate::logging::logged;
 use crate::metrics::{Endpoint, Gauges, PanicSite};
 
@@ -68,7 +65,7 @@ pub(super) async fn answered(
     let result = match admitted {
         // A panic is a bug; it must not take the connection (or the worker) with it. The
         // request's place is freed as the handler unwinds.
-        Ok(_place) => caught(handler).await.unwrap_or_else(|panic| {
+        Ok(_place) => crate::tasks::caught(handler).await.unwrap_or_else(|panic| {
             state.metrics.panicked(PanicSite::Request);
             logged!(Level::ERROR, %method, path, %panic, "a handler panicked; answered 500");
             counted_by_call = false;
@@ -91,23 +88,6 @@ pub(super) async fn answered(
     }
     response
 }
-
-/// Polls `future` to its end, or until it panics: then the panic's message is returned. Safe to use
-/// on the request path: the state a handler shares with others is atomics, locks that are not
-/// poisoned or whose poison is ignored, and maps it changes in one step.
-pub(super) async fn caught<T>(future: impl Future<Output = T>) -> Result<T, String> {
-    let mut future = std::pin::pin!(future);
-    std::future::poll_fn(move |cx| {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(panic) => Poll::Ready(Err(panic_message(&*panic))),
-        }
-    })
-    .await
-}
-
-pub(super) use crate::logging::panic_message;
 
 /// A path's first three segments, the last holding the rest (`/v1/{uuid}/{path}`): what
 /// [`endpoint`] and [`dispatch`] route by.
@@ -249,98 +229,6 @@ fn readiness(state: &State) -> Response {
     json(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, body)
 }
 
-/// A JSON answer.
-pub fn json(status: StatusCode, body: impl Into<Bytes>) -> Response {
-    let mut response = http::Response::new(Full::new(body.into()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
-/// Reads a request body of at most `RECAST_MAX_REQUEST_BYTES`; larger bodies are refused before
-/// they are read when `Content-Length` says so, else as soon as the limit is passed. The whole
-/// body must arrive within `RECAST_HEADER_TIMEOUT_MS` (408 otherwise), so a client that drips it
-/// cannot hold its place for long.
-pub(super) async fn read_body(
-    state: &State,
-    headers: &HeaderMap,
-    body: RequestBody,
-) -> Result<Vec<u8>, ApiError> {
-    let within = Duration::from_millis(state.config.header_timeout_ms);
-    let limit = state.config.max_request_bytes;
-    match tokio::time::timeout(within, read_limited(headers, body, limit)).await {
-        Err(_) => Err(ApiError::BodyTimeout),
-        Ok(read) => read.map_err(|e| match e {
-            BodyError::TooLarge => ApiError::BodyTooLarge { limit },
-            BodyError::Broken => ApiError::BodyUnreadable,
-        }),
-    }
-}
-
-/// Why a body was not read whole.
-#[derive(Debug)]
-enum BodyError {
-    /// Larger than the limit, by its `Content-Length` or by what arrived.
-    TooLarge,
-    /// The connection broke.
-    Broken,
-}
-
-/// Reads a body of at most `limit` bytes into a buffer with room for the JSON parser's padding. A
-/// larger `Content-Length` is refused before reading; a declared length is reserved only up to
-/// [`RESERVE_LIMIT`], so bodies that never come cannot make recast hold memory, and the rest
-/// grows as it arrives, never past the limit and the padding.
-async fn read_limited(
-    headers: &HeaderMap,
-    mut body: RequestBody,
-    limit: usize,
-) -> Result<Vec<u8>, BodyError> {
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(BodyError::TooLarge);
-    }
-    let reserve = declared.map_or(16 * 1024, |n| (n as usize).min(RESERVE_LIMIT));
-    let mut buf = Vec::with_capacity(reserve.min(limit) + PADDING);
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame.map_err(|_| BodyError::Broken)?.into_data() {
-            if buf.len() + data.len() > limit {
-                return Err(BodyError::TooLarge);
-            }
-            http1::reserve_within(&mut buf, data.len() + PADDING, limit + PADDING);
-            buf.extend_from_slice(&data);
-        }
-    }
-    Ok(buf)
-}
-
-/// The time now, in milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-/// A `Server-Timing` header value: `name;dur=milliseconds` per entry, to the microsecond.
-pub(crate) fn timing(entries: &[(&str, Duration)]) -> HeaderValue {
-    let mut text = Vec::with_capacity(entries.len() * 24);
-    let mut digits = itoa::Buffer::new();
-    for (i, (name, elapsed)) in entries.iter().enumerate() {
-        if i > 0 {
-            text.extend_from_slice(b", ");
-        }
-        let micros = elapsed.as_micros();
-        text.extend_from_slice(name.as_bytes());
-        text.extend_from_slice(b";dur=");
-        text.extend_from_slice(digits.format(micros / 1000).as_bytes());
-        let fraction = (micros % 1000) as u16;
-        text.extend_from_slice(&[
-            b'.',
-            b'0' + (fraction / 100) as u8,
-            b'0' + (fraction / 10 % 10) as u8,
-            b'0' + (fraction % 10) as u8,
-        ]);
-    }
-    HeaderValue::from_bytes(&text).unwrap_or(HeaderValue::from_static("total;dur=0"))
-}
-
 /// Request ids: the client's `X-Request-Id` when it is sane, else a new one made of a random
 /// per-process prefix and a counter (unique without a system call per request).
 pub(super) struct RequestIds {
@@ -394,33 +282,6 @@ mod tests {
         let fresh = ids.for_headers(&HeaderMap::new());
         assert!(is_sane_request_id(fresh.as_bytes()));
         assert_ne!(fresh, replaced, "generated ids are unique");
-    }
-
-    #[test]
-    fn server_timing_writes_milliseconds_to_the_microsecond() {
-        let header =
-            timing(&[("upstream", Duration::from_micros(1_234_567)), ("map", Duration::from_nanos(5_900))]);
-        assert_eq!(header, "upstream;dur=1234.567, map;dur=0.005");
-        assert_eq!(timing(&[("map", Duration::ZERO)]), "map;dur=0.000");
-    }
-
-    #[test]
-    fn a_panic_while_polled_is_caught_with_its_message_and_no_thread_dies() {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let fine = runtime.block_on(caught(async {
-            tokio::task::yield_now().await;
-            7
-        }));
-        assert_eq!(fine, Ok(7));
-        let formatted = runtime.block_on(caught(async {
-            tokio::task::yield_now().await;
-            if fine.is_ok() {
-                panic!("lane {} broke", 2);
-            }
-        }));
-        assert_eq!(formatted, Err("lane 2 broke".to_owned()));
-        let plain: Result<(), String> = runtime.block_on(caught(async { std::panic::panic_any(5u8) }));
-        assert_eq!(plain, Err("(no message)".to_owned()));
     }
 
     #[test]

@@ -23,9 +23,10 @@ use uuid::Uuid;
 
 use super::{Lifecycle, State};
 use crate::cluster::{Change, Database, DbError, Meta, PAGE};
-use crate::metrics::RulesSource;
+use crate::metrics::{PanicSite, RulesSource};
 use crate::route::Route;
 use crate::storage::{self, Position};
+use crate::tasks::Tasks;
 
 /// Follows the database until the service stops; returns the reason only when no retry can mend
 /// it (a wrong key, a newer schema), after which the node must stop.
@@ -162,7 +163,7 @@ async fn catch_up(
     if *position != Some(now) {
         // Tombstones pruned above the last row read: the snapshot still stands at the counter.
         let snapshot = state.local.clone();
-        blocking(move || snapshot.apply(&[], Some(now))).await?;
+        blocking(&state.tasks, move || snapshot.apply(&[], Some(now))).await?;
         *position = Some(now);
     }
     database.status.set_revision(meta.revision);
@@ -205,7 +206,7 @@ async fn load_all(
     let position = Position { epoch: meta.epoch, revision: meta.revision };
     let loaded = state.clone();
     let database = database.clone();
-    blocking(move || {
+    blocking(&state.tasks, move || {
         // Routes this node wrote after the reload's view was taken stay.
         let removed = loaded.table.retain(meta.revision, |route| {
             seen.contains(&route.uuid) || (comparable && route.revision > meta.revision)
@@ -263,8 +264,8 @@ async fn apply(
     snapshot: Snapshot,
     comparable: bool,
 ) -> Result<Vec<(Uuid, Option<Vec<u8>>)>, DbError> {
-    let (state, database) = (state.clone(), database.clone());
-    blocking(move || {
+    let (tasks, state, database) = (state.tasks.clone(), state.clone(), database.clone());
+    blocking(&tasks, move || {
         let compiled = compile(&state, &database, &changes);
         for (change, route) in changes.iter().zip(compiled) {
             match route {
@@ -339,12 +340,13 @@ fn compile(state: &State, database: &Database, changes: &[Change]) -> Vec<Option
 /// Runs table and snapshot work on the blocking pool. A panic there is a bug: counted, and the
 /// session ends as if the database had failed, so the work is tried again.
 async fn blocking<T: Send + 'static, E: std::fmt::Display>(
+    tasks: &Tasks,
     work: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, DbError> {
-    match tokio::task::spawn_blocking(move || work().map_err(|e| e.to_string())).await {
+    match tasks.blocking(PanicSite::Follower, move || work().map_err(|e| e.to_string())).await {
         Ok(Ok(done)) => Ok(done),
         Ok(Err(why)) => Err(DbError::Failed(format!("the local snapshot could not be written: {why}"))),
-        Err(e) => Err(DbError::Failed(format!("applying changes from the database failed: {e}"))),
+        Err(panic) => Err(DbError::Failed(format!("applying changes from the database failed: {panic}"))),
     }
 }
 

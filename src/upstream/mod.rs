@@ -5,6 +5,7 @@
 //! ([`crate::policy::Guarded`]); the exchange itself is [`wire`], driven by the calling task.
 
 mod coding;
+mod freshness;
 mod wire;
 
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ use crate::policy::{
     Guarded, Lookup, NotAllowed, OutboundPolicy, PolicyResolver, literal_address, refusal_in,
 };
 use crate::route::UpstreamRequest;
+pub use freshness::{Freshness, MAX_DELTA_SECONDS};
 
 /// Settings of the upstream client.
 #[derive(Debug, Clone, Copy)]
@@ -51,70 +53,6 @@ pub struct Answer {
     pub body: Vec<u8>,
     /// What its headers say about caching it.
     pub freshness: Freshness,
-}
-
-/// What an answer's own headers say about caching it (RFC 9111), as far as recast's cache of
-/// mapped answers uses it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Freshness {
-    /// `no-store`, `private` or `no-cache` (recast does not revalidate), or `Vary: *`: never
-    /// reused.
-    pub no_store: bool,
-    /// `s-maxage` (a shared cache's own), else `max-age`, in seconds; a malformed value is 0.
-    pub max_age: Option<u64>,
-    /// `must-revalidate` or `proxy-revalidate`: never answered once stale.
-    pub must_revalidate: bool,
-    /// `Age`: seconds the answer has already spent in caches upstream.
-    pub age: u64,
-}
-
-impl Freshness {
-    /// Takes in one `Cache-Control` line (a list of directives, RFC 9111 §5.2).
-    pub(crate) fn cache_control(&mut self, value: &[u8]) {
-        let mut max_age = None;
-        let mut s_maxage = None;
-        for directive in value.split(|&b| b == b',') {
-            let directive = directive.trim_ascii();
-            let (name, argument) = match directive.iter().position(|&b| b == b'=') {
-                Some(at) => (directive[..at].trim_ascii(), Some(directive[at + 1..].trim_ascii())),
-                None => (directive, None),
-            };
-            let seconds = || {
-                let digits = argument.unwrap_or_default();
-                let digits = digits.strip_prefix(b"\"").and_then(|d| d.strip_suffix(b"\"")).unwrap_or(digits);
-                std::str::from_utf8(digits).ok().and_then(|d| d.parse::<u64>().ok()).unwrap_or(0)
-            };
-            match name.to_ascii_lowercase().as_slice() {
-                b"no-store" | b"private" | b"no-cache" => self.no_store = true,
-                b"must-revalidate" | b"proxy-revalidate" => self.must_revalidate = true,
-                b"max-age" => max_age = Some(seconds()),
-                b"s-maxage" => s_maxage = Some(seconds()),
-                _ => {}
-            }
-        }
-        // A shared cache takes `s-maxage` over `max-age` (RFC 9111 §5.2.2.10), and implies
-        // `proxy-revalidate`.
-        if s_maxage.is_some() {
-            self.must_revalidate = true;
-        }
-        if let Some(seconds) = s_maxage.or(max_age) {
-            self.max_age = Some(self.max_age.map_or(seconds, |earlier| earlier.min(seconds)));
-        }
-    }
-
-    /// Takes in an `Age` line; one that is not a number counts as nothing.
-    pub(crate) fn age(&mut self, value: &[u8]) {
-        if let Some(age) = std::str::from_utf8(value.trim_ascii()).ok().and_then(|v| v.parse().ok()) {
-            self.age = self.age.max(age);
-        }
-    }
-
-    /// Takes in a `Vary` line: `*` means the answer depends on more than the request says.
-    pub(crate) fn vary(&mut self, value: &[u8]) {
-        if value.split(|&b| b == b',').any(|field| field.trim_ascii() == b"*") {
-            self.no_store = true;
-        }
-    }
 }
 
 /// Why no answer came back.
@@ -184,21 +122,23 @@ impl UpstreamClient {
         let connector = https_or_http(Guarded { inner: http, policy: policy.clone() });
         // One per worker, and one for the calls made on any other thread.
         let pools = Arc::new(Pools((0..=settings.workers).map(|_| Pool::default()).collect()));
-        // Idle connections are also closed when nothing calls their upstream any more.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let pools = Arc::downgrade(&pools);
-            runtime.spawn(async move {
-                let mut every = tokio::time::interval(SWEEP_EVERY);
-                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    every.tick().await;
-                    let Some(pools) = pools.upgrade() else { break };
-                    let now = Instant::now();
-                    pools.0.iter().for_each(|pool| pool.sweep(now));
-                }
-            });
-        }
         UpstreamClient { connector, pools, settings, policy, lookup }
+    }
+
+    /// Closes idle connections past their time every 30 seconds, also when nothing calls their
+    /// upstream any more; ends once the client is gone. Whoever runs the client spawns it.
+    pub fn sweeper(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let pools = Arc::downgrade(&self.pools);
+        async move {
+            let mut every = tokio::time::interval(SWEEP_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                let Some(pools) = pools.upgrade() else { break };
+                let now = Instant::now();
+                pools.0.iter().for_each(|pool| pool.sweep(now));
+            }
+        }
     }
 
     /// Checks the host of `uri` against the policy without connecting (registration's first
@@ -425,44 +365,4 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Freshness;
-
-    fn of(lines: &[(&str, &str)]) -> Freshness {
-        let mut freshness = Freshness::default();
-        for (name, value) in lines {
-            match *name {
-                "cache-control" => freshness.cache_control(value.as_bytes()),
-                "age" => freshness.age(value.as_bytes()),
-                _ => freshness.vary(value.as_bytes()),
-            }
-        }
-        freshness
-    }
-
-    #[test]
-    fn cache_control_directives_are_read_case_blind_across_lines() {
-        assert_eq!(of(&[]), Freshness::default());
-        assert_eq!(of(&[("cache-control", "public, Max-Age=60")]).max_age, Some(60));
-        assert_eq!(of(&[("cache-control", "max-age=\"30\"")]).max_age, Some(30), "quoted");
-        assert_eq!(of(&[("cache-control", "max-age=soon")]).max_age, Some(0), "malformed: stale");
-        // s-maxage wins over max-age for a shared cache, and forbids answering stale.
-        let shared = of(&[("cache-control", "max-age=5, s-maxage=100")]);
-        assert_eq!((shared.max_age, shared.must_revalidate), (Some(100), true));
-        // Two lines are one list; the shorter lifetime counts.
-        assert_eq!(of(&[("cache-control", "max-age=60"), ("cache-control", "max-age=10")]).max_age, Some(10));
-        for never in
-            ["no-store", "PRIVATE", "private=\"x-user\"", "no-cache", "public, no-cache=\"set-cookie\""]
-        {
-            assert!(of(&[("cache-control", never)]).no_store, "{never}");
-        }
-        assert!(of(&[("cache-control", "must-revalidate")]).must_revalidate);
-        assert!(of(&[("vary", "accept, *")]).no_store);
-        assert!(!of(&[("vary", "accept-language")]).no_store);
-        assert_eq!(of(&[("age", " 42 ")]).age, 42);
-        assert_eq!(of(&[("age", "-1")]).age, 0);
-    }
 }

@@ -284,16 +284,12 @@ impl Connection {
                         String::from_utf8_lossy(line.value.trim_ascii())
                     )),
                 };
-            } else if name.eq_ignore_ascii_case(b"cache-control") {
-                freshness.cache_control(line.value);
-            } else if name.eq_ignore_ascii_case(b"age") {
-                freshness.age(line.value);
-            } else if name.eq_ignore_ascii_case(b"vary") {
-                freshness.vary(line.value);
-            } else if name.eq_ignore_ascii_case(b"connection")
-                && line.value.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
-            {
-                keep_alive = false;
+            } else if name.eq_ignore_ascii_case(b"connection") {
+                if line.value.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close")) {
+                    keep_alive = false;
+                }
+            } else {
+                freshness.line(name, line.value);
             }
         }
         // Transfer codings are HTTP/1.1: one in an HTTP/1.0 answer means its framing is faulty

@@ -24,13 +24,7 @@ pub(crate) fn br(bytes: &[u8]) -> Vec<u8> {
 
 /// A 200 answer of `body` in content coding `coding`.
 fn coded(coding: &str, body: Vec<u8>) -> Reply {
-    Reply {
-        status: 200,
-        content_type: "application/json",
-        body,
-        delay: Duration::ZERO,
-        headers: vec![("content-encoding", coding.to_owned())],
-    }
+    Reply { body, headers: vec![("content-encoding", coding.to_owned())], ..Reply::json("") }
 }
 
 #[tokio::test]

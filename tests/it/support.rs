@@ -125,6 +125,8 @@ pub struct Reply {
     pub delay: Duration,
     /// More headers to answer with.
     pub headers: Vec<(&'static str, String)>,
+    /// When given, the answer waits until this holds `true` (after `delay`).
+    pub gate: Option<watch::Receiver<bool>>,
 }
 
 impl Reply {
@@ -139,6 +141,7 @@ impl Reply {
             body: body.as_bytes().to_vec(),
             delay: Default::default(),
             headers: Vec::new(),
+            gate: None,
         }
     }
 }
@@ -186,6 +189,9 @@ impl Upstream {
                                 let answer = reply(&received);
                                 log.lock().unwrap().push(received);
                                 tokio::time::sleep(answer.delay).await;
+                                if let Some(mut gate) = answer.gate {
+                                    let _ = gate.wait_for(|open| *open).await;
+                                }
                                 let mut response = http::Response::new(Full::new(Bytes::from(answer.body)));
                                 *response.status_mut() = http::StatusCode::from_u16(answer.status).unwrap();
                                 response

@@ -1,0 +1,166 @@
+//! The one guard every task recast starts goes through: connections, cache refreshes, the
+//! cluster follower and its snapshot writes, store operations on the blocking pool, the upstream
+//! pool's sweeper. A panic in a task is a bug; the guard catches it, logs it with the site it
+//! happened at, counts it in `recast_panics_total{site}`, and the process goes on. (A request's
+//! handler is not a task of its own: the router catches it in place with [`caught`] and answers
+//! 500.)
+
+use std::future::Future;
+use std::sync::Arc;
+use std::task::Poll;
+
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+use crate::metrics::{Metrics, PanicSite};
+
+/// Starts tasks behind the guard; cheap to clone.
+#[derive(Clone)]
+pub struct Tasks {
+    metrics: Arc<Metrics>,
+}
+
+/// A guarded task panicked (its message, already logged and counted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Panicked(pub String);
+
+impl std::fmt::Display for Panicked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a task panicked: {}", self.0)
+    }
+}
+
+impl Tasks {
+    /// Tasks whose panics are counted in `metrics`.
+    pub fn new(metrics: Arc<Metrics>) -> Tasks {
+        Tasks { metrics }
+    }
+
+    /// `future`, guarded: its output, or [`Panicked`] once a panic while polling it was caught,
+    /// logged and counted at `site`.
+    pub fn guard<F: Future>(
+        &self,
+        site: PanicSite,
+        future: F,
+    ) -> impl Future<Output = Result<F::Output, Panicked>> + use<F> {
+        let metrics = self.metrics.clone();
+        async move {
+            caught(future).await.map_err(|panic| {
+                metrics.panicked(site);
+                crate::logging::logged!(tracing::Level::ERROR, site = site.label(), %panic, "a task panicked; it was stopped");
+                Panicked(panic)
+            })
+        }
+    }
+
+    /// Spawns `future`, guarded, on the current runtime.
+    pub fn spawn<F>(&self, site: PanicSite, future: F) -> JoinHandle<Result<F::Output, Panicked>>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        tokio::spawn(self.guard(site, future))
+    }
+
+    /// Spawns `future`, guarded, on the runtime of `handle`.
+    pub fn spawn_on<F>(
+        &self,
+        handle: &Handle,
+        site: PanicSite,
+        future: F,
+    ) -> JoinHandle<Result<F::Output, Panicked>>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        handle.spawn(self.guard(site, future))
+    }
+
+    /// Runs `work` on the blocking pool, guarded.
+    pub async fn blocking<T: Send + 'static>(
+        &self,
+        site: PanicSite,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Panicked> {
+        match tokio::task::spawn_blocking(work).await {
+            Ok(done) => Ok(done),
+            Err(e) => {
+                let panic = if e.is_panic() {
+                    crate::logging::panic_message(&*e.into_panic())
+                } else {
+                    "the blocking task was cancelled".to_owned()
+                };
+                self.metrics.panicked(site);
+                crate::logging::logged!(tracing::Level::ERROR, site = site.label(), %panic, "a task panicked; it was stopped");
+                Err(Panicked(panic))
+            }
+        }
+    }
+
+    /// The metrics panics are counted in.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+}
+
+/// Polls `future` to its end, or until it panics: then the panic's message is returned. Safe to
+/// use on the request path: the state a handler shares with others is atomics, locks that are not
+/// poisoned or whose poison is ignored, and maps it changes in one step.
+pub async fn caught<T>(future: impl Future<Output = T>) -> Result<T, String> {
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(move |cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(panic) => Poll::Ready(Err(crate::logging::panic_message(&*panic))),
+        }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn a_panic_while_polled_is_caught_with_its_message_and_no_thread_dies() {
+        let runtime = runtime();
+        let fine = runtime.block_on(caught(async {
+            tokio::task::yield_now().await;
+            7
+        }));
+        assert_eq!(fine, Ok(7));
+        let formatted = runtime.block_on(caught(async {
+            tokio::task::yield_now().await;
+            if fine.is_ok() {
+                panic!("lane {} broke", 2);
+            }
+        }));
+        assert_eq!(formatted, Err("lane 2 broke".to_owned()));
+        let plain: Result<(), String> = runtime.block_on(caught(async { std::panic::panic_any(5u8) }));
+        assert_eq!(plain, Err("(no message)".to_owned()));
+    }
+
+    #[test]
+    fn spawned_and_blocking_tasks_that_panic_are_counted_at_their_site() {
+        let runtime = runtime();
+        let metrics = Arc::new(Metrics::default());
+        let tasks = Tasks::new(metrics.clone());
+        runtime.block_on(async {
+            let ok = tasks.spawn(PanicSite::Refresh, async { 1 }).await.unwrap();
+            assert_eq!(ok, Ok(1));
+            let failed = tasks.spawn(PanicSite::Refresh, async { panic!("refresh broke") }).await.unwrap();
+            assert_eq!(failed, Err::<(), _>(Panicked("refresh broke".to_owned())));
+            let failed = tasks.blocking(PanicSite::Follower, || -> u8 { panic!("snapshot broke") }).await;
+            assert_eq!(failed, Err(Panicked("snapshot broke".to_owned())));
+            assert_eq!(tasks.blocking(PanicSite::Follower, || 2).await, Ok(2));
+        });
+        assert_eq!(metrics.panics(PanicSite::Refresh), 1);
+        assert_eq!(metrics.panics(PanicSite::Follower), 1);
+        assert_eq!(metrics.panics(PanicSite::Request), 0);
+    }
+}
