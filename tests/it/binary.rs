@@ -112,6 +112,14 @@ impl Binary {
         format!("http://{}{path}", self.addr)
     }
 
+    /// The most memory the process has held resident so far (`VmHWM`), in bytes.
+    pub fn peak_memory(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("/proc/PID/status");
+        let line = status.lines().find(|line| line.starts_with("VmHWM:")).expect("a VmHWM line");
+        let kib: u64 = line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("VmHWM in kB");
+        kib * 1024
+    }
+
     /// SIGKILL: no chance to clean up.
     pub fn kill(mut self) {
         self.child.kill().expect("kill");
