@@ -336,6 +336,27 @@ impl PanicSite {
     }
 }
 
+/// Which timeout closed a client's connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Timeout {
+    /// No request began within `RECAST_IDLE_TIMEOUT_MS`.
+    Idle,
+    /// A request head began but was not whole within `RECAST_HEADER_TIMEOUT_MS`.
+    Head,
+}
+
+impl Timeout {
+    const ALL: [Timeout; 2] = [Timeout::Idle, Timeout::Head];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Timeout::Idle => "idle",
+            Timeout::Head => "head",
+        }
+    }
+}
+
 /// The service-wide metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -345,6 +366,7 @@ pub struct Metrics {
     upstream_errors: [AtomicU64; UpstreamErrorKind::ALL.len()],
     compile_failures: [AtomicU64; RulesSource::ALL.len()],
     panics: [AtomicU64; PanicSite::ALL.len()],
+    timeouts: [AtomicU64; Timeout::ALL.len()],
     pub cache: CacheCounts,
 }
 
@@ -386,6 +408,7 @@ impl Default for Metrics {
             upstream_errors: Default::default(),
             compile_failures: Default::default(),
             panics: Default::default(),
+            timeouts: Default::default(),
             cache: Default::default(),
         }
     }
@@ -432,6 +455,11 @@ impl Metrics {
     /// A panic was caught at `site`: a bug, which the service survived.
     pub fn panicked(&self, site: PanicSite) {
         self.panics[site as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A client's connection was closed by `timeout`.
+    pub fn timed_out(&self, timeout: Timeout) {
+        self.timeouts[timeout as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The panics caught at `site` so far.
@@ -488,6 +516,18 @@ impl Metrics {
         for site in PanicSite::ALL {
             let count = self.panics[site as usize].load(Ordering::Relaxed);
             let _ = writeln!(out, "recast_panics_total{{site=\"{}\"}} {count}", site.label());
+        }
+        out.push_str(
+            "# HELP recast_connections_timed_out_total Client connections closed by a timeout: idle (no request began) or head (a head begun was not whole in time).\n",
+        );
+        out.push_str("# TYPE recast_connections_timed_out_total counter\n");
+        for timeout in Timeout::ALL {
+            let count = self.timeouts[timeout as usize].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "recast_connections_timed_out_total{{timeout=\"{}\"}} {count}",
+                timeout.label()
+            );
         }
         let gauge = |out: &mut String, name: &str, help: &str, value: usize| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");

@@ -1,10 +1,11 @@
-//! The route store behind one seam: registration, update, delete and listing go through
-//! [`RouteStore`], whose two implementations are [`LocalStore`] (the embedded RocksDB of
-//! `storage`, the default) and `cluster::ClusterStore` (PostgreSQL, shared by several nodes).
-//! The request path never calls it: route calls read only the in-memory `RouteTable`.
+//! The route store behind one seam: every route change and listing the handlers make goes
+//! through [`RouteStore`], chosen once at start-up: [`LocalStore`] (the embedded RocksDB of
+//! `storage`, the default) or `cluster::ClusterStore` (PostgreSQL, shared by several nodes). The
+//! handlers never ask which. The request path never calls it: route calls read only the
+//! in-memory `RouteTable`.
 //!
-//! Each change answers with its revision: the database's counter in cluster mode, 0 for the
-//! embedded store, which has one writer and needs none.
+//! Each change answers with its revision: the embedded store's own counter, or the database's
+//! in cluster mode. The route table orders the versions of a route by them.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -67,6 +68,23 @@ pub trait RouteStore: Send + Sync {
 
     /// Up to `limit` routes, newest first, after `cursor`.
     fn page(&self, limit: usize, cursor: Option<Cursor>) -> Pending<'_, Page>;
+
+    /// How this node stands with a store it shares with others, for `/readyz` and `/metrics`;
+    /// `None` for a store of its own, which is always at hand.
+    fn health(&self) -> Option<StoreHealth> {
+        None
+    }
+}
+
+/// How a node stands with a shared store.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreHealth {
+    /// Whether the store answers now.
+    pub up: bool,
+    /// The last revision this node applied.
+    pub revision: u64,
+    /// How long since the node last knew it had every change.
+    pub lag: std::time::Duration,
 }
 
 /// The embedded store: RocksDB in the data directory, each change one synced write, run off the
@@ -97,19 +115,16 @@ impl LocalStore {
 
 impl RouteStore for LocalStore {
     fn create(&self, route: StoredRoute) -> Pending<'_, u64> {
-        self.blocking(move |store| Ok(store.put(&route).map(|()| 0)?))
+        self.blocking(move |store| Ok(store.put(&route)?))
     }
 
     fn replace(&self, route: StoredRoute, _revision: u64) -> Pending<'_, u64> {
         // One writer: the service applies replacements one at a time and checks the table first.
-        self.blocking(move |store| Ok(store.put(&route).map(|()| 0)?))
+        self.blocking(move |store| Ok(store.put(&route)?))
     }
 
     fn delete(&self, uuid: Uuid) -> Pending<'_, u64> {
-        self.blocking(move |store| match store.delete(uuid)? {
-            true => Ok(0),
-            false => Err(StoreError::NotFound),
-        })
+        self.blocking(move |store| store.delete(uuid)?.ok_or(StoreError::NotFound))
     }
 
     fn page(&self, limit: usize, cursor: Option<Cursor>) -> Pending<'_, Page> {

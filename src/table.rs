@@ -9,12 +9,16 @@ use uuid::Uuid;
 
 use crate::route::Route;
 
+/// Every version of a route carries the revision of the store change it comes from
+/// (`Route::revision`; 0 for a route stored before revisions were kept): the table keeps the
+/// newest, whatever order changes are applied in.
 #[derive(Default)]
 pub struct RouteTable {
     routes: DashMap<Uuid, Arc<Route>>,
-    /// Cluster mode: the revision at which each deleted route was deleted, so that a change older
-    /// than its deletion, applied late, cannot bring it back.
-    buried: DashMap<Uuid, u64>,
+    /// The revision at which each deleted route was deleted, so that a change older than its
+    /// deletion, applied late (a cluster node's own write after the follower applied the
+    /// deletion), cannot bring it back.
+    deleted: DashMap<Uuid, u64>,
 }
 
 impl RouteTable {
@@ -27,9 +31,9 @@ impl RouteTable {
         self.routes.insert(route.uuid, route);
     }
 
-    /// Cluster mode: puts `route` in unless the table holds the same or a newer revision of it,
-    /// or it was deleted at a later revision; the route's answer counts go on from the version it
-    /// replaces. Returns whether it went in. A route of revision 0 (standalone mode) always does.
+    /// Puts `route` in unless the table holds the same or a newer revision of it, or it was
+    /// deleted at a later revision; the route's answer counts go on from the version it replaces.
+    /// Returns whether it went in.
     pub fn apply(&self, mut route: Route) -> bool {
         if let Some(current) = self.get(&route.uuid) {
             route.statuses = current.statuses.clone();
@@ -42,14 +46,10 @@ impl RouteTable {
     pub fn apply_shared(&self, route: Arc<Route>) -> bool {
         use dashmap::mapref::entry::Entry;
         let revision = route.revision;
-        if revision == 0 {
-            self.insert(route);
-            return true;
-        }
         let entry = self.routes.entry(route.uuid);
         // Checked while the entry is held: a deletion applied meanwhile either is seen here, or
         // its removal waits for this insert and then removes it.
-        if self.buried.get(&route.uuid).is_some_and(|at| *at >= revision) {
+        if self.deleted.get(&route.uuid).is_some_and(|at| *at >= revision) {
             return false;
         }
         match entry {
@@ -65,20 +65,16 @@ impl RouteTable {
         }
     }
 
-    /// Cluster mode: removes route `uuid` unless the table holds a revision of it newer than
-    /// `revision`, the revision of its deletion, and remembers the deletion. Returns whether a
-    /// route was removed. Revision 0 (standalone mode) removes whatever is there.
-    pub fn bury(&self, uuid: Uuid, revision: u64) -> bool {
-        if revision == 0 {
-            return self.remove(&uuid).is_some();
-        }
+    /// Removes route `uuid`, deleted at `revision`, unless the table holds a newer revision of
+    /// it, and remembers the deletion. Returns whether a route was removed.
+    pub fn delete(&self, uuid: Uuid, revision: u64) -> bool {
         // Remembered first (and released), then removed: see `apply_shared`.
-        self.buried.entry(uuid).and_modify(|at| *at = (*at).max(revision)).or_insert(revision);
+        self.deleted.entry(uuid).and_modify(|at| *at = (*at).max(revision)).or_insert(revision);
         self.routes.remove_if(&uuid, |_, route| route.revision < revision).is_some()
     }
 
-    /// Cluster mode, after a full reload: removes every route `keep` refuses, remembering each at
-    /// revision `at`. Returns how many were removed.
+    /// Cluster mode, after a full reload: removes every route `keep` refuses, remembering each as
+    /// deleted at revision `at`. Returns how many were removed.
     pub fn retain(&self, at: u64, keep: impl Fn(&Route) -> bool) -> usize {
         let mut gone = Vec::new();
         self.routes.retain(|uuid, route| {
@@ -89,7 +85,7 @@ impl RouteTable {
             kept
         });
         for uuid in &gone {
-            self.buried.insert(*uuid, at);
+            self.deleted.insert(*uuid, at);
         }
         gone.len()
     }
@@ -97,7 +93,7 @@ impl RouteTable {
     /// Cluster mode: forgets every remembered deletion (the database was recreated or restored, so
     /// its revisions start again).
     pub fn forget_deletions(&self) {
-        self.buried.clear();
+        self.deleted.clear();
     }
 
     /// Every route's uuid and revision, sorted by uuid.
@@ -105,10 +101,6 @@ impl RouteTable {
         let mut all: Vec<(Uuid, u64)> = self.routes.iter().map(|e| (*e.key(), e.value().revision)).collect();
         all.sort_unstable();
         all
-    }
-
-    pub fn remove(&self, uuid: &Uuid) -> Option<Arc<Route>> {
-        self.routes.remove(uuid).map(|(_, route)| route)
     }
 
     /// Runs `f` on every route, in no particular order.

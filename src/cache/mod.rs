@@ -94,9 +94,28 @@ impl Entry {
 
     /// The `Age` of the answer at `now`, in seconds: at most 2^31 (RFC 9111 §1.2.2).
     pub fn age(&self, now: Instant) -> u64 {
-        let lived = now.saturating_duration_since(self.stored).as_secs();
-        self.age.saturating_add(lived).min(MAX_DELTA_SECONDS)
+        age_after(self.age, now.saturating_duration_since(self.stored).as_secs())
     }
+}
+
+/// The age of an answer that came `age` seconds old and was kept `lived` seconds since: at most
+/// 2^31, which any sum past it counts as (RFC 9111 §1.2.2).
+pub fn age_after(age: u64, lived: u64) -> u64 {
+    age.saturating_add(lived).min(MAX_DELTA_SECONDS)
+}
+
+/// How long an answer whose headers say `freshness` is kept by a route's `settings`: seconds
+/// fresh (at least 1) and seconds stale after that; `None` when it is not kept at all. The
+/// upstream's lifetime less the time the answer already spent in caches upstream counts when it
+/// is less than the route's TTL; an answer with no freshness left is not kept, stale window or
+/// not (`ttlSeconds: 0` and `max-age=0` keep nothing).
+pub fn lifetime(freshness: &Freshness, settings: CacheSettings) -> Option<(u64, u64)> {
+    if freshness.no_store {
+        return None;
+    }
+    let fresh = freshness.fresh_for().map_or(settings.ttl_seconds, |left| left.min(settings.ttl_seconds));
+    let stale = if freshness.may_be_stale() { settings.stale_while_revalidate_seconds } else { 0 };
+    (fresh > 0).then_some((fresh, stale))
 }
 
 /// What a lookup found.
@@ -274,23 +293,15 @@ impl<T: Clone> AnswerCache<T> {
         settings: CacheSettings,
     ) -> Option<u64> {
         let entries = self.entries.as_ref()?;
-        let freshness = mapped.freshness;
-        if !mapped.status.is_success() || freshness.no_store {
+        if !mapped.status.is_success() {
             return None;
         }
-        // The upstream's lifetime less the time the answer already spent in caches upstream,
-        // and never longer than the route's own. An answer with no freshness is not kept, stale
-        // window or not: `ttlSeconds: 0` and `max-age=0` keep nothing.
-        let fresh = freshness.fresh_for().map_or(settings.ttl_seconds, |left| left.min(settings.ttl_seconds));
-        if fresh == 0 {
-            return None;
-        }
-        let stale = if freshness.may_be_stale() { settings.stale_while_revalidate_seconds } else { 0 };
+        let (fresh, stale) = lifetime(mapped.freshness, settings)?;
         let entry = Entry {
             status: mapped.status,
             body: mapped.body.clone(),
             stored: Instant::now(),
-            age: freshness.age(),
+            age: mapped.freshness.age(),
             fresh: Duration::from_secs(fresh),
             stale: Duration::from_secs(stale),
         };

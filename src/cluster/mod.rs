@@ -8,16 +8,24 @@
 //! tombstone (`record` NULL) with its revision, pruned after `RECAST_TOMBSTONE_RETENTION_MS`
 //! (`pruned_through` says up to which revision tombstones may be gone).
 //!
+//! Each change also writes a row of `recast_history` (its revision and a random id), so a node
+//! can tell that the history it followed is still the database's (`feed.rs`).
+//!
 //! Records are stored exactly as in RocksDB: sealed with the secret key (`storage::seal_record`),
 //! so the database never sees a secret. `recast_meta.key_check` tells a node whether its key is
 //! the one the records were sealed with.
 //!
-//! This module is the database's side: the pool for writes and listings ([`ClusterStore`]), the
-//! dedicated listening connection and the reads the follower (`server::sync`) makes.
+//! This module is the only one that talks to PostgreSQL: here the connection settings, the pool
+//! and the key check; in [`store`] the writes and listings ([`ClusterStore`]); in [`feed`] the
+//! follower's listening connection and what it reads; in [`schema`] the migrations.
 
+mod feed;
 mod schema;
+mod store;
 
-use std::collections::HashSet;
+pub use feed::{Change, Feed, Page, Plan, Reading};
+pub use store::ClusterStore;
+
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,14 +34,13 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures_util::StreamExt;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{AsyncMessage, Client, GenericClient, IsolationLevel, Transaction};
+use tokio_postgres::{AsyncMessage, Client};
 use tokio_postgres_rustls::MakeRustlsConnect;
-use uuid::Uuid;
 
 use crate::metrics::PanicSite;
 use crate::secrets::{Secret, SecretKey};
-use crate::storage::{self, Cursor, Page, StoredRoute};
-use crate::store::{Pending, RouteStore, StoreError};
+use crate::storage;
+use crate::store::StoreError;
 use crate::tasks::Tasks;
 
 /// The channel every change is announced on.
@@ -53,30 +60,6 @@ pub struct Database {
     /// Runs the listening connection's task behind the panic guard.
     tasks: Tasks,
     pub status: Status,
-}
-
-/// The database's counter row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Meta {
-    pub epoch: Uuid,
-    pub revision: u64,
-    /// Tombstones up to this revision may have been pruned.
-    pub pruned_through: u64,
-}
-
-/// A row of the change feed: a route's record at `revision`, or its tombstone.
-pub struct Change {
-    pub uuid: Uuid,
-    pub revision: u64,
-    /// The sealed record (`storage::seal_record`); `None` for a deletion.
-    pub record: Option<Vec<u8>>,
-}
-
-impl Change {
-    /// A row of `SELECT uuid, revision, record`.
-    fn from_row(row: &tokio_postgres::Row) -> Change {
-        Change { uuid: row.get(0), revision: row.get::<_, i64>(1) as u64, record: row.get(2) }
-    }
 }
 
 /// Why talking to the database failed.
@@ -169,7 +152,7 @@ impl Database {
     }
 
     /// `work` within the statement timeout (a connection that swallows traffic does not hold it).
-    pub async fn within<T>(
+    async fn within<T>(
         &self,
         work: impl Future<Output = Result<T, tokio_postgres::Error>>,
     ) -> Result<T, DbError> {
@@ -184,7 +167,7 @@ impl Database {
 
     /// A dedicated connection that listens for changes: `wake` is notified on every change
     /// announced; the returned receiver completes when the connection ends.
-    pub async fn listen(
+    async fn listen(
         &self,
         wake: Arc<tokio::sync::Notify>,
     ) -> Result<(Client, tokio::sync::oneshot::Receiver<String>), DbError> {
@@ -221,7 +204,7 @@ impl Database {
 
     /// Creates or migrates the schema and checks the secret key against the database's key
     /// check, writing it if the database has none yet.
-    pub async fn prepare(&self, client: &mut Client) -> Result<(), DbError> {
+    async fn prepare(&self, client: &mut Client) -> Result<(), DbError> {
         match tokio::time::timeout(self.timeout * 4, schema::migrate(client)).await {
             Err(_) => return Err(DbError::Unavailable("migrating the schema took too long".to_owned())),
             Ok(Err(schema::SchemaError::Database(e))) => return Err(sorted(e)),
@@ -264,289 +247,6 @@ impl Database {
     pub async fn prepare_now(&self) -> Result<(), DbError> {
         let mut client = self.pooled().await?;
         self.prepare(&mut client).await
-    }
-
-    /// Opens a read-only transaction that sees one snapshot of the database for all its reads.
-    pub async fn snapshot<'c>(&self, client: &'c mut Client) -> Result<Transaction<'c>, DbError> {
-        self.within(
-            client
-                .build_transaction()
-                .isolation_level(IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start(),
-        )
-        .await
-    }
-
-    pub async fn meta(&self, client: &impl GenericClient) -> Result<Meta, DbError> {
-        let row = self
-            .within(
-                client.query_one("SELECT epoch, revision, pruned_through FROM recast_meta WHERE id = 1", &[]),
-            )
-            .await?;
-        Ok(Meta {
-            epoch: row.get(0),
-            revision: row.get::<_, i64>(1) as u64,
-            pruned_through: row.get::<_, i64>(2) as u64,
-        })
-    }
-
-    /// Up to [`PAGE`] changes after `revision`, in revision order.
-    pub async fn changes_after(
-        &self,
-        client: &impl GenericClient,
-        revision: u64,
-    ) -> Result<Vec<Change>, DbError> {
-        let rows = self
-            .within(client.query(
-                "SELECT uuid, revision, record FROM recast_routes WHERE revision > $1 ORDER BY revision LIMIT $2",
-                &[&(revision as i64), &PAGE],
-            ))
-            .await?;
-        Ok(rows.iter().map(Change::from_row).collect())
-    }
-
-    /// Up to [`PAGE`] routes (no tombstones) after `uuid`, in uuid order: a full load, page by page.
-    pub async fn routes_after(
-        &self,
-        client: &impl GenericClient,
-        uuid: Uuid,
-    ) -> Result<Vec<Change>, DbError> {
-        let rows = self
-            .within(client.query(
-                "SELECT uuid, revision, record FROM recast_routes
-                 WHERE record IS NOT NULL AND uuid > $1 ORDER BY uuid LIMIT $2",
-                &[&uuid, &PAGE],
-            ))
-            .await?;
-        Ok(rows.iter().map(Change::from_row).collect())
-    }
-
-    /// Removes tombstones deleted longer than `retention` ago and moves the pruning horizon past
-    /// them. Returns how many were removed.
-    pub async fn prune(&self, client: &mut Client, retention: Duration) -> Result<u64, DbError> {
-        let work = async {
-            let tx = client.transaction().await?;
-            let rows = tx
-                .query(
-                    "DELETE FROM recast_routes
-                     WHERE record IS NULL AND deleted_at <= now() - $1::float8 * interval '1 millisecond'
-                     RETURNING revision",
-                    &[&(retention.as_millis() as f64)],
-                )
-                .await?;
-            if let Some(horizon) = rows.iter().map(|row| row.get::<_, i64>(0)).max() {
-                tx.execute(
-                    "UPDATE recast_meta SET pruned_through = greatest(pruned_through, $1) WHERE id = 1",
-                    &[&horizon],
-                )
-                .await?;
-            }
-            tx.commit().await?;
-            Ok(rows.len() as u64)
-        };
-        self.within(work).await
-    }
-
-    /// One change in one transaction: the next revision from the counter row, the change, the
-    /// notification. Nothing is written unless all of it commits.
-    async fn change(&self, uuid: Uuid, change: Write) -> Result<u64, StoreError> {
-        let mut client = self.pooled().await?;
-        let work = async {
-            let tx = client.transaction().await?;
-            // Prepared once per pooled connection: the counter row stays locked from its update
-            // to the commit, and each statement prepared meanwhile would hold it a round trip
-            // longer, for every writer waiting behind it.
-            let write = match &change {
-                Write::Create(_) => {
-                    "INSERT INTO recast_routes (uuid, revision, created_at, updated_at, record)
-                     VALUES ($1, $2, $3, $4, $5)"
-                }
-                Write::Replace(..) => {
-                    "UPDATE recast_routes SET revision = $2, updated_at = $3, record = $4
-                     WHERE uuid = $1 AND revision = $5 AND record IS NOT NULL"
-                }
-                Write::Delete => {
-                    "UPDATE recast_routes SET revision = $2, record = NULL, deleted_at = now()
-                     WHERE uuid = $1 AND record IS NOT NULL"
-                }
-            };
-            let next = tx
-                .prepare_cached(
-                    "UPDATE recast_meta SET revision = revision + 1 WHERE id = 1 RETURNING revision",
-                )
-                .await?;
-            let write = tx.prepare_cached(write).await?;
-            let notify = tx.prepare_cached("SELECT pg_notify($1, $2)").await?;
-            let row = tx.query_one(&next, &[]).await?;
-            let revision: i64 = row.get(0);
-            let changed = match &change {
-                Write::Create(route) => {
-                    let record = storage::seal_record(&self.key, route, revision as u64);
-                    let times = (route.created_at as i64, route.updated_at as i64);
-                    tx.execute(&write, &[&uuid, &revision, &times.0, &times.1, &record]).await?
-                }
-                Write::Replace(route, held) => {
-                    let record = storage::seal_record(&self.key, route, revision as u64);
-                    tx.execute(
-                        &write,
-                        &[&uuid, &revision, &(route.updated_at as i64), &record, &(*held as i64)],
-                    )
-                    .await?
-                }
-                Write::Delete => tx.execute(&write, &[&uuid, &revision]).await?,
-            };
-            if changed == 0 {
-                // Rolled back when `tx` is dropped. Why: deleted, or changed since this node read it.
-                let now = tx
-                    .query_opt(
-                        "SELECT revision FROM recast_routes WHERE uuid = $1 AND record IS NOT NULL",
-                        &[&uuid],
-                    )
-                    .await?;
-                return Ok(Err(match (now, &change) {
-                    (Some(row), Write::Replace(_, held)) => StoreError::Conflict(format!(
-                        "route {uuid} was changed on another node meanwhile (it is at revision {}, this \
-                         update was made on revision {held}); read it again and retry",
-                        row.get::<_, i64>(0)
-                    )),
-                    _ => StoreError::NotFound,
-                }));
-            }
-            tx.execute(&notify, &[&CHANNEL, &revision.to_string()]).await?;
-            tx.commit().await?;
-            Ok(Ok(revision as u64))
-        };
-        match self.within(work).await {
-            Ok(done) => done,
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// `recast routes import`: stores records exported from a standalone node, as they are (each
-    /// gets its revision), in one transaction with one notification. A route the database
-    /// already holds (or held: a tombstone) is skipped. Returns (imported, skipped).
-    pub async fn import(&self, records: &[Vec<u8>]) -> Result<(usize, usize), DbError> {
-        // Every record must open with this key before anything is written.
-        let routes = records
-            .iter()
-            .map(|bytes| storage::imported_record(&self.key, bytes, 0).map(|(route, _)| route))
-            .collect::<Result<Vec<StoredRoute>, _>>()
-            .map_err(|e| DbError::Failed(e.to_string()))?;
-        let mut client = self.pooled().await?;
-        self.prepare(&mut client).await?;
-        let tx = self.within(client.transaction()).await?;
-        let mut there = HashSet::new();
-        for chunk in routes.chunks(PAGE as usize) {
-            let uuids: Vec<Uuid> = chunk.iter().map(|route| route.uuid).collect();
-            let rows = self
-                .within(tx.query("SELECT uuid FROM recast_routes WHERE uuid = ANY($1)", &[&uuids]))
-                .await?;
-            there.extend(rows.iter().map(|row| row.get::<_, Uuid>(0)));
-        }
-        // A route given twice is imported once.
-        let fresh: Vec<usize> = (0..routes.len()).filter(|&i| there.insert(routes[i].uuid)).collect();
-        let skipped = routes.len() - fresh.len();
-        if fresh.is_empty() {
-            return Ok((0, skipped));
-        }
-        // One bump of the counter for them all: a row updated once per record in one transaction
-        // leaves a chain of versions that every later update walks.
-        let row = self
-            .within(tx.query_one(
-                "UPDATE recast_meta SET revision = revision + $1 WHERE id = 1 RETURNING revision",
-                &[&(fresh.len() as i64)],
-            ))
-            .await?;
-        let first = row.get::<_, i64>(0) - fresh.len() as i64 + 1;
-        for (n, chunk) in fresh.chunks(PAGE as usize).enumerate() {
-            let mut rows = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-            for (k, &i) in chunk.iter().enumerate() {
-                let revision = first + (n * PAGE as usize + k) as i64;
-                let (route, record) = storage::imported_record(&self.key, &records[i], revision as u64)
-                    .map_err(|e| DbError::Failed(e.to_string()))?;
-                rows.0.push(route.uuid);
-                rows.1.push(revision);
-                rows.2.push(route.created_at as i64);
-                rows.3.push(route.updated_at as i64);
-                rows.4.push(record);
-            }
-            self.within(tx.execute(
-                "INSERT INTO recast_routes (uuid, revision, created_at, updated_at, record)
-                 SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[])",
-                &[&rows.0, &rows.1, &rows.2, &rows.3, &rows.4],
-            ))
-            .await?;
-        }
-        self.within(tx.execute("SELECT pg_notify($1, 'import')", &[&CHANNEL])).await?;
-        self.within(tx.commit()).await?;
-        Ok((fresh.len(), skipped))
-    }
-
-    async fn page(&self, limit: usize, cursor: Option<Cursor>) -> Result<Page, StoreError> {
-        let client = self.pooled().await?;
-        let (after_time, after_uuid) = match &cursor {
-            Some(cursor) => {
-                let (time, uuid) = cursor.route();
-                (Some(time as i64), uuid)
-            }
-            None => (None, Uuid::nil()),
-        };
-        let rows = self
-            .within(client.query(
-                "SELECT uuid, record FROM recast_routes
-                 WHERE record IS NOT NULL
-                   AND ($1::bigint IS NULL OR created_at < $1 OR (created_at = $1 AND uuid > $2))
-                 ORDER BY created_at DESC, uuid ASC LIMIT $3",
-                &[&after_time, &after_uuid, &(limit as i64 + 1)],
-            ))
-            .await?;
-        let mut stored = Vec::with_capacity(rows.len().min(limit));
-        for row in rows.iter().take(limit) {
-            let uuid: Uuid = row.get(0);
-            let record: Vec<u8> = row.get(1);
-            stored.push(storage::open_record(&self.key, uuid, &record)?.0);
-        }
-        let next = (rows.len() > limit)
-            .then(|| stored.last().map(|r: &StoredRoute| Cursor::after(r.created_at, r.uuid)))
-            .flatten();
-        Ok(Page { stored, next })
-    }
-}
-
-enum Write {
-    Create(StoredRoute),
-    /// The route, and the revision this node held it at.
-    Replace(StoredRoute, u64),
-    Delete,
-}
-
-/// The database as the route store of the service.
-pub struct ClusterStore {
-    database: Arc<Database>,
-}
-
-impl ClusterStore {
-    pub fn new(database: Arc<Database>) -> ClusterStore {
-        ClusterStore { database }
-    }
-}
-
-impl RouteStore for ClusterStore {
-    fn create(&self, route: StoredRoute) -> Pending<'_, u64> {
-        Box::pin(async move { self.database.change(route.uuid, Write::Create(route)).await })
-    }
-
-    fn replace(&self, route: StoredRoute, revision: u64) -> Pending<'_, u64> {
-        Box::pin(async move { self.database.change(route.uuid, Write::Replace(route, revision)).await })
-    }
-
-    fn delete(&self, uuid: Uuid) -> Pending<'_, u64> {
-        Box::pin(async move { self.database.change(uuid, Write::Delete).await })
-    }
-
-    fn page(&self, limit: usize, cursor: Option<Cursor>) -> Pending<'_, Page> {
-        Box::pin(async move { self.database.page(limit, cursor).await })
     }
 }
 

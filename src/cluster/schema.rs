@@ -31,6 +31,16 @@ const MIGRATIONS: &[&str] = &[
      CREATE UNIQUE INDEX recast_routes_by_revision ON recast_routes (revision);
      CREATE INDEX recast_routes_newest_first ON recast_routes (created_at DESC, uuid)
          WHERE record IS NOT NULL;",
+    // 2: the history, a random id for the change each revision ends, so a node can tell the
+    // history it followed from one a restore from a backup put in its place. Its first row, for
+    // the counter as it stands, is written below. A history left behind by a schema dropped
+    // without it belongs to revisions that are gone.
+    "DROP TABLE IF EXISTS recast_history;
+     CREATE TABLE recast_history (
+         revision bigint PRIMARY KEY,
+         change uuid NOT NULL,
+         at timestamptz NOT NULL DEFAULT now()
+     );",
 ];
 
 /// Why the schema could not be made ready.
@@ -65,9 +75,24 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), SchemaError> {
     }
     for version in current + 1..=known {
         tx.batch_execute(MIGRATIONS[version as usize - 1]).await?;
-        if version == 1 {
-            tx.execute("INSERT INTO recast_meta (id, epoch, revision) VALUES (1, $1, 0)", &[&Uuid::new_v4()])
+        match version {
+            1 => {
+                tx.execute(
+                    "INSERT INTO recast_meta (id, epoch, revision) VALUES (1, $1, 0)",
+                    &[&Uuid::new_v4()],
+                )
                 .await?;
+            }
+            // The counter's revision gets its history row, so there is always one where the
+            // database stands (nodes that followed it before then load everything once).
+            2 => {
+                tx.execute(
+                    "INSERT INTO recast_history (revision, change) SELECT revision, $1 FROM recast_meta WHERE id = 1",
+                    &[&Uuid::new_v4()],
+                )
+                .await?;
+            }
+            _ => {}
         }
         tx.execute("INSERT INTO recast_schema (version) VALUES ($1)", &[&version]).await?;
         tracing::info!(version, "database schema migrated");

@@ -260,10 +260,12 @@ impl Value {
     }
 }
 
+mod headers;
 mod http;
 mod stages;
 mod upstream;
 
+pub use self::headers::{HeadersReached, upstream_headers};
 pub use self::http::{DELIBERATE_PANIC, Ending, HttpReached, ROUTE_PATH, http_request, http_request_ending};
 pub use self::stages::{exec_document, rules_compile, upstream_url};
 pub use self::upstream::{AnswerReached, upstream_answer};

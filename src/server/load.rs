@@ -7,12 +7,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use super::State;
 use crate::metrics::RulesSource;
 use crate::route::Route;
-use crate::storage::RawRecord;
+use crate::storage::{RawRecord, Store};
 
-/// Loads and compiles every stored route into the table, decoding and compiling on one thread
+/// Loads and compiles every route `store` holds into the table, decoding and compiling on one thread
 /// per core while this one reads the store. A route that no longer compiles stays, and answers
 /// 503 with the reason; an unreadable record is logged.
-pub(super) fn load_routes(state: &State) {
+pub(super) fn load_routes(state: &State, store: &Store) {
     /// Records handed to a decoding thread at a time.
     const BATCH: usize = 256;
     let limits = state.config.limits();
@@ -34,7 +34,7 @@ pub(super) fn load_routes(state: &State) {
                             let next = receiver.lock().unwrap_or_else(PoisonError::into_inner).recv();
                             let Ok(batch) = next else { break };
                             for record in batch {
-                                let route = state.local.decode_revised(&record).map_err(|e| e.to_string());
+                                let route = store.decode_revised(&record).map_err(|e| e.to_string());
                                 counts.add(
                                     state,
                                     route.and_then(|(stored, revision)| {
@@ -54,7 +54,7 @@ pub(super) fn load_routes(state: &State) {
         drop(receiver);
         let mut counts = Loaded::default();
         let mut batch = Vec::with_capacity(BATCH);
-        for record in state.local.records() {
+        for record in store.records() {
             match record {
                 Ok(record) => batch.push(record),
                 Err(e) => counts.add(state, Err(e.to_string())),

@@ -63,13 +63,10 @@ pub(super) fn show(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
 pub(super) async fn delete(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
     state.loaded()?;
     let _writing = state.writes.lock().await;
-    // In cluster mode the database decides: the route may be there before this node has it.
-    if !state.clustered() && state.table.get(&uuid).is_none() {
-        return Err(ApiError::NotFound);
-    }
-    // Gone from the store first: once the answer says so, no restart brings it back.
+    // The store decides whether there is such a route (in a cluster, it may be there before this
+    // node has it). Gone from the store first: once the answer says so, no restart brings it back.
     let revision = state.stored(state.store.delete(uuid).await)?;
-    state.table.bury(uuid, revision);
+    state.table.delete(uuid, revision);
     state.cache.drop_route(uuid);
     logged!(tracing::Level::INFO, %uuid, "route deleted");
     let mut response = json(StatusCode::NO_CONTENT, "");

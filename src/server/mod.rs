@@ -93,13 +93,9 @@ pub struct State {
     config: Config,
     lifecycle: AtomicU8,
     request_ids: RequestIds,
-    /// Where routes are kept: the embedded RocksDB, or the database in cluster mode.
+    /// Where routes are kept: the embedded RocksDB, or the database in cluster mode, chosen at
+    /// start; the handlers never ask which.
     store: Arc<dyn RouteStore>,
-    /// The data directory's RocksDB: the routes themselves, or in cluster mode this node's
-    /// snapshot of the database's.
-    local: Arc<Store>,
-    /// Cluster mode: the database, and how this node stands with it.
-    database: Option<Arc<Database>>,
     table: RouteTable,
     client: UpstreamClient,
     admin: Option<AdminToken>,
@@ -156,11 +152,6 @@ impl State {
             StoreError::Failed(why) => ApiError::Storage(why),
             StoreError::Panicked(_) => ApiError::Storage("the storage task did not finish".to_owned()),
         })
-    }
-
-    /// Whether routes are shared through a database.
-    fn clustered(&self) -> bool {
-        self.database.is_some()
     }
 }
 
@@ -268,17 +259,15 @@ pub async fn run_with(
         lifecycle: AtomicU8::new(Lifecycle::Idle as u8),
         request_ids: RequestIds::new(),
         store,
-        local,
-        database,
         table: RouteTable::default(),
         writes: tokio::sync::Mutex::new(()),
     });
-    tracing::info!(state = ?Lifecycle::Idle, data = %state.local.dir().display(), "lifecycle");
-    tracing::info!(key = %state.local.key_origin(), "stored routes are sealed with the secret key from");
-    if state.local.migrated > 0 {
-        tracing::info!(routes = state.local.migrated, "stored routes sealed with the secret key");
+    tracing::info!(state = ?Lifecycle::Idle, data = %local.dir().display(), "lifecycle");
+    tracing::info!(key = %local.key_origin(), "stored routes are sealed with the secret key from");
+    if local.migrated > 0 {
+        tracing::info!(routes = local.migrated, "stored routes sealed with the secret key");
     }
-    if state.clustered() {
+    if database.is_some() {
         tracing::info!(
             snapshot = ?position,
             "cluster mode: routes are shared through the database; this node serves its snapshot and follows the database's changes"
@@ -297,37 +286,42 @@ pub async fn run_with(
     let (stop_node, mut must_stop) = tokio::sync::mpsc::channel::<String>(1);
     tasks.spawn(PanicSite::Background, state.client.sweeper());
     let loader = {
-        let state = state.clone();
+        let (state, local) = (state.clone(), local.clone());
         let runtime = tokio::runtime::Handle::current();
         tasks.spawn(PanicSite::Loading, async move {
-            let loaded = state.clone();
+            let (loaded, from) = (state.clone(), local.clone());
             // A panic here is a bug: the service stays `Idle`, not ready, rather than serve with
             // routes missing.
-            if state.tasks.blocking(PanicSite::Loading, move || load::load_routes(&loaded)).await.is_err() {
+            if state
+                .tasks
+                .blocking(PanicSite::Loading, move || load::load_routes(&loaded, &from))
+                .await
+                .is_err()
+            {
                 tracing::error!("recast stays not ready: loading the stored routes failed");
                 return None;
             }
             // A new cluster node (no snapshot) serves once the follower has loaded the database's
             // routes, and merges its table files once it has written them all into its store.
-            if !state.clustered() || position.is_some() {
+            if database.is_none() || position.is_some() {
                 // Table files left to merge are merged from now on, in the background.
-                resume_compactions(&state.local);
+                resume_compactions(&local);
                 // Unless a shutdown came first: then the state stays `Stopped`.
                 state.advance(Lifecycle::Idle, Lifecycle::Running);
             }
-            let database = state.database.clone()?;
+            let database = database?;
             let tasks = state.tasks.clone();
             Some(tasks.spawn_on(&runtime, PanicSite::Follower, async move {
                 let mut position = position;
                 loop {
-                    let following = sync::follow(state.clone(), database.clone(), position);
+                    let following = sync::follow(state.clone(), database.clone(), local.clone(), position);
                     match state.tasks.guard(PanicSite::Follower, following).await {
                         Ok(why) => break drop(stop_node.send(why).await),
                         // A bug, logged and counted: the follower starts over from the snapshot.
                         Err(_) => {
                             database.status.set_up(false);
                             tokio::time::sleep(Duration::from_secs(1)).await;
-                            position = state.local.position().unwrap_or(position);
+                            position = local.position().unwrap_or(position);
                         }
                     }
                 }
@@ -385,8 +379,12 @@ pub async fn run_with(
                             Err(e) => return tracing::warn!(error = %e, "accepted connection dropped"),
                         };
                         let stream = connection::Watched::new(stream, activity.clone());
-                        let connection = lane::Lane::new(state, stream, activity.clone(), http);
-                        match connection::drive(connection, activity, timeouts).await {
+                        let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http);
+                        let driven = connection::drive(connection, activity, timeouts).await;
+                        if let Some(timeout) = driven.timed_out {
+                            state.metrics.timed_out(timeout);
+                        }
+                        match driven.output {
                             Some(Err(e)) => tracing::debug!(error = %e, "connection ended with an error"),
                             None => tracing::debug!("connection dropped after its deadline"),
                             Some(Ok(())) => {}
@@ -445,8 +443,10 @@ pub async fn run_with(
         }
         Ok(_) => {}
     }
-    // Every connection task is gone, so this is the last reference: dropping it closes the store.
+    // Every connection task is gone, so these are the last references: dropping them closes the
+    // store.
     drop(state);
+    drop(local);
     tracing::info!("stopped; storage closed");
     fatal.map_or(Ok(()), |why| Err(RunError::Config(why)))
 }

@@ -186,10 +186,10 @@ fn metrics(state: &State) -> Response {
         routes_broken: broken,
         in_flight: state.in_flight.now(),
         lifecycle: state.lifecycle() as u8,
-        store: state.database.as_ref().map(|database| crate::metrics::StoreGauges {
-            up: database.status.is_up(),
-            revision: database.status.revision(),
-            lag_seconds: database.status.lag().as_secs_f64(),
+        store: state.store.health().map(|health| crate::metrics::StoreGauges {
+            up: health.up,
+            revision: health.revision,
+            lag_seconds: health.lag.as_secs_f64(),
         }),
         cache: state.cache.gauges(),
     };
@@ -211,19 +211,19 @@ fn readiness(state: &State) -> Response {
         Lifecycle::Idle => ("idle", false),
         Lifecycle::Stopped => ("stopped", false),
     };
-    let Some(database) = &state.database else {
+    let Some(health) = state.store.health() else {
         let code = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
         return json(code, format!(r#"{{"status":"{status}"}}"#));
     };
-    let lag = database.status.lag();
+    let lag = health.lag;
     let stale = state.config.max_staleness_ms.is_some_and(|max| lag > Duration::from_millis(max));
     if ready && stale {
         (status, ready) = ("stale", false);
     }
     let body = format!(
         r#"{{"status":"{status}","store":{{"kind":"postgres","up":{},"revision":{},"syncLagMs":{}}}}}"#,
-        database.status.is_up(),
-        database.status.revision(),
+        health.up,
+        health.revision,
         lag.as_millis()
     );
     json(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, body)

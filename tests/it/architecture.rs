@@ -1,5 +1,5 @@
 //! The invariants of ARCHITECTURE.md that can be read off the source: which modules may import
-//! which, and where `unsafe` may appear.
+//! which, which alone touch RocksDB and PostgreSQL, and where `unsafe` may appear.
 
 use std::path::{Path, PathBuf};
 
@@ -48,20 +48,31 @@ fn the_engine_imports_no_server_storage_upstream_or_config() {
     assert!(checked >= 9, "only {checked} engine files found");
 }
 
-#[test]
-fn only_storage_touches_rocksdb() {
-    let storage = src().join("storage.rs");
+/// Asserts that only the files under `module` (a directory of `src/`) mention any of `names`,
+/// and that some of them do.
+fn only_module_mentions(module: &str, names: &[&str]) {
+    let inside = src().join(module);
     let mut found = false;
     for file in rust_files(&src()) {
         let text = std::fs::read_to_string(&file).expect("source file");
-        let uses = text.contains("rocksdb::") || text.contains("use rocksdb");
-        if file == storage {
-            found = uses;
+        let uses: Vec<&str> = names.iter().copied().filter(|name| text.contains(name)).collect();
+        if file.starts_with(&inside) {
+            found |= !uses.is_empty();
         } else {
-            assert!(!uses, "{} uses RocksDB", file.display());
+            assert!(uses.is_empty(), "{} mentions {uses:?}, which only src/{module}/ may", file.display());
         }
     }
-    assert!(found, "storage.rs is where RocksDB is used");
+    assert!(found, "src/{module}/ is where {names:?} are used");
+}
+
+#[test]
+fn only_storage_touches_rocksdb() {
+    only_module_mentions("storage", &["rocksdb::", "use rocksdb"]);
+}
+
+#[test]
+fn only_cluster_touches_postgresql() {
+    only_module_mentions("cluster", &["tokio_postgres", "deadpool_postgres", "postgres_rustls"]);
 }
 
 #[test]

@@ -45,7 +45,7 @@ impl Binary {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        panic!("the binary did not become ready");
+        panic!("the binary did not become ready; its log:\n{}", binary.log_text());
     }
 
     pub fn spawn(dir: &Path) -> Binary {
@@ -114,7 +114,8 @@ impl Binary {
 
     /// The most memory the process has held resident so far (`VmHWM`), in bytes.
     pub fn peak_memory(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("/proc/PID/status");
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("/proc/PID/status");
         let line = status.lines().find(|line| line.starts_with("VmHWM:")).expect("a VmHWM line");
         let kib: u64 = line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("VmHWM in kB");
         kib * 1024

@@ -264,6 +264,18 @@ async fn eventually<F: std::future::Future<Output = bool>>(
     }
 }
 
+/// Waits until `node` has applied everything up to the database's revision now: after a reload,
+/// the reload is over.
+async fn caught_up(node: &Binary, sql: &tokio_postgres::Client) {
+    let revision: i64 = sql.query_one("SELECT revision FROM recast_meta", &[]).await.unwrap().get(0);
+    eventually(Duration::from_secs(10), "the node caught up with the database", || async {
+        let applied =
+            readiness(node).await.1.get("store").and_then(|s| s.get("revision")).and_then(revision_of);
+        applied == Some(revision as u64)
+    })
+    .await;
+}
+
 async fn store_up(node: &Binary) -> bool {
     readiness(node).await.1.get("store").and_then(|s| s.get("up")).cloned() == Some(Json::Bool(true))
 }
@@ -498,11 +510,9 @@ async fn a_node_away_during_100_changes_catches_up_by_delta_then_reloads_once_to
     .await;
     drop(pruner);
     let c = cluster.node(2).await;
-    assert!(
-        c.wait_for_line("tombstones this node had not applied were pruned").is_some(),
-        "{}",
-        c.log_text()
-    );
+    caught_up(&c, &sql).await;
+    let reload = c.wait_for_line("loading every route from the database").unwrap_or_default();
+    assert!(reload.contains("tombstones this node had not applied were pruned"), "{}", c.log_text());
     for (uuid, path, answer) in &expected {
         let answer = if gone.iter().any(|(g, _, _)| g == uuid) { Err(404) } else { *answer };
         assert_eq!(call(&c, uuid, path).await.as_deref().map_err(|s| *s), answer, "{path}");
@@ -541,6 +551,46 @@ async fn a_schema_dropped_and_made_again_is_noticed_by_every_node() {
         converges(node, &new, "new", Ok(FULL), Duration::from_secs(1)).await;
         converges(node, &again, "again", Ok(FULL), Duration::from_secs(1)).await;
     }
+}
+
+#[tokio::test]
+async fn every_node_serves_exactly_what_a_database_restored_from_a_backup_holds() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(2).await;
+    let a = cluster.node(0).await;
+    let mut b = cluster.node(1).await;
+    let kept = register_many(&a, &upstream, 0, 3).await;
+    let backup = cluster.postgres.backup();
+    // Routes of a timeline the restore takes away; both nodes serve them meanwhile.
+    let lost = register_many(&a, &upstream, 3, 6).await;
+    for (uuid, path) in &lost {
+        converges(&b, uuid, path, Ok(FULL), Duration::from_secs(1)).await;
+    }
+    assert!(b.terminate().success());
+    cluster.postgres.restore(&backup);
+    // The database is written past node B's old revision again, by node A.
+    let new = register_many(&a, &upstream, 6, 11).await;
+    let b = cluster.node(1).await;
+    let sql = cluster.sql().await;
+    caught_up(&b, &sql).await;
+    let rows = sql.query("SELECT uuid::text FROM recast_routes WHERE record IS NOT NULL", &[]).await.unwrap();
+    let mut held: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+    let mut expected: Vec<String> = kept.iter().chain(&new).map(|(uuid, _)| uuid.clone()).collect();
+    held.sort();
+    expected.sort();
+    assert_eq!(held, expected, "the database holds the routes before the backup and after the restore");
+    // Every node serves exactly those: the routes of the lost timeline are gone, the new ones
+    // are all there.
+    for node in [&a, &b] {
+        for (uuid, path) in kept.iter().chain(&new) {
+            converges(node, uuid, path, Ok(FULL), Duration::from_secs(10)).await;
+        }
+        for (uuid, path) in &lost {
+            converges(node, uuid, path, Err(404), Duration::from_secs(10)).await;
+        }
+    }
+    let line = b.wait_for_line("loading every route from the database").unwrap_or_default();
+    assert!(line.contains("history"), "node B reloads because the history changed: {}", b.log_text());
 }
 
 #[tokio::test]

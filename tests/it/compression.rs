@@ -115,7 +115,9 @@ async fn br_and_many_member_gzip_bombs_cost_the_binary_memory_near_its_limit() {
     })
     .await;
     let dir = tempfile::TempDir::new().unwrap();
-    let binary = crate::binary::Binary::start_with(dir.path(), &[("RECAST_MAX_UPSTREAM_BYTES", &limit.to_string())]).await;
+    let binary =
+        crate::binary::Binary::start_with(dir.path(), &[("RECAST_MAX_UPSTREAM_BYTES", &limit.to_string())])
+            .await;
     let body = registration(&upstream.url("/"), "", "");
     let answer = crate::support::post_json(&binary.url("/v1/mapping"), body).await;
     assert_eq!(answer.status, 201, "{}", String::from_utf8_lossy(&answer.body));

@@ -214,14 +214,32 @@ async fn a_head_that_stalls_behind_a_call_in_flight_is_cut_off_by_the_head_timeo
                 // when the call ends.
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
+            let before = timeouts(&service).await;
             held.release();
             let answers = until_closed(&mut stream).await;
             let answers = answers.unwrap_or_else(|| panic!("{name}, {case}: still open after {PATIENCE:?}"));
             assert_eq!(status_lines(&answers), ["HTTP/1.1 200 OK"], "{name}, {case}: {answers}");
+            // Closed by the head timeout, not the idle one nor anything else.
+            let after = timeouts(&service).await;
+            assert_eq!(
+                (after.0 - before.0, after.1 - before.1),
+                (1, 0),
+                "{name}, {case}: (head, idle) timeouts"
+            );
             let _ = held.release.send(false);
         }
     }
     service.stop().await;
+}
+
+/// How many connections the head timeout and the idle timeout closed so far.
+async fn timeouts(service: &Service) -> (u64, u64) {
+    let text = String::from_utf8(get(&service.url("/metrics")).await.body.to_vec()).unwrap();
+    let count = |timeout: &str| {
+        let series = format!("recast_connections_timed_out_total{{timeout=\"{timeout}\"}} ");
+        text.lines().find_map(|line| line.strip_prefix(&series)?.parse().ok()).expect("a timeout series")
+    };
+    (count("head"), count("idle"))
 }
 
 /// `recast_in_flight_requests` and the `route` series of `recast_requests_total`, read through

@@ -101,3 +101,12 @@ fn upstream_answer_corpus_replays_and_the_next_call_gets_its_own_answer() {
         "{reached:?}"
     );
 }
+
+#[test]
+fn upstream_headers_corpus_replays_every_outcome() {
+    use recast::fuzzing::{HeadersReached, upstream_headers};
+    let reached = replay("upstream_headers", upstream_headers);
+    for outcome in [HeadersReached::Kept, HeadersReached::Forbidden, HeadersReached::NoFreshness] {
+        assert!(reached.contains_key(&outcome), "no seed reaches {outcome:?}: {reached:?}");
+    }
+}

@@ -88,6 +88,27 @@ impl Postgres {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// A backup of the database `postgres` in pg_dump's custom format (`pg_dump -Fc`); its file.
+    pub fn backup(&self) -> PathBuf {
+        let file = self.dir.path().join(format!("backup-{}.dump", uuid::Uuid::new_v4()));
+        let port = self.port.to_string();
+        self.pg(
+            "pg_dump",
+            &["-h", "127.0.0.1", "-p", &port, "-U", USER, "-Fc", "-f", path(&file), "postgres"],
+        );
+        file
+    }
+
+    /// Restores a [`Postgres::backup`] over the database, dropping what it holds first
+    /// (`pg_restore --clean`).
+    pub fn restore(&self, backup: &Path) {
+        let port = self.port.to_string();
+        self.pg(
+            "pg_restore",
+            &["-h", "127.0.0.1", "-p", &port, "-U", USER, "--clean", "-d", "postgres", path(backup)],
+        );
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -1,0 +1,226 @@
+//! The database as the route store of the service: each change in one transaction with the
+//! next revision, its history row and its notification; listings; `recast routes import`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use super::{CHANNEL, Database, DbError, PAGE};
+use crate::storage::{self, Cursor, Page, StoredRoute};
+use crate::store::{Pending, RouteStore, StoreError, StoreHealth};
+
+impl Database {
+    /// One change in one transaction: the next revision from the counter row with its history
+    /// row, the change, the notification. Nothing is written unless all of it commits.
+    async fn change(&self, uuid: Uuid, change: Write) -> Result<u64, StoreError> {
+        let mut client = self.pooled().await?;
+        let work = async {
+            let tx = client.transaction().await?;
+            // Prepared once per pooled connection: the counter row stays locked from its update
+            // to the commit, and each statement prepared meanwhile would hold it a round trip
+            // longer, for every writer waiting behind it.
+            let write = match &change {
+                Write::Create(_) => {
+                    "INSERT INTO recast_routes (uuid, revision, created_at, updated_at, record)
+                     VALUES ($1, $2, $3, $4, $5)"
+                }
+                Write::Replace(..) => {
+                    "UPDATE recast_routes SET revision = $2, updated_at = $3, record = $4
+                     WHERE uuid = $1 AND revision = $5 AND record IS NOT NULL"
+                }
+                Write::Delete => {
+                    "UPDATE recast_routes SET revision = $2, record = NULL, deleted_at = now()
+                     WHERE uuid = $1 AND record IS NOT NULL"
+                }
+            };
+            // The next revision and its history row in one round trip.
+            let next = tx
+                .prepare_cached(
+                    "WITH next AS (UPDATE recast_meta SET revision = revision + 1 WHERE id = 1 RETURNING revision)
+                     INSERT INTO recast_history (revision, change) SELECT revision, $1 FROM next
+                     RETURNING revision",
+                )
+                .await?;
+            let write = tx.prepare_cached(write).await?;
+            let notify = tx.prepare_cached("SELECT pg_notify($1, $2)").await?;
+            let row = tx.query_one(&next, &[&Uuid::new_v4()]).await?;
+            let revision: i64 = row.get(0);
+            let changed = match &change {
+                Write::Create(route) => {
+                    let record = storage::seal_record(&self.key, route, revision as u64);
+                    let times = (route.created_at as i64, route.updated_at as i64);
+                    tx.execute(&write, &[&uuid, &revision, &times.0, &times.1, &record]).await?
+                }
+                Write::Replace(route, held) => {
+                    let record = storage::seal_record(&self.key, route, revision as u64);
+                    tx.execute(
+                        &write,
+                        &[&uuid, &revision, &(route.updated_at as i64), &record, &(*held as i64)],
+                    )
+                    .await?
+                }
+                Write::Delete => tx.execute(&write, &[&uuid, &revision]).await?,
+            };
+            if changed == 0 {
+                // Rolled back when `tx` is dropped. Why: deleted, or changed since this node read it.
+                let now = tx
+                    .query_opt(
+                        "SELECT revision FROM recast_routes WHERE uuid = $1 AND record IS NOT NULL",
+                        &[&uuid],
+                    )
+                    .await?;
+                return Ok(Err(match (now, &change) {
+                    (Some(row), Write::Replace(_, held)) => StoreError::Conflict(format!(
+                        "route {uuid} was changed on another node meanwhile (it is at revision {}, this \
+                         update was made on revision {held}); read it again and retry",
+                        row.get::<_, i64>(0)
+                    )),
+                    _ => StoreError::NotFound,
+                }));
+            }
+            tx.execute(&notify, &[&CHANNEL, &revision.to_string()]).await?;
+            tx.commit().await?;
+            Ok(Ok(revision as u64))
+        };
+        match self.within(work).await {
+            Ok(done) => done,
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// `recast routes import`: stores records exported from a standalone node, as they are (each
+    /// gets its revision), in one transaction with one notification. A route the database
+    /// already holds (or held: a tombstone) is skipped. Returns (imported, skipped).
+    pub async fn import(&self, records: &[Vec<u8>]) -> Result<(usize, usize), DbError> {
+        // Every record must open with this key before anything is written.
+        let routes = records
+            .iter()
+            .map(|bytes| storage::imported_record(&self.key, bytes, 0).map(|(route, _)| route))
+            .collect::<Result<Vec<StoredRoute>, _>>()
+            .map_err(|e| DbError::Failed(e.to_string()))?;
+        let mut client = self.pooled().await?;
+        self.prepare(&mut client).await?;
+        let tx = self.within(client.transaction()).await?;
+        let mut there = HashSet::new();
+        for chunk in routes.chunks(PAGE as usize) {
+            let uuids: Vec<Uuid> = chunk.iter().map(|route| route.uuid).collect();
+            let rows = self
+                .within(tx.query("SELECT uuid FROM recast_routes WHERE uuid = ANY($1)", &[&uuids]))
+                .await?;
+            there.extend(rows.iter().map(|row| row.get::<_, Uuid>(0)));
+        }
+        // A route given twice is imported once.
+        let fresh: Vec<usize> = (0..routes.len()).filter(|&i| there.insert(routes[i].uuid)).collect();
+        let skipped = routes.len() - fresh.len();
+        if fresh.is_empty() {
+            return Ok((0, skipped));
+        }
+        // One bump of the counter for them all: a row updated once per record in one transaction
+        // leaves a chain of versions that every later update walks.
+        // The history records the import at its last revision: a node that stops inside it
+        // loads everything again.
+        let row = self
+            .within(tx.query_one(
+                "WITH next AS (UPDATE recast_meta SET revision = revision + $1 WHERE id = 1 RETURNING revision)
+                 INSERT INTO recast_history (revision, change) SELECT revision, $2 FROM next
+                 RETURNING revision",
+                &[&(fresh.len() as i64), &Uuid::new_v4()],
+            ))
+            .await?;
+        let first = row.get::<_, i64>(0) - fresh.len() as i64 + 1;
+        for (n, chunk) in fresh.chunks(PAGE as usize).enumerate() {
+            let mut rows = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for (k, &i) in chunk.iter().enumerate() {
+                let revision = first + (n * PAGE as usize + k) as i64;
+                let (route, record) = storage::imported_record(&self.key, &records[i], revision as u64)
+                    .map_err(|e| DbError::Failed(e.to_string()))?;
+                rows.0.push(route.uuid);
+                rows.1.push(revision);
+                rows.2.push(route.created_at as i64);
+                rows.3.push(route.updated_at as i64);
+                rows.4.push(record);
+            }
+            self.within(tx.execute(
+                "INSERT INTO recast_routes (uuid, revision, created_at, updated_at, record)
+                 SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[])",
+                &[&rows.0, &rows.1, &rows.2, &rows.3, &rows.4],
+            ))
+            .await?;
+        }
+        self.within(tx.execute("SELECT pg_notify($1, 'import')", &[&CHANNEL])).await?;
+        self.within(tx.commit()).await?;
+        Ok((fresh.len(), skipped))
+    }
+
+    async fn page(&self, limit: usize, cursor: Option<Cursor>) -> Result<Page, StoreError> {
+        let client = self.pooled().await?;
+        let (after_time, after_uuid) = match &cursor {
+            Some(cursor) => {
+                let (time, uuid) = cursor.route();
+                (Some(time as i64), uuid)
+            }
+            None => (None, Uuid::nil()),
+        };
+        let rows = self
+            .within(client.query(
+                "SELECT uuid, record FROM recast_routes
+                 WHERE record IS NOT NULL
+                   AND ($1::bigint IS NULL OR created_at < $1 OR (created_at = $1 AND uuid > $2))
+                 ORDER BY created_at DESC, uuid ASC LIMIT $3",
+                &[&after_time, &after_uuid, &(limit as i64 + 1)],
+            ))
+            .await?;
+        let mut stored = Vec::with_capacity(rows.len().min(limit));
+        for row in rows.iter().take(limit) {
+            let uuid: Uuid = row.get(0);
+            let record: Vec<u8> = row.get(1);
+            stored.push(storage::open_record(&self.key, uuid, &record)?.0);
+        }
+        let next = (rows.len() > limit)
+            .then(|| stored.last().map(|r: &StoredRoute| Cursor::after(r.created_at, r.uuid)))
+            .flatten();
+        Ok(Page { stored, next })
+    }
+}
+
+enum Write {
+    Create(StoredRoute),
+    /// The route, and the revision this node held it at.
+    Replace(StoredRoute, u64),
+    Delete,
+}
+
+/// The database as the route store of the service.
+pub struct ClusterStore {
+    database: Arc<Database>,
+}
+
+impl ClusterStore {
+    pub fn new(database: Arc<Database>) -> ClusterStore {
+        ClusterStore { database }
+    }
+}
+
+impl RouteStore for ClusterStore {
+    fn create(&self, route: StoredRoute) -> Pending<'_, u64> {
+        Box::pin(async move { self.database.change(route.uuid, Write::Create(route)).await })
+    }
+
+    fn replace(&self, route: StoredRoute, revision: u64) -> Pending<'_, u64> {
+        Box::pin(async move { self.database.change(route.uuid, Write::Replace(route, revision)).await })
+    }
+
+    fn delete(&self, uuid: Uuid) -> Pending<'_, u64> {
+        Box::pin(async move { self.database.change(uuid, Write::Delete).await })
+    }
+
+    fn page(&self, limit: usize, cursor: Option<Cursor>) -> Pending<'_, Page> {
+        Box::pin(async move { self.database.page(limit, cursor).await })
+    }
+
+    fn health(&self) -> Option<StoreHealth> {
+        let status = &self.database.status;
+        Some(StoreHealth { up: status.is_up(), revision: status.revision(), lag: status.lag() })
+    }
+}

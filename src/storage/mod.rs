@@ -1,0 +1,430 @@
+//! Durable storage of routes in RocksDB: the only module that touches it. `Store` here keeps
+//! routes (every acknowledged change one atomic, synced write batch, so a crash either keeps all
+//! of it or none) and gives each change a revision; [`record`] is the format of what it writes;
+//! [`snapshot`] is a cluster node's copy of the database in the same store.
+//!
+//! Version 1 records (configuration in the clear) are sealed at start, and the store is
+//! compacted so the clear copies leave the files.
+
+mod record;
+mod snapshot;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
+use uuid::Uuid;
+
+use self::record::{CREATED, KEY_CHECK, ROUTE, Record, SCHEMA_V1, created_key, open, route_key, seal};
+pub use self::record::{
+    SCHEMA_VERSION, imported_record, key_check_opens, open_record, seal_key_check, seal_record,
+};
+pub use self::snapshot::Position;
+use crate::hex;
+use crate::secrets::{Secret, SecretKey};
+
+/// Present while clear copies of version 1 records may remain in the files: the store is
+/// compacted at start until it is gone.
+const COMPACT_PENDING: &[u8] = b"m";
+/// `v`, then a revision: the last revision the store gave a change (the highest such key; the
+/// one before is removed with each change).
+const REVISION: u8 = b'v';
+
+/// Why storage failed.
+#[derive(Debug)]
+pub enum StorageError {
+    /// Another process holds the data directory.
+    Locked { dir: PathBuf },
+    /// The data directory cannot be opened or created (permissions, not a directory, corrupt).
+    Open { dir: PathBuf, why: String },
+    /// A read or write failed.
+    Io(String),
+    /// A stored record cannot be read.
+    Corrupt { key: String, why: String },
+    /// The secret key cannot be loaded, or is not the one the records were sealed with.
+    Key(String),
+}
+
+impl std::fmt::Display for StorageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StorageError::Locked { dir } => write!(
+                f,
+                "the data directory {} is in use by another recast process (only one may use it)",
+                dir.display()
+            ),
+            StorageError::Open { dir, why } => {
+                write!(f, "cannot open the data directory {}: {why}", dir.display())
+            }
+            StorageError::Io(why) => write!(f, "storage failed: {why}"),
+            StorageError::Corrupt { key, why } => write!(f, "stored record {key} is unreadable: {why}"),
+            StorageError::Key(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for StorageError {}
+
+/// A route as stored: identity, times, and the registration as the client gave it. The record's
+/// content beyond these members is owned by the route module; storage only keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredRoute {
+    /// Schema version of the record.
+    pub v: u32,
+    pub uuid: Uuid,
+    /// Milliseconds since the Unix epoch.
+    pub created_at: u64,
+    pub updated_at: u64,
+    /// The route's configuration (see `route::RouteConfig`) as JSON text. Storage keeps it and
+    /// does not read it: the route module reads it once, straight into its own type.
+    pub config: String,
+}
+
+/// A key and its value, as RocksDB's iterator gives them.
+type KeyValue = (Box<[u8]>, Box<[u8]>);
+
+/// A route record as stored, not yet decoded (see [`Store::records`]).
+pub struct RawRecord(KeyValue);
+
+/// The route store.
+pub struct Store {
+    db: DB,
+    dir: PathBuf,
+    key: SecretKey,
+    /// The last revision given to a change.
+    revision: AtomicU64,
+    /// Version 1 records sealed when the store was opened.
+    pub migrated: usize,
+}
+
+impl Drop for Store {
+    /// A clean close writes the memtables to table files, so the next start reads them instead of
+    /// replaying the write-ahead log. (Every acknowledged write is already synced in the log; a
+    /// crash only makes the next start replay it.)
+    fn drop(&mut self) {
+        if let Err(e) = self.db.flush() {
+            tracing::warn!(error = %e, "the store could not be flushed on close; the next start replays its log");
+        }
+    }
+}
+
+/// One page of a listing, newest first.
+pub struct Page {
+    pub stored: Vec<StoredRoute>,
+    /// Where the next page starts, if there is one.
+    pub next: Option<String>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in `dir`, with the secret key from `secret` or the key
+    /// file in `dir`. Fails when the key is not the one the records were sealed with.
+    pub fn open(dir: &Path, secret: Option<&Secret>) -> Result<Store, StorageError> {
+        Store::open_with(dir, secret, false)
+    }
+
+    /// [`Store::open`], with RocksDB's background compactions held until
+    /// [`Store::resume_compactions`]: a service starting on a store with table files to merge
+    /// loads its routes first, instead of sharing the cores with the merge while it loads. While
+    /// they are held, table files only pile up (RocksDB does not slow writes down for them), so
+    /// whoever opens the store this way resumes them before writing much.
+    pub fn open_holding_compactions(dir: &Path, secret: Option<&Secret>) -> Result<Store, StorageError> {
+        Store::open_with(dir, secret, true)
+    }
+
+    fn open_with(dir: &Path, secret: Option<&Secret>, hold_compactions: bool) -> Result<Store, StorageError> {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            return Err(StorageError::Open { dir: dir.to_owned(), why: e.to_string() });
+        }
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        // Small records, few of them per second: keep the footprint modest.
+        options.set_keep_log_file_num(4);
+        options.set_max_log_file_size(8 << 20);
+        options.set_disable_auto_compactions(hold_compactions);
+        let db = match DB::open(&options, dir) {
+            Ok(db) => db,
+            Err(e) if is_lock_error(&e) => return Err(StorageError::Locked { dir: dir.to_owned() }),
+            Err(e) => return Err(StorageError::Open { dir: dir.to_owned(), why: e.into_string() }),
+        };
+        // Loaded while the database's lock is held, so two processes cannot both create a key.
+        let sealed_before = db.get(KEY_CHECK).map_err(io)?.is_some();
+        let key = SecretKey::load(secret, dir, !sealed_before).map_err(StorageError::Key)?;
+        let revision = AtomicU64::new(last_revision(&db)?);
+        let mut store = Store { db, dir: dir.to_owned(), key, revision, migrated: 0 };
+        if store.check_key()? {
+            store.migrated = store.seal_v1_records()?;
+        }
+        store.compact_if_pending()?;
+        Ok(store)
+    }
+
+    /// Lets RocksDB merge table files in the background again, after
+    /// [`Store::open_holding_compactions`]; RocksDB schedules any merge that is due at once.
+    pub fn resume_compactions(&self) -> Result<(), StorageError> {
+        self.db.set_options(&[("disable_auto_compactions", "false")]).map_err(io)
+    }
+
+    /// Fails closed when the key does not open the key-check value. `Ok(true)` for a store that
+    /// has no key check yet: a new one, or one from before records were sealed.
+    fn check_key(&self) -> Result<bool, StorageError> {
+        match self.db.get(KEY_CHECK).map_err(io)? {
+            Some(sealed) if key_check_opens(&self.key, &sealed) => Ok(false),
+            Some(_) => Err(StorageError::Key(format!(
+                "the secret key ({}) is not the one the stored routes in {} were sealed with; \
+                     start with the right RECAST_SECRET_KEY or key file (nothing was changed)",
+                self.key.origin,
+                self.dir.display()
+            ))),
+            // A new store, or one from before records were sealed (version 1 records only). Sealed
+            // records without a key check mean the check was removed: refuse rather than guess.
+            None if self.only_v1_records() => Ok(true),
+            None => Err(StorageError::Key(format!(
+                "{} holds sealed routes but no key check; it was altered (nothing was changed)",
+                self.dir.display()
+            ))),
+        }
+    }
+
+    /// Whether every route record is version 1 (written before records were sealed); true when
+    /// there are none.
+    fn only_v1_records(&self) -> bool {
+        self.all_records().all(|entry| {
+            entry
+                .ok()
+                .and_then(|(_, value)| serde_json::from_slice::<Record>(&value).ok())
+                .is_some_and(|r| r.v == SCHEMA_V1)
+        })
+    }
+
+    /// Seals every version 1 record, and writes the key check and the compaction marker, in one
+    /// synced batch. Returns how many records were sealed.
+    fn seal_v1_records(&self) -> Result<usize, StorageError> {
+        let mut batch = WriteBatch::default();
+        batch.put(KEY_CHECK, seal_key_check(&self.key));
+        // Even with no version 1 record left, routes deleted before sealing may linger in the files.
+        batch.put(COMPACT_PENDING, []);
+        let mut sealed = 0;
+        for entry in self.all_records() {
+            let (key, value) = entry.map_err(io)?;
+            let Ok(record) = serde_json::from_slice::<Record>(&value) else { continue };
+            if record.v != SCHEMA_V1 {
+                continue;
+            }
+            let Some(config) = record.config else { continue };
+            let config = config.to_string();
+            let route = StoredRoute {
+                v: SCHEMA_VERSION,
+                uuid: record.uuid,
+                created_at: record.created_at,
+                updated_at: record.updated_at,
+                config,
+            };
+            batch.put(&key, seal(&self.key, &key, &route, None));
+            sealed += 1;
+        }
+        self.write(batch)?;
+        Ok(sealed)
+    }
+
+    /// Compacts the whole store while the marker is present, so that clear copies of version 1
+    /// records leave its files; then removes the marker. A crash in between repeats it at the
+    /// next start.
+    fn compact_if_pending(&self) -> Result<(), StorageError> {
+        if self.db.get(COMPACT_PENDING).map_err(io)?.is_none() {
+            return Ok(());
+        }
+        self.db.flush().map_err(io)?;
+        self.db.compact_range::<&[u8], &[u8]>(None, None);
+        let mut batch = WriteBatch::default();
+        batch.delete(COMPACT_PENDING);
+        self.write(batch)?;
+        self.db.flush().map_err(io)?;
+        self.db.flush_wal(true).map_err(io)
+    }
+
+    fn all_records(&self) -> impl Iterator<Item = Result<KeyValue, rocksdb::Error>> + '_ {
+        self.db
+            .iterator(IteratorMode::From(&[ROUTE], Direction::Forward))
+            .take_while(|entry| entry.as_ref().map_or(true, |(key, _)| key.first() == Some(&ROUTE)))
+    }
+
+    fn decode(&self, key: &[u8], bytes: &[u8]) -> Result<StoredRoute, StorageError> {
+        open(&self.key, key, bytes).map(|(route, _)| route)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where the secret key came from.
+    pub fn key_origin(&self) -> &crate::secrets::KeyOrigin {
+        &self.key.origin
+    }
+
+    /// Stores a new route or replaces one, durably (synced) and atomically with its index entry;
+    /// answers the change's revision.
+    pub fn put(&self, route: &StoredRoute) -> Result<u64, StorageError> {
+        let key = route_key(route.uuid);
+        let mut batch = WriteBatch::default();
+        let revision = self.next_revision(&mut batch);
+        batch.put(key, seal(&self.key, &key, route, Some(revision)));
+        batch.put(created_key(route.created_at, route.uuid), []);
+        self.write(batch)?;
+        Ok(revision)
+    }
+
+    /// Removes a route and its index entry, durably; answers the deletion's revision, or `None`
+    /// when there was no such route.
+    pub fn delete(&self, uuid: Uuid) -> Result<Option<u64>, StorageError> {
+        let Some(route) = self.get(uuid)? else { return Ok(None) };
+        let mut batch = WriteBatch::default();
+        let revision = self.next_revision(&mut batch);
+        batch.delete(route_key(uuid));
+        batch.delete(created_key(route.created_at, uuid));
+        self.write(batch)?;
+        Ok(Some(revision))
+    }
+
+    /// The revision of a change about to be written in `batch`, which also records it. Changes
+    /// written at once may land in any order: each writes its own revision's key and removes the
+    /// one before, so the highest key is never removed and the next start goes on from it.
+    fn next_revision(&self, batch: &mut WriteBatch) -> u64 {
+        let revision = self.revision.fetch_add(1, Ordering::Relaxed) + 1;
+        batch.put(revision_key(revision), []);
+        batch.delete(revision_key(revision - 1));
+        revision
+    }
+
+    pub fn get(&self, uuid: Uuid) -> Result<Option<StoredRoute>, StorageError> {
+        let key = route_key(uuid);
+        match self.db.get_pinned(key).map_err(io)? {
+            None => Ok(None),
+            Some(bytes) => self.decode(&key, &bytes).map(Some),
+        }
+    }
+
+    /// Every stored route, in key order; an unreadable record is returned as an error in place.
+    pub fn all(&self) -> impl Iterator<Item = Result<StoredRoute, StorageError>> + '_ {
+        self.records().map(|record| self.decode_record(&record?))
+    }
+
+    /// Every route record, in key order, not yet decoded. Decoding (unsealing and parsing) is most
+    /// of the cost of reading a record, so a caller may spread [`Store::decode_record`] over
+    /// threads.
+    pub fn records(&self) -> impl Iterator<Item = Result<RawRecord, StorageError>> + '_ {
+        self.all_records().map(|entry| entry.map(RawRecord).map_err(io))
+    }
+
+    pub fn decode_record(&self, record: &RawRecord) -> Result<StoredRoute, StorageError> {
+        let (key, value) = &record.0;
+        self.decode(key, value)
+    }
+
+    /// Up to `limit` routes, newest first, starting after `cursor` (from a previous page).
+    pub fn page(&self, limit: usize, cursor: Option<&Cursor>) -> Result<Page, StorageError> {
+        let start = match cursor {
+            // Just after the cursor's entry.
+            Some(Cursor(key)) => [key.as_slice(), &[0]].concat(),
+            None => vec![CREATED],
+        };
+        let mut stored = Vec::new();
+        let mut last = None;
+        for entry in self.db.iterator(IteratorMode::From(&start, Direction::Forward)) {
+            let (key, _) = entry.map_err(io)?;
+            if key.first() != Some(&CREATED) {
+                break;
+            }
+            if stored.len() == limit {
+                return Ok(Page { stored, next: last.map(|k: Box<[u8]>| hex::encode(&k)) });
+            }
+            let Some(uuid) = key.get(9..25).and_then(|b| Uuid::from_slice(b).ok()) else { continue };
+            if let Some(route) = self.get(uuid)? {
+                stored.push(route);
+            }
+            last = Some(key);
+        }
+        Ok(Page { stored, next: None })
+    }
+
+    /// [`Store::decode_record`] with the record's revision (cluster mode; 0 without one).
+    pub fn decode_revised(&self, record: &RawRecord) -> Result<(StoredRoute, u64), StorageError> {
+        let (key, value) = &record.0;
+        open(&self.key, key, value).map(|(route, revision)| (route, revision.unwrap_or(0)))
+    }
+
+    /// Whether any route is stored.
+    pub fn has_routes(&self) -> Result<bool, StorageError> {
+        self.all_records().next().transpose().map(|first| first.is_some()).map_err(io)
+    }
+
+    fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
+        let mut options = WriteOptions::default();
+        options.set_sync(true);
+        self.db.write_opt(batch, &options).map_err(io)
+    }
+}
+
+/// Where a listing continues: the index key of the last route of the previous page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor(Vec<u8>);
+
+impl Cursor {
+    /// Reads a cursor as [`Page::next`] gives it; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Cursor> {
+        let key = hex::decode(text).filter(|key| key.len() == 25)?;
+        (key[0] == CREATED).then_some(Cursor(key))
+    }
+
+    /// The cursor after the route created at `created_at` with `uuid`, as text.
+    pub fn after(created_at: u64, uuid: Uuid) -> String {
+        hex::encode(&created_key(created_at, uuid))
+    }
+
+    /// The creation time and uuid of the route the listing continues after.
+    pub fn route(&self) -> (u64, Uuid) {
+        let mut inverted = [0u8; 8];
+        inverted.copy_from_slice(&self.0[1..9]);
+        let uuid = Uuid::from_slice(&self.0[9..25]).expect("a parsed cursor holds 16 uuid bytes");
+        (u64::MAX - u64::from_be_bytes(inverted), uuid)
+    }
+}
+
+/// `v` and a revision, big-endian so keys sort by revision.
+fn revision_key(revision: u64) -> [u8; 9] {
+    let mut key = [0u8; 9];
+    key[0] = REVISION;
+    key[1..].copy_from_slice(&revision.to_be_bytes());
+    key
+}
+
+/// The last revision the store gave a change: its highest revision key (0 for none).
+fn last_revision(db: &DB) -> Result<u64, StorageError> {
+    let mut last = db.iterator(IteratorMode::From(&revision_key(u64::MAX), Direction::Reverse));
+    match last.next().transpose().map_err(io)? {
+        Some((key, _)) if key.len() == 9 && key[0] == REVISION => {
+            Ok(u64::from_be_bytes(key[1..].try_into().expect("eight bytes")))
+        }
+        _ => Ok(0),
+    }
+}
+
+/// A record of [`Store::records`] as it is stored (`recast routes export`).
+pub fn record_bytes(record: &RawRecord) -> &[u8] {
+    &record.0.1
+}
+
+fn io(e: rocksdb::Error) -> StorageError {
+    StorageError::Io(e.into_string())
+}
+
+/// RocksDB reports a held `LOCK` file as an IO error: "Resource temporarily unavailable" from
+/// another process, "lock hold by current process" from this one.
+fn is_lock_error(e: &rocksdb::Error) -> bool {
+    let text = e.as_ref().to_ascii_lowercase();
+    text.contains("lock")
+        && ["temporarily unavailable", "no locks available", "hold by current process"]
+            .iter()
+            .any(|m| text.contains(m))
+}

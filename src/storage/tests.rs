@@ -1,0 +1,173 @@
+//! The store on RocksDB: sealing, keys, compactions and revisions.
+
+use super::*;
+use crate::secrets::new_key_hex;
+
+/// A configuration holding a stored secret.
+fn config(token: &str) -> serde_json::Value {
+    serde_json::json!({ "auth": { "mode": "stored", "kind": "Bearer", "token": token } })
+}
+
+fn route(uuid: Uuid, token: &str) -> StoredRoute {
+    StoredRoute { v: SCHEMA_VERSION, uuid, created_at: 7, updated_at: 8, config: config(token).to_string() }
+}
+
+/// A record as the first schema wrote it: the configuration in the clear.
+fn v1_record(uuid: Uuid, token: &str) -> Vec<u8> {
+    let record = serde_json::json!({
+        "v": 1, "uuid": uuid, "createdAt": 7, "updatedAt": 8, "config": config(token),
+    });
+    serde_json::to_vec(&record).unwrap()
+}
+
+/// Every file under `dir` that holds `needle`.
+fn files_holding(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(files_holding(&path, needle));
+        } else if std::fs::read(&path).unwrap().windows(needle.len()).any(|w| w == needle) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// Level-0 table files of `store`.
+fn level0(store: &Store) -> u64 {
+    store.db.property_int_value("rocksdb.num-files-at-level0").unwrap().expect("a RocksDB property")
+}
+
+/// Writes six routes, each flushed to a table file of its own: more than the four at which
+/// RocksDB merges them by default. Returns the level-0 file count before.
+fn six_table_files(store: &Store) -> u64 {
+    let before = level0(store);
+    for _ in 0..6 {
+        store.put(&route(Uuid::new_v4(), "t")).unwrap();
+        store.db.flush().unwrap();
+    }
+    before
+}
+
+/// Waits up to 30 s for level 0 to hold fewer than `files`.
+fn merged_below(store: &Store, files: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while level0(store) >= files {
+        assert!(std::time::Instant::now() < deadline, "table files not merged within 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn table_files_are_merged_only_once_held_compactions_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_holding_compactions(dir.path(), None).unwrap();
+    let before = six_table_files(&store);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(level0(&store), before + 6, "merged while compactions were held");
+    store.resume_compactions().unwrap();
+    merged_below(&store, before + 6);
+    assert_eq!(store.all().count(), 6, "every route is still there after the merge");
+}
+
+#[test]
+fn a_store_opened_plainly_merges_as_it_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), None).unwrap();
+    let before = six_table_files(&store);
+    merged_below(&store, before + 6);
+    assert_eq!(store.all().count(), 6);
+}
+
+#[test]
+fn configurations_are_sealed_on_disk_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let uuid = Uuid::new_v4();
+    {
+        let store = Store::open(dir.path(), None).unwrap();
+        store.put(&route(uuid, "canary-sealed-7f3a")).unwrap();
+        assert_eq!(store.get(uuid).unwrap(), Some(route(uuid, "canary-sealed-7f3a")));
+    }
+    assert_eq!(files_holding(dir.path(), b"canary-sealed-7f3a"), Vec::<PathBuf>::new());
+    let store = Store::open(dir.path(), None).unwrap();
+    assert_eq!(store.get(uuid).unwrap(), Some(route(uuid, "canary-sealed-7f3a")));
+}
+
+#[test]
+fn a_wrong_key_fails_closed_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (right, wrong) = (Secret::new(new_key_hex().unwrap()), Secret::new(new_key_hex().unwrap()));
+    let uuid = Uuid::new_v4();
+    Store::open(dir.path(), Some(&right)).unwrap().put(&route(uuid, "t")).unwrap();
+    let Err(StorageError::Key(why)) = Store::open(dir.path(), Some(&wrong)) else {
+        panic!("a wrong key must not open the store")
+    };
+    assert!(why.contains("not the one the stored routes"), "{why}");
+    let Err(StorageError::Key(why)) = Store::open(dir.path(), None) else { panic!("no key, no store") };
+    assert!(why.contains("set RECAST_SECRET_KEY"), "{why}");
+    assert!(!dir.path().join(crate::secrets::KEY_FILE).exists());
+    let store = Store::open(dir.path(), Some(&right)).unwrap();
+    assert_eq!(store.get(uuid).unwrap(), Some(route(uuid, "t")));
+}
+
+#[test]
+fn a_store_with_sealed_routes_but_no_key_check_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path(), None).unwrap();
+        store.put(&route(Uuid::new_v4(), "t")).unwrap();
+        store.db.delete(KEY_CHECK).unwrap();
+    }
+    let Err(StorageError::Key(why)) = Store::open(dir.path(), None) else { panic!("refused") };
+    assert!(why.contains("altered"), "{why}");
+}
+
+#[test]
+fn a_compaction_cut_short_is_done_at_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let uuid = Uuid::new_v4();
+    {
+        let store = Store::open(dir.path(), None).unwrap();
+        // A clear record, and a start that sealed it but died before compacting.
+        store.db.put(route_key(uuid), v1_record(uuid, "canary-cut-short-5d1e")).unwrap();
+        store.db.flush().unwrap();
+        let sealed = seal(&store.key, &route_key(uuid), &route(uuid, "canary-cut-short-5d1e"), None);
+        store.db.put(route_key(uuid), sealed).unwrap();
+        store.db.put(COMPACT_PENDING, []).unwrap();
+        store.db.flush().unwrap();
+    }
+    assert!(!files_holding(dir.path(), b"canary-cut-short-5d1e").is_empty(), "the test starts in the clear");
+    let store = Store::open(dir.path(), None).unwrap();
+    assert_eq!(store.migrated, 0);
+    assert_eq!(store.get(uuid).unwrap(), Some(route(uuid, "canary-cut-short-5d1e")));
+    drop(store);
+    assert_eq!(files_holding(dir.path(), b"canary-cut-short-5d1e"), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn version_1_records_are_sealed_at_start_and_their_clear_copies_leave_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let uuid = Uuid::new_v4();
+    {
+        // A store as the first schema wrote it: the configuration in the clear.
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        let db = DB::open(&options, dir.path()).unwrap();
+        db.put(route_key(uuid), v1_record(uuid, "canary-v1-clear-91b2")).unwrap();
+        db.put(created_key(7, uuid), []).unwrap();
+        db.flush().unwrap();
+    }
+    assert!(!files_holding(dir.path(), b"canary-v1-clear-91b2").is_empty(), "the test starts in the clear");
+    {
+        let store = Store::open(dir.path(), None).unwrap();
+        assert_eq!(store.migrated, 1);
+        assert_eq!(store.get(uuid).unwrap(), Some(route(uuid, "canary-v1-clear-91b2")));
+    }
+    assert_eq!(files_holding(dir.path(), b"canary-v1-clear-91b2"), Vec::<PathBuf>::new());
+    let store = Store::open(dir.path(), None).unwrap();
+    assert_eq!(store.migrated, 0);
+    assert_eq!(store.all().count(), 1);
+    assert!(store.db.get(COMPACT_PENDING).unwrap().is_none(), "the marker is gone once compacted");
+    assert_eq!(store.page(10, None).unwrap().stored, [route(uuid, "canary-v1-clear-91b2")]);
+}
