@@ -31,6 +31,21 @@ step "cargo clippy"
 announce_rocksdb debug
 cargo clippy --all-targets --locked -- -D warnings
 step "cargo test"
+suite_began=$(date +%s)
 cargo test --all-targets --locked
 cargo test --doc --locked
+
+# Every process a test starts (the binary, nginx, PostgreSQL, Node.js and Chromium) is stopped by
+# that test, also when it fails. One of those still running now, started since the tests began,
+# is a leftover: it is named, stopped, and the suite fails.
+step "no process left behind"
+# (Zombies are left out: they hold nothing, and are the reaper's to collect.)
+left=$(ps -eo pid=,etimes=,stat=,comm=,args= | awk -v since=$(( $(date +%s) - suite_began )) \
+    '$2 <= since && $3 !~ /^Z/ && $4 ~ /^(recast|nginx|postgres|pg_ctl|node|chromium|chrome|chrome_crashpad)$/')
+if [ -n "$left" ]; then
+    say "the tests left these processes running (now stopped):"
+    printf '%s\n' "$left" >&2
+    printf '%s\n' "$left" | awk '{print $1}' | xargs -r kill -KILL 2>/dev/null || true
+    exit 1
+fi
 step "all tests passed"

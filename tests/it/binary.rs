@@ -4,20 +4,21 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use http::Method;
 
+use crate::process::Group;
 use crate::support::{Json, Upstream, get, send};
 
 const MEALS: &str = r#"{"meals":[{"idMeal":"7","strMeal":"Soup"}]}"#;
 const RULES: &str = r#"{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]}}}"#;
 
-/// A running `recast serve` on 127.0.0.1 and an ephemeral port.
+/// A running `recast serve` on 127.0.0.1 and an ephemeral port, killed when dropped.
 pub struct Binary {
-    child: Child,
+    child: Group,
     pub addr: SocketAddr,
     /// Everything it logged so far, line by line.
     log: Arc<Mutex<Vec<String>>>,
@@ -65,8 +66,8 @@ impl Binary {
             command.env(name, value);
         }
         let mut child =
-            command.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().expect("the binary starts");
-        let stderr = child.stderr.take().expect("stderr");
+            Group::spawn(command.stderr(Stdio::piped()).stdout(Stdio::null())).expect("the binary starts");
+        let stderr = child.child().stderr.take().expect("stderr");
         let log = Arc::new(Mutex::new(Vec::new()));
         let lines = log.clone();
         std::thread::spawn(move || {
@@ -123,22 +124,14 @@ impl Binary {
 
     /// SIGKILL: no chance to clean up.
     pub fn kill(mut self) {
-        self.child.kill().expect("kill");
+        self.child.signal("KILL");
         self.child.wait().expect("reap");
     }
 
     /// SIGTERM, and the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().expect("kill -TERM");
+        self.child.signal("TERM");
         self.child.wait().expect("the binary exits")
-    }
-}
-
-impl Drop for Binary {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -4,6 +4,7 @@
 mod baseline;
 #[path = "../../benches/common/ordered_json.rs"]
 mod ordered_json;
+mod process;
 mod support;
 
 mod architecture;

@@ -4,17 +4,20 @@
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
+
+use crate::process::Group;
 
 /// The ports of the documented configuration: nginx's, then the three nodes'.
 const LISTEN: &str = "listen 8080;";
 const NODES: [&str; 3] = ["127.0.0.1:8081", "127.0.0.1:8082", "127.0.0.1:8083"];
 
 pub struct Nginx {
-    child: Child,
+    /// nginx's master and workers, killed whole when dropped.
+    _group: Group,
     dir: TempDir,
     pub port: u16,
 }
@@ -43,12 +46,11 @@ impl Nginx {
             .output()
             .expect("nginx runs (Debian's `nginx-light`; ./scripts/test.sh installs it)");
         assert!(test.status.success(), "nginx -t refuses the configuration: {}", words(&test));
-        let child = nginx(&binary, root, &["-g", "daemon off;"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nginx starts");
-        let nginx = Nginx { child, dir, port };
+        let group = Group::spawn(
+            nginx(&binary, root, &["-g", "daemon off;"]).stdout(Stdio::null()).stderr(Stdio::null()),
+        )
+        .expect("nginx starts");
+        let nginx = Nginx { _group: group, dir, port };
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "nginx does not listen: {}", nginx.log());
@@ -64,13 +66,6 @@ impl Nginx {
     /// nginx's error log.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -6,13 +6,14 @@
 
 use std::io::Write as _;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use http::Method;
 use recast::config::Config;
 use recast::secrets::Secret;
 
 use crate::binary::Binary;
+use crate::process::Group;
 use crate::support::{Service, send};
 
 #[tokio::test]
@@ -63,8 +64,13 @@ async fn the_page_previews_marks_problems_and_builds_a_registration_in_chromium(
              run ./scripts/test.sh again to reinstall them",
             marker.display()
         );
-        // Straight to stderr, so the line shows even when the test harness captures output.
-        let _ = writeln!(std::io::stderr(), "playground browser test skipped: {why}");
+        // Straight to stderr, so the line shows even when the test harness captures output: the
+        // `ok` the harness prints for this test then means it did not run, and says so.
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOT RUN: the playground's browser test did not run, because {why}; its `ok` below \
+             means only that. ./scripts/test.sh installs what it needs and runs it."
+        );
         return;
     }
     let dir = tempfile::TempDir::new().unwrap();
@@ -72,8 +78,11 @@ async fn the_page_previews_marks_problems_and_builds_a_registration_in_chromium(
     let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("playground");
     let base = format!("http://{}", binary.addr);
     let script = browser.join("playground.mjs");
+    // Node.js and the Chromium it starts form one group, killed whole once node exits.
     let output = tokio::task::spawn_blocking(move || {
-        Command::new("node").arg(script).arg(base).arg(artifacts).output().expect("node runs")
+        let mut command = Command::new("node");
+        command.arg(script).arg(base).arg(artifacts).stdout(Stdio::piped()).stderr(Stdio::piped());
+        Group::spawn(&mut command).expect("node runs").wait_with_output().expect("node's output")
     })
     .await
     .unwrap();

@@ -1,0 +1,156 @@
+//! The Prometheus text exposition of the metrics (`GET /metrics`, format 0.0.4).
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{Endpoint, Gauges, Metrics, PanicSite, RulesSource, StatusCounts, Timeout, UpstreamErrorKind};
+
+impl Metrics {
+    /// The Prometheus text exposition (format 0.0.4) of everything, with the counts of each
+    /// route given by `routes` as `(uuid, counts)`.
+    pub fn render<'a>(
+        &self,
+        gauges: Gauges,
+        routes: impl IntoIterator<Item = (String, &'a StatusCounts)>,
+    ) -> String {
+        let mut out = String::with_capacity(4096);
+        let requests = "recast_requests_total";
+        out.push_str(
+            "# HELP recast_requests_total Answers by route (a route's uuid, or the endpoint) and status.\n",
+        );
+        let _ = writeln!(out, "# TYPE {requests} counter");
+        for endpoint in Endpoint::ALL {
+            self.endpoints[endpoint as usize].write(&mut out, requests, "route", endpoint.label());
+        }
+        for (uuid, counts) in routes {
+            counts.write(&mut out, requests, "route", &uuid);
+        }
+        self.upstream.write(
+            &mut out,
+            "recast_upstream_duration_seconds",
+            "Time from sending an upstream request to having its whole answer, route calls and live calls.",
+        );
+        self.mapping.write(
+            &mut out,
+            "recast_mapping_duration_seconds",
+            "Time to parse an upstream answer and map it by the route's rules.",
+        );
+        out.push_str("# HELP recast_upstream_errors_total Upstream exchanges that failed, by kind.\n");
+        out.push_str("# TYPE recast_upstream_errors_total counter\n");
+        for kind in UpstreamErrorKind::ALL {
+            let count = self.upstream_errors[kind as usize].load(Ordering::Relaxed);
+            let _ = writeln!(out, "recast_upstream_errors_total{{kind=\"{}\"}} {count}", kind.label());
+        }
+        out.push_str(
+            "# HELP recast_rule_compile_failures_total Rules documents that did not compile, by where they came from.\n",
+        );
+        out.push_str("# TYPE recast_rule_compile_failures_total counter\n");
+        for source in RulesSource::ALL {
+            let count = self.compile_failures[source as usize].load(Ordering::Relaxed);
+            let _ =
+                writeln!(out, "recast_rule_compile_failures_total{{source=\"{}\"}} {count}", source.label());
+        }
+        out.push_str("# HELP recast_panics_total Panics caught while serving, by where; each is a bug and is logged.\n");
+        out.push_str("# TYPE recast_panics_total counter\n");
+        for site in PanicSite::ALL {
+            let count = self.panics[site as usize].load(Ordering::Relaxed);
+            let _ = writeln!(out, "recast_panics_total{{site=\"{}\"}} {count}", site.label());
+        }
+        out.push_str(
+            "# HELP recast_connections_timed_out_total Client connections closed by a timeout: idle (no request began) or head (a head begun was not whole in time).\n",
+        );
+        out.push_str("# TYPE recast_connections_timed_out_total counter\n");
+        for timeout in Timeout::ALL {
+            let count = self.timeouts[timeout as usize].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "recast_connections_timed_out_total{{timeout=\"{}\"}} {count}",
+                timeout.label()
+            );
+        }
+        let gauge = |out: &mut String, name: &str, help: &str, value: usize| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+        };
+        let cache = &self.cache;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let counters = [
+            (
+                "recast_cache_hits_total",
+                "Route calls answered from a fresh cached answer.",
+                load(&cache.hits),
+            ),
+            (
+                "recast_cache_misses_total",
+                "Route calls of cached routes that went upstream for their answer.",
+                load(&cache.misses),
+            ),
+            (
+                "recast_cache_stale_total",
+                "Route calls answered at once from a stale cached answer while it was refreshed.",
+                load(&cache.stale),
+            ),
+            (
+                "recast_cache_coalesced_total",
+                "Route calls that waited for a concurrent call's upstream call instead of making their own.",
+                load(&cache.coalesced),
+            ),
+            (
+                "recast_cache_evictions_total",
+                "Cached answers dropped to stay within RECAST_CACHE_BYTES, or refused as too large for it.",
+                gauges.cache.evictions,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+        }
+        gauge(&mut out, "recast_cache_entries", "Answers the cache holds.", gauges.cache.entries);
+        let _ = writeln!(
+            out,
+            "# HELP recast_cache_bytes Bytes the cache holds (answers, keys and bookkeeping), at most RECAST_CACHE_BYTES.\n# TYPE recast_cache_bytes gauge\nrecast_cache_bytes {}",
+            gauges.cache.bytes
+        );
+        gauge(&mut out, "recast_routes_loaded", "Routes in the route table.", gauges.routes_loaded);
+        gauge(
+            &mut out,
+            "recast_routes_broken",
+            "Loaded routes that cannot serve calls (they answer 503).",
+            gauges.routes_broken,
+        );
+        gauge(
+            &mut out,
+            "recast_in_flight_requests",
+            "Requests being served, this one included.",
+            gauges.in_flight,
+        );
+        gauge(
+            &mut out,
+            "recast_lifecycle_state",
+            "0 while loading routes, 1 while running, 2 while stopping.",
+            usize::from(gauges.lifecycle),
+        );
+        if let Some(store) = &gauges.store {
+            gauge(
+                &mut out,
+                "recast_store_up",
+                "1 while the route database answers this node, 0 while it does not.",
+                usize::from(store.up),
+            );
+            let _ = writeln!(
+                out,
+                "# HELP recast_store_revision The last revision of the route database this node applied.\n# TYPE recast_store_revision gauge\nrecast_store_revision {}",
+                store.revision
+            );
+            let _ = writeln!(
+                out,
+                "# HELP recast_store_sync_lag_seconds Time since this node last knew it had every change of the route database.\n# TYPE recast_store_sync_lag_seconds gauge\nrecast_store_sync_lag_seconds {:.3}",
+                store.lag_seconds
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP recast_build_info The running version.\n# TYPE recast_build_info gauge\nrecast_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        out
+    }
+}

@@ -1,0 +1,122 @@
+//! Counting, rendering, and the series each counter writes.
+
+use std::time::Duration;
+
+use super::counts::seconds;
+use super::*;
+
+#[test]
+fn status_counts_keep_each_code_and_spill_into_other() {
+    let counts = StatusCounts::default();
+    assert!(counts.is_empty());
+    for status in [200, 200, 404, 200, 502] {
+        counts.record(status);
+    }
+    assert!(!counts.is_empty());
+    assert_eq!(counts.snapshot(), (vec![(200, 3), (404, 1), (502, 1)], 0));
+    for status in 400..410 {
+        counts.record(status);
+    }
+    let (seen, other) = counts.snapshot();
+    assert_eq!(seen.len(), STATUS_SLOTS);
+    assert_eq!(seen[..4], [(200, 3), (404, 2), (502, 1), (400, 1)]);
+    assert_eq!(seen[7], (405, 1), "the last free slot goes to the next new code");
+    assert_eq!(other, 4, "406 to 409 found no slot");
+}
+
+#[test]
+fn status_counts_lose_nothing_when_threads_race_for_slots() {
+    let counts = StatusCounts::default();
+    std::thread::scope(|scope| {
+        for t in 0..4u16 {
+            let counts = &counts;
+            scope.spawn(move || {
+                for i in 0..10_000u16 {
+                    counts.record(200 + (i + t) % 3);
+                }
+            });
+        }
+    });
+    let (seen, other) = counts.snapshot();
+    assert_eq!(other, 0);
+    assert_eq!(seen.iter().map(|&(_, n)| n).sum::<u64>(), 40_000);
+    let mut codes: Vec<u16> = seen.iter().map(|&(code, _)| code).collect();
+    codes.sort_unstable();
+    assert_eq!(codes, [200, 201, 202], "each code has one slot: {seen:?}");
+}
+
+#[test]
+fn histograms_render_cumulative_buckets_sum_and_count() {
+    let histogram = Histogram::new(&[1_000, 1_000_000]);
+    for us in [0, 1, 500, 5_000] {
+        histogram.observe(Duration::from_micros(us));
+    }
+    let mut out = String::new();
+    histogram.write(&mut out, "h", "help");
+    assert_eq!(
+        out,
+        "# HELP h help\n# TYPE h histogram\n\
+             h_bucket{le=\"0.000001\"} 2\nh_bucket{le=\"0.001\"} 3\nh_bucket{le=\"+Inf\"} 4\n\
+             h_sum 0.005501\nh_count 4\n"
+    );
+    assert_eq!(histogram.count(), 4);
+}
+
+#[test]
+fn seconds_are_plain_decimals() {
+    assert_eq!(seconds(0), "0");
+    assert_eq!(seconds(500_000), "0.0005");
+    assert_eq!(seconds(30_000_000_000), "30");
+    assert_eq!(seconds(1_250_000_001), "1.250000001");
+}
+
+#[test]
+fn the_exposition_has_every_family_with_help_and_type() {
+    let metrics = Metrics::default();
+    metrics.endpoint(Endpoint::Preview, 200);
+    metrics.upstream_error(UpstreamErrorKind::Timeout);
+    metrics.compile_failure(RulesSource::Stored);
+    metrics.panicked(PanicSite::Connection);
+    let route = StatusCounts::default();
+    route.record(201);
+    let gauges = Gauges {
+        routes_loaded: 3,
+        routes_broken: 1,
+        in_flight: 2,
+        lifecycle: 1,
+        store: None,
+        cache: CacheGauges::default(),
+    };
+    let text = metrics.render(gauges, [("u-1".to_owned(), &route)]);
+    for line in [
+        "recast_requests_total{route=\"preview\",status=\"200\"} 1",
+        "recast_requests_total{route=\"u-1\",status=\"201\"} 1",
+        "recast_upstream_errors_total{kind=\"timeout\"} 1",
+        "recast_upstream_errors_total{kind=\"not_json\"} 0",
+        "recast_rule_compile_failures_total{source=\"stored\"} 1",
+        "recast_panics_total{site=\"connection\"} 1",
+        "recast_panics_total{site=\"request\"} 0",
+        "recast_routes_loaded 3",
+        "recast_routes_broken 1",
+        "recast_in_flight_requests 2",
+        "recast_lifecycle_state 1",
+        "recast_upstream_duration_seconds_count 0",
+        "recast_mapping_duration_seconds_bucket{le=\"+Inf\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "missing `{line}` in\n{text}");
+    }
+    // Every sample line belongs to a family announced by HELP and TYPE before it.
+    let mut announced = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            announced.push(rest.split(' ').next().unwrap().to_owned());
+        } else if !line.starts_with('#') {
+            let name = line.split(['{', ' ']).next().unwrap();
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s).filter(|f| announced.iter().any(|a| a == f)))
+                .unwrap_or(name);
+            assert!(announced.iter().any(|a| a == family), "`{line}` has no TYPE");
+        }
+    }
+}

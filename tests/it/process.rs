@@ -1,0 +1,71 @@
+//! The processes tests start and let run (the binary, nginx, the browser test's Node.js and its
+//! Chromium): each in a process group of its own, killed whole when its [`Group`] is dropped,
+//! also when a test fails and unwinds. A process's own children (nginx's workers, Chromium's
+//! renderers) go with it: killing only the process a test started left nginx's worker behind,
+//! its master gone. `scripts/test.sh` checks after the suite that nothing is left.
+
+use std::process::{Child, Command, ExitStatus, Output};
+
+/// A child process and every process it starts.
+pub struct Group {
+    /// `None` once handed away by [`Group::wait_with_output`].
+    child: Option<Child>,
+    /// The leader's pid, which is the group's id.
+    id: u32,
+    /// Whether the leader was waited for.
+    reaped: bool,
+}
+
+impl Group {
+    /// Spawns `command` as the leader of a new process group.
+    pub fn spawn(command: &mut Command) -> std::io::Result<Group> {
+        use std::os::unix::process::CommandExt;
+        let child = command.process_group(0).spawn()?;
+        Ok(Group { id: child.id(), child: Some(child), reaped: false })
+    }
+
+    pub fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("the child is still held")
+    }
+
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Sends `signal` (a name `kill -s` knows: `TERM`, `KILL`) to the leader alone.
+    pub fn signal(&self, signal: &str) {
+        let _ = Command::new("kill").args(["-s", signal, &self.id.to_string()]).status();
+    }
+
+    /// Waits for the leader to exit.
+    pub fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        let status = self.child().wait()?;
+        self.reaped = true;
+        Ok(status)
+    }
+
+    /// The leader's exit status, if it has exited.
+    pub fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        let status = self.child().try_wait()?;
+        self.reaped |= status.is_some();
+        Ok(status)
+    }
+
+    /// Waits for the leader with its piped output; the rest of the group is killed then.
+    pub fn wait_with_output(mut self) -> std::io::Result<Output> {
+        let child = self.child.take().expect("the child is still held");
+        let output = child.wait_with_output();
+        self.reaped = true;
+        output
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // The leader's children first (while the group's id is surely still its own), then it.
+        let _ = Command::new("kill").args(["-s", "KILL", "--", &format!("-{}", self.id)]).status();
+        if let (Some(child), false) = (&mut self.child, self.reaped) {
+            let _ = child.wait();
+        }
+    }
+}
