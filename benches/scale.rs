@@ -11,6 +11,9 @@
 //!   the real binary, each registration making its live call to an upstream on 127.0.0.1 and
 //!   stored with a synced write.
 //!
+//! - `call/{upstream_request,cache_key}` (criterion): building a call's upstream request, and the
+//!   cache's key of it (the digest of the whole request).
+//!
 //! Run: `cargo bench --bench scale`. Under `cargo test` the same code runs with small sizes.
 
 use std::hint::black_box;
@@ -79,6 +82,31 @@ fn main() {
         });
         group.throughput(criterion::Throughput::Elements(1));
     }
+    group.finish();
+
+    // What a call of a route with `cache` adds before it looks in the cache: the key, a SHA-256
+    // of the whole upstream request, against building that request (which every call does).
+    let mut group = criterion.benchmark_group("call");
+    let route = route(&registration, &limits);
+    let mut headers = http::HeaderMap::new();
+    for (name, value) in [
+        ("accept", "application/json"),
+        ("accept-language", "en-GB,en;q=0.9"),
+        ("x-mapped-auth", "Bearer 0123456789abcdef0123456789abcdef"),
+        ("user-agent", "bench/1"),
+    ] {
+        headers.insert(name, http::HeaderValue::from_static(value));
+    }
+    let client = recast::route::FromClient {
+        query: Some("c=Seafood&page=2"),
+        headers: Some(&headers),
+        body: Default::default(),
+    };
+    group.bench_function("upstream_request", |b| {
+        b.iter(|| route.upstream_request(black_box(&client)).expect("a request"))
+    });
+    let request = route.upstream_request(&client).expect("a request");
+    group.bench_function("cache_key", |b| b.iter(|| recast::cache::Key::new(&route, black_box(&request))));
     group.finish();
     criterion.final_summary();
 

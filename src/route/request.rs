@@ -56,7 +56,9 @@ impl UpstreamRequest {
             context.update(bytes);
         };
         part(method.as_str().as_bytes());
-        part(uri.to_string().as_bytes());
+        part(uri.scheme_str().unwrap_or_default().as_bytes());
+        part(uri.authority().map_or("", |authority| authority.as_str()).as_bytes());
+        part(uri.path_and_query().map_or("", |target| target.as_str()).as_bytes());
         // In name order, so two requests that hold the same headers hash the same whatever order
         // they were set in; the values of one name keep theirs, which is sent.
         let mut names: smallvec::SmallVec<[&HeaderName; 8]> = headers.keys().collect();
