@@ -20,7 +20,8 @@ pub struct Tasks {
     metrics: Arc<Metrics>,
 }
 
-/// A guarded task panicked (its message, already logged and counted).
+/// A guarded task panicked (its message, already logged and counted), or a blocking one was
+/// cancelled because the runtime is stopping.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Panicked(pub String);
 
@@ -84,12 +85,10 @@ impl Tasks {
     ) -> Result<T, Panicked> {
         match tokio::task::spawn_blocking(work).await {
             Ok(done) => Ok(done),
+            // Not a bug: the runtime is going away.
+            Err(e) if !e.is_panic() => Err(Panicked("the blocking task was cancelled".to_owned())),
             Err(e) => {
-                let panic = if e.is_panic() {
-                    crate::logging::panic_message(&*e.into_panic())
-                } else {
-                    "the blocking task was cancelled".to_owned()
-                };
+                let panic = crate::logging::panic_message(&*e.into_panic());
                 self.metrics.panicked(site);
                 crate::logging::logged!(tracing::Level::ERROR, site = site.label(), %panic, "a task panicked; it was stopped");
                 Err(Panicked(panic))

@@ -305,10 +305,15 @@ impl<T: Clone> AnswerCache<T> {
             fresh: Duration::from_secs(fresh),
             stale: Duration::from_secs(stale),
         };
-        // Known as stored before it is: a drop from here on looks for it.
-        self.stored.lock().unwrap_or_else(PoisonError::into_inner).insert(key.route);
-        if !self.flies(key, flight) {
-            return None;
+        {
+            // Known as stored before it is, under the flights' lock, which a drop holds while it
+            // detaches the flights and takes the route from `stored`: either the drop comes first
+            // and this flight is gone, or it comes after and finds the route.
+            let flights = self.flights.lock().unwrap_or_else(PoisonError::into_inner);
+            if !flights.get(key).is_some_and(|current| Arc::ptr_eq(current, flight)) {
+                return None;
+            }
+            self.stored.lock().unwrap_or_else(PoisonError::into_inner).insert(key.route);
         }
         entries.insert(key.clone(), Arc::new(entry));
         // A drop that detached the flight between the check and the insert may have missed the
@@ -330,8 +335,11 @@ impl<T: Clone> AnswerCache<T> {
     /// still get their outcome, but nothing of them is stored, and a call that comes after this
     /// starts a new upstream call.
     pub fn drop_route(&self, uuid: Uuid) {
-        self.flights.lock().unwrap_or_else(PoisonError::into_inner).retain(|key, _| key.route != uuid);
-        let had = self.stored.lock().unwrap_or_else(PoisonError::into_inner).remove(&uuid);
+        let had = {
+            let mut flights = self.flights.lock().unwrap_or_else(PoisonError::into_inner);
+            flights.retain(|key, _| key.route != uuid);
+            self.stored.lock().unwrap_or_else(PoisonError::into_inner).remove(&uuid)
+        };
         if let (true, Some(entries)) = (had, &self.entries) {
             entries.retain(|key, _| key.route != uuid);
         }

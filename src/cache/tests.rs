@@ -181,7 +181,7 @@ async fn a_drop_detaches_the_flights_under_way_and_what_they_bring_is_not_kept()
 }
 
 #[test]
-fn a_cache_of_no_bytes_keeps_nothing_but_still_coalesces() {
+fn a_cache_of_no_bytes_keeps_nothing() {
     let cache = Arc::new(AnswerCache::<u32>::new(0));
     assert!(!cache.enabled());
     let key = key(Uuid::new_v4(), 1);

@@ -129,26 +129,8 @@ impl Feed<'_> {
         let pruned_through = row.get::<_, i64>(2) as u64;
         let target = Position { epoch, revision, history: row.get(3) };
         let history_at_position: Option<Uuid> = row.get(4);
-        let plan = match position {
-            None => Plan::Reload { why: "this node has no snapshot yet", comparable: false },
-            Some(p) if p.epoch != epoch => {
-                Plan::Reload { why: "the database was recreated (its epoch changed)", comparable: false }
-            }
-            Some(p) if revision < p.revision => Plan::Reload {
-                why: "the database's revision is below this node's (it was restored from a backup)",
-                comparable: false,
-            },
-            Some(p) if pruned_through > p.revision => {
-                Plan::Reload { why: "tombstones this node had not applied were pruned", comparable: true }
-            }
-            Some(p) if p.history.is_none() || p.history != history_at_position => Plan::Reload {
-                why: "the database's history at this node's revision is not the one it followed \
-                      (the database was restored from a backup and written since, or that part of \
-                      its history was pruned)",
-                comparable: false,
-            },
-            Some(_) => Plan::Changes,
-        };
+        let standing = Standing { epoch, revision, pruned_through, history_at_position };
+        let plan = plan(position, &standing);
         let next = match (plan, position) {
             (Plan::Changes, Some(p)) => Next::After(p.revision),
             _ => Next::Routes(Uuid::nil()),
@@ -156,9 +138,9 @@ impl Feed<'_> {
         Ok(Reading { database, tx, plan, target, next })
     }
 
-    /// Removes tombstones deleted, and history recorded, longer than `retention` ago, and moves
-    /// the pruning horizon past the tombstones. The history's current row always stays. Returns
-    /// how many tombstones were removed.
+    /// Removes tombstones deleted longer than `retention` ago and moves the pruning horizon past
+    /// them, and the history of revisions the database left longer than `retention` ago (its
+    /// current row always stays). Returns how many tombstones were removed.
     pub async fn prune(&mut self, retention: std::time::Duration) -> Result<u64, DbError> {
         let work = async {
             let tx = self.client.transaction().await?;
@@ -178,10 +160,13 @@ impl Feed<'_> {
                 )
                 .await?;
             }
+            // Every revision the database stood at within the retention stays (the newest row
+            // older than it included), so a node away for less than the retention can still
+            // vouch for where it stands, however long ago the last change was.
             tx.execute(
-                "DELETE FROM recast_history
-                 WHERE at <= now() - $1::float8 * interval '1 millisecond'
-                   AND revision < (SELECT revision FROM recast_meta WHERE id = 1)",
+                "DELETE FROM recast_history WHERE revision <
+                     (SELECT max(revision) FROM recast_history
+                      WHERE at <= now() - $1::float8 * interval '1 millisecond')",
                 &[&millis],
             )
             .await?;
@@ -264,6 +249,55 @@ impl Reading<'_> {
     }
 }
 
+/// Where the database stands, as [`plan`] compares it with a node's position.
+struct Standing {
+    epoch: Uuid,
+    revision: u64,
+    pruned_through: u64,
+    /// The history's id of the change at the node's revision, if it has one.
+    history_at_position: Option<Uuid>,
+}
+
+/// What a node at `position` must read, the database standing as `now` says.
+fn plan(position: Option<Position>, now: &Standing) -> Plan {
+    match position {
+        None => Plan::Reload { why: "this node has no snapshot yet", comparable: false },
+        Some(p) if p.epoch != now.epoch => {
+            Plan::Reload { why: "the database was recreated (its epoch changed)", comparable: false }
+        }
+        Some(p) if now.revision < p.revision => Plan::Reload {
+            why: "the database's revision is below this node's (it was restored from a backup)",
+            comparable: false,
+        },
+        // The database's history holds another change at this node's revision: what the node
+        // applied up to there is another timeline's, whose revisions say nothing about the
+        // database's.
+        Some(p) if now.history_at_position.is_some() && now.history_at_position != p.history => {
+            Plan::Reload {
+                why: "the database's history at this node's revision is not the one it followed \
+                  (it was restored from a backup and written since)",
+                comparable: false,
+            }
+        }
+        // Revisions still order versions, unless the history could not vouch for them.
+        Some(p) if now.pruned_through > p.revision => Plan::Reload {
+            why: "tombstones this node had not applied were pruned",
+            comparable: p.history.is_some() && now.history_at_position == p.history,
+        },
+        // The node knew the change at its revision, and the database no longer does: that part
+        // of the history was pruned (the node was away longer than the retention), or the
+        // database was restored from a backup.
+        Some(p) if p.history.is_some() && now.history_at_position.is_none() => Plan::Reload {
+            why: "this node's revision is no longer in the database's history (it was away \
+                  longer than the retention, or the database was restored from a backup)",
+            comparable: false,
+        },
+        // Verified, or nothing to verify with: a position inside an import, or a revision that
+        // a recast without the history wrote.
+        Some(_) => Plan::Changes,
+    }
+}
+
 impl Change {
     /// A row of `SELECT uuid, revision, record, history`.
     fn from_row(row: &tokio_postgres::Row) -> Change {
@@ -273,5 +307,54 @@ impl Change {
             record: row.get(2),
             history: row.get(3),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_reads_the_changes_only_when_it_can_trust_where_it_stands() {
+        let (epoch, other_epoch) = (Uuid::new_v4(), Uuid::new_v4());
+        let (followed, other) = (Some(Uuid::new_v4()), Some(Uuid::new_v4()));
+        let at = |revision, history| Some(Position { epoch, revision, history });
+        let now = |revision, pruned_through, history_at_position| Standing {
+            epoch,
+            revision,
+            pruned_through,
+            history_at_position,
+        };
+        let reload = |plan: Plan| match plan {
+            Plan::Reload { comparable, .. } => Some(comparable),
+            Plan::Changes => None,
+        };
+        let cases: [(&str, Option<Position>, Standing, Option<bool>); 11] = [
+            ("no snapshot", None, now(9, 0, None), Some(false)),
+            ("the same history, further on", at(6, followed), now(9, 0, followed), None),
+            ("the same history, where it stands", at(6, followed), now(6, 0, followed), None),
+            (
+                "recreated",
+                Some(Position { epoch: other_epoch, revision: 6, history: followed }),
+                now(9, 0, followed),
+                Some(false),
+            ),
+            ("restored, not written past it", at(6, followed), now(3, 0, None), Some(false)),
+            ("restored and written past it", at(6, followed), now(9, 0, other), Some(false)),
+            // Restored, written past it and tombstones pruned: the history decides, and the
+            // revisions of the two timelines are not compared.
+            ("restored, written past it, pruned", at(6, followed), now(9, 8, other), Some(false)),
+            ("tombstones pruned, the same history", at(6, followed), now(9, 8, followed), Some(true)),
+            ("tombstones and history pruned", at(6, followed), now(9, 8, None), Some(false)),
+            ("the history pruned", at(6, followed), now(9, 0, None), Some(false)),
+            // A position inside an import, or at a revision a recast without the history wrote:
+            // nothing to check it against.
+            ("nothing to vouch for it", at(6, None), now(9, 0, None), None),
+        ];
+        for (case, position, standing, expected) in cases {
+            assert_eq!(reload(plan(position, &standing)), expected, "{case}");
+        }
+        // A snapshot from before the history, at a revision the history now has: loaded once.
+        assert_eq!(reload(plan(at(6, None), &now(9, 0, followed))), Some(false));
     }
 }

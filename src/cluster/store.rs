@@ -34,11 +34,14 @@ impl Database {
                      WHERE uuid = $1 AND record IS NOT NULL"
                 }
             };
-            // The next revision and its history row in one round trip.
+            // The next revision and its history row in one round trip. A row already at that
+            // revision is a dead timeline's (a backup from before the history was restored over
+            // it): this change takes its place.
             let next = tx
                 .prepare_cached(
                     "WITH next AS (UPDATE recast_meta SET revision = revision + 1 WHERE id = 1 RETURNING revision)
                      INSERT INTO recast_history (revision, change) SELECT revision, $1 FROM next
+                     ON CONFLICT (revision) DO UPDATE SET change = excluded.change, at = now()
                      RETURNING revision",
                 )
                 .await?;
@@ -124,6 +127,7 @@ impl Database {
             .within(tx.query_one(
                 "WITH next AS (UPDATE recast_meta SET revision = revision + $1 WHERE id = 1 RETURNING revision)
                  INSERT INTO recast_history (revision, change) SELECT revision, $2 FROM next
+                 ON CONFLICT (revision) DO UPDATE SET change = excluded.change, at = now()
                  RETURNING revision",
                 &[&(fresh.len() as i64), &Uuid::new_v4()],
             ))

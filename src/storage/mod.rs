@@ -399,15 +399,28 @@ fn revision_key(revision: u64) -> [u8; 9] {
     key
 }
 
-/// The last revision the store gave a change: its highest revision key (0 for none).
+/// The last revision the store gave a change: its highest revision key (0 for none). The keys
+/// below it, left by changes that landed out of order, are removed.
 fn last_revision(db: &DB) -> Result<u64, StorageError> {
-    let mut last = db.iterator(IteratorMode::From(&revision_key(u64::MAX), Direction::Reverse));
-    match last.next().transpose().map_err(io)? {
-        Some((key, _)) if key.len() == 9 && key[0] == REVISION => {
-            Ok(u64::from_be_bytes(key[1..].try_into().expect("eight bytes")))
+    let mut keys = Vec::new();
+    for entry in db.iterator(IteratorMode::From(&[REVISION], Direction::Forward)) {
+        let (key, _) = entry.map_err(io)?;
+        if key.first() != Some(&REVISION) {
+            break;
         }
-        _ => Ok(0),
+        keys.push(key);
     }
+    let Some(last) = keys.pop() else { return Ok(0) };
+    if !keys.is_empty() {
+        let mut batch = WriteBatch::default();
+        keys.iter().for_each(|key| batch.delete(key));
+        db.write(batch).map_err(io)?;
+    }
+    let revision = last.get(1..).and_then(|bytes| bytes.try_into().ok()).map(u64::from_be_bytes);
+    revision.ok_or_else(|| StorageError::Corrupt {
+        key: hex::encode(&last),
+        why: "not a revision key".to_owned(),
+    })
 }
 
 /// A record of [`Store::records`] as it is stored (`recast routes export`).

@@ -171,3 +171,60 @@ fn version_1_records_are_sealed_at_start_and_their_clear_copies_leave_the_files(
     assert!(store.db.get(COMPACT_PENDING).unwrap().is_none(), "the marker is gone once compacted");
     assert_eq!(store.page(10, None).unwrap().stored, [route(uuid, "canary-v1-clear-91b2")]);
 }
+
+/// The revision a record of `uuid` was written with.
+fn revision_of(store: &Store, uuid: Uuid) -> u64 {
+    let record = store.db.get(route_key(uuid)).unwrap().expect("a record");
+    open(&store.key, &route_key(uuid), &record).unwrap().1.expect("a revision")
+}
+
+#[test]
+fn every_change_has_the_next_revision_and_a_restart_goes_on_from_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    {
+        let store = Store::open(dir.path(), None).unwrap();
+        assert_eq!(store.put(&route(a, "t")).unwrap(), 1);
+        assert_eq!(store.put(&route(b, "t")).unwrap(), 2);
+        assert_eq!(store.put(&route(a, "u")).unwrap(), 3);
+        assert_eq!(revision_of(&store, a), 3);
+        assert_eq!(store.delete(b).unwrap(), Some(4));
+        assert_eq!(store.delete(b).unwrap(), None, "no such route: no change");
+    }
+    // The last change was a deletion, which leaves no record: the counter still goes on.
+    let store = Store::open(dir.path(), None).unwrap();
+    assert_eq!(store.put(&route(a, "v")).unwrap(), 5);
+    assert_eq!(revision_of(&store, a), 5);
+}
+
+#[test]
+fn changes_written_at_once_get_distinct_revisions_and_a_restart_goes_on_past_them_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let uuids: Vec<Uuid> = (0..64).map(|_| Uuid::new_v4()).collect();
+    let mut revisions = {
+        let store = Store::open(dir.path(), None).unwrap();
+        std::thread::scope(|scope| {
+            let parts: Vec<_> = uuids
+                .chunks(8)
+                .map(|part| {
+                    let store = &store;
+                    scope.spawn(move || {
+                        part.iter().map(|&u| store.put(&route(u, "t")).unwrap()).collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            parts.into_iter().flat_map(|part| part.join().unwrap()).collect::<Vec<u64>>()
+        })
+    };
+    revisions.sort_unstable();
+    assert_eq!(revisions, (1..=64).collect::<Vec<u64>>());
+    let store = Store::open(dir.path(), None).unwrap();
+    assert_eq!(store.put(&route(uuids[0], "u")).unwrap(), 65);
+    // Only the last revision's key is left.
+    let keys = store
+        .db
+        .iterator(IteratorMode::From(&[REVISION], Direction::Forward))
+        .map_while(|entry| entry.ok().filter(|(key, _)| key.first() == Some(&REVISION)))
+        .count();
+    assert_eq!(keys, 1);
+}
