@@ -206,8 +206,9 @@ async fn a_stale_answer_is_given_at_once_while_one_refresh_runs_and_the_next_cal
         cached_route(&service, &upstream, r#"{"ttlSeconds":1,"staleWhileRevalidateSeconds":30}"#).await;
     let url = service.url(&path);
     assert_eq!(id(&get(&url).await), 2);
-    // The one test here that lets a second pass for real: the cache's lifetimes are its unit
-    // tests' matter (on a paused clock); this one is about the refresh a stale answer starts.
+    // A second passes for real (here and in the refresh-panic test): the service's calls run on
+    // its workers' own runtimes, whose clocks a test cannot pause. The cache's lifetimes are its
+    // unit tests' matter, on a paused clock; this one is about the refresh a stale answer starts.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     gate.send_replace(false);
     // Both are answered from the entry while the refresh is held at the upstream.

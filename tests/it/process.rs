@@ -63,7 +63,11 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         // The leader's children first (while the group's id is surely still its own), then it.
-        let _ = Command::new("kill").args(["-s", "KILL", "--", &format!("-{}", self.id)]).status();
+        // A group that has already gone is the usual case, and `kill` saying so is no news.
+        let _ = Command::new("kill")
+            .args(["-s", "KILL", "--", &format!("-{}", self.id)])
+            .stderr(std::process::Stdio::null())
+            .status();
         if let (Some(child), false) = (&mut self.child, self.reaped) {
             let _ = child.wait();
         }
