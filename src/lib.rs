@@ -9,6 +9,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod exec;
+pub mod expr;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
