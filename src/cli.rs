@@ -101,12 +101,20 @@ pub fn preview(rules: &Path, input: &Path, traced: bool, limits: &Limits) -> Out
         }
     };
     let mapped = json::with_parsed(&mut input_text, limits.max_depth, |nodes| {
-        let mut out = preview_output(compiled, nodes, 0, traced);
+        let mut out = preview_output(compiled, nodes, 0, traced)?;
         out.push(b'\n');
-        out
+        Some(out)
     });
     match mapped {
-        Ok(out) => Outcome::ok(out, String::new()),
+        Ok(Some(out)) => Outcome::ok(out, String::new()),
+        Ok(None) => Outcome::failed(
+            Exit::Problems,
+            format!(
+                "{}: the rules' expressions built more than {} bytes (RECAST_MAX_EXPR_BYTES)\n",
+                rules.display(),
+                limits.max_expr_bytes
+            ),
+        ),
         Err(e) => Outcome::failed(
             Exit::Problems,
             format!("{}: the input is not valid JSON: {e}\n", input.display()),

@@ -20,6 +20,7 @@ pub const MAX_UPSTREAM_BYTES: &str = "RECAST_MAX_UPSTREAM_BYTES";
 pub const MAX_REQUEST_BYTES: &str = "RECAST_MAX_REQUEST_BYTES";
 pub const MAX_RULES: &str = "RECAST_MAX_RULES";
 pub const MAX_DEPTH: &str = "RECAST_MAX_DEPTH";
+pub const MAX_EXPR_BYTES: &str = "RECAST_MAX_EXPR_BYTES";
 pub const SHUTDOWN_GRACE_MS: &str = "RECAST_SHUTDOWN_GRACE_MS";
 pub const WORKERS: &str = "RECAST_WORKERS";
 pub const LOG: &str = "RECAST_LOG";
@@ -47,6 +48,7 @@ pub const DEFAULT_MAX_UPSTREAM_BYTES: usize = 16 << 20;
 pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1 << 20;
 pub const DEFAULT_MAX_RULES: usize = 1024;
 pub const DEFAULT_MAX_DEPTH: usize = 64;
+pub const DEFAULT_MAX_EXPR_BYTES: usize = crate::rules::DEFAULT_MAX_EXPR_BYTES;
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 10_000;
 pub const DEFAULT_LOG: &str = "info";
 pub const DEFAULT_MAX_INFLIGHT: usize = 4096;
@@ -109,6 +111,11 @@ pub struct Config {
     /// Deepest nesting of JSON documents, and longest `parents`/`each` path in rules.
     #[arg(long, env = MAX_DEPTH, default_value_t = DEFAULT_MAX_DEPTH, value_parser = clap::value_parser!(u16).range(1..=1024).map(usize::from))]
     pub max_depth: usize,
+
+    /// Bytes the values built by one call's expressions may take (multi-selects, sorted copies,
+    /// text); past it the call answers 502 `mapping-limit`.
+    #[arg(long, env = MAX_EXPR_BYTES, default_value_t = DEFAULT_MAX_EXPR_BYTES)]
+    pub max_expr_bytes: usize,
 
     /// How long in-flight requests may take to finish after SIGTERM/SIGINT, in milliseconds.
     #[arg(long, env = SHUTDOWN_GRACE_MS, default_value_t = DEFAULT_SHUTDOWN_GRACE_MS)]
@@ -205,6 +212,7 @@ impl Default for Config {
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             max_rules: DEFAULT_MAX_RULES,
             max_depth: DEFAULT_MAX_DEPTH,
+            max_expr_bytes: DEFAULT_MAX_EXPR_BYTES,
             shutdown_grace_ms: DEFAULT_SHUTDOWN_GRACE_MS,
             workers: None,
             log: DEFAULT_LOG.to_owned(),
@@ -228,7 +236,7 @@ impl Default for Config {
 impl Config {
     /// The limits rules are compiled under.
     pub fn limits(&self) -> Limits {
-        Limits { max_rules: self.max_rules, max_depth: self.max_depth }
+        Limits { max_rules: self.max_rules, max_depth: self.max_depth, max_expr_bytes: self.max_expr_bytes }
     }
 
     pub fn shutdown_grace(&self) -> Duration {
@@ -320,6 +328,7 @@ mod tests {
             MAX_REQUEST_BYTES,
             MAX_RULES,
             MAX_DEPTH,
+            MAX_EXPR_BYTES,
             SHUTDOWN_GRACE_MS,
             WORKERS,
             LOG,

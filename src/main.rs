@@ -79,11 +79,14 @@ struct LimitArgs {
     /// Deepest nesting of JSON documents, and longest `parents`/`each` path in rules.
     #[arg(long, env = recast::config::MAX_DEPTH, default_value_t = recast::config::DEFAULT_MAX_DEPTH, value_parser = clap::value_parser!(u16).range(1..=1024).map(usize::from))]
     max_depth: usize,
+    /// Bytes the values built by one mapping's expressions may take.
+    #[arg(long, env = recast::config::MAX_EXPR_BYTES, default_value_t = recast::config::DEFAULT_MAX_EXPR_BYTES)]
+    max_expr_bytes: usize,
 }
 
 impl LimitArgs {
     fn limits(&self) -> Limits {
-        Limits { max_rules: self.max_rules, max_depth: self.max_depth }
+        Limits { max_rules: self.max_rules, max_depth: self.max_depth, max_expr_bytes: self.max_expr_bytes }
     }
 }
 

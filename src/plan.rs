@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+use crate::expr::Program;
 use crate::json::write::Words;
 use crate::rules::{KeyEntry, Type};
 
@@ -17,8 +18,8 @@ pub type SlotId = u32;
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub(crate) ignore_empty: bool,
-    /// `each`: the path to the list whose elements are mapped one by one.
-    pub(crate) each: Option<Box<[Box<str>]>>,
+    /// `each`: where the list whose elements are mapped one by one is.
+    pub(crate) each: Option<Each>,
     /// Scans first (each after the scan that fills its input slot), then one op per target in
     /// output order.
     pub(crate) ops: Vec<Op>,
@@ -30,6 +31,19 @@ pub struct Plan {
     pub(crate) reads: Vec<Read>,
     /// Slots of the parts of every concatenation.
     pub(crate) parts: Vec<SlotId>,
+    /// Compiled expressions of [`Op::Expr`] targets and of `each`.
+    pub(crate) programs: Vec<Program>,
+    /// Bytes the values built by one call's expressions may take (`RECAST_MAX_EXPR_BYTES`).
+    pub(crate) expr_budget: usize,
+}
+
+/// Where `each` finds its list.
+#[derive(Debug, Clone)]
+pub(crate) enum Each {
+    /// `"each": ["data", "items"]`.
+    Path(Box<[Box<str>]>),
+    /// `"each": "data.items[?inStock]"`: an index into [`Plan::programs`].
+    Expr(u32),
 }
 
 /// One instruction of a plan.
@@ -49,6 +63,9 @@ pub(crate) enum Op {
     Field { target: u32, ty: Type, slot: SlotId, member: Member },
     /// A target whose `keys` has several entries; written as a JSON array in entry order.
     Array { target: u32, ty: Type, reads: Span, member: Member },
+    /// A target whose source is an `expr` (SPEC §1.8): the program's value, coerced like a value
+    /// read by one key.
+    Expr { target: u32, ty: Type, program: u32, member: Member },
 }
 
 /// The output member name of a target as written: `"key":`, escaped and split into words once at
@@ -112,12 +129,19 @@ pub(crate) struct Target {
     pub ty: Type,
     pub parents: Box<[Box<str>]>,
     pub keys: Box<[KeyEntry]>,
+    /// The expression, for a target whose source is one.
+    pub expr: Option<Box<str>>,
 }
 
 impl Plan {
     /// Number of output members (targets).
     pub fn target_count(&self) -> usize {
         self.targets.len()
+    }
+
+    /// Bytes the values built by one call's expressions may take.
+    pub fn expr_budget(&self) -> usize {
+        self.expr_budget
     }
 
     /// Whether the output is a list (the rules have `each`).
@@ -266,8 +290,12 @@ impl fmt::Display for Plan {
         if self.ignore_empty {
             writeln!(f, "ignore empty values")?;
         }
-        if let Some(each) = &self.each {
-            writeln!(f, "each {}", each.join("."))?;
+        match &self.each {
+            Some(Each::Path(path)) => writeln!(f, "each {}", path.join("."))?,
+            Some(Each::Expr(program)) => {
+                writeln!(f, "each expr {}", self.programs[*program as usize].source())?
+            }
+            None => {}
         }
         let slot = |s: SlotId| format!("s{s}");
         let read = |r: &Read| match r {
@@ -300,6 +328,11 @@ impl fmt::Display for Plan {
                     let t = &self.targets[*target as usize];
                     let rs: Vec<_> = self.reads[reads.range()].iter().map(read).collect();
                     writeln!(f, "array {} ({}) ← [{}]", t.key, t.ty.name(), rs.join(", "))?;
+                }
+                Op::Expr { target, program, .. } => {
+                    let t = &self.targets[*target as usize];
+                    let source = self.programs[*program as usize].source();
+                    writeln!(f, "expr {} ({}) ← {source}", t.key, t.ty.name())?;
                 }
             }
         }

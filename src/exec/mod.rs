@@ -5,6 +5,7 @@
 //! scratch (the slot table) lives in a bump arena that is reset, not freed, between calls.
 
 mod coerce;
+mod expr;
 mod trace;
 
 use std::cell::RefCell;
@@ -13,8 +14,9 @@ use bumpalo::Bump;
 
 pub use trace::{TRACE_ELEMENTS, Trace, TraceEntry, execute_traced};
 
+use crate::expr::{Arena, EvalError, Kind, Val};
 use crate::json::{self, Doc, Node, Nodes, write};
-use crate::plan::{self, Input, KeyTable, Member, Op, Plan, Read, SlotId, Span};
+use crate::plan::{self, Each, Input, KeyTable, Member, Op, Plan, Read, SlotId, Span};
 use crate::rules::Type;
 use coerce::{coerce, text};
 
@@ -22,8 +24,29 @@ use coerce::{coerce, text};
 const MISSING: usize = usize::MAX;
 
 /// Maps the document `nodes` (rooted at `root`) by `plan`, appending the output JSON to `out`.
-pub fn execute(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut Vec<u8>) {
-    with_arena(|arena| document(plan, nodes, root, &mut Scratch::new(arena, plan), out, &mut Silent));
+pub fn execute(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut Vec<u8>) -> Outcome {
+    with_arena(|arena| {
+        let mut scratch = Scratch::new(arena, plan);
+        document(plan, nodes, root, &mut scratch, out, &mut Silent);
+        scratch.outcome
+    })
+}
+
+/// What a run reports beside its output: how its expressions fared (SPEC §1.8).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Expressions that failed while evaluating; each one's value was missing.
+    pub expression_errors: u32,
+    /// The values the expressions built passed `RECAST_MAX_EXPR_BYTES`: the output is not the
+    /// mapping's, and the call fails (`mapping-limit`).
+    pub over_budget: bool,
+}
+
+impl Outcome {
+    fn failed(&mut self, error: &EvalError) {
+        self.expression_errors += 1;
+        self.over_budget |= expr::over_budget(error);
+    }
 }
 
 /// Per-call scratch of the executor, in the arena.
@@ -34,6 +57,7 @@ pub(crate) struct Scratch<'a> {
     /// Per scan (the first [`SHAPE_SCANS`]), the members of the object it walked last. Made only
     /// for an `each` list of two or more elements.
     shapes: &'a mut [Shape],
+    outcome: Outcome,
 }
 
 /// Members per object whose names a scan remembers from one `each` element to the next.
@@ -79,7 +103,12 @@ const NOT_TAKEN: SlotId = SlotId::MAX;
 
 impl<'a> Scratch<'a> {
     pub(crate) fn new(arena: &'a Bump, plan: &Plan) -> Scratch<'a> {
-        Scratch { arena, slots: arena.alloc_slice_fill_copy(plan.slot_count, MISSING), shapes: &mut [] }
+        Scratch {
+            arena,
+            slots: arena.alloc_slice_fill_copy(plan.slot_count, MISSING),
+            shapes: &mut [],
+            outcome: Outcome::default(),
+        }
     }
 
     /// Makes the shape memory, for a list whose elements will be mapped one after another.
@@ -112,6 +141,9 @@ pub(crate) trait Observer {
     /// Target `target` was evaluated on the object at `root`; `value` is its JSON when written,
     /// `None` when it was left out.
     fn target(&mut self, target: u32, root: usize, value: Option<&[u8]>);
+    /// The expression of `target` (of `each` for `None`) was run, and failed with `error` if any.
+    /// For a target, this comes just before [`Observer::target`].
+    fn expression(&mut self, _target: Option<u32>, _error: Option<&EvalError>) {}
 }
 
 struct Silent;
@@ -133,53 +165,146 @@ pub(crate) fn document<O: Observer>(
     out: &mut Vec<u8>,
     observer: &mut O,
 ) {
-    let Some(path) = &plan.each else {
-        object(plan, nodes, root, scratch, out, observer);
+    let tape: &Nodes<'_> = nodes;
+    let bump: &Bump = scratch.arena;
+    let arena = Arena::new(bump, plan.expr_budget);
+    let context = expr::Context { top: Val::from_tape(tape, root), arena: &arena };
+    let Some(each) = &plan.each else {
+        object(plan, nodes, root, context.top, &context, scratch, out, observer);
         return;
     };
     out.push(b'[');
-    match each_list(nodes, root, path) {
-        Some(list) if matches!(nodes.get(list), Some(Node::Array { .. })) => {
-            if matches!(nodes.get(list), Some(Node::Array { len: 2.., .. })) {
-                scratch.remember_shapes(plan);
+    match each {
+        Each::Path(path) => match each_list(nodes, root, path) {
+            Some(list) if matches!(nodes.get(list), Some(Node::Array { .. })) => {
+                let elements = json::elements(nodes, list).into_iter().flatten();
+                let items = elements.map(|element| (element, Val::from_tape(tape, element)));
+                elements_of(plan, nodes, items, &context, scratch, out, observer);
             }
-            let mut written = 0;
-            for (index, element) in json::elements(nodes, list).into_iter().flatten().enumerate() {
-                observer.element(index);
-                let mark = out.len();
-                if written > 0 {
-                    out.push(b',');
+            Some(element) if matches!(nodes.get(element), Some(Node::Object { .. })) => {
+                let items = std::iter::once((element, Val::from_tape(tape, element)));
+                elements_of(plan, nodes, items, &context, scratch, out, observer);
+            }
+            _ => {}
+        },
+        Each::Expr(program) => {
+            match expr::run(&plan.programs[*program as usize], tape, &context, context.top) {
+                Err(error) => {
+                    scratch.outcome.failed(&error);
+                    observer.expression(None, Some(&error));
                 }
-                if object(plan, nodes, element, scratch, out, observer) || !plan.ignore_empty {
-                    written += 1;
-                } else {
-                    out.truncate(mark);
+                Ok(found) => {
+                    observer.expression(None, None);
+                    each_expression(plan, nodes, found, &context, scratch, out, observer);
                 }
             }
         }
-        Some(element) if matches!(nodes.get(element), Some(Node::Object { .. })) => {
-            observer.element(0);
-            let mark = out.len();
-            if !object(plan, nodes, element, scratch, out, observer) && plan.ignore_empty {
-                out.truncate(mark);
-            }
-        }
-        _ => {}
     }
     out.push(b']');
 }
 
-/// One output object built with `root` as the root. Returns whether any member was written.
+/// The elements an `each` expression gave: those of a list, or an object alone. Elements that
+/// are places in the document are mapped there; when the expression built some (a
+/// multi-select) and the rules read them by `keys`, the elements and `$` are written out and
+/// parsed again, so that `keys` can walk them as they walk the document.
+fn each_expression<O: Observer>(
+    plan: &Plan,
+    nodes: &Doc<'_, '_>,
+    found: Val<'_>,
+    context: &expr::Context<'_>,
+    scratch: &mut Scratch<'_>,
+    out: &mut Vec<u8>,
+    observer: &mut O,
+) {
+    let tape: &Nodes<'_> = nodes;
+    let view = crate::expr::Doc { nodes: tape };
+    let elements: Vec<Val<'_>> = match found.kind() {
+        Kind::Array => view.items(found).into_iter().flatten().collect(),
+        Kind::Object => vec![found],
+        _ => return,
+    };
+    let built =
+        |v: &Val<'_>| matches!(v.kind(), Kind::Array | Kind::Object) && expr::tape_index(*v).is_none();
+    if plan.scan_count == 0 || !elements.iter().any(built) {
+        let items = elements.into_iter().map(|v| (expr::tape_index(v).unwrap_or(MISSING), v));
+        elements_of(plan, nodes, items, context, scratch, out, observer);
+        return;
+    }
+    let mut text = Vec::new();
+    text.push(b'[');
+    view.write(&mut text, context.top);
+    text.extend_from_slice(b",[");
+    for (n, v) in elements.iter().enumerate() {
+        if n > 0 {
+            text.push(b',');
+        }
+        view.write(&mut text, *v);
+    }
+    text.extend_from_slice(b"]]");
+    // Deeper than the document's limit only by the two lists wrapped around it.
+    let parsed = json::with_parsed(&mut text, 1 << 12, |again| {
+        let tape: &Nodes<'_> = again;
+        let (Some(top), Some(list)) = (
+            json::elements(tape, 0).and_then(|mut e| e.next()),
+            json::elements(tape, 0).and_then(|e| e.last()),
+        ) else {
+            return;
+        };
+        let context = expr::Context { top: Val::from_tape(tape, top), arena: context.arena };
+        let items = json::elements(tape, list).into_iter().flatten().map(|i| (i, Val::from_tape(tape, i)));
+        elements_of(plan, again, items, &context, scratch, out, observer);
+    });
+    debug_assert!(parsed.is_ok(), "values written by the engine parse again");
+}
+
+/// Maps each of `items` (its tape index, `MISSING` for a value not in the tape, and its value)
+/// as one output element.
+fn elements_of<'v, O: Observer>(
+    plan: &Plan,
+    nodes: &Doc<'_, '_>,
+    items: impl Iterator<Item = (usize, Val<'v>)>,
+    context: &expr::Context<'_>,
+    scratch: &mut Scratch<'_>,
+    out: &mut Vec<u8>,
+    observer: &mut O,
+) {
+    let mut items = items.peekable();
+    let mut written = 0;
+    for index in 0.. {
+        let Some((element, value)) = items.next() else { break };
+        if index == 0 && items.peek().is_some() {
+            scratch.remember_shapes(plan);
+        }
+        observer.element(index);
+        let mark = out.len();
+        if written > 0 {
+            out.push(b',');
+        }
+        if object(plan, nodes, element, value, context, scratch, out, observer) || !plan.ignore_empty {
+            written += 1;
+        } else {
+            out.truncate(mark);
+        }
+    }
+}
+
+/// One output object built with `root` as the root (its tape index for `keys`, `MISSING` when
+/// it is not in the tape; its value `cur` for expressions). Returns whether any member was
+/// written.
+#[allow(clippy::too_many_arguments)]
 fn object<O: Observer>(
     plan: &Plan,
     nodes: &Doc<'_, '_>,
     root: usize,
+    cur: Val<'_>,
+    context: &expr::Context<'_>,
     scratch: &mut Scratch<'_>,
     out: &mut Vec<u8>,
     observer: &mut O,
 ) -> bool {
     let ignore = plan.ignore_empty;
-    let Scratch { slots, shapes, .. } = scratch;
+    let tape: &Nodes<'_> = nodes;
+    let Scratch { slots, shapes, outcome, .. } = scratch;
     let slots = &mut **slots;
     slots.fill(MISSING);
     let mut shapes = shapes.iter_mut();
@@ -231,6 +356,26 @@ fn object<O: Observer>(
             }
             Op::Array { target: id, ty, member, reads } => {
                 target.write(*id, member, |out| array(plan, nodes, *ty, *reads, slots, ignore, out));
+            }
+            // Once the budget is spent the call fails, and no more is built.
+            Op::Expr { target: id, .. } if outcome.over_budget => target.left_out(*id),
+            Op::Expr { target: id, ty, program, member } => {
+                let value = match expr::run(&plan.programs[*program as usize], tape, context, cur) {
+                    Ok(value) => {
+                        target.observer.expression(Some(*id), None);
+                        value
+                    }
+                    Err(error) => {
+                        outcome.failed(&error);
+                        target.observer.expression(Some(*id), Some(&error));
+                        Val::Null
+                    }
+                };
+                if ignore && value.is_null() {
+                    target.left_out(*id);
+                } else {
+                    target.write(*id, member, |out| expr::write_value(nodes, value, *ty, ignore, out));
+                }
             }
         }
     }
@@ -699,5 +844,122 @@ mod tests {
             format!("{{{}}}", members.join(","))
         };
         assert_eq!(String::from_utf8(out).unwrap(), format!("[{},{}]", expected(0), expected(100)));
+    }
+}
+
+/// Rules whose sources are expressions (SPEC §1.8), run through the whole executor.
+#[cfg(test)]
+mod expression_tests {
+    use crate::json::with_parsed;
+    use crate::rules::{Limits, compile_json};
+
+    /// Maps `input` by `rules` under `limits`; the output and what the run reports.
+    fn map_with(rules: &str, input: &str, limits: &Limits) -> (String, super::Outcome) {
+        let plan = compile_json(rules.as_bytes(), limits).unwrap_or_else(|p| panic!("{p:?}")).plan;
+        let mut buf = input.as_bytes().to_vec();
+        let mut out = Vec::new();
+        let outcome =
+            with_parsed(&mut buf, 64, |nodes| super::execute(&plan, nodes, 0, &mut out)).expect("JSON");
+        (String::from_utf8(out).expect("UTF-8"), outcome)
+    }
+
+    fn map(rules: &str, input: &str) -> String {
+        map_with(rules, input, &Limits::default()).0
+    }
+
+    /// Rules with one target `v` of `ty` read by `expr`.
+    fn one(expr: &str, ty: &str) -> String {
+        let expr = serde_json::to_string(expr).expect("a string");
+        format!(
+            r#"{{"newBodyFields":{{"v":{{"key":"v","type":"{ty}"}}}},"oldBodyFields":{{"v":{{"expr":{expr}}}}}}}"#
+        )
+    }
+
+    const ORDER: &str = r#"{"customer":{"name":"Ada","email":null},"currency":"EUR",
+        "items":[{"sku":"a","price":"12.25","qty":2,"stock":3},{"sku":"b","price":"4.5","qty":1,"stock":0},
+                 {"sku":"c","price":"1","qty":10,"stock":7}]}"#;
+
+    #[test]
+    fn an_expression_reads_filters_computes_and_defaults() {
+        let cases = [
+            ("customer.name", "String", r#"{"v":"Ada"}"#),
+            // No implicit first element: that stays `parents`' behaviour.
+            ("items.sku", "Json", r#"{"v":null}"#),
+            ("items[?stock > `0`].sku", "Json", r#"{"v":["a","c"]}"#),
+            ("items[?stock > `0`].sku", "String", r#"{"v":["a","c"]}"#),
+            ("sum(items[*].qty)", "Int", r#"{"v":13}"#),
+            ("sum(items[].[to_number(price) * qty][])", "Double", r#"{"v":39.0}"#),
+            ("customer.email || 'none'", "String", r#"{"v":"none"}"#),
+            ("length(items)", "String", r#"{"v":"3"}"#),
+            ("items[0].price", "Double", r#"{"v":12.25}"#),
+            ("items[-1].qty", "Boolean", r#"{"v":null}"#),
+            ("{n: customer.name, c: currency}", "Json", r#"{"v":{"n":"Ada","c":"EUR"}}"#),
+            ("max_by(items, &qty).sku", "String", r#"{"v":"c"}"#),
+            (
+                "let $c = currency in items[*].join(' ', [sku, $c])",
+                "Json",
+                r#"{"v":["a EUR","b EUR","c EUR"]}"#,
+            ),
+            ("items[?qty > `1`] | length(@) > `1` ? 'many' : 'few'", "String", r#"{"v":"many"}"#),
+        ];
+        for (expr, ty, expected) in cases {
+            assert_eq!(map(&one(expr, ty), ORDER), expected, "{expr} as {ty}");
+        }
+    }
+
+    #[test]
+    fn each_takes_an_expression_and_dollar_is_the_whole_document_under_it() {
+        let rules = r#"{"each":"items[?stock > `0`]",
+            "newBodyFields":{"sku":{"key":"sku","type":"String"},"total":{"key":"total","type":"Double"},
+                             "cur":{"key":"currency","type":"String"},"name":{"key":"who","type":"String"}},
+            "oldBodyFields":{"sku":{"keys":["sku"]},"total":{"expr":"to_number(price) * qty"},
+                             "cur":{"expr":"$.currency"},"name":{"keys":["name"],"parents":["customer"]}}}"#;
+        assert_eq!(
+            map(rules, ORDER),
+            r#"[{"sku":"a","total":24.5,"currency":"EUR","who":null},{"sku":"c","total":10.0,"currency":"EUR","who":null}]"#
+        );
+        // Built elements (a multi-select) are read by `keys` too, and `$` still reaches the root.
+        let rules = r#"{"each":"items[*].{s: sku, q: qty}","newBodyFields":{"s":{"key":"s","type":"String"},
+            "q":{"key":"q","type":"Int"},"c":{"key":"c","type":"String"}},
+            "oldBodyFields":{"s":{"keys":["s"]},"q":{"expr":"q"},"c":{"expr":"$.currency"}}}"#;
+        assert_eq!(
+            map(rules, ORDER),
+            r#"[{"s":"a","q":2,"c":"EUR"},{"s":"b","q":1,"c":"EUR"},{"s":"c","q":10,"c":"EUR"}]"#
+        );
+        // An object is the one element; anything else gives no elements.
+        let each = |expr: &str| {
+            format!(
+                r#"{{"each":"{expr}","newBodyFields":{{"n":{{"key":"n","type":"String"}}}},"oldBodyFields":{{"n":{{"keys":["name"]}}}}}}"#
+            )
+        };
+        assert_eq!(map(&each("customer"), ORDER), r#"[{"n":"Ada"}]"#);
+        assert_eq!(map(&each("currency"), ORDER), "[]");
+        assert_eq!(map(&each("nothing"), ORDER), "[]");
+    }
+
+    #[test]
+    fn a_failing_expression_is_a_missing_value_and_is_counted() {
+        let (out, outcome) = map_with(&one("abs(currency)", "Int"), ORDER, &Limits::default());
+        assert_eq!(out, r#"{"v":null}"#);
+        assert_eq!(outcome, super::Outcome { expression_errors: 1, over_budget: false });
+        let rules = r#"{"ignoreEmptyValues":true,"newBodyFields":{"v":{"key":"v","type":"Int"},"w":{"key":"w","type":"String"}},
+            "oldBodyFields":{"v":{"expr":"`1` / `0`"},"w":{"expr":"currency"}}}"#;
+        let (out, outcome) = map_with(rules, ORDER, &Limits::default());
+        assert_eq!(out, r#"{"w":"EUR"}"#);
+        assert_eq!(outcome.expression_errors, 1);
+    }
+
+    #[test]
+    fn values_built_past_the_budget_fail_the_mapping_quickly() {
+        // Each level builds a list per element of the one before: 100^4 lists of 100 elements,
+        // some 24 GB, were the budget not there. The run stops at the budget's first megabyte.
+        let hundred: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+        let input = format!(r#"{{"a":[{}]}}"#, hundred.join(","));
+        let expr = "a[*].[$.a[*].[$.a[*].[$.a[*].[$.a[*]]]]]";
+        let limits = Limits { max_expr_bytes: 1 << 20, ..Limits::default() };
+        let (_, outcome) = map_with(&one(expr, "Json"), &input, &limits);
+        assert!(outcome.over_budget, "{outcome:?}");
+        let (out, outcome) = map_with(&one("length(a[*].[@, @])", "Int"), &input, &limits);
+        assert_eq!((out.as_str(), outcome.over_budget), (r#"{"v":100}"#, false));
     }
 }

@@ -6,9 +6,10 @@
 //! the one the real executor wrote.
 
 use super::coerce::{Coerced, coerce};
-use super::{Observer, Scratch, document, with_arena};
+use super::{Observer, Outcome, Scratch, document, with_arena};
+use crate::expr::EvalError;
 use crate::json::{self, Doc, Node, Nodes, write};
-use crate::plan::{Plan, Target};
+use crate::plan::{Each, Plan, Target};
 use crate::rules::{KeyEntry, Problem, Type};
 
 /// How many `each` elements a trace describes; the output always has all of them.
@@ -18,9 +19,10 @@ pub const TRACE_ELEMENTS: usize = 50;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Trace {
     pub entries: Vec<TraceEntry>,
-    /// Remarks on the run as a whole (an `each` path that leads to no list, a shortened trace),
-    /// located in the rules document like compile warnings.
+    /// Remarks on the run as a whole (an `each` path that leads to no list, a shortened trace,
+    /// an expression that failed), located in the rules document like compile warnings.
     pub notes: Vec<Problem>,
+    pub outcome: Outcome,
 }
 
 /// One target evaluated once.
@@ -72,9 +74,21 @@ impl Trace {
 
 /// Like [`execute`](super::execute), and also returns a [`Trace`].
 pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut Vec<u8>) -> Trace {
-    let mut tracer = Tracer { plan, nodes, each: None, element: None, elements: 0, entries: Vec::new() };
+    let mut tracer = Tracer {
+        plan,
+        nodes,
+        each: None,
+        element: None,
+        elements: 0,
+        entries: Vec::new(),
+        failure: None,
+        failed: Vec::new(),
+    };
     let mut notes = Vec::new();
-    if let Some(path) = &plan.each {
+    if let Some(Each::Expr(_)) = &plan.each {
+        tracer.each = Some(("(each)".to_owned(), true));
+    }
+    if let Some(Each::Path(path)) = &plan.each {
         match locate(nodes, root, String::new(), path.iter().map(|p| &**p)) {
             Ok((at, pointer)) => match nodes.get(at) {
                 Some(Node::Array { .. }) => tracer.each = Some((pointer, true)),
@@ -94,7 +108,12 @@ pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut V
             )),
         }
     }
-    with_arena(|arena| document(plan, nodes, root, &mut Scratch::new(arena, plan), out, &mut tracer));
+    let outcome = with_arena(|arena| {
+        let mut scratch = Scratch::new(arena, plan);
+        document(plan, nodes, root, &mut scratch, out, &mut tracer);
+        scratch.outcome
+    });
+    notes.append(&mut tracer.failed);
     if tracer.elements > TRACE_ELEMENTS {
         notes.push(Problem::new(
             "",
@@ -104,7 +123,7 @@ pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut V
             ),
         ));
     }
-    Trace { entries: tracer.entries, notes }
+    Trace { entries: tracer.entries, notes, outcome }
 }
 
 struct Tracer<'r, 'a> {
@@ -116,6 +135,10 @@ struct Tracer<'r, 'a> {
     element: Option<usize>,
     elements: usize,
     entries: Vec<TraceEntry>,
+    /// The error of the expression whose target is reported next, if it failed.
+    failure: Option<String>,
+    /// A warning per expression that failed (its first failure).
+    failed: Vec<Problem>,
 }
 
 impl Observer for Tracer<'_, '_> {
@@ -126,11 +149,50 @@ impl Observer for Tracer<'_, '_> {
         self.elements = index + 1;
     }
 
+    fn expression(&mut self, target: Option<u32>, error: Option<&EvalError>) {
+        let failure = error.map(|e| format!("{} ({})", e.message, e.kind.name()));
+        let location = match target.and_then(|t| self.plan.targets.get(t as usize)) {
+            Some(t) => format!("/oldBodyFields/{}/expr", pointer_escaped(&t.id)),
+            None => "/each".to_owned(),
+        };
+        if let Some(why) = &failure
+            && !self.failed.iter().any(|p| p.location == location)
+        {
+            let element = self.element.map(|e| format!(" (element {e})")).unwrap_or_default();
+            self.failed.push(Problem::new(
+                location,
+                format!("the expression failed{element}: {why}; its value is missing"),
+            ));
+        }
+        self.failure = failure;
+    }
+
     fn target(&mut self, target: u32, root: usize, value: Option<&[u8]>) {
+        let failure = self.failure.take();
         if self.element.is_some_and(|e| e >= TRACE_ELEMENTS) {
             return;
         }
         let Some(t) = self.plan.targets.get(target as usize) else { return };
+        if let Some(source) = &t.expr {
+            let included = value.is_some();
+            let fate = if included { "written as null" } else { "left out (ignoreEmptyValues)" };
+            let note = match (&failure, value) {
+                (Some(why), _) => format!("expression `{source}` failed: {why}; {fate}"),
+                (None, Some(b"null")) => format!("expression `{source}` gave null; {fate}"),
+                (None, Some(_)) => format!("expression `{source}` read as {}", t.ty.name()),
+                (None, None) => format!("expression `{source}` gave nothing to keep; {fate}"),
+            };
+            self.entries.push(TraceEntry {
+                element: self.element,
+                id: t.id.to_string(),
+                key: t.key.to_string(),
+                resolved: failure.is_none() && value.is_some_and(|v| v != b"null"),
+                included,
+                value: value.map(<[u8]>::to_vec),
+                note,
+            });
+            return;
+        }
         let start = match (&self.each, self.element) {
             (Some((list, true)), Some(index)) => format!("{list}/{index}"),
             (Some((object, false)), _) => object.clone(),
@@ -233,6 +295,12 @@ fn locate<'p>(
         json::push_pointer(&mut pointer, step);
     }
     Ok((at, pointer))
+}
+
+fn pointer_escaped(name: &str) -> String {
+    let mut pointer = String::new();
+    json::push_pointer(&mut pointer, name);
+    pointer[1..].to_owned()
 }
 
 fn shown(pointer: &str) -> String {

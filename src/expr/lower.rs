@@ -182,14 +182,16 @@ impl Lowering {
                     Some((function, least, most)) => {
                         if args.len() < least || most.is_some_and(|most| args.len() > most) {
                             let wanted = match most {
-                                Some(most) if most == least => format!("{least}"),
-                                Some(most) => format!("{least} to {most}"),
-                                None => format!("at least {least}"),
+                                Some(1) if least == 1 => "1 argument".to_owned(),
+                                Some(most) if most == least => format!("{least} arguments"),
+                                Some(most) => format!("{least} to {most} arguments"),
+                                None if least == 1 => "at least 1 argument".to_owned(),
+                                None => format!("at least {least} arguments"),
                             };
                             self.error(
                                 CompileErrorKind::InvalidArity,
                                 *at,
-                                format!("{name}() takes {wanted} arguments, not {}", args.len()),
+                                format!("{name}() takes {wanted}, not {}", args.len()),
                             );
                         }
                         self.push(Step::Call(function, range))

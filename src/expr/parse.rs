@@ -141,7 +141,7 @@ impl Parser {
 
     fn unexpected(&self) -> SyntaxError {
         let what = match self.peek() {
-            Tok::Eof => "the end of the expression".to_owned(),
+            Tok::Eof => return SyntaxError::new(self.at(), "the expression ends too early"),
             tok => describe(tok),
         };
         SyntaxError::new(self.at(), format!("unexpected {what}"))

@@ -16,7 +16,7 @@ use crate::rules::{Limits, compile_json};
 pub fn rules_then_execute(data: &[u8]) -> Reached {
     let Ok(case) = Case::arbitrary_take_rest(Unstructured::new(data)) else { return Reached::Nothing };
     let (rules, document) = case.texts();
-    let limits = Limits { max_rules: 64, max_depth: 16 };
+    let limits = Limits { max_rules: 64, max_depth: 16, max_expr_bytes: 1 << 20 };
     let Ok(compiled) = compile_json(&rules, &limits) else { return Reached::RulesRefused };
     let mut document = document;
     let mapped = json::with_parsed(&mut document, 64, |nodes| {

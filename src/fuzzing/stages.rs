@@ -14,7 +14,7 @@ use crate::json;
 use crate::route::{FromClient, Registration, Route};
 use crate::rules::{Compiled, Limits, compile_json};
 
-const LIMITS: Limits = Limits { max_rules: 64, max_depth: 16 };
+const LIMITS: Limits = Limits { max_rules: 64, max_depth: 16, max_expr_bytes: 1 << 20 };
 
 /// Rules text → compile. Checks: nothing panics; a refusal names at least one problem, each with
 /// a JSON-pointer location; an accepted document stays within the limits; an object compiles the

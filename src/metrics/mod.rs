@@ -80,10 +80,12 @@ pub enum UpstreamErrorKind {
     Status5xx,
     /// An answer with another status that is not 2xx (redirects, which are not followed).
     StatusOther,
+    /// A 2xx answer whose mapping built more than `RECAST_MAX_EXPR_BYTES` in expressions.
+    MappingLimit,
 }
 
 impl UpstreamErrorKind {
-    const ALL: [UpstreamErrorKind; 9] = [
+    const ALL: [UpstreamErrorKind; 10] = [
         UpstreamErrorKind::Unreachable,
         UpstreamErrorKind::Timeout,
         UpstreamErrorKind::TooLarge,
@@ -93,6 +95,7 @@ impl UpstreamErrorKind {
         UpstreamErrorKind::Status4xx,
         UpstreamErrorKind::Status5xx,
         UpstreamErrorKind::StatusOther,
+        UpstreamErrorKind::MappingLimit,
     ];
 
     pub fn label(self) -> &'static str {
@@ -106,6 +109,7 @@ impl UpstreamErrorKind {
             UpstreamErrorKind::Status4xx => "status_4xx",
             UpstreamErrorKind::Status5xx => "status_5xx",
             UpstreamErrorKind::StatusOther => "status_other",
+            UpstreamErrorKind::MappingLimit => "mapping_limit",
         }
     }
 }
@@ -210,6 +214,9 @@ pub struct Metrics {
     panics: [AtomicU64; PanicSite::ALL.len()],
     timeouts: [AtomicU64; Timeout::ALL.len()],
     pub cache: CacheCounts,
+    /// Rule expressions that failed while mapping an upstream answer (SPEC §1.8), on route
+    /// calls and registrations' live calls; each one's value was missing.
+    pub expression_errors: AtomicU64,
 }
 
 /// What the cache of mapped answers did (`docs/caching.md`).
@@ -252,6 +259,7 @@ impl Default for Metrics {
             panics: Default::default(),
             timeouts: Default::default(),
             cache: Default::default(),
+            expression_errors: Default::default(),
         }
     }
 }

@@ -95,6 +95,11 @@ impl Metrics {
                 load(&cache.coalesced),
             ),
             (
+                "recast_expression_errors_total",
+                "Rule expressions that failed while mapping upstream answers (route calls and registrations' live calls); each one's value was missing.",
+                load(&self.expression_errors),
+            ),
+            (
                 "recast_cache_evictions_total",
                 "Cached answers dropped to stay within RECAST_CACHE_BYTES, or refused as too large for it.",
                 gauges.cache.evictions,

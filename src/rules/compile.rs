@@ -5,9 +5,10 @@
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
-use super::{KeyEntry, Limits, Problem, Rules, Type, parse};
+use super::{Each, KeyEntry, Limits, Problem, Rules, Type, parse};
+use crate::expr::{self, Program};
 use crate::json::{self, Node, Nodes};
-use crate::plan::{Input, KeyTable, Member, Op, Plan, Read, SlotId, Span, Target};
+use crate::plan::{self, Input, KeyTable, Member, Op, Plan, Read, SlotId, Span, Target};
 
 /// A plan and the warnings its rules produced (e.g. unused `oldBodyFields`).
 #[derive(Debug, Clone)]
@@ -73,7 +74,23 @@ fn finish(rules: &Rules, mut problems: Vec<Problem>, limits: &Limits) -> Result<
     if !problems.is_empty() {
         return Err(problems);
     }
-    Ok(Compiled { plan: lower(rules), warnings })
+    Ok(Compiled { plan: lower(rules, limits), warnings })
+}
+
+/// Compiles the expression `source` found at `at`; its problems are appended, each located at
+/// the member with the character offset in the message.
+fn expression(source: &str, at: &str, limits: &Limits, problems: &mut Vec<Problem>) -> Option<Program> {
+    match expr::compile(source, limits.max_depth) {
+        Ok(program) => Some(program),
+        Err(errors) => {
+            problems.extend(
+                errors.iter().map(|e| {
+                    Problem::new(at, format!("at character {}: {}", e.char_offset(source), e.message))
+                }),
+            );
+            None
+        }
+    }
 }
 
 /// Whole-document checks. Returns the warnings; problems are appended.
@@ -85,10 +102,14 @@ fn check(rules: &Rules, limits: &Limits, problems: &mut Vec<Problem>) -> Vec<Pro
             format!("{targets} targets exceed the limit of {} (RECAST_MAX_RULES)", limits.max_rules),
         ));
     }
-    if let Some(each) = &rules.each
-        && each.len() > limits.max_depth
-    {
-        problems.push(too_deep("/each", each.len(), limits));
+    match &rules.each {
+        Some(Each::Path(each)) if each.len() > limits.max_depth => {
+            problems.push(too_deep("/each", each.len(), limits));
+        }
+        Some(Each::Expr(source)) => {
+            expression(source, "/each", limits, problems);
+        }
+        _ => {}
     }
     let sources: HashMap<&str, _> = rules.old_body_fields.iter().map(|old| (old.id.as_str(), old)).collect();
     let mut keys: HashMap<&str, &str> = HashMap::new();
@@ -138,6 +159,9 @@ fn check(rules: &Rules, limits: &Limits, problems: &mut Vec<Problem>) -> Vec<Pro
                 limits,
             ));
         }
+        if let Some(source) = &old.expr {
+            expression(source, &pointer(&["oldBodyFields", &old.id, "expr"]), limits, problems);
+        }
         if !used.contains(old.id.as_str()) {
             warnings.push(Problem::new(
                 pointer(&["oldBodyFields", &old.id]),
@@ -149,7 +173,7 @@ fn check(rules: &Rules, limits: &Limits, problems: &mut Vec<Problem>) -> Vec<Pro
 }
 
 /// Builds the plan from rules that passed every check.
-fn lower(rules: &Rules) -> Plan {
+fn lower(rules: &Rules, limits: &Limits) -> Plan {
     // Output order (SPEC §1.7): by position, targets without one last; the sort is stable, so ties
     // keep the client's order.
     let mut order: Vec<usize> = (0..rules.new_body_fields.len()).collect();
@@ -162,13 +186,26 @@ fn lower(rules: &Rules) -> Plan {
     let mut walks = Walks::new();
     let mut plan = Plan {
         ignore_empty: rules.ignore_empty_values,
-        each: rules.each.as_ref().map(|path| path.iter().map(|p| p.as_str().into()).collect()),
+        each: None,
         ops: Vec::new(),
         slot_count: 0,
         scan_count: 0,
         targets: Vec::new(),
         reads: Vec::new(),
         parts: Vec::new(),
+        programs: Vec::new(),
+        expr_budget: limits.max_expr_bytes,
+    };
+    // Expressions compiled in `check` compile again here; they cannot fail now.
+    let program = |plan: &mut Plan, source: &str| {
+        let program = expr::compile(source, limits.max_depth).ok()?;
+        plan.programs.push(program);
+        Some((plan.programs.len() - 1) as u32)
+    };
+    plan.each = match &rules.each {
+        Some(Each::Path(path)) => Some(plan::Each::Path(path.iter().map(|p| p.as_str().into()).collect())),
+        Some(Each::Expr(source)) => program(&mut plan, source).map(plan::Each::Expr),
+        None => None,
     };
     let mut emits = Vec::new();
     for i in order {
@@ -176,6 +213,20 @@ fn lower(rules: &Rules) -> Plan {
         let (Some(old), Some(key), Some(ty)) = (sources.get(new.id.as_str()), &new.key, new.ty) else {
             continue; // Unreachable after `check`; a target without source or key is skipped.
         };
+        if let Some(source) = &old.expr {
+            let Some(program) = program(&mut plan, source) else { continue };
+            let target = plan.targets.len() as u32;
+            plan.targets.push(Target {
+                id: new.id.as_str().into(),
+                key: key.as_str().into(),
+                ty,
+                parents: Box::default(),
+                keys: Box::default(),
+                expr: Some(source.as_str().into()),
+            });
+            emits.push(Op::Expr { target, ty, program, member: Member::new(key) });
+            continue;
+        }
         let scan = walks.walk(&old.parents);
         let mut reads: Vec<Read> = old
             .keys
@@ -196,6 +247,7 @@ fn lower(rules: &Rules) -> Plan {
             ty,
             parents: old.parents.iter().map(|p| p.as_str().into()).collect(),
             keys: old.keys.clone().into(),
+            expr: None,
         });
         let member = Member::new(key);
         emits.push(match (reads.as_slice(), ty) {
@@ -392,7 +444,7 @@ mod tests {
         problems(
             r#"{"each":["a","b","c"],"newBodyFields":{"a":{"key":"a","type":"Int"},"b":{"key":"b","type":"Int"}},
                 "oldBodyFields":{"a":{"keys":["a"],"parents":["p","q","r"]},"b":{"keys":["b"]}}}"#,
-            Limits { max_rules: 1, max_depth: 2 },
+            Limits { max_rules: 1, max_depth: 2, ..Limits::default() },
             expect![[r#"
                 /newBodyFields: 2 targets exceed the limit of 1 (RECAST_MAX_RULES)
                 /each: a path of 3 steps exceeds the limit of 2 (RECAST_MAX_DEPTH)
@@ -482,6 +534,54 @@ mod tests {
                 /newBodyFields/c~0d/type: unknown type `Text`; the known types are String, Int, Long, Double, Float, Boolean, Json (a trailing `?` is allowed)
                 /oldBodyFields/a~1b/keys/0: a field name must not be empty
                 /newBodyFields/c~0d: target `c~d` has no `oldBodyFields` entry with the same id"#]],
+        );
+    }
+
+    #[test]
+    fn expressions_compile_into_the_plan() {
+        plan(
+            r#"{"each":"items[?stock > `0`]",
+                "newBodyFields":{"sku":{"key":"sku","type":"String"},"total":{"key":"total","type":"Double"}},
+                "oldBodyFields":{"sku":{"keys":["sku"]},"total":{"expr":"to_number(price) * qty"}}}"#,
+            expect![[r#"
+                each expr items[?stock > `0`]
+                scan root: sku→s0
+                field sku (String) ← s0
+                expr total (Double) ← to_number(price) * qty
+            "#]],
+        );
+    }
+
+    #[test]
+    fn expression_problems_are_located_at_their_member_with_the_character() {
+        problems(
+            r#"{"each":"items[?",
+                "newBodyFields":{"a":{"key":"a","type":"Int"},"b":{"key":"b","type":"Int"},"c":{"key":"c","type":"Int"},
+                                 "d":{"key":"d","type":"Int"},"e":{"key":"e","type":"Int"}},
+                "oldBodyFields":{"a":{"expr":"é.lenth(@, `1`) + nope(@)"},"b":{"expr":"sum(a, b)"},
+                                 "c":{"expr":"x","keys":["x"]},"d":{"parents":["p"]},"e":{"expr":"$undefined"}}}"#,
+            Limits::default(),
+            expect![[r#"
+                /oldBodyFields/c: a source reads its value by `keys` (with `parents`) or by `expr`, not both
+                /oldBodyFields/d: missing required member `keys`
+                /each: at character 7: syntax error: the expression ends too early
+                /oldBodyFields/a/expr: at character 0: syntax error: unexpected character 'é'
+                /oldBodyFields/b/expr: at character 0: sum() takes 1 argument, not 2
+                /oldBodyFields/e/expr: at character 0: undefined variable $undefined"#]],
+        );
+        problems(
+            r#"{"newBodyFields":{"a":{"key":"a","type":"Int"}},"oldBodyFields":{"a":{"expr":"a.lenth(@) + nope(@, `[`)"}}}"#,
+            Limits::default(),
+            expect![
+                "/oldBodyFields/a/expr: at character 21: syntax error: a literal that is not JSON: Syntax at character 0 ('[')"
+            ],
+        );
+        problems(
+            r#"{"newBodyFields":{"a":{"key":"a","type":"Int"}},"oldBodyFields":{"a":{"expr":"a.lenth(@) + nope(@)"}}}"#,
+            Limits::default(),
+            expect![[r#"
+                /oldBodyFields/a/expr: at character 2: unknown function lenth()
+                /oldBodyFields/a/expr: at character 13: unknown function nope()"#]],
         );
     }
 

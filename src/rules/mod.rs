@@ -15,13 +15,19 @@ pub use parse::parse;
 pub struct Limits {
     /// Targets per rules document (`RECAST_MAX_RULES`).
     pub max_rules: usize,
-    /// Steps in a `parents` or `each` path, and nesting of JSON documents (`RECAST_MAX_DEPTH`).
+    /// Steps in a `parents` or `each` path, nesting of JSON documents and of expressions
+    /// (`RECAST_MAX_DEPTH`).
     pub max_depth: usize,
+    /// Bytes the values built by one call's expressions may take (`RECAST_MAX_EXPR_BYTES`).
+    pub max_expr_bytes: usize,
 }
+
+/// The default of [`Limits::max_expr_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_EXPR_BYTES: usize = 64 << 20;
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_rules: 1024, max_depth: 64 }
+        Limits { max_rules: 1024, max_depth: 64, max_expr_bytes: DEFAULT_MAX_EXPR_BYTES }
     }
 }
 
@@ -93,10 +99,17 @@ impl Type {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Rules {
     pub ignore_empty_values: bool,
-    /// `each`: the path to a list whose elements are mapped one by one (SPEC §1.6).
-    pub each: Option<Vec<String>>,
+    /// `each`: where the list whose elements are mapped one by one is (SPEC §1.6).
+    pub each: Option<Each>,
     pub new_body_fields: Vec<NewField>,
     pub old_body_fields: Vec<OldField>,
+}
+
+/// Where `each` finds its list: a path of names, or an expression (SPEC §1.8).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Each {
+    Path(Vec<String>),
+    Expr(String),
 }
 
 /// One `newBodyFields` entry: an output member.
@@ -114,8 +127,11 @@ pub struct NewField {
 pub struct OldField {
     pub id: String,
     /// One entry per `keys` element; an entry holds one name, or several for a concatenation.
+    /// Empty when the source is an expression.
     pub keys: Vec<KeyEntry>,
     pub parents: Vec<String>,
+    /// `expr`: the expression that reads the value instead of `keys` and `parents` (SPEC §1.8).
+    pub expr: Option<String>,
 }
 
 /// One `keys` element: a single field name, or `"a, b"` naming the parts of a concatenation.

@@ -6,12 +6,12 @@ use std::collections::HashSet;
 
 use smallvec::SmallVec;
 
-use super::{KeyEntry, NewField, OldField, Problem, Rules, Type};
+use super::{Each, KeyEntry, NewField, OldField, Problem, Rules, Type};
 use crate::json::{self, Node, Nodes, StaticNode};
 
 const TOP_MEMBERS: &str = "ignoreEmptyValues, each, newBodyFields, oldBodyFields";
 const NEW_MEMBERS: &str = "key, type, position";
-const OLD_MEMBERS: &str = "keys, parents, type";
+const OLD_MEMBERS: &str = "keys, parents, expr, type";
 
 /// Reads the rules document at `root`. Problems are appended to `problems`; the returned
 /// [`Rules`] holds everything that could be read, so compilation can find further problems.
@@ -37,7 +37,12 @@ pub fn parse(nodes: &Nodes<'_>, root: usize, problems: &mut Vec<Problem>) -> Rul
                 Some(Node::Static(StaticNode::Null)) => {}
                 _ => problems.push(must_be(&at, "true or false", nodes, value)),
             },
-            "each" => rules.each = optional_path(nodes, value, &at, problems),
+            "each" => {
+                rules.each = match nodes.get(value) {
+                    Some(Node::String(text)) => Some(Each::Expr(expression(text, &at, problems))),
+                    _ => optional_path(nodes, value, &at, problems).map(Each::Path),
+                }
+            }
             "newBodyFields" => {
                 has_new = true;
                 rules.new_body_fields = entries(nodes, value, &at, problems, new_field);
@@ -150,8 +155,8 @@ fn old_field(
         problems.push(must_be(at, "an object with `keys`", nodes, i));
         return None;
     };
-    let mut field = OldField { id, keys: Vec::new(), parents: Vec::new() };
-    let mut has_keys = false;
+    let mut field = OldField { id, keys: Vec::new(), parents: Vec::new(), expr: None };
+    let (mut has_keys, mut has_parents) = (false, false);
     let mut seen = Seen::default();
     for (name, value) in members {
         let at = At::Member(at, name);
@@ -164,8 +169,13 @@ fn old_field(
                 field.keys = key_entries(nodes, value, &at, problems);
             }
             "parents" => {
+                has_parents = !matches!(nodes.get(value), Some(Node::Static(StaticNode::Null)));
                 field.parents = optional_path(nodes, value, &at, problems).unwrap_or_default();
             }
+            "expr" => match nodes.get(value) {
+                Some(Node::String(text)) => field.expr = Some(expression(text, &at, problems)),
+                _ => problems.push(must_be(&at, "an expression (a string)", nodes, value)),
+            },
             // Informative only (SPEC §1), but a misspelt type is still worth reporting.
             "type" => {
                 if !matches!(nodes.get(value), Some(Node::Static(StaticNode::Null))) {
@@ -175,8 +185,18 @@ fn old_field(
             _ => problems.push(unknown(&at, name, OLD_MEMBERS)),
         }
     }
-    if !has_keys {
-        problems.push(Problem::new(at.pointer(), "missing required member `keys`"));
+    match (has_keys || has_parents, field.expr.is_some()) {
+        (true, true) => problems.push(Problem::new(
+            at.pointer(),
+            "a source reads its value by `keys` (with `parents`) or by `expr`, not both",
+        )),
+        (false, false) => {
+            problems.push(Problem::new(at.pointer(), "missing required member `keys` (or `expr`)"))
+        }
+        (true, false) if !has_keys => {
+            problems.push(Problem::new(at.pointer(), "missing required member `keys`"))
+        }
+        _ => {}
     }
     Some(field)
 }
@@ -215,6 +235,14 @@ fn key_entries(nodes: &Nodes<'_>, i: usize, at: &At<'_>, problems: &mut Vec<Prob
         problems.push(Problem::new(at.pointer(), "`keys` must name at least one field"));
     }
     out
+}
+
+/// An expression's text; an empty one is a problem (compiling it is the compiler's part).
+fn expression(text: &str, at: &At<'_>, problems: &mut Vec<Problem>) -> String {
+    if text.trim().is_empty() {
+        problems.push(Problem::new(at.pointer(), "an expression must not be empty"));
+    }
+    text.to_owned()
 }
 
 /// A `parents` or `each` path: a list of non-empty names, or `null` for none.

@@ -2,6 +2,7 @@
 //! body; and the upstream exchange and mapping that the registration's live call shares.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -13,7 +14,7 @@ use super::problem::UpstreamFailure;
 use super::reply::{json, read_body, timing};
 use super::{ApiError, Response, SERVER_TIMING, State};
 use crate::cache::{self, CacheStatus, Found, Joined, Key, Leader, TimedOut};
-use crate::metrics::{CacheCounts, Endpoint, PanicSite, UpstreamErrorKind};
+use crate::metrics::{CacheCounts, Endpoint, Metrics, PanicSite, UpstreamErrorKind};
 use crate::route::{CacheSettings, CallError, FromClient, Route, UpstreamRequest};
 use crate::upstream::{Answer, Freshness};
 use crate::{exec, json as tape};
@@ -288,7 +289,7 @@ pub(super) fn map_answer(
     route: &Route,
     answer: &mut Answer,
 ) -> (Result<Vec<u8>, UpstreamFailure>, Duration) {
-    let (mapped, took) = map_success(route, answer, state.config.max_depth);
+    let (mapped, took) = map_success(route, answer, state.config.max_depth, &state.metrics);
     match &mapped {
         Ok(_) => state.metrics.mapping.observe(took),
         Err(failure) => state.metrics.upstream_error(failure.kind()),
@@ -300,6 +301,7 @@ fn map_success(
     route: &Route,
     answer: &mut Answer,
     max_depth: usize,
+    metrics: &Metrics,
 ) -> (Result<Vec<u8>, UpstreamFailure>, Duration) {
     if !answer.status.is_success() {
         return (Err(UpstreamFailure::Status(answer.status)), Duration::ZERO);
@@ -316,7 +318,19 @@ fn map_success(
         exec::execute(&compiled.plan, nodes, 0, &mut out)
     });
     let took = started.elapsed();
-    (parsed.map(|()| out).map_err(|e| UpstreamFailure::NotJson(e.to_string())), took)
+    if let Ok(outcome) = &parsed
+        && outcome.expression_errors > 0
+    {
+        metrics.expression_errors.fetch_add(u64::from(outcome.expression_errors), Ordering::Relaxed);
+    }
+    let mapped = match parsed {
+        Ok(outcome) if outcome.over_budget => {
+            Err(UpstreamFailure::MappingLimit { limit: compiled.plan.expr_budget() })
+        }
+        Ok(_) => Ok(out),
+        Err(e) => Err(UpstreamFailure::NotJson(e.to_string())),
+    };
+    (mapped, took)
 }
 
 impl UpstreamFailure {
@@ -332,6 +346,7 @@ impl UpstreamFailure {
             UpstreamFailure::NotJson(_) => UpstreamErrorKind::NotJson,
             UpstreamFailure::Encoding(_) => UpstreamErrorKind::Encoding,
             UpstreamFailure::NotAllowed(_) => UpstreamErrorKind::NotAllowed,
+            UpstreamFailure::MappingLimit { .. } => UpstreamErrorKind::MappingLimit,
         }
     }
 }

@@ -38,26 +38,35 @@ fn map_sample(state: &State, nodes: &tape::Doc<'_, '_>, traced: bool) -> Result<
         state.metrics.compile_failure(RulesSource::Preview);
         ApiError::InvalidRules(problems)
     })?;
-    Ok(preview_output(compiled, nodes, sample, traced))
+    let limit = compiled.plan.expr_budget();
+    preview_output(compiled, nodes, sample, traced).ok_or(ApiError::PreviewLimit { limit })
 }
 
 /// A preview's answer: the output alone, or with `traced` `{"output", "trace", "warnings"}`.
-/// `recast preview` prints the same.
-pub fn preview_output(compiled: Compiled, nodes: &tape::Doc<'_, '_>, sample: usize, traced: bool) -> Vec<u8> {
+/// `recast preview` prints the same. `None` when the expressions built more than their budget.
+pub fn preview_output(
+    compiled: Compiled,
+    nodes: &tape::Doc<'_, '_>,
+    sample: usize,
+    traced: bool,
+) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(1024);
     if !traced {
-        exec::execute(&compiled.plan, nodes, sample, &mut out);
-        return out;
+        let outcome = exec::execute(&compiled.plan, nodes, sample, &mut out);
+        return (!outcome.over_budget).then_some(out);
     }
     out.extend_from_slice(b"{\"output\":");
     let trace = exec::execute_traced(&compiled.plan, nodes, sample, &mut out);
+    if trace.outcome.over_budget {
+        return None;
+    }
     out.extend_from_slice(b",\"trace\":");
     trace.write_entries(&mut out);
     out.extend_from_slice(b",\"warnings\":");
     let warnings: Vec<_> = compiled.warnings.into_iter().chain(trace.notes).collect();
     write_problems(&mut out, &warnings);
     out.push(b'}');
-    out
+    Some(out)
 }
 
 /// `?trace=true` (also `?trace` and `?trace=1`); `false`/`0` or no parameter turn it off.

@@ -14,7 +14,7 @@ use crate::upstream::UpstreamError;
 pub const TYPE_BASE: &str = "https://recast.dev/problems/";
 
 /// The last segment of every problem type recast answers with (see [`ApiError::slug`]).
-pub const SLUGS: [&str; 25] = [
+pub const SLUGS: [&str; 26] = [
     "invalid-json",
     "invalid-request",
     "invalid-rules",
@@ -34,6 +34,7 @@ pub const SLUGS: [&str; 25] = [
     "upstream-too-large",
     "upstream-not-json",
     "upstream-encoding",
+    "mapping-limit",
     "starting",
     "route-unavailable",
     "storage-error",
@@ -57,6 +58,10 @@ pub enum ApiError {
     InvalidRegistration(Vec<Problem>),
     /// The rules do not compile; every problem is listed.
     InvalidRules(Vec<Problem>),
+    /// A preview's expressions built more than `RECAST_MAX_EXPR_BYTES` (`limit`).
+    PreviewLimit {
+        limit: usize,
+    },
     /// The client's body is larger than `RECAST_MAX_REQUEST_BYTES`.
     BodyTooLarge {
         limit: usize,
@@ -116,6 +121,10 @@ pub enum UpstreamFailure {
     Encoding(String),
     /// The outbound policy refuses the upstream's address (the reason); nothing was sent.
     NotAllowed(String),
+    /// Mapping the answer built more than `RECAST_MAX_EXPR_BYTES` (`limit`) in expressions.
+    MappingLimit {
+        limit: usize,
+    },
 }
 
 impl From<UpstreamError> for UpstreamFailure {
@@ -132,6 +141,13 @@ impl From<UpstreamError> for UpstreamFailure {
     }
 }
 
+/// The detail of a `mapping-limit` problem.
+fn mapping_limit(limit: usize) -> String {
+    format!(
+        "the values the rules' expressions built (lists, objects, text) passed {limit} bytes (RECAST_MAX_EXPR_BYTES)"
+    )
+}
+
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
@@ -141,6 +157,7 @@ impl ApiError {
             | ApiError::InvalidRules(_)
             | ApiError::BodyUnreadable => StatusCode::BAD_REQUEST,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::PreviewLimit { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
@@ -168,6 +185,7 @@ impl ApiError {
             ApiError::InvalidJson(_) => "invalid-json",
             ApiError::InvalidRequest(_) | ApiError::InvalidRegistration(_) => "invalid-request",
             ApiError::InvalidRules(_) => "invalid-rules",
+            ApiError::PreviewLimit { .. } => "mapping-limit",
             ApiError::BodyTooLarge { .. } => "body-too-large",
             ApiError::BodyUnreadable => "body-unreadable",
             ApiError::BodyTimeout => "body-timeout",
@@ -178,6 +196,7 @@ impl ApiError {
             ApiError::Overloaded => "overloaded",
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::NotAllowed(_) => "upstream-not-allowed",
+                UpstreamFailure::MappingLimit { .. } => "mapping-limit",
                 _ if *validating => "upstream-validation-failed",
                 UpstreamFailure::Status(_) => "upstream-error",
                 UpstreamFailure::Unreachable(_) => "upstream-unreachable",
@@ -202,6 +221,7 @@ impl ApiError {
                 "The request body is not what this endpoint takes"
             }
             ApiError::InvalidRules(_) => "The mapping rules are invalid",
+            ApiError::PreviewLimit { .. } => "The mapping's expressions built more than their limit",
             ApiError::BodyTooLarge { .. } => "The request body is too large",
             ApiError::BodyUnreadable => "The request body could not be read",
             ApiError::BodyTimeout => "The request body came too slowly",
@@ -212,6 +232,9 @@ impl ApiError {
             ApiError::Overloaded => "recast is at its limit of requests in flight",
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::NotAllowed(_) => "The upstream's address is not allowed; nothing was sent",
+                UpstreamFailure::MappingLimit { .. } => {
+                    "The mapping's expressions built more than their limit"
+                }
                 _ if *validating => "The live call to the upstream failed; nothing was stored",
                 UpstreamFailure::Status(_) => "The upstream answered with an error",
                 UpstreamFailure::Unreachable(_) => "The upstream could not be reached",
@@ -250,6 +273,7 @@ impl ApiError {
             ApiError::BodyTooLarge { limit } => {
                 format!("the limit is {limit} bytes (RECAST_MAX_REQUEST_BYTES)")
             }
+            ApiError::PreviewLimit { limit } => mapping_limit(*limit),
             ApiError::BodyUnreadable => "the connection broke while the body was sent".to_owned(),
             ApiError::BodyTimeout => "the whole body must arrive within RECAST_HEADER_TIMEOUT_MS".to_owned(),
             ApiError::NotFound => "no endpoint or route at this path".to_owned(),
@@ -272,6 +296,7 @@ impl ApiError {
                         .to_owned()
                 }
                 UpstreamFailure::NotAllowed(why) => why.clone(),
+                UpstreamFailure::MappingLimit { limit } => mapping_limit(*limit),
             },
             ApiError::Starting => "try again in a moment".to_owned(),
             ApiError::AdminTokenRequired => {
@@ -370,6 +395,7 @@ mod tests {
                 UpstreamFailure::NotJson("html".to_owned()),
                 UpstreamFailure::Encoding("zstd".to_owned()),
                 UpstreamFailure::NotAllowed("private".to_owned()),
+                UpstreamFailure::MappingLimit { limit: 1 },
             ]
         };
         let mut all = vec![
@@ -377,6 +403,7 @@ mod tests {
             ApiError::InvalidRequest(String::new()),
             ApiError::InvalidRegistration(Vec::new()),
             ApiError::InvalidRules(Vec::new()),
+            ApiError::PreviewLimit { limit: 1 },
             ApiError::BodyTooLarge { limit: 1 },
             ApiError::BodyUnreadable,
             ApiError::BodyTimeout,

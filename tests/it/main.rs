@@ -16,6 +16,7 @@ mod compression;
 mod conformance;
 mod crash;
 mod edges;
+mod expressions;
 mod faults;
 mod fuzz_corpus;
 mod lane;
