@@ -237,7 +237,7 @@ impl<'v> Evaluator<'v> {
                 }
                 self.eval(body, cur)?
             }
-            Step::Call(function, args) => self.call(function, *args, cur)?,
+            Step::Call(function, args, native) => self.call(function, *args, *native, cur)?,
             Step::Expref(_) => {
                 return Err(EvalError::invalid_type("an expression reference is only a function's argument"));
             }

@@ -1,6 +1,7 @@
 //! The functions an expression can call: JMESPath's 26, the Community Edition's string, object and
-//! grouping functions. Names and numbers of arguments are checked when compiling ([`lookup`]);
-//! argument types when running, as the specification says.
+//! grouping functions, and recast's own (rounding, dates, patterns: SPEC §1.8). Names and numbers
+//! of arguments are checked when compiling ([`lookup`]), and so are the literal arguments of
+//! recast's own functions; argument types when running, as the specification says.
 
 use std::cmp::Ordering;
 
@@ -51,6 +52,20 @@ pub enum Function {
     Split,
     FindFirst,
     FindLast,
+    Round,
+    DateFormat,
+    DateParse,
+    RegexMatch,
+    RegexExtract,
+    RegexReplace,
+}
+
+/// A literal argument that recast's own functions compile at registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Literal {
+    Pattern,
+    Format,
+    Zone,
 }
 
 /// Each function's name and how many arguments it takes (`None`: any number from the least).
@@ -96,6 +111,12 @@ const TABLE: &[(&str, Function, usize, Option<usize>)] = &[
     ("split", Function::Split, 2, Some(3)),
     ("find_first", Function::FindFirst, 2, Some(4)),
     ("find_last", Function::FindLast, 2, Some(4)),
+    ("round", Function::Round, 2, Some(2)),
+    ("date_format", Function::DateFormat, 2, Some(3)),
+    ("date_parse", Function::DateParse, 2, Some(3)),
+    ("regex_match", Function::RegexMatch, 2, Some(2)),
+    ("regex_extract", Function::RegexExtract, 2, Some(2)),
+    ("regex_replace", Function::RegexReplace, 3, Some(3)),
 ];
 
 /// The function called `name`, with the least and most arguments it takes.
@@ -107,6 +128,17 @@ impl Function {
     pub fn name(self) -> &'static str {
         TABLE.iter().find(|(_, f, ..)| *f == self).map_or("?", |(n, ..)| n)
     }
+
+    /// The arguments (by position) that must be literals, compiled at registration.
+    pub fn literals(self) -> &'static [(usize, Literal)] {
+        match self {
+            Function::DateFormat | Function::DateParse => &[(1, Literal::Format), (2, Literal::Zone)],
+            Function::RegexMatch | Function::RegexExtract | Function::RegexReplace => {
+                &[(1, Literal::Pattern)]
+            }
+            _ => &[],
+        }
+    }
 }
 
 /// One argument: a value, or an expression reference (`&expr`) still to be run.
@@ -117,7 +149,13 @@ enum Arg<'v> {
 }
 
 impl<'v> Evaluator<'v> {
-    pub(crate) fn call(&mut self, function: &Function, args: Range, cur: Val<'v>) -> Result<Val<'v>> {
+    pub(crate) fn call(
+        &mut self,
+        function: &Function,
+        args: Range,
+        native: u32,
+        cur: Val<'v>,
+    ) -> Result<Val<'v>> {
         let program = self.program;
         let mut values: smallvec::SmallVec<[Arg<'v>; 4]> = smallvec::SmallVec::new();
         for &kid in &program.kids[args.range()] {
@@ -195,6 +233,10 @@ impl<'v> Evaluator<'v> {
         };
         let arena = self.arena;
         let text = |s: &str| -> Result<Val<'v>> { Ok(Val::String(arena.str(s)?)) };
+        let native = program.natives.get(native as usize);
+        let regex =
+            || native.and_then(|n| n.regex.as_ref()).ok_or_else(|| EvalError::invalid_value("no pattern"));
+        let zone = || native.and_then(|n| n.zone.clone()).unwrap_or(jiff::tz::TimeZone::UTC);
 
         Ok(match f {
             Function::Abs => match number(0)? {
@@ -530,6 +572,56 @@ impl<'v> Evaluator<'v> {
                     found.map_or(Val::Null, |i| Val::Number(Number::Int(i as i64)))
                 }
             }
+            Function::Round => {
+                let n = number(0)?;
+                let digits = match number(1)?.as_i64() {
+                    Some(d @ 0..=15) => d as u32,
+                    _ => return Err(EvalError::invalid_value("round() takes 0 to 15 digits")),
+                };
+                Val::Number(round(n, digits))
+            }
+            Function::DateFormat => {
+                let time = match arg(0)? {
+                    Val::Number(n) => timestamp_of_seconds(n)?,
+                    Val::String(s) => s.parse::<jiff::Timestamp>().map_err(|e| {
+                        EvalError::invalid_value(format!(
+                            "date_format() takes RFC 3339 text or Unix seconds: {e}"
+                        ))
+                    })?,
+                    v => return Err(wrong(0, "Unix seconds or RFC 3339 text", v)),
+                };
+                let format = string(1)?;
+                let written = jiff::fmt::strtime::format(format.as_bytes(), &time.to_zoned(zone()))
+                    .map_err(|e| EvalError::invalid_value(format!("date_format(): {e}")))?;
+                text(&written)?
+            }
+            Function::DateParse => {
+                let (input, format) = (string(0)?, string(1)?);
+                let parsed = jiff::fmt::strtime::parse(format.as_bytes(), input.as_bytes())
+                    .map_err(|e| EvalError::invalid_value(format!("date_parse(): {e}")))?;
+                let time = match parsed.offset() {
+                    Some(_) => parsed.to_timestamp(),
+                    None => parsed.to_datetime().and_then(|at| at.to_zoned(zone())).map(|at| at.timestamp()),
+                }
+                .map_err(|e| EvalError::invalid_value(format!("date_parse(): {e}")))?;
+                Val::Number(seconds_of(time))
+            }
+            Function::RegexMatch => Val::Bool(regex()?.is_match(string(0)?)),
+            Function::RegexExtract => {
+                let s = string(0)?;
+                match regex()?.captures(s) {
+                    None => Val::Null,
+                    Some(found) => {
+                        let group = if found.len() > 1 { found.get(1) } else { found.get(0) };
+                        group.map_or(Val::Null, |m| Val::String(&s[m.range()]))
+                    }
+                }
+            }
+            Function::RegexReplace => {
+                let (s, replacement) = (string(0)?, string(2)?);
+                let replaced = regex()?.replace_all(s, replacement);
+                text(&replaced)?
+            }
         })
     }
 }
@@ -585,6 +677,57 @@ fn best<'v>(items: &[Val<'v>], name: &str, want: Ordering) -> Result<Val<'v>> {
         }
     }
     Ok(chosen.unwrap_or(Val::Null))
+}
+
+/// `n` rounded half away from zero to `digits` decimals of its shortest decimal text, so that
+/// `2.345` (binary 2.34499…) rounds to 2.35 as written. Integers are already round.
+fn round(n: Number, digits: u32) -> Number {
+    let Number::Float(f) = n else { return n };
+    if !f.is_finite() {
+        return n;
+    }
+    // `d.ddde±x`: the digits, and the power of ten of the first one.
+    let text = format!("{:e}", f.abs());
+    let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
+    let Ok(exponent) = exponent.parse::<i64>() else { return n };
+    // From 10^16 up a double has no decimals to round.
+    if exponent >= 16 {
+        return n;
+    }
+    let all: Vec<u8> = mantissa.bytes().filter(u8::is_ascii_digit).map(|b| b - b'0').collect();
+    // Digits kept: those down to 10^-digits.
+    let keep = exponent + 1 + i64::from(digits);
+    if keep < 0 {
+        return Number::Float(0.0);
+    }
+    let keep = keep as usize;
+    let mut kept: Vec<u8> = all.iter().copied().take(keep).collect();
+    kept.resize(keep, 0);
+    let up = all.get(keep).is_some_and(|&d| d >= 5);
+    let mut value: u128 =
+        kept.iter().fold(0u128, |acc, &d| acc.saturating_mul(10).saturating_add(u128::from(d)));
+    if up {
+        value = value.saturating_add(1);
+    }
+    let sign = if f < 0.0 { "-" } else { "" };
+    format!("{sign}{value}e-{digits}").parse::<f64>().map_or(n, Number::Float)
+}
+
+fn timestamp_of_seconds(n: Number) -> Result<jiff::Timestamp> {
+    let nanos = match n {
+        Number::Float(f) => (f * 1e9).round() as i128,
+        n => i128::from(n.as_i64().unwrap_or(i64::MAX)) * 1_000_000_000,
+    };
+    jiff::Timestamp::from_nanosecond(nanos)
+        .map_err(|e| EvalError::invalid_value(format!("date_format(): {e}")))
+}
+
+/// Unix seconds: an integer when the time has no fraction of a second.
+fn seconds_of(time: jiff::Timestamp) -> Number {
+    match time.subsec_nanosecond() {
+        0 => Number::Int(time.as_second()),
+        nanos => Number::Float(time.as_second() as f64 + f64::from(nanos) / 1e9),
+    }
 }
 
 /// A JSON number's text as a number; anything else is `None`.

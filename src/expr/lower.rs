@@ -1,8 +1,12 @@
 //! Checking a syntax tree (function names and arities, variables in scope) and lowering it into a
 //! [`Program`]'s flat steps. Every problem is collected, each with its offset.
 
+use super::functions::{Function, Literal};
 use super::parse::Ast;
-use super::{CompileError, CompileErrorKind, Program, Range, Step, StepId, functions};
+use super::{CompileError, CompileErrorKind, Const, Native, Program, Range, Step, StepId, functions};
+
+/// [`Step::Call`]'s native index for a function without compiled literals.
+pub(crate) const NO_NATIVE: u32 = u32::MAX;
 
 pub fn lower(ast: &Ast, source: &str) -> Result<Program, Vec<CompileError>> {
     let mut lowering = Lowering {
@@ -12,6 +16,7 @@ pub fn lower(ast: &Ast, source: &str) -> Result<Program, Vec<CompileError>> {
             names: Vec::new(),
             paths: Vec::new(),
             consts: Vec::new(),
+            natives: Vec::new(),
             vars: 0,
             source: source.into(),
         },
@@ -49,6 +54,65 @@ impl Lowering {
 
     fn error(&mut self, kind: CompileErrorKind, at: usize, message: String) {
         self.errors.push(CompileError { kind, at, message });
+    }
+
+    /// Compiles the literal arguments of a call of one of recast's own functions; each must be
+    /// a literal, and one the function takes. Returns the index of the result.
+    fn native(&mut self, function: Function, literals: &[(usize, Literal)], args: &[Ast], at: usize) -> u32 {
+        let name = function.name();
+        let mut native = Native::default();
+        let mut formats = Vec::new();
+        for &(i, kind) in literals {
+            let Some(arg) = args.get(i) else { continue };
+            let Ast::Literal(Const::String(text)) = arg else {
+                let what = match kind {
+                    Literal::Pattern => "pattern",
+                    Literal::Format => "format",
+                    Literal::Zone => "zone",
+                };
+                self.error(
+                    CompileErrorKind::InvalidLiteral,
+                    at,
+                    format!("{name}() takes its {what} (argument {}) as a literal string, like '...'", i + 1),
+                );
+                continue;
+            };
+            match kind {
+                Literal::Pattern => match regex::RegexBuilder::new(text).size_limit(1 << 20).build() {
+                    Ok(regex) => native.regex = Some(regex),
+                    Err(e) => self.error(
+                        CompileErrorKind::InvalidLiteral,
+                        at,
+                        format!(
+                            "{name}(): the pattern {text:?} does not compile: {}",
+                            one_line(&e.to_string())
+                        ),
+                    ),
+                },
+                Literal::Zone => match jiff::tz::TimeZone::get(text) {
+                    Ok(zone) => native.zone = Some(zone),
+                    Err(_) => self.error(
+                        CompileErrorKind::InvalidLiteral,
+                        at,
+                        format!("{name}(): unknown time zone {text:?} (an IANA name, like 'Europe/Paris')"),
+                    ),
+                },
+                Literal::Format => formats.push(text.clone()),
+            }
+        }
+        for format in formats {
+            // A format that cannot write a time with every field known is not one.
+            let sample = jiff::Timestamp::UNIX_EPOCH.to_zoned(jiff::tz::TimeZone::UTC);
+            if let Err(e) = jiff::fmt::strtime::format(format.as_bytes(), &sample) {
+                self.error(
+                    CompileErrorKind::InvalidLiteral,
+                    at,
+                    format!("{name}(): the format {format:?} is not one: {}", one_line(&e.to_string())),
+                );
+            }
+        }
+        self.program.natives.push(native);
+        (self.program.natives.len() - 1) as u32
     }
 
     fn lower(&mut self, ast: &Ast) -> StepId {
@@ -194,7 +258,11 @@ impl Lowering {
                                 format!("{name}() takes {wanted}, not {}", args.len()),
                             );
                         }
-                        self.push(Step::Call(function, range))
+                        let native = match function.literals() {
+                            [] => NO_NATIVE,
+                            literals => self.native(function, literals, args, *at),
+                        };
+                        self.push(Step::Call(function, range, native))
                     }
                 }
             }
@@ -217,4 +285,9 @@ fn path(ast: &Ast) -> Option<Vec<&str>> {
         }
         _ => None,
     }
+}
+
+/// A message on one line (a pattern's error spans several, pointing at the place).
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -31,6 +31,8 @@ pub struct Program {
     /// Field names of [`Step::Path`]s.
     pub(crate) paths: Vec<Box<str>>,
     pub(crate) consts: Vec<Const>,
+    /// What calls of recast's own functions compiled from their literal arguments.
+    pub(crate) natives: Vec<Native>,
     /// Number of variable slots (one per `let` binding).
     pub(crate) vars: usize,
     /// The text it was compiled from.
@@ -101,10 +103,19 @@ pub(crate) enum Step {
     /// `let`: slots with the kids whose values they take (two ranges of equal length: slots
     /// as kids' ids), then the body.
     Let(Range, StepId),
-    /// A function call with its arguments (a range of kids).
-    Call(functions::Function, Range),
+    /// A function call with its arguments (a range of kids), and for recast's own functions the
+    /// index of what their literal arguments compiled to in [`Program::natives`].
+    Call(functions::Function, Range, u32),
     /// `&expr`: only a function's argument can use one.
     Expref(StepId),
+}
+
+/// The literal arguments of a call of recast's own functions, compiled at registration: a
+/// pattern, a time zone (SPEC §1.8).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Native {
+    pub regex: Option<regex::Regex>,
+    pub zone: Option<jiff::tz::TimeZone>,
 }
 
 /// Why an expression does not compile, at a byte offset of its text.

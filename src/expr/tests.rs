@@ -191,3 +191,117 @@ fn the_community_suite_passes_whole_when_it_is_beside_the_clone() {
     report("the JMESPath Community Edition suite", &rows, &failures);
     assert!(failures.is_empty(), "{} cases failed", failures.len());
 }
+
+/// The project's own cases: the Community Edition's features (from its specification, since its
+/// suite is not in the repository), recast's own functions, and bugs found anywhere.
+/// `(given, expression, expected JSON or "error:<kind>")`.
+const OWN: &[(&str, &str, &str)] = &[
+    // Arithmetic: exact on integers, floats otherwise; `//` floors, `%` takes the divisor's sign.
+    ("{}", "`7` + `5`", "12"),
+    ("{}", "`9007199254740993` + `0`", "9007199254740993"),
+    ("{}", "`9223372036854775807` + `1`", "9223372036854775808.0"),
+    ("{}", "`7` // `2`", "3"),
+    ("{}", "`-7` // `2`", "-4"),
+    ("{}", "`-7` % `3`", "2"),
+    ("{}", "`7.5` % `2`", "1.5"),
+    ("{}", "`1` / `0`", "error:invalid-value"),
+    ("{}", "'a' + `1`", "error:invalid-type"),
+    ("{\"a\":2,\"b\":3}", "a * b - -a", "8"),
+    ("{\"a\":2}", "a × `4` ÷ `8` − `1`", "0.0"),
+    // The conditional, `let`, and `$` under a projection.
+    ("{\"n\":0,\"e\":\"\"}", "e ? 'text' : n ? 'number' : 'none'", "\"number\""),
+    ("{\"rate\":2,\"items\":[1,2]}", "let $r = rate in items[*].multiply(@)", "error:unknown-function"),
+    ("{\"rate\":2,\"items\":[1,2]}", "let $r = rate in items[*].[@, $r]", "[[1,2],[2,2]]"),
+    ("{\"rate\":2,\"items\":[{\"p\":1},{\"p\":3}]}", "items[*].[p, $.rate]", "[[1,2],[3,2]]"),
+    ("{}", "let $a = `1` in $b", "error:undefined-variable"),
+    // String functions, by code point.
+    ("{\"s\":\"  Grüße  \"}", "upper(trim(s))", "\"GRÜSSE\""),
+    ("{\"s\":\"a-b-c\"}", "split(s, '-', `1`)", "[\"a\",\"b-c\"]"),
+    ("{\"s\":\"7\"}", "pad_left(s, `3`, '0')", "\"007\""),
+    ("{\"s\":\"héhé\"}", "find_last(s, 'h')", "2"),
+    ("{\"s\":\"héhé\"}", "s[1:3]", "\"éh\""),
+    ("{\"s\":\"aXbX\"}", "replace(s, 'X', '-', `1`)", "\"a-bX\""),
+    // Grouping and pairs: member order is the document's.
+    (
+        "{\"o\":[{\"k\":\"b\",\"v\":1},{\"k\":\"a\",\"v\":2},{\"k\":\"b\",\"v\":3}]}",
+        "group_by(o, &k)",
+        "{\"b\":[{\"k\":\"b\",\"v\":1},{\"k\":\"b\",\"v\":3}],\"a\":[{\"k\":\"a\",\"v\":2}]}",
+    ),
+    ("{\"z\":1,\"a\":2}", "items(@)", "[[\"z\",1],[\"a\",2]]"),
+    ("{\"z\":1,\"a\":2}", "keys(@)", "[\"z\",\"a\"]"),
+    ("{}", "from_items([['a', `1`], ['b', `2`], ['a', `3`]])", "{\"a\":3,\"b\":2}"),
+    ("{}", "zip(`[1,2,3]`, `[\"a\",\"b\"]`)", "[[1,\"a\"],[2,\"b\"]]"),
+    // recast's own: rounding as written, dates in zones, linear-time patterns.
+    ("{}", "round(`2.345`, `2`)", "2.35"),
+    ("{}", "round(`-2.5`, `0`)", "-3.0"),
+    ("{}", "round(`1.005`, `2`)", "1.01"),
+    ("{}", "round(`0.000001`, `2`)", "0.0"),
+    ("{}", "round(`12`, `3`)", "12"),
+    ("{}", "round(`1.5`, `16`)", "error:invalid-value"),
+    (
+        "{\"t\":1700000000}",
+        "date_format(t, '%Y-%m-%dT%H:%M:%S%:z', 'Europe/Paris')",
+        "\"2023-11-14T23:13:20+01:00\"",
+    ),
+    (
+        "{\"t\":\"2024-07-01T12:00:00Z\"}",
+        "date_format(t, '%A %-d %B %Y, %H:%M', 'America/New_York')",
+        "\"Monday 1 July 2024, 08:00\"",
+    ),
+    ("{\"t\":1700000000.5}", "date_format(t, '%H:%M:%S%.3f')", "\"22:13:20.500\""),
+    ("{\"t\":\"yesterday\"}", "date_format(t, '%Y')", "error:invalid-value"),
+    ("{\"t\":true}", "date_format(t, '%Y')", "error:invalid-type"),
+    ("{\"d\":\"14/11/2023 23:13\"}", "date_parse(d, '%d/%m/%Y %H:%M', 'Europe/Paris')", "1699999980"),
+    (
+        "{\"d\":\"2023-11-14 22:13:20 +0000\"}",
+        "date_parse(d, '%Y-%m-%d %H:%M:%S %z', 'Asia/Tokyo')",
+        "1700000000",
+    ),
+    ("{\"d\":\"not a date\"}", "date_parse(d, '%Y-%m-%d')", "error:invalid-value"),
+    ("{\"s\":\"order #A-1234 shipped\"}", "regex_extract(s, '#([A-Z])-(\\\\d+)')", "\"A\""),
+    ("{\"s\":\"order 1234\"}", "regex_extract(s, '\\\\d+')", "\"1234\""),
+    ("{\"s\":\"none\"}", "regex_extract(s, '\\\\d+')", "null"),
+    ("{\"s\":\"Tel: 555-0100\"}", "regex_match(s, '^Tel')", "true"),
+    (
+        "{\"s\":\"2024-07-01\"}",
+        "regex_replace(s, '(?<y>\\\\d+)-(\\\\d+)-(\\\\d+)', '$3.$2.${y}')",
+        "\"01.07.2024\"",
+    ),
+];
+
+#[test]
+fn own_cases() {
+    let mut failures = Vec::new();
+    for &(given, expression, expected) in OWN {
+        let expected = match expected.strip_prefix("error:") {
+            Some(kind) => Expected::Error(kind.to_owned()),
+            None => {
+                let mut text = expected.as_bytes().to_vec();
+                Expected::Value(
+                    json::with_parsed(&mut text, DEPTH, |doc| Const::from_tape(doc, 0)).expect("JSON"),
+                )
+            }
+        };
+        if let Err(why) = check(given, expression, &expected) {
+            failures.push(format!("{expression:?} on {given}: {why}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Literal arguments that are not literals, or not ones a function takes, are compile errors
+/// (SPEC §1.8), checked once at registration.
+#[test]
+fn literal_arguments_are_compiled_once() {
+    for (expression, message) in [
+        ("date_format(`0`, '%Y', 'Mars/Olympus')", "unknown time zone \"Mars/Olympus\""),
+        ("date_format(`0`, '%Y', zone)", "takes its zone (argument 3) as a literal string"),
+        ("date_format(`0`, '%Q%')", "the format \"%Q%\" is not one"),
+        ("regex_match('a', '(')", "the pattern \"(\" does not compile"),
+        ("regex_match('a', '(a)\\1')", "does not compile"),
+        ("regex_replace('a', p, 'b')", "takes its pattern (argument 2) as a literal string"),
+    ] {
+        let errors = compile(expression, DEPTH).expect_err(expression);
+        assert!(errors.iter().any(|e| e.message.contains(message)), "{expression}: {errors:?}");
+    }
+}
