@@ -26,6 +26,8 @@ use recast::rules::{Limits, compile_json};
 
 #[path = "common/baseline.rs"]
 mod baseline;
+#[path = "common/documents.rs"]
+mod documents;
 // Shared with the tests, which use more of it.
 #[allow(dead_code)]
 #[path = "common/ordered_json.rs"]
@@ -170,6 +172,8 @@ fn input(name: &'static str, json: String, rules: String) -> Input {
     }
 }
 
+use documents::{Words, recipe};
+
 fn recipe_input() -> Input {
     let mut words = Words(7);
     let recipe = recipe(&mut words, 0, 20, 230, true);
@@ -180,71 +184,6 @@ fn list_input() -> Input {
     let mut words = Words(11);
     let items: Vec<String> = (0..2000).map(|i| recipe(&mut words, i, 7, 3, false)).collect();
     input("list-1MB", format!(r#"{{"meals":[{}]}}"#, items.join(",")), rules_json("", true))
-}
-
-/// One recipe in the shape of a public recipe API: `ingredients` ingredient/measure pairs (the
-/// last few empty, as real answers have them) and an instructions text of `instruction_words`.
-/// A `full` recipe also has the members that are null in most answers and longer links; list items
-/// are the compact form a list endpoint returns.
-fn recipe(words: &mut Words, n: usize, ingredients: usize, instruction_words: usize, full: bool) -> String {
-    let mut fields = vec![
-        format!(r#""idMeal":"{}""#, 52_700 + n),
-        format!(r#""strMeal":"{}""#, words.text(3)),
-        format!(r#""strCategory":"{}""#, words.text(1)),
-        format!(r#""strArea":"{}""#, words.text(1)),
-        format!(r#""strInstructions":"{}""#, words.sentences(instruction_words)),
-        format!(r#""strTags":"{},{}""#, words.word(), words.word()),
-    ];
-    if full {
-        fields.push(format!(r#""strMealThumb":"https://img.example.org/meals/{}.jpg""#, words.word()));
-        fields.push(format!(r#""strYoutube":"https://video.example.org/watch?v={n:08}""#));
-    } else {
-        fields.push(format!(r#""strMealThumb":"/m/{n}.jpg""#));
-    }
-    let filled = ingredients - ingredients / 4;
-    for i in 1..=ingredients {
-        let (ingredient, measure) = if i <= filled {
-            (words.text(2), format!("{} {}", i * 25, words.word()))
-        } else {
-            (String::new(), " ".to_owned())
-        };
-        fields.push(format!(r#""strIngredient{i}":"{ingredient}""#));
-        fields.push(format!(r#""strMeasure{i}":"{measure}""#));
-    }
-    if full {
-        fields.push(format!(r#""strSource":"https://recipes.example.org/{n}/{}""#, words.word()));
-        for name in ["strDrinkAlternate", "strImageSource", "strCreativeCommonsConfirmed", "dateModified"] {
-            fields.push(format!(r#""{name}":null"#));
-        }
-    }
-    format!("{{{}}}", fields.join(","))
-}
-
-/// Deterministic pseudo-text.
-struct Words(u64);
-
-impl Words {
-    const VOCABULARY: [&'static str; 16] = [
-        "lentil", "onion", "carrot", "cumin", "garlic", "simmer", "stir", "chopped", "olive", "oil",
-        "tomato", "pepper", "salt", "minutes", "heat", "serve",
-    ];
-
-    fn word(&mut self) -> &'static str {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        Self::VOCABULARY[(self.0 >> 60) as usize]
-    }
-
-    fn text(&mut self, n: usize) -> String {
-        (0..n).map(|_| self.word()).collect::<Vec<_>>().join(" ")
-    }
-
-    /// Words in sentences separated by `\r\n`, as recipe instructions come.
-    fn sentences(&mut self, n: usize) -> String {
-        (0..n)
-            .map(|i| if i % 12 == 11 { format!("{}.\\r\\n", self.word()) } else { self.word().to_owned() })
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

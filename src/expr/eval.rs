@@ -73,8 +73,34 @@ pub fn evaluate<'v>(
     current: Val<'v>,
     arena: &'v Arena<'v>,
 ) -> Result<Val<'v>> {
+    run(program, nodes, root, current, arena, false)
+}
+
+/// [`evaluate`] as implementations of the original JMESPath specification have it where the
+/// Community Edition differs in evaluation (its JEP-19): a multi-select of `null` is `null`, and
+/// the right side of a sub-expression runs on a `null` left side too. Only for comparing recast
+/// with such implementations (the `expr_differential` fuzz target).
+#[cfg(feature = "fuzzing")]
+pub fn evaluate_original<'v>(
+    program: &'v Program,
+    nodes: &'v Nodes<'v>,
+    root: Val<'v>,
+    current: Val<'v>,
+    arena: &'v Arena<'v>,
+) -> Result<Val<'v>> {
+    run(program, nodes, root, current, arena, true)
+}
+
+fn run<'v>(
+    program: &'v Program,
+    nodes: &'v Nodes<'v>,
+    root: Val<'v>,
+    current: Val<'v>,
+    arena: &'v Arena<'v>,
+    original: bool,
+) -> Result<Val<'v>> {
     let mut evaluator =
-        Evaluator { program, doc: Doc { nodes }, root, arena, vars: vec![Val::Null; program.vars] };
+        Evaluator { program, doc: Doc { nodes }, root, arena, vars: vec![Val::Null; program.vars], original };
     let top = (program.steps.len() - 1) as StepId;
     evaluator.eval(top, current)
 }
@@ -85,6 +111,8 @@ pub(crate) struct Evaluator<'v> {
     root: Val<'v>,
     pub(crate) arena: &'v Arena<'v>,
     vars: Vec<Val<'v>>,
+    /// The original specification's evaluation of `null` (see `evaluate_original`).
+    original: bool,
 }
 
 impl<'v> Evaluator<'v> {
@@ -106,8 +134,9 @@ impl<'v> Evaluator<'v> {
                 }
                 v
             }
+            // The Community Edition's JEP-19: a sub-expression of null is null; a pipe goes on.
             &Step::Sub(left, right) => match self.eval(left, cur)? {
-                Val::Null => Val::Null,
+                Val::Null if !self.original => Val::Null,
                 v => self.eval(right, v)?,
             },
             &Step::Pipe(left, right) => {
@@ -167,6 +196,7 @@ impl<'v> Evaluator<'v> {
                 }
                 Val::List(out.into_bump_slice())
             }
+            Step::MultiList(_) | Step::MultiHash(..) if self.original && cur.is_null() => Val::Null,
             &Step::MultiList(kids) => {
                 let mut out = self.arena.vec();
                 for &kid in &program.kids[kids.range()] {

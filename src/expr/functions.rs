@@ -68,6 +68,9 @@ pub enum Literal {
     Zone,
 }
 
+/// The first [`ORIGINAL`] rows of [`TABLE`] are the original specification's functions.
+const ORIGINAL: usize = 26;
+
 /// Each function's name and how many arguments it takes (`None`: any number from the least).
 const TABLE: &[(&str, Function, usize, Option<usize>)] = &[
     ("abs", Function::Abs, 1, Some(1)),
@@ -127,6 +130,20 @@ pub fn lookup(name: &str) -> Option<(Function, usize, Option<usize>)> {
 impl Function {
     pub fn name(self) -> &'static str {
         TABLE.iter().find(|(_, f, ..)| *f == self).map_or("?", |(n, ..)| n)
+    }
+
+    /// Whether the original JMESPath specification has this function (26 of them do).
+    pub fn in_original_language(self) -> bool {
+        TABLE.iter().position(|(_, f, ..)| *f == self).is_some_and(|i| i < ORIGINAL)
+    }
+
+    /// Whether argument `i` is an expression reference (`&expr`) the function runs.
+    pub fn takes_expref(self, i: usize) -> bool {
+        matches!(
+            (self, i),
+            (Function::Map, 0)
+                | (Function::SortBy | Function::MaxBy | Function::MinBy | Function::GroupBy, 1)
+        )
     }
 
     /// The arguments (by position) that must be literals, compiled at registration.
@@ -748,4 +765,18 @@ pub(crate) fn parse_number(s: &str) -> Option<Number> {
         return Some(Number::UInt(n));
     }
     s.parse::<f64>().ok().filter(|f| f.is_finite()).map(Number::Float)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_original_functions_are_the_first_26() {
+        let original: Vec<&str> = TABLE[..ORIGINAL].iter().map(|(name, ..)| *name).collect();
+        assert_eq!(original.first(), Some(&"abs"));
+        assert_eq!(original.last(), Some(&"values"));
+        assert!(!Function::Items.in_original_language());
+        assert!(Function::Values.in_original_language());
+    }
 }

@@ -14,6 +14,8 @@ mod parse;
 mod tests;
 mod value;
 
+#[cfg(feature = "fuzzing")]
+pub use eval::evaluate_original;
 pub use eval::{EvalError, EvalErrorKind, evaluate};
 pub use value::{Arena, Const, Doc, Kind, Number, OverBudget, Val};
 

@@ -260,11 +260,16 @@ impl Value {
     }
 }
 
+mod expr;
 mod headers;
 mod http;
 mod stages;
 mod upstream;
 
+pub use self::expr::{
+    EXPR_BUDGET, ExprOutcome, ExprReached, expr_eval, expref_outside_a_call, original_language_only,
+    run as expr_run, run_original as expr_run_original, split as expr_split,
+};
 pub use self::headers::{HeadersReached, upstream_headers};
 pub use self::http::{DELIBERATE_PANIC, Ending, HttpReached, ROUTE_PATH, http_request, http_request_ending};
 pub use self::stages::{exec_document, rules_compile, upstream_url};

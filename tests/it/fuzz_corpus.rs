@@ -110,3 +110,24 @@ fn upstream_headers_corpus_replays_every_outcome() {
         assert!(reached.contains_key(&outcome), "no seed reaches {outcome:?}: {reached:?}");
     }
 }
+
+#[test]
+fn expr_eval_corpus_replays_every_outcome() {
+    use recast::fuzzing::{ExprReached, expr_eval};
+    let reached = replay("expr_eval", expr_eval);
+    for outcome in [ExprReached::Value, ExprReached::Failed, ExprReached::Refused] {
+        assert!(reached.contains_key(&outcome), "no seed reaches {outcome:?}: {reached:?}");
+    }
+}
+
+/// The differential target's oracle is a fuzz-only dependency; its seeds replay through
+/// `expr_eval`'s checks, and through the original language's evaluation.
+#[test]
+fn expr_differential_corpus_replays() {
+    use recast::fuzzing::{ExprOutcome, expr_eval, expr_run_original};
+    let reached = replay("expr_differential", expr_eval);
+    assert!(reached.len() >= 2, "{reached:?}");
+    let original =
+        replay("expr_differential", |data| matches!(expr_run_original(data), ExprOutcome::Value(_)));
+    assert!(original.contains_key(&true), "{original:?}");
+}
