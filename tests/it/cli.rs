@@ -172,3 +172,33 @@ async fn routes_lists_shows_purges_and_deletes_with_the_admin_token() {
     assert_eq!(code(&unreachable), 3, "{}", text(&unreachable.stderr));
     assert!(text(&unreachable.stderr).contains("cannot reach recast"), "{}", text(&unreachable.stderr));
 }
+
+#[tokio::test]
+async fn check_and_preview_take_expressions() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = file(
+        dir.path(),
+        "rules.json",
+        r#"{"newBodyFields":{"n":{"key":"n","type":"String"},"c":{"key":"c","type":"Int"}},
+            "oldBodyFields":{"n":{"expr":"upper(meals[0].strMeal)"},"c":{"expr":"length(meals)"}}}"#,
+    );
+    let checked = recast(&["check", "--rules", &rules]).await;
+    assert_eq!(code(&checked), 0, "{}", text(&checked.stderr));
+    let input = file(dir.path(), "input.json", SAMPLE);
+    let printed = recast(&["preview", "--rules", &rules, "--input", &input]).await;
+    assert_eq!(code(&printed), 0, "{}", text(&printed.stderr));
+    assert_eq!(Json::parse(&printed.stdout), Json::parse(br#"{"n":"SOUP","c":1}"#));
+
+    let bad = file(
+        dir.path(),
+        "bad.json",
+        r#"{"newBodyFields":{"n":{"key":"n","type":"String"}},"oldBodyFields":{"n":{"expr":"meals[0].nope(@)"}}}"#,
+    );
+    let checked = recast(&["check", "--rules", &bad]).await;
+    assert_eq!(code(&checked), 1);
+    let report = text(&checked.stderr);
+    assert!(
+        report.contains("error: /oldBodyFields/n/expr: at character 9: unknown function nope()"),
+        "{report}"
+    );
+}
