@@ -62,8 +62,8 @@ pub struct Token {
     pub at: usize,
 }
 
-/// The tokens of `text`, ending with [`Tok::Eof`].
-pub fn tokens(text: &str) -> Result<Vec<Token>, SyntaxError> {
+/// The tokens of `text`, ending with [`Tok::Eof`]; JSON literals nest at most `max_depth` deep.
+pub fn tokens(text: &str, max_depth: usize) -> Result<Vec<Token>, SyntaxError> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -107,7 +107,7 @@ pub fn tokens(text: &str) -> Result<Vec<Token>, SyntaxError> {
                 (Tok::Literal(Box::new(Const::String(value.into()))), len)
             }
             '`' => {
-                let (value, len) = json_literal(text, i)?;
+                let (value, len) = json_literal(text, i, max_depth)?;
                 (Tok::Literal(Box::new(value)), len)
             }
             '.' => one(Tok::Dot),
@@ -198,7 +198,7 @@ fn raw_string(text: &str, start: usize) -> Result<(String, usize), SyntaxError> 
 
 /// A JSON literal from `start` (its opening backtick): `` \` `` is a backtick; the rest must be
 /// one JSON value.
-fn json_literal(text: &str, start: usize) -> Result<(Const, usize), SyntaxError> {
+fn json_literal(text: &str, start: usize, max_depth: usize) -> Result<(Const, usize), SyntaxError> {
     let bytes = text.as_bytes();
     let mut json = Vec::new();
     let mut i = start + 1;
@@ -210,7 +210,7 @@ fn json_literal(text: &str, start: usize) -> Result<(Const, usize), SyntaxError>
             }
             b'`' => {
                 let parsed =
-                    crate::json::with_parsed(&mut json, LITERAL_DEPTH, |doc| Const::from_tape(doc, 0))
+                    crate::json::with_parsed(&mut json, max_depth, |doc| Const::from_tape(doc, 0))
                         .map_err(|e| SyntaxError::new(start, format!("a literal that is not JSON: {e}")))?;
                 return Ok((parsed, i + 1 - start));
             }
@@ -222,6 +222,3 @@ fn json_literal(text: &str, start: usize) -> Result<(Const, usize), SyntaxError>
     }
     Err(SyntaxError::new(start, "a literal without its closing `"))
 }
-
-/// Deepest JSON literal the lexer reads; the expression's own depth bound applies on top.
-const LITERAL_DEPTH: usize = 1024;

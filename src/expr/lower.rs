@@ -78,17 +78,19 @@ impl Lowering {
                 continue;
             };
             match kind {
-                Literal::Pattern => match regex::RegexBuilder::new(text).size_limit(1 << 20).build() {
-                    Ok(regex) => native.regex = Some(regex),
-                    Err(e) => self.error(
-                        CompileErrorKind::InvalidLiteral,
-                        at,
-                        format!(
-                            "{name}(): the pattern {text:?} does not compile: {}",
-                            one_line(&e.to_string())
+                Literal::Pattern => {
+                    match regex::RegexBuilder::new(text).size_limit(1 << 20).nest_limit(32).build() {
+                        Ok(regex) => native.regex = Some(regex),
+                        Err(e) => self.error(
+                            CompileErrorKind::InvalidLiteral,
+                            at,
+                            format!(
+                                "{name}(): the pattern {text:?} does not compile: {}",
+                                one_line(&e.to_string())
+                            ),
                         ),
-                    ),
-                },
+                    }
+                }
                 Literal::Zone => match jiff::tz::TimeZone::get(text) {
                     Ok(zone) => native.zone = Some(zone),
                     Err(_) => self.error(

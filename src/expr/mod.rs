@@ -201,7 +201,7 @@ pub fn compile(source: &str, max_depth: usize) -> Result<Program, Vec<CompileErr
             message: format!("the expression is {} bytes long, more than {MAX_EXPR_BYTES}", source.len()),
         }]);
     }
-    let tokens = lex::tokens(source).map_err(syntax)?;
+    let tokens = lex::tokens(source, max_depth).map_err(syntax)?;
     let ast = parse::parse(tokens, max_depth).map_err(syntax)?;
     lower::lower(&ast, source)
 }

@@ -156,20 +156,31 @@ impl Parser {
         }
     }
 
+    /// An expression binding tighter than `power`. `depth` bounds the height of the tree built,
+    /// so that compiling, running and dropping it stay within any thread's stack: each nested
+    /// expression adds a level, and so does each operator that takes the tree built so far as
+    /// its left side (`a.b.c`, `a | b | c` nest to the left).
     fn expression(&mut self, power: u8) -> Result<Ast, SyntaxError> {
+        let outside = self.depth;
+        self.deeper()?;
+        let mut left = self.nud()?;
+        while power < left_power(self.peek()) {
+            self.deeper()?;
+            left = self.led(left)?;
+        }
+        self.depth = outside;
+        Ok(left)
+    }
+
+    fn deeper(&mut self) -> Result<(), SyntaxError> {
         self.depth += 1;
         if self.depth > self.max_depth {
             return Err(SyntaxError::new(
                 self.at(),
-                format!("the expression nests deeper than {} levels", self.max_depth),
+                format!("the expression nests deeper than {} levels (RECAST_MAX_DEPTH)", self.max_depth),
             ));
         }
-        let mut left = self.nud()?;
-        while power < left_power(self.peek()) {
-            left = self.led(left)?;
-        }
-        self.depth -= 1;
-        Ok(left)
+        Ok(())
     }
 
     /// An expression that starts at the next token.

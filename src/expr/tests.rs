@@ -300,8 +300,30 @@ fn literal_arguments_are_compiled_once() {
         ("regex_match('a', '(')", "the pattern \"(\" does not compile"),
         ("regex_match('a', '(a)\\1')", "does not compile"),
         ("regex_replace('a', p, 'b')", "takes its pattern (argument 2) as a literal string"),
+        // Nested past 32 levels: refused before it can take a thread's stack to compile.
+        (&format!("regex_match('a', '{}a{}')", "(".repeat(40), ")".repeat(40)), "does not compile"),
+        (&format!("regex_match('a', 'a{}')", "*".repeat(300)), "does not compile"),
     ] {
         let errors = compile(expression, DEPTH).expect_err(expression);
         assert!(errors.iter().any(|e| e.message.contains(message)), "{expression}: {errors:?}");
     }
+}
+
+/// Expressions as deep as their 4,096 bytes allow are refused by the depth bound, whichever way
+/// they nest: compiling, running or dropping them never takes a thread's stack.
+#[test]
+fn deep_expressions_are_refused_at_the_depth_bound() {
+    let deep = [
+        format!("{}a", "a.".repeat(2000)),
+        format!("{}a", "a | ".repeat(1000)),
+        format!("a{}", "[0]".repeat(1300)),
+        format!("{}a{}", "(".repeat(2000), ")".repeat(2000)),
+        format!("`{}1{}`", "[".repeat(2000), "]".repeat(2000)),
+        format!("{}a", "!".repeat(4000)),
+    ];
+    for text in &deep {
+        let errors = compile(text, DEPTH).expect_err("too deep");
+        assert!(errors.iter().any(|e| e.message.contains("deeper than 64")), "{errors:?}");
+    }
+    compile(&format!("{}a", "a.".repeat(40)), DEPTH).expect("40 levels compile");
 }
