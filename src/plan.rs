@@ -51,15 +51,20 @@ pub(crate) enum Each {
 pub(crate) enum Op {
     /// The walk into one object: the root (or an `each` element) with `input: Root`, or the object
     /// reached through a `parents` prefix, whose value a previous scan put in slot `input`.
-    /// A list found there is followed to its first element (SPEC §1.2). Records in its slots the
-    /// values of the members named in `table`.
-    Scan { input: Input, table: KeyTable },
+    /// A list found there is followed to its first element (SPEC §1.2), unless the scan is
+    /// `strict`: the scans of an expression's plain path (`a.b[0].c`, SPEC §1.8) read only an
+    /// object. Records in its slots the values of the members named in `table`.
+    Scan { input: Input, strict: bool, table: KeyTable },
+    /// An index step of an expression's plain path (`a[0]`): records in `slot` the element at
+    /// `index` (from the end when negative) of the list at `input`, if it is one and has it.
+    Index { input: Input, index: i64, slot: SlotId },
     /// A `String` target whose `keys` has one entry naming one field (`"keys": ["strMeal"]`): the
     /// most common target, whose text values are copied without going through coercion.
     Text { target: u32, slot: SlotId, member: Member },
     /// A target whose `keys` has one concatenation entry (`"keys": ["a, b"]`); always `String`.
     Concat { target: u32, parts: Span, member: Member },
-    /// A target of another type whose `keys` has one entry naming one field.
+    /// A target of another type whose `keys` has one entry naming one field. `Text` and `Field`
+    /// also write the targets whose expression is a plain path, from the slot its scans fill.
     Field { target: u32, ty: Type, slot: SlotId, member: Member },
     /// A target whose `keys` has several entries; written as a JSON array in entry order.
     Array { target: u32, ty: Type, reads: Span, member: Member },
@@ -92,7 +97,7 @@ impl Member {
 }
 
 /// Where a scan finds its object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Input {
     Root,
     Slot(SlotId),
@@ -298,6 +303,10 @@ impl fmt::Display for Plan {
             None => {}
         }
         let slot = |s: SlotId| format!("s{s}");
+        let from = |input: Input| match input {
+            Input::Root => "root".to_owned(),
+            Input::Slot(s) => slot(s),
+        };
         let read = |r: &Read| match r {
             Read::Slot(s) => slot(*s),
             Read::Concat(span) => {
@@ -307,18 +316,19 @@ impl fmt::Display for Plan {
         };
         for op in &self.ops {
             match op {
-                Op::Scan { input, table } => {
-                    let from = match input {
-                        Input::Root => "root".to_owned(),
-                        Input::Slot(s) => slot(*s),
-                    };
+                Op::Scan { input, strict, table } => {
                     let names: Vec<_> =
                         table.names().iter().map(|(n, s)| format!("{n}→{}", slot(*s))).collect();
-                    writeln!(f, "scan {from}: {}", names.join(" "))?;
+                    let kind = if *strict { "strict scan" } else { "scan" };
+                    writeln!(f, "{kind} {}: {}", from(*input), names.join(" "))?;
+                }
+                Op::Index { input, index, slot: s } => {
+                    writeln!(f, "index {}[{index}]→{}", from(*input), slot(*s))?;
                 }
                 Op::Text { target, slot: s, .. } | Op::Field { target, slot: s, .. } => {
                     let t = &self.targets[*target as usize];
-                    writeln!(f, "field {} ({}) ← {}", t.key, t.ty.name(), slot(*s))?;
+                    let path = t.expr.as_ref().map(|e| format!(" (expr {e})")).unwrap_or_default();
+                    writeln!(f, "field {} ({}) ← {}{path}", t.key, t.ty.name(), slot(*s))?;
                 }
                 Op::Concat { target, parts, .. } => {
                     let t = &self.targets[*target as usize];

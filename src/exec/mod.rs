@@ -205,8 +205,9 @@ pub(crate) fn document<O: Observer>(
 
 /// The elements an `each` expression gave: those of a list, or an object alone. Elements that
 /// are places in the document are mapped there; when the expression built some (a
-/// multi-select) and the rules read them by `keys`, the elements and `$` are written out and
-/// parsed again, so that `keys` can walk them as they walk the document.
+/// multi-select) and the rules read them through slots (by `keys` or plain paths), the elements
+/// and `$` are written out and parsed again, so that the scans can walk them as they walk the
+/// document.
 fn each_expression<O: Observer>(
     plan: &Plan,
     nodes: &Doc<'_, '_>,
@@ -225,7 +226,7 @@ fn each_expression<O: Observer>(
     };
     let built =
         |v: &Val<'_>| matches!(v.kind(), Kind::Array | Kind::Object) && expr::tape_index(*v).is_none();
-    if plan.scan_count == 0 || !elements.iter().any(built) {
+    if plan.slot_count == 0 || !elements.iter().any(built) {
         let items = elements.into_iter().map(|v| (expr::tape_index(v).unwrap_or(MISSING), v));
         elements_of(plan, nodes, items, context, scratch, out, observer);
         return;
@@ -313,14 +314,20 @@ fn object<O: Observer>(
     for op in &plan.ops {
         let target = MemberOut { out: &mut *out, first: &mut first, root, observer: &mut *observer };
         match op {
-            Op::Scan { input, table } => {
-                let from = match *input {
-                    Input::Root => root,
-                    Input::Slot(slot) => slot_at(slots, slot),
-                };
+            Op::Scan { input, strict, table } => {
+                let from = input_at(*input, root, slots);
                 let shape = shapes.next();
-                if let Some(object) = json::first_non_list(nodes, from) {
+                let object = if *strict { Some(from) } else { json::first_non_list(nodes, from) };
+                // `scan` reads only an object.
+                if let Some(object) = object {
                     scan(nodes, object, table, slots, shape);
+                }
+            }
+            Op::Index { input, index, slot } => {
+                if let Some(found) = element(nodes, input_at(*input, root, slots), *index)
+                    && let Some(at) = slots.get_mut(*slot as usize)
+                {
+                    *at = found;
                 }
             }
             Op::Text { target: id, slot, member } => {
@@ -424,6 +431,24 @@ impl<O: Observer> MemberOut<'_, O> {
 #[inline(always)]
 fn slot_at(slots: &[usize], slot: SlotId) -> usize {
     slots.get(slot as usize).copied().unwrap_or(MISSING)
+}
+
+/// The tape position a scan or an index step reads.
+#[inline(always)]
+fn input_at(input: Input, root: usize, slots: &[usize]) -> usize {
+    match input {
+        Input::Root => root,
+        Input::Slot(slot) => slot_at(slots, slot),
+    }
+}
+
+/// The tape position of the element at `index` (from the end when negative) of the list at
+/// `list`, if it is a list that has one.
+fn element(nodes: &Nodes<'_>, list: usize, index: i64) -> Option<usize> {
+    let Some(&Node::Array { len, .. }) = nodes.get(list) else { return None };
+    let at = if index < 0 { (len as i64).checked_add(index)? } else { index };
+    let at = usize::try_from(at).ok().filter(|&at| at < len)?;
+    json::elements(nodes, list)?.nth(at)
 }
 
 /// Records the slots of the members of `object` that `table` names. The first occurrence of a
@@ -905,6 +930,45 @@ mod expression_tests {
         for (expr, ty, expected) in cases {
             assert_eq!(map(&one(expr, ty), ORDER), expected, "{expr} as {ty}");
         }
+    }
+
+    #[test]
+    fn plain_paths_read_by_jmespath_rules_not_by_parents_rules() {
+        let input = r#"{"a":[{"b":1,"b":2},{"b":3}],"o":{"0":"zero","b":[4,5]},"s":"text","l":[[6,7],[8]]}"#;
+        let cases = [
+            // A name reads the first member so called; an index an element, from the end when
+            // negative; past either end, nothing.
+            ("a[0].b", r#"{"v":1}"#),
+            ("a[-1].b", r#"{"v":3}"#),
+            ("a[2].b", r#"{"v":null}"#),
+            ("a[-3]", r#"{"v":null}"#),
+            ("l[0][-1]", r#"{"v":7}"#),
+            ("o.b[1]", r#"{"v":5}"#),
+            // No list is followed to its first element, as `parents` would, and an index does
+            // not read an object's member.
+            ("a.b", r#"{"v":null}"#),
+            ("l.b", r#"{"v":null}"#),
+            ("o[0]", r#"{"v":null}"#),
+            ("s.b", r#"{"v":null}"#),
+            ("s[0]", r#"{"v":null}"#),
+            ("missing[0].b", r#"{"v":null}"#),
+            ("o", r#"{"v":{"0":"zero","b":[4,5]}}"#),
+        ];
+        for (expr, expected) in cases {
+            assert_eq!(map(&one(expr, "Json"), input), expected, "{expr}");
+            // The same read by the program, which a pipe keeps from being a plain path.
+            assert_eq!(map(&one(&format!("{expr} | @"), "Json"), input), expected, "{expr} | @");
+        }
+        // A root that is a list: a name reads nothing, an index an element.
+        assert_eq!(map(&one("b", "Int"), r#"[{"b":1}]"#), r#"{"v":null}"#);
+        assert_eq!(map(&one("[0].b", "Int"), r#"[{"b":1}]"#), r#"{"v":1}"#);
+        // Built `each` elements are written out and parsed again for the scans.
+        let rules = r#"{"each":"a[*].{x: b}","newBodyFields":{"x":{"key":"x","type":"Int"}},
+            "oldBodyFields":{"x":{"expr":"x"}}}"#;
+        assert_eq!(map(rules, input), r#"[{"x":1},{"x":3}]"#);
+        let rules = r#"{"each":"l[0]","newBodyFields":{"x":{"key":"x","type":"Int"}},
+            "oldBodyFields":{"x":{"expr":"[0]"}}}"#;
+        assert_eq!(map(rules, input), r#"[{"x":null},{"x":null}]"#);
     }
 
     #[test]

@@ -211,4 +211,40 @@ impl Program {
     pub fn source(&self) -> &str {
         &self.source
     }
+
+    /// The steps of a program that is nothing but a plain path of names and indexes
+    /// (`a.b[0].c`, `"x y"[-1]`), `None` for any other. Such a program reads one value of the
+    /// document, which a plan can read through its scans instead of running the program: a name
+    /// reads the first member so called of an object, an index the element of a list, and
+    /// anything else (a list where a name is read, a missing value) ends in `null`.
+    pub fn plain_path(&self) -> Option<Vec<PathStep<'_>>> {
+        fn walk<'p>(program: &'p Program, step: StepId, out: &mut Vec<PathStep<'p>>) -> Option<()> {
+            match program.steps.get(step as usize)? {
+                Step::Field(name) => out.push(PathStep::Field(name)),
+                Step::Path(names) => {
+                    out.extend(program.paths.get(names.range())?.iter().map(|n| PathStep::Field(n)))
+                }
+                &Step::Index(n) => out.push(PathStep::Index(n)),
+                &Step::Sub(left, right) => {
+                    walk(program, left, out)?;
+                    walk(program, right, out)?;
+                }
+                _ => return None,
+            }
+            Some(())
+        }
+        let root = self.steps.len().checked_sub(1)?;
+        let mut steps = Vec::new();
+        walk(self, root as StepId, &mut steps)?;
+        Some(steps)
+    }
+}
+
+/// One step of a plain path ([`Program::plain_path`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathStep<'p> {
+    /// The first member of this name of an object.
+    Field(&'p str),
+    /// The element of a list at this index, counting from the end when negative.
+    Index(i64),
 }

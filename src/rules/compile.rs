@@ -2,11 +2,12 @@
 //! `newBodyFields` and `oldBodyFields`, duplicate output keys, types of concatenations, limits),
 //! orders targets, and resolves every field name to a slot.
 
+use std::borrow::Cow;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 use super::{Each, KeyEntry, Limits, Problem, Rules, Type, parse};
-use crate::expr::{self, Program};
+use crate::expr::{self, PathStep, Program};
 use crate::json::{self, Node, Nodes};
 use crate::plan::{self, Input, KeyTable, Member, Op, Plan, Read, SlotId, Span, Target};
 
@@ -214,7 +215,7 @@ fn lower(rules: &Rules, limits: &Limits) -> Plan {
             continue; // Unreachable after `check`; a target without source or key is skipped.
         };
         if let Some(source) = &old.expr {
-            let Some(program) = program(&mut plan, source) else { continue };
+            let Ok(compiled) = expr::compile(source, limits.max_depth) else { continue };
             let target = plan.targets.len() as u32;
             plan.targets.push(Target {
                 id: new.id.as_str().into(),
@@ -224,7 +225,19 @@ fn lower(rules: &Rules, limits: &Limits) -> Plan {
                 keys: Box::default(),
                 expr: Some(source.as_str().into()),
             });
-            emits.push(Op::Expr { target, ty, program, member: Member::new(key) });
+            let member = Member::new(key);
+            // A plain path reads its value through the scans, as `keys` do, but by JMESPath's
+            // rules: a name reads only an object's member, an index only a list's element.
+            let path = compiled.plain_path().filter(|steps| !steps.is_empty());
+            emits.push(match (path.map(|steps| walks.path(&steps)), ty) {
+                (Some(slot), Type::String) => Op::Text { target, slot, member },
+                (Some(slot), _) => Op::Field { target, ty, slot, member },
+                (None, _) => {
+                    plan.programs.push(compiled);
+                    let program = (plan.programs.len() - 1) as u32;
+                    Op::Expr { target, ty, program, member }
+                }
+            });
             continue;
         }
         let scan = walks.walk(&old.parents);
@@ -232,10 +245,10 @@ fn lower(rules: &Rules, limits: &Limits) -> Plan {
             .keys
             .iter()
             .map(|entry| match entry {
-                KeyEntry::Field(name) => Read::Slot(walks.slot(scan, name)),
+                KeyEntry::Field(name) => Read::Slot(walks.slot(scan, Cow::Borrowed(name))),
                 KeyEntry::Concat(names) => {
                     let start = plan.parts.len() as u32;
-                    plan.parts.extend(names.iter().map(|name| walks.slot(scan, name)));
+                    plan.parts.extend(names.iter().map(|name| walks.slot(scan, Cow::Borrowed(name))));
                     Read::Concat(Span { start, end: plan.parts.len() as u32 })
                 }
             })
@@ -263,66 +276,115 @@ fn lower(rules: &Rules, limits: &Limits) -> Plan {
     }
     plan.slot_count = walks.slot_count as usize;
     plan.ops = walks
-        .scans
+        .drafts
         .into_iter()
-        .filter(|scan| !scan.names.is_empty())
-        .map(|scan| Op::Scan { input: scan.input, table: KeyTable::new(&scan.names) })
+        .filter_map(|draft| match draft {
+            Draft::Scan { names, .. } if names.is_empty() => None,
+            Draft::Scan { input, strict, names } => {
+                let names: Vec<(&str, SlotId)> = names.iter().map(|(n, s)| (n.as_ref(), *s)).collect();
+                Some(Op::Scan { input, strict, table: KeyTable::new(&names) })
+            }
+            Draft::Index { input, index, slot } => Some(Op::Index { input, index, slot }),
+        })
         .chain(emits)
         .collect();
     plan.scan_count = plan.ops.iter().filter(|op| matches!(op, Op::Scan { .. })).count();
     plan
 }
 
-/// The tree of scans being built: one per distinct `parents` prefix, created parent first. Names
-/// are borrowed from the rules being lowered.
+/// The scans being built, with the index steps of expressions' plain paths among them: one scan
+/// per object reached by a distinct `parents` prefix or path prefix, each created before the
+/// drafts that read the slots it fills. Names of `keys` are borrowed from the rules; those of
+/// expressions are copied.
 struct Walks<'r> {
-    scans: Vec<ScanDraft<'r>>,
-    slots: HashMap<(usize, &'r str), SlotId>,
-    /// For a slot that holds a parent object: the scan that reads it.
-    children: HashMap<SlotId, usize>,
+    drafts: Vec<Draft<'r>>,
+    /// The slot of a member name in the object a scan (a draft's index) reads.
+    slots: HashMap<(usize, Cow<'r, str>), SlotId>,
+    /// The scan of an input, following lists (`false`) or strict.
+    scans: HashMap<(Input, bool), usize>,
+    /// The slot an index step fills, by its input and index.
+    indexes: HashMap<(Input, i64), SlotId>,
     slot_count: SlotId,
 }
 
-struct ScanDraft<'r> {
-    input: Input,
-    names: Vec<(&'r str, SlotId)>,
+enum Draft<'r> {
+    Scan { input: Input, strict: bool, names: Vec<(Cow<'r, str>, SlotId)> },
+    Index { input: Input, index: i64, slot: SlotId },
 }
 
 impl<'r> Walks<'r> {
     fn new() -> Self {
-        Walks {
-            scans: vec![ScanDraft { input: Input::Root, names: Vec::new() }],
+        let mut walks = Walks {
+            drafts: Vec::new(),
             slots: HashMap::new(),
-            children: HashMap::new(),
+            scans: HashMap::new(),
+            indexes: HashMap::new(),
             slot_count: 0,
-        }
+        };
+        // The root's scan first, as listings of plans show it.
+        walks.scan(Input::Root, false);
+        walks
     }
 
     /// The scan of the object reached by `parents` from the root.
     fn walk(&mut self, parents: &'r [String]) -> usize {
-        let mut scan = 0;
+        let mut scan = self.scan(Input::Root, false);
         for parent in parents {
-            let slot = self.slot(scan, parent);
-            scan = match self.children.get(&slot) {
-                Some(&child) => child,
-                None => {
-                    self.scans.push(ScanDraft { input: Input::Slot(slot), names: Vec::new() });
-                    self.children.insert(slot, self.scans.len() - 1);
-                    self.scans.len() - 1
-                }
-            };
+            let slot = self.slot(scan, Cow::Borrowed(parent));
+            scan = self.scan(Input::Slot(slot), false);
         }
         scan
     }
 
-    /// The slot for member `name` of the object that `scan` reads.
-    fn slot(&mut self, scan: usize, name: &'r str) -> SlotId {
-        *self.slots.entry((scan, name)).or_insert_with(|| {
+    /// The slot that ends an expression's plain path from the root; `steps` is not empty.
+    fn path(&mut self, steps: &[PathStep<'_>]) -> SlotId {
+        let mut input = Input::Root;
+        let mut last = 0;
+        for step in steps {
+            last = match *step {
+                PathStep::Field(name) => {
+                    let scan = self.scan(input, true);
+                    self.slot(scan, Cow::Owned(name.to_owned()))
+                }
+                PathStep::Index(index) => self.index(input, index),
+            };
+            input = Input::Slot(last);
+        }
+        last
+    }
+
+    /// The scan of `input`, made when there is none yet.
+    fn scan(&mut self, input: Input, strict: bool) -> usize {
+        *self.scans.entry((input, strict)).or_insert_with(|| {
+            self.drafts.push(Draft::Scan { input, strict, names: Vec::new() });
+            self.drafts.len() - 1
+        })
+    }
+
+    /// The slot of the element at `index` of the list at `input`.
+    fn index(&mut self, input: Input, index: i64) -> SlotId {
+        *self.indexes.entry((input, index)).or_insert_with(|| {
             let slot = self.slot_count;
             self.slot_count += 1;
-            self.scans[scan].names.push((name, slot));
+            self.drafts.push(Draft::Index { input, index, slot });
             slot
         })
+    }
+
+    /// The slot for member `name` of the object that `scan` reads.
+    fn slot(&mut self, scan: usize, name: Cow<'r, str>) -> SlotId {
+        match self.slots.entry((scan, name)) {
+            Entry::Occupied(found) => *found.get(),
+            Entry::Vacant(vacant) => {
+                let slot = self.slot_count;
+                self.slot_count += 1;
+                if let Some(Draft::Scan { names, .. }) = self.drafts.get_mut(scan) {
+                    names.push((vacant.key().1.clone(), slot));
+                }
+                vacant.insert(slot);
+                slot
+            }
+        }
     }
 }
 
@@ -548,6 +610,33 @@ mod tests {
                 scan root: sku→s0
                 field sku (String) ← s0
                 expr total (Double) ← to_number(price) * qty
+            "#]],
+        );
+    }
+
+    #[test]
+    fn plain_paths_are_read_through_strict_scans_shared_like_parents() {
+        plan(
+            r#"{"newBodyFields":{
+                  "a":{"key":"a","type":"String"},"b":{"key":"b","type":"Int"},"c":{"key":"c","type":"Json"},
+                  "d":{"key":"d","type":"String"},"e":{"key":"e","type":"String"},"f":{"key":"f","type":"Int"}},
+                "oldBodyFields":{
+                  "a":{"expr":"meals[0].strMeal"},"b":{"expr":"meals[0].\"id Meal\""},
+                  "c":{"expr":"meals[-1]"},"d":{"keys":["strMeal"],"parents":["meals"]},
+                  "e":{"expr":"meals[0].strMeal || 'none'"},"f":{"expr":"count"}}}"#,
+            expect![[r#"
+                scan root: meals→s5
+                strict scan root: meals→s0 count→s7
+                index s0[0]→s1
+                strict scan s1: strMeal→s2 id Meal→s3
+                index s0[-1]→s4
+                scan s5: strMeal→s6
+                field a (String) ← s2 (expr meals[0].strMeal)
+                field b (Int) ← s3 (expr meals[0]."id Meal")
+                field c (Json) ← s4 (expr meals[-1])
+                field d (String) ← s6
+                expr e (String) ← meals[0].strMeal || 'none'
+                field f (Int) ← s7 (expr count)
             "#]],
         );
     }

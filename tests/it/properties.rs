@@ -275,3 +275,72 @@ proptest! {
         prop_assert_eq!(listed, format!("[{}]", alone.join(",")), "elements: {:?}", elements);
     }
 }
+
+/// A plain path of names (quoted when they are not identifiers) and indexes, as JMESPath text.
+fn plain_path() -> impl Strategy<Value = String> {
+    let step = prop_oneof![
+        3 => name().prop_map(|n| {
+            let plain = n.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+                && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if plain { n } else { text(&n) }
+        }),
+        1 => (-3i64..4).prop_map(|i| format!("[{i}]")),
+    ];
+    collection::vec(step, 1..5).prop_map(|steps| {
+        let mut path = String::new();
+        for step in steps {
+            if !path.is_empty() && !step.starts_with('[') {
+                path.push('.');
+            }
+            path.push_str(&step);
+        }
+        path
+    })
+}
+
+/// Rules whose targets read plain paths, written as `path` followed by `tail` (`""`, or a pipe
+/// into `@` that keeps the path from being read through the scans), with an optional `each`.
+fn path_rules(ignore: bool, each: &str, targets: &[(String, &str)], tail: &str) -> String {
+    let new: Vec<String> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, (_, ty))| format!(r#""t{i}":{{"key":"k{i}","type":"{ty}"}}"#))
+        .collect();
+    let old: Vec<String> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, (path, _))| format!(r#""t{i}":{{"expr":{}}}"#, text(&format!("{path}{tail}"))))
+        .collect();
+    format!(
+        r#"{{"ignoreEmptyValues":{ignore}{each},"newBodyFields":{{{}}},"oldBodyFields":{{{}}}}}"#,
+        new.join(","),
+        old.join(",")
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// A plain path is read through the plan's scans instead of running its program; it must
+    /// read what the program reads, under `each` of every kind too, and trace alike.
+    #[test]
+    fn plain_paths_read_what_their_programs_read(
+        ignore in any::<bool>(),
+        each in sample::select(&["", r#","each":["list"]"#, r#","each":"list""#, r#","each":"list[*].{a: a, b: b, list: list}""#][..]),
+        targets in collection::vec((plain_path(), sample::select(&TYPES[..])), 1..6),
+        input in document(),
+    ) {
+        let input = input.to_string();
+        let scanned = path_rules(ignore, each, &targets, "");
+        let run_by_program = path_rules(ignore, each, &targets, " | @");
+        let (plain, traced) = run(&scanned, &input);
+        let (expected, _) = run(&run_by_program, &input);
+        prop_assert_eq!(
+            String::from_utf8_lossy(&plain),
+            String::from_utf8_lossy(&expected),
+            "rules: {}",
+            scanned
+        );
+        prop_assert_eq!(plain, traced, "tracing changes nothing in the output");
+    }
+}
