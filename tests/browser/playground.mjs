@@ -79,6 +79,19 @@ const BROKEN_RULES = `{
   }
 }`;
 
+// Line 7: an unknown function, after a JSON escape (`\u0073` is one character of the
+// expression); line 8: an expression that ends too early.
+const EXPRESSION_RULES = `{
+  "newBodyFields": {
+    "a": { "key": "a", "type": "String" },
+    "b": { "key": "b", "type": "String" }
+  },
+  "oldBodyFields": {
+    "a": { "expr": "\\u0073trMeal.lenth(@)" },
+    "b": { "expr": "strMeal |" }
+  }
+}`;
+
 const NOT_JSON_RULES = `{
   "newBodyFields": {
     "a": { "key": "a", "type": }
@@ -340,6 +353,52 @@ async function run() {
   await screenshot('03-rule-problems');
   console.log('ok: rule problems listed with their locations; their lines marked and selectable');
 
+  step = "an expression's compile error is marked at its character";
+  await page.fill('#rules', EXPRESSION_RULES);
+  const expressionErrors = await waitFor(
+    'two expression problems are listed',
+    () => items('#errors'),
+    (list) => list.length === 2 && list.every((e) => e.startsWith('/oldBodyFields/')),
+  );
+  const lines = EXPRESSION_RULES.split('\n');
+  const unknownColumn = lines[6].indexOf('lenth') + 1;
+  const endColumn = lines[7].lastIndexOf('"') + 1;
+  check(
+    expressionErrors.some(
+      (e) =>
+        e.startsWith('/oldBodyFields/a/expr') &&
+        e.includes('at character 8: unknown function lenth()') &&
+        e.includes(`line 7, column ${unknownColumn}`),
+    ),
+    `the unknown function is listed at line 7, column ${unknownColumn} (after an escape)`,
+    JSON.stringify(expressionErrors),
+  );
+  check(
+    expressionErrors.some(
+      (e) => e.startsWith('/oldBodyFields/b/expr') && e.includes('at character 9:') && e.includes(`line 8, column ${endColumn}`),
+    ),
+    `the early end is listed at the closing quote, line 8, column ${endColumn}`,
+    JSON.stringify(expressionErrors),
+  );
+  check(
+    isDeepStrictEqual(await marks(), { 7: 'mark-error', 8: 'mark-error' }),
+    'lines 7 and 8 of the rules are marked',
+    JSON.stringify(await marks()),
+  );
+  const spots = await page.locator('#rules-backdrop mark').allTextContents();
+  check(isDeepStrictEqual(spots, ['l', '"']), 'the character of each problem is marked within its line', JSON.stringify(spots));
+  await page
+    .getByRole('button', { name: `Select the expression's character at line 7, column ${unknownColumn} of the rules` })
+    .click();
+  const spot = await page.$eval('#rules', (area) => [area.selectionStart, area.value.slice(area.selectionStart, area.selectionEnd)]);
+  check(
+    spot[1] === 'l' && spot[0] === EXPRESSION_RULES.indexOf('lenth'),
+    "the button selects the expression's character",
+    JSON.stringify(spot),
+  );
+  await screenshot('04-expression-problem');
+  console.log("ok: expression problems marked and selectable at their character");
+
   step = 'text that is not JSON is refused locally';
   const asked = previews.length;
   await page.fill('#rules', NOT_JSON_RULES);
@@ -355,7 +414,7 @@ async function run() {
   await sleep(400);
   check(previews.length === asked, 'nothing is sent while the text is not JSON', previews.length - asked);
   check(isDeepStrictEqual(await marks(), { 3: 'mark-error' }), 'the bad line is marked', JSON.stringify(await marks()));
-  await screenshot('04-not-json');
+  await screenshot('05-not-json');
   console.log('ok: JSON mistakes shown at their line and column, nothing sent');
 
   step = 'back to the example';
@@ -400,7 +459,7 @@ async function run() {
   check(status.startsWith('Copied'), 'the page says the body was copied', status);
   const clipboard = await page.evaluate(() => navigator.clipboard.readText());
   check(clipboard === shown, 'the clipboard holds the shown body', clipboard);
-  await screenshot('05-registration');
+  await screenshot('06-registration');
 
   // The copied body registers a route as it is.
   const registered = await fetch(`${base}/v1/mapping`, {
@@ -422,7 +481,7 @@ async function run() {
   await page.emulateMedia({ colorScheme: 'dark' });
   await page.fill('#rules', BROKEN_RULES);
   await waitFor('the problems show in the dark scheme', () => items('#errors'), (list) => list.length === 2);
-  await screenshot('06-dark');
+  await screenshot('07-dark');
   console.log('ok: dark colour scheme');
 
   step = 'nothing went wrong in the page';

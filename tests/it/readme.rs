@@ -277,6 +277,11 @@ const TABLE_RULES: &[(&str, &str)] = &[
         r#"{"newBodyFields": {"t": {"key": "tags", "type": "Json"}},
            "oldBodyFields": {"t": {"keys": ["tags"]}}}"#,
     ),
+    (
+        "expressions",
+        r#"{"newBodyFields": {"s": {"key": "skus", "type": "Json"}},
+           "oldBodyFields": {"s": {"expr": "items[?inStock].sku"}}}"#,
+    ),
 ];
 
 /// The README's rules table: every row's input, mapped by the whole rules of [`TABLE_RULES`] for its

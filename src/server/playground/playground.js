@@ -202,8 +202,9 @@ function checkJson(text) {
 }
 
 /**
- * A text area with a backdrop behind it that marks whole lines; the text area's background is
- * transparent and the backdrop scrolls with it.
+ * A text area with a backdrop behind it that marks whole lines, and within them the characters
+ * a problem points at; the text area's background is transparent and the backdrop scrolls with
+ * it.
  */
 class Editor {
   constructor(name) {
@@ -211,32 +212,57 @@ class Editor {
     this.backdrop = $(`${name}-backdrop`);
     this.status = $(`${name}-status`);
     this.marks = new Map();
+    this.spots = [];
     this.area.addEventListener('scroll', () => this.follow());
-    this.area.addEventListener('input', () => this.paint());
+    this.area.addEventListener('input', () => {
+      // The text changed under them: the characters a spot pointed at may be elsewhere now.
+      this.spots = [];
+      this.paint();
+    });
     new ResizeObserver(() => this.follow()).observe(this.area);
   }
 
-  /** Marks lines: a map from 1-based line number to 'error' or 'warning'. */
-  mark(marks) {
+  /**
+   * Marks lines: a map from 1-based line number to 'error' or 'warning'; and spots, `{start,
+   * end}` offsets of the text on one line, marked within their line.
+   */
+  mark(marks, spots = []) {
     this.marks = marks;
+    this.spots = spots;
     this.paint();
   }
 
   paint() {
     // Without marks there is nothing to show behind the text, and a large sample is not copied.
-    if (this.marks.size === 0) {
+    if (this.marks.size === 0 && this.spots.length === 0) {
       this.backdrop.replaceChildren();
       return;
     }
     const lines = this.area.value.split('\n');
+    let lineStart = 0;
     const spans = lines.map((line, n) => {
       const span = document.createElement('span');
-      span.textContent = line || ' ';
+      const spots = this.spots
+        .filter((s) => s.start >= lineStart && s.end <= lineStart + line.length && s.end > s.start)
+        .sort((a, b) => a.start - b.start);
+      let from = 0;
+      for (const spot of spots) {
+        const start = spot.start - lineStart;
+        if (start < from) continue;
+        const marked = document.createElement('mark');
+        marked.textContent = line.slice(start, spot.end - lineStart);
+        marked.dataset.start = spot.start;
+        marked.dataset.end = spot.end;
+        span.append(line.slice(from, start), marked);
+        from = spot.end - lineStart;
+      }
+      span.append(line.slice(from) || (from === 0 ? ' ' : ''));
       const mark = this.marks.get(n + 1);
       if (mark) {
         span.className = `mark-${mark}`;
         span.dataset.line = n + 1;
       }
+      lineStart += line.length + 1;
       return span;
     });
     this.backdrop.replaceChildren(...spans);
@@ -254,8 +280,13 @@ class Editor {
     let start = 0;
     for (let n = 1; n < line; n++) start = text.indexOf('\n', start) + 1;
     const end = text.indexOf('\n', start);
+    this.selectRange(start, end === -1 ? text.length : end);
+  }
+
+  /** Selects the text from offset `start` to `end`. */
+  selectRange(start, end) {
     this.area.focus();
-    this.area.setSelectionRange(start, end === -1 ? text.length : end);
+    this.area.setSelectionRange(start, end);
   }
 
   /** Shows whether the text is JSON; returns the problem, or null. */
@@ -386,9 +417,10 @@ function showMapped(text) {
     }),
   );
   const marks = new Map();
-  listProblems($('warnings'), answer.warnings, 'warning', marks);
+  const spots = [];
+  listProblems($('warnings'), answer.warnings, 'warning', marks, spots);
   $('warnings-box').hidden = answer.warnings.length === 0;
-  rules.mark(marks);
+  rules.mark(marks, spots);
 }
 
 /** Shows an RFC 9457 problem; rule problems are listed and marked in the rules. */
@@ -403,15 +435,17 @@ function showProblem(status, text) {
   $('problems').hidden = false;
   $('problem-detail').textContent = [problem.title, problem.detail].filter(Boolean).join(': ');
   const marks = new Map();
-  listProblems($('errors'), Array.isArray(problem.errors) ? problem.errors : [], 'error', marks);
-  rules.mark(marks);
+  const spots = [];
+  listProblems($('errors'), Array.isArray(problem.errors) ? problem.errors : [], 'error', marks, spots);
+  rules.mark(marks, spots);
 }
 
 /**
  * Lists `{location, message}` items; each location that is in the rules text gets a button that
- * selects its line, and the line is marked as `kind`.
+ * selects its line, and the line is marked as `kind`. An expression's problem at a character
+ * (`at character N: ...`) selects that character, which is added to `spots`.
  */
-function listProblems(list, problems, kind, marks) {
+function listProblems(list, problems, kind, marks, spots) {
   const text = rules.area.value;
   const at = places(text);
   list.replaceChildren(
@@ -425,17 +459,63 @@ function listProblems(list, problems, kind, marks) {
       const line = lineOf(at, text, p.location);
       if (line !== null) {
         if (marks.get(line) !== 'error') marks.set(line, kind);
+        const spot = expressionSpot(at, text, p);
         const go = document.createElement('button');
         go.type = 'button';
         go.className = 'line';
-        go.textContent = `line ${line}`;
-        go.setAttribute('aria-label', `Select line ${line} of the rules`);
-        go.addEventListener('click', () => rules.select(line));
+        if (spot) {
+          spots.push(spot);
+          const { line: spotLine, column } = lineColumn(text, spot.start);
+          go.textContent = `line ${spotLine}, column ${column}`;
+          go.setAttribute('aria-label', `Select the expression's character at line ${spotLine}, column ${column} of the rules`);
+          go.addEventListener('click', () => rules.selectRange(spot.start, spot.end));
+        } else {
+          go.textContent = `line ${line}`;
+          go.setAttribute('aria-label', `Select line ${line} of the rules`);
+          go.addEventListener('click', () => rules.select(line));
+        }
         item.append(' ', go);
       }
       return item;
     }),
   );
+}
+
+/** How an expression's problem names its place: characters counted from the expression's start. */
+const AT_CHARACTER = /^at character (\d+): /;
+
+/**
+ * Where in the rules text an expression's problem points, as `{start, end}` offsets: the
+ * character it names within the expression's JSON string (an escape sequence is one character,
+ * as is a pair of surrogates), or the closing quote when it names the end. `null` for any other
+ * problem.
+ */
+function expressionSpot(at, text, problem) {
+  const found = AT_CHARACTER.exec(problem.message);
+  if (!found || !/(^|\/)(expr|each)$/.test(problem.location)) return null;
+  const place = at.get(problem.location);
+  if (!place || text[place.start] !== '"') return null;
+  let wanted = Number(found[1]);
+  let i = place.start + 1;
+  const close = place.end - 1;
+  while (i < close) {
+    const length = characterLength(text, i);
+    if (wanted === 0) return { start: i, end: i + length };
+    wanted--;
+    i += length;
+  }
+  return wanted === 0 ? { start: close, end: close + 1 } : null;
+}
+
+/** Code units of the character that starts at `i` of a JSON string's text. */
+function characterLength(text, i) {
+  const high = (unit) => unit >= 0xd800 && unit <= 0xdbff;
+  const low = (unit) => unit >= 0xdc00 && unit <= 0xdfff;
+  if (text[i] !== '\\') return high(text.charCodeAt(i)) && low(text.charCodeAt(i + 1)) ? 2 : 1;
+  if (text[i + 1] !== 'u') return 2;
+  const unit = parseInt(text.slice(i + 2, i + 6), 16);
+  const next = text.slice(i + 6, i + 8) === '\\u' ? parseInt(text.slice(i + 8, i + 12), 16) : NaN;
+  return high(unit) && low(next) ? 12 : 6;
 }
 
 /**
