@@ -272,18 +272,21 @@ printf 'documents: recipe %s bytes -> %s mapped; list %s bytes -> %s mapped (rec
 to_ms() { # wrk latency text (e.g. 512.00us, 1.20ms, 2.00s) to milliseconds
     awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
 }
-cpu_ticks() { # user and system clock ticks so far of the given processes, all their threads
-    local pid
-    for pid in "$@"; do cat /proc/"$pid"/task/*/stat 2>/dev/null; done \
-        | awk '{ sub(/.*\) /, ""); u += $12; s += $13 } END { print u + 0, s + 0 }'
+cpu_ticks() { # "pid user system;" per process: clock ticks so far, all its threads; a process that has gone is left out
+    local pid stat
+    for pid in "$@"; do
+        for stat in /proc/"$pid"/task/*/stat; do
+            cat "$stat" 2>/dev/null || true
+        done | awk -v pid="$pid" '{ sub(/.*\) /, ""); u += $12; s += $13; n++ } END { if (n) printf "%s %d %d;", pid, u, s }'
+    done
 }
-# The processes that serve each target: an nginx instance's workers, or recast.
+# The processes that serve each target: an nginx instance's workers (not its cache manager and
+# cache loader, which come and go), or recast.
 serving() { # $1 target name
     case $1 in
-        upstream) pgrep -P "${PIDS[0]}" ;;
-        proxy | njs | proxy_cache) pgrep -P "${PIDS[1]}" ;;
-        static) pgrep -P "${PIDS[0]}" ;;
-        twin) pgrep -P "${PIDS[2]}" ;;
+        upstream | static) pgrep -P "${PIDS[0]}" -f 'worker process' || true ;;
+        proxy | njs | proxy_cache) pgrep -P "${PIDS[1]}" -f 'worker process' || true ;;
+        twin) pgrep -P "${PIDS[2]}" -f 'worker process' || true ;;
         recast | cached) echo "${PIDS[3]}" ;;
     esac
 }
@@ -303,9 +306,13 @@ measure() { # $1 document, $2 connections, $3 target name, $4 URL; $round is the
     p99=$(to_ms "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
     errors=$(awk '/Non-2xx|Socket errors/ { gsub(/[^0-9 ]/, " "); for (i = 1; i <= NF; i++) s += $i } END { print s + 0 }' <<<"$out")
     requests=$(awk '/ requests in / { print $1 }' <<<"$out")
+    # Ticks spent during the run by the processes there before and after it (one that has gone
+    # counts as zero rather than stopping the run).
     read -r user system < <(awk -v b="$before" -v a="$after" -v n="$requests" -v hz="$HZ" 'BEGIN {
-        split(b, x, " "); split(a, y, " "); if (n < 1) n = 1
-        printf "%.2f %.2f\n", (y[1] - x[1]) * 1e6 / hz / n, (y[2] - x[2]) * 1e6 / hz / n }')
+        k = split(b, x, ";"); for (i = 1; i <= k; i++) if (split(x[i], f, " ") == 3) { bu[f[1]] = f[2]; bs[f[1]] = f[3] }
+        k = split(a, y, ";"); for (i = 1; i <= k; i++) if (split(y[i], f, " ") == 3 && (f[1] in bu)) { u += f[2] - bu[f[1]]; s += f[3] - bs[f[1]] }
+        if (n < 1) n = 1
+        printf "%.2f %.2f\n", u * 1e6 / hz / n, s * 1e6 / hz / n }')
     echo "$round,$1,$2,$3,$rps,$p50,$p99,$errors,$user,$system" >>"$CSV"
     printf '  %s  %-7s %5s conns  %-9s %10s req/s  p50 %8s ms  p99 %8s ms  errors %s  CPU us/request user %s system %s\n' \
         "$round" "$1" "$2" "$3" "$rps" "$p50" "$p99" "$errors" "$user" "$system"
