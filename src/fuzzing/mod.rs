@@ -39,6 +39,138 @@ pub fn rules_then_execute(data: &[u8]) -> Reached {
     }
 }
 
+/// Rules whose targets read plain paths (`a.b[0].c`), compiled twice: as they are, read through
+/// the plan's scans, and with `| @` after each path, which keeps it from being a plain path, so
+/// its program runs. Checks: both map every document to the very same bytes, plainly and traced.
+pub fn plain_paths(data: &[u8]) -> Reached {
+    let Ok(case) = PathCase::arbitrary_take_rest(Unstructured::new(data)) else { return Reached::Nothing };
+    let mut document = Vec::new();
+    case.document.write(&mut document);
+    let limits = Limits { max_rules: 64, max_depth: 16, max_expr_bytes: 1 << 20 };
+    let (Ok(scanned), Ok(run)) =
+        (compile_json(&case.rules(""), &limits), compile_json(&case.rules(" | @"), &limits))
+    else {
+        // A path of more than `max_depth` steps is refused both ways.
+        return Reached::RulesRefused;
+    };
+    let mapped = json::with_parsed(&mut document, 64, |nodes| {
+        let mut by_scans = Vec::new();
+        exec::execute(&scanned.plan, nodes, 0, &mut by_scans);
+        let mut by_program = Vec::new();
+        exec::execute(&run.plan, nodes, 0, &mut by_program);
+        assert_eq!(
+            String::from_utf8_lossy(&by_scans),
+            String::from_utf8_lossy(&by_program),
+            "a plain path read through scans differs from its program"
+        );
+        let mut traced = Vec::new();
+        exec::execute_traced(&scanned.plan, nodes, 0, &mut traced);
+        assert_eq!(by_scans, traced, "tracing changed the output");
+        scanned.plan.target_count()
+    });
+    match mapped {
+        Ok(0) => Reached::MappedNothing,
+        Ok(_) => Reached::Mapped,
+        Err(_) => Reached::DocumentRefused,
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+struct PathCase {
+    ignore_empty: bool,
+    each: PathEach,
+    /// Per target: its type and its path.
+    targets: Vec<(u8, Vec<PathPart>)>,
+    document: Value,
+}
+
+#[derive(Arbitrary, Debug)]
+enum PathEach {
+    None,
+    /// `"each": [name]`.
+    Path(Name),
+    /// `"each": "name"`.
+    Expr(Name),
+    /// `"each": "name[*].{a: a, b: b, meals: meals}"`: elements built by the expression.
+    Built(Name),
+}
+
+#[derive(Arbitrary, Debug)]
+enum PathPart {
+    Name(Name),
+    Index(i8),
+}
+
+/// A name as a JMESPath quoted identifier (JSON string syntax), which any name can be.
+fn quoted(name: &Name) -> String {
+    let mut out = Vec::new();
+    write::string(&mut out, name.as_str());
+    String::from_utf8(out).unwrap_or_default()
+}
+
+impl PathCase {
+    fn rules(&self, tail: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(b"{\"ignoreEmptyValues\":");
+        out.extend_from_slice(if self.ignore_empty { b"true" } else { b"false" });
+        match &self.each {
+            PathEach::None => {}
+            PathEach::Path(name) => {
+                out.extend_from_slice(b",\"each\":");
+                names(&mut out, std::iter::once(name.as_str()));
+            }
+            PathEach::Expr(name) => {
+                out.extend_from_slice(b",\"each\":");
+                write::string(&mut out, &quoted(name));
+            }
+            PathEach::Built(name) => {
+                out.extend_from_slice(b",\"each\":");
+                write::string(&mut out, &format!("{}[*].{{a: a, b: b, meals: meals}}", quoted(name)));
+            }
+        }
+        out.extend_from_slice(b",\"newBodyFields\":{");
+        for (i, (ty, _)) in self.targets.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write::string(&mut out, &format!("t{i}"));
+            out.extend_from_slice(b":{\"key\":");
+            write::string(&mut out, &format!("k{i}"));
+            out.extend_from_slice(b",\"type\":");
+            write::string(&mut out, TYPES[*ty as usize % (TYPES.len() - 2)]);
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"},\"oldBodyFields\":{");
+        for (i, (_, path)) in self.targets.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let mut text = String::new();
+            for part in path {
+                match part {
+                    PathPart::Name(name) => {
+                        if !text.is_empty() {
+                            text.push('.');
+                        }
+                        text.push_str(&quoted(name));
+                    }
+                    PathPart::Index(n) => text.push_str(&format!("[{n}]")),
+                }
+            }
+            if text.is_empty() {
+                text.push_str("a");
+            }
+            text.push_str(tail);
+            write::string(&mut out, &format!("t{i}"));
+            out.extend_from_slice(b":{\"expr\":");
+            write::string(&mut out, &text);
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"}}");
+        out
+    }
+}
+
 /// How far one fuzz input got, so a corpus replay can tell it exercises the executor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reached {

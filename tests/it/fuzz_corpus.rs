@@ -131,3 +131,9 @@ fn expr_differential_corpus_replays() {
         replay("expr_differential", |data| matches!(expr_run_original(data), ExprOutcome::Value(_)));
     assert!(original.contains_key(&true), "{original:?}");
 }
+
+#[test]
+fn plain_paths_corpus_replays_and_maps() {
+    let reached = replay("plain_paths", recast::fuzzing::plain_paths);
+    assert!(reached.get(&Reached::Mapped).copied().unwrap_or(0) >= 100, "{reached:?}");
+}
