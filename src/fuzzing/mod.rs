@@ -158,7 +158,7 @@ impl PathCase {
                 }
             }
             if text.is_empty() {
-                text.push_str("a");
+                text.push('a');
             }
             text.push_str(tail);
             write::string(&mut out, &format!("t{i}"));
@@ -168,6 +168,17 @@ impl PathCase {
         }
         out.extend_from_slice(b"}}");
         out
+    }
+}
+
+/// Raw bytes as a JSON text: the structural index and the walk over it (`json::index`) take or
+/// refuse it exactly as the tape parser does, and the tokens of a text they take are those a
+/// walk byte by byte finds (`json::index::agrees_with_parser`).
+pub fn json_index(data: &[u8]) -> Reached {
+    match json::index::agrees_with_parser(data, 16) {
+        Ok(true) => Reached::Mapped,
+        Ok(false) => Reached::DocumentRefused,
+        Err(differ) => panic!("{differ}"),
     }
 }
 

@@ -8,6 +8,8 @@
 #[allow(unsafe_code)]
 pub mod write;
 
+pub mod index;
+
 use std::cell::RefCell;
 
 pub use simd_json::{Node, StaticNode};

@@ -1,0 +1,656 @@
+//! The structural index of a JSON text: where every token starts (the structural characters
+//! `{}[]:,`, the opening quote of each string, the first character of each number or literal),
+//! found sixty-four bytes at a time, with everything inside strings checked on the way (UTF-8,
+//! control characters, escape sequences). What is left to check is the order of the tokens and
+//! the text of numbers and literals, which [`validate`] does by walking the index.
+//!
+//! This is the first stage of on-demand evaluation: a later walk can jump from token to token,
+//! and skip a string without reading its characters, because they were checked here.
+
+use super::JsonError;
+
+/// Positions of the tokens of `input`, in order, into `out` (emptied first).
+pub fn build(input: &[u8], out: &mut Vec<u32>) -> Result<(), JsonError> {
+    out.clear();
+    if input.len() >= u32::MAX as usize {
+        return Err(JsonError::Syntax("the text is longer than 4 GiB".to_owned()));
+    }
+    if simdutf8::basic::from_utf8(input).is_err() {
+        return Err(JsonError::Syntax("the text is not UTF-8".to_owned()));
+    }
+    let mut state = State::default();
+    let mut blocks = input.chunks_exact(64);
+    let mut base = 0;
+    for block in blocks.by_ref() {
+        let block: &[u8; 64] = block.try_into().map_err(|_| syntax("a block of 64 bytes", base))?;
+        state.block(input, block, base, out)?;
+        base += 64;
+    }
+    let rest = blocks.remainder();
+    if !rest.is_empty() {
+        // The last bytes, padded with spaces: a space starts no token and ends none inside a
+        // string (an unclosed string is caught below).
+        let mut last = [b' '; 64];
+        last[..rest.len()].copy_from_slice(rest);
+        state.block(input, &last, base, out)?;
+    }
+    if state.in_string != 0 {
+        return Err(syntax("the string is not closed", input.len()));
+    }
+    Ok(())
+}
+
+fn syntax(what: &str, at: usize) -> JsonError {
+    JsonError::Syntax(format!("{what} at byte {at}"))
+}
+
+/// What one block leaves to the next.
+#[derive(Default)]
+struct State {
+    /// Whether the next block's first character is escaped (this block ended in an odd run of
+    /// backslashes inside a string).
+    escaped: bool,
+    /// All ones when this block ended inside a string, else zero.
+    in_string: u64,
+    /// Whether this block's last byte belongs to a number or literal.
+    scalar: bool,
+    /// Where the escape of the last low surrogate checked with its high surrogate is (0: none;
+    /// no escape is at the start of a text).
+    low_surrogate: usize,
+}
+
+/// Bit masks of the bytes of one block, bit `i` for byte `i`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Classes {
+    quote: u64,
+    backslash: u64,
+    /// `{}[]:,`.
+    structural: u64,
+    /// Space, tab, line feed, carriage return.
+    space: u64,
+    /// Below 0x20.
+    control: u64,
+}
+
+impl State {
+    #[inline(always)]
+    fn block(
+        &mut self,
+        input: &[u8],
+        block: &[u8; 64],
+        base: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<(), JsonError> {
+        let c = classify(block);
+        let escaped = self.escaped_chars(c.backslash);
+        let quotes = c.quote & !escaped;
+        // Each quote toggles: the bits from an opening quote up to (not including) its closing
+        // quote are set.
+        let in_string = prefix_xor(quotes) ^ self.in_string;
+        self.in_string = ((in_string as i64) >> 63) as u64;
+        if c.control & in_string != 0 {
+            let at = base + (c.control & in_string).trailing_zeros() as usize;
+            return Err(syntax("a control character in a string", at));
+        }
+        let mut escapes = c.backslash & in_string & !escaped;
+        while escapes != 0 {
+            let at = base + escapes.trailing_zeros() as usize;
+            // The low surrogate of a pair was checked with its high one.
+            if at != self.low_surrogate
+                && let Some(low) = escape(input, at)?
+            {
+                self.low_surrogate = low;
+            }
+            escapes &= escapes - 1;
+        }
+        let outside = !in_string & !quotes;
+        let scalar = outside & !(c.structural | c.space);
+        let scalar_starts = scalar & !(scalar << 1 | u64::from(self.scalar));
+        self.scalar = scalar >> 63 == 1;
+        let tokens = (c.structural & !in_string) | scalar_starts | (quotes & in_string);
+        flatten(tokens, base as u32, out);
+        Ok(())
+    }
+
+    /// The characters that a backslash escapes. Blocks without backslashes, by far the most,
+    /// take the first branch.
+    #[inline(always)]
+    fn escaped_chars(&mut self, backslash: u64) -> u64 {
+        if backslash == 0 {
+            return u64::from(std::mem::take(&mut self.escaped));
+        }
+        let carried = u64::from(self.escaped);
+        let (escaped, next) = escaped_after_runs(backslash, carried);
+        self.escaped = next;
+        escaped
+    }
+}
+
+/// Bits at even positions (0, 2, ...).
+const EVEN: u64 = 0x5555_5555_5555_5555;
+
+/// The characters escaped in a block with backslashes at `backslash`, when `carried` (0 or 1)
+/// says the first one is escaped by the block before; and whether the next block's first is.
+///
+/// In a run of backslashes from `s`, the characters at an odd distance from `s` are escaped (the
+/// second backslash of each pair, and the character after a run of odd length). Adding the
+/// starts of the runs that begin at odd positions to the mask clears those runs, so what is
+/// left, shifted by one, marks where the distance's parity is the other way round.
+#[inline(always)]
+fn escaped_after_runs(backslash: u64, carried: u64) -> (u64, bool) {
+    // A backslash escaped by the block before starts nothing.
+    let backslash = backslash & !carried;
+    let follows = (backslash << 1) | carried;
+    let odd_starts = backslash & !EVEN & !follows;
+    let (sum, overflow) = odd_starts.overflowing_add(backslash);
+    // A run from an odd position that reaches the block's end has an odd length so far.
+    ((EVEN ^ (sum << 1)) & follows, overflow)
+}
+
+/// Appends the position of each set bit of `tokens`, `base` being bit 0's. Positions are
+/// written four at a time into a block-sized buffer, past the last one too (those are not
+/// kept), which spares a branch per token.
+#[inline(always)]
+fn flatten(mut tokens: u64, base: u32, out: &mut Vec<u32>) {
+    let count = tokens.count_ones() as usize;
+    // Rounds of four write at most 64 positions: the first round that finds no bit left ends.
+    let mut positions = [0u32; 64];
+    let mut n = 0;
+    while tokens != 0 {
+        for _ in 0..4 {
+            if let Some(slot) = positions.get_mut(n) {
+                *slot = base + tokens.trailing_zeros();
+            }
+            tokens &= tokens.wrapping_sub(1);
+            n += 1;
+        }
+    }
+    out.extend_from_slice(&positions[..count]);
+}
+
+/// Each bit the XOR of itself and all bits below it.
+#[inline(always)]
+fn prefix_xor(mut bits: u64) -> u64 {
+    for shift in [1, 2, 4, 8, 16, 32] {
+        bits ^= bits << shift;
+    }
+    bits
+}
+
+/// Checks the escape sequence whose backslash is at `at`; for a surrogate pair, returns where
+/// the low surrogate's escape is, checked with it.
+fn escape(input: &[u8], at: usize) -> Result<Option<usize>, JsonError> {
+    match input.get(at + 1) {
+        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(None),
+        Some(b'u') => match code_unit(input, at)? {
+            // A high surrogate must be followed by a low one: together they are one character.
+            0xd800..=0xdbff => match code_unit(input, at + 6) {
+                Ok(0xdc00..=0xdfff) => Ok(Some(at + 6)),
+                _ => Err(syntax("a high surrogate without its low surrogate", at)),
+            },
+            0xdc00..=0xdfff => Err(syntax("a low surrogate alone", at)),
+            _ => Ok(None),
+        },
+        _ => Err(syntax("an unknown escape", at)),
+    }
+}
+
+/// The code unit of the `\uXXXX` escape at `at`.
+fn code_unit(input: &[u8], at: usize) -> Result<u32, JsonError> {
+    let Some([b'\\', b'u', hex @ ..]) = input.get(at..at + 6) else {
+        return Err(syntax("\\u without four hex digits", at));
+    };
+    hex.iter().try_fold(0, |unit, &digit| {
+        let value =
+            char::from(digit).to_digit(16).ok_or_else(|| syntax("\\u without four hex digits", at))?;
+        Ok(unit << 4 | value)
+    })
+}
+
+/// The classes of a block's bytes, sixteen at a time with SSE2 (part of every x86-64 processor).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+pub(crate) fn classify(block: &[u8; 64]) -> Classes {
+    use safe_arch::{
+        bitor_m128i as or, cmp_eq_mask_i8_m128i as eq, m128i, max_u8_m128i, move_mask_i8_m128i,
+        set_splat_i8_m128i as splat,
+    };
+    let mut c = Classes { quote: 0, backslash: 0, structural: 0, space: 0, control: 0 };
+    for (n, chunk) in block.chunks_exact(16).enumerate() {
+        let bytes: [u8; 16] = chunk.try_into().unwrap_or_default();
+        let v = m128i::from(bytes);
+        let is = |byte: u8| eq(v, splat(byte as i8));
+        let mask = |m: m128i| u64::from(move_mask_i8_m128i(m) as u16) << (16 * n);
+        // With 0x20 set, `[` and `]` read as `{` and `}`, and no other byte does.
+        let folded = or(v, splat(0x20));
+        let brackets = or(eq(folded, splat(b'{' as i8)), eq(folded, splat(b'}' as i8)));
+        c.quote |= mask(is(b'"'));
+        c.backslash |= mask(is(b'\\'));
+        c.structural |= mask(or(brackets, or(is(b':'), is(b','))));
+        c.space |= mask(or(or(is(b' '), is(b'\t')), or(is(b'\n'), is(b'\r'))));
+        c.control |= mask(eq(max_u8_m128i(v, splat(0x1f)), splat(0x1f)));
+    }
+    c
+}
+
+/// The classes of a block's bytes, one at a time.
+#[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2", not(test)), allow(dead_code))]
+pub(crate) fn classify_bytes(block: &[u8; 64]) -> Classes {
+    let mut c = Classes { quote: 0, backslash: 0, structural: 0, space: 0, control: 0 };
+    for (i, &byte) in block.iter().enumerate() {
+        let bit = 1u64 << i;
+        match byte {
+            b'"' => c.quote |= bit,
+            b'\\' => c.backslash |= bit,
+            b'{' | b'}' | b'[' | b']' | b':' | b',' => c.structural |= bit,
+            b' ' => c.space |= bit,
+            b'\t' | b'\n' | b'\r' => {
+                c.space |= bit;
+                c.control |= bit;
+            }
+            0..0x20 => c.control |= bit,
+            _ => {}
+        }
+    }
+    c
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+pub(crate) fn classify(block: &[u8; 64]) -> Classes {
+    classify_bytes(block)
+}
+
+/// Checks that the tokens `index` found in `input` make one JSON text nested at most
+/// `max_depth` deep, and that every number and literal is well formed, so that `input` is
+/// taken or refused exactly as [`super::with_parsed`] takes or refuses it.
+pub fn validate(input: &[u8], index: &[u32], max_depth: usize) -> Result<(), JsonError> {
+    let mut walk = Walk { input, index, next: 0 };
+    walk.value(0, max_depth)?;
+    match walk.index.get(walk.next) {
+        None => Ok(()),
+        Some(&at) => Err(syntax("text after the JSON value", at as usize)),
+    }
+}
+
+struct Walk<'a> {
+    input: &'a [u8],
+    index: &'a [u32],
+    next: usize,
+}
+
+impl Walk<'_> {
+    /// The next token's position and first byte.
+    #[inline(always)]
+    fn token(&mut self) -> Result<(usize, u8), JsonError> {
+        let Some(&at) = self.index.get(self.next) else {
+            return Err(syntax("the text ends where a value should be", self.input.len()));
+        };
+        self.next += 1;
+        let at = at as usize;
+        Ok((at, self.input.get(at).copied().unwrap_or(b' ')))
+    }
+
+    fn value(&mut self, depth: usize, max_depth: usize) -> Result<(), JsonError> {
+        let (at, byte) = self.token()?;
+        match byte {
+            b'"' => Ok(()),
+            b'{' | b'[' if depth >= max_depth => Err(JsonError::TooDeep { limit: max_depth }),
+            b'{' => self.object(depth + 1, max_depth),
+            b'[' => self.array(depth + 1, max_depth),
+            _ => scalar(self.input, at),
+        }
+    }
+
+    fn object(&mut self, depth: usize, max_depth: usize) -> Result<(), JsonError> {
+        let (at, byte) = self.token()?;
+        match byte {
+            b'}' => return Ok(()),
+            b'"' => {}
+            _ => return Err(syntax("expected a member name", at)),
+        }
+        loop {
+            let (at, byte) = self.token()?;
+            if byte != b':' {
+                return Err(syntax("expected ':'", at));
+            }
+            self.value(depth, max_depth)?;
+            let (at, byte) = self.token()?;
+            match byte {
+                b'}' => return Ok(()),
+                b',' => {
+                    let (at, byte) = self.token()?;
+                    if byte != b'"' {
+                        return Err(syntax("expected a member name", at));
+                    }
+                }
+                _ => return Err(syntax("expected ',' or '}'", at)),
+            }
+        }
+    }
+
+    fn array(&mut self, depth: usize, max_depth: usize) -> Result<(), JsonError> {
+        if self.index.get(self.next).and_then(|&at| self.input.get(at as usize)) == Some(&b']') {
+            self.next += 1;
+            return Ok(());
+        }
+        loop {
+            self.value(depth, max_depth)?;
+            let (at, byte) = self.token()?;
+            match byte {
+                b']' => return Ok(()),
+                b',' => {}
+                _ => return Err(syntax("expected ',' or ']'", at)),
+            }
+        }
+    }
+}
+
+/// Checks the number or literal that starts at `at`: its text runs to the next space or
+/// structural character.
+fn scalar(input: &[u8], at: usize) -> Result<(), JsonError> {
+    let rest = input.get(at..).unwrap_or_default();
+    let len = rest
+        .iter()
+        .position(|b| {
+            matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'{' | b'}' | b'[' | b']' | b':' | b',' | b'"')
+        })
+        .unwrap_or(rest.len());
+    let text = &rest[..len];
+    let ok = match text.first() {
+        Some(b't') => text == b"true",
+        Some(b'f') => text == b"false",
+        Some(b'n') => text == b"null",
+        Some(b'-' | b'0'..=b'9') => number(text),
+        _ => false,
+    };
+    if ok { Ok(()) } else { Err(syntax("not a value", at)) }
+}
+
+/// Whether `text` is a JSON number whose value a double can hold (the parser refuses the others).
+fn number(text: &[u8]) -> bool {
+    let mut at = usize::from(text.first() == Some(&b'-'));
+    let digits = |at: &mut usize| {
+        let start = *at;
+        while let Some(b'0'..=b'9') = text.get(*at) {
+            *at += 1;
+        }
+        *at - start
+    };
+    match text.get(at) {
+        Some(b'0') => at += 1,
+        Some(b'1'..=b'9') => {
+            digits(&mut at);
+        }
+        _ => return false,
+    }
+    if text.get(at) == Some(&b'.') {
+        at += 1;
+        if digits(&mut at) == 0 {
+            return false;
+        }
+    }
+    let mut exponent = 0;
+    if let Some(b'e' | b'E') = text.get(at) {
+        at += 1;
+        if let Some(b'+' | b'-') = text.get(at) {
+            at += 1;
+        }
+        exponent = digits(&mut at);
+        if exponent == 0 {
+            return false;
+        }
+    }
+    // Fewer than 200 digits with an exponent of at most two cannot be beyond a double's range.
+    at == text.len()
+        && (exponent <= 2 && text.len() <= 200
+            || std::str::from_utf8(text).ok().and_then(|t| t.parse::<f64>().ok()).is_some_and(f64::is_finite))
+}
+
+#[cfg(any(test, feature = "fuzzing"))]
+/// The tokens of `input` by a walk a byte at a time that keeps its state as it goes: what
+/// [`build`] must find, for tests and fuzzing.
+pub fn reference(input: &[u8]) -> Vec<u32> {
+    let mut tokens = Vec::new();
+    let (mut in_string, mut escaped, mut scalar) = (false, false, false);
+    for (i, &byte) in input.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match byte {
+            b'"' => {
+                tokens.push(i as u32);
+                in_string = true;
+                scalar = false;
+            }
+            b'{' | b'}' | b'[' | b']' | b':' | b',' => {
+                tokens.push(i as u32);
+                scalar = false;
+            }
+            b' ' | b'\t' | b'\n' | b'\r' => scalar = false,
+            _ => {
+                if !scalar {
+                    tokens.push(i as u32);
+                }
+                scalar = true;
+            }
+        }
+    }
+    tokens
+}
+
+/// Whether the index and the tape parser take `text` alike, when nested at most `max_depth`
+/// deep; `Ok` with their verdict when they do, and then the index holds the tokens
+/// [`reference`] finds. A text with both a syntax error and nesting too deep may be refused for
+/// either: with no bound on depth, both must then find the syntax error. For tests and fuzzing.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn agrees_with_parser(text: &[u8], max_depth: usize) -> Result<bool, String> {
+    let verdicts = |depth: usize| {
+        let mut buf = text.to_vec();
+        let parsed = super::with_parsed(&mut buf, depth, |_| ());
+        let mut index = Vec::new();
+        let checked = build(text, &mut index).and_then(|()| validate(text, &index, depth));
+        (parsed, checked, index)
+    };
+    let (parsed, checked, index) = verdicts(max_depth);
+    let differ = || format!("{:?}: parser {parsed:?}, index {checked:?}", String::from_utf8_lossy(text));
+    match (&parsed, &checked) {
+        (Ok(()), Ok(())) if index == reference(text) => Ok(true),
+        (Ok(()), Ok(())) => Err(format!("{:?}: tokens {index:?}", String::from_utf8_lossy(text))),
+        (Err(JsonError::TooDeep { .. }), Err(JsonError::TooDeep { .. }))
+        | (Err(JsonError::Syntax(_)), Err(JsonError::Syntax(_))) => Ok(false),
+        (Err(_), Err(_)) => match verdicts(text.len() + 1) {
+            (Err(JsonError::Syntax(_)), Err(JsonError::Syntax(_)), _) => Ok(false),
+            _ => Err(differ()),
+        },
+        _ => Err(differ()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn blocks_are_classified_alike_sixteen_and_one_byte_at_a_time() {
+        let mut block = [0u8; 64];
+        for start in (0..=255u16).step_by(64) {
+            for (i, byte) in block.iter_mut().enumerate() {
+                *byte = (start + i as u16) as u8;
+            }
+            assert_eq!(classify(&block), classify_bytes(&block), "bytes from {start}");
+        }
+    }
+
+    #[test]
+    fn tokens_are_found_across_blocks_escapes_and_strings() {
+        let texts = [
+            r#"{"a":[1,-2.5e3,true,null,{"b":"x\"y\\"}],"c":"0123456789abcdefghij","d":{}}"#.to_owned(),
+            format!(r#"["{}\\", 12, "{}\"", "\\\\\\"]"#, "x".repeat(61), "y".repeat(63)),
+            format!("[{}1, 2]", " ".repeat(62)),
+            format!(r#"["{}\\\\", true]"#, "z".repeat(60)),
+            // Blocks where every byte is a token, and where all but a few are.
+            format!("[{}[]]", "[],".repeat(50)),
+            format!("[{}1]", "1,".repeat(100)),
+        ];
+        for text in texts {
+            let mut index = Vec::new();
+            build(text.as_bytes(), &mut index).unwrap();
+            assert_eq!(index, reference(text.as_bytes()), "{text}");
+            assert_eq!(agrees_with_parser(text.as_bytes(), 16), Ok(true), "{text}");
+        }
+    }
+
+    #[test]
+    fn it_takes_and_refuses_what_the_parser_does() {
+        let cases: &[&[u8]] = &[
+            b"[1,]",
+            br#"{"a":1,}"#,
+            b"[01]",
+            b"[1.]",
+            b"[.5]",
+            b"[1e]",
+            b"[1e+]",
+            b"[-]",
+            b"[+1]",
+            b"[- 1]",
+            br#"["\x"]"#,
+            br#"["\u12"]"#,
+            br#"["\u12G4"]"#,
+            b"[tru]",
+            b"[nul]",
+            b"[True]",
+            b"[\"a\x01\"]",
+            b"[1 2]",
+            br#"{"a" 1}"#,
+            b"{1:2}",
+            br#"{"a":}"#,
+            b"[Infinity]",
+            b"[NaN]",
+            b"",
+            b" ",
+            b"[] []",
+            b"[",
+            b"{",
+            b"\"abc",
+            b"[\"\xff\"]",
+            b"[\xc3]",
+            b"[\"\xed\xa0\x80\"]",
+            b"[1]x",
+            b"[1]\x00",
+            b"\x00",
+            br#"["\uD800"]"#,
+            br#"["\uDC00\uD800"]"#,
+            br#"["\uD83D\uDE00"]"#,
+            br#"["\u0000"]"#,
+            b"[1e309]",
+            b"[-1e309]",
+            b"[1e-400]",
+            b"[-0]",
+            b"[-0.0e-0]",
+            b"[1E+2]",
+            b"[123456789012345678901234567890]",
+            b"[-9223372036854775809]",
+            b"[18446744073709551616]",
+            br#""\u00e9""#,
+            br#" {"a" : [ true , false , null ] } "#,
+            b"[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]",
+            b"[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]",
+            br#"{"a":{"a":{"a":{}}}}"#,
+            b"\"a\tb\"",
+            br#""a\/b""#,
+            b"[\"\xe2\x80\xa8\"]",
+            b"\xef\xbb\xbf[]",
+            b"[1]\n",
+            b"\t[1]\r\n",
+            br#"["0123456789abcdef\"0123456789abcdef"]"#,
+            b"[\"0123456789abcde\x1f\"]",
+            b"[1\"a\"]",
+            b"[\"a\"1]",
+            b"{\"a\":1\"b\":2}",
+            b"[\"a\"\"b\"]",
+            b"[truefalse]",
+            b"[1]]",
+            b"[[1]",
+            b"{\"a\":1}}",
+            b"[\\]",
+            b"[1,,2]",
+            b"[,1]",
+            b"{,}",
+            b"{\"a\"}",
+            b"{\"a\":1:2}",
+            b"[\x0b]",
+            b"[1\x0c]",
+            b"\"\\\"",
+        ];
+        let mut taken = 0;
+        for case in cases {
+            taken += usize::from(agrees_with_parser(case, 16).unwrap_or_else(|e| panic!("{e}")));
+        }
+        assert!(taken > 10 && taken < cases.len() - 10, "{taken} of {}", cases.len());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+        /// A valid text with a few bytes changed, dropped or added: the same verdict as the
+        /// parser, and the tokens the reference finds where the text still parses.
+        #[test]
+        fn damaged_texts_are_indexed_and_judged_alike(
+            edits in proptest::collection::vec((any::<prop::sample::Index>(), 0u8..3, any::<u8>()), 0..4),
+            pick in 0usize..4,
+            indent in 0usize..70,
+        ) {
+            let valid = [
+                r#"{"a":[1,-2.5e3,true,null,{"b":"x\"y\u00e9"}],"c":"0123456789abcdefghij","d":{}}"#,
+                r#"[0, 1.25, -0, 1E9, "", " ", "\\", "\ud83d\ude00", [[]], {"": ""}, "\\\""]"#,
+                r#"{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken Casserole","n":17}]}"#,
+                "\"plain text of some length, without escapes at all, longer than one block of sixty-four\"",
+            ][pick];
+            let mut text = format!("{}{valid}", " ".repeat(indent)).into_bytes();
+            for (at, kind, byte) in edits {
+                let i = at.index(text.len() + 1);
+                match kind {
+                    0 if i < text.len() => text[i] = byte,
+                    1 if i < text.len() => { text.remove(i); }
+                    _ => text.insert(i, byte),
+                }
+            }
+            agrees_with_parser(&text, 16).map_err(TestCaseError::fail)?;
+        }
+
+        /// The escaped characters by adding runs are those a walk bit by bit finds.
+        #[test]
+        fn escapes_are_found_as_a_walk_finds_them(backslash in any::<u64>(), sparse in any::<u64>(), carried in any::<bool>()) {
+            for mask in [backslash, backslash & sparse, backslash | sparse] {
+                let mut escaped = 0;
+                let mut pending = carried;
+                for i in 0..64 {
+                    if pending {
+                        escaped |= 1 << i;
+                        pending = false;
+                    } else if mask >> i & 1 == 1 {
+                        pending = true;
+                    }
+                }
+                prop_assert_eq!(escaped_after_runs(mask, u64::from(carried)), (escaped, pending), "{:#066b}", mask);
+            }
+        }
+
+        /// Numbers of every shape and size, in range or not: taken or refused alike.
+        #[test]
+        fn numbers_are_judged_alike(
+            number in r"-?(0|[1-9][0-9]{0,25}|[1-9][0-9]{290,330})(\.[0-9]{1,30})?([eE][+-]?[0-9]{1,4})?",
+        ) {
+            agrees_with_parser(format!("[{number}]").as_bytes(), 16).map_err(TestCaseError::fail)?;
+        }
+    }
+}
