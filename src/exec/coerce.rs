@@ -17,6 +17,9 @@ pub(crate) enum Coerced<'a> {
     Int(i64),
     Float(f64),
     Bool(bool),
+    /// Text that is a number written exactly as its target type writes it (`"12"` as `Int`,
+    /// `"12.25"` as `Double`): copied, not parsed and formatted again.
+    Digits(&'a str),
 }
 
 /// A JSON number as the parser read it.
@@ -56,6 +59,7 @@ impl Coerced<'_> {
             }
             Coerced::Bool(true) => out.extend_from_slice(b"true"),
             Coerced::Bool(false) => out.extend_from_slice(b"false"),
+            Coerced::Digits(text) => out.extend_from_slice(text.as_bytes()),
         }
     }
 }
@@ -135,14 +139,28 @@ pub(crate) fn coerce<'a>(node: &Node<'a>, ty: Type) -> Coerced<'a> {
         Type::Int | Type::Long => match value {
             Scalar::Number(Number::I64(n)) => Coerced::Int(n),
             Scalar::Number(Number::U64(n)) => i64::try_from(n).map_or(Coerced::Null, Coerced::Int),
-            Scalar::Str(s) => trim(s).parse::<i64>().map_or(Coerced::Null, Coerced::Int),
+            Scalar::Str(s) => {
+                let s = trim(s);
+                if canonical_integer(s) {
+                    Coerced::Digits(s)
+                } else {
+                    s.parse::<i64>().map_or(Coerced::Null, Coerced::Int)
+                }
+            }
             Scalar::Number(Number::F64(_)) | Scalar::Bool(_) => Coerced::Null,
         },
         Type::Double | Type::Float => match value {
             Scalar::Number(Number::I64(n)) => Coerced::Float(n as f64),
             Scalar::Number(Number::U64(n)) => Coerced::Float(n as f64),
             Scalar::Number(Number::F64(f)) => Coerced::Float(f),
-            Scalar::Str(s) => parse_decimal(trim(s)).map_or(Coerced::Null, Coerced::Float),
+            Scalar::Str(s) => {
+                let s = trim(s);
+                if canonical_decimal(s) {
+                    Coerced::Digits(s)
+                } else {
+                    parse_decimal(s).map_or(Coerced::Null, Coerced::Float)
+                }
+            }
             Scalar::Bool(_) => Coerced::Null,
         },
         Type::Boolean => match value {
@@ -215,6 +233,53 @@ fn number(node: &StaticNode) -> Option<Number> {
         StaticNode::F64(f) if f.is_finite() => Some(Number::F64(f)),
         _ => None,
     }
+}
+
+/// Whether `s` is an integer that an `Int` or `Long` target writes exactly as it is: an optional
+/// minus, no leading zero, no `-0`, and at most 18 digits, so that it fits in 64 bits.
+#[inline]
+fn canonical_integer(s: &str) -> bool {
+    let digits = s.as_bytes().strip_prefix(b"-").unwrap_or(s.as_bytes());
+    match digits {
+        [b'0'] => digits.len() == s.len(),
+        [b'1'..=b'9', rest @ ..] => rest.len() < 18 && rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    }
+}
+
+/// Whether `s` is a decimal that a `Double` or `Float` target writes exactly as it is (the
+/// shortest text that reads back as the same double, in fixed notation): an optional minus,
+/// digits without a leading zero, a point, and digits that end in a nonzero one unless they are
+/// one `0`; at most 15 significant digits (so no shorter text reads as the same double) and at
+/// most 15 before the point, and at least 0.00001 unless zero (below, it is written with an
+/// exponent).
+#[inline]
+fn canonical_decimal(s: &str) -> bool {
+    let body = s.as_bytes().strip_prefix(b"-").unwrap_or(s.as_bytes());
+    let Some(point) = body.iter().position(|&b| b == b'.') else { return false };
+    let (whole, fraction) = (&body[..point], &body[point + 1..]);
+    let digits = |d: &[u8]| !d.is_empty() && d.iter().all(u8::is_ascii_digit);
+    if !digits(whole) || !digits(fraction) || whole.len() > 15 {
+        return false;
+    }
+    if (whole.len() > 1 && whole[0] == b'0') || (fraction.len() > 1 && fraction.ends_with(b"0")) {
+        return false;
+    }
+    let significant = if whole == b"0" {
+        let zeros = fraction.iter().take_while(|&&b| b == b'0').count();
+        if zeros == fraction.len() {
+            return true;
+        }
+        if zeros > 4 {
+            return false;
+        }
+        fraction.len() - zeros
+    } else if fraction == b"0" {
+        whole.len()
+    } else {
+        whole.len() + fraction.len()
+    };
+    significant <= 15
 }
 
 /// A finite decimal number in text: optional sign, digits with an optional fraction, optional
@@ -340,6 +405,63 @@ mod tests {
         assert!(coerce(&Node::String(" \t"), Type::String).is_empty());
         assert!(!coerce(&Node::String(" x "), Type::String).is_empty());
         assert!(coerce(&Node::Static(StaticNode::Null), Type::Int).is_empty());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 8192, ..Default::default() })]
+
+        /// Text copied as a number is exactly what parsing it and writing the number gives.
+        #[test]
+        fn numbers_copied_as_text_are_what_a_round_trip_writes(
+            text in r"-?(0|[1-9][0-9]{0,18}|10{0,17})(\.(0{0,7}[0-9]{0,16}))?( )?",
+        ) {
+            for ty in [Type::Int, Type::Double] {
+                let copied = coerce(&Node::String(&text), ty);
+                if let Coerced::Digits(digits) = copied {
+                    let round_trip = match ty {
+                        Type::Int => Coerced::Int(digits.parse::<i64>().map_err(|e| proptest::test_runner::TestCaseError::fail(e.to_string()))?),
+                        _ => Coerced::Float(digits.parse::<f64>().map_err(|e| proptest::test_runner::TestCaseError::fail(e.to_string()))?),
+                    };
+                    let (mut a, mut b) = (Vec::new(), Vec::new());
+                    copied.write(&mut a, Backing::NONE);
+                    round_trip.write(&mut b, Backing::NONE);
+                    proptest::prop_assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b), "{:?} as {}", text, ty.name());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_usual_numbers_in_text_are_copied() {
+        for (text, ty) in [
+            ("12", Type::Int),
+            ("-7", Type::Long),
+            ("0", Type::Int),
+            ("12.25", Type::Double),
+            ("0.5", Type::Float),
+            ("39.0", Type::Double),
+            ("0.00001", Type::Double),
+            ("-0.0", Type::Double),
+        ] {
+            assert_eq!(coerce(&Node::String(text), ty), Coerced::Digits(text), "{text}");
+        }
+        // Written otherwise than as they are: parsed and written again.
+        for (text, ty, written) in [
+            ("-0", Type::Int, "0"),
+            ("007", Type::Int, "7"),
+            ("12.50", Type::Double, "12.5"),
+            ("1e3", Type::Double, "1000.0"),
+            ("12", Type::Double, "12.0"),
+            ("0.000001", Type::Double, "1e-6"),
+            ("1234567890123456.5", Type::Double, "1234567890123456.5"),
+            ("0.1000000000000000055511", Type::Double, "0.1"),
+        ] {
+            let coerced = coerce(&Node::String(text), ty);
+            assert!(!matches!(coerced, Coerced::Digits(_)), "{text}");
+            let mut out = Vec::new();
+            coerced.write(&mut out, Backing::NONE);
+            assert_eq!(String::from_utf8_lossy(&out), written, "{text}");
+        }
     }
 
     #[test]
