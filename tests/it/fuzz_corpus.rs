@@ -137,3 +137,13 @@ fn plain_paths_corpus_replays_and_maps() {
     let reached = replay("plain_paths", recast::fuzzing::plain_paths);
     assert!(reached.get(&Reached::Mapped).copied().unwrap_or(0) >= 100, "{reached:?}");
 }
+
+#[test]
+fn json_index_corpus_replays_both_verdicts() {
+    let reached = replay("json_index", recast::fuzzing::json_index);
+    assert!(
+        reached.get(&Reached::Mapped).copied().unwrap_or(0) >= 50
+            && reached.get(&Reached::DocumentRefused).copied().unwrap_or(0) >= 50,
+        "{reached:?}"
+    );
+}
