@@ -24,6 +24,8 @@ use recast::expr::{self, Arena, Doc, Program, Val};
 use recast::plan::Plan;
 use recast::rules::{Limits, compile_json};
 
+// Shared with the engine and index benches, which use more of it.
+#[allow(dead_code)]
 #[path = "common/documents.rs"]
 mod documents;
 

@@ -20,7 +20,19 @@ fn main() {
     let items: Vec<String> = (0..2000).map(|i| documents::recipe(&mut words, i, 7, 3, false)).collect();
     let list = format!(r#"{{"meals":[{}]}}"#, items.join(","));
     let mut criterion = Criterion::default().configure_from_args();
-    for (name, text) in [("recipe-3KB", recipe), ("list-1MB", list)] {
+    let nothing = recast::rules::compile_json(
+        br#"{"newBodyFields":{},"oldBodyFields":{}}"#,
+        &recast::rules::Limits::default(),
+    )
+    .expect("empty rules compile")
+    .plan;
+    let documents = [
+        ("recipe-3KB", recipe),
+        ("list-1MB", list),
+        ("load-recipe-3KB", documents::load_recipe()),
+        ("load-list-97KB", documents::load_list()),
+    ];
+    for (name, text) in documents {
         let body = text.into_bytes();
         let mut group = criterion.benchmark_group(format!("index/{name}"));
         group.throughput(Throughput::Bytes(body.len() as u64));
@@ -29,6 +41,17 @@ fn main() {
             b.iter(|| {
                 recast::json::index::build(black_box(&body), &mut index).is_ok()
                     && recast::json::index::validate(&body, &index, 64).is_ok()
+            })
+        });
+        // What a call that reads nothing costs: the index, and the walk that checks every token
+        // and writes no node.
+        group.bench_function("read for a plan that reads nothing", |b| {
+            let mut buf = Vec::with_capacity(body.len() + recast::json::PADDING);
+            b.iter(|| {
+                buf.clear();
+                buf.extend_from_slice(black_box(&body));
+                let mut out = Vec::new();
+                recast::exec::map_text(&nothing, &mut buf, 64, &mut out).is_ok()
             })
         });
         group.bench_function("index", |b| {

@@ -35,6 +35,9 @@ pub struct Plan {
     pub(crate) programs: Vec<Program>,
     /// Bytes the values built by one call's expressions may take (`RECAST_MAX_EXPR_BYTES`).
     pub(crate) expr_budget: usize,
+    /// What the plan reads of a document, for reading only that; `None` when an expression may
+    /// read anything ([`crate::exec::wants`]).
+    pub(crate) wants: Option<crate::json::ondemand::Wants>,
 }
 
 /// Where `each` finds its list.

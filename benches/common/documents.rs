@@ -71,3 +71,46 @@ impl Words {
             .join(" ")
     }
 }
+
+/// Lowercase filler text of `n` words, as the load benchmark writes it.
+fn filler(n: usize) -> String {
+    (0..n).map(|i| format!("word{}", i % 17)).collect::<Vec<_>>().join(" ")
+}
+
+/// The load benchmark's recipe answer (`benches/load/run.sh` writes the same text): one recipe
+/// whose long instructions and most fields the mapping does not read.
+pub fn load_recipe() -> String {
+    let mut text = String::from(
+        r#"{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken Casserole","strCategory":"Chicken","strArea":"Japanese","#,
+    );
+    text.push_str(&format!(r#""strInstructions":"{}","#, filler(220)));
+    text.push_str(r#""strMealThumb":"https://img.example/meal/52772.jpg","strTags":"Meat,Casserole","strYoutube":"https://video.example/4aZr5hZXP_s","#);
+    for i in 1..=20 {
+        text.push_str(&format!(r#""strIngredient{i}":"ingredient number {i}","#));
+    }
+    for i in 1..=20 {
+        text.push_str(&format!(r#""strMeasure{i}":"{i}/4 cup","#));
+    }
+    text.push_str(r#""strSource":null,"dateModified":null}]}"#);
+    text
+}
+
+/// The load benchmark's list answer (`benches/load/run.sh` writes the same text): 300 items, of
+/// which the mapping reads five fields and skips the tags, the owner's date and the description.
+pub fn load_list() -> String {
+    let items: Vec<String> = (1..=300)
+        .map(|i| {
+            format!(
+                r#"{{"id":"{i}","title":"Item number {i}","price":"{}.25","currency":"EUR","tags":["t{}","t{}"],"owner":{{"name":"Owner {}","email":"owner{}@mail.example","since":"2020-01-{:02}"}},"description":"{}"}}"#,
+                i % 90 + 1,
+                i % 7,
+                i % 11,
+                i % 50,
+                i % 50,
+                i % 28 + 1,
+                filler(22)
+            )
+        })
+        .collect();
+    format!(r#"{{"total":300,"items":[{}]}}"#, items.join(","))
+}

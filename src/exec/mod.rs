@@ -7,12 +7,14 @@
 mod coerce;
 mod expr;
 mod trace;
+mod wants;
 
 use std::cell::RefCell;
 
 use bumpalo::Bump;
 
 pub use trace::{TRACE_ELEMENTS, Trace, TraceEntry, execute_traced};
+pub(crate) use wants::wants;
 
 use crate::expr::{Arena, EvalError, Kind, Val};
 use crate::json::{self, Doc, Node, Nodes, write};
@@ -30,6 +32,22 @@ pub fn execute(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut Vec<u8>)
         document(plan, nodes, root, &mut scratch, out, &mut Silent);
         scratch.outcome
     })
+}
+
+/// Reads the JSON text `input` and maps it by `plan`, appending the output to `out`: the way a
+/// call maps an upstream answer. Only what the plan reads is turned into tape nodes
+/// ([`json::ondemand`]) unless its expressions may read anything; the text is checked whole
+/// either way, and refused (nested deeper than `max_depth`, not JSON) as the parser refuses it.
+pub fn map_text(
+    plan: &Plan,
+    input: &mut Vec<u8>,
+    max_depth: usize,
+    out: &mut Vec<u8>,
+) -> Result<Outcome, json::JsonError> {
+    match &plan.wants {
+        Some(wants) => json::ondemand::with_read(input, wants, max_depth, |doc| execute(plan, doc, 0, out)),
+        None => json::with_parsed(input, max_depth, |doc| execute(plan, doc, 0, out)),
+    }
 }
 
 /// What a run reports beside its output: how its expressions fared (SPEC §1.8).

@@ -18,12 +18,37 @@ pub fn build(input: &[u8], out: &mut Vec<u32>) -> Result<(), JsonError> {
     if simdutf8::basic::from_utf8(input).is_err() {
         return Err(JsonError::Syntax("the text is not UTF-8".to_owned()));
     }
+    let count = tokens(input, out, &mut Vec::new())?;
+    out.truncate(count);
+    Ok(())
+}
+
+/// [`build`] for a text already known to be UTF-8, also answering in `escapes` (emptied first)
+/// where the backslash of each escape sequence is, in order. The tokens are the first `count`
+/// positions of `out`, the count answered: the rest of `out` is room kept for the next text, so
+/// that a buffer that is long enough is not written twice.
+pub(super) fn build_str(input: &str, out: &mut Vec<u32>, escapes: &mut Vec<u32>) -> Result<usize, JsonError> {
+    escapes.clear();
+    if input.len() >= u32::MAX as usize {
+        return Err(JsonError::Syntax("the text is longer than 4 GiB".to_owned()));
+    }
+    tokens(input.as_bytes(), out, escapes)
+}
+
+/// The tokens of a UTF-8 text shorter than 4 GiB into the first positions of `out`, their count
+/// answered, and where its escapes are. `out` is first made long enough for any text of this
+/// length (a token per byte, and a block's worth of room written past the last).
+fn tokens(input: &[u8], out: &mut Vec<u32>, escapes: &mut Vec<u32>) -> Result<usize, JsonError> {
+    let room = input.len() + 64;
+    if out.len() < room {
+        out.resize(room, 0);
+    }
     let mut state = State::default();
     let mut blocks = input.chunks_exact(64);
     let mut base = 0;
     for block in blocks.by_ref() {
         let block: &[u8; 64] = block.try_into().map_err(|_| syntax("a block of 64 bytes", base))?;
-        state.block(input, block, base, out)?;
+        state.block(input, block, base, out, escapes)?;
         base += 64;
     }
     let rest = blocks.remainder();
@@ -32,15 +57,15 @@ pub fn build(input: &[u8], out: &mut Vec<u32>) -> Result<(), JsonError> {
         // string (an unclosed string is caught below).
         let mut last = [b' '; 64];
         last[..rest.len()].copy_from_slice(rest);
-        state.block(input, &last, base, out)?;
+        state.block(input, &last, base, out, escapes)?;
     }
     if state.in_string != 0 {
         return Err(syntax("the string is not closed", input.len()));
     }
-    Ok(())
+    Ok(state.count)
 }
 
-fn syntax(what: &str, at: usize) -> JsonError {
+pub(super) fn syntax(what: &str, at: usize) -> JsonError {
     JsonError::Syntax(format!("{what} at byte {at}"))
 }
 
@@ -57,6 +82,8 @@ struct State {
     /// Where the escape of the last low surrogate checked with its high surrogate is (0: none;
     /// no escape is at the start of a text).
     low_surrogate: usize,
+    /// Tokens found so far.
+    count: usize,
 }
 
 /// Bit masks of the bytes of one block, bit `i` for byte `i`.
@@ -79,7 +106,8 @@ impl State {
         input: &[u8],
         block: &[u8; 64],
         base: usize,
-        out: &mut Vec<u32>,
+        out: &mut [u32],
+        escapes_at: &mut Vec<u32>,
     ) -> Result<(), JsonError> {
         let c = classify(block);
         let escaped = self.escaped_chars(c.backslash);
@@ -95,6 +123,7 @@ impl State {
         let mut escapes = c.backslash & in_string & !escaped;
         while escapes != 0 {
             let at = base + escapes.trailing_zeros() as usize;
+            escapes_at.push(at as u32);
             // The low surrogate of a pair was checked with its high one.
             if at != self.low_surrogate
                 && let Some(low) = escape(input, at)?
@@ -108,7 +137,7 @@ impl State {
         let scalar_starts = scalar & !(scalar << 1 | u64::from(self.scalar));
         self.scalar = scalar >> 63 == 1;
         let tokens = (c.structural & !in_string) | scalar_starts | (quotes & in_string);
-        flatten(tokens, base as u32, out);
+        flatten(tokens, base as u32, out, &mut self.count);
         Ok(())
     }
 
@@ -147,14 +176,14 @@ fn escaped_after_runs(backslash: u64, carried: u64) -> (u64, bool) {
     ((EVEN ^ (sum << 1)) & follows, overflow)
 }
 
-/// Appends the position of each set bit of `tokens`, `base` being bit 0's. Positions are
-/// written four at a time into a block-sized buffer, past the last one too (those are not
-/// kept), which spares a branch per token.
+/// Writes the position of each set bit of `tokens`, `base` being bit 0's, into `out` after the
+/// `count` already there, and adds them to `count`. Positions are written four at a time, past
+/// the last one too (into room `out` has, overwritten next), which spares a branch per token.
 #[inline(always)]
-fn flatten(mut tokens: u64, base: u32, out: &mut Vec<u32>) {
-    let count = tokens.count_ones() as usize;
+fn flatten(mut tokens: u64, base: u32, out: &mut [u32], count: &mut usize) {
+    let found = tokens.count_ones() as usize;
     // Rounds of four write at most 64 positions: the first round that finds no bit left ends.
-    let mut positions = [0u32; 64];
+    let Some(positions) = out.get_mut(*count..*count + 64) else { return };
     let mut n = 0;
     while tokens != 0 {
         for _ in 0..4 {
@@ -165,7 +194,7 @@ fn flatten(mut tokens: u64, base: u32, out: &mut Vec<u32>) {
             n += 1;
         }
     }
-    out.extend_from_slice(&positions[..count]);
+    *count += found;
 }
 
 /// Each bit the XOR of itself and all bits below it.
@@ -348,6 +377,11 @@ impl Walk<'_> {
 /// Checks the number or literal that starts at `at`: its text runs to the next space or
 /// structural character.
 fn scalar(input: &[u8], at: usize) -> Result<(), JsonError> {
+    scalar_text(input, at).map(|_| ())
+}
+
+/// [`scalar`], answering the text of the number or literal.
+pub(super) fn scalar_text(input: &[u8], at: usize) -> Result<&[u8], JsonError> {
     let rest = input.get(at..).unwrap_or_default();
     let len = rest
         .iter()
@@ -363,7 +397,7 @@ fn scalar(input: &[u8], at: usize) -> Result<(), JsonError> {
         Some(b'-' | b'0'..=b'9') => number(text),
         _ => false,
     };
-    if ok { Ok(()) } else { Err(syntax("not a value", at)) }
+    if ok { Ok(text) } else { Err(syntax("not a value", at)) }
 }
 
 /// Whether `text` is a JSON number whose value a double can hold (the parser refuses the others).

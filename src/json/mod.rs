@@ -9,6 +9,7 @@
 pub mod write;
 
 pub mod index;
+pub mod ondemand;
 
 use std::cell::RefCell;
 

@@ -38,6 +38,12 @@ impl<'a> Backing<'a> {
         (buffer, Backing { start, len, buffer: PhantomData })
     }
 
+    /// The backing of strings that lie in `buffer`, a text read without being written to
+    /// ([`super::ondemand`]). It borrows `buffer`, which cannot change while it is used.
+    pub(super) fn of(buffer: &'a [u8]) -> Backing<'a> {
+        Backing { start: buffer.as_ptr(), len: buffer.len(), buffer: PhantomData }
+    }
+
     /// A pointer to the first byte of `bytes` that may read `bytes.len() + chunk::LEN` bytes, when
     /// `bytes` and that many bytes after it lie inside the buffer.
     #[inline(always)]

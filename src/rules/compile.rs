@@ -196,6 +196,7 @@ fn lower(rules: &Rules, limits: &Limits) -> Plan {
         parts: Vec::new(),
         programs: Vec::new(),
         expr_budget: limits.max_expr_bytes,
+        wants: None,
     };
     // Expressions compiled in `check` compile again here; they cannot fail now.
     let program = |plan: &mut Plan, source: &str| {
@@ -289,6 +290,7 @@ fn lower(rules: &Rules, limits: &Limits) -> Plan {
         .chain(emits)
         .collect();
     plan.scan_count = plan.ops.iter().filter(|op| matches!(op, Op::Scan { .. })).count();
+    plan.wants = crate::exec::wants(&plan);
     plan
 }
 

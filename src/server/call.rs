@@ -14,10 +14,10 @@ use super::problem::UpstreamFailure;
 use super::reply::{json, read_body, timing};
 use super::{ApiError, Response, SERVER_TIMING, State};
 use crate::cache::{self, CacheStatus, Found, Joined, Key, Leader, TimedOut};
+use crate::exec;
 use crate::metrics::{CacheCounts, Endpoint, Metrics, PanicSite, UpstreamErrorKind};
 use crate::route::{CacheSettings, CallError, FromClient, Route, UpstreamRequest};
 use crate::upstream::{Answer, Freshness};
-use crate::{exec, json as tape};
 
 /// A route call's request, as the router or the lane read it.
 pub(super) struct RouteCall<'a> {
@@ -314,9 +314,7 @@ fn map_success(
     };
     let started = Instant::now();
     let mut out = Vec::with_capacity(answer.body.len() / 2 + 64);
-    let parsed = tape::with_parsed(&mut answer.body, max_depth, |nodes| {
-        exec::execute(&compiled.plan, nodes, 0, &mut out)
-    });
+    let parsed = exec::map_text(&compiled.plan, &mut answer.body, max_depth, &mut out);
     let took = started.elapsed();
     if let Ok(outcome) = &parsed
         && outcome.expression_errors > 0

@@ -104,7 +104,7 @@ fn rules() -> impl Strategy<Value = String> {
 fn run(rules: &str, input: &str) -> (Vec<u8>, Vec<u8>) {
     let compiled = compile_json(rules.as_bytes(), &Limits::default()).expect("generated rules compile");
     let mut buf = input.as_bytes().to_vec();
-    recast::json::with_parsed(&mut buf, 64, |nodes| {
+    let mapped = recast::json::with_parsed(&mut buf, 64, |nodes| {
         let mut plain = Vec::new();
         recast::exec::execute(&compiled.plan, nodes, 0, &mut plain);
         let mut traced = Vec::new();
@@ -112,7 +112,21 @@ fn run(rules: &str, input: &str) -> (Vec<u8>, Vec<u8>) {
         assert!(trace.entries.len() <= compiled.plan.target_count() * recast::exec::TRACE_ELEMENTS);
         (plain, traced)
     })
-    .expect("generated input parses")
+    .expect("generated input parses");
+    assert_eq!(
+        String::from_utf8_lossy(&read_only_what_is_wanted(&compiled.plan, input)),
+        String::from_utf8_lossy(&mapped.0),
+        "reading only what the plan reads maps as the whole parse does; rules: {rules}"
+    );
+    mapped
+}
+
+/// `input` mapped as a call maps an upstream answer: reading only what the plan reads.
+fn read_only_what_is_wanted(plan: &recast::plan::Plan, input: &str) -> Vec<u8> {
+    let mut buf = input.as_bytes().to_vec();
+    let mut out = Vec::new();
+    recast::exec::map_text(plan, &mut buf, 64, &mut out).expect("generated input is read");
+    out
 }
 
 /// The comparison above sees order and repeated names: on a document whose first `a` is not its
@@ -342,5 +356,120 @@ proptest! {
             scanned
         );
         prop_assert_eq!(plain, traced, "tracing changes nothing in the output");
+    }
+}
+
+/// `json` as JSON text spelled in other ways the parser reads as the same value, chosen by the
+/// bits of `seed`: spaces around tokens, characters of strings written as `\u` escapes
+/// (surrogate pairs beyond the first plane) or short escapes, and integers written as `-0` or
+/// with an exponent (which makes them doubles, on both paths alike).
+fn respelled(json: &Json, seed: &mut u64, out: &mut String) {
+    let mut bit = || {
+        *seed = seed.rotate_left(5) ^ 0x9e37_79b9_7f4a_7c15;
+        *seed & 7 == 0
+    };
+    if bit() {
+        out.push_str(" \n\t");
+    }
+    match json {
+        Json::Null | Json::Bool(_) => out.push_str(&json.to_string()),
+        Json::Number(n) => match (n.as_i64(), bit()) {
+            (Some(0), true) => out.push_str("-0"),
+            (Some(i), true) => out.push_str(&format!("{i}e0")),
+            _ => out.push_str(&n.to_string()),
+        },
+        Json::String(s) => respelled_string(s, &mut bit, out),
+        Json::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                respelled(item, seed, out);
+            }
+            out.push(']');
+        }
+        Json::Object(members) => {
+            out.push('{');
+            for (i, (name, value)) in members.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                respelled_string(
+                    name,
+                    &mut || {
+                        *seed = seed.rotate_left(3) ^ 0x2545_f491_4f6c_dd1d;
+                        *seed & 3 == 0
+                    },
+                    out,
+                );
+                out.push_str(" : ");
+                respelled(value, seed, out);
+            }
+            out.push_str(" }");
+        }
+    }
+}
+
+fn respelled_string(s: &str, bit: &mut impl FnMut() -> bool, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '/' if bit() => out.push_str("\\/"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || bit() => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04X}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// A call reads only what its plan reads (`exec::map_text`); whatever the rules and however
+    /// the text is spelled, the output is the whole parse's, and a text one edit away from a
+    /// document is refused by the one exactly when the other refuses it.
+    #[test]
+    fn reading_only_what_is_read_maps_and_refuses_as_the_whole_parse(
+        rules in rules(),
+        input in document(),
+        mut seed in any::<u64>(),
+        edit in (any::<prop::sample::Index>(), sample::select(&[None, Some(b'"'), Some(b'\\'), Some(b','), Some(b'}'), Some(b']'), Some(b'1'), Some(b'-'), Some(b'e'), Some(b' ')][..])),
+    ) {
+        let mut text = String::new();
+        respelled(&input, &mut seed, &mut text);
+        prop_assert!(Json::read(text.as_bytes()).is_ok(), "{}", text);
+        run(&rules, &text);
+        let compiled = compile_json(rules.as_bytes(), &Limits::default()).expect("generated rules compile");
+        // One byte deleted or replaced.
+        let mut edited = text.into_bytes();
+        let at = edit.0.index(edited.len());
+        match edit.1 {
+            None => { edited.remove(at); }
+            Some(byte) => edited[at] = byte,
+        }
+        let mut buf = edited.clone();
+        let whole = recast::json::with_parsed(&mut buf, 64, |nodes| {
+            let mut out = Vec::new();
+            recast::exec::execute(&compiled.plan, nodes, 0, &mut out);
+            out
+        });
+        let mut buf = edited.clone();
+        let mut out = Vec::new();
+        let read = recast::exec::map_text(&compiled.plan, &mut buf, 64, &mut out).map(|_| out);
+        prop_assert_eq!(
+            whole.as_ref().map(|o| String::from_utf8_lossy(o).into_owned()).map_err(|_| ()),
+            read.as_ref().map(|o| String::from_utf8_lossy(o).into_owned()).map_err(|_| ()),
+            "{}: {:?} {:?}", String::from_utf8_lossy(&edited), whole, read
+        );
     }
 }

@@ -1,0 +1,135 @@
+//! What a plan reads of a document ([`Wants`]), derived from its ops the way the executor runs
+//! them, so that a call can read only that ([`crate::json::ondemand`]).
+//!
+//! Each slot's value is either read whole (a target copies, coerces or tests it) or only walked
+//! through (later scans read some of its members, index steps some of its elements). A scan that
+//! is not strict follows a list to its first element, again for a list inside a list: every
+//! element of a list there gets the scan's want (more than the first, which keeps this simple and
+//! is still exact). A plan with an expression that runs as a program reads what its program
+//! reads, which is not known before it runs: such a plan reads the whole document (`None`).
+
+use std::collections::BTreeMap;
+
+use crate::json::ondemand::{Want, Wants};
+use crate::plan::{Each, Input, KeyTable, Op, Plan, Read, SlotId};
+
+/// Wants built above this many nodes make the rest whole: a bound for any rules (it is never
+/// reached by rules within the limits, whose wants are at most a few per target).
+const MOST_WANTS: usize = 4096;
+
+/// What `plan` reads of a document, or `None` when it may read anything.
+pub(crate) fn wants(plan: &Plan) -> Option<Wants> {
+    if matches!(plan.each, Some(Each::Expr(_))) || plan.ops.iter().any(|op| matches!(op, Op::Expr { .. })) {
+        return None;
+    }
+    let mut slots = vec![Tree::default(); plan.slot_count];
+    let mut whole = |slot: SlotId| {
+        if let Some(tree) = slots.get_mut(slot as usize) {
+            tree.whole = true;
+        }
+    };
+    for op in &plan.ops {
+        match op {
+            Op::Text { slot, .. } | Op::Field { slot, .. } => whole(*slot),
+            Op::Concat { parts, .. } => plan.parts[parts.range()].iter().for_each(|s| whole(*s)),
+            Op::Array { reads, .. } => {
+                for read in &plan.reads[reads.range()] {
+                    match read {
+                        Read::Slot(slot) => whole(*slot),
+                        Read::Concat(parts) => plan.parts[parts.range()].iter().for_each(|s| whole(*s)),
+                    }
+                }
+            }
+            Op::Scan { .. } | Op::Index { .. } | Op::Expr { .. } => {}
+        }
+    }
+    // A scan or index step comes after the scan that fills its input: walked backwards, each
+    // slot's tree is complete before the op that fills it hands it up.
+    let mut root = Tree::default();
+    for op in plan.ops.iter().rev() {
+        let (input, tree) = match op {
+            Op::Scan { input, strict, table } => {
+                let members = table
+                    .names()
+                    .into_iter()
+                    .map(|(name, slot)| (name.into(), slots[slot as usize].clone()))
+                    .collect();
+                (input, Tree { lists: !strict, members, ..Tree::default() })
+            }
+            Op::Index { input, slot, .. } => {
+                (input, Tree { elements: Some(Box::new(slots[*slot as usize].clone())), ..Tree::default() })
+            }
+            _ => continue,
+        };
+        match input {
+            Input::Root => root.merge(tree),
+            Input::Slot(slot) => slots[*slot as usize].merge(tree),
+        }
+    }
+    if let Some(Each::Path(path)) = &plan.each {
+        // The value at the end of the path is the list whose elements are mapped, or an object
+        // mapped alone; each name on the way is looked up after following lists (`each_list`).
+        let mut at = root.clone();
+        at.merge(Tree { elements: Some(Box::new(root)), ..Tree::default() });
+        for name in path.iter().rev() {
+            at = Tree { lists: true, members: BTreeMap::from([(name.clone(), at)]), ..Tree::default() };
+        }
+        root = at;
+    }
+    let mut flat = Vec::new();
+    root.flatten(&mut flat);
+    Some(Wants::new(flat))
+}
+
+/// A want as a tree, while it is put together.
+#[derive(Debug, Clone, Default)]
+struct Tree {
+    whole: bool,
+    /// A list here is followed to its elements (a scan that is not strict).
+    lists: bool,
+    members: BTreeMap<Box<str>, Tree>,
+    /// What index steps read of the elements of a list here.
+    elements: Option<Box<Tree>>,
+}
+
+impl Tree {
+    fn merge(&mut self, other: Tree) {
+        self.whole |= other.whole;
+        self.lists |= other.lists;
+        for (name, tree) in other.members {
+            self.members.entry(name).or_default().merge(tree);
+        }
+        match (&mut self.elements, other.elements) {
+            (Some(mine), Some(theirs)) => mine.merge(*theirs),
+            (mine @ None, theirs) => *mine = theirs,
+            (Some(_), None) => {}
+        }
+    }
+
+    /// Appends this tree's wants to `flat`, its own first; returns its index.
+    fn flatten(self, flat: &mut Vec<Want>) -> u32 {
+        let at = flat.len();
+        let whole = self.whole || at >= MOST_WANTS;
+        flat.push(Want { whole, members: KeyTable::new(&[]), elements: None });
+        if whole {
+            return at as u32;
+        }
+        // The elements of a list here: those a scan follows get this tree again (a list in a
+        // list is followed too), those an index step reads get its tree.
+        let elements = match (self.lists, self.elements) {
+            (false, None) => None,
+            (true, None) => Some(at as u32),
+            (false, Some(tree)) => Some(tree.flatten(flat)),
+            (true, Some(tree)) => {
+                let mut both = Tree { lists: true, members: self.members.clone(), ..Tree::default() };
+                both.merge(*tree);
+                Some(both.flatten(flat))
+            }
+        };
+        let children: Vec<(Box<str>, SlotId)> =
+            self.members.into_iter().map(|(name, tree)| (name, tree.flatten(flat))).collect();
+        let names: Vec<(&str, SlotId)> = children.iter().map(|(n, w)| (n.as_ref(), *w)).collect();
+        flat[at] = Want { whole, members: KeyTable::new(&names), elements };
+        at as u32
+    }
+}

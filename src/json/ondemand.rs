@@ -1,0 +1,551 @@
+//! On-demand reading: a tape of only the parts of a document that a plan reads.
+//!
+//! [`Wants`] says, from the root down, which members of each object and which elements of each
+//! list are read, and which values are read whole. [`with_read`] finds the text's tokens
+//! ([`super::index`]), then walks them once, checking the whole text as [`super::with_parsed`]
+//! does, and writes tape nodes only for what is wanted: an object keeps only its wanted members
+//! (in document order, repeats included), a value nobody reads is checked and passed over, so a
+//! skipped string is never unescaped, a skipped number never converted and a skipped container
+//! never written. What is kept is the nodes the full parse would have written there, so the
+//! executor runs unchanged on the smaller tape and, reading only wanted places, finds the same.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::index::{self, syntax};
+use super::{Doc, JsonError, Node, PADDING, StaticNode, write};
+use crate::plan::{KeyTable, words};
+
+/// What a plan reads of a document: a tree of [`Want`]s, the root's first.
+#[derive(Debug, Clone)]
+pub struct Wants {
+    wants: Vec<Want>,
+    /// Told apart from every other tree made in this process (clones share it, and are equal):
+    /// what a thread remembers of the names read under these wants is kept for the next text.
+    id: u64,
+}
+
+/// What is read of one value.
+#[derive(Debug, Clone)]
+pub(crate) struct Want {
+    /// The value is read whole (copied, coerced, tested for emptiness): everything is kept.
+    pub whole: bool,
+    /// Of an object, the members read, each with its own want (by index into [`Wants`]).
+    pub members: KeyTable,
+    /// Of a list, what is read of each element; `None`: no element is read.
+    pub elements: Option<u32>,
+}
+
+impl Wants {
+    /// Wants whose root is `wants[0]`; members' and elements' indexes point into `wants`.
+    pub(crate) fn new(wants: Vec<Want>) -> Wants {
+        static MADE: AtomicU64 = AtomicU64::new(1);
+        Wants { wants, id: MADE.fetch_add(1, Ordering::Relaxed) }
+    }
+
+    /// The number of wants in the tree.
+    pub fn len(&self) -> usize {
+        self.wants.len()
+    }
+
+    /// Whether the tree is empty (then nothing of the document is read).
+    pub fn is_empty(&self) -> bool {
+        self.wants.is_empty()
+    }
+}
+
+/// What the walk does with one value.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// Check it, write nothing.
+    Skip,
+    /// Write all of it.
+    Whole,
+    /// Write what the want at this index reads.
+    Want(u32),
+}
+
+/// Reads `input` for `wants` and runs `f` on the tape of what is wanted; refuses exactly the
+/// texts [`super::with_parsed`] refuses (same `max_depth`). The buffer is grown by [`PADDING`]
+/// spaces first, as there, and left as it was: nothing is written into it.
+pub fn with_read<R>(
+    input: &mut Vec<u8>,
+    wants: &Wants,
+    max_depth: usize,
+    f: impl FnOnce(&Doc<'_, '_>) -> R,
+) -> Result<R, JsonError> {
+    let len = input.len();
+    input.resize(len + PADDING, b' ');
+    let result = read_padded(input, len, wants, max_depth, f);
+    input.truncate(len);
+    result
+}
+
+fn read_padded<R>(
+    padded: &[u8],
+    len: usize,
+    wants: &Wants,
+    max_depth: usize,
+    f: impl FnOnce(&Doc<'_, '_>) -> R,
+) -> Result<R, JsonError> {
+    let Ok(source) = simdutf8::basic::from_utf8(padded) else {
+        return Err(JsonError::Syntax("the text is not UTF-8".to_owned()));
+    };
+    let mut scratch = SCRATCH.with_borrow_mut(std::mem::take);
+    let mut unescaped = std::mem::take(&mut scratch.unescaped);
+    unescaped.clear();
+    let mut nodes: Vec<Node<'_>> = std::mem::take(&mut scratch.nodes);
+    let mut later = std::mem::take(&mut scratch.later);
+    later.clear();
+    // The names remembered under these same wants by the last text this thread read still hold.
+    let mut shapes = std::mem::take(&mut scratch.shapes);
+    if scratch.shapes_of != wants.id {
+        shapes.clear();
+        shapes.resize(wants.wants.len().min(SHAPE_WANTS) * SHAPE_MEMBERS, UNSEEN);
+    }
+    let outcome =
+        index::build_str(&source[..len], &mut scratch.index, &mut scratch.escapes).and_then(|count| {
+            let mut walk = Walk {
+                source: &source[..len],
+                index: scratch.index.get(..count).unwrap_or_default(),
+                next: 0,
+                escapes: &scratch.escapes,
+                next_escape: 0,
+                wants: &wants.wants,
+                shapes: &mut shapes,
+                nodes: &mut nodes,
+                unescaped: &mut unescaped,
+                later: &mut later,
+                max_depth,
+            };
+            let root = if wants.wants.is_empty() { Mode::Skip } else { Mode::Want(0) };
+            let walked = walk.next_value(0, root).and_then(|()| match walk.index.get(walk.next) {
+                None => Ok(()),
+                Some(&at) => stop("text after the JSON value", at as usize),
+            });
+            walked.map_err(|stop| stop.error(len, max_depth))
+        });
+    let result = outcome.map(|()| {
+        // Strings with escapes were unescaped into their own buffer, which is now complete.
+        for &(node, start, end) in &later {
+            if let (Some(slot), Some(text)) = (nodes.get_mut(node), unescaped.get(start..end)) {
+                *slot = Node::String(text);
+            }
+        }
+        if nodes.is_empty() {
+            // Nothing is read (no wants): the executor still needs a root.
+            nodes.push(Node::Static(StaticNode::Null));
+        }
+        f(&Doc { nodes: &nodes, backing: write::Backing::of(padded) })
+    });
+    // Emptying the tape ends its borrows; its allocation goes back to the thread's scratch.
+    nodes.clear();
+    let nodes = nodes.into_iter().map(|_| Node::Static(StaticNode::Null)).collect();
+    if len <= RETAIN_SCRATCH_BYTES {
+        let Scratch { index, escapes, .. } = scratch;
+        let shapes_of = wants.id;
+        SCRATCH.with_borrow_mut(|kept| {
+            *kept = Scratch { index, escapes, shapes, shapes_of, nodes, unescaped, later }
+        });
+    }
+    result
+}
+
+/// Largest document whose scratch a thread keeps for the next read.
+const RETAIN_SCRATCH_BYTES: usize = 4 << 20;
+
+#[derive(Default)]
+struct Scratch {
+    index: Vec<u32>,
+    escapes: Vec<u32>,
+    shapes: Vec<Seen>,
+    /// The [`Wants::id`] `shapes` were remembered under (0: none).
+    shapes_of: u64,
+    nodes: Vec<Node<'static>>,
+    unescaped: String,
+    later: Vec<(usize, usize, usize)>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Why the walk stopped: a small value, so that every step's result stays in registers; the
+/// message is made once, by [`Stop::error`].
+#[derive(Clone, Copy)]
+enum Stop {
+    Syntax { what: &'static str, at: usize },
+    TooDeep,
+}
+
+impl Stop {
+    fn error(self, len: usize, max_depth: usize) -> JsonError {
+        match self {
+            Stop::TooDeep => JsonError::TooDeep { limit: max_depth },
+            Stop::Syntax { at, .. } if at >= len => syntax("the text ends where a value should be", len),
+            Stop::Syntax { what, at } => syntax(what, at),
+        }
+    }
+}
+
+type Step = Result<(), Stop>;
+
+fn stop(what: &'static str, at: usize) -> Step {
+    Err(Stop::Syntax { what, at })
+}
+
+/// Member positions per object whose names a want remembers from one object to the next.
+const SHAPE_MEMBERS: usize = 16;
+
+/// Wants that remember names; the others look every name up.
+const SHAPE_WANTS: usize = 32;
+
+/// A member name at some position of the last object read under a want, by the words that
+/// identify it (names of up to 16 bytes), and the want it has there ([`SKIP`]: none).
+#[derive(Clone, Copy)]
+struct Seen {
+    head: u64,
+    tail: u64,
+    len: u32,
+    want: u32,
+}
+
+/// [`Seen::want`] of a member nobody reads.
+const SKIP: u32 = u32::MAX;
+
+/// A position nothing is remembered at: no name has this length.
+const UNSEEN: Seen = Seen { head: 0, tail: 0, len: u32::MAX, want: SKIP };
+
+/// The walk over the tokens: [`index::validate`]'s, writing the nodes that are wanted.
+struct Walk<'s, 'w> {
+    source: &'s str,
+    index: &'w [u32],
+    next: usize,
+    /// Where the escapes are, and the first one not yet passed.
+    escapes: &'w [u32],
+    next_escape: usize,
+    wants: &'w [Want],
+    /// Per want (the first [`SHAPE_WANTS`]), the names of the members of the object it read last,
+    /// [`SHAPE_MEMBERS`] apiece. A member's want depends on its name alone, so a name found at
+    /// the same position again needs no lookup: objects of a list usually share their members.
+    shapes: &'w mut [Seen],
+    nodes: &'w mut Vec<Node<'s>>,
+    unescaped: &'w mut String,
+    /// Strings with escapes: the node that gets each, and where it is in `unescaped`.
+    later: &'w mut Vec<(usize, usize, usize)>,
+    max_depth: usize,
+}
+
+impl<'s, 'w> Walk<'s, 'w> {
+    /// The next token's position and first byte; after the last, the text's end and 0.
+    #[inline(always)]
+    fn token(&mut self) -> (usize, u8) {
+        match self.index.get(self.next) {
+            Some(&at) => {
+                self.next += 1;
+                let at = at as usize;
+                (at, self.source.as_bytes().get(at).copied().unwrap_or(0))
+            }
+            None => (self.source.len(), 0),
+        }
+    }
+
+    /// Where the next token is (the text's end after the last).
+    #[inline(always)]
+    fn upcoming(&self) -> usize {
+        self.index.get(self.next).map_or(self.source.len(), |&n| n as usize)
+    }
+
+    /// The text of the string whose opening quote is at `at` (its characters were checked by the
+    /// index), when the next token after it is at `until`: up to the last quote before that.
+    /// Also answers whether the string has an escape.
+    #[inline(always)]
+    fn string_at(&mut self, at: usize, until: usize) -> (&'s str, bool) {
+        let bytes = self.source.as_bytes();
+        let mut end = until;
+        while end > at + 1 && bytes.get(end - 1) != Some(&b'"') {
+            end -= 1;
+        }
+        let end = end.saturating_sub(1).max(at + 1);
+        // Strings are read in document order, so the escapes before this one are passed for good.
+        while self.escapes.get(self.next_escape).is_some_and(|&e| (e as usize) < at) {
+            self.next_escape += 1;
+        }
+        let escaped = self.escapes.get(self.next_escape).is_some_and(|&e| (e as usize) < end);
+        (self.source.get(at + 1..end).unwrap_or_default(), escaped)
+    }
+
+    /// The value whose first token, at `at`, is `byte`.
+    fn value(&mut self, depth: usize, mode: Mode, at: usize, byte: u8) -> Step {
+        match byte {
+            b'"' => {
+                if !matches!(mode, Mode::Skip) {
+                    let (text, escaped) = self.string_at(at, self.upcoming());
+                    self.push_string(text, escaped);
+                }
+                Ok(())
+            }
+            b'{' | b'[' if depth >= self.max_depth => Err(Stop::TooDeep),
+            b'{' => self.object(depth + 1, mode),
+            b'[' => self.array(depth + 1, mode),
+            _ => {
+                let Ok(text) = index::scalar_text(self.source.as_bytes(), at) else {
+                    return stop("not a value", at);
+                };
+                if !matches!(mode, Mode::Skip) {
+                    let text = self.source.get(at..at + text.len()).unwrap_or_default();
+                    self.nodes.push(Node::Static(scalar(text)));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The next value: a string is handled here, anything else by [`Walk::value`].
+    #[inline(always)]
+    fn next_value(&mut self, depth: usize, mode: Mode) -> Step {
+        let (at, byte) = self.token();
+        if byte == b'"' {
+            if !matches!(mode, Mode::Skip) {
+                let (text, escaped) = self.string_at(at, self.upcoming());
+                self.push_string(text, escaped);
+            }
+            return Ok(());
+        }
+        self.value(depth, mode, at, byte)
+    }
+
+    /// The positions in `text`, a string [`Walk::string_at`] just answered, of its escapes.
+    fn escapes_in(&self, text: &str) -> impl Iterator<Item = usize> + use<'w> {
+        let start = text.as_ptr().addr().wrapping_sub(self.source.as_ptr().addr());
+        let end = start + text.len();
+        let escapes: &'w [u32] = self.escapes;
+        let escapes = escapes.get(self.next_escape..).unwrap_or_default();
+        escapes.iter().map(move |&e| (e as usize).wrapping_sub(start)).take_while(move |&e| e < end - start)
+    }
+
+    /// Writes a string node: the text itself when it has no escape, else its unescaped form.
+    #[inline(always)]
+    fn push_string(&mut self, text: &'s str, escaped: bool) {
+        if !escaped {
+            self.nodes.push(Node::String(text));
+            return;
+        }
+        let start = self.unescaped.len();
+        unescape(text, self.escapes_in(text), self.unescaped);
+        self.later.push((self.nodes.len(), start, self.unescaped.len()));
+        self.nodes.push(Node::String(""));
+    }
+
+    /// The want (or [`SKIP`]) of the member called `name` (as written, escapes and all) at
+    /// `position` of an object read under want `w`.
+    #[inline(always)]
+    fn member(&mut self, w: u32, want: &Want, position: usize, name: &str, escaped: bool) -> u32 {
+        if escaped {
+            let mut plain = String::new();
+            unescape(name, self.escapes_in(name), &mut plain);
+            let (head, tail) = words(plain.as_bytes());
+            return want.members.get_words(plain.as_bytes(), head, tail).unwrap_or(SKIP);
+        }
+        let bytes = name.as_bytes();
+        let (head, tail) = words(bytes);
+        let remembered = if (w as usize) < SHAPE_WANTS && position < SHAPE_MEMBERS && bytes.len() <= 16 {
+            self.shapes.get_mut(w as usize * SHAPE_MEMBERS + position)
+        } else {
+            None
+        };
+        match remembered {
+            Some(seen) if seen.len as usize == bytes.len() && seen.head == head && seen.tail == tail => {
+                seen.want
+            }
+            Some(seen) => {
+                let found = want.members.get_words(bytes, head, tail).unwrap_or(SKIP);
+                *seen = Seen { head, tail, len: bytes.len() as u32, want: found };
+                found
+            }
+            None => want.members.get_words(bytes, head, tail).unwrap_or(SKIP),
+        }
+    }
+
+    fn object(&mut self, depth: usize, mode: Mode) -> Step {
+        let wanted = match mode {
+            Mode::Want(w) => match self.wants.get(w as usize) {
+                Some(want) if !want.whole => Some((w, want)),
+                _ => None,
+            },
+            _ => None,
+        };
+        let mode = if wanted.is_none() && !matches!(mode, Mode::Skip) { Mode::Whole } else { mode };
+        let header = self.nodes.len();
+        if !matches!(mode, Mode::Skip) {
+            self.nodes.push(Node::Object { len: 0, count: 0 });
+        }
+        let mut kept = 0;
+        let (at, byte) = self.token();
+        match byte {
+            b'}' => {
+                self.close(header, mode, kept, true);
+                return Ok(());
+            }
+            b'"' => {}
+            _ => return stop("expected a member name", at),
+        }
+        let mut name_at = at;
+        for position in 0.. {
+            let (at, byte) = self.token();
+            if byte != b':' {
+                return stop("expected ':'", at);
+            }
+            let member = match (mode, wanted) {
+                (Mode::Skip, _) => Mode::Skip,
+                (_, None) => Mode::Whole,
+                (_, Some((w, want))) => {
+                    let (name, escaped) = self.string_at(name_at, at);
+                    match self.member(w, want, position, name, escaped) {
+                        SKIP => Mode::Skip,
+                        child => Mode::Want(child),
+                    }
+                }
+            };
+            if !matches!(member, Mode::Skip) {
+                let (name, escaped) = self.string_at(name_at, at);
+                self.push_string(name, escaped);
+                kept += 1;
+            }
+            self.next_value(depth, member)?;
+            let (at, byte) = self.token();
+            match byte {
+                b'}' => break,
+                b',' => {
+                    let (at, byte) = self.token();
+                    if byte != b'"' {
+                        return stop("expected a member name", at);
+                    }
+                    name_at = at;
+                }
+                _ => return stop("expected ',' or '}'", at),
+            }
+        }
+        self.close(header, mode, kept, true);
+        Ok(())
+    }
+
+    /// Completes the header of the container written at `header` with `kept` members or elements.
+    #[inline(always)]
+    fn close(&mut self, header: usize, mode: Mode, kept: usize, object: bool) {
+        if !matches!(mode, Mode::Skip) {
+            let count = self.nodes.len() - header - 1;
+            if let Some(node) = self.nodes.get_mut(header) {
+                *node =
+                    if object { Node::Object { len: kept, count } } else { Node::Array { len: kept, count } };
+            }
+        }
+    }
+
+    fn array(&mut self, depth: usize, mode: Mode) -> Step {
+        let element = match mode {
+            Mode::Skip => Mode::Skip,
+            Mode::Whole => Mode::Whole,
+            Mode::Want(w) => match self.wants.get(w as usize) {
+                Some(want) if want.whole => Mode::Whole,
+                Some(Want { elements: Some(e), .. }) => Mode::Want(*e),
+                Some(_) => Mode::Skip,
+                None => Mode::Whole,
+            },
+        };
+        let header = self.nodes.len();
+        if !matches!(mode, Mode::Skip) {
+            self.nodes.push(Node::Array { len: 0, count: 0 });
+        }
+        let written = !matches!(element, Mode::Skip);
+        let mut kept = 0;
+        if self.index.get(self.next).and_then(|&at| self.source.as_bytes().get(at as usize)) == Some(&b']') {
+            self.next += 1;
+            self.close(header, mode, kept, false);
+            return Ok(());
+        }
+        loop {
+            self.next_value(depth, element)?;
+            kept += usize::from(written);
+            let (at, byte) = self.token();
+            match byte {
+                b']' => break,
+                b',' => {}
+                _ => return stop("expected ',' or ']'", at),
+            }
+        }
+        self.close(header, mode, kept, false);
+        Ok(())
+    }
+}
+
+/// The value of a number or literal whose text was checked, as the tape parser gives it: an
+/// integer as `U64` (not negative) or `I64` (negative, and `-0` as 0) when it fits, else, like
+/// every number with a fraction or an exponent, the nearest double.
+fn scalar(text: &str) -> StaticNode {
+    match text.as_bytes().first() {
+        Some(b't') => return StaticNode::Bool(true),
+        Some(b'f') => return StaticNode::Bool(false),
+        Some(b'n') => return StaticNode::Null,
+        _ => {}
+    }
+    let integer = !text.bytes().any(|b| matches!(b, b'.' | b'e' | b'E'));
+    if integer {
+        match text.strip_prefix('-') {
+            Some(digits) => {
+                if let Ok(magnitude) = digits.parse::<u64>()
+                    && magnitude <= 1 << 63
+                {
+                    return StaticNode::I64((magnitude as i64).wrapping_neg());
+                }
+            }
+            None => {
+                if let Ok(value) = text.parse::<u64>() {
+                    return StaticNode::U64(value);
+                }
+            }
+        }
+    }
+    StaticNode::F64(text.parse::<f64>().unwrap_or(f64::NAN))
+}
+
+/// Appends the characters of the JSON string body `text` (checked: every escape is complete, and
+/// surrogates come in pairs) to `out`; `escapes` are the positions in `text` of its escapes'
+/// backslashes, in order (a pair's low surrogate's too, or not).
+fn unescape(text: &str, escapes: impl Iterator<Item = usize>, out: &mut String) {
+    let mut done = 0;
+    for at in escapes {
+        // The low surrogate of a pair was read with its high one.
+        if at < done {
+            continue;
+        }
+        out.push_str(text.get(done..at).unwrap_or_default());
+        let after = text.get(at + 1..).unwrap_or_default();
+        let (c, used) = match after.as_bytes().first() {
+            Some(b'b') => ('\u{8}', 1),
+            Some(b'f') => ('\u{c}', 1),
+            Some(b'n') => ('\n', 1),
+            Some(b'r') => ('\r', 1),
+            Some(b't') => ('\t', 1),
+            Some(b'u') => {
+                let unit = |at: usize| after.get(at..at + 4).and_then(|h| u32::from_str_radix(h, 16).ok());
+                match unit(1) {
+                    Some(high @ 0xd800..=0xdbff) => match (after.get(5..7), unit(7)) {
+                        (Some("\\u"), Some(low @ 0xdc00..=0xdfff)) => {
+                            let c = 0x10000 + ((high - 0xd800) << 10) + (low - 0xdc00);
+                            (char::from_u32(c).unwrap_or('\u{fffd}'), 11)
+                        }
+                        _ => ('\u{fffd}', 5),
+                    },
+                    Some(unit) => (char::from_u32(unit).unwrap_or('\u{fffd}'), 5),
+                    None => ('\u{fffd}', 1),
+                }
+            }
+            Some(&b) => (char::from(b), 1),
+            None => ('\\', 0),
+        };
+        out.push(c);
+        done = at + 1 + used;
+    }
+    out.push_str(text.get(done..).unwrap_or_default());
+}
