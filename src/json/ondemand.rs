@@ -126,7 +126,9 @@ fn read_padded<R>(
             walked.map_err(|stop| stop.error(len, max_depth))
         });
     let result = outcome.map(|()| {
-        // Strings with escapes were unescaped into their own buffer, which is now complete.
+        // Strings with escapes were unescaped into their own buffer, which is now complete; the
+        // padding lets the writer read its strings in whole chunks too.
+        unescaped.extend(std::iter::repeat_n(' ', PADDING));
         for &(node, start, end) in &later {
             if let (Some(slot), Some(text)) = (nodes.get_mut(node), unescaped.get(start..end)) {
                 *slot = Node::String(text);
@@ -136,7 +138,7 @@ fn read_padded<R>(
             // Nothing is read (no wants): the executor still needs a root.
             nodes.push(Node::Static(StaticNode::Null));
         }
-        f(&Doc { nodes: &nodes, backing: write::Backing::of(padded) })
+        f(&Doc { nodes: &nodes, backing: write::Backing::of(padded, unescaped.as_bytes()) })
     });
     // Emptying the tape ends its borrows; its allocation goes back to the thread's scratch.
     nodes.clear();

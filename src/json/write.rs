@@ -18,12 +18,22 @@ use super::{Doc, Node, StaticNode};
 pub struct Backing<'a> {
     start: *const u8,
     len: usize,
+    /// A second buffer (null and 0 when none): where a text read on demand has its unescaped
+    /// strings.
+    other: *const u8,
+    other_len: usize,
     buffer: PhantomData<&'a [u8]>,
 }
 
 impl<'a> Backing<'a> {
     /// No buffer: every string is written by the general path.
-    pub const NONE: Backing<'static> = Backing { start: std::ptr::null(), len: 0, buffer: PhantomData };
+    pub const NONE: Backing<'static> = Backing {
+        start: std::ptr::null(),
+        len: 0,
+        other: std::ptr::null(),
+        other_len: 0,
+        buffer: PhantomData,
+    };
 
     /// The whole of `input` as the slice the parser fills, and its backing for the strings the
     /// parser leaves in it. Both borrow `input`, so it cannot change while either is used.
@@ -35,23 +45,33 @@ impl<'a> Backing<'a> {
         // it). The slice is the only way to write them while `input` is borrowed for 'a; the
         // backing only reads, after the parser is done writing.
         let buffer = unsafe { std::slice::from_raw_parts_mut(start, len) };
-        (buffer, Backing { start, len, buffer: PhantomData })
+        (buffer, Backing { start, len, ..Backing::NONE })
     }
 
-    /// The backing of strings that lie in `buffer`, a text read without being written to
-    /// ([`super::ondemand`]). It borrows `buffer`, which cannot change while it is used.
-    pub(super) fn of(buffer: &'a [u8]) -> Backing<'a> {
-        Backing { start: buffer.as_ptr(), len: buffer.len(), buffer: PhantomData }
+    /// The backing of strings that lie in `buffer`, a text read without being written to, or in
+    /// `other`, the buffer its unescaped strings were written to ([`super::ondemand`]). It
+    /// borrows both, which cannot change while it is used.
+    pub(super) fn of(buffer: &'a [u8], other: &'a [u8]) -> Backing<'a> {
+        Backing {
+            start: buffer.as_ptr(),
+            len: buffer.len(),
+            other: other.as_ptr(),
+            other_len: other.len(),
+            buffer: PhantomData,
+        }
     }
 
     /// A pointer to the first byte of `bytes` that may read `bytes.len() + chunk::LEN` bytes, when
-    /// `bytes` and that many bytes after it lie inside the buffer.
+    /// `bytes` and that many bytes after it lie inside one of the buffers.
     #[inline(always)]
     fn widened(self, bytes: &[u8]) -> Option<*const u8> {
-        let offset = bytes.as_ptr().addr().wrapping_sub(self.start.addr());
-        let inside = offset <= self.len && self.len - offset >= bytes.len() + chunk::LEN;
-        // `wrapping_add` keeps the buffer pointer's provenance; the offset is within the buffer.
-        inside.then(|| self.start.wrapping_add(offset))
+        let within = |start: *const u8, len: usize| {
+            let offset = bytes.as_ptr().addr().wrapping_sub(start.addr());
+            let inside = offset <= len && len - offset >= bytes.len() + chunk::LEN;
+            // `wrapping_add` keeps the buffer pointer's provenance; the offset is within the buffer.
+            inside.then(|| start.wrapping_add(offset))
+        };
+        within(self.start, self.len).or_else(|| within(self.other, self.other_len))
     }
 }
 
@@ -734,6 +754,23 @@ mod tests {
             assert!(Backing::NONE.widened(inside.as_bytes()).is_none());
         })
         .unwrap();
+    }
+
+    #[test]
+    fn strings_in_either_buffer_of_a_text_read_on_demand_are_read_in_chunks_with_room_after_them() {
+        let text = format!("{}{}", "x".repeat(40), " ".repeat(chunk::LEN));
+        let other = format!("{}{}", "y".repeat(40), " ".repeat(chunk::LEN));
+        let backing = Backing::of(text.as_bytes(), other.as_bytes());
+        for buffer in [&text, &other] {
+            assert!(backing.widened(&buffer.as_bytes()[3..40]).is_some());
+            // The last bytes have no room after them.
+            assert!(backing.widened(&buffer.as_bytes()[40..]).is_none());
+        }
+        let elsewhere = "z".repeat(40);
+        assert!(backing.widened(elsewhere.as_bytes()).is_none());
+        let mut out = Vec::new();
+        string_in(&mut out, &other[..40], backing);
+        assert_eq!(out, format!("\"{}\"", "y".repeat(40)).into_bytes());
     }
 
     #[test]
