@@ -52,11 +52,12 @@ struct Input {
 
 fn main() {
     let inputs = [recipe_input(), list_input(), load_recipe_input(), load_list_input()];
-    // `ENGINE_REPEAT="load-list-97KB recast 2000"`: only that many calls of one variant, for
-    // counting its instructions and cycles with `perf stat`, which a busy machine moves less than
-    // it moves time.
-    if let Ok(spec) = std::env::var("ENGINE_REPEAT") {
-        repeat(&inputs, &spec);
+    // `--repeat "load-list-97KB recast 2000"`: only that many calls of one variant, for profiling
+    // it or counting its instructions (`valgrind --tool=callgrind`), which a busy machine does not
+    // move as it moves time.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--repeat") {
+        repeat(&inputs, args.get(at + 1).map_or("", String::as_str));
         return;
     }
     for input in &inputs {
@@ -119,10 +120,10 @@ fn recast_map_whole(plan: &Plan, body: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Runs one variant on one document a given number of times (`ENGINE_REPEAT`).
+/// Runs one variant on one document a given number of times (`--repeat`).
 fn repeat(inputs: &[Input], spec: &str) {
     let [name, variant, times] = spec.split_whitespace().collect::<Vec<_>>()[..] else {
-        panic!("ENGINE_REPEAT is \"<document> <variant> <times>\", not {spec:?}");
+        panic!("--repeat takes \"<document> <variant> <times>\", not {spec:?}");
     };
     let input = inputs.iter().find(|i| i.name == name).expect("a document of the bench");
     let times: usize = times.parse().expect("a number of calls");
