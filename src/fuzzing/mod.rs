@@ -12,12 +12,37 @@ use crate::rules::{Limits, compile_json};
 /// The input decodes to either raw text for both (to reach the parser's and compiler's error
 /// paths) or a structured case built from a small vocabulary of names (so that compiled plans find
 /// members and the executor's paths are exercised). Checks: nothing panics, the output is valid
-/// JSON of the expected kind, and a traced run writes the very same bytes.
+/// JSON of the expected kind, a traced run writes the very same bytes, and reading only what the
+/// plan reads (`exec::map_text`, what a call runs) maps the document to the very same bytes as
+/// the whole parse, or refuses it when the parser does (for the same reason, unless the text is
+/// both too deep and broken, which may be refused for either).
 pub fn rules_then_execute(data: &[u8]) -> Reached {
     let Ok(case) = Case::arbitrary_take_rest(Unstructured::new(data)) else { return Reached::Nothing };
     let (rules, document) = case.texts();
     let limits = Limits { max_rules: 64, max_depth: 16, max_expr_bytes: 1 << 20 };
     let Ok(compiled) = compile_json(&rules, &limits) else { return Reached::RulesRefused };
+    // Each parse below gets its own copy: the whole parse unescapes strings in place.
+    let mut on_demand = Vec::new();
+    let read = exec::map_text(&compiled.plan, &mut document.clone(), 64, &mut on_demand);
+    let whole = json::with_parsed(&mut document.clone(), 64, |nodes| {
+        let mut out = Vec::new();
+        exec::execute(&compiled.plan, nodes, 0, &mut out);
+        out
+    });
+    match (&whole, &read) {
+        (Ok(whole), Ok(_)) => assert_eq!(
+            String::from_utf8_lossy(whole),
+            String::from_utf8_lossy(&on_demand),
+            "reading only what is read maps otherwise than the whole parse"
+        ),
+        (Err(json::JsonError::TooDeep { .. }), Err(json::JsonError::TooDeep { .. }))
+        | (Err(json::JsonError::Syntax(_)), Err(json::JsonError::Syntax(_))) => {}
+        (Err(_), Err(_)) => assert!(
+            json::index::agrees_with_parser(&document, document.len() + 1) == Ok(false),
+            "refused for different reasons: {whole:?}, {read:?}"
+        ),
+        _ => panic!("the whole parse says {whole:?}, reading what is read says {read:?}"),
+    }
     let mut document = document;
     let mapped = json::with_parsed(&mut document, 64, |nodes| {
         let mut plain = Vec::new();
@@ -41,7 +66,8 @@ pub fn rules_then_execute(data: &[u8]) -> Reached {
 
 /// Rules whose targets read plain paths (`a.b[0].c`), compiled twice: as they are, read through
 /// the plan's scans, and with `| @` after each path, which keeps it from being a plain path, so
-/// its program runs. Checks: both map every document to the very same bytes, plainly and traced.
+/// its program runs. Checks: both map every document to the very same bytes, plainly and traced,
+/// and so does reading only what the scans read (`exec::map_text`).
 pub fn plain_paths(data: &[u8]) -> Reached {
     let Ok(case) = PathCase::arbitrary_take_rest(Unstructured::new(data)) else { return Reached::Nothing };
     let mut document = Vec::new();
@@ -53,6 +79,8 @@ pub fn plain_paths(data: &[u8]) -> Reached {
         // A path of more than `max_depth` steps is refused both ways.
         return Reached::RulesRefused;
     };
+    let mut on_demand = Vec::new();
+    let read = exec::map_text(&scanned.plan, &mut document.clone(), 64, &mut on_demand);
     let mapped = json::with_parsed(&mut document, 64, |nodes| {
         let mut by_scans = Vec::new();
         exec::execute(&scanned.plan, nodes, 0, &mut by_scans);
@@ -66,6 +94,12 @@ pub fn plain_paths(data: &[u8]) -> Reached {
         let mut traced = Vec::new();
         exec::execute_traced(&scanned.plan, nodes, 0, &mut traced);
         assert_eq!(by_scans, traced, "tracing changed the output");
+        assert!(read.is_ok(), "a document the parser takes is refused when read on demand: {read:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&by_scans),
+            String::from_utf8_lossy(&on_demand),
+            "reading only what the scans read differs"
+        );
         scanned.plan.target_count()
     });
     match mapped {

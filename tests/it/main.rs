@@ -19,6 +19,7 @@ mod edges;
 mod expressions;
 mod faults;
 mod fuzz_corpus;
+mod json_suite;
 mod lane;
 mod limits;
 mod nginx;
