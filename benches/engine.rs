@@ -1,9 +1,11 @@
 //! Engine benchmark: parse + map throughput of recast against two references measured in the same
-//! run, on two documents the bench generates:
+//! run, on four documents the bench generates:
 //!
 //! - `recipe-3KB`: one recipe (about 3 KB) mapped by 25 targets (renames, an Int coercion, seven
 //!   concatenations), the shape of a single-object API answer;
-//! - `list-1MB`: 2,000 smaller recipes (about 1 MB) mapped element by element with `each`.
+//! - `list-1MB`: 2,000 smaller recipes (about 1 MB) mapped element by element with `each`;
+//! - `load-recipe-3KB` and `load-list-97KB`: the load benchmark's documents and rules
+//!   (`benches/load/run.sh`), whose rules leave most of each document unread.
 //!
 //! For each document: `recast` (copy the body, read it as a call does, which turns only what the
 //! plan reads into a tape, execute the plan, write the output), `recast-whole-parse` (the same with
