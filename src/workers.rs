@@ -12,6 +12,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
+/// The stack of a worker thread: room for reading and mapping a document nested as deep as
+/// `RECAST_MAX_DEPTH` allows (1024; the on-demand walk and the writer recurse per level) with a
+/// wide margin, in debug builds too, whose frames are several times larger. Only what is touched
+/// is ever backed by memory.
+pub(crate) const STACK_BYTES: usize = 16 << 20;
+
 thread_local! {
     /// The number of the worker this thread is (1, 2, …), or 0 on any other thread.
     static WORKER: Cell<usize> = const { Cell::new(0) };
@@ -57,8 +63,10 @@ impl Workers {
                 .build()?;
             let handle = runtime.handle().clone();
             let (stop, stopped) = oneshot::channel::<()>();
-            let thread =
-                std::thread::Builder::new().name(format!("recast-worker-{number}")).spawn(move || {
+            let thread = std::thread::Builder::new()
+                .name(format!("recast-worker-{number}"))
+                .stack_size(STACK_BYTES)
+                .spawn(move || {
                     WORKER.with(|worker| worker.set(number));
                     // Until stopped; the connections' tasks run while this waits.
                     let _ = runtime.block_on(stopped);

@@ -551,3 +551,39 @@ fn unescape(text: &str, escapes: impl Iterator<Item = usize>, out: &mut String) 
     }
     out.push_str(text.get(done..).unwrap_or_default());
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::rules::{Limits, compile_json};
+
+    /// Nesting as deep as `RECAST_MAX_DEPTH` allows (1024) is read and mapped on a thread with a
+    /// worker's stack, in each of the walk's modes: values read through wants (a list followed by
+    /// a scan), read whole, and skipped. (A release build also passes on the standard 2 MiB stack;
+    /// a debug build overflows it.)
+    #[test]
+    fn the_deepest_nesting_allowed_is_read_on_a_standard_stack_in_every_mode() {
+        const DEPTH: usize = 1024;
+        let nested = |inner: &str| format!("{}{inner}{}", "[".repeat(DEPTH - 1), "]".repeat(DEPTH - 1));
+        let limits = Limits { max_depth: DEPTH, ..Limits::default() };
+        let rules =
+            br#"{"newBodyFields":{"a":{"key":"a","type":"Json"}},"oldBodyFields":{"a":{"keys":["a"]}}}"#;
+        let plan = compile_json(rules, &limits).expect("rules").plan;
+        let cases = [
+            (nested(r#"{"a":1}"#), r#"{"a":1}"#.to_owned()),
+            (format!(r#"{{"a":{}}}"#, nested("1")), format!(r#"{{"a":{}}}"#, nested("1"))),
+            (format!(r#"{{"b":{},"a":2}}"#, nested("1")), r#"{"a":2}"#.to_owned()),
+        ];
+        std::thread::Builder::new()
+            .stack_size(crate::workers::STACK_BYTES)
+            .spawn(move || {
+                for (text, expected) in cases {
+                    let mut out = Vec::new();
+                    crate::exec::map_text(&plan, &mut text.into_bytes(), DEPTH, &mut out).expect("read");
+                    assert_eq!(String::from_utf8(out).unwrap(), expected);
+                }
+            })
+            .expect("a thread")
+            .join()
+            .expect("no overflow");
+    }
+}
