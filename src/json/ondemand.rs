@@ -66,8 +66,10 @@ enum Mode {
 }
 
 /// Reads `input` for `wants` and runs `f` on the tape of what is wanted; refuses exactly the
-/// texts [`super::with_parsed`] refuses (same `max_depth`). The buffer is grown by [`PADDING`]
-/// spaces first, as there, and left as it was: nothing is written into it.
+/// texts [`super::with_parsed`] refuses (same `max_depth`), for the same reason, except that a
+/// text both nested too deep and broken inside a string (the index checks strings before the walk
+/// checks depth) may be refused as broken where the parser says too deep. The buffer is grown by
+/// [`PADDING`] spaces first, as there, and left as it was: nothing is written into it.
 pub fn with_read<R>(
     input: &mut Vec<u8>,
     wants: &Wants,
