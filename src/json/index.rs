@@ -4,8 +4,9 @@
 //! control characters, escape sequences). What is left to check is the order of the tokens and
 //! the text of numbers and literals, which [`validate`] does by walking the index.
 //!
-//! This is the first stage of on-demand evaluation: a later walk can jump from token to token,
-//! and skip a string without reading its characters, because they were checked here.
+//! This is the first stage of on-demand evaluation ([`super::ondemand`]): the walk there jumps
+//! from token to token, and skips a string without reading its characters, because they were
+//! checked here.
 
 use super::JsonError;
 

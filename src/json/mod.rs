@@ -1,5 +1,6 @@
 //! Parsing JSON into a simd-json tape, and walking that tape: the one in-memory form every JSON
-//! document (rules, preview bodies, upstream answers) takes inside recast.
+//! document (rules, preview bodies, upstream answers) takes inside recast. An upstream answer is
+//! read into a tape of only what its route's rules read ([`ondemand`]).
 //!
 //! A tape is a flat `Vec<Node>` in document order. Containers are a header node followed by their
 //! contents; the header's `count` is the number of nodes inside, so a value is skipped in O(1).
