@@ -21,13 +21,22 @@ pub fn rules_then_execute(data: &[u8]) -> Reached {
     let (rules, document) = case.texts();
     let limits = Limits { max_rules: 64, max_depth: 16, max_expr_bytes: 1 << 20 };
     let Ok(compiled) = compile_json(&rules, &limits) else { return Reached::RulesRefused };
-    // Each parse below gets its own copy: the whole parse unescapes strings in place.
+    // Read on demand from a copy: the whole parse below unescapes strings in place.
     let mut on_demand = Vec::new();
     let read = exec::map_text(&compiled.plan, &mut document.clone(), 64, &mut on_demand);
-    let whole = json::with_parsed(&mut document.clone(), 64, |nodes| {
-        let mut out = Vec::new();
-        exec::execute(&compiled.plan, nodes, 0, &mut out);
-        out
+    let mut text = document.clone();
+    let whole = json::with_parsed(&mut text, 64, |nodes| {
+        let mut plain = Vec::new();
+        exec::execute(&compiled.plan, nodes, 0, &mut plain);
+        let output: serde_json::Value = match serde_json::from_slice(&plain) {
+            Ok(output) => output,
+            Err(e) => panic!("invalid output JSON ({e}): {}", String::from_utf8_lossy(&plain)),
+        };
+        assert_eq!(output.is_array(), compiled.plan.is_each(), "output kind");
+        let mut traced = Vec::new();
+        exec::execute_traced(&compiled.plan, nodes, 0, &mut traced);
+        assert_eq!(plain, traced, "tracing changed the output");
+        plain
     });
     match (&whole, &read) {
         (Ok(whole), Ok(_)) => assert_eq!(
@@ -43,20 +52,7 @@ pub fn rules_then_execute(data: &[u8]) -> Reached {
         ),
         _ => panic!("the whole parse says {whole:?}, reading what is read says {read:?}"),
     }
-    let mut document = document;
-    let mapped = json::with_parsed(&mut document, 64, |nodes| {
-        let mut plain = Vec::new();
-        exec::execute(&compiled.plan, nodes, 0, &mut plain);
-        let output: serde_json::Value = match serde_json::from_slice(&plain) {
-            Ok(output) => output,
-            Err(e) => panic!("invalid output JSON ({e}): {}", String::from_utf8_lossy(&plain)),
-        };
-        assert_eq!(output.is_array(), compiled.plan.is_each(), "output kind");
-        let mut traced = Vec::new();
-        exec::execute_traced(&compiled.plan, nodes, 0, &mut traced);
-        assert_eq!(plain, traced, "tracing changed the output");
-        compiled.plan.target_count()
-    });
+    let mapped = whole.map(|_| compiled.plan.target_count());
     match mapped {
         Ok(0) => Reached::MappedNothing,
         Ok(_) => Reached::Mapped,

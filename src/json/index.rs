@@ -294,94 +294,12 @@ pub(crate) fn classify(block: &[u8; 64]) -> Classes {
 /// `max_depth` deep, and that every number and literal is well formed, so that `input` is
 /// taken or refused exactly as [`super::with_parsed`] takes or refuses it.
 pub fn validate(input: &[u8], index: &[u32], max_depth: usize) -> Result<(), JsonError> {
-    let mut walk = Walk { input, index, next: 0 };
-    walk.value(0, max_depth)?;
-    match walk.index.get(walk.next) {
-        None => Ok(()),
-        Some(&at) => Err(syntax("text after the JSON value", at as usize)),
-    }
+    // The walk that reads a text on demand, wanting nothing of it.
+    super::ondemand::check(input, index, max_depth)
 }
 
-struct Walk<'a> {
-    input: &'a [u8],
-    index: &'a [u32],
-    next: usize,
-}
-
-impl Walk<'_> {
-    /// The next token's position and first byte.
-    #[inline(always)]
-    fn token(&mut self) -> Result<(usize, u8), JsonError> {
-        let Some(&at) = self.index.get(self.next) else {
-            return Err(syntax("the text ends where a value should be", self.input.len()));
-        };
-        self.next += 1;
-        let at = at as usize;
-        Ok((at, self.input.get(at).copied().unwrap_or(b' ')))
-    }
-
-    fn value(&mut self, depth: usize, max_depth: usize) -> Result<(), JsonError> {
-        let (at, byte) = self.token()?;
-        match byte {
-            b'"' => Ok(()),
-            b'{' | b'[' if depth >= max_depth => Err(JsonError::TooDeep { limit: max_depth }),
-            b'{' => self.object(depth + 1, max_depth),
-            b'[' => self.array(depth + 1, max_depth),
-            _ => scalar(self.input, at),
-        }
-    }
-
-    fn object(&mut self, depth: usize, max_depth: usize) -> Result<(), JsonError> {
-        let (at, byte) = self.token()?;
-        match byte {
-            b'}' => return Ok(()),
-            b'"' => {}
-            _ => return Err(syntax("expected a member name", at)),
-        }
-        loop {
-            let (at, byte) = self.token()?;
-            if byte != b':' {
-                return Err(syntax("expected ':'", at));
-            }
-            self.value(depth, max_depth)?;
-            let (at, byte) = self.token()?;
-            match byte {
-                b'}' => return Ok(()),
-                b',' => {
-                    let (at, byte) = self.token()?;
-                    if byte != b'"' {
-                        return Err(syntax("expected a member name", at));
-                    }
-                }
-                _ => return Err(syntax("expected ',' or '}'", at)),
-            }
-        }
-    }
-
-    fn array(&mut self, depth: usize, max_depth: usize) -> Result<(), JsonError> {
-        if self.index.get(self.next).and_then(|&at| self.input.get(at as usize)) == Some(&b']') {
-            self.next += 1;
-            return Ok(());
-        }
-        loop {
-            self.value(depth, max_depth)?;
-            let (at, byte) = self.token()?;
-            match byte {
-                b']' => return Ok(()),
-                b',' => {}
-                _ => return Err(syntax("expected ',' or ']'", at)),
-            }
-        }
-    }
-}
-
-/// Checks the number or literal that starts at `at`: its text runs to the next space or
-/// structural character.
-fn scalar(input: &[u8], at: usize) -> Result<(), JsonError> {
-    scalar_text(input, at).map(|_| ())
-}
-
-/// [`scalar`], answering the text of the number or literal.
+/// Checks the number or literal that starts at `at` (its text runs to the next space or
+/// structural character) and answers its text.
 pub(super) fn scalar_text(input: &[u8], at: usize) -> Result<&[u8], JsonError> {
     let rest = input.get(at..).unwrap_or_default();
     let len = rest

@@ -120,12 +120,7 @@ fn read_padded<R>(
                 later: &mut later,
                 max_depth,
             };
-            let root = if wants.wants.is_empty() { Mode::Skip } else { Mode::Want(0) };
-            let walked = walk.next_value(0, root).and_then(|()| match walk.index.get(walk.next) {
-                None => Ok(()),
-                Some(&at) => stop("text after the JSON value", at as usize),
-            });
-            walked.map_err(|stop| stop.error(len, max_depth))
+            walk.document(if wants.wants.is_empty() { Mode::Skip } else { Mode::Want(0) })
         });
     let result = outcome.map(|()| {
         // Strings with escapes were unescaped into their own buffer, which is now complete; the
@@ -153,6 +148,29 @@ fn read_padded<R>(
         });
     }
     result
+}
+
+/// Checks that the tokens `index` found in `input` make one JSON text nested at most
+/// `max_depth` deep, and that every number and literal is well formed: [`with_read`]'s walk,
+/// wanting nothing ([`index::validate`]).
+pub(super) fn check(input: &[u8], index: &[u32], max_depth: usize) -> Result<(), JsonError> {
+    let Ok(source) = simdutf8::basic::from_utf8(input) else {
+        return Err(JsonError::Syntax("the text is not UTF-8".to_owned()));
+    };
+    let mut walk = Walk {
+        source,
+        index,
+        next: 0,
+        escapes: &[],
+        next_escape: 0,
+        wants: &[],
+        shapes: &mut [],
+        nodes: &mut Vec::new(),
+        unescaped: &mut String::new(),
+        later: &mut Vec::new(),
+        max_depth,
+    };
+    walk.document(Mode::Skip)
 }
 
 /// Largest document whose scratch a thread keeps for the next read.
@@ -220,7 +238,8 @@ const SKIP: u32 = u32::MAX;
 /// A position nothing is remembered at: no name has this length.
 const UNSEEN: Seen = Seen { head: 0, tail: 0, len: u32::MAX, want: SKIP };
 
-/// The walk over the tokens: [`index::validate`]'s, writing the nodes that are wanted.
+/// The walk over the tokens, checking their order and the text of numbers and literals (the
+/// characters of strings were checked by the index), writing the nodes that are wanted.
 struct Walk<'s, 'w> {
     source: &'s str,
     index: &'w [u32],
@@ -279,14 +298,29 @@ impl<'s, 'w> Walk<'s, 'w> {
         (self.source.get(at + 1..end).unwrap_or_default(), escaped)
     }
 
+    /// The whole text: one value, then nothing.
+    fn document(&mut self, root: Mode) -> Result<(), JsonError> {
+        let walked = self.next_value(0, root).and_then(|()| match self.index.get(self.next) {
+            None => Ok(()),
+            Some(&at) => stop("text after the JSON value", at as usize),
+        });
+        walked.map_err(|stop| stop.error(self.source.len(), self.max_depth))
+    }
+
+    /// The string value whose opening quote is at `at`.
+    #[inline(always)]
+    fn string(&mut self, at: usize, mode: Mode) {
+        if !matches!(mode, Mode::Skip) {
+            let (text, escaped) = self.string_at(at, self.upcoming());
+            self.push_string(text, escaped);
+        }
+    }
+
     /// The value whose first token, at `at`, is `byte`.
     fn value(&mut self, depth: usize, mode: Mode, at: usize, byte: u8) -> Step {
         match byte {
             b'"' => {
-                if !matches!(mode, Mode::Skip) {
-                    let (text, escaped) = self.string_at(at, self.upcoming());
-                    self.push_string(text, escaped);
-                }
+                self.string(at, mode);
                 Ok(())
             }
             b'{' | b'[' if depth >= self.max_depth => Err(Stop::TooDeep),
@@ -310,10 +344,7 @@ impl<'s, 'w> Walk<'s, 'w> {
     fn next_value(&mut self, depth: usize, mode: Mode) -> Step {
         let (at, byte) = self.token();
         if byte == b'"' {
-            if !matches!(mode, Mode::Skip) {
-                let (text, escaped) = self.string_at(at, self.upcoming());
-                self.push_string(text, escaped);
-            }
+            self.string(at, mode);
             return Ok(());
         }
         self.value(depth, mode, at, byte)
