@@ -1,8 +1,8 @@
 //! Type coercion of single JSON values (SPEC §1.5) and their text form for concatenations (§1.3).
 //! Pure functions over tape nodes: a value that does not convert becomes [`Coerced::Null`].
 
-use crate::json::write::{self, Backing};
-use crate::json::{Node, StaticNode};
+use crate::json::write::{self, Backing, canonical_decimal, canonical_integer};
+use crate::json::{Doc, Node, StaticNode};
 use crate::rules::Type;
 
 /// A scalar converted to its target type, ready to be written.
@@ -18,8 +18,11 @@ pub(crate) enum Coerced<'a> {
     Float(f64),
     Bool(bool),
     /// Text that is a number written exactly as its target type writes it (`"12"` as `Int`,
-    /// `"12.25"` as `Double`): copied, not parsed and formatted again.
+    /// `"12.25"` as `Double`, a float `12.25` as `Double`): copied, not parsed and formatted
+    /// again.
     Digits(&'a str),
+    /// The text of a float written exactly as `String` writes it (`12.25` as `"12.25"`).
+    QuotedDigits(&'a str),
 }
 
 /// A JSON number as the parser read it.
@@ -60,6 +63,11 @@ impl Coerced<'_> {
             Coerced::Bool(true) => out.extend_from_slice(b"true"),
             Coerced::Bool(false) => out.extend_from_slice(b"false"),
             Coerced::Digits(text) => out.extend_from_slice(text.as_bytes()),
+            Coerced::QuotedDigits(text) => {
+                out.push(b'"');
+                out.extend_from_slice(text.as_bytes());
+                out.push(b'"');
+            }
         }
     }
 }
@@ -113,6 +121,17 @@ fn trim_slow(s: &str) -> &str {
     match (rest.as_bytes().first(), rest.as_bytes().last()) {
         (Some(&first), Some(&last)) if first >= 0x80 || last >= 0x80 => rest.trim(),
         _ => rest,
+    }
+}
+
+/// [`coerce`] for node `at` of `doc`: a float whose text the document kept ([`Doc::float_text`])
+/// is that text, where the target type writes it unchanged.
+#[inline(always)]
+pub(crate) fn coerce_at<'a>(doc: &Doc<'_, 'a>, at: usize, node: &Node<'a>, ty: Type) -> Coerced<'a> {
+    match (doc.float_text(at), ty) {
+        (Some(text), Type::Double | Type::Float) => Coerced::Digits(text),
+        (Some(text), Type::String) => Coerced::QuotedDigits(text),
+        _ => coerce(node, ty),
     }
 }
 
@@ -187,6 +206,8 @@ pub(crate) fn coerce<'a>(node: &Node<'a>, ty: Type) -> Coerced<'a> {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Text<'a> {
     Str(&'a str),
+    /// A float's text that `String` writes unchanged ([`Doc::float_text`]).
+    Digits(&'a str),
     Number(Number),
     Bool(bool),
 }
@@ -198,6 +219,7 @@ impl Text<'_> {
         match *self {
             Text::Str(s) => write::string_body(out, s, backing),
             Text::Number(n) => n.write(out),
+            Text::Digits(text) => out.extend_from_slice(text.as_bytes()),
             Text::Bool(b) => out.extend_from_slice(if b { b"true" } else { b"false" }),
         }
     }
@@ -233,53 +255,6 @@ fn number(node: &StaticNode) -> Option<Number> {
         StaticNode::F64(f) if f.is_finite() => Some(Number::F64(f)),
         _ => None,
     }
-}
-
-/// Whether `s` is an integer that an `Int` or `Long` target writes exactly as it is: an optional
-/// minus, no leading zero, no `-0`, and at most 18 digits, so that it fits in 64 bits.
-#[inline]
-fn canonical_integer(s: &str) -> bool {
-    let digits = s.as_bytes().strip_prefix(b"-").unwrap_or(s.as_bytes());
-    match digits {
-        [b'0'] => digits.len() == s.len(),
-        [b'1'..=b'9', rest @ ..] => rest.len() < 18 && rest.iter().all(u8::is_ascii_digit),
-        _ => false,
-    }
-}
-
-/// Whether `s` is a decimal that a `Double` or `Float` target writes exactly as it is (the
-/// shortest text that reads back as the same double, in fixed notation): an optional minus,
-/// digits without a leading zero, a point, and digits that end in a nonzero one unless they are
-/// one `0`; at most 15 significant digits (so no shorter text reads as the same double) and at
-/// most 15 before the point, and at least 0.00001 unless zero (below, it is written with an
-/// exponent).
-#[inline]
-fn canonical_decimal(s: &str) -> bool {
-    let body = s.as_bytes().strip_prefix(b"-").unwrap_or(s.as_bytes());
-    let Some(point) = body.iter().position(|&b| b == b'.') else { return false };
-    let (whole, fraction) = (&body[..point], &body[point + 1..]);
-    let digits = |d: &[u8]| !d.is_empty() && d.iter().all(u8::is_ascii_digit);
-    if !digits(whole) || !digits(fraction) || whole.len() > 15 {
-        return false;
-    }
-    if (whole.len() > 1 && whole[0] == b'0') || (fraction.len() > 1 && fraction.ends_with(b"0")) {
-        return false;
-    }
-    let significant = if whole == b"0" {
-        let zeros = fraction.iter().take_while(|&&b| b == b'0').count();
-        if zeros == fraction.len() {
-            return true;
-        }
-        if zeros > 4 {
-            return false;
-        }
-        fraction.len() - zeros
-    } else if fraction == b"0" {
-        whole.len()
-    } else {
-        whole.len() + fraction.len()
-    };
-    significant <= 15
 }
 
 /// A finite decimal number in text: optional sign, digits with an optional fraction, optional

@@ -20,7 +20,7 @@ use crate::expr::{Arena, EvalError, Kind, Val};
 use crate::json::{self, Doc, Node, Nodes, write};
 use crate::plan::{self, Each, Input, KeyTable, Member, Op, Plan, Read, SlotId, Span};
 use crate::rules::Type;
-use coerce::{coerce, text};
+use coerce::text;
 
 /// Slot content before a scan has found the member.
 const MISSING: usize = usize::MAX;
@@ -637,7 +637,7 @@ fn value(nodes: &Doc<'_, '_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u
         (_, Node::Array { .. }) => return list(nodes, ty, at, ignore, out),
         _ => {}
     }
-    let value = coerce(node, ty);
+    let value = coerce::coerce_at(nodes, at, node, ty);
     if ignore && value.is_empty() {
         return false;
     }
@@ -650,7 +650,8 @@ fn list(nodes: &Doc<'_, '_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u8
     out.push(b'[');
     let mut written = 0;
     for element in json::elements(nodes, at).into_iter().flatten() {
-        let value = nodes.get(element).map_or(coerce::Coerced::Null, |n| coerce(n, ty));
+        let value =
+            nodes.get(element).map_or(coerce::Coerced::Null, |n| coerce::coerce_at(nodes, element, n, ty));
         if ignore && value.is_empty() {
             continue;
         }
@@ -692,7 +693,8 @@ fn concat(
                 }
             }
             Some(node) => {
-                if let Some(piece) = text(node) {
+                let float = nodes.float_text(slot_at(slots, slot)).map(coerce::Text::Digits);
+                if let Some(piece) = float.or_else(|| text(node)) {
                     if out.len() > empty {
                         out.push(b' ');
                     }

@@ -25,6 +25,11 @@ pub type Nodes<'a> = [Node<'a>];
 pub struct Doc<'t, 'a> {
     nodes: &'t Nodes<'a>,
     backing: write::Backing<'a>,
+    /// By node, the text of a float that the writer would write as that very text ("" for any
+    /// other node; shorter than `nodes` when the last such float comes before their end). A text
+    /// read on demand keeps these, so that such a float is copied, not formatted again; a parsed
+    /// document has none.
+    floats: &'t [&'a str],
 }
 
 impl<'a> Doc<'_, 'a> {
@@ -32,6 +37,13 @@ impl<'a> Doc<'_, 'a> {
     #[inline(always)]
     pub fn backing(&self) -> write::Backing<'a> {
         self.backing
+    }
+
+    /// The text of the float at node `i`, when the writer writes that float as exactly this text
+    /// ([`write::canonical_decimal`]) and the document kept it.
+    #[inline(always)]
+    pub fn float_text(&self, i: usize) -> Option<&'a str> {
+        self.floats.get(i).copied().filter(|text| !text.is_empty())
     }
 }
 
@@ -91,7 +103,7 @@ pub fn with_parsed<R>(
     let (buffer, backing) = write::Backing::split(input);
     let parsed = simd_json::fill_tape_padded(buffer, len, &mut buffers, &mut tape);
     let result = match parsed {
-        Ok(()) => Ok(f(&Doc { nodes: &tape.0, backing })),
+        Ok(()) => Ok(f(&Doc { nodes: &tape.0, backing, floats: &[] })),
         Err(e) if matches!(e.error(), simd_json::ErrorType::DepthLimitExceeded) => {
             Err(JsonError::TooDeep { limit: max_depth })
         }

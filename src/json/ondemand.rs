@@ -99,6 +99,7 @@ fn read_padded<R>(
     let mut nodes: Vec<Node<'_>> = std::mem::take(&mut scratch.nodes);
     let mut later = std::mem::take(&mut scratch.later);
     later.clear();
+    let mut floats: Vec<&str> = std::mem::take(&mut scratch.floats);
     // The names remembered under these same wants by the last text this thread read still hold.
     let mut shapes = std::mem::take(&mut scratch.shapes);
     if scratch.shapes_of != wants.id {
@@ -118,6 +119,7 @@ fn read_padded<R>(
                 nodes: &mut nodes,
                 unescaped: &mut unescaped,
                 later: &mut later,
+                floats: &mut floats,
                 max_depth,
             };
             walk.document(if wants.wants.is_empty() { Mode::Skip } else { Mode::Want(0) })
@@ -135,16 +137,20 @@ fn read_padded<R>(
             // Nothing is read (no wants): the executor still needs a root.
             nodes.push(Node::Static(StaticNode::Null));
         }
-        f(&Doc { nodes: &nodes, backing: write::Backing::of(padded, unescaped.as_bytes()) })
+        let backing = write::Backing::of(padded, unescaped.as_bytes());
+        f(&Doc { nodes: &nodes, backing, floats: &floats })
     });
-    // Emptying the tape ends its borrows; its allocation goes back to the thread's scratch.
+    // Emptying the tape and the floats ends their borrows; their allocations go back to the
+    // thread's scratch.
     nodes.clear();
     let nodes = nodes.into_iter().map(|_| Node::Static(StaticNode::Null)).collect();
+    floats.clear();
+    let floats = floats.into_iter().map(|_| "").collect();
     if len <= RETAIN_SCRATCH_BYTES {
         let Scratch { index, escapes, .. } = scratch;
         let shapes_of = wants.id;
         SCRATCH.with_borrow_mut(|kept| {
-            *kept = Scratch { index, escapes, shapes, shapes_of, nodes, unescaped, later }
+            *kept = Scratch { index, escapes, shapes, shapes_of, nodes, unescaped, later, floats }
         });
     }
     result
@@ -168,6 +174,7 @@ pub(super) fn check(input: &[u8], index: &[u32], max_depth: usize) -> Result<(),
         nodes: &mut Vec::new(),
         unescaped: &mut String::new(),
         later: &mut Vec::new(),
+        floats: &mut Vec::new(),
         max_depth,
     };
     walk.document(Mode::Skip)
@@ -186,6 +193,7 @@ struct Scratch {
     nodes: Vec<Node<'static>>,
     unescaped: String,
     later: Vec<(usize, usize, usize)>,
+    floats: Vec<&'static str>,
 }
 
 thread_local! {
@@ -256,6 +264,8 @@ struct Walk<'s, 'w> {
     unescaped: &'w mut String,
     /// Strings with escapes: the node that gets each, and where it is in `unescaped`.
     later: &'w mut Vec<(usize, usize, usize)>,
+    /// The texts of floats the writer may copy ([`Doc::float_text`]).
+    floats: &'w mut Vec<&'s str>,
     max_depth: usize,
 }
 
@@ -332,7 +342,13 @@ impl<'s, 'w> Walk<'s, 'w> {
                 };
                 if !matches!(mode, Mode::Skip) {
                     let text = self.source.get(at..at + text.len()).unwrap_or_default();
-                    self.nodes.push(Node::Static(scalar(text)));
+                    let node = scalar(text);
+                    if matches!(node, StaticNode::F64(_)) && write::canonical_decimal(text) {
+                        // Nodes are only added, so this float's node comes after the last one's.
+                        self.floats.resize(self.nodes.len(), "");
+                        self.floats.push(text);
+                    }
+                    self.nodes.push(Node::Static(node));
                 }
                 Ok(())
             }
@@ -587,7 +603,25 @@ fn unescape(text: &str, escapes: impl Iterator<Item = usize>, out: &mut String) 
 
 #[cfg(test)]
 mod tests {
+    use super::{Want, Wants, with_read};
+    use crate::plan::KeyTable;
     use crate::rules::{Limits, compile_json};
+
+    /// Floats whose text is what the writer writes for them keep it; other numbers do not.
+    #[test]
+    fn floats_keep_their_text_when_it_is_what_the_writer_writes() {
+        let whole = Wants::new(vec![Want { whole: true, members: KeyTable::new(&[]), elements: None }]);
+        let mut text = br#"{"a":12.25,"b":12.250,"c":1e2,"d":3,"e":[-0.5,0.1,1.5E1]}"#.to_vec();
+        let kept = with_read(&mut text, &whole, 8, |doc| {
+            (0..doc.len()).map(|i| doc.float_text(i).map(str::to_owned)).collect::<Vec<_>>()
+        })
+        .expect("read");
+        let mut expected = vec![None; 14];
+        expected[2] = Some("12.25".to_owned());
+        expected[11] = Some("-0.5".to_owned());
+        expected[12] = Some("0.1".to_owned());
+        assert_eq!(kept, expected);
+    }
 
     /// Nesting as deep as `RECAST_MAX_DEPTH` allows (1024) is read and mapped on a thread with a
     /// worker's stack, in each of the walk's modes: values read through wants (a list followed by

@@ -22,6 +22,10 @@ pub struct Backing<'a> {
     /// strings.
     other: *const u8,
     other_len: usize,
+    /// Whether the strings in the first buffer need no escaping: a text read on demand, whose
+    /// strings without escape sequences point into it (so hold no `"`, `\` or control
+    /// character), while the others were unescaped into the second buffer.
+    clean: bool,
     buffer: PhantomData<&'a [u8]>,
 }
 
@@ -32,6 +36,7 @@ impl<'a> Backing<'a> {
         len: 0,
         other: std::ptr::null(),
         other_len: 0,
+        clean: false,
         buffer: PhantomData,
     };
 
@@ -48,30 +53,39 @@ impl<'a> Backing<'a> {
         (buffer, Backing { start, len, ..Backing::NONE })
     }
 
-    /// The backing of strings that lie in `buffer`, a text read without being written to, or in
-    /// `other`, the buffer its unescaped strings were written to ([`super::ondemand`]). It
+    /// The backing of strings that lie in `text`, a JSON text read without being written to, or
+    /// in `other`, the buffer its unescaped strings were written to ([`super::ondemand`]). It
     /// borrows both, which cannot change while it is used.
-    pub(super) fn of(buffer: &'a [u8], other: &'a [u8]) -> Backing<'a> {
+    ///
+    /// Every string written from `text` is copied as it is, unchecked: the caller points into
+    /// `text` only with the characters of strings that have no escape sequence, and with the
+    /// text of numbers and literals, none of which has a byte that needs escaping.
+    pub(super) fn of(text: &'a [u8], other: &'a [u8]) -> Backing<'a> {
         Backing {
-            start: buffer.as_ptr(),
-            len: buffer.len(),
+            start: text.as_ptr(),
+            len: text.len(),
             other: other.as_ptr(),
             other_len: other.len(),
+            clean: true,
             buffer: PhantomData,
         }
     }
 
     /// A pointer to the first byte of `bytes` that may read `bytes.len() + chunk::LEN` bytes, when
-    /// `bytes` and that many bytes after it lie inside one of the buffers.
+    /// `bytes` and that many bytes after it lie inside one of the buffers, and whether they need
+    /// no escaping (see [`Backing::of`]).
     #[inline(always)]
-    fn widened(self, bytes: &[u8]) -> Option<*const u8> {
+    fn widened(self, bytes: &[u8]) -> Option<(*const u8, bool)> {
         let within = |start: *const u8, len: usize| {
             let offset = bytes.as_ptr().addr().wrapping_sub(start.addr());
             let inside = offset <= len && len - offset >= bytes.len() + chunk::LEN;
             // `wrapping_add` keeps the buffer pointer's provenance; the offset is within the buffer.
             inside.then(|| start.wrapping_add(offset))
         };
-        within(self.start, self.len).or_else(|| within(self.other, self.other_len))
+        match within(self.start, self.len) {
+            Some(from) => Some((from, self.clean)),
+            None => within(self.other, self.other_len).map(|from| (from, false)),
+        }
     }
 }
 
@@ -202,8 +216,36 @@ unsafe fn escape_into(to: *mut u8, bytes: &[u8], backing: Backing<'_>) -> *mut u
     // SAFETY: the caller's room is passed on; `widened` vouches for the reads.
     unsafe {
         match backing.widened(bytes) {
-            Some(from) => escape_chunks(to, from, bytes.len()),
+            Some((from, true)) => copy_chunks(to, from, bytes.len()),
+            Some((from, false)) => escape_chunks(to, from, bytes.len()),
             None => escape_words(to, bytes),
+        }
+    }
+}
+
+/// Copies `n` bytes at `from`, which need no escaping, a chunk at a time, the last chunk read
+/// and stored whole with only its first bytes counted.
+///
+/// # Safety
+/// `from` must be valid for reads of `n + chunk::LEN` bytes, `to` for writes of
+/// `escaped_room(n)` bytes.
+#[inline(always)]
+unsafe fn copy_chunks(to: *mut u8, from: *const u8, n: usize) -> *mut u8 {
+    // SAFETY: chunk `k` is read at `from + k * LEN` and stored at `to + k * LEN` while
+    // `k * LEN < n` (and once when `n` is 0), so the last read ends before `n + LEN` bytes and
+    // the last store before `n + LEN <= escaped_room(n)` bytes.
+    unsafe {
+        debug_assert!(
+            (0..n).all(|i| ESCAPE[from.add(i).read() as usize] == 0),
+            "a string copied unchecked has a byte to escape"
+        );
+        let mut done = 0;
+        loop {
+            chunk::Chunk::load(from.add(done)).store(to.add(done));
+            done += chunk::LEN;
+            if done >= n {
+                return to.add(n);
+            }
         }
     }
 }
@@ -513,6 +555,53 @@ pub fn f64(out: &mut Vec<u8>, f: f64) -> bool {
     true
 }
 
+/// Whether `s` is an integer that an `Int` or `Long` target writes exactly as it is: an optional
+/// minus, no leading zero, no `-0`, and at most 18 digits, so that it fits in 64 bits.
+#[inline]
+pub(crate) fn canonical_integer(s: &str) -> bool {
+    let digits = s.as_bytes().strip_prefix(b"-").unwrap_or(s.as_bytes());
+    match digits {
+        [b'0'] => digits.len() == s.len(),
+        [b'1'..=b'9', rest @ ..] => rest.len() < 18 && rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    }
+}
+
+/// Whether `s` is a decimal that a `Double` or `Float` target writes exactly as it is (the
+/// shortest text that reads back as the same double, in fixed notation): an optional minus,
+/// digits without a leading zero, a point, and digits that end in a nonzero one unless they are
+/// one `0`; at most 15 significant digits (so no shorter text reads as the same double) and at
+/// most 15 before the point, and at least 0.00001 unless zero (below, it is written with an
+/// exponent).
+#[inline]
+pub(crate) fn canonical_decimal(s: &str) -> bool {
+    let body = s.as_bytes().strip_prefix(b"-").unwrap_or(s.as_bytes());
+    let Some(point) = body.iter().position(|&b| b == b'.') else { return false };
+    let (whole, fraction) = (&body[..point], &body[point + 1..]);
+    let digits = |d: &[u8]| !d.is_empty() && d.iter().all(u8::is_ascii_digit);
+    if !digits(whole) || !digits(fraction) || whole.len() > 15 {
+        return false;
+    }
+    if (whole.len() > 1 && whole[0] == b'0') || (fraction.len() > 1 && fraction.ends_with(b"0")) {
+        return false;
+    }
+    let significant = if whole == b"0" {
+        let zeros = fraction.iter().take_while(|&&b| b == b'0').count();
+        if zeros == fraction.len() {
+            return true;
+        }
+        if zeros > 4 {
+            return false;
+        }
+        fraction.len() - zeros
+    } else if fraction == b"0" {
+        whole.len()
+    } else {
+        whole.len() + fraction.len()
+    };
+    significant <= 15
+}
+
 /// Writes a scalar node as JSON.
 pub fn scalar(out: &mut Vec<u8>, node: &StaticNode) {
     match *node {
@@ -539,7 +628,10 @@ pub fn value(out: &mut Vec<u8>, doc: &Doc<'_, '_>, start: usize) {
     loop {
         match nodes.get(i) {
             Some(Node::String(s)) => string_in(out, s, backing),
-            Some(Node::Static(s)) => scalar(out, s),
+            Some(Node::Static(s)) => match doc.float_text(i) {
+                Some(text) => out.extend_from_slice(text.as_bytes()),
+                None => scalar(out, s),
+            },
             Some(Node::Object { len, .. }) => {
                 if *len > 0 && key(out, nodes, backing, i + 1, b'{') {
                     open.push((true, *len));
@@ -749,7 +841,8 @@ mod tests {
         let mut buf = br#"["in the buffer"]"#.to_vec();
         super::super::with_parsed(&mut buf, 8, |doc| {
             let Some(Node::String(inside)) = doc.get(1) else { panic!() };
-            assert!(doc.backing().widened(inside.as_bytes()).is_some());
+            // Parsed in place: its strings were unescaped there, so they are checked as written.
+            assert!(matches!(doc.backing().widened(inside.as_bytes()), Some((_, false))));
             assert!(doc.backing().widened(elsewhere.as_bytes()).is_none());
             assert!(Backing::NONE.widened(inside.as_bytes()).is_none());
         })
@@ -761,8 +854,8 @@ mod tests {
         let text = format!("{}{}", "x".repeat(40), " ".repeat(chunk::LEN));
         let other = format!("{}{}", "y".repeat(40), " ".repeat(chunk::LEN));
         let backing = Backing::of(text.as_bytes(), other.as_bytes());
-        for buffer in [&text, &other] {
-            assert!(backing.widened(&buffer.as_bytes()[3..40]).is_some());
+        for (buffer, clean) in [(&text, true), (&other, false)] {
+            assert_eq!(backing.widened(&buffer.as_bytes()[3..40]).map(|(_, clean)| clean), Some(clean));
             // The last bytes have no room after them.
             assert!(backing.widened(&buffer.as_bytes()[40..]).is_none());
         }
@@ -771,6 +864,17 @@ mod tests {
         let mut out = Vec::new();
         string_in(&mut out, &other[..40], backing);
         assert_eq!(out, format!("\"{}\"", "y".repeat(40)).into_bytes());
+    }
+
+    #[test]
+    fn strings_of_the_text_itself_are_copied_unchecked_at_every_length() {
+        for n in 0..3 * chunk::LEN {
+            let text = format!("{}{}", "é".repeat(n / 2) + &"x".repeat(n % 2), " ".repeat(chunk::LEN));
+            let body = &text[..text.len() - chunk::LEN];
+            let mut out = b"[".to_vec();
+            string_in(&mut out, body, Backing::of(text.as_bytes(), b""));
+            assert_eq!(out, format!("[\"{body}\"").into_bytes(), "{n}");
+        }
     }
 
     #[test]

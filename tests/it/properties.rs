@@ -26,6 +26,10 @@ fn scalar() -> impl Strategy<Value = Json> {
         any::<u64>().prop_map(|n| Json::Number(n.into())),
         (0i64..=2).prop_map(|n| Json::Number(n.into())),
         any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f).map(Json::Number)),
+        // Short decimals, such as prices: the floats whose text is what the writer writes.
+        (-100_000i64..100_000, 0..6).prop_filter_map("finite", |(n, places)| {
+            serde_json::Number::from_f64(n as f64 / 10f64.powi(places)).map(Json::Number)
+        }),
         sample::select(
             &[
                 "",
@@ -376,6 +380,8 @@ fn respelled(json: &Json, seed: &mut u64, out: &mut String) {
         Json::Number(n) => match (n.as_i64(), bit()) {
             (Some(0), true) => out.push_str("-0"),
             (Some(i), true) => out.push_str(&format!("{i}e0")),
+            // A float spelled with a trailing zero: not the text the writer writes for it.
+            (None, true) if n.is_f64() && !n.to_string().contains('e') => out.push_str(&format!("{n}0")),
             _ => out.push_str(&n.to_string()),
         },
         Json::String(s) => respelled_string(s, &mut bit, out),
