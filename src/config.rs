@@ -39,6 +39,8 @@ pub const MAX_STALENESS_MS: &str = "RECAST_MAX_STALENESS_MS";
 pub const TOMBSTONE_RETENTION_MS: &str = "RECAST_TOMBSTONE_RETENTION_MS";
 pub const UPSTREAM_COMPRESSION: &str = "RECAST_UPSTREAM_COMPRESSION";
 pub const CACHE_BYTES: &str = "RECAST_CACHE_BYTES";
+pub const BREAKER_FAILURES: &str = "RECAST_BREAKER_FAILURES";
+pub const BREAKER_COOLDOWN_MS: &str = "RECAST_BREAKER_COOLDOWN_MS";
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATA_DIR: &str = "./recast-data";
@@ -60,6 +62,8 @@ pub const DEFAULT_DATABASE_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_SYNC_INTERVAL_MS: u64 = 1_000;
 pub const DEFAULT_TOMBSTONE_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
 pub const DEFAULT_CACHE_BYTES: u64 = 256 << 20;
+pub const DEFAULT_BREAKER_FAILURES: u32 = 5;
+pub const DEFAULT_BREAKER_COOLDOWN_MS: u64 = 5_000;
 
 /// Everything the service can be tuned by.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -99,6 +103,17 @@ pub struct Config {
     /// bookkeeping); 0 turns caching off. Only routes registered with `cache` use it.
     #[arg(long, env = CACHE_BYTES, default_value_t = DEFAULT_CACHE_BYTES)]
     pub cache_bytes: u64,
+
+    /// Failures in a row (no connection, a broken one, the deadline passed, a 5xx answer) after
+    /// which an upstream origin's breaker opens and its calls are refused with 503 at once; 0
+    /// turns breakers off.
+    #[arg(long, env = BREAKER_FAILURES, default_value_t = DEFAULT_BREAKER_FAILURES)]
+    pub breaker_failures: u32,
+
+    /// How long an open breaker refuses calls before one call probes the upstream, in
+    /// milliseconds.
+    #[arg(long, env = BREAKER_COOLDOWN_MS, default_value_t = DEFAULT_BREAKER_COOLDOWN_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub breaker_cooldown_ms: u64,
 
     /// Largest request body accepted, in bytes; larger bodies get 413.
     #[arg(long, env = MAX_REQUEST_BYTES, default_value_t = DEFAULT_MAX_REQUEST_BYTES)]
@@ -209,6 +224,8 @@ impl Default for Config {
             max_upstream_bytes: DEFAULT_MAX_UPSTREAM_BYTES,
             upstream_compression: true,
             cache_bytes: DEFAULT_CACHE_BYTES,
+            breaker_failures: DEFAULT_BREAKER_FAILURES,
+            breaker_cooldown_ms: DEFAULT_BREAKER_COOLDOWN_MS,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             max_rules: DEFAULT_MAX_RULES,
             max_depth: DEFAULT_MAX_DEPTH,
@@ -267,6 +284,10 @@ impl Config {
             max_body: self.max_upstream_bytes,
             compression: self.upstream_compression,
             workers: self.workers(),
+            breaker: crate::upstream::BreakerSettings {
+                failures: self.breaker_failures,
+                cooldown: Duration::from_millis(self.breaker_cooldown_ms),
+            },
         }
     }
 
@@ -347,6 +368,8 @@ mod tests {
             TOMBSTONE_RETENTION_MS,
             UPSTREAM_COMPRESSION,
             CACHE_BYTES,
+            BREAKER_FAILURES,
+            BREAKER_COOLDOWN_MS,
         ];
         for name in all {
             assert!(names.iter().any(|n| n == name), "{name} is not bound");

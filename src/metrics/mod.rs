@@ -82,10 +82,12 @@ pub enum UpstreamErrorKind {
     StatusOther,
     /// A 2xx answer whose mapping built more than `RECAST_MAX_EXPR_BYTES` in expressions.
     MappingLimit,
+    /// Refused by the upstream's open breaker; nothing was sent.
+    BreakerOpen,
 }
 
 impl UpstreamErrorKind {
-    const ALL: [UpstreamErrorKind; 10] = [
+    const ALL: [UpstreamErrorKind; 11] = [
         UpstreamErrorKind::Unreachable,
         UpstreamErrorKind::Timeout,
         UpstreamErrorKind::TooLarge,
@@ -96,6 +98,7 @@ impl UpstreamErrorKind {
         UpstreamErrorKind::Status5xx,
         UpstreamErrorKind::StatusOther,
         UpstreamErrorKind::MappingLimit,
+        UpstreamErrorKind::BreakerOpen,
     ];
 
     pub fn label(self) -> &'static str {
@@ -110,6 +113,7 @@ impl UpstreamErrorKind {
             UpstreamErrorKind::Status5xx => "status_5xx",
             UpstreamErrorKind::StatusOther => "status_other",
             UpstreamErrorKind::MappingLimit => "mapping_limit",
+            UpstreamErrorKind::BreakerOpen => "breaker_open",
         }
     }
 }

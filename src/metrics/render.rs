@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Endpoint, Gauges, Metrics, PanicSite, RulesSource, StatusCounts, Timeout, UpstreamErrorKind};
+use crate::upstream::OriginBreaker;
 
 impl Metrics {
     /// The Prometheus text exposition (format 0.0.4) of everything, with the counts of each
@@ -12,6 +13,7 @@ impl Metrics {
         &self,
         gauges: Gauges,
         routes: impl IntoIterator<Item = (String, &'a StatusCounts)>,
+        breakers: &[OriginBreaker],
     ) -> String {
         let mut out = String::with_capacity(4096);
         let requests = "recast_requests_total";
@@ -151,11 +153,46 @@ impl Metrics {
                 store.lag_seconds
             );
         }
+        write_breakers(&mut out, breakers);
         let _ = writeln!(
             out,
             "# HELP recast_build_info The running version.\n# TYPE recast_build_info gauge\nrecast_build_info{{version=\"{}\"}} 1",
             env!("CARGO_PKG_VERSION")
         );
         out
+    }
+}
+
+/// A series of every origin's breaker: name, type, help, and its value of one breaker.
+type BreakerSeries = (&'static str, &'static str, &'static str, fn(&OriginBreaker) -> u64);
+
+/// The breaker of each upstream origin called so far: its state, its refusals, its openings.
+fn write_breakers(out: &mut String, breakers: &[OriginBreaker]) {
+    let series: [BreakerSeries; 3] = [
+        (
+            "recast_upstream_breaker_state",
+            "gauge",
+            "The circuit breaker of each upstream origin: 0 closed, 1 open (calls refused), 2 half-open (one call probes).",
+            |b| b.state as u64,
+        ),
+        (
+            "recast_upstream_breaker_rejections_total",
+            "counter",
+            "Calls refused by an upstream origin's open breaker, without an outbound call.",
+            |b| b.rejected,
+        ),
+        (
+            "recast_upstream_breaker_opened_total",
+            "counter",
+            "Times an upstream origin's breaker opened (after failures in a row, or a failed probe).",
+            |b| b.opened,
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for breaker in breakers {
+            let origin = breaker.origin.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+            let _ = writeln!(out, "{name}{{origin=\"{origin}\"}} {}", value(breaker));
+        }
     }
 }

@@ -87,7 +87,13 @@ fn the_exposition_has_every_family_with_help_and_type() {
         store: None,
         cache: CacheGauges::default(),
     };
-    let text = metrics.render(gauges, [("u-1".to_owned(), &route)]);
+    let breakers = [crate::upstream::OriginBreaker {
+        origin: "http://127.0.0.1:9".to_owned(),
+        state: crate::upstream::BreakerState::Open,
+        rejected: 4,
+        opened: 1,
+    }];
+    let text = metrics.render(gauges, [("u-1".to_owned(), &route)], &breakers);
     for line in [
         "recast_requests_total{route=\"preview\",status=\"200\"} 1",
         "recast_requests_total{route=\"u-1\",status=\"201\"} 1",
@@ -102,6 +108,9 @@ fn the_exposition_has_every_family_with_help_and_type() {
         "recast_lifecycle_state 1",
         "recast_upstream_duration_seconds_count 0",
         "recast_mapping_duration_seconds_bucket{le=\"+Inf\"} 0",
+        "recast_upstream_breaker_state{origin=\"http://127.0.0.1:9\"} 1",
+        "recast_upstream_breaker_rejections_total{origin=\"http://127.0.0.1:9\"} 4",
+        "recast_upstream_breaker_opened_total{origin=\"http://127.0.0.1:9\"} 1",
     ] {
         assert!(text.lines().any(|l| l == line), "missing `{line}` in\n{text}");
     }

@@ -345,6 +345,7 @@ impl UpstreamFailure {
             UpstreamFailure::Encoding(_) => UpstreamErrorKind::Encoding,
             UpstreamFailure::NotAllowed(_) => UpstreamErrorKind::NotAllowed,
             UpstreamFailure::MappingLimit { .. } => UpstreamErrorKind::MappingLimit,
+            UpstreamFailure::Unavailable { .. } => UpstreamErrorKind::BreakerOpen,
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::upstream::UpstreamError;
 pub const TYPE_BASE: &str = "https://recast.dev/problems/";
 
 /// The last segment of every problem type recast answers with (see [`ApiError::slug`]).
-pub const SLUGS: [&str; 26] = [
+pub const SLUGS: [&str; 27] = [
     "invalid-json",
     "invalid-request",
     "invalid-rules",
@@ -34,6 +34,7 @@ pub const SLUGS: [&str; 26] = [
     "upstream-too-large",
     "upstream-not-json",
     "upstream-encoding",
+    "upstream-unavailable",
     "mapping-limit",
     "starting",
     "route-unavailable",
@@ -125,6 +126,11 @@ pub enum UpstreamFailure {
     MappingLimit {
         limit: usize,
     },
+    /// The upstream's breaker is open (why, and when to try again); nothing was sent.
+    Unavailable {
+        why: String,
+        retry_after: std::time::Duration,
+    },
 }
 
 impl From<UpstreamError> for UpstreamFailure {
@@ -134,6 +140,9 @@ impl From<UpstreamError> for UpstreamFailure {
             UpstreamError::TooLarge { limit } => UpstreamFailure::TooLarge { limit },
             UpstreamError::NotAllowed(refusal) => UpstreamFailure::NotAllowed(refusal.to_string()),
             UpstreamError::Coding(why) => UpstreamFailure::Encoding(why),
+            UpstreamError::Unavailable { retry_after } => {
+                UpstreamFailure::Unavailable { why: e.to_string(), retry_after }
+            }
             UpstreamError::Connect(_) | UpstreamError::Broken(_) => {
                 UpstreamFailure::Unreachable(e.to_string())
             }
@@ -165,6 +174,7 @@ impl ApiError {
             ApiError::Upstream { failure, validating } => match failure {
                 // A registration names an upstream the policy refuses: the client's mistake.
                 UpstreamFailure::NotAllowed(_) if *validating => StatusCode::BAD_REQUEST,
+                UpstreamFailure::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
                 UpstreamFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
                 // A client error of the upstream keeps its status on route calls (SPEC §2.2).
                 UpstreamFailure::Status(status) if status.is_client_error() && !validating => *status,
@@ -197,6 +207,7 @@ impl ApiError {
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::NotAllowed(_) => "upstream-not-allowed",
                 UpstreamFailure::MappingLimit { .. } => "mapping-limit",
+                UpstreamFailure::Unavailable { .. } => "upstream-unavailable",
                 _ if *validating => "upstream-validation-failed",
                 UpstreamFailure::Status(_) => "upstream-error",
                 UpstreamFailure::Unreachable(_) => "upstream-unreachable",
@@ -234,6 +245,9 @@ impl ApiError {
                 UpstreamFailure::NotAllowed(_) => "The upstream's address is not allowed; nothing was sent",
                 UpstreamFailure::MappingLimit { .. } => {
                     "The mapping's expressions built more than their limit"
+                }
+                UpstreamFailure::Unavailable { .. } => {
+                    "The upstream is failing; recast is not calling it for now"
                 }
                 _ if *validating => "The live call to the upstream failed; nothing was stored",
                 UpstreamFailure::Status(_) => "The upstream answered with an error",
@@ -284,7 +298,9 @@ impl ApiError {
             }
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::Status(status) => format!("the upstream answered {status}"),
-                UpstreamFailure::Unreachable(why) | UpstreamFailure::Encoding(why) => why.clone(),
+                UpstreamFailure::Unreachable(why)
+                | UpstreamFailure::Encoding(why)
+                | UpstreamFailure::Unavailable { why, .. } => why.clone(),
                 UpstreamFailure::Timeout => "the upstream did not answer within RECAST_UPSTREAM_TIMEOUT_MS".to_owned(),
                 UpstreamFailure::TooLarge { limit } => {
                     format!("the answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
@@ -344,6 +360,11 @@ impl ApiError {
             ApiError::MethodNotAllowed { allow } => {
                 headers.insert(header::ALLOW, HeaderValue::from_static(allow));
             }
+            ApiError::Upstream { failure: UpstreamFailure::Unavailable { retry_after, .. }, .. } => {
+                // Whole seconds, rounded up: a client that waits that long finds the cooldown over.
+                let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
+            }
             ApiError::Starting
             | ApiError::RouteUnavailable(_)
             | ApiError::Overloaded
@@ -396,6 +417,10 @@ mod tests {
                 UpstreamFailure::Encoding("zstd".to_owned()),
                 UpstreamFailure::NotAllowed("private".to_owned()),
                 UpstreamFailure::MappingLimit { limit: 1 },
+                UpstreamFailure::Unavailable {
+                    why: "open".to_owned(),
+                    retry_after: std::time::Duration::from_millis(1500),
+                },
             ]
         };
         let mut all = vec![
@@ -422,6 +447,22 @@ mod tests {
         all.extend(failures().into_iter().map(|f| upstream(f, false)));
         all.extend(failures().into_iter().map(|f| upstream(f, true)));
         all
+    }
+
+    #[test]
+    fn an_open_breaker_answers_503_with_the_rest_of_its_cooldown_rounded_up() {
+        for (millis, seconds) in [(1500, "2"), (2000, "2"), (1, "1"), (0, "1")] {
+            let failure = UpstreamFailure::Unavailable {
+                why: "open".to_owned(),
+                retry_after: std::time::Duration::from_millis(millis),
+            };
+            for validating in [false, true] {
+                let response =
+                    ApiError::Upstream { failure: failure.clone(), validating }.to_response("/v1/x");
+                assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+                assert_eq!(response.headers()[header::RETRY_AFTER], seconds, "{millis} ms");
+            }
+        }
     }
 
     #[test]

@@ -193,8 +193,11 @@ fn metrics(state: &State) -> Response {
         }),
         cache: state.cache.gauges(),
     };
-    let text =
-        state.metrics.render(gauges, called.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)));
+    let text = state.metrics.render(
+        gauges,
+        called.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)),
+        &state.client.breakers(),
+    );
     let mut response = http::Response::new(Full::new(Bytes::from(text)));
     response
         .headers_mut()

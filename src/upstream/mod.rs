@@ -4,6 +4,7 @@
 //! followed. Connections are made by hyper's connector behind the outbound policy
 //! ([`crate::policy::Guarded`]); the exchange itself is [`wire`], driven by the calling task.
 
+mod breaker;
 mod coding;
 mod freshness;
 mod wire;
@@ -27,6 +28,7 @@ use crate::policy::{
     Guarded, Lookup, NotAllowed, OutboundPolicy, PolicyResolver, literal_address, refusal_in,
 };
 use crate::route::UpstreamRequest;
+pub use breaker::{BreakerSettings, BreakerState, Breakers, OriginBreaker};
 pub use freshness::{Freshness, MAX_DELTA_SECONDS};
 
 /// Settings of the upstream client.
@@ -43,6 +45,8 @@ pub struct UpstreamSettings {
     /// How many workers serve connections ([`crate::workers`]): each keeps its own idle
     /// connections, so a connection is only ever used on the thread whose event loop it is on.
     pub workers: usize,
+    /// When an upstream origin's calls are refused after failures ([`breaker`]).
+    pub breaker: BreakerSettings,
 }
 
 /// An upstream's answer, read whole.
@@ -71,6 +75,9 @@ pub enum UpstreamError {
     Coding(String),
     /// The outbound policy refuses the upstream's address; nothing was sent.
     NotAllowed(NotAllowed),
+    /// The upstream's breaker is open after failures in a row; nothing was sent. When to try
+    /// again.
+    Unavailable { retry_after: Duration },
 }
 
 impl std::fmt::Display for UpstreamError {
@@ -84,6 +91,10 @@ impl std::fmt::Display for UpstreamError {
             }
             UpstreamError::Coding(why) => f.write_str(why),
             UpstreamError::NotAllowed(refusal) => refusal.fmt(f),
+            UpstreamError::Unavailable { .. } => f.write_str(
+                "calls to this upstream failed repeatedly, so recast does not call it until its \
+                 cooldown ends (RECAST_BREAKER_FAILURES, RECAST_BREAKER_COOLDOWN_MS); nothing was sent",
+            ),
         }
     }
 }
@@ -105,6 +116,7 @@ pub struct UpstreamClient {
     settings: UpstreamSettings,
     policy: Arc<OutboundPolicy>,
     lookup: Arc<dyn Lookup>,
+    breakers: Arc<Breakers>,
 }
 
 impl UpstreamClient {
@@ -122,7 +134,8 @@ impl UpstreamClient {
         let connector = https_or_http(Guarded { inner: http, policy: policy.clone() });
         // One per worker, and one for the calls made on any other thread.
         let pools = Arc::new(Pools((0..=settings.workers).map(|_| Pool::default()).collect()));
-        UpstreamClient { connector, pools, settings, policy, lookup }
+        let breakers = Arc::new(Breakers::new(settings.breaker));
+        UpstreamClient { connector, pools, settings, policy, lookup, breakers }
     }
 
     /// Closes idle connections past their time every 30 seconds, also when nothing calls their
@@ -160,15 +173,39 @@ impl UpstreamClient {
         self.settings
     }
 
-    /// Sends `request` and reads the answer, all within the total deadline.
+    /// The breakers of the origins called so far (`/metrics`).
+    pub fn breakers(&self) -> Vec<OriginBreaker> {
+        self.breakers.snapshot()
+    }
+
+    /// Sends `request` and reads the answer, all within the total deadline, unless the breaker of
+    /// the request's origin is open.
     pub async fn call(&self, request: UpstreamRequest) -> Result<Answer, UpstreamError> {
         // One reading of the clock: the deadline, and the time the pool counts idleness from.
         let started = Instant::now();
+        let origin = origin(&request.uri);
+        let ticket = self
+            .breakers
+            .admit(&origin, started)
+            .map_err(|refused| UpstreamError::Unavailable { retry_after: refused.retry_after })?;
         let exchange = self.exchange_pooled(request, started);
-        match tokio::time::timeout_at(started + self.settings.total_timeout, exchange).await {
+        let answer = match tokio::time::timeout_at(started + self.settings.total_timeout, exchange).await {
             Ok(answer) => answer,
             Err(_) => Err(UpstreamError::Timeout),
+        };
+        // A refusal of the policy says nothing of the upstream: not reported (a probe that ends
+        // so lets the next call probe).
+        let failed = match &answer {
+            Ok(answer) => Some(answer.status.is_server_error()),
+            Err(UpstreamError::Connect(_) | UpstreamError::Broken(_) | UpstreamError::Timeout) => Some(true),
+            Err(UpstreamError::NotAllowed(_) | UpstreamError::Unavailable { .. }) => None,
+            // It answered.
+            Err(UpstreamError::TooLarge { .. } | UpstreamError::Coding(_)) => Some(false),
+        };
+        if let Some(failed) = failed {
+            ticket.report(!failed, Instant::now());
         }
+        answer
     }
 
     /// One exchange on a pooled connection, or a new one. When a pooled connection fails before
@@ -242,6 +279,15 @@ impl UpstreamClient {
         logged!(Level::DEBUG, upstream = ?uri.authority().map(Authority::as_str), "connected to the upstream");
         Ok(wire::Connection::new(TokioIo::new(stream)))
     }
+}
+
+/// `scheme://host:port` of `uri`, the host in lower case and the port always written: what a
+/// breaker is kept by.
+fn origin(uri: &http::Uri) -> String {
+    let scheme = uri.scheme_str().unwrap_or("http");
+    let host = uri.host().unwrap_or_default().to_ascii_lowercase();
+    let port = uri.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
+    format!("{scheme}://{host}:{port}")
 }
 
 /// Where a pooled connection goes: scheme and authority.

@@ -9,6 +9,7 @@ mod support;
 
 mod architecture;
 mod binary;
+mod breaker;
 mod cache;
 mod cli;
 mod cluster;

@@ -161,6 +161,7 @@ fn client(allow: &str, lookup: Arc<Script>) -> UpstreamClient {
         max_body: 1 << 20,
         compression: true,
         workers: 1,
+        breaker: recast::config::Config::default().upstream().breaker,
     };
     let allow: AllowList = allow.parse().unwrap();
     UpstreamClient::new(settings, Arc::new(OutboundPolicy::new(&allow)), lookup)

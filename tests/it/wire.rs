@@ -114,6 +114,7 @@ fn client() -> UpstreamClient {
         max_body: 1000,
         compression: true,
         workers: 1,
+        breaker: recast::config::Config::default().upstream().breaker,
     };
     let allow: AllowList = "127.0.0.1/32".parse().unwrap();
     UpstreamClient::new(settings, Arc::new(OutboundPolicy::new(&allow)), Arc::new(SystemLookup))

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Load on loopback: what a call costs recast while its upstream's circuit breaker is open, against
+# a call of an unknown route (a 404). A route is registered against a small upstream on
+# 127.0.0.1, the upstream is stopped, RECAST_BREAKER_FAILURES calls fail, and from then on every
+# call of the route is refused without an outbound call (503 upstream-unavailable). wrk then
+# drives the open route and an unknown route in turn, each for LOAD_DURATION, and the script
+# prints calls per second, p99 and recast's CPU time per call (user+system, from /proc).
+#
+# Settings (environment): LOAD_DURATION (default 8s), LOAD_CONNECTIONS (default 64),
+# LOAD_ROUNDS (default 2), LOAD_THREADS (default 2), LOAD_PORT (first of two ports, default 18180).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/lib.sh
+
+DURATION=${LOAD_DURATION:-8s}
+CONNECTIONS=${LOAD_CONNECTIONS:-64}
+ROUNDS=${LOAD_ROUNDS:-2}
+THREADS=${LOAD_THREADS:-2}
+PORT=${LOAD_PORT:-18180}
+UPSTREAM_PORT=$PORT RECAST_PORT=$((PORT + 1))
+
+ensure_toolchain
+ensure_packages "${BUILD_PACKAGES[@]}" wrk curl python3
+for port in $UPSTREAM_PORT $RECAST_PORT; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        say "port $port on 127.0.0.1 is in use; set LOAD_PORT to a free range of two ports"
+        exit 1
+    fi
+done
+use_ccache
+announce_rocksdb release
+cargo build --release --locked --bin recast
+RECAST="$CARGO_TARGET_DIR/release/recast"
+
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+wait_for() { # $1 URL: until it answers at all, for up to ten seconds
+    for _ in $(seq 1 200); do
+        curl -s -o /dev/null "$1" && return 0
+        sleep 0.05
+    done
+    say "nothing answered at $1"
+    exit 1
+}
+
+echo '{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken"}]}' >"$WORK/meals.json"
+python3 -m http.server "$UPSTREAM_PORT" --bind 127.0.0.1 --directory "$WORK" >/dev/null 2>&1 &
+UPSTREAM_PID=$!
+PIDS+=("$UPSTREAM_PID")
+RECAST_LISTEN=127.0.0.1:$RECAST_PORT RECAST_DATA_DIR=$WORK/data RECAST_UPSTREAM_ALLOW=127.0.0.1/32 \
+    RECAST_LOG=warn RECAST_BREAKER_FAILURES=5 RECAST_BREAKER_COOLDOWN_MS=3600000 \
+    "$RECAST" serve >"$WORK/recast.log" 2>&1 &
+RECAST_PID=$!
+PIDS+=("$RECAST_PID")
+wait_for "http://127.0.0.1:$UPSTREAM_PORT/meals.json"
+wait_for "http://127.0.0.1:$RECAST_PORT/readyz"
+
+REGISTRATION='{"path":"meals","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'$UPSTREAM_PORT'/"},"path":"meals.json"},"rulesAsString":{"newBodyFields":{"name":{"key":"name","type":"String"}},"oldBodyFields":{"name":{"keys":["strMeal"],"parents":["meals"]}}}}'
+ROUTE=$(curl -sf -H 'content-type: application/json' -d "$REGISTRATION" "http://127.0.0.1:$RECAST_PORT/v1/mapping" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["path"])')
+kill "$UPSTREAM_PID"
+wait "$UPSTREAM_PID" 2>/dev/null || true
+for _ in 1 2 3 4 5; do
+    curl -s -o /dev/null "http://127.0.0.1:$RECAST_PORT$ROUTE"
+done
+status=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$RECAST_PORT$ROUTE")
+if [ "$status" != 503 ]; then
+    say "the route answered $status, not 503: the breaker did not open"
+    exit 1
+fi
+UNKNOWN=/v1/00000000-0000-4000-8000-000000000000/meals
+
+HZ=$(getconf CLK_TCK)
+ticks() { awk '{ sub(/.*\) /, ""); t += $12 + $13 } END { print t }' /proc/"$RECAST_PID"/task/*/stat 2>/dev/null; }
+measure() { # $1 name, $2 path
+    local before after out rps p99 requests codes
+    before=$(ticks)
+    out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "http://127.0.0.1:$RECAST_PORT$2")
+    after=$(ticks)
+    rps=$(awk '/^Requests\/sec/ { print $2 }' <<<"$out")
+    p99=$(awk '$1 == "99%" { print $2 }' <<<"$out")
+    requests=$(awk '/ requests in / { print $1 }' <<<"$out")
+    codes=$(awk '/Non-2xx/ { print $NF }' <<<"$out")
+    printf '| %s | %s | %s | %s | %s | %.2f |\n' "$1" "$round" "$rps" "$p99" "${codes:-0}/$requests" \
+        "$(awk -v t=$((after - before)) -v n="$requests" -v hz="$HZ" 'BEGIN { print t * 1e6 / hz / n }')"
+}
+echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION, rounds: $ROUNDS"
+echo "| call | round | calls/s | p99 | non-2xx / calls | recast CPU µs per call |"
+echo "|---|---:|---:|---:|---:|---:|"
+for round in $(seq 1 "$ROUNDS"); do
+    if ((round % 2)); then
+        measure "open breaker (503)" "$ROUTE"
+        measure "unknown route (404)" "$UNKNOWN"
+    else
+        measure "unknown route (404)" "$UNKNOWN"
+        measure "open breaker (503)" "$ROUTE"
+    fi
+done
