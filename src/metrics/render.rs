@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Endpoint, Gauges, Metrics, PanicSite, RulesSource, StatusCounts, Timeout, UpstreamErrorKind};
-use crate::upstream::OriginBreaker;
+use crate::upstream::{OriginBreaker, OriginRetries};
 
 impl Metrics {
     /// The Prometheus text exposition (format 0.0.4) of everything, with the counts of each
@@ -14,6 +14,7 @@ impl Metrics {
         gauges: Gauges,
         routes: impl IntoIterator<Item = (String, &'a StatusCounts)>,
         breakers: &[OriginBreaker],
+        retries: &[OriginRetries],
     ) -> String {
         let mut out = String::with_capacity(4096);
         let requests = "recast_requests_total";
@@ -154,6 +155,7 @@ impl Metrics {
             );
         }
         write_breakers(&mut out, breakers);
+        write_retries(&mut out, retries);
         let _ = writeln!(
             out,
             "# HELP recast_build_info The running version.\n# TYPE recast_build_info gauge\nrecast_build_info{{version=\"{}\"}} 1",
@@ -191,8 +193,36 @@ fn write_breakers(out: &mut String, breakers: &[OriginBreaker]) {
     for (name, kind, help, value) in series {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for breaker in breakers {
-            let origin = breaker.origin.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-            let _ = writeln!(out, "{name}{{origin=\"{origin}\"}} {}", value(breaker));
+            let _ = writeln!(out, "{name}{{origin=\"{}\"}} {}", label(&breaker.origin), value(breaker));
         }
     }
+}
+
+/// The retries of each upstream origin called by routes with `retry`: sent, and refused by the
+/// origin's budget.
+fn write_retries(out: &mut String, retries: &[OriginRetries]) {
+    type Series = (&'static str, &'static str, fn(&OriginRetries) -> u64);
+    let series: [Series; 2] = [
+        (
+            "recast_upstream_retries_total",
+            "Upstream calls sent again by a route's `retry`, by origin.",
+            |r| r.retries,
+        ),
+        (
+            "recast_upstream_retries_over_budget_total",
+            "Retries not sent because the origin's retry budget (20% of its calls, beyond a reserve of 10) was spent.",
+            |r| r.over_budget,
+        ),
+    ];
+    for (name, help, value) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for origin in retries {
+            let _ = writeln!(out, "{name}{{origin=\"{}\"}} {}", label(&origin.origin), value(origin));
+        }
+    }
+}
+
+/// `text` as a label value: backslash, quote and line feed escaped.
+fn label(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }

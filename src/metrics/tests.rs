@@ -93,7 +93,12 @@ fn the_exposition_has_every_family_with_help_and_type() {
         rejected: 4,
         opened: 1,
     }];
-    let text = metrics.render(gauges, [("u-1".to_owned(), &route)], &breakers);
+    let retries = [crate::upstream::OriginRetries {
+        origin: "http://127.0.0.1:9".to_owned(),
+        retries: 7,
+        over_budget: 2,
+    }];
+    let text = metrics.render(gauges, [("u-1".to_owned(), &route)], &breakers, &retries);
     for line in [
         "recast_requests_total{route=\"preview\",status=\"200\"} 1",
         "recast_requests_total{route=\"u-1\",status=\"201\"} 1",
@@ -111,6 +116,8 @@ fn the_exposition_has_every_family_with_help_and_type() {
         "recast_upstream_breaker_state{origin=\"http://127.0.0.1:9\"} 1",
         "recast_upstream_breaker_rejections_total{origin=\"http://127.0.0.1:9\"} 4",
         "recast_upstream_breaker_opened_total{origin=\"http://127.0.0.1:9\"} 1",
+        "recast_upstream_retries_total{origin=\"http://127.0.0.1:9\"} 7",
+        "recast_upstream_retries_over_budget_total{origin=\"http://127.0.0.1:9\"} 2",
     ] {
         assert!(text.lines().any(|l| l == line), "missing `{line}` in\n{text}");
     }

@@ -19,6 +19,7 @@ use self::request::Upstream;
 use crate::metrics::StatusCounts;
 use crate::rules::{Compiled, Limits, Problem, compile_json};
 use crate::storage::{SCHEMA_VERSION, StoredRoute};
+use crate::upstream::RetrySettings;
 pub use registration::{AuthHeader, OriginalApi, OriginalRoute, Registration};
 pub use request::{CallError, FromClient, MAPPED_AUTH, UpstreamRequest};
 
@@ -48,6 +49,10 @@ pub struct RouteConfig {
     /// Whether and how long mapped answers are cached (`cache`); `None` for no caching.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheSettings>,
+    /// What failed upstream calls are sent again (`retry`); `None`: only the sends that are
+    /// always safe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetrySettings>,
 }
 
 /// A route's `cache` member: how long a mapped answer is fresh, and how long after that it may

@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 
 use super::{Auth, AuthKind, CacheSettings, RouteConfig};
 use crate::rules::Problem;
+use crate::upstream::{Failure, MAX_ATTEMPTS, RetryOn, RetrySettings, retriable_status};
 
 /// The body of `POST /v1/mapping` and `PUT /v1/routes/{uuid}` as sent.
 #[derive(Debug, Deserialize)]
@@ -32,6 +33,10 @@ pub struct Registration {
     /// its problems has a location.
     #[serde(default)]
     pub cache: Option<serde_json::Value>,
+    /// `{"attempts": N, "on": [503, "timeout", ...], "unsafe": false}`; checked by hand, so that
+    /// each of its problems has a location.
+    #[serde(default)]
+    pub retry: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -133,6 +138,7 @@ impl Registration {
             (None, None) => Auth::None,
         };
         let cache = cache_settings(self.cache.as_ref(), &method, &mut problems);
+        let retry = retry_settings(self.retry.as_ref(), &upstream_method, &mut problems);
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -151,6 +157,7 @@ impl Registration {
             auth,
             rules: self.rules_as_string.get().to_owned(),
             cache,
+            retry,
         })
     }
 }
@@ -210,6 +217,98 @@ fn cache_settings(
     let ttl_seconds = seconds("ttlSeconds", true);
     let stale_while_revalidate_seconds = seconds("staleWhileRevalidateSeconds", false);
     (problems.len() == before).then_some(CacheSettings { ttl_seconds, stale_while_revalidate_seconds })
+}
+
+/// `retry`: absent or `null` for none; else an object with `attempts` (1 to 5), `on` (a list of
+/// 429 or 5xx statuses, `"timeout"` and `"reset"`) and `unsafe` (a boolean, false when absent),
+/// which an upstream method that is not idempotent (POST, PATCH) needs.
+fn retry_settings(
+    given: Option<&serde_json::Value>,
+    upstream_method: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<RetrySettings> {
+    use serde_json::Value;
+    let members = match given? {
+        Value::Null => return None,
+        Value::Object(members) => members,
+        _ => {
+            problems.push(Problem::new(
+                "/retry",
+                "must be an object such as {\"attempts\": 2, \"on\": [503, \"timeout\"]}, or null",
+            ));
+            return None;
+        }
+    };
+    let before = problems.len();
+    for name in members.keys() {
+        if !matches!(name.as_str(), "attempts" | "on" | "unsafe") {
+            problems.push(Problem::new(
+                format!("/retry/{name}"),
+                "unknown member; `retry` takes `attempts`, `on` and `unsafe`",
+            ));
+        }
+    }
+    let attempts = match members.get("attempts").map(Value::as_u64) {
+        None => {
+            problems.push(Problem::new("/retry/attempts", "missing required member"));
+            0
+        }
+        Some(Some(n)) if (1..=u64::from(MAX_ATTEMPTS)).contains(&n) => n as u8,
+        Some(_) => {
+            problems.push(Problem::new(
+                "/retry/attempts",
+                format!("must be a whole number from 1 to {MAX_ATTEMPTS}: how many times a failed call may be sent again"),
+            ));
+            0
+        }
+    };
+    let mut on = Vec::new();
+    match members.get("on") {
+        None => problems.push(Problem::new("/retry/on", "missing required member")),
+        Some(Value::Array(items)) if !items.is_empty() => {
+            for (i, item) in items.iter().enumerate() {
+                let what = match item {
+                    Value::Number(n) => n
+                        .as_u64()
+                        .and_then(|n| u16::try_from(n).ok())
+                        .filter(|&n| retriable_status(n))
+                        .map(RetryOn::Status),
+                    Value::String(s) if s == "timeout" => Some(RetryOn::Failure(Failure::Timeout)),
+                    Value::String(s) if s == "reset" => Some(RetryOn::Failure(Failure::Reset)),
+                    _ => None,
+                };
+                match what {
+                    Some(what) if !on.contains(&what) => on.push(what),
+                    Some(_) => {}
+                    None => problems.push(Problem::new(
+                        format!("/retry/on/{i}"),
+                        "must be 429 or a 5xx status, \"timeout\" or \"reset\"",
+                    )),
+                }
+            }
+        }
+        Some(_) => problems.push(Problem::new(
+            "/retry/on",
+            "must be a list of what is retried, such as [502, 503, 504, \"timeout\", \"reset\"]",
+        )),
+    }
+    let allow_unsafe = match members.get("unsafe") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            problems.push(Problem::new("/retry/unsafe", "must be true or false"));
+            false
+        }
+    };
+    if !allow_unsafe && matches!(upstream_method, "POST" | "PATCH") {
+        problems.push(Problem::new(
+            "/retry",
+            format!(
+                "the upstream is called with {upstream_method}, which is not idempotent: a call sent again may be acted on twice; add \"unsafe\": true to retry it anyway"
+            ),
+        ));
+    }
+    (problems.len() == before).then_some(RetrySettings { attempts, on, allow_unsafe })
 }
 
 fn json_text(value: Option<&RawValue>) -> Option<String> {

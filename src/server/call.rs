@@ -17,7 +17,7 @@ use crate::cache::{self, CacheStatus, Found, Joined, Key, Leader, TimedOut};
 use crate::exec;
 use crate::metrics::{CacheCounts, Endpoint, Metrics, PanicSite, UpstreamErrorKind};
 use crate::route::{CacheSettings, CallError, FromClient, Route, UpstreamRequest};
-use crate::upstream::{Answer, Freshness};
+use crate::upstream::{Answer, Freshness, RetrySettings};
 
 /// A route call's request, as the router or the lane read it.
 pub(super) struct RouteCall<'a> {
@@ -240,7 +240,7 @@ fn miss(outcome: &Outcome, collapsed: bool) -> CacheStatus {
 
 /// One upstream call and the mapping of its answer.
 async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcome {
-    let (answer, upstream) = call_upstream(state, request).await;
+    let (answer, upstream) = call_upstream(state, &request, route.config.retry.as_ref()).await;
     let mut answer = match answer {
         Ok(answer) => answer,
         Err(failure) => return Outcome { mapped: Err(failure), upstream, map: Duration::ZERO },
@@ -268,10 +268,11 @@ fn answer(outcome: Outcome, record: &mut CallRecord) -> Result<Response, ApiErro
 /// Sends a request upstream and reads the answer; counts the time it took and any failure.
 pub(super) async fn call_upstream(
     state: &State,
-    request: UpstreamRequest,
+    request: &UpstreamRequest,
+    retry: Option<&RetrySettings>,
 ) -> (Result<Answer, UpstreamFailure>, Duration) {
     let started = Instant::now();
-    let answer = state.client.call(request).await;
+    let answer = state.client.call_with(request, retry).await;
     let took = started.elapsed();
     state.metrics.upstream.observe(took);
     let answer = answer.map_err(UpstreamFailure::from);

@@ -112,6 +112,8 @@ struct RouteView<'a> {
     rules_as_string: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cache: Option<&'a CacheSettings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry: Option<&'a crate::upstream::RetrySettings>,
     created_at: u64,
     updated_at: u64,
     status: &'static str,
@@ -177,6 +179,7 @@ impl<'a> RouteView<'a> {
             auth,
             rules_as_string: compact(&c.rules),
             cache: c.cache.as_ref(),
+            retry: c.retry.as_ref(),
             created_at: route.created_at,
             updated_at: route.updated_at,
             status: if problem.is_some() { "unavailable" } else { "ok" },

@@ -197,6 +197,7 @@ fn metrics(state: &State) -> Response {
         gauges,
         called.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)),
         &state.client.breakers(),
+        &state.client.retries(),
     );
     let mut response = http::Response::new(Full::new(Bytes::from(text)));
     response

@@ -7,6 +7,7 @@
 mod breaker;
 mod coding;
 mod freshness;
+mod retry;
 mod wire;
 
 use std::collections::HashMap;
@@ -30,6 +31,7 @@ use crate::policy::{
 use crate::route::UpstreamRequest;
 pub use breaker::{BreakerSettings, BreakerState, Breakers, OriginBreaker};
 pub use freshness::{Freshness, MAX_DELTA_SECONDS};
+pub use retry::{Failure, MAX_ATTEMPTS, OriginRetries, RetryOn, RetrySettings, retriable_status};
 
 /// Settings of the upstream client.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +59,8 @@ pub struct Answer {
     pub body: Vec<u8>,
     /// What its headers say about caching it.
     pub freshness: Freshness,
+    /// What its `Retry-After` asks (a 429 or 503 answer's is heeded by a route's retries).
+    pub retry_after: Option<Duration>,
 }
 
 /// Why no answer came back.
@@ -117,6 +121,7 @@ pub struct UpstreamClient {
     policy: Arc<OutboundPolicy>,
     lookup: Arc<dyn Lookup>,
     breakers: Arc<Breakers>,
+    budgets: Arc<retry::Budgets>,
 }
 
 impl UpstreamClient {
@@ -135,7 +140,8 @@ impl UpstreamClient {
         // One per worker, and one for the calls made on any other thread.
         let pools = Arc::new(Pools((0..=settings.workers).map(|_| Pool::default()).collect()));
         let breakers = Arc::new(Breakers::new(settings.breaker));
-        UpstreamClient { connector, pools, settings, policy, lookup, breakers }
+        let budgets = Arc::default();
+        UpstreamClient { connector, pools, settings, policy, lookup, breakers, budgets }
     }
 
     /// Closes idle connections past their time every 30 seconds, also when nothing calls their
@@ -178,18 +184,64 @@ impl UpstreamClient {
         self.breakers.snapshot()
     }
 
+    /// The retries of the origins called with retries so far (`/metrics`).
+    pub fn retries(&self) -> Vec<OriginRetries> {
+        self.budgets.snapshot()
+    }
+
     /// Sends `request` and reads the answer, all within the total deadline, unless the breaker of
     /// the request's origin is open.
     pub async fn call(&self, request: UpstreamRequest) -> Result<Answer, UpstreamError> {
+        self.call_with(&request, None).await
+    }
+
+    /// [`UpstreamClient::call`], sending the request again as `retry` says (a route's `retry`):
+    /// the deadline is the whole call's, retries and their waits included, and each retry is
+    /// taken from the budget of the request's origin.
+    pub async fn call_with(
+        &self,
+        request: &UpstreamRequest,
+        retry: Option<&RetrySettings>,
+    ) -> Result<Answer, UpstreamError> {
         // One reading of the clock: the deadline, and the time the pool counts idleness from.
         let started = Instant::now();
+        let deadline = started + self.settings.total_timeout;
         let origin = origin(&request.uri);
+        if retry.is_some() {
+            self.budgets.called(&origin);
+        }
+        let (mut now, mut retries) = (started, 0);
+        loop {
+            let until = retry.map_or(deadline, |settings| settings.attempt_deadline(retries, now, deadline));
+            let outcome = self.attempt(request, &origin, now, until).await;
+            let Some(settings) = retry.filter(|s| retries < s.attempts && s.covers(&outcome)) else {
+                return outcome;
+            };
+            let wait = retry::wait_before(retries, &outcome);
+            if Instant::now() + wait >= deadline || !self.budgets.take(&origin) {
+                return outcome;
+            }
+            logged!(Level::DEBUG, upstream = %origin, retry = retries + 1, of = settings.attempts, wait_ms = wait.as_millis() as u64, "retrying the upstream call");
+            tokio::time::sleep(wait).await;
+            now = Instant::now();
+            retries += 1;
+        }
+    }
+
+    /// One attempt of a call, through the origin's breaker, within `deadline`.
+    async fn attempt(
+        &self,
+        request: &UpstreamRequest,
+        origin: &str,
+        started: Instant,
+        deadline: Instant,
+    ) -> Result<Answer, UpstreamError> {
         let ticket = self
             .breakers
-            .admit(&origin, started)
+            .admit(origin, started)
             .map_err(|refused| UpstreamError::Unavailable { retry_after: refused.retry_after })?;
         let exchange = self.exchange_pooled(request, started);
-        let answer = match tokio::time::timeout_at(started + self.settings.total_timeout, exchange).await {
+        let answer = match tokio::time::timeout_at(deadline, exchange).await {
             Ok(answer) => answer,
             Err(_) => Err(UpstreamError::Timeout),
         };
@@ -213,11 +265,11 @@ impl UpstreamClient {
     /// once more on a new connection.
     async fn exchange_pooled(
         &self,
-        request: UpstreamRequest,
+        request: &UpstreamRequest,
         started: Instant,
     ) -> Result<Answer, UpstreamError> {
         let key = Key::of(&request.uri)?;
-        let bytes = wire::encode(&request, self.settings.compression);
+        let bytes = wire::encode(request, self.settings.compression);
         let head_only = request.method == Method::HEAD;
         let limit = self.settings.max_body;
         let pool = self.pools.here();

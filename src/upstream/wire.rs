@@ -7,6 +7,7 @@
 
 use std::mem::MaybeUninit;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::{Method, StatusCode, header};
 use hyper_util::rt::TokioIo;
@@ -86,6 +87,19 @@ struct AnswerHead {
     keep_alive: bool,
     coding: Coding,
     freshness: Freshness,
+    retry_after: Option<Duration>,
+}
+
+/// A `Retry-After` value (RFC 9110 §10.2.3): whole seconds, or a date, as the time from now
+/// (zero for a date past); `None` when it is neither.
+fn retry_after_of(value: &[u8]) -> Option<Duration> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        // More digits than a u64 holds: as long as can be said.
+        return Some(Duration::from_secs(text.parse().unwrap_or(u64::MAX)));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(at.duration_since(std::time::SystemTime::now()).unwrap_or_default())
 }
 
 /// The bytes of `request` on the wire: request line, `Host`, `Accept-Encoding` (`gzip, br` when
@@ -180,7 +194,9 @@ impl Connection {
         // connection must not carry another request. (Bytes that come later are found by the
         // pool, which looks before it reuses a connection.)
         let reuse = if clean && head.keep_alive { Reuse::Keep } else { Reuse::Close };
-        Ok((Answer { status: head.status, body, freshness: head.freshness }, reuse))
+        let answer =
+            Answer { status: head.status, body, freshness: head.freshness, retry_after: head.retry_after };
+        Ok((answer, reuse))
     }
 
     /// Reads more bytes into the buffer; `Ok(0)` at the end of the stream.
@@ -259,6 +275,7 @@ impl Connection {
         let mut chunked = None;
         let mut coding = Coding::Identity;
         let mut freshness = Freshness::default();
+        let mut retry_after = None;
         for line in answer.headers.iter() {
             let name = line.name.as_bytes();
             if name.eq_ignore_ascii_case(b"content-length") {
@@ -288,6 +305,8 @@ impl Connection {
                 if line.value.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close")) {
                     keep_alive = false;
                 }
+            } else if name.eq_ignore_ascii_case(b"retry-after") {
+                retry_after = retry_after_of(line.value);
             } else {
                 freshness.line(name, line.value);
             }
@@ -312,7 +331,7 @@ impl Connection {
             (false, None, Some(n)) => Framing::Length(n),
             (false, None, None) => Framing::UntilClose,
         };
-        Ok(Some(AnswerHead { status, length, framing, keep_alive, coding, freshness }))
+        Ok(Some(AnswerHead { status, length, framing, keep_alive, coding, freshness, retry_after }))
     }
 
     /// Reads the body the head announces into `body`; true when nothing followed it.

@@ -32,6 +32,7 @@ mod postgres;
 mod preview;
 mod properties;
 mod readme;
+mod retry;
 mod routes;
 mod rules_doc;
 mod secrets;
