@@ -84,10 +84,12 @@ pub enum UpstreamErrorKind {
     MappingLimit,
     /// Refused by the upstream's open breaker; nothing was sent.
     BreakerOpen,
+    /// Refused by the route's outbound rate limit; nothing was sent.
+    RateLimited,
 }
 
 impl UpstreamErrorKind {
-    const ALL: [UpstreamErrorKind; 11] = [
+    const ALL: [UpstreamErrorKind; 12] = [
         UpstreamErrorKind::Unreachable,
         UpstreamErrorKind::Timeout,
         UpstreamErrorKind::TooLarge,
@@ -99,6 +101,7 @@ impl UpstreamErrorKind {
         UpstreamErrorKind::StatusOther,
         UpstreamErrorKind::MappingLimit,
         UpstreamErrorKind::BreakerOpen,
+        UpstreamErrorKind::RateLimited,
     ];
 
     pub fn label(self) -> &'static str {
@@ -114,6 +117,7 @@ impl UpstreamErrorKind {
             UpstreamErrorKind::StatusOther => "status_other",
             UpstreamErrorKind::MappingLimit => "mapping_limit",
             UpstreamErrorKind::BreakerOpen => "breaker_open",
+            UpstreamErrorKind::RateLimited => "rate_limited",
         }
     }
 }

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Endpoint, Gauges, Metrics, PanicSite, RulesSource, StatusCounts, Timeout, UpstreamErrorKind};
-use crate::upstream::{OriginBreaker, OriginRetries};
+use crate::upstream::{LimiterCounts, OriginBreaker, OriginRetries};
 
 impl Metrics {
     /// The Prometheus text exposition (format 0.0.4) of everything, with the counts of each
@@ -15,6 +15,7 @@ impl Metrics {
         routes: impl IntoIterator<Item = (String, &'a StatusCounts)>,
         breakers: &[OriginBreaker],
         retries: &[OriginRetries],
+        limits: &[LimiterCounts],
     ) -> String {
         let mut out = String::with_capacity(4096);
         let requests = "recast_requests_total";
@@ -156,6 +157,17 @@ impl Metrics {
         }
         write_breakers(&mut out, breakers);
         write_retries(&mut out, retries);
+        out.push_str(
+            "# HELP recast_upstream_rate_limited_total Calls a rate limit (route:<uuid> or origin:<origin>) answered 429 without an outbound call.\n# TYPE recast_upstream_rate_limited_total counter\n",
+        );
+        for limit in limits {
+            let _ = writeln!(
+                out,
+                "recast_upstream_rate_limited_total{{limit=\"{}\"}} {}",
+                label(&limit.limit),
+                limit.refused
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP recast_build_info The running version.\n# TYPE recast_build_info gauge\nrecast_build_info{{version=\"{}\"}} 1",

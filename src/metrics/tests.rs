@@ -98,7 +98,8 @@ fn the_exposition_has_every_family_with_help_and_type() {
         retries: 7,
         over_budget: 2,
     }];
-    let text = metrics.render(gauges, [("u-1".to_owned(), &route)], &breakers, &retries);
+    let limits = [crate::upstream::LimiterCounts { limit: "route:u-1".to_owned(), refused: 3 }];
+    let text = metrics.render(gauges, [("u-1".to_owned(), &route)], &breakers, &retries, &limits);
     for line in [
         "recast_requests_total{route=\"preview\",status=\"200\"} 1",
         "recast_requests_total{route=\"u-1\",status=\"201\"} 1",
@@ -118,6 +119,7 @@ fn the_exposition_has_every_family_with_help_and_type() {
         "recast_upstream_breaker_opened_total{origin=\"http://127.0.0.1:9\"} 1",
         "recast_upstream_retries_total{origin=\"http://127.0.0.1:9\"} 7",
         "recast_upstream_retries_over_budget_total{origin=\"http://127.0.0.1:9\"} 2",
+        "recast_upstream_rate_limited_total{limit=\"route:u-1\"} 3",
     ] {
         assert!(text.lines().any(|l| l == line), "missing `{line}` in\n{text}");
     }

@@ -19,7 +19,7 @@ use self::request::Upstream;
 use crate::metrics::StatusCounts;
 use crate::rules::{Compiled, Limits, Problem, compile_json};
 use crate::storage::{SCHEMA_VERSION, StoredRoute};
-use crate::upstream::RetrySettings;
+use crate::upstream::{RateLimitSettings, RetrySettings};
 pub use registration::{AuthHeader, OriginalApi, OriginalRoute, Registration};
 pub use request::{CallError, FromClient, MAPPED_AUTH, UpstreamRequest};
 
@@ -53,6 +53,9 @@ pub struct RouteConfig {
     /// always safe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetrySettings>,
+    /// The upstream's quota (`rateLimit`); `None`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimitSettings>,
 }
 
 /// A route's `cache` member: how long a mapped answer is fresh, and how long after that it may

@@ -10,7 +10,10 @@ use serde_json::value::RawValue;
 
 use super::{Auth, AuthKind, CacheSettings, RouteConfig};
 use crate::rules::Problem;
-use crate::upstream::{Failure, MAX_ATTEMPTS, RetryOn, RetrySettings, retriable_status};
+use crate::upstream::{
+    Failure, LimitScope, MAX_ATTEMPTS, MAX_BURST, MAX_RATE, MAX_WAIT_MS, RateLimitSettings, RetryOn,
+    RetrySettings, retriable_status,
+};
 
 /// The body of `POST /v1/mapping` and `PUT /v1/routes/{uuid}` as sent.
 #[derive(Debug, Deserialize)]
@@ -37,6 +40,10 @@ pub struct Registration {
     /// each of its problems has a location.
     #[serde(default)]
     pub retry: Option<serde_json::Value>,
+    /// `{"requestsPerSecond": R, "burst": B, "scope": "route" | "origin", "maxWaitMs": W}`;
+    /// checked by hand, so that each of its problems has a location.
+    #[serde(default)]
+    pub rate_limit: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,6 +146,7 @@ impl Registration {
         };
         let cache = cache_settings(self.cache.as_ref(), &method, &mut problems);
         let retry = retry_settings(self.retry.as_ref(), &upstream_method, &mut problems);
+        let rate_limit = rate_limit_settings(self.rate_limit.as_ref(), &mut problems);
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -158,6 +166,7 @@ impl Registration {
             rules: self.rules_as_string.get().to_owned(),
             cache,
             retry,
+            rate_limit,
         })
     }
 }
@@ -309,6 +318,91 @@ fn retry_settings(
         ));
     }
     (problems.len() == before).then_some(RetrySettings { attempts, on, allow_unsafe })
+}
+
+/// `rateLimit`: absent or `null` for none; else an object with `requestsPerSecond` (above 0, at
+/// most a million; fractions allowed), `burst` (1 to a million; default: the rate rounded up),
+/// `scope` (`"route"`, the default, or `"origin"`) and `maxWaitMs` (0, the default, to 60000).
+fn rate_limit_settings(
+    given: Option<&serde_json::Value>,
+    problems: &mut Vec<Problem>,
+) -> Option<RateLimitSettings> {
+    use serde_json::Value;
+    let members = match given? {
+        Value::Null => return None,
+        Value::Object(members) => members,
+        _ => {
+            problems.push(Problem::new(
+                "/rateLimit",
+                "must be an object such as {\"requestsPerSecond\": 10, \"burst\": 5}, or null",
+            ));
+            return None;
+        }
+    };
+    let before = problems.len();
+    for name in members.keys() {
+        if !matches!(name.as_str(), "requestsPerSecond" | "burst" | "scope" | "maxWaitMs") {
+            problems.push(Problem::new(
+                format!("/rateLimit/{name}"),
+                "unknown member; `rateLimit` takes `requestsPerSecond`, `burst`, `scope` and `maxWaitMs`",
+            ));
+        }
+    }
+    let rate = match members.get("requestsPerSecond").map(Value::as_f64) {
+        None => {
+            problems.push(Problem::new("/rateLimit/requestsPerSecond", "missing required member"));
+            1.0
+        }
+        // At least one call a day: a slower quota is not one an API grants.
+        Some(Some(r)) if (1.0 / 86_400.0..=MAX_RATE).contains(&r) => r,
+        Some(_) => {
+            problems.push(Problem::new(
+                "/rateLimit/requestsPerSecond",
+                format!("must be a number of calls per second from one a day (0.0000116) to {MAX_RATE}"),
+            ));
+            1.0
+        }
+    };
+    let burst = match members.get("burst") {
+        None => rate.ceil().clamp(1.0, f64::from(MAX_BURST)) as u32,
+        Some(value) => match value.as_u64() {
+            Some(n) if (1..=u64::from(MAX_BURST)).contains(&n) => n as u32,
+            _ => {
+                problems.push(Problem::new(
+                    "/rateLimit/burst",
+                    format!("must be a whole number of calls from 1 to {MAX_BURST}"),
+                ));
+                1
+            }
+        },
+    };
+    let scope = match members.get("scope").map(|s| s.as_str()) {
+        None | Some(Some("route")) => LimitScope::Route,
+        Some(Some("origin")) => LimitScope::Origin,
+        Some(_) => {
+            problems.push(Problem::new("/rateLimit/scope", "must be \"route\" or \"origin\""));
+            LimitScope::Route
+        }
+    };
+    let max_wait_ms = match members.get("maxWaitMs") {
+        None => 0,
+        Some(value) => match value.as_u64() {
+            Some(n) if n <= MAX_WAIT_MS => n,
+            _ => {
+                problems.push(Problem::new(
+                    "/rateLimit/maxWaitMs",
+                    format!("must be a whole number of milliseconds from 0 to {MAX_WAIT_MS}"),
+                ));
+                0
+            }
+        },
+    };
+    (problems.len() == before).then_some(RateLimitSettings {
+        requests_per_second: rate,
+        burst,
+        scope,
+        max_wait_ms,
+    })
 }
 
 fn json_text(value: Option<&RawValue>) -> Option<String> {

@@ -17,7 +17,7 @@ use crate::cache::{self, CacheStatus, Found, Joined, Key, Leader, TimedOut};
 use crate::exec;
 use crate::metrics::{CacheCounts, Endpoint, Metrics, PanicSite, UpstreamErrorKind};
 use crate::route::{CacheSettings, CallError, FromClient, Route, UpstreamRequest};
-use crate::upstream::{Answer, Freshness, RetrySettings};
+use crate::upstream::{Answer, Freshness, Outbound};
 
 /// A route call's request, as the router or the lane read it.
 pub(super) struct RouteCall<'a> {
@@ -240,7 +240,7 @@ fn miss(outcome: &Outcome, collapsed: bool) -> CacheStatus {
 
 /// One upstream call and the mapping of its answer.
 async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcome {
-    let (answer, upstream) = call_upstream(state, &request, route.config.retry.as_ref()).await;
+    let (answer, upstream) = call_upstream(state, &request, route).await;
     let mut answer = match answer {
         Ok(answer) => answer,
         Err(failure) => return Outcome { mapped: Err(failure), upstream, map: Duration::ZERO },
@@ -269,10 +269,14 @@ fn answer(outcome: Outcome, record: &mut CallRecord) -> Result<Response, ApiErro
 pub(super) async fn call_upstream(
     state: &State,
     request: &UpstreamRequest,
-    retry: Option<&RetrySettings>,
+    route: &Route,
 ) -> (Result<Answer, UpstreamFailure>, Duration) {
     let started = Instant::now();
-    let answer = state.client.call_with(request, retry).await;
+    let outbound = Outbound {
+        rate_limit: route.config.rate_limit.as_ref().map(|limit| (limit, route.uuid)),
+        retry: route.config.retry.as_ref(),
+    };
+    let answer = state.client.call_with(request, &outbound).await;
     let took = started.elapsed();
     state.metrics.upstream.observe(took);
     let answer = answer.map_err(UpstreamFailure::from);
@@ -347,6 +351,7 @@ impl UpstreamFailure {
             UpstreamFailure::NotAllowed(_) => UpstreamErrorKind::NotAllowed,
             UpstreamFailure::MappingLimit { .. } => UpstreamErrorKind::MappingLimit,
             UpstreamFailure::Unavailable { .. } => UpstreamErrorKind::BreakerOpen,
+            UpstreamFailure::RateLimited { .. } => UpstreamErrorKind::RateLimited,
         }
     }
 }

@@ -114,6 +114,8 @@ struct RouteView<'a> {
     cache: Option<&'a CacheSettings>,
     #[serde(skip_serializing_if = "Option::is_none")]
     retry: Option<&'a crate::upstream::RetrySettings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate_limit: Option<&'a crate::upstream::RateLimitSettings>,
     created_at: u64,
     updated_at: u64,
     status: &'static str,
@@ -180,6 +182,7 @@ impl<'a> RouteView<'a> {
             rules_as_string: compact(&c.rules),
             cache: c.cache.as_ref(),
             retry: c.retry.as_ref(),
+            rate_limit: c.rate_limit.as_ref(),
             created_at: route.created_at,
             updated_at: route.updated_at,
             status: if problem.is_some() { "unavailable" } else { "ok" },

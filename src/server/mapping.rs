@@ -91,7 +91,7 @@ async fn live_call(state: &State, route: &Route, headers: &HeaderMap) -> Result<
         state.metrics.upstream_error(failure.kind());
         return Err(failed(failure));
     }
-    let mut answer = call_upstream(state, &request, route.config.retry.as_ref()).await.0.map_err(failed)?;
+    let mut answer = call_upstream(state, &request, route).await.0.map_err(failed)?;
     map_answer(state, route, &mut answer).0.map_err(failed)
 }
 

@@ -14,7 +14,7 @@ use crate::upstream::UpstreamError;
 pub const TYPE_BASE: &str = "https://recast.dev/problems/";
 
 /// The last segment of every problem type recast answers with (see [`ApiError::slug`]).
-pub const SLUGS: [&str; 27] = [
+pub const SLUGS: [&str; 28] = [
     "invalid-json",
     "invalid-request",
     "invalid-rules",
@@ -35,6 +35,7 @@ pub const SLUGS: [&str; 27] = [
     "upstream-not-json",
     "upstream-encoding",
     "upstream-unavailable",
+    "upstream-rate-limited",
     "mapping-limit",
     "starting",
     "route-unavailable",
@@ -131,6 +132,12 @@ pub enum UpstreamFailure {
         why: String,
         retry_after: std::time::Duration,
     },
+    /// The route's outbound rate limit has no slot free in time (why, and when one is);
+    /// nothing was sent.
+    RateLimited {
+        why: String,
+        retry_after: std::time::Duration,
+    },
 }
 
 impl From<UpstreamError> for UpstreamFailure {
@@ -142,6 +149,9 @@ impl From<UpstreamError> for UpstreamFailure {
             UpstreamError::Coding(why) => UpstreamFailure::Encoding(why),
             UpstreamError::Unavailable { retry_after } => {
                 UpstreamFailure::Unavailable { why: e.to_string(), retry_after }
+            }
+            UpstreamError::RateLimited { retry_after } => {
+                UpstreamFailure::RateLimited { why: e.to_string(), retry_after }
             }
             UpstreamError::Connect(_) | UpstreamError::Broken(_) => {
                 UpstreamFailure::Unreachable(e.to_string())
@@ -175,6 +185,7 @@ impl ApiError {
                 // A registration names an upstream the policy refuses: the client's mistake.
                 UpstreamFailure::NotAllowed(_) if *validating => StatusCode::BAD_REQUEST,
                 UpstreamFailure::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+                UpstreamFailure::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
                 UpstreamFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
                 // A client error of the upstream keeps its status on route calls (SPEC §2.2).
                 UpstreamFailure::Status(status) if status.is_client_error() && !validating => *status,
@@ -208,6 +219,7 @@ impl ApiError {
                 UpstreamFailure::NotAllowed(_) => "upstream-not-allowed",
                 UpstreamFailure::MappingLimit { .. } => "mapping-limit",
                 UpstreamFailure::Unavailable { .. } => "upstream-unavailable",
+                UpstreamFailure::RateLimited { .. } => "upstream-rate-limited",
                 _ if *validating => "upstream-validation-failed",
                 UpstreamFailure::Status(_) => "upstream-error",
                 UpstreamFailure::Unreachable(_) => "upstream-unreachable",
@@ -248,6 +260,9 @@ impl ApiError {
                 }
                 UpstreamFailure::Unavailable { .. } => {
                     "The upstream is failing; recast is not calling it for now"
+                }
+                UpstreamFailure::RateLimited { .. } => {
+                    "The route's outbound rate limit is reached; nothing was sent"
                 }
                 _ if *validating => "The live call to the upstream failed; nothing was stored",
                 UpstreamFailure::Status(_) => "The upstream answered with an error",
@@ -300,7 +315,8 @@ impl ApiError {
                 UpstreamFailure::Status(status) => format!("the upstream answered {status}"),
                 UpstreamFailure::Unreachable(why)
                 | UpstreamFailure::Encoding(why)
-                | UpstreamFailure::Unavailable { why, .. } => why.clone(),
+                | UpstreamFailure::Unavailable { why, .. }
+                | UpstreamFailure::RateLimited { why, .. } => why.clone(),
                 UpstreamFailure::Timeout => "the upstream did not answer within RECAST_UPSTREAM_TIMEOUT_MS".to_owned(),
                 UpstreamFailure::TooLarge { limit } => {
                     format!("the answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
@@ -360,7 +376,12 @@ impl ApiError {
             ApiError::MethodNotAllowed { allow } => {
                 headers.insert(header::ALLOW, HeaderValue::from_static(allow));
             }
-            ApiError::Upstream { failure: UpstreamFailure::Unavailable { retry_after, .. }, .. } => {
+            ApiError::Upstream {
+                failure:
+                    UpstreamFailure::Unavailable { retry_after, .. }
+                    | UpstreamFailure::RateLimited { retry_after, .. },
+                ..
+            } => {
                 // Whole seconds, rounded up: a client that waits that long finds the cooldown over.
                 let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds.max(1)));
@@ -420,6 +441,10 @@ mod tests {
                 UpstreamFailure::Unavailable {
                     why: "open".to_owned(),
                     retry_after: std::time::Duration::from_millis(1500),
+                },
+                UpstreamFailure::RateLimited {
+                    why: "over".to_owned(),
+                    retry_after: std::time::Duration::from_millis(300),
                 },
             ]
         };

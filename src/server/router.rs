@@ -198,6 +198,7 @@ fn metrics(state: &State) -> Response {
         called.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)),
         &state.client.breakers(),
         &state.client.retries(),
+        &state.client.rate_limits(),
     );
     let mut response = http::Response::new(Full::new(Bytes::from(text)));
     response

@@ -7,6 +7,7 @@
 mod breaker;
 mod coding;
 mod freshness;
+mod limit;
 mod retry;
 mod wire;
 
@@ -31,6 +32,7 @@ use crate::policy::{
 use crate::route::UpstreamRequest;
 pub use breaker::{BreakerSettings, BreakerState, Breakers, OriginBreaker};
 pub use freshness::{Freshness, MAX_DELTA_SECONDS};
+pub use limit::{LimitScope, LimiterCounts, MAX_BURST, MAX_RATE, MAX_WAIT_MS, RateLimitSettings};
 pub use retry::{Failure, MAX_ATTEMPTS, OriginRetries, RetryOn, RetrySettings, retriable_status};
 
 /// Settings of the upstream client.
@@ -82,6 +84,9 @@ pub enum UpstreamError {
     /// The upstream's breaker is open after failures in a row; nothing was sent. When to try
     /// again.
     Unavailable { retry_after: Duration },
+    /// The route's outbound rate limit left no slot within its `maxWaitMs`; nothing was sent.
+    /// When a slot is free.
+    RateLimited { retry_after: Duration },
 }
 
 impl std::fmt::Display for UpstreamError {
@@ -98,6 +103,9 @@ impl std::fmt::Display for UpstreamError {
             UpstreamError::Unavailable { .. } => f.write_str(
                 "calls to this upstream failed repeatedly, so recast does not call it until its \
                  cooldown ends (RECAST_BREAKER_FAILURES, RECAST_BREAKER_COOLDOWN_MS); nothing was sent",
+            ),
+            UpstreamError::RateLimited { .. } => f.write_str(
+                "the route's rateLimit (the upstream's quota) has no slot free within its maxWaitMs; nothing was sent",
             ),
         }
     }
@@ -122,6 +130,7 @@ pub struct UpstreamClient {
     lookup: Arc<dyn Lookup>,
     breakers: Arc<Breakers>,
     budgets: Arc<retry::Budgets>,
+    limiters: Arc<limit::Limiters>,
 }
 
 impl UpstreamClient {
@@ -141,7 +150,8 @@ impl UpstreamClient {
         let pools = Arc::new(Pools((0..=settings.workers).map(|_| Pool::default()).collect()));
         let breakers = Arc::new(Breakers::new(settings.breaker));
         let budgets = Arc::default();
-        UpstreamClient { connector, pools, settings, policy, lookup, breakers, budgets }
+        let limiters = Arc::default();
+        UpstreamClient { connector, pools, settings, policy, lookup, breakers, budgets, limiters }
     }
 
     /// Closes idle connections past their time every 30 seconds, also when nothing calls their
@@ -189,24 +199,41 @@ impl UpstreamClient {
         self.budgets.snapshot()
     }
 
+    /// The refusals of the rate limits called so far (`/metrics`).
+    pub fn rate_limits(&self) -> Vec<LimiterCounts> {
+        self.limiters.snapshot()
+    }
+
     /// Sends `request` and reads the answer, all within the total deadline, unless the breaker of
     /// the request's origin is open.
     pub async fn call(&self, request: UpstreamRequest) -> Result<Answer, UpstreamError> {
-        self.call_with(&request, None).await
+        self.call_with(&request, &Outbound::default()).await
     }
 
-    /// [`UpstreamClient::call`], sending the request again as `retry` says (a route's `retry`):
-    /// the deadline is the whole call's, retries and their waits included, and each retry is
-    /// taken from the budget of the request's origin.
+    /// [`UpstreamClient::call`] under a route's rate limit, sending the request again as its
+    /// `retry` says: the deadline is the whole call's, waits for a slot, retries and their waits
+    /// included; each retry is taken from the budget of the request's origin, and needs a slot of
+    /// the rate limit free at once.
     pub async fn call_with(
         &self,
         request: &UpstreamRequest,
-        retry: Option<&RetrySettings>,
+        outbound: &Outbound<'_>,
     ) -> Result<Answer, UpstreamError> {
         // One reading of the clock: the deadline, and the time the pool counts idleness from.
         let started = Instant::now();
         let deadline = started + self.settings.total_timeout;
         let origin = origin(&request.uri);
+        let limit = outbound
+            .rate_limit
+            .map(|(settings, route)| (settings, settings.key(&route.to_string(), &origin)));
+        if let Some((settings, key)) = &limit {
+            let wait =
+                Duration::from_millis(settings.max_wait_ms).min(deadline.saturating_duration_since(started));
+            if let Err(free_in) = self.limiters.take(key, settings, wait).await {
+                return Err(UpstreamError::RateLimited { retry_after: free_in });
+            }
+        }
+        let retry = outbound.retry;
         if retry.is_some() {
             self.budgets.called(&origin);
         }
@@ -221,8 +248,15 @@ impl UpstreamClient {
             if Instant::now() + wait >= deadline || !self.budgets.take(&origin) {
                 return outcome;
             }
+
             logged!(Level::DEBUG, upstream = %origin, retry = retries + 1, of = settings.attempts, wait_ms = wait.as_millis() as u64, "retrying the upstream call");
             tokio::time::sleep(wait).await;
+            // A retry is a call the upstream counts: it needs a slot of the limit, free now.
+            if let Some((limit, key)) = &limit
+                && self.limiters.take(key, limit, Duration::ZERO).await.is_err()
+            {
+                return outcome;
+            }
             now = Instant::now();
             retries += 1;
         }
@@ -250,7 +284,11 @@ impl UpstreamClient {
         let failed = match &answer {
             Ok(answer) => Some(answer.status.is_server_error()),
             Err(UpstreamError::Connect(_) | UpstreamError::Broken(_) | UpstreamError::Timeout) => Some(true),
-            Err(UpstreamError::NotAllowed(_) | UpstreamError::Unavailable { .. }) => None,
+            Err(
+                UpstreamError::NotAllowed(_)
+                | UpstreamError::Unavailable { .. }
+                | UpstreamError::RateLimited { .. },
+            ) => None,
             // It answered.
             Err(UpstreamError::TooLarge { .. } | UpstreamError::Coding(_)) => Some(false),
         };
@@ -331,6 +369,14 @@ impl UpstreamClient {
         logged!(Level::DEBUG, upstream = ?uri.authority().map(Authority::as_str), "connected to the upstream");
         Ok(wire::Connection::new(TokioIo::new(stream)))
     }
+}
+
+/// What a route adds to a call: its outbound rate limit (with the route's uuid, which a limit of
+/// the route is kept by) and its retries.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Outbound<'a> {
+    pub rate_limit: Option<(&'a RateLimitSettings, uuid::Uuid)>,
+    pub retry: Option<&'a RetrySettings>,
 }
 
 /// `scheme://host:port` of `uri`, the host in lower case and the port always written: what a

@@ -31,6 +31,7 @@ mod playground;
 mod postgres;
 mod preview;
 mod properties;
+mod rate_limit;
 mod readme;
 mod retry;
 mod routes;

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Load on loopback: what a call costs recast while its upstream's circuit breaker is open, against
-# a call of an unknown route (a 404). A route is registered against a small upstream on
-# 127.0.0.1, the upstream is stopped, RECAST_BREAKER_FAILURES calls fail, and from then on every
-# call of the route is refused without an outbound call (503 upstream-unavailable). wrk then
-# drives the open route and an unknown route in turn, each for LOAD_DURATION, and the script
-# prints calls per second, p99 and recast's CPU time per call (user+system, from /proc).
+# Load on loopback, the outbound side of a route. Two routes are registered against a small
+# upstream on 127.0.0.1 (Python's http.server, which logs every request it answers):
+#
+# 1. A route with `"rateLimit": {"requestsPerSecond": LOAD_RATE, "burst": 1}`: wrk drives it as fast as it
+#    can for LOAD_DURATION, far above the limit, and the script prints how many requests a second
+#    the upstream received (from its log) against the limit.
+# 2. Then the upstream is stopped, RECAST_BREAKER_FAILURES calls of the other route fail, and from
+#    then on every call of it is refused without an outbound call (503 upstream-unavailable). wrk
+#    drives the open route and an unknown route (a 404) in turn, and the script prints calls per
+#    second, p99 and recast's CPU time per call (user+system, from /proc) of each.
 #
 # Settings (environment): LOAD_DURATION (default 8s), LOAD_CONNECTIONS (default 64),
-# LOAD_ROUNDS (default 2), LOAD_THREADS (default 2), LOAD_PORT (first of two ports, default 18180).
+# LOAD_ROUNDS (default 2), LOAD_THREADS (default 2), LOAD_RATE (default 100), LOAD_PORT (first of
+# two ports, default 18180).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib.sh
@@ -17,6 +22,7 @@ CONNECTIONS=${LOAD_CONNECTIONS:-64}
 ROUNDS=${LOAD_ROUNDS:-2}
 THREADS=${LOAD_THREADS:-2}
 PORT=${LOAD_PORT:-18180}
+RATE=${LOAD_RATE:-100}
 UPSTREAM_PORT=$PORT RECAST_PORT=$((PORT + 1))
 
 ensure_toolchain
@@ -51,7 +57,7 @@ wait_for() { # $1 URL: until it answers at all, for up to ten seconds
 }
 
 echo '{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken"}]}' >"$WORK/meals.json"
-python3 -m http.server "$UPSTREAM_PORT" --bind 127.0.0.1 --directory "$WORK" >/dev/null 2>&1 &
+python3 -m http.server "$UPSTREAM_PORT" --bind 127.0.0.1 --directory "$WORK" >/dev/null 2>"$WORK/upstream.log" &
 UPSTREAM_PID=$!
 PIDS+=("$UPSTREAM_PID")
 RECAST_LISTEN=127.0.0.1:$RECAST_PORT RECAST_DATA_DIR=$WORK/data RECAST_UPSTREAM_ALLOW=127.0.0.1/32 \
@@ -62,9 +68,29 @@ PIDS+=("$RECAST_PID")
 wait_for "http://127.0.0.1:$UPSTREAM_PORT/meals.json"
 wait_for "http://127.0.0.1:$RECAST_PORT/readyz"
 
-REGISTRATION='{"path":"meals","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'$UPSTREAM_PORT'/"},"path":"meals.json"},"rulesAsString":{"newBodyFields":{"name":{"key":"name","type":"String"}},"oldBodyFields":{"name":{"keys":["strMeal"],"parents":["meals"]}}}}'
-ROUTE=$(curl -sf -H 'content-type: application/json' -d "$REGISTRATION" "http://127.0.0.1:$RECAST_PORT/v1/mapping" |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)["path"])')
+register() { # $1 route path, $2 more members; prints the route's public path
+    curl -sf -H 'content-type: application/json' -d '{"path":"'"$1"'","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'"$UPSTREAM_PORT"'/"},"path":"meals.json"},"rulesAsString":{"newBodyFields":{"name":{"key":"name","type":"String"}},"oldBodyFields":{"name":{"keys":["strMeal"],"parents":["meals"]}}}'"$2"'}' \
+        "http://127.0.0.1:$RECAST_PORT/v1/mapping" | python3 -c 'import json, sys; print(json.load(sys.stdin)["path"])'
+}
+ROUTE=$(register meals "")
+LIMITED=$(register limited ',"rateLimit":{"requestsPerSecond":'"$RATE"',"burst":1}')
+
+# --- The rate limit --------------------------------------------------------------------------
+sleep 1
+received() { grep -c '"GET /meals.json' "$WORK/upstream.log" || true; }
+before=$(received)
+out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" "http://127.0.0.1:$RECAST_PORT$LIMITED")
+sleep 0.5
+after=$(received)
+seconds=${DURATION%s}
+requests=$(awk '/ requests in / { print $1 }' <<<"$out")
+echo "rate limit of $RATE a second, wrk -t$THREADS -c$CONNECTIONS -d$DURATION:"
+echo "| callers' calls/s | answered 429 | upstream received | upstream calls/s | against the limit |"
+echo "|---:|---:|---:|---:|---:|"
+awk -v r="$requests" -v n="$(awk '/Non-2xx/ { print $NF }' <<<"$out")" -v got=$((after - before)) -v s="$seconds" -v rate="$RATE" \
+    'BEGIN { printf "| %.0f | %d | %d | %.1f | %.3f× |\n", r / s, n, got, got / s, got / s / rate }'
+
+# --- The open breaker ------------------------------------------------------------------------
 kill "$UPSTREAM_PID"
 wait "$UPSTREAM_PID" 2>/dev/null || true
 for _ in 1 2 3 4 5; do

@@ -1,0 +1,182 @@
+//! Outbound rate limits (`"rateLimit"` in a registration; `docs/upstreams.md`): the quota an
+//! upstream grants, kept per route or per upstream origin with the GCRA limiter of `governor`.
+//! A call over the limit waits up to the route's `maxWaitMs` for its slot, within the call's
+//! deadline, and is otherwise answered 429 without an outbound call.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use serde::{Deserialize, Serialize};
+
+/// The largest `requestsPerSecond` and `burst` a route may give.
+pub const MAX_RATE: f64 = 1_000_000.0;
+pub const MAX_BURST: u32 = 1_000_000;
+/// The longest `maxWaitMs`.
+pub const MAX_WAIT_MS: u64 = 60_000;
+
+/// A route's `rateLimit` member, checked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimitSettings {
+    /// Calls per second let through on average (may be below 1).
+    pub requests_per_second: f64,
+    /// Calls let through at once after a quiet spell.
+    pub burst: u32,
+    pub scope: LimitScope,
+    /// How long a call over the limit may wait for its slot, in milliseconds.
+    pub max_wait_ms: u64,
+}
+
+/// Whose calls share the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LimitScope {
+    /// This route's calls.
+    Route,
+    /// The calls of every route to the same origin (scheme, host and port) with the same limit.
+    Origin,
+}
+
+impl RateLimitSettings {
+    /// The GCRA quota: one call every `1 / requestsPerSecond` seconds, `burst` at once.
+    fn quota(&self) -> Option<Quota> {
+        let period = Duration::try_from_secs_f64(1.0 / self.requests_per_second).ok()?;
+        Some(Quota::with_period(period)?.allow_burst(NonZeroU32::new(self.burst)?))
+    }
+
+    /// The key of the limiter a call shares: its route's or its origin's, and the limit itself,
+    /// so that a route updated with another limit starts a limiter of its own.
+    pub fn key(&self, route: &str, origin: &str) -> String {
+        let owner = match self.scope {
+            LimitScope::Route => format!("route:{route}"),
+            LimitScope::Origin => format!("origin:{origin}"),
+        };
+        format!("{owner} {} {}", self.requests_per_second, self.burst)
+    }
+}
+
+/// Every limiter called so far, by key.
+#[derive(Default)]
+pub struct Limiters {
+    limiters: RwLock<HashMap<String, Arc<Limiter>>>,
+}
+
+struct Limiter {
+    gate: DefaultDirectRateLimiter,
+    /// `route:<uuid>` or `origin:<scheme://host:port>`, for `/metrics`.
+    label: String,
+    refused: AtomicU64,
+}
+
+/// One limiter as `/metrics` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimiterCounts {
+    /// `route:<uuid>` or `origin:<scheme://host:port>`.
+    pub limit: String,
+    /// Calls answered 429 without an outbound call.
+    pub refused: u64,
+}
+
+impl Limiters {
+    fn limiter(&self, key: &str, settings: &RateLimitSettings) -> Option<Arc<Limiter>> {
+        let known = self.limiters.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned();
+        if known.is_some() {
+            return known;
+        }
+        let quota = settings.quota()?;
+        let mut limiters = self.limiters.write().unwrap_or_else(PoisonError::into_inner);
+        let limiter = limiters.entry(key.to_owned()).or_insert_with(|| {
+            Arc::new(Limiter {
+                gate: RateLimiter::direct(quota),
+                label: key.split(' ').next().unwrap_or_default().to_owned(),
+                refused: AtomicU64::new(0),
+            })
+        });
+        Some(limiter.clone())
+    }
+
+    /// Takes a slot of the limiter `key`, waiting for it up to `wait` (an attempt that is not the
+    /// first waits for none). Answers how long until a slot is free when none is within `wait`
+    /// (counted as refused).
+    pub async fn take(
+        &self,
+        key: &str,
+        settings: &RateLimitSettings,
+        wait: Duration,
+    ) -> Result<(), Duration> {
+        // A limit that cannot be a quota was refused at registration; nothing to keep.
+        let Some(limiter) = self.limiter(key, settings) else { return Ok(()) };
+        let clock = DefaultClock::default();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let Err(not_until) = limiter.gate.check() else { return Ok(()) };
+            let free_in = not_until.wait_time_from(clock.now());
+            let now = tokio::time::Instant::now();
+            if now + free_in > deadline {
+                limiter.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(free_in);
+            }
+            // Others may take the slot meanwhile: check again when it should be free.
+            tokio::time::sleep(free_in).await;
+        }
+    }
+
+    /// Every limiter's refusals, by label (limiters of one route or origin added up).
+    pub fn snapshot(&self) -> Vec<LimiterCounts> {
+        let limiters = self.limiters.read().unwrap_or_else(PoisonError::into_inner);
+        let mut by_label: HashMap<&str, u64> = HashMap::new();
+        for limiter in limiters.values() {
+            *by_label.entry(&limiter.label).or_default() += limiter.refused.load(Ordering::Relaxed);
+        }
+        let mut all: Vec<LimiterCounts> = by_label
+            .into_iter()
+            .map(|(limit, refused)| LimiterCounts { limit: limit.to_owned(), refused })
+            .collect();
+        all.sort_by(|a, b| a.limit.cmp(&b.limit));
+        all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(rate: f64, burst: u32, scope: LimitScope) -> RateLimitSettings {
+        RateLimitSettings { requests_per_second: rate, burst, scope, max_wait_ms: 0 }
+    }
+
+    #[tokio::test]
+    async fn a_burst_goes_at_once_and_the_rest_waits_or_is_refused() {
+        let limiters = Limiters::default();
+        let limit = settings(10.0, 3, LimitScope::Route);
+        let key = limit.key("r1", "http://127.0.0.1:9");
+        for _ in 0..3 {
+            assert_eq!(limiters.take(&key, &limit, Duration::ZERO).await, Ok(()));
+        }
+        let refused = limiters.take(&key, &limit, Duration::ZERO).await.expect_err("over the burst");
+        assert!(refused <= Duration::from_millis(100), "{refused:?}");
+        // Waiting up to 150 ms finds the next slot (one every 100 ms).
+        let started = std::time::Instant::now();
+        assert_eq!(limiters.take(&key, &limit, Duration::from_millis(150)).await, Ok(()));
+        assert!(started.elapsed() <= Duration::from_millis(140), "{:?}", started.elapsed());
+        assert_eq!(limiters.snapshot(), [LimiterCounts { limit: "route:r1".to_owned(), refused: 1 }]);
+    }
+
+    #[test]
+    fn routes_share_an_origin_limit_and_keep_their_own() {
+        let origin = settings(5.0, 1, LimitScope::Origin);
+        let route = settings(5.0, 1, LimitScope::Route);
+        assert_eq!(origin.key("r1", "http://a:80"), origin.key("r2", "http://a:80"));
+        assert_ne!(route.key("r1", "http://a:80"), route.key("r2", "http://a:80"));
+        assert_ne!(
+            origin.key("r1", "http://a:80"),
+            settings(6.0, 1, LimitScope::Origin).key("r1", "http://a:80")
+        );
+        assert!(settings(0.5, 1, LimitScope::Route).quota().is_some(), "below one a second");
+    }
+}
