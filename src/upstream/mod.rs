@@ -316,7 +316,14 @@ impl UpstreamClient {
             let reused = pooled.is_some();
             let mut connection = match pooled.take() {
                 Some(connection) => connection,
-                None => self.connect(&request.uri).await?,
+                None => match self.connect(&request.uri).await {
+                    // Refused: nothing reached the upstream, so any method may try once more.
+                    Err(Connecting::Refused(why)) => {
+                        logged!(Level::DEBUG, upstream = %key.1, %why, "the connection was refused; trying once more");
+                        self.connect(&request.uri).await.map_err(Connecting::into_error)?
+                    }
+                    connected => connected.map_err(Connecting::into_error)?,
+                },
             };
             match connection.exchange(&bytes, head_only, limit).await {
                 Ok((answer, reuse)) => {
@@ -352,7 +359,7 @@ impl UpstreamClient {
         }
     }
 
-    async fn connect(&self, uri: &http::Uri) -> Result<wire::Connection, UpstreamError> {
+    async fn connect(&self, uri: &http::Uri) -> Result<wire::Connection, Connecting> {
         let connecting = self.connector.clone().call(uri.clone());
         // The connector logs too (at debug); its lines name the request like ours.
         let logs = tracing::enabled!(target: "hyper_util::client::legacy::connect::http", Level::DEBUG);
@@ -362,13 +369,48 @@ impl UpstreamClient {
         };
         let stream = connected.map_err(|e| {
             if let Some(refusal) = refusal_in(&*e) {
-                return UpstreamError::NotAllowed(refusal.clone());
+                return Connecting::Failed(UpstreamError::NotAllowed(refusal.clone()));
             }
-            UpstreamError::Connect(error_chain(&*e))
+            let why = error_chain(&*e);
+            if connection_refused(&*e) {
+                Connecting::Refused(why)
+            } else {
+                Connecting::Failed(UpstreamError::Connect(why))
+            }
         })?;
         logged!(Level::DEBUG, upstream = ?uri.authority().map(Authority::as_str), "connected to the upstream");
         Ok(wire::Connection::new(TokioIo::new(stream)))
     }
+}
+
+/// Why no connection was made: refused by the upstream's host (nothing was sent, so a request
+/// of any method may try once more), or anything else.
+enum Connecting {
+    Refused(String),
+    Failed(UpstreamError),
+}
+
+impl Connecting {
+    fn into_error(self) -> UpstreamError {
+        match self {
+            Connecting::Refused(why) => UpstreamError::Connect(why),
+            Connecting::Failed(error) => error,
+        }
+    }
+}
+
+/// Whether a connector's error is, at its root, a refused TCP connection.
+fn connection_refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// What a route adds to a call: its outbound rate limit (with the route's uuid, which a limit of

@@ -231,3 +231,40 @@ async fn redirects_are_answered_not_followed() {
     assert_eq!(target.connections(), 0);
     service.stop().await;
 }
+
+/// A connection the upstream's host refused reached nothing, so the request is sent once more on
+/// a new connection, whatever its method; a second refusal is the answer.
+#[tokio::test]
+async fn a_refused_connection_is_tried_once_more_for_any_method() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // An upstream on 127.0.0.2; the same port on 127.0.0.1 refuses.
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = accepted.clone();
+    let server = tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut head = vec![0; 4096];
+            let _ = stream.read(&mut head).await;
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}").await;
+        }
+    });
+    let url = format!("http://api.internal:{port}/");
+    let post = |url: &str| UpstreamRequest { method: Method::POST, ..request(url) };
+
+    // The first lookup answers the refusing address, the next the listening one.
+    let lookup = Script::new(&["127.0.0.1", "127.0.0.2"]);
+    let answer = client("api.internal", lookup.clone()).call(post(&url)).await.expect("the second try");
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(lookup.asked.lock().unwrap().len(), 2);
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    // Refused twice: the answer is the refusal, after two tries and no more.
+    let lookup = Script::new(&["127.0.0.1"]);
+    let error = client("api.internal", lookup.clone()).call(post(&url)).await.unwrap_err();
+    assert!(matches!(&error, UpstreamError::Connect(why) if why.contains("refused")), "{error:?}");
+    assert_eq!(lookup.asked.lock().unwrap().len(), 2);
+    server.abort();
+}
