@@ -397,12 +397,16 @@ fn rate_limit_settings(
             }
         },
     };
-    (problems.len() == before).then_some(RateLimitSettings {
-        requests_per_second: rate,
-        burst,
-        scope,
-        max_wait_ms,
-    })
+    let settings = RateLimitSettings { requests_per_second: rate, burst, scope, max_wait_ms };
+    if problems.len() == before && !settings.fits() {
+        problems.push(Problem::new(
+            "/rateLimit/burst",
+            format!(
+                "a burst of {burst} at {rate} a second would take too long to come back; give a smaller burst or a higher rate"
+            ),
+        ));
+    }
+    (problems.len() == before).then_some(settings)
 }
 
 fn json_text(value: Option<&RawValue>) -> Option<String> {

@@ -43,10 +43,22 @@ pub enum LimitScope {
 }
 
 impl RateLimitSettings {
-    /// The GCRA quota: one call every `1 / requestsPerSecond` seconds, `burst` at once.
+    /// The GCRA quota: one call every `1 / requestsPerSecond` seconds, `burst` at once; `None`
+    /// when the two do not make one ([`RateLimitSettings::fits`]).
     fn quota(&self) -> Option<Quota> {
+        if !self.fits() {
+            return None;
+        }
         let period = Duration::try_from_secs_f64(1.0 / self.requests_per_second).ok()?;
         Some(Quota::with_period(period)?.allow_burst(NonZeroU32::new(self.burst)?))
+    }
+
+    /// Whether the rate and the burst make a quota the limiter can hold: the time a whole burst
+    /// takes to come back (the period times the burst, in nanoseconds) must fit in 64 bits, with
+    /// room to spare (a rate of one a day allows bursts of about 200,000).
+    pub fn fits(&self) -> bool {
+        let rate = self.requests_per_second;
+        rate.is_finite() && rate > 0.0 && 1e9 / rate * f64::from(self.burst) < 1.8e19
     }
 
     /// The key of the limiter a call shares: its route's or its origin's, and the limit itself,
@@ -178,5 +190,9 @@ mod tests {
             settings(6.0, 1, LimitScope::Origin).key("r1", "http://a:80")
         );
         assert!(settings(0.5, 1, LimitScope::Route).quota().is_some(), "below one a second");
+        // A day's period times a million overflows the limiter's nanoseconds: refused.
+        assert!(!settings(1.0 / 86_400.0, 1_000_000, LimitScope::Route).fits());
+        assert!(settings(1.0 / 86_400.0, 200_000, LimitScope::Route).fits());
+        assert!(settings(MAX_RATE, MAX_BURST, LimitScope::Route).fits());
     }
 }

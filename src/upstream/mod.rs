@@ -227,8 +227,11 @@ impl UpstreamClient {
             .rate_limit
             .map(|(settings, route)| (settings, settings.key(&route.to_string(), &origin)));
         if let Some((settings, key)) = &limit {
-            let wait =
-                Duration::from_millis(settings.max_wait_ms).min(deadline.saturating_duration_since(started));
+            // A slot found in the last quarter of the call's time would leave the attempt too
+            // little of it (and its timeout would count against a healthy upstream's breaker).
+            let wait = Duration::from_millis(settings.max_wait_ms).min(
+                deadline.saturating_duration_since(started).saturating_sub(self.settings.total_timeout / 4),
+            );
             if let Err(free_in) = self.limiters.take(key, settings, wait).await {
                 return Err(UpstreamError::RateLimited { retry_after: free_in });
             }
@@ -237,7 +240,8 @@ impl UpstreamClient {
         if retry.is_some() {
             self.budgets.called(&origin);
         }
-        let (mut now, mut retries) = (started, 0);
+        // A wait for a slot of the limit is not part of the first attempt's time.
+        let (mut now, mut retries) = (if limit.is_some() { Instant::now() } else { started }, 0);
         loop {
             let until = retry.map_or(deadline, |settings| settings.attempt_deadline(retries, now, deadline));
             let outcome = self.attempt(request, &origin, now, until).await;
@@ -245,18 +249,19 @@ impl UpstreamClient {
                 return outcome;
             };
             let wait = retry::wait_before(retries, &outcome);
-            if Instant::now() + wait >= deadline || !self.budgets.take(&origin) {
+            if wait >= deadline.saturating_duration_since(Instant::now()) || !self.budgets.take(&origin) {
                 return outcome;
             }
-
             logged!(Level::DEBUG, upstream = %origin, retry = retries + 1, of = settings.attempts, wait_ms = wait.as_millis() as u64, "retrying the upstream call");
             tokio::time::sleep(wait).await;
             // A retry is a call the upstream counts: it needs a slot of the limit, free now.
             if let Some((limit, key)) = &limit
                 && self.limiters.take(key, limit, Duration::ZERO).await.is_err()
             {
+                self.budgets.give_back(&origin);
                 return outcome;
             }
+            self.budgets.sent(&origin);
             now = Instant::now();
             retries += 1;
         }
@@ -300,7 +305,8 @@ impl UpstreamClient {
 
     /// One exchange on a pooled connection, or a new one. When a pooled connection fails before
     /// any byte of the answer (the upstream closed it while idle), an idempotent request is sent
-    /// once more on a new connection.
+    /// once more on a new connection; a new connection the upstream's host refuses is tried once
+    /// more for any request.
     async fn exchange_pooled(
         &self,
         request: &UpstreamRequest,

@@ -156,20 +156,32 @@ impl Budgets {
         *balance = (*balance + PER_CALL).min(RESERVE);
     }
 
-    /// Takes one retry from `origin`'s budget; `false` (counted) when none is left.
+    /// Takes one retry from `origin`'s budget; `false` (counted) when none is left. A retry
+    /// taken is counted as sent by [`Budgets::sent`], or given back by [`Budgets::give_back`].
     pub fn take(&self, origin: &str) -> bool {
         let budget = self.budget(origin);
         let mut balance = budget.balance.lock().unwrap_or_else(PoisonError::into_inner);
         if *balance >= 1.0 {
             *balance -= 1.0;
-            drop(balance);
-            budget.retries.fetch_add(1, Ordering::Relaxed);
             true
         } else {
             drop(balance);
             budget.refused.fetch_add(1, Ordering::Relaxed);
             false
         }
+    }
+
+    /// A retry taken from `origin`'s budget was sent.
+    pub fn sent(&self, origin: &str) {
+        self.budget(origin).retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A retry taken from `origin`'s budget was not sent after all (no slot of the route's rate
+    /// limit was free): it goes back.
+    pub fn give_back(&self, origin: &str) {
+        let budget = self.budget(origin);
+        let mut balance = budget.balance.lock().unwrap_or_else(PoisonError::into_inner);
+        *balance = (*balance + 1.0).min(RESERVE);
     }
 
     /// Every origin's retries, by origin.
@@ -257,7 +269,10 @@ mod tests {
         let mut sent = 0;
         for _ in 0..1000 {
             budgets.called(origin);
-            sent += usize::from(budgets.take(origin));
+            if budgets.take(origin) {
+                budgets.sent(origin);
+                sent += 1;
+            }
         }
         // Every call failing, each wants a retry: the reserve, then one per five calls.
         assert!((200..=211).contains(&sent), "{sent}");

@@ -91,16 +91,22 @@ struct AnswerHead {
 }
 
 /// A `Retry-After` value (RFC 9110 §10.2.3): whole seconds, or a date, as the time from now
-/// (zero for a date past); `None` when it is neither.
+/// (zero for a date past), at most [`MAX_RETRY_AFTER`]; `None` when it is neither.
 fn retry_after_of(value: &[u8]) -> Option<Duration> {
     let text = std::str::from_utf8(value).ok()?.trim();
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+    let asked = if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         // More digits than a u64 holds: as long as can be said.
-        return Some(Duration::from_secs(text.parse().unwrap_or(u64::MAX)));
-    }
-    let at = httpdate::parse_http_date(text).ok()?;
-    Some(at.duration_since(std::time::SystemTime::now()).unwrap_or_default())
+        Duration::from_secs(text.parse().unwrap_or(u64::MAX))
+    } else {
+        let at = httpdate::parse_http_date(text).ok()?;
+        at.duration_since(std::time::SystemTime::now()).unwrap_or_default()
+    };
+    Some(asked.min(MAX_RETRY_AFTER))
 }
+
+/// The longest `Retry-After` taken as it is: a day, far past any call's deadline, and small
+/// enough that no clock arithmetic with it can overflow.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
 
 /// The bytes of `request` on the wire: request line, `Host`, `Accept-Encoding` (`gzip, br` when
 /// `compression` is on, else `identity`), the request's headers, `Content-Length` when there is a

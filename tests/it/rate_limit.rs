@@ -132,6 +132,7 @@ async fn a_rate_limit_with_problems_is_refused_with_each_located() {
         (r#"{"requestsPerSecond":0}"#, vec!["/rateLimit/requestsPerSecond"]),
         (r#"{"requestsPerSecond":"fast"}"#, vec!["/rateLimit/requestsPerSecond"]),
         (r#"{"requestsPerSecond":5,"burst":0}"#, vec!["/rateLimit/burst"]),
+        (r#"{"requestsPerSecond":0.0000116,"burst":1000000}"#, vec!["/rateLimit/burst"]),
         (
             r#"{"requestsPerSecond":5,"scope":"cluster","maxWaitMs":60001,"per":"s"}"#,
             vec!["/rateLimit/maxWaitMs", "/rateLimit/per", "/rateLimit/scope"],
