@@ -3,6 +3,17 @@
 
 say() { printf 'recast: %s\n' "$*" >&2; }
 
+# Stops the script when any of the ports given is in use on 127.0.0.1 (a load script's range).
+ensure_free_ports() {
+    local port
+    for port in "$@"; do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            say "port $port on 127.0.0.1 is in use; set LOAD_PORT to the start of a free range of $# ports"
+            exit 1
+        fi
+    done
+}
+
 # Rust 1.88 or newer (edition 2024).
 ensure_toolchain() {
     if ! command -v cargo >/dev/null 2>&1; then

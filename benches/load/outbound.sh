@@ -27,12 +27,7 @@ UPSTREAM_PORT=$PORT RECAST_PORT=$((PORT + 1))
 
 ensure_toolchain
 ensure_packages "${BUILD_PACKAGES[@]}" wrk curl python3
-for port in $UPSTREAM_PORT $RECAST_PORT; do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        say "port $port on 127.0.0.1 is in use; set LOAD_PORT to a free range of two ports"
-        exit 1
-    fi
-done
+ensure_free_ports $UPSTREAM_PORT $RECAST_PORT
 use_ccache
 announce_rocksdb release
 cargo build --release --locked --bin recast

@@ -33,12 +33,7 @@ TWIN_PORT=$((PORT + 4)) TWIN_NJS_PORT=$((PORT + 5)) CACHE_PORT=$((PORT + 6)) TWI
 ensure_toolchain
 ensure_nginx
 ensure_packages "${BUILD_PACKAGES[@]}" libnginx-mod-http-js wrk curl
-for port in $UPSTREAM_PORT $PROXY_PORT $NJS_PORT $RECAST_PORT $TWIN_PORT $TWIN_NJS_PORT $CACHE_PORT $TWIN_CACHE_PORT; do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-        say "port $port on 127.0.0.1 is in use; set LOAD_PORT to a free range of eight ports"
-        exit 1
-    fi
-done
+ensure_free_ports $UPSTREAM_PORT $PROXY_PORT $NJS_PORT $RECAST_PORT $TWIN_PORT $TWIN_NJS_PORT $CACHE_PORT $TWIN_CACHE_PORT
 use_ccache
 announce_rocksdb release
 cargo build --release --locked --bin recast

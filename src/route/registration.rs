@@ -171,6 +171,42 @@ impl Registration {
     }
 }
 
+/// A settings member of a registration (`cache`, `retry`, `rateLimit`): `None` when absent or
+/// `null`; its members when it is an object, with a problem for each one not `known`; else a
+/// problem at `/{name}` that shows `example`, and `None`.
+fn settings_object<'v>(
+    given: Option<&'v serde_json::Value>,
+    name: &str,
+    known: &[&str],
+    example: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<&'v serde_json::Map<String, serde_json::Value>> {
+    let members = match given? {
+        serde_json::Value::Null => return None,
+        serde_json::Value::Object(members) => members,
+        _ => {
+            problems.push(Problem::new(
+                format!("/{name}"),
+                format!("must be an object such as {example}, or null"),
+            ));
+            return None;
+        }
+    };
+    let listed: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+    let takes = match listed.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => "nothing".to_owned(),
+    };
+    for member in members.keys().filter(|m| !known.contains(&m.as_str())) {
+        problems.push(Problem::new(
+            format!("/{name}/{member}"),
+            format!("unknown member; `{name}` takes {takes}"),
+        ));
+    }
+    Some(members)
+}
+
 /// The longest `ttlSeconds` or `staleWhileRevalidateSeconds`: a year.
 const MAX_CACHE_SECONDS: u64 = 365 * 24 * 3600;
 
@@ -182,29 +218,14 @@ fn cache_settings(
     method: &str,
     problems: &mut Vec<Problem>,
 ) -> Option<CacheSettings> {
-    use serde_json::Value;
-    let members = match given? {
-        Value::Null => return None,
-        Value::Object(members) => members,
-        _ => {
-            problems.push(Problem::new("/cache", "must be an object such as {\"ttlSeconds\": 60}, or null"));
-            return None;
-        }
-    };
     let before = problems.len();
+    let known = ["ttlSeconds", "staleWhileRevalidateSeconds"];
+    let members = settings_object(given, "cache", &known, r#"{"ttlSeconds": 60}"#, problems)?;
     if method != "GET" {
         problems.push(Problem::new(
             "/cache",
             format!("only a route called with GET may have a cache; this one is called with {method}"),
         ));
-    }
-    for name in members.keys() {
-        if name != "ttlSeconds" && name != "staleWhileRevalidateSeconds" {
-            problems.push(Problem::new(
-                format!("/cache/{name}"),
-                "unknown member; `cache` takes `ttlSeconds` and `staleWhileRevalidateSeconds`",
-            ));
-        }
     }
     let mut seconds = |name: &str, required: bool| match members.get(name) {
         None if required => {
@@ -237,26 +258,9 @@ fn retry_settings(
     problems: &mut Vec<Problem>,
 ) -> Option<RetrySettings> {
     use serde_json::Value;
-    let members = match given? {
-        Value::Null => return None,
-        Value::Object(members) => members,
-        _ => {
-            problems.push(Problem::new(
-                "/retry",
-                "must be an object such as {\"attempts\": 2, \"on\": [503, \"timeout\"]}, or null",
-            ));
-            return None;
-        }
-    };
     let before = problems.len();
-    for name in members.keys() {
-        if !matches!(name.as_str(), "attempts" | "on" | "unsafe") {
-            problems.push(Problem::new(
-                format!("/retry/{name}"),
-                "unknown member; `retry` takes `attempts`, `on` and `unsafe`",
-            ));
-        }
-    }
+    let example = r#"{"attempts": 2, "on": [503, "timeout"]}"#;
+    let members = settings_object(given, "retry", &["attempts", "on", "unsafe"], example, problems)?;
     let attempts = match members.get("attempts").map(Value::as_u64) {
         None => {
             problems.push(Problem::new("/retry/attempts", "missing required member"));
@@ -328,26 +332,10 @@ fn rate_limit_settings(
     problems: &mut Vec<Problem>,
 ) -> Option<RateLimitSettings> {
     use serde_json::Value;
-    let members = match given? {
-        Value::Null => return None,
-        Value::Object(members) => members,
-        _ => {
-            problems.push(Problem::new(
-                "/rateLimit",
-                "must be an object such as {\"requestsPerSecond\": 10, \"burst\": 5}, or null",
-            ));
-            return None;
-        }
-    };
     let before = problems.len();
-    for name in members.keys() {
-        if !matches!(name.as_str(), "requestsPerSecond" | "burst" | "scope" | "maxWaitMs") {
-            problems.push(Problem::new(
-                format!("/rateLimit/{name}"),
-                "unknown member; `rateLimit` takes `requestsPerSecond`, `burst`, `scope` and `maxWaitMs`",
-            ));
-        }
-    }
+    let known = ["requestsPerSecond", "burst", "scope", "maxWaitMs"];
+    let example = r#"{"requestsPerSecond": 10, "burst": 5}"#;
+    let members = settings_object(given, "rateLimit", &known, example, problems)?;
     let rate = match members.get("requestsPerSecond").map(Value::as_f64) {
         None => {
             problems.push(Problem::new("/rateLimit/requestsPerSecond", "missing required member"));

@@ -9,14 +9,14 @@
 //! new generation): a call sent before the breaker opened and failing after it opened does not
 //! prolong the cooldown, and one succeeding then does not close the breaker while its probe runs.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Level;
 
+use super::Keyed;
 use crate::logging::logged;
 
 /// The settings of every origin's breaker.
@@ -62,7 +62,7 @@ pub struct OriginBreaker {
 /// The breakers of every origin called so far.
 pub struct Breakers {
     settings: BreakerSettings,
-    origins: RwLock<HashMap<String, Arc<Breaker>>>,
+    origins: Keyed<Breaker>,
 }
 
 /// A call refused by an open breaker: when to try again.
@@ -73,7 +73,7 @@ pub struct Refused {
 
 impl Breakers {
     pub fn new(settings: BreakerSettings) -> Breakers {
-        Breakers { settings, origins: RwLock::default() }
+        Breakers { settings, origins: Keyed::default() }
     }
 
     /// Lets a call to `origin` through (with a ticket to report its outcome on), or refuses it.
@@ -92,35 +92,22 @@ impl Breakers {
     }
 
     fn breaker(&self, origin: &str) -> Arc<Breaker> {
-        let known = self.origins.read().unwrap_or_else(PoisonError::into_inner).get(origin).cloned();
-        known.unwrap_or_else(|| {
-            let mut origins = self.origins.write().unwrap_or_else(PoisonError::into_inner);
-            let breaker = origins.entry(origin.to_owned()).or_insert_with(|| {
-                Arc::new(Breaker {
-                    origin: origin.to_owned(),
-                    state: Mutex::default(),
-                    rejected: AtomicU64::new(0),
-                    opened: AtomicU64::new(0),
-                })
-            });
-            breaker.clone()
+        self.origins.get_or(origin, || Breaker {
+            origin: origin.to_owned(),
+            state: Mutex::default(),
+            rejected: AtomicU64::new(0),
+            opened: AtomicU64::new(0),
         })
     }
 
     /// Every origin's breaker, by origin.
     pub fn snapshot(&self) -> Vec<OriginBreaker> {
-        let origins = self.origins.read().unwrap_or_else(PoisonError::into_inner);
-        let mut all: Vec<OriginBreaker> = origins
-            .iter()
-            .map(|(origin, breaker)| OriginBreaker {
-                origin: origin.clone(),
-                state: breaker.state(),
-                rejected: breaker.rejected.load(Ordering::Relaxed),
-                opened: breaker.opened.load(Ordering::Relaxed),
-            })
-            .collect();
-        all.sort_by(|a, b| a.origin.cmp(&b.origin));
-        all
+        self.origins.each(|origin, breaker| OriginBreaker {
+            origin: origin.to_owned(),
+            state: breaker.state(),
+            rejected: breaker.rejected.load(Ordering::Relaxed),
+            opened: breaker.opened.load(Ordering::Relaxed),
+        })
     }
 }
 

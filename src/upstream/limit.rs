@@ -3,15 +3,16 @@
 //! A call over the limit waits up to the route's `maxWaitMs` for its slot, within the call's
 //! deadline, and is otherwise answered 429 without an outbound call.
 
-use std::collections::HashMap;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde::{Deserialize, Serialize};
+
+use super::Keyed;
 
 /// The largest `requestsPerSecond` and `burst` a route may give.
 pub const MAX_RATE: f64 = 1_000_000.0;
@@ -75,7 +76,7 @@ impl RateLimitSettings {
 /// Every limiter called so far, by key.
 #[derive(Default)]
 pub struct Limiters {
-    limiters: RwLock<HashMap<String, Arc<Limiter>>>,
+    limiters: Keyed<Limiter>,
 }
 
 struct Limiter {
@@ -96,20 +97,12 @@ pub struct LimiterCounts {
 
 impl Limiters {
     fn limiter(&self, key: &str, settings: &RateLimitSettings) -> Option<Arc<Limiter>> {
-        let known = self.limiters.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned();
-        if known.is_some() {
-            return known;
-        }
         let quota = settings.quota()?;
-        let mut limiters = self.limiters.write().unwrap_or_else(PoisonError::into_inner);
-        let limiter = limiters.entry(key.to_owned()).or_insert_with(|| {
-            Arc::new(Limiter {
-                gate: RateLimiter::direct(quota),
-                label: key.split(' ').next().unwrap_or_default().to_owned(),
-                refused: AtomicU64::new(0),
-            })
-        });
-        Some(limiter.clone())
+        Some(self.limiters.get_or(key, || Limiter {
+            gate: RateLimiter::direct(quota),
+            label: key.split(' ').next().unwrap_or_default().to_owned(),
+            refused: AtomicU64::new(0),
+        }))
     }
 
     /// Takes a slot of the limiter `key`, waiting for it up to `wait` (an attempt that is not the
@@ -128,8 +121,7 @@ impl Limiters {
         loop {
             let Err(not_until) = limiter.gate.check() else { return Ok(()) };
             let free_in = not_until.wait_time_from(clock.now());
-            let now = tokio::time::Instant::now();
-            if now + free_in > deadline {
+            if free_in > deadline.saturating_duration_since(tokio::time::Instant::now()) {
                 limiter.refused.fetch_add(1, Ordering::Relaxed);
                 return Err(free_in);
             }
@@ -140,16 +132,16 @@ impl Limiters {
 
     /// Every limiter's refusals, by label (limiters of one route or origin added up).
     pub fn snapshot(&self) -> Vec<LimiterCounts> {
-        let limiters = self.limiters.read().unwrap_or_else(PoisonError::into_inner);
-        let mut by_label: HashMap<&str, u64> = HashMap::new();
-        for limiter in limiters.values() {
-            *by_label.entry(&limiter.label).or_default() += limiter.refused.load(Ordering::Relaxed);
+        let mut all: Vec<LimiterCounts> = Vec::new();
+        // By key, so the limiters of one label (its limits over time) come together.
+        for (label, refused) in
+            self.limiters.each(|_, l| (l.label.clone(), l.refused.load(Ordering::Relaxed)))
+        {
+            match all.last_mut() {
+                Some(last) if last.limit == label => last.refused += refused,
+                _ => all.push(LimiterCounts { limit: label, refused }),
+            }
         }
-        let mut all: Vec<LimiterCounts> = by_label
-            .into_iter()
-            .map(|(limit, refused)| LimiterCounts { limit: limit.to_owned(), refused })
-            .collect();
-        all.sort_by(|a, b| a.limit.cmp(&b.limit));
         all
     }
 }

@@ -13,7 +13,7 @@ mod wire;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
@@ -386,6 +386,35 @@ impl UpstreamClient {
         })?;
         logged!(Level::DEBUG, upstream = ?uri.authority().map(Authority::as_str), "connected to the upstream");
         Ok(wire::Connection::new(TokioIo::new(stream)))
+    }
+}
+
+/// State kept per key (an origin, a limit) for as long as the client: found under a read lock,
+/// made under the write lock the first time its key is met.
+struct Keyed<T>(RwLock<HashMap<String, Arc<T>>>);
+
+impl<T> Default for Keyed<T> {
+    fn default() -> Keyed<T> {
+        Keyed(RwLock::default())
+    }
+}
+
+impl<T> Keyed<T> {
+    /// The state of `key`, made by `make` when there is none yet.
+    fn get_or(&self, key: &str, make: impl FnOnce() -> T) -> Arc<T> {
+        let known = self.0.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned();
+        known.unwrap_or_else(|| {
+            let mut all = self.0.write().unwrap_or_else(PoisonError::into_inner);
+            all.entry(key.to_owned()).or_insert_with(|| Arc::new(make())).clone()
+        })
+    }
+
+    /// `view` of every key's state, in the order of the keys.
+    fn each<R>(&self, mut view: impl FnMut(&str, &T) -> R) -> Vec<R> {
+        let all = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        let mut keys: Vec<(&String, &Arc<T>)> = all.iter().collect();
+        keys.sort_by(|a, b| a.0.cmp(b.0));
+        keys.into_iter().map(|(key, state)| view(key, state)).collect()
     }
 }
 

@@ -6,14 +6,13 @@
 //! the whole call) leaves room for its wait; the wait is exponential with full jitter, or what
 //! a 429 or 503 answer's `Retry-After` asks.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Answer, UpstreamError};
+use super::{Answer, Keyed, UpstreamError};
 
 /// The most retries a route may ask for.
 pub const MAX_ATTEMPTS: u8 = 5;
@@ -113,7 +112,7 @@ const PER_CALL: f64 = 0.2;
 /// The retry budget and retry counts of every upstream origin called with retries.
 #[derive(Default)]
 pub struct Budgets {
-    origins: RwLock<HashMap<String, Arc<Budget>>>,
+    origins: Keyed<Budget>,
 }
 
 struct Budget {
@@ -135,17 +134,10 @@ pub struct OriginRetries {
 
 impl Budgets {
     fn budget(&self, origin: &str) -> Arc<Budget> {
-        let known = self.origins.read().unwrap_or_else(PoisonError::into_inner).get(origin).cloned();
-        known.unwrap_or_else(|| {
-            let mut origins = self.origins.write().unwrap_or_else(PoisonError::into_inner);
-            let budget = origins.entry(origin.to_owned()).or_insert_with(|| {
-                Arc::new(Budget {
-                    balance: Mutex::new(RESERVE),
-                    retries: AtomicU64::new(0),
-                    refused: AtomicU64::new(0),
-                })
-            });
-            budget.clone()
+        self.origins.get_or(origin, || Budget {
+            balance: Mutex::new(RESERVE),
+            retries: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
         })
     }
 
@@ -186,17 +178,11 @@ impl Budgets {
 
     /// Every origin's retries, by origin.
     pub fn snapshot(&self) -> Vec<OriginRetries> {
-        let origins = self.origins.read().unwrap_or_else(PoisonError::into_inner);
-        let mut all: Vec<OriginRetries> = origins
-            .iter()
-            .map(|(origin, budget)| OriginRetries {
-                origin: origin.clone(),
-                retries: budget.retries.load(Ordering::Relaxed),
-                over_budget: budget.refused.load(Ordering::Relaxed),
-            })
-            .collect();
-        all.sort_by(|a, b| a.origin.cmp(&b.origin));
-        all
+        self.origins.each(|origin, budget| OriginRetries {
+            origin: origin.to_owned(),
+            retries: budget.retries.load(Ordering::Relaxed),
+            over_budget: budget.refused.load(Ordering::Relaxed),
+        })
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 use crate::routes::{MEALS, register, registered, registration};
-use crate::support::{Json, Service, Upstream, config, get};
+use crate::support::{Json, Service, Upstream, config, error_locations, get};
 
 fn with_limit(upstream: &Upstream, path: &str, limit: &str) -> String {
     registration(&upstream.url("/"), "", &format!(r#","rateLimit":{limit}"#)).replacen(
@@ -140,15 +140,7 @@ async fn a_rate_limit_with_problems_is_refused_with_each_located() {
     ];
     for (limit, locations) in cases {
         let answer = register(&service, &with_limit(&upstream, "x", limit), &[]).await;
-        let problem = answer.assert_problem(400, "invalid-request");
-        let mut found: Vec<String> = problem
-            .get("errors")
-            .unwrap()
-            .as_array()
-            .iter()
-            .map(|e| e.get("location").and_then(Json::as_str).unwrap().to_owned())
-            .collect();
-        found.sort();
+        let found = error_locations(&answer.assert_problem(400, "invalid-request"));
         assert_eq!(found, locations, "{limit}");
     }
     assert_eq!(upstream.received().len(), 0);

@@ -12,7 +12,7 @@ use http::Method;
 use recast::config::Config;
 
 use crate::routes::{MEALS, register, registered, registration};
-use crate::support::{Json, Reply, Service, Upstream, config, get, send};
+use crate::support::{Json, Reply, Service, Upstream, config, error_locations, get, send};
 
 /// An upstream that answers MEALS to the live call (request 0), then `script(n)` to request n
 /// (counted from 1).
@@ -187,15 +187,7 @@ async fn a_retry_member_with_problems_is_refused_with_each_located() {
     ];
     for (retry, locations) in cases {
         let answer = register(&service, &with_retry(&upstream, retry), &[]).await;
-        let problem = answer.assert_problem(400, "invalid-request");
-        let mut found: Vec<String> = problem
-            .get("errors")
-            .unwrap()
-            .as_array()
-            .iter()
-            .map(|e| e.get("location").and_then(Json::as_str).unwrap().to_owned())
-            .collect();
-        found.sort();
+        let found = error_locations(&answer.assert_problem(400, "invalid-request"));
         assert_eq!(found, locations, "{retry}");
     }
     assert_eq!(upstream.received().len(), 0);

@@ -345,6 +345,18 @@ impl Answer {
     }
 }
 
+/// The `location` of each of a problem's `errors`, sorted.
+pub fn error_locations(problem: &Json) -> Vec<String> {
+    let errors = problem.get("errors").expect("a problem with errors");
+    let mut found: Vec<String> = errors
+        .as_array()
+        .iter()
+        .map(|e| e.get("location").and_then(Json::as_str).expect("a location").to_owned())
+        .collect();
+    found.sort();
+    found
+}
+
 pub fn client() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()
 }
