@@ -140,18 +140,36 @@ ensure_browser() {
     command -v node >/dev/null 2>&1 || packages+=(nodejs)
     command -v npm >/dev/null 2>&1 || packages+=(npm)
     ensure_packages "${packages[@]}"
-    local dir=tests/browser
-    # npm ci keeps its own copy of the lock file in node_modules; an older copy means a stale install.
-    if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
-        say "installing the browser test's npm packages (npm ci --prefix $dir)"
-        if ! npm ci --prefix "$dir" --no-audit --no-fund >/dev/null; then
-            say "npm ci --prefix $dir failed: the playground's browser test needs playwright-core from the npm registry"
-            exit 1
-        fi
-    fi
-    mkdir -p "$CARGO_TARGET_DIR/tmp"
-    printf 'installed by scripts/test.sh: the browser test must run\n' >"$CARGO_TARGET_DIR/tmp/$BROWSER_MARKER"
+    ensure_npm_test tests/browser "$BROWSER_MARKER" "the playground's browser test needs playwright-core"
 }
 
 # Its name, which tests/it/playground.rs knows too.
 BROWSER_MARKER=browser-test-required
+
+# The OAuth2 tests' authorization server (oidc-provider) and resource server, on Node.js.
+ensure_oauth_server() {
+    local packages=()
+    command -v node >/dev/null 2>&1 || packages+=(nodejs)
+    command -v npm >/dev/null 2>&1 || packages+=(npm)
+    ensure_packages "${packages[@]}"
+    ensure_npm_test tests/oauth "$OAUTH_MARKER" "the OAuth2 tests need oidc-provider"
+}
+
+# Its name, which tests/it/oauth.rs knows too.
+OAUTH_MARKER=oauth-test-required
+
+# Installs the npm packages of the test directory $1 when missing or stale, then writes the marker
+# $2 in the target directory: the test that needs them must run. $3 says what fails without them.
+ensure_npm_test() {
+    local dir=$1 marker=$2 needs=$3
+    # npm ci keeps its own copy of the lock file in node_modules; an older copy means a stale install.
+    if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
+        say "installing the npm packages of $dir (npm ci --prefix $dir)"
+        if ! npm ci --prefix "$dir" --no-audit --no-fund >/dev/null; then
+            say "npm ci --prefix $dir failed: $needs from the npm registry"
+            exit 1
+        fi
+    fi
+    mkdir -p "$CARGO_TARGET_DIR/tmp"
+    printf 'installed by scripts/test.sh: the test must run\n' >"$CARGO_TARGET_DIR/tmp/$marker"
+}

@@ -9,6 +9,7 @@ use_this_checkout
 ensure_packages "${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}"
 ensure_nginx
 ensure_browser
+ensure_oauth_server
 use_ccache
 
 # Tests build their own configuration; RECAST_* settings of the calling shell must not leak in.

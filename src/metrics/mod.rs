@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use self::counts::{Histogram, STATUS_SLOTS, StatusCounts};
 use self::counts::{MAPPING_BOUNDS, UPSTREAM_BOUNDS};
+pub use self::render::OutboundCounts;
 
 /// The endpoints other than route calls, as the `route` label names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,10 +87,12 @@ pub enum UpstreamErrorKind {
     BreakerOpen,
     /// Refused by the route's outbound rate limit; nothing was sent.
     RateLimited,
+    /// The route's OAuth2 token endpoint gave no token; nothing was sent.
+    AuthFailed,
 }
 
 impl UpstreamErrorKind {
-    const ALL: [UpstreamErrorKind; 12] = [
+    const ALL: [UpstreamErrorKind; 13] = [
         UpstreamErrorKind::Unreachable,
         UpstreamErrorKind::Timeout,
         UpstreamErrorKind::TooLarge,
@@ -102,6 +105,7 @@ impl UpstreamErrorKind {
         UpstreamErrorKind::MappingLimit,
         UpstreamErrorKind::BreakerOpen,
         UpstreamErrorKind::RateLimited,
+        UpstreamErrorKind::AuthFailed,
     ];
 
     pub fn label(self) -> &'static str {
@@ -118,6 +122,7 @@ impl UpstreamErrorKind {
             UpstreamErrorKind::MappingLimit => "mapping_limit",
             UpstreamErrorKind::BreakerOpen => "breaker_open",
             UpstreamErrorKind::RateLimited => "rate_limited",
+            UpstreamErrorKind::AuthFailed => "auth_failed",
         }
     }
 }

@@ -4,7 +4,16 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Endpoint, Gauges, Metrics, PanicSite, RulesSource, StatusCounts, Timeout, UpstreamErrorKind};
-use crate::upstream::{LimiterCounts, OriginBreaker, OriginRetries};
+use crate::upstream::{FetchReason, LimiterCounts, OriginBreaker, OriginRetries, TokenCounts};
+
+/// What the upstream client counts per origin, limit or token endpoint, for [`Metrics::render`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OutboundCounts<'a> {
+    pub breakers: &'a [OriginBreaker],
+    pub retries: &'a [OriginRetries],
+    pub limits: &'a [LimiterCounts],
+    pub tokens: &'a [TokenCounts],
+}
 
 impl Metrics {
     /// The Prometheus text exposition (format 0.0.4) of everything, with the counts of each
@@ -13,10 +22,9 @@ impl Metrics {
         &self,
         gauges: Gauges,
         routes: impl IntoIterator<Item = (String, &'a StatusCounts)>,
-        breakers: &[OriginBreaker],
-        retries: &[OriginRetries],
-        limits: &[LimiterCounts],
+        outbound: OutboundCounts<'_>,
     ) -> String {
+        let OutboundCounts { breakers, retries, limits, tokens } = outbound;
         let mut out = String::with_capacity(4096);
         let requests = "recast_requests_total";
         out.push_str(
@@ -168,6 +176,7 @@ impl Metrics {
                 limit.refused
             );
         }
+        write_tokens(&mut out, tokens);
         let _ = writeln!(
             out,
             "# HELP recast_build_info The running version.\n# TYPE recast_build_info gauge\nrecast_build_info{{version=\"{}\"}} 1",
@@ -230,6 +239,25 @@ fn write_retries(out: &mut String, retries: &[OriginRetries]) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
         for origin in retries {
             let _ = writeln!(out, "{name}{{origin=\"{}\"}} {}", label(&origin.origin), value(origin));
+        }
+    }
+}
+
+/// The token fetches of each OAuth2 token endpoint, by why they were made and how they ended.
+fn write_tokens(out: &mut String, tokens: &[TokenCounts]) {
+    out.push_str(
+        "# HELP recast_upstream_token_fetches_total Access tokens asked of an OAuth2 token endpoint, by origin, reason (new, renewal, rejected: after an upstream's 401) and outcome.\n# TYPE recast_upstream_token_fetches_total counter\n",
+    );
+    for endpoint in tokens {
+        for reason in FetchReason::ALL {
+            for (outcome, n) in ["ok", "failed"].into_iter().zip(endpoint.fetched[reason as usize]) {
+                let _ = writeln!(
+                    out,
+                    "recast_upstream_token_fetches_total{{origin=\"{}\",reason=\"{}\",outcome=\"{outcome}\"}} {n}",
+                    label(&endpoint.origin),
+                    reason.label()
+                );
+            }
         }
     }
 }

@@ -99,7 +99,13 @@ fn the_exposition_has_every_family_with_help_and_type() {
         over_budget: 2,
     }];
     let limits = [crate::upstream::LimiterCounts { limit: "route:u-1".to_owned(), refused: 3 }];
-    let text = metrics.render(gauges, [("u-1".to_owned(), &route)], &breakers, &retries, &limits);
+    let tokens = [crate::upstream::TokenCounts {
+        origin: "https://auth.example:443".to_owned(),
+        fetched: [[2, 1], [5, 0], [1, 0]],
+    }];
+    let outbound =
+        OutboundCounts { breakers: &breakers, retries: &retries, limits: &limits, tokens: &tokens };
+    let text = metrics.render(gauges, [("u-1".to_owned(), &route)], outbound);
     for line in [
         "recast_requests_total{route=\"preview\",status=\"200\"} 1",
         "recast_requests_total{route=\"u-1\",status=\"201\"} 1",
@@ -120,6 +126,10 @@ fn the_exposition_has_every_family_with_help_and_type() {
         "recast_upstream_retries_total{origin=\"http://127.0.0.1:9\"} 7",
         "recast_upstream_retries_over_budget_total{origin=\"http://127.0.0.1:9\"} 2",
         "recast_upstream_rate_limited_total{limit=\"route:u-1\"} 3",
+        "recast_upstream_token_fetches_total{origin=\"https://auth.example:443\",reason=\"new\",outcome=\"ok\"} 2",
+        "recast_upstream_token_fetches_total{origin=\"https://auth.example:443\",reason=\"new\",outcome=\"failed\"} 1",
+        "recast_upstream_token_fetches_total{origin=\"https://auth.example:443\",reason=\"renewal\",outcome=\"ok\"} 5",
+        "recast_upstream_token_fetches_total{origin=\"https://auth.example:443\",reason=\"rejected\",outcome=\"ok\"} 1",
     ] {
         assert!(text.lines().any(|l| l == line), "missing `{line}` in\n{text}");
     }

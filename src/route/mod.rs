@@ -19,7 +19,7 @@ use self::request::Upstream;
 use crate::metrics::StatusCounts;
 use crate::rules::{Compiled, Limits, Problem, compile_json};
 use crate::storage::{SCHEMA_VERSION, StoredRoute};
-use crate::upstream::{RateLimitSettings, RetrySettings};
+use crate::upstream::{ClientCredentials, RateLimitSettings, RetrySettings};
 pub use registration::{AuthHeader, OriginalApi, OriginalRoute, Registration};
 pub use request::{CallError, FromClient, MAPPED_AUTH, UpstreamRequest};
 
@@ -78,6 +78,10 @@ pub enum Auth {
     Runtime,
     /// An `authHeader` was given and is stored.
     Stored { kind: AuthKind, token: Option<String> },
+    /// `OAuth2ClientCredentials`: the client credentials are stored; the tokens they bring are
+    /// kept in memory only.
+    #[serde(rename = "oauth2")]
+    OAuth2(ClientCredentials),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,8 +11,8 @@ use serde_json::value::RawValue;
 use super::{Auth, AuthKind, CacheSettings, RouteConfig};
 use crate::rules::Problem;
 use crate::upstream::{
-    Failure, LimitScope, MAX_ATTEMPTS, MAX_BURST, MAX_RATE, MAX_WAIT_MS, RateLimitSettings, RetryOn,
-    RetrySettings, retriable_status,
+    ClientAuth, ClientCredentials, Failure, LimitScope, MAX_ATTEMPTS, MAX_BURST, MAX_RATE, MAX_WAIT_MS,
+    RateLimitSettings, RetryOn, RetrySettings, TokenRequest, retriable_status,
 };
 
 /// The body of `POST /v1/mapping` and `PUT /v1/routes/{uuid}` as sent.
@@ -69,13 +69,57 @@ pub struct OriginalApi {
     pub base_url: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// `authHeader` as sent: a `type` and its members (a `token`, or OAuth2 client credentials).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AuthHeader {
     #[serde(rename = "type")]
     pub kind: String,
     #[serde(default)]
     pub token: Option<String>,
+    #[serde(default)]
+    pub token_url: Option<String>,
+    #[serde(default)]
+    pub client_id: Option<String>,
+    #[serde(default)]
+    pub client_secret: Option<String>,
+    #[serde(default)]
+    pub scope: Option<String>,
+    #[serde(default)]
+    pub audience: Option<String>,
+    #[serde(default)]
+    pub client_auth: Option<String>,
+}
+
+impl std::fmt::Debug for AuthHeader {
+    // Its secrets are never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let masked = |secret: &Option<String>| secret.as_ref().map(|_| "***");
+        f.debug_struct("AuthHeader")
+            .field("kind", &self.kind)
+            .field("token", &masked(&self.token))
+            .field("token_url", &self.token_url)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &masked(&self.client_secret))
+            .field("scope", &self.scope)
+            .field("audience", &self.audience)
+            .field("client_auth", &self.client_auth)
+            .finish()
+    }
+}
+
+impl AuthHeader {
+    /// The members of the OAuth2 client credentials type that were given, by name.
+    fn oauth2_members(&self) -> [(&'static str, bool); 6] {
+        [
+            ("tokenUrl", self.token_url.is_some()),
+            ("clientId", self.client_id.is_some()),
+            ("clientSecret", self.client_secret.is_some()),
+            ("scope", self.scope.is_some()),
+            ("audience", self.audience.is_some()),
+            ("clientAuth", self.client_auth.is_some()),
+        ]
+    }
 }
 
 /// Methods a route and its upstream may use.
@@ -458,11 +502,21 @@ fn auth(given: &AuthHeader, at: &str, problems: &mut Vec<Problem>) -> Auth {
         "bearer" => AuthKind::Bearer,
         "basic" => AuthKind::Basic,
         "none" => AuthKind::None,
+        "oauth2clientcredentials" => return oauth2(given, at, problems),
         _ => {
-            problems.push(Problem::new(format!("{at}/type"), "must be Bearer, Basic or None"));
+            problems.push(Problem::new(
+                format!("{at}/type"),
+                "must be Bearer, Basic, None or OAuth2ClientCredentials",
+            ));
             return Auth::None;
         }
     };
+    for (member, _) in given.oauth2_members().into_iter().filter(|(_, given)| *given) {
+        problems.push(Problem::new(
+            format!("{at}/{member}"),
+            format!("`{member}` belongs to the type OAuth2ClientCredentials, not {}", kind.name()),
+        ));
+    }
     let token = given.token.clone().filter(|t| !t.is_empty());
     if kind != AuthKind::None && token.is_none() {
         problems.push(Problem::new(format!("{at}/token"), format!("a {} token is required", kind.name())));
@@ -480,6 +534,90 @@ fn auth(given: &AuthHeader, at: &str, problems: &mut Vec<Problem>) -> Auth {
         }
     }
     Auth::Stored { kind, token }
+}
+
+/// The longest client id, client secret, scope or audience taken.
+const MAX_CREDENTIAL: usize = 4096;
+
+/// `{"type": "OAuth2ClientCredentials", "tokenUrl", "clientId", "clientSecret", "scope",
+/// "audience", "clientAuth"}`: the token URL, client id and secret required; the scope and
+/// audience optional; `clientAuth` `basic` (the default) or `body`.
+fn oauth2(given: &AuthHeader, at: &str, problems: &mut Vec<Problem>) -> Auth {
+    let before = problems.len();
+    if given.token.is_some() {
+        problems.push(Problem::new(
+            format!("{at}/token"),
+            "an OAuth2ClientCredentials auth takes no `token`: recast asks `tokenUrl` for tokens",
+        ));
+    }
+    let mut text = |member: &str, value: &Option<String>, required: bool| -> String {
+        let location = format!("{at}/{member}");
+        match value {
+            None if required => problems.push(Problem::new(location, "missing required member")),
+            None => {}
+            Some(text) if text.is_empty() => problems.push(Problem::new(location, "must not be empty")),
+            Some(text) if text.len() > MAX_CREDENTIAL => {
+                problems.push(Problem::new(location, format!("must be at most {MAX_CREDENTIAL} bytes")))
+            }
+            Some(text) if text.chars().any(char::is_control) => {
+                problems.push(Problem::new(location, "must not hold control characters"))
+            }
+            Some(_) => {}
+        }
+        value.clone().unwrap_or_default()
+    };
+    let token_url = text("tokenUrl", &given.token_url, true).trim().to_owned();
+    let client_id = text("clientId", &given.client_id, true);
+    let client_secret = text("clientSecret", &given.client_secret, true);
+    let scope = given.scope.as_ref().map(|_| text("scope", &given.scope, false));
+    let audience = given.audience.as_ref().map(|_| text("audience", &given.audience, false));
+    if let Some(scope) = &scope
+        && !scope.is_empty()
+        && !scope.split(' ').all(|token| {
+            // RFC 6749 §3.3: scope tokens of %x21 / %x23-5B / %x5D-7E, one space apart.
+            !token.is_empty() && token.bytes().all(|b| matches!(b, 0x21 | 0x23..=0x5B | 0x5D..=0x7E))
+        })
+    {
+        problems.push(Problem::new(
+            format!("{at}/scope"),
+            "must be scope tokens one space apart, of printable characters other than `\\` and `\"`",
+        ));
+    }
+    let client_auth = match given.client_auth.as_deref() {
+        None | Some("basic") => ClientAuth::Basic,
+        Some("body") => ClientAuth::Body,
+        Some(_) => {
+            problems.push(Problem::new(format!("{at}/clientAuth"), "must be \"basic\" or \"body\""));
+            ClientAuth::Basic
+        }
+    };
+    if given.token_url.as_ref().is_some_and(|url| !url.is_empty())
+        && let Err(why) = TokenUrl::check(&token_url)
+    {
+        problems.push(Problem::new(format!("{at}/tokenUrl"), why));
+    }
+    if problems.len() != before {
+        return Auth::None;
+    }
+    let credentials = ClientCredentials { token_url, client_id, client_secret, scope, audience, client_auth };
+    if let Err(why) = TokenRequest::new(&credentials) {
+        problems.push(Problem::new(format!("{at}/tokenUrl"), why));
+    }
+    Auth::OAuth2(credentials)
+}
+
+/// A checked `tokenUrl`: a `baseUrl` that may have a query.
+struct TokenUrl;
+
+impl TokenUrl {
+    fn check(text: &str) -> Result<(), String> {
+        let mut url = url::Url::parse(text).map_err(|e| format!("not a URL: {e}"))?;
+        if url.fragment().is_some() {
+            return Err("the token URL may not have a fragment".into());
+        }
+        url.set_query(None);
+        BaseUrl::parse(url.as_str()).map(|_| ())
+    }
 }
 
 /// A checked `baseUrl`: http or https, a host, no credentials, query or fragment.

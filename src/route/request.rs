@@ -5,8 +5,11 @@ use bytes::Bytes;
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue, Method, Uri};
 
+use std::sync::Arc;
+
 use super::registration::{BaseUrl, UpstreamPath};
 use super::{Auth, AuthKind, Route, RouteConfig};
+use crate::upstream::TokenRequest;
 
 /// The fixed parts of every upstream request of a route.
 #[derive(Debug)]
@@ -21,6 +24,8 @@ pub(super) struct Upstream {
     uri: Uri,
     headers: HeaderMap,
     body: Option<Bytes>,
+    /// The token request of the route's OAuth2 client credentials.
+    oauth: Option<Arc<TokenRequest>>,
 }
 
 /// What a call takes from the client's request.
@@ -91,6 +96,11 @@ pub enum CallError {
 pub const MAPPED_AUTH: HeaderName = HeaderName::from_static("x-mapped-auth");
 
 impl Route {
+    /// The token request of the route's OAuth2 client credentials, if it has them.
+    pub fn token_request(&self) -> Option<&Arc<TokenRequest>> {
+        self.upstream.as_ref().ok()?.oauth.as_ref()
+    }
+
     /// Builds the upstream request of one call (SPEC §2.2).
     pub fn upstream_request(&self, client: &FromClient<'_>) -> Result<UpstreamRequest, CallError> {
         let upstream = self.upstream.as_ref().map_err(|why| CallError::Broken(why.clone()))?;
@@ -110,7 +120,8 @@ impl Route {
                 AuthKind::Bearer | AuthKind::Basic => format!("{} {token}", kind.name()),
                 AuthKind::None => token.clone(),
             }),
-            Auth::Stored { token: None, .. } => None,
+            // The client's token is added as each attempt is sent (`crate::upstream`).
+            Auth::Stored { token: None, .. } | Auth::OAuth2(_) => None,
             Auth::Runtime => match mapped {
                 Some(value) => Some(value.to_str().map_err(|_| CallError::AuthRequired)?.to_owned()),
                 None => return Err(CallError::AuthRequired),
@@ -207,6 +218,10 @@ impl Upstream {
         let method =
             config.upstream_method.parse().map_err(|_| "the upstream method is invalid".to_owned())?;
         let uri = upstream_uri(&prefix, "", &query)?;
-        Ok(Upstream { method, prefix, query, uri, headers, body })
+        let oauth = match &config.auth {
+            Auth::OAuth2(credentials) => Some(Arc::new(TokenRequest::new(credentials)?)),
+            _ => None,
+        };
+        Ok(Upstream { method, prefix, query, uri, headers, body, oauth })
     }
 }

@@ -275,6 +275,7 @@ pub(super) async fn call_upstream(
     let outbound = Outbound {
         rate_limit: route.config.rate_limit.as_ref().map(|limit| (limit, route.uuid)),
         retry: route.config.retry.as_ref(),
+        oauth: route.token_request(),
     };
     let answer = state.client.call_with(request, &outbound).await;
     let took = started.elapsed();
@@ -352,6 +353,7 @@ impl UpstreamFailure {
             UpstreamFailure::MappingLimit { .. } => UpstreamErrorKind::MappingLimit,
             UpstreamFailure::Unavailable { .. } => UpstreamErrorKind::BreakerOpen,
             UpstreamFailure::RateLimited { .. } => UpstreamErrorKind::RateLimited,
+            UpstreamFailure::AuthFailed { .. } => UpstreamErrorKind::AuthFailed,
         }
     }
 }

@@ -107,7 +107,7 @@ struct RouteView<'a> {
     pre_configured_queries: &'a BTreeMap<String, String>,
     pre_configured_headers: &'a BTreeMap<String, String>,
     pre_configured_body: Option<Box<RawValue>>,
-    auth_header: Option<AuthHeaderView>,
+    auth_header: Option<AuthHeaderView<'a>>,
     auth: &'static str,
     rules_as_string: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -143,11 +143,30 @@ struct BaseUrlView<'a> {
     base_url: &'a str,
 }
 
+/// A stored `authHeader`, its secrets masked: a token, or OAuth2 client credentials (whose
+/// tokens are never shown).
 #[derive(Serialize)]
-struct AuthHeaderView {
+#[serde(rename_all = "camelCase")]
+struct AuthHeaderView<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
-    token: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token: Option<Option<&'static str>>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    oauth2: Option<OAuth2View<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OAuth2View<'a> {
+    token_url: &'a str,
+    client_id: &'a str,
+    client_secret: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scope: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    audience: Option<&'a str>,
+    client_auth: &'static str,
 }
 
 impl<'a> RouteView<'a> {
@@ -156,7 +175,20 @@ impl<'a> RouteView<'a> {
         let raw = |text: &Option<String>| text.as_deref().and_then(compact);
         let (auth_header, auth) = match &c.auth {
             Auth::Stored { kind, token } => {
-                (Some(AuthHeaderView { kind: kind.name(), token: token.as_ref().map(|_| "***") }), "stored")
+                let token = Some(token.as_ref().map(|_| "***"));
+                (Some(AuthHeaderView { kind: kind.name(), token, oauth2: None }), "stored")
+            }
+            Auth::OAuth2(credentials) => {
+                let oauth2 = OAuth2View {
+                    token_url: &credentials.token_url,
+                    client_id: &credentials.client_id,
+                    client_secret: "***",
+                    scope: credentials.scope.as_deref(),
+                    audience: credentials.audience.as_deref(),
+                    client_auth: credentials.client_auth.name(),
+                };
+                let kind = "OAuth2ClientCredentials";
+                (Some(AuthHeaderView { kind, token: None, oauth2: Some(oauth2) }), "stored")
             }
             Auth::Runtime => (None, "runtime"),
             Auth::None => (None, "none"),

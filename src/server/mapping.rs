@@ -14,6 +14,7 @@ use crate::json::{JsonError, write};
 use crate::logging::logged;
 use crate::metrics::RulesSource;
 use crate::route::{CallError, FromClient, MAPPED_AUTH, Registration, Route};
+use crate::upstream::UpstreamError;
 
 pub(super) async fn register(state: &State, request: Request) -> Result<Response, ApiError> {
     state.loaded()?;
@@ -88,6 +89,15 @@ async fn live_call(state: &State, route: &Route, headers: &HeaderMap) -> Result<
     let failed = |failure| ApiError::Upstream { failure, validating: true };
     if let Err(refused) = state.client.check_policy(&request.uri).await {
         let failure = UpstreamFailure::from(refused);
+        state.metrics.upstream_error(failure.kind());
+        return Err(failed(failure));
+    }
+    // The token endpoint of OAuth2 client credentials passes the same policy (a name that does
+    // not resolve is left to the live call, which answers that no token came).
+    if let Some(token) = route.token_request()
+        && let Err(UpstreamError::NotAllowed(refusal)) = state.client.check_policy(token.uri()).await
+    {
+        let failure = UpstreamFailure::NotAllowed(format!("the token URL: {refusal}"));
         state.metrics.upstream_error(failure.kind());
         return Err(failed(failure));
     }

@@ -14,7 +14,7 @@ use crate::upstream::UpstreamError;
 pub const TYPE_BASE: &str = "https://recast.dev/problems/";
 
 /// The last segment of every problem type recast answers with (see [`ApiError::slug`]).
-pub const SLUGS: [&str; 28] = [
+pub const SLUGS: [&str; 29] = [
     "invalid-json",
     "invalid-request",
     "invalid-rules",
@@ -36,6 +36,7 @@ pub const SLUGS: [&str; 28] = [
     "upstream-encoding",
     "upstream-unavailable",
     "upstream-rate-limited",
+    "upstream-auth-failed",
     "mapping-limit",
     "starting",
     "route-unavailable",
@@ -138,6 +139,12 @@ pub enum UpstreamFailure {
         why: String,
         retry_after: std::time::Duration,
     },
+    /// The route's OAuth2 token endpoint gave no token (why, and the RFC 6749 `error` code it
+    /// answered, if any); nothing was sent upstream.
+    AuthFailed {
+        why: String,
+        error: Option<String>,
+    },
 }
 
 impl From<UpstreamError> for UpstreamFailure {
@@ -156,6 +163,10 @@ impl From<UpstreamError> for UpstreamFailure {
             UpstreamError::Connect(_) | UpstreamError::Broken(_) => {
                 UpstreamFailure::Unreachable(e.to_string())
             }
+            UpstreamError::Auth(ref failure) => UpstreamFailure::AuthFailed {
+                error: failure.error_code().map(str::to_owned),
+                why: e.to_string(),
+            },
         }
     }
 }
@@ -220,6 +231,7 @@ impl ApiError {
                 UpstreamFailure::MappingLimit { .. } => "mapping-limit",
                 UpstreamFailure::Unavailable { .. } => "upstream-unavailable",
                 UpstreamFailure::RateLimited { .. } => "upstream-rate-limited",
+                UpstreamFailure::AuthFailed { .. } => "upstream-auth-failed",
                 _ if *validating => "upstream-validation-failed",
                 UpstreamFailure::Status(_) => "upstream-error",
                 UpstreamFailure::Unreachable(_) => "upstream-unreachable",
@@ -263,6 +275,9 @@ impl ApiError {
                 }
                 UpstreamFailure::RateLimited { .. } => {
                     "The route's outbound rate limit is reached; nothing was sent"
+                }
+                UpstreamFailure::AuthFailed { .. } => {
+                    "The route's token endpoint gave no access token; nothing was sent"
                 }
                 _ if *validating => "The live call to the upstream failed; nothing was stored",
                 UpstreamFailure::Status(_) => "The upstream answered with an error",
@@ -316,7 +331,8 @@ impl ApiError {
                 UpstreamFailure::Unreachable(why)
                 | UpstreamFailure::Encoding(why)
                 | UpstreamFailure::Unavailable { why, .. }
-                | UpstreamFailure::RateLimited { why, .. } => why.clone(),
+                | UpstreamFailure::RateLimited { why, .. }
+                | UpstreamFailure::AuthFailed { why, .. } => why.clone(),
                 UpstreamFailure::Timeout => "the upstream did not answer within RECAST_UPSTREAM_TIMEOUT_MS".to_owned(),
                 UpstreamFailure::TooLarge { limit } => {
                     format!("the answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
@@ -364,6 +380,11 @@ impl ApiError {
             ApiError::Upstream { failure: UpstreamFailure::Status(upstream), .. } => {
                 body.extend_from_slice(b",\"upstreamStatus\":");
                 write::u64(&mut body, u64::from(upstream.as_u16()));
+            }
+            ApiError::Upstream { failure: UpstreamFailure::AuthFailed { error: Some(code), .. }, .. } => {
+                // The RFC 6749 code alone: never the token endpoint's body.
+                body.extend_from_slice(b",\"oauthError\":");
+                write::string(&mut body, code);
             }
             _ => {}
         }
@@ -445,6 +466,10 @@ mod tests {
                 UpstreamFailure::RateLimited {
                     why: "over".to_owned(),
                     retry_after: std::time::Duration::from_millis(300),
+                },
+                UpstreamFailure::AuthFailed {
+                    why: "refused".to_owned(),
+                    error: Some("invalid_client".to_owned()),
                 },
             ]
         };

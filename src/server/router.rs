@@ -196,9 +196,12 @@ fn metrics(state: &State) -> Response {
     let text = state.metrics.render(
         gauges,
         called.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)),
-        &state.client.breakers(),
-        &state.client.retries(),
-        &state.client.rate_limits(),
+        crate::metrics::OutboundCounts {
+            breakers: &state.client.breakers(),
+            retries: &state.client.retries(),
+            limits: &state.client.rate_limits(),
+            tokens: &state.client.token_fetches(),
+        },
     );
     let mut response = http::Response::new(Full::new(Bytes::from(text)));
     response

@@ -8,6 +8,7 @@ mod breaker;
 mod coding;
 mod freshness;
 mod limit;
+mod oauth;
 mod retry;
 mod wire;
 
@@ -17,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
-use http::{Method, StatusCode};
+use http::{HeaderValue, Method, StatusCode};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
@@ -33,6 +34,7 @@ use crate::route::UpstreamRequest;
 pub use breaker::{BreakerSettings, BreakerState, Breakers, OriginBreaker};
 pub use freshness::{Freshness, MAX_DELTA_SECONDS};
 pub use limit::{LimitScope, LimiterCounts, MAX_BURST, MAX_RATE, MAX_WAIT_MS, RateLimitSettings};
+pub use oauth::{AuthFailure, ClientAuth, ClientCredentials, FetchReason, TokenCounts, TokenRequest};
 pub use retry::{Failure, MAX_ATTEMPTS, OriginRetries, RetryOn, RetrySettings, retriable_status};
 
 /// Settings of the upstream client.
@@ -87,6 +89,8 @@ pub enum UpstreamError {
     /// The route's outbound rate limit left no slot within its `maxWaitMs`; nothing was sent.
     /// When a slot is free.
     RateLimited { retry_after: Duration },
+    /// The route's token endpoint gave no access token; nothing was sent upstream.
+    Auth(AuthFailure),
 }
 
 impl std::fmt::Display for UpstreamError {
@@ -107,6 +111,7 @@ impl std::fmt::Display for UpstreamError {
             UpstreamError::RateLimited { .. } => f.write_str(
                 "the route's rateLimit (the upstream's quota) has no slot free within its maxWaitMs; nothing was sent",
             ),
+            UpstreamError::Auth(failure) => write!(f, "{failure}; nothing was sent to the upstream"),
         }
     }
 }
@@ -131,6 +136,7 @@ pub struct UpstreamClient {
     breakers: Arc<Breakers>,
     budgets: Arc<retry::Budgets>,
     limiters: Arc<limit::Limiters>,
+    tokens: Arc<oauth::Tokens>,
 }
 
 impl UpstreamClient {
@@ -150,8 +156,8 @@ impl UpstreamClient {
         let pools = Arc::new(Pools((0..=settings.workers).map(|_| Pool::default()).collect()));
         let breakers = Arc::new(Breakers::new(settings.breaker));
         let budgets = Arc::default();
-        let limiters = Arc::default();
-        UpstreamClient { connector, pools, settings, policy, lookup, breakers, budgets, limiters }
+        let (limiters, tokens) = (Arc::default(), Arc::default());
+        UpstreamClient { connector, pools, settings, policy, lookup, breakers, budgets, limiters, tokens }
     }
 
     /// Closes idle connections past their time every 30 seconds, also when nothing calls their
@@ -204,16 +210,21 @@ impl UpstreamClient {
         self.limiters.snapshot()
     }
 
+    /// The token fetches of the token endpoints called so far (`/metrics`).
+    pub fn token_fetches(&self) -> Vec<TokenCounts> {
+        self.tokens.snapshot()
+    }
+
     /// Sends `request` and reads the answer, all within the total deadline, unless the breaker of
     /// the request's origin is open.
     pub async fn call(&self, request: UpstreamRequest) -> Result<Answer, UpstreamError> {
         self.call_with(&request, &Outbound::default()).await
     }
 
-    /// [`UpstreamClient::call`] under a route's rate limit, sending the request again as its
-    /// `retry` says: the deadline is the whole call's, waits for a slot, retries and their waits
-    /// included; each retry is taken from the budget of the request's origin, and needs a slot of
-    /// the rate limit free at once.
+    /// [`UpstreamClient::call`] under a route's rate limit, with its OAuth2 token, sending the
+    /// request again as its `retry` says: the deadline is the whole call's, waits for a slot,
+    /// token fetches, retries and their waits included; each retry is taken from the budget of
+    /// the request's origin, and needs a slot of the rate limit free at once.
     pub async fn call_with(
         &self,
         request: &UpstreamRequest,
@@ -242,9 +253,15 @@ impl UpstreamClient {
         }
         // A wait for a slot of the limit is not part of the first attempt's time.
         let (mut now, mut retries) = (if limit.is_some() { Instant::now() } else { started }, 0);
+        let limit_key = limit.as_ref().map(|(settings, key)| (*settings, key.as_str()));
+        // Whether this call has fetched a new token after a 401 (once at most).
+        let mut renewed = false;
         loop {
             let until = retry.map_or(deadline, |settings| settings.attempt_deadline(retries, now, deadline));
-            let outcome = self.attempt(request, &origin, now, until).await;
+            let outcome = match outbound.oauth {
+                None => self.attempt(request, None, &origin, now, until).await,
+                Some(token) => self.authorized(request, token, &origin, until, limit_key, &mut renewed).await,
+            };
             let Some(settings) = retry.filter(|s| retries < s.attempts && s.covers(&outcome)) else {
                 return outcome;
             };
@@ -267,10 +284,40 @@ impl UpstreamClient {
         }
     }
 
-    /// One attempt of a call, through the origin's breaker, within `deadline`.
+    /// An attempt with the route's OAuth2 token, within `deadline`. A 401 answer to it makes the
+    /// call fetch a new token and send once more (with a slot of the rate limit free at once),
+    /// unless the call did so already.
+    async fn authorized(
+        &self,
+        request: &UpstreamRequest,
+        token: &Arc<TokenRequest>,
+        origin: &str,
+        deadline: Instant,
+        limit: Option<(&RateLimitSettings, &str)>,
+        renewed: &mut bool,
+    ) -> Result<Answer, UpstreamError> {
+        let bearer = self.bearer(token, deadline, None).await?;
+        let answer = self.attempt(request, Some(&bearer.value), origin, Instant::now(), deadline).await;
+        if *renewed || !matches!(&answer, Ok(answer) if answer.status == StatusCode::UNAUTHORIZED) {
+            return answer;
+        }
+        *renewed = true;
+        let bearer = self.bearer(token, deadline, Some(bearer.serial())).await?;
+        if let Some((settings, key)) = limit
+            && self.limiters.take(key, settings, Duration::ZERO).await.is_err()
+        {
+            return answer;
+        }
+        logged!(Level::DEBUG, upstream = %origin, "the upstream rejected the access token; sending once more with a new one");
+        self.attempt(request, Some(&bearer.value), origin, Instant::now(), deadline).await
+    }
+
+    /// One attempt of a call, through the origin's breaker, within `deadline`, with
+    /// `authorization` in place of any `Authorization` header the request has.
     async fn attempt(
         &self,
         request: &UpstreamRequest,
+        authorization: Option<&HeaderValue>,
         origin: &str,
         started: Instant,
         deadline: Instant,
@@ -279,7 +326,7 @@ impl UpstreamClient {
             .breakers
             .admit(origin, started)
             .map_err(|refused| UpstreamError::Unavailable { retry_after: refused.retry_after })?;
-        let exchange = self.exchange_pooled(request, started);
+        let exchange = self.exchange_pooled(request, authorization, started);
         let answer = match tokio::time::timeout_at(deadline, exchange).await {
             Ok(answer) => answer,
             Err(_) => Err(UpstreamError::Timeout),
@@ -292,7 +339,8 @@ impl UpstreamClient {
             Err(
                 UpstreamError::NotAllowed(_)
                 | UpstreamError::Unavailable { .. }
-                | UpstreamError::RateLimited { .. },
+                | UpstreamError::RateLimited { .. }
+                | UpstreamError::Auth(_),
             ) => None,
             // It answered.
             Err(UpstreamError::TooLarge { .. } | UpstreamError::Coding(_)) => Some(false),
@@ -310,10 +358,11 @@ impl UpstreamClient {
     async fn exchange_pooled(
         &self,
         request: &UpstreamRequest,
+        authorization: Option<&HeaderValue>,
         started: Instant,
     ) -> Result<Answer, UpstreamError> {
         let key = Key::of(&request.uri)?;
-        let bytes = wire::encode(request, self.settings.compression);
+        let bytes = wire::encode(request, authorization, self.settings.compression);
         let head_only = request.method == Method::HEAD;
         let limit = self.settings.max_body;
         let pool = self.pools.here();
@@ -449,11 +498,12 @@ fn connection_refused(error: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// What a route adds to a call: its outbound rate limit (with the route's uuid, which a limit of
-/// the route is kept by) and its retries.
+/// the route is kept by), its retries, and the token request of its OAuth2 client credentials.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Outbound<'a> {
     pub rate_limit: Option<(&'a RateLimitSettings, uuid::Uuid)>,
     pub retry: Option<&'a RetrySettings>,
+    pub oauth: Option<&'a Arc<TokenRequest>>,
 }
 
 /// `scheme://host:port` of `uri`, the host in lower case and the port always written: what a

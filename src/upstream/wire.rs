@@ -9,7 +9,7 @@ use std::mem::MaybeUninit;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Method, StatusCode, header};
+use http::{HeaderValue, Method, StatusCode, header};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
@@ -109,9 +109,14 @@ fn retry_after_of(value: &[u8]) -> Option<Duration> {
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
 
 /// The bytes of `request` on the wire: request line, `Host`, `Accept-Encoding` (`gzip, br` when
-/// `compression` is on, else `identity`), the request's headers, `Content-Length` when there is a
-/// body or the method carries one, and the body.
-pub(super) fn encode(request: &UpstreamRequest, compression: bool) -> Vec<u8> {
+/// `compression` is on, else `identity`), the request's headers (with `authorization` in place of
+/// its own `Authorization`, when given), `Content-Length` when there is a body or the method
+/// carries one, and the body.
+pub(super) fn encode(
+    request: &UpstreamRequest,
+    authorization: Option<&HeaderValue>,
+    compression: bool,
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(256 + request.body.len());
     out.extend_from_slice(request.method.as_str().as_bytes());
     out.push(b' ');
@@ -126,9 +131,15 @@ pub(super) fn encode(request: &UpstreamRequest, compression: bool) -> Vec<u8> {
     // Only the codings recast decodes (no header at all would mean any coding, RFC 9110 §12.5.3).
     line(&mut out, b"accept-encoding", if compression { b"gzip, br" } else { b"identity" });
     for (name, value) in &request.headers {
-        if name != header::CONTENT_LENGTH && name != header::ACCEPT_ENCODING {
+        if name != header::CONTENT_LENGTH
+            && name != header::ACCEPT_ENCODING
+            && !(authorization.is_some() && name == header::AUTHORIZATION)
+        {
             line(&mut out, name.as_str().as_bytes(), value.as_bytes());
         }
+    }
+    if let Some(value) = authorization {
+        line(&mut out, b"authorization", value.as_bytes());
     }
     if !request.body.is_empty() || matches!(request.method, Method::POST | Method::PUT | Method::PATCH) {
         http1::content_length(&mut out, request.body.len());

@@ -24,6 +24,7 @@ mod json_suite;
 mod lane;
 mod limits;
 mod nginx;
+mod oauth;
 mod observability;
 mod openapi;
 mod outbound;

@@ -1,0 +1,506 @@
+//! OAuth2 client credentials (RFC 6749 §4.4; `"type": "OAuth2ClientCredentials"` in a route's
+//! `authHeader`; `docs/upstreams.md`): the access token a route's upstream calls carry, asked of
+//! the route's token endpoint and kept in memory only.
+//!
+//! - One token per credential set (token URL, client, secret, scope, audience, how the client
+//!   authenticates): routes with the same credentials share it. A set is known by the SHA-256 of
+//!   its token request.
+//! - A token is renewed in the background once three quarters of its life (at most a minute
+//!   before its end) have passed, while calls go on using it; it is used until shortly before its
+//!   `expires_in` ends, after which calls wait for a new one.
+//! - One fetch at a time per set: calls that need a token while one is being fetched wait for that
+//!   fetch and share its outcome. A fetch that failed is answered to the calls of the next second
+//!   without asking again, so a failing endpoint is not stormed.
+//! - An upstream's 401 makes one fetch of a new token (unless another call already replaced the
+//!   rejected one) and one more send of the call, at most.
+//! - The token endpoint is called like an upstream: the outbound policy, the deadline of the call,
+//!   the size bound on its answer and its origin's breaker. Its body is never shown: a failure
+//!   carries the RFC 6749 `error` code when the answer had one.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, Method, StatusCode, Uri};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tracing::Level;
+
+use super::{Keyed, UpstreamClient, UpstreamError, origin};
+use crate::logging::logged;
+use crate::route::UpstreamRequest;
+
+/// A route's client credentials, as stored (sealed with the rest of the route).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientCredentials {
+    pub token_url: String,
+    pub client_id: String,
+    pub client_secret: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<String>,
+    pub client_auth: ClientAuth,
+}
+
+impl fmt::Debug for ClientCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientCredentials")
+            .field("token_url", &self.token_url)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"***")
+            .field("scope", &self.scope)
+            .field("audience", &self.audience)
+            .field("client_auth", &self.client_auth)
+            .finish()
+    }
+}
+
+/// How the client authenticates to the token endpoint (RFC 6749 §2.3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// HTTP Basic with the form-encoded client id and secret (the default).
+    Basic,
+    /// `client_id` and `client_secret` in the form body.
+    Body,
+}
+
+impl ClientAuth {
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientAuth::Basic => "basic",
+            ClientAuth::Body => "body",
+        }
+    }
+}
+
+/// The token request of one credential set, built once when a route is compiled.
+pub struct TokenRequest {
+    request: UpstreamRequest,
+    /// The credential set's key: the hex SHA-256 of the request.
+    key: String,
+    /// `scheme://host:port` of the token endpoint: its breaker, and its label in `/metrics`.
+    origin: String,
+}
+
+impl fmt::Debug for TokenRequest {
+    // The request holds the secret: only where it goes is shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TokenRequest({})", self.request.uri)
+    }
+}
+
+impl TokenRequest {
+    /// `POST tokenUrl` with `grant_type=client_credentials`, the scope and audience when given,
+    /// and the client's credentials in a Basic header or in the body.
+    pub fn new(credentials: &ClientCredentials) -> Result<TokenRequest, String> {
+        let uri = Uri::try_from(credentials.token_url.as_str())
+            .map_err(|e| format!("the token URL is invalid: {e}"))?;
+        if uri.scheme().is_none() || uri.authority().is_none() {
+            return Err("the token URL is not an absolute URL".to_owned());
+        }
+        let mut form = url::form_urlencoded::Serializer::new(String::new());
+        form.append_pair("grant_type", "client_credentials");
+        if let Some(scope) = &credentials.scope {
+            form.append_pair("scope", scope);
+        }
+        if let Some(audience) = &credentials.audience {
+            form.append_pair("audience", audience);
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-www-form-urlencoded"));
+        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        match credentials.client_auth {
+            ClientAuth::Basic => {
+                // RFC 6749 §2.3.1: each part form-encoded, then joined and base64-encoded.
+                let encode =
+                    |text: &str| url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>();
+                let pair =
+                    format!("{}:{}", encode(&credentials.client_id), encode(&credentials.client_secret));
+                let basic = base64::engine::general_purpose::STANDARD.encode(pair);
+                let mut value = HeaderValue::try_from(format!("Basic {basic}"))
+                    .map_err(|_| "the client credentials do not make a header".to_owned())?;
+                value.set_sensitive(true);
+                headers.insert(header::AUTHORIZATION, value);
+            }
+            ClientAuth::Body => {
+                form.append_pair("client_id", &credentials.client_id);
+                form.append_pair("client_secret", &credentials.client_secret);
+            }
+        }
+        let origin = origin(&uri);
+        let request =
+            UpstreamRequest { method: Method::POST, uri, headers, body: Bytes::from(form.finish()) };
+        let key = crate::hex::encode(&request.digest());
+        Ok(TokenRequest { request, key, origin })
+    }
+
+    /// Where tokens are asked for.
+    pub fn uri(&self) -> &Uri {
+        &self.request.uri
+    }
+}
+
+/// Why no token came from the token endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// The endpoint was not reached, or did not answer in time (why).
+    Unreachable(String),
+    /// It answered `status`, with the RFC 6749 `error` code when its body held one.
+    Refused { status: StatusCode, error: Option<String> },
+    /// It answered 2xx, but not with a token recast can send (why).
+    Unusable(&'static str),
+}
+
+impl AuthFailure {
+    /// The RFC 6749 `error` code the endpoint gave, if any.
+    pub fn error_code(&self) -> Option<&str> {
+        match self {
+            AuthFailure::Refused { error, .. } => error.as_deref(),
+            _ => None,
+        }
+    }
+
+    fn of(error: UpstreamError) -> AuthFailure {
+        AuthFailure::Unreachable(match error {
+            UpstreamError::Connect(why) => format!("the token endpoint could not be reached: {why}"),
+            UpstreamError::Broken(why) => format!("the connection to the token endpoint broke: {why}"),
+            UpstreamError::TooLarge { limit } => {
+                format!("the token endpoint's answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
+            }
+            // Route callers are not told addresses; the registration checked the URL's.
+            UpstreamError::NotAllowed(_) => {
+                "the token endpoint resolves to an address the outbound policy refuses".to_owned()
+            }
+            UpstreamError::Timeout => "the token endpoint did not answer in time".to_owned(),
+            UpstreamError::Unavailable { .. } => {
+                "calls to the token endpoint failed repeatedly, so recast does not call it until its cooldown ends"
+                    .to_owned()
+            }
+            other => other.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for AuthFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AuthFailure::Unreachable(why) => write!(f, "no access token: {why}"),
+            AuthFailure::Refused { status, error: Some(code) } => {
+                write!(
+                    f,
+                    "the token endpoint refused the client credentials: it answered {status} with the error `{code}`"
+                )
+            }
+            AuthFailure::Refused { status, error: None } => {
+                write!(f, "the token endpoint refused the client credentials: it answered {status}")
+            }
+            AuthFailure::Unusable(why) => {
+                write!(f, "the token endpoint's answer holds no usable token: {why}")
+            }
+        }
+    }
+}
+
+/// How long a token lives when its answer has no `expires_in`: until an upstream rejects it, or
+/// an hour.
+const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
+/// The longest `expires_in` taken at its word.
+const MAX_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+/// How long a failed fetch is answered to the calls that come after it without asking again.
+const FAILURE_HOLD: Duration = Duration::from_secs(1);
+
+/// The token a call sends, and its number, which tells it from the tokens before and after it.
+pub(super) struct Bearer {
+    pub value: HeaderValue,
+    serial: u64,
+}
+
+/// A token held: its `Authorization` value, when it is renewed and until when it is sent.
+#[derive(Clone)]
+struct Held {
+    value: HeaderValue,
+    serial: u64,
+    renew_at: Instant,
+    use_until: Instant,
+}
+
+impl Held {
+    /// A token obtained by a request sent at `sent` that lives `expires_in`: renewed after three
+    /// quarters of its life (at most a minute before its end), sent until a tenth of its life (at
+    /// most 5 seconds) before its end. Its life is taken as a second shorter than `expires_in`
+    /// says: servers count it in whole seconds from a time they round down.
+    fn new(value: HeaderValue, serial: u64, sent: Instant, expires_in: Option<Duration>) -> Held {
+        let life =
+            expires_in.unwrap_or(DEFAULT_LIFETIME).min(MAX_LIFETIME).saturating_sub(Duration::from_secs(1));
+        let renew_at = sent + life - (life / 4).min(Duration::from_secs(60));
+        let use_until = sent + life - (life / 10).min(Duration::from_secs(5));
+        Held { value, serial, renew_at, use_until }
+    }
+
+    fn bearer(&self) -> Bearer {
+        Bearer { value: self.value.clone(), serial: self.serial }
+    }
+}
+
+impl Bearer {
+    pub(super) fn serial(&self) -> u64 {
+        self.serial
+    }
+}
+
+/// Why a token was fetched (the `reason` label in `/metrics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchReason {
+    /// None was held, or the one held ran out.
+    New,
+    /// The one held is near its end (fetched in the background).
+    Renewal,
+    /// An upstream answered 401 to the one held.
+    Rejected,
+}
+
+impl FetchReason {
+    pub const ALL: [FetchReason; 3] = [FetchReason::New, FetchReason::Renewal, FetchReason::Rejected];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            FetchReason::New => "new",
+            FetchReason::Renewal => "renewal",
+            FetchReason::Rejected => "rejected",
+        }
+    }
+}
+
+/// The token of one credential set.
+struct Slot {
+    held: RwLock<Option<Held>>,
+    /// Held by the one fetch in flight; holds the last failure, and when it came.
+    fetching: tokio::sync::Mutex<Option<(Instant, AuthFailure)>>,
+    /// Fetches finished so far: a call that waited for the lock sees whether one ended meanwhile.
+    finished: AtomicU64,
+    /// Whether a background renewal is under way.
+    renewing: AtomicBool,
+    /// The token endpoint's origin, for `/metrics`.
+    origin: String,
+    /// Fetches by reason ([`FetchReason`] order), that gave a token and that failed.
+    fetched: [[AtomicU64; 2]; 3],
+}
+
+impl Slot {
+    /// The token held, if it may still be sent at `now` and is not `rejected`.
+    fn usable(&self, now: Instant, rejected: Option<u64>) -> Option<Held> {
+        let held = self.held.read().unwrap_or_else(PoisonError::into_inner);
+        held.as_ref().filter(|h| now < h.use_until && Some(h.serial) != rejected).cloned()
+    }
+}
+
+/// The fetches of one token endpoint origin, as `/metrics` shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenCounts {
+    pub origin: String,
+    /// By [`FetchReason`]: fetches that gave a token, and fetches that failed.
+    pub fetched: [[u64; 2]; 3],
+}
+
+/// Every credential set's token.
+#[derive(Default)]
+pub struct Tokens {
+    slots: Keyed<Slot>,
+}
+
+impl Tokens {
+    fn slot(&self, token: &TokenRequest) -> Arc<Slot> {
+        self.slots.get_or(&token.key, || Slot {
+            held: RwLock::new(None),
+            fetching: tokio::sync::Mutex::new(None),
+            finished: AtomicU64::new(0),
+            renewing: AtomicBool::new(false),
+            origin: token.origin.clone(),
+            fetched: Default::default(),
+        })
+    }
+
+    /// Every token endpoint's fetches, by origin (the credential sets of one origin added up).
+    pub fn snapshot(&self) -> Vec<TokenCounts> {
+        let mut all: Vec<TokenCounts> = Vec::new();
+        for (origin, fetched) in self.slots.each(|_, slot| {
+            (
+                slot.origin.clone(),
+                slot.fetched.each_ref().map(|pair| pair.each_ref().map(|n| n.load(Ordering::Relaxed))),
+            )
+        }) {
+            match all.iter_mut().find(|counts| counts.origin == origin) {
+                Some(counts) => {
+                    for (sum, add) in counts.fetched.iter_mut().flatten().zip(fetched.iter().flatten()) {
+                        *sum += add;
+                    }
+                }
+                None => all.push(TokenCounts { origin, fetched }),
+            }
+        }
+        all.sort_by(|a, b| a.origin.cmp(&b.origin));
+        all
+    }
+}
+
+impl UpstreamClient {
+    /// The token to send for the credential set of `token`, fetched when none is held (or the one
+    /// held is `rejected`), waiting for a fetch under way rather than starting another; within
+    /// `deadline`.
+    pub(super) async fn bearer(
+        &self,
+        token: &Arc<TokenRequest>,
+        deadline: Instant,
+        rejected: Option<u64>,
+    ) -> Result<Bearer, UpstreamError> {
+        let slot = self.tokens.slot(token);
+        let now = Instant::now();
+        if let Some(held) = slot.usable(now, rejected) {
+            if now >= held.renew_at && !slot.renewing.swap(true, Ordering::AcqRel) {
+                self.renew(slot.clone(), token.clone(), held.serial);
+            }
+            return Ok(held.bearer());
+        }
+        let finished = slot.finished.load(Ordering::Acquire);
+        let Ok(mut last_failure) = tokio::time::timeout_at(deadline, slot.fetching.lock()).await else {
+            return Err(UpstreamError::Timeout);
+        };
+        // The fetch waited for may have brought one.
+        let now = Instant::now();
+        if let Some(held) = slot.usable(now, rejected) {
+            return Ok(held.bearer());
+        }
+        if let Some((at, failure)) = &*last_failure
+            && (slot.finished.load(Ordering::Acquire) != finished
+                || now.saturating_duration_since(*at) < FAILURE_HOLD)
+        {
+            return Err(UpstreamError::Auth(failure.clone()));
+        }
+        let reason = if rejected.is_some() { FetchReason::Rejected } else { FetchReason::New };
+        let fetched = self.fetch(&slot, token, reason, deadline).await;
+        *last_failure = fetched.as_ref().err().map(|failure| (Instant::now(), failure.clone()));
+        fetched.map(|held| held.bearer()).map_err(UpstreamError::Auth)
+    }
+
+    /// Renews the token `serial` of `slot` in the background, unless a fetch is under way; a
+    /// renewal that fails is tried again a second later, while the token held is still sent.
+    fn renew(&self, slot: Arc<Slot>, token: Arc<TokenRequest>, serial: u64) {
+        let client = self.clone();
+        tokio::spawn(async move {
+            if let Ok(mut last_failure) = slot.fetching.try_lock() {
+                let due = slot.usable(Instant::now(), None).is_some_and(|held| held.serial == serial);
+                if due {
+                    let deadline = Instant::now() + client.settings.total_timeout;
+                    if let Err(failure) = client.fetch(&slot, &token, FetchReason::Renewal, deadline).await {
+                        let now = Instant::now();
+                        *last_failure = Some((now, failure));
+                        if let Some(held) = slot.held.write().unwrap_or_else(PoisonError::into_inner).as_mut()
+                        {
+                            held.renew_at = (now + FAILURE_HOLD).min(held.use_until);
+                        }
+                    } else {
+                        *last_failure = None;
+                    }
+                }
+            }
+            slot.renewing.store(false, Ordering::Release);
+        });
+    }
+
+    /// Asks the token endpoint for a token (the caller holds the slot's fetch lock) and keeps it.
+    async fn fetch(
+        &self,
+        slot: &Slot,
+        token: &TokenRequest,
+        reason: FetchReason,
+        deadline: Instant,
+    ) -> Result<Held, AuthFailure> {
+        let sent = Instant::now();
+        let answer = self.attempt(&token.request, None, &token.origin, sent, deadline).await;
+        let outcome = match answer {
+            Ok(answer) => read_token(answer.status, &answer.body),
+            Err(error) => Err(AuthFailure::of(error)),
+        };
+        slot.fetched[reason as usize][usize::from(outcome.is_err())].fetch_add(1, Ordering::Relaxed);
+        let held = match outcome {
+            Ok((value, expires_in)) => {
+                let mut held = slot.held.write().unwrap_or_else(PoisonError::into_inner);
+                let serial = held.as_ref().map_or(1, |h| h.serial + 1);
+                let new = Held::new(value, serial, sent, expires_in);
+                *held = Some(new.clone());
+                logged!(Level::DEBUG, token_endpoint = %token.origin, reason = reason.label(), expires_in_s = expires_in.map(|d| d.as_secs()), "fetched an access token");
+                Ok(new)
+            }
+            Err(failure) => {
+                logged!(Level::WARN, token_endpoint = %token.origin, reason = reason.label(), %failure, "no access token");
+                Err(failure)
+            }
+        };
+        slot.finished.fetch_add(1, Ordering::Release);
+        held
+    }
+}
+
+/// The longest `error` code taken from a token endpoint's answer.
+const MAX_ERROR_CODE: usize = 64;
+
+/// The `Authorization` value and lifetime of a token endpoint's answer (RFC 6749 §5.1), or why
+/// there is none (§5.2). Nothing of the body is kept but the token, its lifetime and an `error`
+/// code made of the characters RFC 6749 allows.
+fn read_token(status: StatusCode, body: &[u8]) -> Result<(HeaderValue, Option<Duration>), AuthFailure> {
+    #[derive(Deserialize)]
+    struct Answer {
+        access_token: Option<serde_json::Value>,
+        token_type: Option<serde_json::Value>,
+        expires_in: Option<serde_json::Value>,
+        error: Option<serde_json::Value>,
+    }
+    let answer: Option<Answer> = serde_json::from_slice(body).ok();
+    if !status.is_success() {
+        let error = answer.and_then(|a| a.error).and_then(|e| e.as_str().map(str::to_owned)).filter(|code| {
+            // RFC 6749 §5.2: %x20-21 / %x23-5B / %x5D-7E.
+            !code.is_empty()
+                && code.len() <= MAX_ERROR_CODE
+                && code.bytes().all(|b| matches!(b, 0x20..=0x21 | 0x23..=0x5B | 0x5D..=0x7E))
+        });
+        return Err(AuthFailure::Refused { status, error });
+    }
+    let answer = answer.ok_or(AuthFailure::Unusable("the answer is not a JSON object"))?;
+    let Some(serde_json::Value::String(token)) = answer.access_token else {
+        return Err(AuthFailure::Unusable("it has no `access_token` string"));
+    };
+    match &answer.token_type {
+        // RFC 6749 says it is required; a server that leaves it out issues Bearer tokens.
+        None => {}
+        Some(serde_json::Value::String(kind)) if kind.eq_ignore_ascii_case("bearer") => {}
+        Some(_) => {
+            return Err(AuthFailure::Unusable("its `token_type` is not Bearer, the only type recast sends"));
+        }
+    }
+    // RFC 6750's token characters are a subset of these; anything else cannot be a header value.
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(AuthFailure::Unusable("its `access_token` is empty or holds characters a token cannot"));
+    }
+    let mut value = HeaderValue::try_from(format!("Bearer {token}"))
+        .map_err(|_| AuthFailure::Unusable("its `access_token` cannot be sent in a header"))?;
+    value.set_sensitive(true);
+    let expires_in = match answer.expires_in {
+        Some(serde_json::Value::Number(n)) => n.as_f64(),
+        // Some servers send it as a string.
+        Some(serde_json::Value::String(text)) => text.trim().parse::<f64>().ok(),
+        _ => None,
+    }
+    .filter(|seconds| seconds.is_finite() && *seconds >= 0.0)
+    .map(|seconds| Duration::from_secs_f64(seconds.min(MAX_LIFETIME.as_secs_f64())));
+    Ok((value, expires_in))
+}
+
+#[cfg(test)]
+mod tests;
