@@ -35,6 +35,7 @@ pub const IDLE_TIMEOUT_MS: &str = "RECAST_IDLE_TIMEOUT_MS";
 pub const DATABASE_URL: &str = "RECAST_DATABASE_URL";
 pub const DATABASE_TIMEOUT_MS: &str = "RECAST_DATABASE_TIMEOUT_MS";
 pub const SYNC_INTERVAL_MS: &str = "RECAST_SYNC_INTERVAL_MS";
+pub const HEARTBEAT_MS: &str = "RECAST_HEARTBEAT_MS";
 pub const MAX_STALENESS_MS: &str = "RECAST_MAX_STALENESS_MS";
 pub const TOMBSTONE_RETENTION_MS: &str = "RECAST_TOMBSTONE_RETENTION_MS";
 pub const UPSTREAM_COMPRESSION: &str = "RECAST_UPSTREAM_COMPRESSION";
@@ -60,6 +61,7 @@ pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
 pub const DEFAULT_DATABASE_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_SYNC_INTERVAL_MS: u64 = 1_000;
+pub const DEFAULT_HEARTBEAT_MS: u64 = 1_000;
 pub const DEFAULT_TOMBSTONE_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
 pub const DEFAULT_CACHE_BYTES: u64 = 256 << 20;
 pub const DEFAULT_BREAKER_FAILURES: u32 = 5;
@@ -196,6 +198,12 @@ pub struct Config {
     #[arg(long, env = SYNC_INTERVAL_MS, default_value_t = DEFAULT_SYNC_INTERVAL_MS, value_parser = clap::value_parser!(u64).range(10..))]
     pub sync_interval_ms: u64,
 
+    /// Cluster mode: how often a node says in the database that it is alive, in milliseconds. A
+    /// node not heard of for three times this long is gone, and the others take its share of
+    /// every outbound rate limit.
+    #[arg(long, env = HEARTBEAT_MS, default_value_t = DEFAULT_HEARTBEAT_MS, value_parser = clap::value_parser!(u64).range(10..))]
+    pub heartbeat_ms: u64,
+
     /// Cluster mode: how long a node may be cut off from the database before `/readyz` answers
     /// 503, in milliseconds [default: never; the node keeps serving the routes it has].
     #[arg(long, env = MAX_STALENESS_MS)]
@@ -244,6 +252,7 @@ impl Default for Config {
             database_url: None,
             database_timeout_ms: DEFAULT_DATABASE_TIMEOUT_MS,
             sync_interval_ms: DEFAULT_SYNC_INTERVAL_MS,
+            heartbeat_ms: DEFAULT_HEARTBEAT_MS,
             max_staleness_ms: None,
             tombstone_retention_ms: DEFAULT_TOMBSTONE_RETENTION_MS,
         }
@@ -364,6 +373,7 @@ mod tests {
             DATABASE_URL,
             DATABASE_TIMEOUT_MS,
             SYNC_INTERVAL_MS,
+            HEARTBEAT_MS,
             MAX_STALENESS_MS,
             TOMBSTONE_RETENTION_MS,
             UPSTREAM_COMPRESSION,

@@ -6,7 +6,8 @@
 #    can for LOAD_DURATION, far above the limit, and the script prints how many requests a second
 #    the upstream received (from its log) against the limit.
 # 2. A route with a Bearer token and a route with OAuth2 client credentials (its token endpoint
-#    oidc-provider from tests/oauth, tokens living an hour): wrk drives each in turn, and the script
+#    oidc-provider from tests/oauth, tokens living an hour), both to an nginx upstream that keeps
+#    connections alive (so recast's own work is what is measured): wrk drives each in turn, and the script
 #    prints calls per second, p99 and recast's CPU time per call of each, and the token endpoint's
 #    count of token requests (one: the OAuth2 route's live call).
 # 3. Then the upstream is stopped, RECAST_BREAKER_FAILURES calls of another route fail, and from
@@ -16,7 +17,7 @@
 #
 # Settings (environment): LOAD_DURATION (default 8s), LOAD_CONNECTIONS (default 64),
 # LOAD_ROUNDS (default 2), LOAD_THREADS (default 2), LOAD_RATE (default 100), LOAD_PORT (first of
-# three ports, default 18180).
+# four ports, default 18180).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib.sh
@@ -27,18 +28,21 @@ ROUNDS=${LOAD_ROUNDS:-2}
 THREADS=${LOAD_THREADS:-2}
 PORT=${LOAD_PORT:-18180}
 RATE=${LOAD_RATE:-100}
-UPSTREAM_PORT=$PORT RECAST_PORT=$((PORT + 1)) TOKEN_PORT=$((PORT + 2))
+UPSTREAM_PORT=$PORT RECAST_PORT=$((PORT + 1)) TOKEN_PORT=$((PORT + 2)) NGINX_PORT=$((PORT + 3))
 
 ensure_toolchain
 ensure_packages "${BUILD_PACKAGES[@]}" wrk curl python3
 ensure_oauth_server
-ensure_free_ports $UPSTREAM_PORT $RECAST_PORT $TOKEN_PORT
+ensure_nginx
+ensure_free_ports $UPSTREAM_PORT $RECAST_PORT $TOKEN_PORT $NGINX_PORT
 use_ccache
 announce_rocksdb release
 cargo build --release --locked --bin recast
 RECAST="$CARGO_TARGET_DIR/release/recast"
 
 WORK=$(mktemp -d)
+# nginx workers run as an unprivileged user when started as root: they must read the document.
+chmod 755 "$WORK"
 PIDS=()
 cleanup() {
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -62,6 +66,20 @@ UPSTREAM_PID=$!
 PIDS+=("$UPSTREAM_PID")
 node tests/oauth/server.mjs authorization "$TOKEN_PORT" 3600 >/dev/null 2>&1 &
 PIDS+=($!)
+cat >"$WORK/nginx.conf" <<EOF
+worker_processes 1;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx-error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+$(for kind in client_body proxy fastcgi uwsgi scgi; do printf '    %s_temp_path %s;\n' "$kind" "$WORK/nginx-$kind"; done)
+    keepalive_requests 1000000;
+    server { listen 127.0.0.1:$NGINX_PORT; root $WORK; default_type application/json; }
+}
+EOF
+nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' 2>>"$WORK/nginx-error.log" &
+PIDS+=($!)
 RECAST_LISTEN=127.0.0.1:$RECAST_PORT RECAST_DATA_DIR=$WORK/data RECAST_UPSTREAM_ALLOW=127.0.0.1/32 \
     RECAST_LOG=warn RECAST_BREAKER_FAILURES=5 RECAST_BREAKER_COOLDOWN_MS=3600000 \
     "$RECAST" serve >"$WORK/recast.log" 2>&1 &
@@ -70,15 +88,16 @@ PIDS+=("$RECAST_PID")
 wait_for "http://127.0.0.1:$UPSTREAM_PORT/meals.json"
 wait_for "http://127.0.0.1:$RECAST_PORT/readyz"
 wait_for "http://127.0.0.1:$TOKEN_PORT/test/counts"
+wait_for "http://127.0.0.1:$NGINX_PORT/meals.json"
 
-register() { # $1 route path, $2 more members; prints the route's public path
-    curl -sf -H 'content-type: application/json' -d '{"path":"'"$1"'","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'"$UPSTREAM_PORT"'/"},"path":"meals.json"},"rulesAsString":{"newBodyFields":{"name":{"key":"name","type":"String"}},"oldBodyFields":{"name":{"keys":["strMeal"],"parents":["meals"]}}}'"$2"'}' \
+register() { # $1 route path, $2 more members, $3 upstream port (default: the Python one); prints the route's public path
+    curl -sf -H 'content-type: application/json' -d '{"path":"'"$1"'","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'"${3:-$UPSTREAM_PORT}"'/"},"path":"meals.json"},"rulesAsString":{"newBodyFields":{"name":{"key":"name","type":"String"}},"oldBodyFields":{"name":{"keys":["strMeal"],"parents":["meals"]}}}'"$2"'}' \
         "http://127.0.0.1:$RECAST_PORT/v1/mapping" | python3 -c 'import json, sys; print(json.load(sys.stdin)["path"])'
 }
 ROUTE=$(register meals "")
 LIMITED=$(register limited ',"rateLimit":{"requestsPerSecond":'"$RATE"',"burst":1}')
-BEARER=$(register bearer ',"authHeader":{"type":"Bearer","token":"a-static-token-of-forty-three-characters-x"}')
-OAUTH=$(register oauth ',"authHeader":{"type":"OAuth2ClientCredentials","tokenUrl":"http://127.0.0.1:'"$TOKEN_PORT"'/token","clientId":"basic-client","clientSecret":"basic-secret"}')
+BEARER=$(register bearer ',"authHeader":{"type":"Bearer","token":"a-static-token-of-forty-three-characters-x"}' "$NGINX_PORT")
+OAUTH=$(register oauth ',"authHeader":{"type":"OAuth2ClientCredentials","tokenUrl":"http://127.0.0.1:'"$TOKEN_PORT"'/token","clientId":"basic-client","clientSecret":"basic-secret"}' "$NGINX_PORT")
 
 HZ=$(getconf CLK_TCK)
 ticks() { awk '{ sub(/.*\) /, ""); t += $12 + $13 } END { print t }' /proc/"$RECAST_PID"/task/*/stat 2>/dev/null; }

@@ -17,9 +17,11 @@
 //!
 //! This module is the only one that talks to PostgreSQL: here the connection settings, the pool
 //! and the key check; in [`store`] the writes and listings ([`ClusterStore`]); in [`feed`] the
-//! follower's listening connection and what it reads; in [`schema`] the migrations.
+//! follower's listening connection and what it reads; in [`nodes`] the heartbeat of the nodes
+//! alive; in [`schema`] the migrations.
 
 mod feed;
+mod nodes;
 mod schema;
 mod store;
 

@@ -41,6 +41,14 @@ const MIGRATIONS: &[&str] = &[
          change uuid NOT NULL,
          at timestamptz NOT NULL DEFAULT now()
      );",
+    // 3: the nodes alive, each with the time it last said so (`nodes.rs`). A table left behind by
+    // a schema dropped without it holds nothing worth keeping.
+    "DROP TABLE IF EXISTS recast_nodes;
+     CREATE TABLE recast_nodes (
+         id uuid PRIMARY KEY,
+         started_at timestamptz NOT NULL DEFAULT now(),
+         seen_at timestamptz NOT NULL DEFAULT now()
+     );",
 ];
 
 /// Why the schema could not be made ready.

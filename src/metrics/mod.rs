@@ -298,6 +298,8 @@ pub struct StoreGauges {
     pub revision: u64,
     /// Seconds since the node last knew it had every change.
     pub lag_seconds: f64,
+    /// The nodes alive as this node last heard from the database, itself included.
+    pub nodes: u32,
 }
 
 impl Metrics {

@@ -157,6 +157,12 @@ impl Metrics {
                 "# HELP recast_store_revision The last revision of the route database this node applied.\n# TYPE recast_store_revision gauge\nrecast_store_revision {}",
                 store.revision
             );
+            gauge(
+                &mut out,
+                "recast_cluster_nodes",
+                "The nodes alive in the cluster as this node last heard (itself included): each takes this share of every outbound rate limit.",
+                store.nodes as usize,
+            );
             let _ = writeln!(
                 out,
                 "# HELP recast_store_sync_lag_seconds Time since this node last knew it had every change of the route database.\n# TYPE recast_store_sync_lag_seconds gauge\nrecast_store_sync_lag_seconds {:.3}",

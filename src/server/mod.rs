@@ -281,6 +281,22 @@ pub async fn run_with(
         );
     }
     tracing::info!(upstream_allow = %state.config.upstream_allow, "outbound policy: public addresses, plus");
+    // Cluster mode: the node says it is alive before it serves, so its rate limits start at its
+    // share, and keeps saying so; it leaves when it stops.
+    let membership = match &database {
+        Some(database) => {
+            let membership = sync::Membership {
+                database: database.clone(),
+                node: uuid::Uuid::new_v4(),
+                every: Duration::from_millis(state.config.heartbeat_ms),
+                client: state.client.clone(),
+            };
+            membership.beat(&mut false).await;
+            let (database, node) = (membership.database.clone(), membership.node);
+            Some((tasks.spawn(PanicSite::Background, membership.keep()), database, node))
+        }
+        None => None,
+    };
     // Cluster mode: the follower starts once the snapshot is loaded, and says why the node must
     // stop if it ever must.
     let (stop_node, mut must_stop) = tokio::sync::mpsc::channel::<String>(1);
@@ -423,6 +439,15 @@ pub async fn run_with(
         tracing::warn!(open = connections.len(), ?grace, "grace period over; closing what is left");
     }
     connections.shutdown().await;
+    if let Some((heartbeat, database, node)) = membership {
+        heartbeat.abort();
+        match database.leave(node).await {
+            Ok(()) => tracing::info!("left the cluster's nodes alive"),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not say in the route database that this node stops; the others take its share once its heartbeat is old")
+            }
+        }
+    }
     // Store writes begun by a request finish before the store is closed; blocking work that
     // outlasts the grace period (a name lookup that hangs) is not waited for.
     if tokio::time::timeout(grace, tasks.blocking(PanicSite::Background, move || workers.stop()))

@@ -190,6 +190,7 @@ fn metrics(state: &State) -> Response {
             up: health.up,
             revision: health.revision,
             lag_seconds: health.lag.as_secs_f64(),
+            nodes: state.client.nodes(),
         }),
         cache: state.cache.gauges(),
     };

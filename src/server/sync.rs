@@ -23,6 +23,7 @@ use crate::metrics::{PanicSite, RulesSource};
 use crate::route::Route;
 use crate::storage::{self, Position, Store};
 use crate::tasks::Tasks;
+use crate::upstream::UpstreamClient;
 
 /// Rows written into the snapshot at a time after a first load.
 const SNAPSHOT_PAGE: usize = 1000;
@@ -355,6 +356,53 @@ impl Backoff {
 
     fn reset(&mut self) {
         self.next = Backoff::FIRST;
+    }
+}
+
+/// Cluster mode: this node's place among the nodes alive (`recast_nodes`), which every outbound
+/// rate limit is shared by.
+pub(super) struct Membership {
+    pub database: Arc<Database>,
+    pub node: Uuid,
+    /// How often the node says it is alive; a node not heard of for three times this is gone.
+    pub every: Duration,
+    pub client: UpstreamClient,
+}
+
+impl Membership {
+    /// Says the node is alive, and hands the count of nodes alive to the upstream client. A beat
+    /// that fails keeps the last count (logged once until one works again).
+    pub async fn beat(&self, failing: &mut bool) {
+        match self.database.heartbeat(self.node, self.every * 3).await {
+            Ok(nodes) => {
+                if nodes != self.client.nodes() {
+                    tracing::info!(
+                        nodes,
+                        "nodes alive in the cluster changed: each takes 1/nodes of every outbound rate limit"
+                    );
+                }
+                self.client.set_nodes(nodes);
+                if std::mem::take(failing) {
+                    tracing::info!(nodes, "the heartbeat reaches the route database again");
+                }
+            }
+            Err(e) if !*failing => {
+                *failing = true;
+                tracing::warn!(error = %e, nodes = self.client.nodes(), "the heartbeat cannot reach the route database; rate limits keep the last share");
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Beats every `every` until the task is stopped.
+    pub async fn keep(self) {
+        let mut tick = tokio::time::interval(self.every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            tick.tick().await;
+            self.beat(&mut failing).await;
+        }
     }
 }
 

@@ -71,6 +71,17 @@ impl RateLimitSettings {
         };
         format!("{owner} {} {}", self.requests_per_second, self.burst)
     }
+
+    /// This node's share of the limit when `nodes` nodes are alive: the rate divided by them, and
+    /// the burst too (at least one call); the whole limit on a node alone.
+    pub fn share(&self, nodes: u32) -> RateLimitSettings {
+        let nodes = nodes.max(1);
+        RateLimitSettings {
+            requests_per_second: self.requests_per_second / f64::from(nodes),
+            burst: (self.burst / nodes).max(1),
+            ..self.clone()
+        }
+    }
 }
 
 /// Every limiter called so far, by key.

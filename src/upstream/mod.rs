@@ -12,8 +12,10 @@ mod oauth;
 mod retry;
 mod wire;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -137,6 +139,9 @@ pub struct UpstreamClient {
     budgets: Arc<retry::Budgets>,
     limiters: Arc<limit::Limiters>,
     tokens: Arc<oauth::Tokens>,
+    /// The nodes alive in the cluster (1 for a node alone): each takes this share of every rate
+    /// limit.
+    nodes: Arc<AtomicU32>,
 }
 
 impl UpstreamClient {
@@ -157,7 +162,19 @@ impl UpstreamClient {
         let breakers = Arc::new(Breakers::new(settings.breaker));
         let budgets = Arc::default();
         let (limiters, tokens) = (Arc::default(), Arc::default());
-        UpstreamClient { connector, pools, settings, policy, lookup, breakers, budgets, limiters, tokens }
+        let nodes = Arc::new(AtomicU32::new(1));
+        UpstreamClient {
+            connector,
+            pools,
+            settings,
+            policy,
+            lookup,
+            breakers,
+            budgets,
+            limiters,
+            tokens,
+            nodes,
+        }
     }
 
     /// Closes idle connections past their time every 30 seconds, also when nothing calls their
@@ -210,6 +227,16 @@ impl UpstreamClient {
         self.limiters.snapshot()
     }
 
+    /// Sets how many nodes share each outbound rate limit (cluster mode, from the heartbeat).
+    pub fn set_nodes(&self, nodes: u32) {
+        self.nodes.store(nodes.max(1), Ordering::Relaxed);
+    }
+
+    /// How many nodes share each outbound rate limit.
+    pub fn nodes(&self) -> u32 {
+        self.nodes.load(Ordering::Relaxed)
+    }
+
     /// The token fetches of the token endpoints called so far (`/metrics`).
     pub fn token_fetches(&self) -> Vec<TokenCounts> {
         self.tokens.snapshot()
@@ -234,9 +261,14 @@ impl UpstreamClient {
         let started = Instant::now();
         let deadline = started + self.settings.total_timeout;
         let origin = origin(&request.uri);
-        let limit = outbound
-            .rate_limit
-            .map(|(settings, route)| (settings, settings.key(&route.to_string(), &origin)));
+        // In a cluster, this node's share of the limit, kept apart from the shares of other counts.
+        let limit = outbound.rate_limit.map(|(settings, route)| match self.nodes() {
+            1 => (Cow::Borrowed(settings), settings.key(&route.to_string(), &origin)),
+            nodes => {
+                let key = format!("{} /{nodes}", settings.key(&route.to_string(), &origin));
+                (Cow::Owned(settings.share(nodes)), key)
+            }
+        });
         if let Some((settings, key)) = &limit {
             // A slot found in the last quarter of the call's time would leave the attempt too
             // little of it (and its timeout would count against a healthy upstream's breaker).
@@ -253,7 +285,7 @@ impl UpstreamClient {
         }
         // A wait for a slot of the limit is not part of the first attempt's time.
         let (mut now, mut retries) = (if limit.is_some() { Instant::now() } else { started }, 0);
-        let limit_key = limit.as_ref().map(|(settings, key)| (*settings, key.as_str()));
+        let limit_key = limit.as_ref().map(|(settings, key)| (&**settings, key.as_str()));
         // Whether this call has fetched a new token after a 401 (once at most).
         let mut renewed = false;
         loop {

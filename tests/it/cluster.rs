@@ -914,3 +914,99 @@ async fn a_new_node_stopped_while_writing_its_first_snapshot_loads_again_and_is_
     }
     assert_eq!(call(&b, &leftover, "left").await, Err(404), "the leftover record is gone");
 }
+
+/// `recast_cluster_nodes` in `node`'s `/metrics`.
+async fn nodes_alive(node: &Binary) -> Option<u64> {
+    let text = String::from_utf8(get(&node.url("/metrics")).await.body.to_vec()).unwrap();
+    text.lines().find_map(|line| line.strip_prefix("recast_cluster_nodes ")?.parse().ok())
+}
+
+/// Drives route `uuid` at `path` on every node of `nodes` with four callers each, as fast as they
+/// go, for `run`; the calls each node answered, and the calls the upstream received meanwhile.
+async fn drive(
+    nodes: &[&Binary],
+    uuid: &str,
+    path: &str,
+    run: Duration,
+    upstream: &Upstream,
+) -> (Vec<u64>, usize) {
+    let before = upstream.received().len();
+    let started = Instant::now();
+    let mut callers = tokio::task::JoinSet::new();
+    for (n, node) in nodes.iter().enumerate() {
+        for _ in 0..4 {
+            let url = node.url(&format!("/v1/{uuid}/{path}"));
+            callers.spawn(async move {
+                let mut calls = 0u64;
+                while started.elapsed() < run {
+                    let status = get(&url).await.status.as_u16();
+                    assert!(status == 200 || status == 429, "answered {status}");
+                    calls += 1;
+                }
+                (n, calls)
+            });
+        }
+    }
+    let mut answered = vec![0; nodes.len()];
+    while let Some(done) = callers.join_next().await {
+        let (n, calls) = done.unwrap();
+        answered[n] += calls;
+    }
+    (answered, upstream.received().len() - before)
+}
+
+#[tokio::test]
+async fn a_rate_limit_holds_for_the_whole_cluster_and_the_shares_move_when_a_node_leaves() {
+    const RATE: f64 = 30.0;
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(3).await;
+    let heartbeat = [("RECAST_HEARTBEAT_MS", "500")];
+    let mut nodes = Vec::new();
+    for n in 0..3 {
+        nodes.push(cluster.node_with(n, &heartbeat).await);
+    }
+    let body = registration(&upstream.url("/"), "limited", RULES).replace(
+        r#""rulesAsString""#,
+        &format!(r#""rateLimit":{{"requestsPerSecond":{RATE},"burst":1}},"rulesAsString""#),
+    );
+    let answer = send(Method::POST, &nodes[0].url("/v1/mapping"), &[], body).await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    let uuid = answer.json().get("uuid").and_then(Json::as_str).unwrap().to_owned();
+    for node in &nodes {
+        converges(node, &uuid, "limited", Ok(FULL), Duration::from_secs(5)).await;
+        eventually(Duration::from_secs(5), "three nodes alive", || async {
+            nodes_alive(node).await == Some(3)
+        })
+        .await;
+    }
+
+    // Each node driven far above the whole limit: together they let the limit through.
+    let run = Duration::from_secs(4);
+    for alive in [3, 2] {
+        // The slots spent by the checks above come back.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let driven: Vec<&Binary> = nodes.iter().collect();
+        let (answered, received) = drive(&driven, &uuid, "limited", run, &upstream).await;
+        for calls in &answered {
+            assert!(*calls as f64 >= 10.0 * RATE * run.as_secs_f64(), "a node answered only {calls} calls");
+        }
+        let expected = RATE * run.as_secs_f64();
+        println!("{alive} nodes: answered {answered:?}, upstream received {received} of {expected}");
+        // Each node's share lets a burst of one through at the start.
+        assert!(
+            (received as f64) >= 0.9 * expected && (received as f64) <= 1.1 * expected + alive as f64,
+            "{alive} nodes driven at {answered:?} calls in {run:?}: the upstream received {received}, the limit allows {expected}"
+        );
+        if alive == 3 {
+            // A node stops and says so: the other two take its share.
+            let mut leaving = nodes.pop().unwrap();
+            assert!(leaving.terminate().success());
+            for node in &nodes {
+                eventually(Duration::from_secs(5), "two nodes alive", || async {
+                    nodes_alive(node).await == Some(2)
+                })
+                .await;
+            }
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! The nodes alive: each node keeps a row of `recast_nodes` with the time it last said it is
+//! alive (the database's clock, so the nodes' clocks do not matter), and counts the rows seen
+//! lately. Outbound rate limits are shared by that count (`docs/upstreams.md`).
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::{Database, DbError};
+
+/// How long the row of a node that stopped without saying so is kept.
+const FORGOTTEN_AFTER: &str = "1 hour";
+
+impl Database {
+    /// Says that `node` is alive now; answers how many nodes said so within `alive`, this one
+    /// included.
+    pub async fn heartbeat(&self, node: Uuid, alive: Duration) -> Result<u32, DbError> {
+        let client = self.pooled().await?;
+        self.within(client.execute(
+            "INSERT INTO recast_nodes (id) VALUES ($1) ON CONFLICT (id) DO UPDATE SET seen_at = now()",
+            &[&node],
+        ))
+        .await?;
+        let row = self
+            .within(client.query_one(
+                "SELECT count(*) FROM recast_nodes WHERE seen_at > now() - make_interval(secs => $1)",
+                &[&alive.as_secs_f64()],
+            ))
+            .await?;
+        let alive: i64 = row.get(0);
+        self.within(client.execute(
+            &format!("DELETE FROM recast_nodes WHERE seen_at < now() - interval '{FORGOTTEN_AFTER}'"),
+            &[],
+        ))
+        .await?;
+        Ok(u32::try_from(alive).unwrap_or(u32::MAX).max(1))
+    }
+
+    /// Says that `node` stops: the others take its share at their next heartbeat.
+    pub async fn leave(&self, node: Uuid) -> Result<(), DbError> {
+        let client = self.pooled().await?;
+        self.within(client.execute("DELETE FROM recast_nodes WHERE id = $1", &[&node])).await?;
+        Ok(())
+    }
+}
