@@ -384,9 +384,10 @@ impl UpstreamClient {
     }
 
     /// One exchange on a pooled connection, or a new one. When a pooled connection fails before
-    /// any byte of the answer (the upstream closed it while idle), an idempotent request is sent
-    /// once more on a new connection; a new connection the upstream's host refuses is tried once
-    /// more for any request.
+    /// any byte of the answer (the upstream closed it while idle), the request is sent once more
+    /// on a new connection: any request when not one byte of it was written, an idempotent one
+    /// otherwise. A new connection the upstream's host refuses is tried once more for any
+    /// request.
     async fn exchange_pooled(
         &self,
         request: &UpstreamRequest,
@@ -428,11 +429,15 @@ impl UpstreamClient {
                     }
                     return Ok(answer);
                 }
+                Err(wire::Failed::Unsent(why)) if reused => {
+                    logged!(Level::DEBUG, upstream = %key.1, %why, "a pooled connection was closed before the request went out; sending on a new one");
+                    continue;
+                }
                 Err(wire::Failed::Stale(why)) if reused && request.method.is_idempotent() => {
                     logged!(Level::DEBUG, upstream = %key.1, %why, "a pooled connection was closed; sending on a new one");
                     continue;
                 }
-                Err(wire::Failed::Stale(why) | wire::Failed::Broken(why)) => {
+                Err(wire::Failed::Unsent(why) | wire::Failed::Stale(why) | wire::Failed::Broken(why)) => {
                     return Err(UpstreamError::Broken(why));
                 }
                 Err(wire::Failed::TooLarge) => return Err(UpstreamError::TooLarge { limit }),
@@ -657,6 +662,9 @@ pub(crate) fn https_or_http<C>(inner: C) -> HttpsConnector<C> {
         .enable_http1()
         .wrap_connector(inner)
 }
+
+#[cfg(test)]
+mod tests;
 
 /// An error and its causes, on one line.
 pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {

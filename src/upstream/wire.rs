@@ -51,8 +51,12 @@ pub(super) struct Connection {
 /// Why an exchange failed.
 #[derive(Debug)]
 pub(super) enum Failed {
+    /// Not one byte of the request went out: the connection refused the first write. On a pooled
+    /// connection the upstream closed it; the request may be sent again whatever its method.
+    Unsent(String),
     /// The connection failed before any byte of an answer came back: on a pooled connection, the
-    /// upstream most likely closed it while it was idle, and the request may be sent again.
+    /// upstream most likely closed it while it was idle, and an idempotent request may be sent
+    /// again.
     Stale(String),
     /// The connection broke, or the answer is not HTTP/1.1.
     Broken(String),
@@ -176,11 +180,7 @@ impl Connection {
         limit: usize,
     ) -> Result<(Answer, Reuse), Failed> {
         self.buf.clear();
-        let sent = async {
-            self.stream.write_all(request).await?;
-            self.stream.flush().await
-        };
-        sent.await.map_err(|e| Failed::Stale(format!("sending the request failed: {e}")))?;
+        self.send(request).await?;
         let head = self.read_head(head_only).await?;
         // Only a 2xx answer's body is ever read by recast; any other is read to keep the framing
         // and dropped, whatever its coding.
@@ -214,6 +214,33 @@ impl Connection {
         let answer =
             Answer { status: head.status, body, freshness: head.freshness, retry_after: head.retry_after };
         Ok((answer, reuse))
+    }
+
+    /// Stops this side's writing, as a connection the kernel no longer lets write would be (tests
+    /// of what a failed send does).
+    #[cfg(test)]
+    pub(super) async fn stop_writing(&mut self) {
+        let _ = self.stream.shutdown().await;
+    }
+
+    /// Writes `request` whole. A first write that fails on a plain connection sent nothing
+    /// ([`Failed::Unsent`]); any other failure may have let bytes out ([`Failed::Stale`]), also a
+    /// first one over TLS, whose write may fail after a record of it went out.
+    async fn send(&mut self, request: &[u8]) -> Result<(), Failed> {
+        let plain = matches!(self.stream.inner(), hyper_rustls::MaybeHttpsStream::Http(_));
+        let failed = |written: usize, e: std::io::Error| {
+            let why = format!("sending the request failed: {e}");
+            if written == 0 && plain { Failed::Unsent(why) } else { Failed::Stale(why) }
+        };
+        let mut written = 0;
+        while written < request.len() {
+            match self.stream.write(&request[written..]).await {
+                Ok(0) => return Err(failed(written, std::io::ErrorKind::WriteZero.into())),
+                Ok(n) => written += n,
+                Err(e) => return Err(failed(written, e)),
+            }
+        }
+        self.stream.flush().await.map_err(|e| failed(written, e))
     }
 
     /// Reads more bytes into the buffer; `Ok(0)` at the end of the stream.

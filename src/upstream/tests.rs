@@ -1,0 +1,102 @@
+//! The pool's resends against a real server on 127.0.0.1 that keeps every connection open.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use http::HeaderMap;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use super::*;
+use crate::policy::{AllowList, SystemLookup};
+
+/// A server that answers `{}` to every request and never closes a connection, also once the
+/// client stops writing; with its counts of connections and requests.
+async fn keeper() -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/x", listener.local_addr().unwrap());
+    let (connections, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (accepted, answered) = (connections.clone(), requests.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else { return };
+            accepted.fetch_add(1, Ordering::SeqCst);
+            let answered = answered.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    let mut chunk = [0u8; 4096];
+                    match stream.read(&mut chunk).await {
+                        // Kept open: a connection the client stopped writing on stays readable.
+                        Ok(0) | Err(_) => return std::future::pending::<()>().await,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                    // Every request here has a head and a 2-byte body.
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        if buf.len() < end + 4 + 2 {
+                            break;
+                        }
+                        buf.drain(..end + 4 + 2);
+                        answered.fetch_add(1, Ordering::SeqCst);
+                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").await;
+                    }
+                }
+            });
+        }
+    });
+    (url, connections, requests)
+}
+
+fn client() -> UpstreamClient {
+    let settings = UpstreamSettings {
+        connect_timeout: Duration::from_secs(2),
+        total_timeout: Duration::from_secs(5),
+        max_body: 1000,
+        compression: false,
+        workers: 1,
+        breaker: BreakerSettings { failures: 5, cooldown: Duration::from_secs(5) },
+    };
+    let allow: AllowList = "127.0.0.1/32".parse().unwrap();
+    UpstreamClient::new(settings, Arc::new(OutboundPolicy::new(&allow)), Arc::new(SystemLookup))
+}
+
+fn post(url: &str) -> UpstreamRequest {
+    UpstreamRequest {
+        method: Method::POST,
+        uri: url.parse().unwrap(),
+        headers: HeaderMap::new(),
+        body: Bytes::from_static(b"{}"),
+    }
+}
+
+#[tokio::test]
+async fn a_post_whose_pooled_connection_takes_no_byte_is_sent_on_a_new_one() {
+    let (url, connections, requests) = keeper().await;
+    let client = client();
+    assert_eq!(client.call(post(&url)).await.unwrap().body, b"{}");
+    // The pooled connection still looks open (nothing came from the upstream), but it will not
+    // take a byte: a write fails before anything goes out.
+    let pool = client.pools.here();
+    let key = Key::of(&url.parse().unwrap()).unwrap();
+    let mut pooled = pool.take(&key, Instant::now()).expect("the connection was kept");
+    pooled.stop_writing().await;
+    assert!(pooled.is_open(), "the pool would hand it out");
+    pool.put(key, pooled, Instant::now());
+
+    let answer = client.call(post(&url)).await.expect("sent again on a new connection");
+    assert_eq!(answer.body, b"{}");
+    assert_eq!(requests.load(Ordering::SeqCst), 2, "the upstream received the POST once");
+    assert_eq!(connections.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_first_write_refused_on_a_plain_connection_is_known_to_have_sent_nothing() {
+    let (url, _, requests) = keeper().await;
+    let client = client();
+    let mut connection = client.connect(&url.parse().unwrap()).await.ok().expect("connected");
+    connection.stop_writing().await;
+    let bytes = wire::encode(&post(&url), None, false);
+    let failed = connection.exchange(&bytes, false, 1000).await.expect_err("the send fails");
+    assert!(matches!(failed, wire::Failed::Unsent(_)), "{failed:?}");
+    assert_eq!(requests.load(Ordering::SeqCst), 0);
+}
