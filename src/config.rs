@@ -199,9 +199,10 @@ pub struct Config {
     pub sync_interval_ms: u64,
 
     /// Cluster mode: how often a node says in the database that it is alive, in milliseconds. A
-    /// node not heard of for three times this long is gone, and the others take its share of
-    /// every outbound rate limit.
-    #[arg(long, env = HEARTBEAT_MS, default_value_t = DEFAULT_HEARTBEAT_MS, value_parser = clap::value_parser!(u64).range(10..))]
+    /// node not heard of for three times this long (and at least this plus
+    /// `RECAST_DATABASE_TIMEOUT_MS`) is gone, and the others take its share of every outbound
+    /// rate limit.
+    #[arg(long, env = HEARTBEAT_MS, default_value_t = DEFAULT_HEARTBEAT_MS, value_parser = clap::value_parser!(u64).range(100..))]
     pub heartbeat_ms: u64,
 
     /// Cluster mode: how long a node may be cut off from the database before `/readyz` answers

@@ -289,6 +289,8 @@ pub async fn run_with(
                 database: database.clone(),
                 node: uuid::Uuid::new_v4(),
                 every: Duration::from_millis(state.config.heartbeat_ms),
+                alive: (Duration::from_millis(state.config.heartbeat_ms) * 3)
+                    .max(Duration::from_millis(state.config.heartbeat_ms + state.config.database_timeout_ms)),
                 client: state.client.clone(),
             };
             membership.beat(&mut false).await;
@@ -440,7 +442,9 @@ pub async fn run_with(
     }
     connections.shutdown().await;
     if let Some((heartbeat, database, node)) = membership {
+        // Stopped and waited for, so no beat of it comes after the row is deleted.
         heartbeat.abort();
+        let _ = heartbeat.await;
         match database.leave(node).await {
             Ok(()) => tracing::info!("left the cluster's nodes alive"),
             Err(e) => {

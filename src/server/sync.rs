@@ -364,8 +364,11 @@ impl Backoff {
 pub(super) struct Membership {
     pub database: Arc<Database>,
     pub node: Uuid,
-    /// How often the node says it is alive; a node not heard of for three times this is gone.
+    /// How often the node says it is alive.
     pub every: Duration,
+    /// How long a node not heard of is still counted: three heartbeats, and at least one
+    /// heartbeat and the database's timeout (a slow beat is not a node gone).
+    pub alive: Duration,
     pub client: UpstreamClient,
 }
 
@@ -373,7 +376,7 @@ impl Membership {
     /// Says the node is alive, and hands the count of nodes alive to the upstream client. A beat
     /// that fails keeps the last count (logged once until one works again).
     pub async fn beat(&self, failing: &mut bool) {
-        match self.database.heartbeat(self.node, self.every * 3).await {
+        match self.database.heartbeat(self.node, self.alive).await {
             Ok(nodes) => {
                 if nodes != self.client.nodes() {
                     tracing::info!(

@@ -334,7 +334,14 @@ impl UpstreamClient {
             return answer;
         }
         *renewed = true;
-        let bearer = self.bearer(token, deadline, Some(bearer.serial())).await?;
+        // A token asked for a moment ago is not replaced (an upstream that rejects every token
+        // would have every call ask for one); a replacement that fails leaves the 401 the answer.
+        if !self.tokens.may_replace(token, bearer.serial()) {
+            return answer;
+        }
+        let Ok(bearer) = self.bearer(token, deadline, Some(bearer.serial())).await else {
+            return answer;
+        };
         if let Some((settings, key)) = limit
             && self.limiters.take(key, settings, Duration::ZERO).await.is_err()
         {

@@ -18,8 +18,8 @@
 //!   carries the RFC 6749 `error` code when the answer had one.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -27,6 +27,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, StatusCode, Uri};
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Level;
 
@@ -192,14 +193,16 @@ impl fmt::Display for AuthFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AuthFailure::Unreachable(why) => write!(f, "no access token: {why}"),
-            AuthFailure::Refused { status, error: Some(code) } => {
-                write!(
-                    f,
-                    "the token endpoint refused the client credentials: it answered {status} with the error `{code}`"
-                )
-            }
-            AuthFailure::Refused { status, error: None } => {
-                write!(f, "the token endpoint refused the client credentials: it answered {status}")
+            AuthFailure::Refused { status, error } => {
+                let what = if status.is_client_error() {
+                    "the token endpoint refused the client credentials"
+                } else {
+                    "the token endpoint failed"
+                };
+                match error {
+                    Some(code) => write!(f, "{what}: it answered {status} with the error `{code}`"),
+                    None => write!(f, "{what}: it answered {status}"),
+                }
             }
             AuthFailure::Unusable(why) => {
                 write!(f, "the token endpoint's answer holds no usable token: {why}")
@@ -215,6 +218,10 @@ const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
 const MAX_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 /// How long a failed fetch is answered to the calls that come after it without asking again.
 const FAILURE_HOLD: Duration = Duration::from_secs(1);
+/// How old a token must be before an upstream's 401 makes a new one be asked for.
+const MIN_REPLACE_AGE: Duration = Duration::from_secs(1);
+/// The longest access token taken.
+const MAX_TOKEN: usize = 16 * 1024;
 
 /// The token a call sends, and its number, which tells it from the tokens before and after it.
 pub(super) struct Bearer {
@@ -227,6 +234,8 @@ pub(super) struct Bearer {
 struct Held {
     value: HeaderValue,
     serial: u64,
+    /// When the request that brought it was sent.
+    sent: Instant,
     renew_at: Instant,
     use_until: Instant,
 }
@@ -241,7 +250,7 @@ impl Held {
             expires_in.unwrap_or(DEFAULT_LIFETIME).min(MAX_LIFETIME).saturating_sub(Duration::from_secs(1));
         let renew_at = sent + life - (life / 4).min(Duration::from_secs(60));
         let use_until = sent + life - (life / 10).min(Duration::from_secs(5));
-        Held { value, serial, renew_at, use_until }
+        Held { value, serial, sent, renew_at, use_until }
     }
 
     fn bearer(&self) -> Bearer {
@@ -281,16 +290,23 @@ impl FetchReason {
 /// The token of one credential set.
 struct Slot {
     held: RwLock<Option<Held>>,
-    /// Held by the one fetch in flight; holds the last failure, and when it came.
-    fetching: tokio::sync::Mutex<Option<(Instant, AuthFailure)>>,
-    /// Fetches finished so far: a call that waited for the lock sees whether one ended meanwhile.
-    finished: AtomicU64,
-    /// Whether a background renewal is under way.
-    renewing: AtomicBool,
+    /// The fetch under way and the last failure.
+    flights: Mutex<Flights>,
     /// The token endpoint's origin, for `/metrics`.
     origin: String,
     /// Fetches by reason ([`FetchReason`] order), that gave a token and that failed.
     fetched: [[AtomicU64; 2]; 3],
+}
+
+/// What a fetch ends with, as every call waiting on it sees it.
+type Fetched = Result<Held, AuthFailure>;
+
+#[derive(Default)]
+struct Flights {
+    /// The fetch under way: its outcome comes on this channel.
+    flight: Option<watch::Receiver<Option<Fetched>>>,
+    /// The last fetch's failure, and when it came; `None` once one gave a token.
+    last_failure: Option<(Instant, AuthFailure)>,
 }
 
 impl Slot {
@@ -298,6 +314,19 @@ impl Slot {
     fn usable(&self, now: Instant, rejected: Option<u64>) -> Option<Held> {
         let held = self.held.read().unwrap_or_else(PoisonError::into_inner);
         held.as_ref().filter(|h| now < h.use_until && Some(h.serial) != rejected).cloned()
+    }
+
+    fn flights(&self) -> std::sync::MutexGuard<'_, Flights> {
+        self.flights.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Clears a slot's fetch under way when the task that made it ends, also by a panic.
+struct Landing(Arc<Slot>);
+
+impl Drop for Landing {
+    fn drop(&mut self) {
+        self.0.flights().flight = None;
     }
 }
 
@@ -319,12 +348,19 @@ impl Tokens {
     fn slot(&self, token: &TokenRequest) -> Arc<Slot> {
         self.slots.get_or(&token.key, || Slot {
             held: RwLock::new(None),
-            fetching: tokio::sync::Mutex::new(None),
-            finished: AtomicU64::new(0),
-            renewing: AtomicBool::new(false),
+            flights: Mutex::default(),
             origin: token.origin.clone(),
             fetched: Default::default(),
         })
+    }
+
+    /// Whether the token `rejected` (by an upstream's 401) may be replaced now: not when it was
+    /// asked for less than [`MIN_REPLACE_AGE`] ago, so an upstream that rejects every token does
+    /// not make a token request of every call.
+    pub(super) fn may_replace(&self, token: &TokenRequest, rejected: u64) -> bool {
+        let slot = self.slot(token);
+        let held = slot.held.read().unwrap_or_else(PoisonError::into_inner);
+        held.as_ref().is_none_or(|h| h.serial != rejected || h.sent.elapsed() >= MIN_REPLACE_AGE)
     }
 
     /// Every token endpoint's fetches, by origin (the credential sets of one origin added up).
@@ -351,9 +387,10 @@ impl Tokens {
 }
 
 impl UpstreamClient {
-    /// The token to send for the credential set of `token`, fetched when none is held (or the one
-    /// held is `rejected`), waiting for a fetch under way rather than starting another; within
-    /// `deadline`.
+    /// The token to send for the credential set of `token`: the one held, unless it ran out or
+    /// is `rejected`; else the outcome of the fetch under way, or of one started now. A call
+    /// waits for a fetch up to its own `deadline`; the fetch itself runs on its own, with the
+    /// whole `RECAST_UPSTREAM_TIMEOUT_MS`, whoever waits for it.
     pub(super) async fn bearer(
         &self,
         token: &Arc<TokenRequest>,
@@ -363,65 +400,96 @@ impl UpstreamClient {
         let slot = self.tokens.slot(token);
         let now = Instant::now();
         if let Some(held) = slot.usable(now, rejected) {
-            if now >= held.renew_at && !slot.renewing.swap(true, Ordering::AcqRel) {
-                self.renew(slot.clone(), token.clone(), held.serial);
+            if now >= held.renew_at {
+                let mut flights = slot.flights();
+                if flights.flight.is_none() {
+                    self.launch(&slot, &mut flights, token, FetchReason::Renewal);
+                }
             }
             return Ok(held.bearer());
         }
-        let finished = slot.finished.load(Ordering::Acquire);
-        let Ok(mut last_failure) = tokio::time::timeout_at(deadline, slot.fetching.lock()).await else {
-            return Err(UpstreamError::Timeout);
+        let mut flight = {
+            let mut flights = slot.flights();
+            // Looked at again under the lock: a fetch may have ended meanwhile.
+            if let Some(held) = slot.usable(Instant::now(), rejected) {
+                return Ok(held.bearer());
+            }
+            match &flights.flight {
+                Some(flight) => flight.clone(),
+                None => {
+                    if let Some((at, failure)) = &flights.last_failure
+                        && at.elapsed() < FAILURE_HOLD
+                    {
+                        return Err(UpstreamError::Auth(failure.clone()));
+                    }
+                    let reason = if rejected.is_some() { FetchReason::Rejected } else { FetchReason::New };
+                    self.launch(&slot, &mut flights, token, reason)
+                }
+            }
         };
-        // The fetch waited for may have brought one.
-        let now = Instant::now();
-        if let Some(held) = slot.usable(now, rejected) {
-            return Ok(held.bearer());
+        let late = || {
+            UpstreamError::Auth(AuthFailure::Unreachable("the token endpoint did not answer in time".into()))
+        };
+        let landed =
+            tokio::time::timeout_at(deadline, flight.wait_for(Option::is_some)).await.map_err(|_| late())?;
+        // The token fetched is taken even when its life is already over (an `expires_in` shorter
+        // than the fetch took): it is the newest there is.
+        let fetched = landed.as_deref().ok().and_then(Option::as_ref);
+        match fetched {
+            Some(Ok(held)) => Ok(held.bearer()),
+            Some(Err(failure)) => Err(UpstreamError::Auth(failure.clone())),
+            // The fetch's task ended without an outcome (it cannot panic, but if it did).
+            None => Err(UpstreamError::Auth(AuthFailure::Unreachable(
+                "the token fetch ended without an outcome".into(),
+            ))),
         }
-        if let Some((at, failure)) = &*last_failure
-            && (slot.finished.load(Ordering::Acquire) != finished
-                || now.saturating_duration_since(*at) < FAILURE_HOLD)
-        {
-            return Err(UpstreamError::Auth(failure.clone()));
-        }
-        let reason = if rejected.is_some() { FetchReason::Rejected } else { FetchReason::New };
-        let fetched = self.fetch(&slot, token, reason, deadline).await;
-        *last_failure = fetched.as_ref().err().map(|failure| (Instant::now(), failure.clone()));
-        fetched.map(|held| held.bearer()).map_err(UpstreamError::Auth)
     }
 
-    /// Renews the token `serial` of `slot` in the background, unless a fetch is under way; a
-    /// renewal that fails is tried again a second later, while the token held is still sent.
-    fn renew(&self, slot: Arc<Slot>, token: Arc<TokenRequest>, serial: u64) {
-        let client = self.clone();
+    /// Starts a fetch for `slot` in a task of its own (the caller holds the slot's `flights`),
+    /// and answers the channel its outcome comes on. A renewal that fails is tried again a
+    /// second later, while the token held is still sent.
+    fn launch(
+        &self,
+        slot: &Arc<Slot>,
+        flights: &mut Flights,
+        token: &Arc<TokenRequest>,
+        reason: FetchReason,
+    ) -> watch::Receiver<Option<Fetched>> {
+        let (outcome, flight) = watch::channel(None);
+        flights.flight = Some(flight.clone());
+        let (client, slot, token) = (self.clone(), slot.clone(), token.clone());
         tokio::spawn(async move {
-            if let Ok(mut last_failure) = slot.fetching.try_lock() {
-                let due = slot.usable(Instant::now(), None).is_some_and(|held| held.serial == serial);
-                if due {
-                    let deadline = Instant::now() + client.settings.total_timeout;
-                    if let Err(failure) = client.fetch(&slot, &token, FetchReason::Renewal, deadline).await {
+            let landing = Landing(slot.clone());
+            let deadline = Instant::now() + client.settings.total_timeout;
+            let fetched = client.fetch(&slot, &token, reason, deadline).await;
+            {
+                let mut flights = slot.flights();
+                match &fetched {
+                    Ok(_) => flights.last_failure = None,
+                    Err(failure) => {
                         let now = Instant::now();
-                        *last_failure = Some((now, failure));
+                        flights.last_failure = Some((now, failure.clone()));
                         if let Some(held) = slot.held.write().unwrap_or_else(PoisonError::into_inner).as_mut()
                         {
-                            held.renew_at = (now + FAILURE_HOLD).min(held.use_until);
+                            held.renew_at = held.renew_at.max(now + FAILURE_HOLD).min(held.use_until);
                         }
-                    } else {
-                        *last_failure = None;
                     }
                 }
             }
-            slot.renewing.store(false, Ordering::Release);
+            drop(landing);
+            outcome.send_replace(Some(fetched));
         });
+        flight
     }
 
-    /// Asks the token endpoint for a token (the caller holds the slot's fetch lock) and keeps it.
+    /// Asks the token endpoint for a token and keeps it.
     async fn fetch(
         &self,
         slot: &Slot,
         token: &TokenRequest,
         reason: FetchReason,
         deadline: Instant,
-    ) -> Result<Held, AuthFailure> {
+    ) -> Fetched {
         let sent = Instant::now();
         let answer = self.attempt(&token.request, None, &token.origin, sent, deadline).await;
         let outcome = match answer {
@@ -429,12 +497,15 @@ impl UpstreamClient {
             Err(error) => Err(AuthFailure::of(error)),
         };
         slot.fetched[reason as usize][usize::from(outcome.is_err())].fetch_add(1, Ordering::Relaxed);
-        let held = match outcome {
+        match outcome {
             Ok((value, expires_in)) => {
-                let mut held = slot.held.write().unwrap_or_else(PoisonError::into_inner);
-                let serial = held.as_ref().map_or(1, |h| h.serial + 1);
-                let new = Held::new(value, serial, sent, expires_in);
-                *held = Some(new.clone());
+                let new = {
+                    let mut held = slot.held.write().unwrap_or_else(PoisonError::into_inner);
+                    let serial = held.as_ref().map_or(1, |h| h.serial + 1);
+                    let new = Held::new(value, serial, sent, expires_in);
+                    *held = Some(new.clone());
+                    new
+                };
                 logged!(Level::DEBUG, token_endpoint = %token.origin, reason = reason.label(), expires_in_s = expires_in.map(|d| d.as_secs()), "fetched an access token");
                 Ok(new)
             }
@@ -442,9 +513,7 @@ impl UpstreamClient {
                 logged!(Level::WARN, token_endpoint = %token.origin, reason = reason.label(), %failure, "no access token");
                 Err(failure)
             }
-        };
-        slot.finished.fetch_add(1, Ordering::Release);
-        held
+        }
     }
 }
 
@@ -485,6 +554,9 @@ fn read_token(status: StatusCode, body: &[u8]) -> Result<(HeaderValue, Option<Du
         }
     }
     // RFC 6750's token characters are a subset of these; anything else cannot be a header value.
+    if token.len() > MAX_TOKEN {
+        return Err(AuthFailure::Unusable("its `access_token` is longer than 16 KiB"));
+    }
     if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(AuthFailure::Unusable("its `access_token` is empty or holds characters a token cannot"));
     }

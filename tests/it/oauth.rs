@@ -286,6 +286,10 @@ async fn fifty_concurrent_calls_wait_for_one_fetch() {
     tokio::time::sleep(Duration::from_millis(2300)).await;
     servers.authorization.post("/test/delay?ms=300").await;
     let before = servers.authorization.count("tokenRequests").await;
+    // A caller that gives up while the fetch runs does not take the fetch with it: the calls
+    // after it wait for the same one.
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), get(&service.url(&path))).await;
+    assert!(gave_up.is_err(), "the call waited for the token");
     let mut calls = JoinSet::new();
     for _ in 0..50 {
         let url = service.url(&path);
@@ -306,6 +310,8 @@ async fn a_revoked_token_is_replaced_once_and_the_calls_sent_again() {
     let path =
         registered_path(&service, &servers.registration("r", "basic-client", "basic-secret", "")).await;
     call_ok(&service, &path, "basic-client").await;
+    // A token is replaced after a 401 only once it is a second old.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     servers.authorization.post("/test/revoke-all").await;
     let before = servers.resource.counts().await;
     // 50 calls at once, all with the revoked token: each gets a 401, one new token comes, and
@@ -352,6 +358,7 @@ async fn a_401_makes_one_new_token_and_one_more_send_at_most() {
     );
     let path = registered_path(&service, &body).await;
     *first_token.lock().unwrap() = Some("none".to_owned());
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let answer = get(&service.url(&path)).await;
     assert_eq!(answer.status, 401, "the upstream's 401 is answered after one more send");
     let received = upstream.received();
@@ -360,6 +367,11 @@ async fn a_401_makes_one_new_token_and_one_more_send_at_most() {
     assert_eq!(sent[0], sent[1], "the call used the token held");
     assert_ne!(sent[1], sent[2], "the send after the 401 has a new token");
     assert_eq!(servers.authorization.count("issued").await, 2);
+    // The new token is less than a second old: the next 401 is answered as it is, with no token
+    // request and no second send.
+    assert_eq!(get(&service.url(&path)).await.status, 401);
+    assert_eq!(upstream.received().len(), 4);
+    assert_eq!(servers.authorization.count("tokenRequests").await, 2);
     service.stop().await;
 }
 

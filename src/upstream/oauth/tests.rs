@@ -162,3 +162,15 @@ fn a_token_is_renewed_before_it_is_last_sent() {
         assert_eq!((none.renew_at, none.use_until), (sent, sent));
     }
 }
+
+#[test]
+fn a_token_of_more_than_16_kib_is_refused_and_a_5xx_is_not_called_a_refusal() {
+    let long = format!(r#"{{"access_token":"{}"}}"#, "a".repeat(MAX_TOKEN + 1));
+    assert!(matches!(read_token(StatusCode::OK, long.as_bytes()), Err(AuthFailure::Unusable(_))));
+    let at_most = format!(r#"{{"access_token":"{}"}}"#, "a".repeat(MAX_TOKEN));
+    assert!(read_token(StatusCode::OK, at_most.as_bytes()).is_ok());
+    let failed = read_token(StatusCode::SERVICE_UNAVAILABLE, b"{}").unwrap_err().to_string();
+    assert!(failed.starts_with("the token endpoint failed: it answered 503"), "{failed}");
+    let refused = read_token(StatusCode::UNAUTHORIZED, b"{}").unwrap_err().to_string();
+    assert!(refused.starts_with("the token endpoint refused the client credentials"), "{refused}");
+}
