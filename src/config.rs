@@ -39,6 +39,7 @@ pub const HEARTBEAT_MS: &str = "RECAST_HEARTBEAT_MS";
 pub const MAX_STALENESS_MS: &str = "RECAST_MAX_STALENESS_MS";
 pub const TOMBSTONE_RETENTION_MS: &str = "RECAST_TOMBSTONE_RETENTION_MS";
 pub const UPSTREAM_COMPRESSION: &str = "RECAST_UPSTREAM_COMPRESSION";
+pub const UPSTREAM_CA_FILE: &str = "RECAST_UPSTREAM_CA_FILE";
 pub const CACHE_BYTES: &str = "RECAST_CACHE_BYTES";
 pub const BREAKER_FAILURES: &str = "RECAST_BREAKER_FAILURES";
 pub const BREAKER_COOLDOWN_MS: &str = "RECAST_BREAKER_COOLDOWN_MS";
@@ -100,6 +101,11 @@ pub struct Config {
     /// asks for `identity`. gzip and br answers are decoded either way.
     #[arg(long, env = UPSTREAM_COMPRESSION, default_value_t = true, action = clap::ArgAction::Set)]
     pub upstream_compression: bool,
+
+    /// A PEM bundle of certificate authorities every upstream (and token endpoint) may be
+    /// certified by, besides the public web's roots (Mozilla's) [default: none].
+    #[arg(long, env = UPSTREAM_CA_FILE)]
+    pub upstream_ca_file: Option<PathBuf>,
 
     /// Most bytes the cache of mapped answers holds, for all routes together (answers, keys and
     /// bookkeeping); 0 turns caching off. Only routes registered with `cache` use it.
@@ -232,6 +238,7 @@ impl Default for Config {
             upstream_timeout_ms: DEFAULT_UPSTREAM_TIMEOUT_MS,
             max_upstream_bytes: DEFAULT_MAX_UPSTREAM_BYTES,
             upstream_compression: true,
+            upstream_ca_file: None,
             cache_bytes: DEFAULT_CACHE_BYTES,
             breaker_failures: DEFAULT_BREAKER_FAILURES,
             breaker_cooldown_ms: DEFAULT_BREAKER_COOLDOWN_MS,
@@ -378,6 +385,7 @@ mod tests {
             MAX_STALENESS_MS,
             TOMBSTONE_RETENTION_MS,
             UPSTREAM_COMPRESSION,
+            UPSTREAM_CA_FILE,
             CACHE_BYTES,
             BREAKER_FAILURES,
             BREAKER_COOLDOWN_MS,

@@ -89,10 +89,12 @@ pub enum UpstreamErrorKind {
     RateLimited,
     /// The route's OAuth2 token endpoint gave no token; nothing was sent.
     AuthFailed,
+    /// The TLS handshake with the upstream failed.
+    Tls,
 }
 
 impl UpstreamErrorKind {
-    const ALL: [UpstreamErrorKind; 13] = [
+    const ALL: [UpstreamErrorKind; 14] = [
         UpstreamErrorKind::Unreachable,
         UpstreamErrorKind::Timeout,
         UpstreamErrorKind::TooLarge,
@@ -106,6 +108,7 @@ impl UpstreamErrorKind {
         UpstreamErrorKind::BreakerOpen,
         UpstreamErrorKind::RateLimited,
         UpstreamErrorKind::AuthFailed,
+        UpstreamErrorKind::Tls,
     ];
 
     pub fn label(self) -> &'static str {
@@ -123,6 +126,7 @@ impl UpstreamErrorKind {
             UpstreamErrorKind::BreakerOpen => "breaker_open",
             UpstreamErrorKind::RateLimited => "rate_limited",
             UpstreamErrorKind::AuthFailed => "auth_failed",
+            UpstreamErrorKind::Tls => "tls",
         }
     }
 }

@@ -19,7 +19,7 @@ use self::request::Upstream;
 use crate::metrics::StatusCounts;
 use crate::rules::{Compiled, Limits, Problem, compile_json};
 use crate::storage::{SCHEMA_VERSION, StoredRoute};
-use crate::upstream::{ClientCredentials, RateLimitSettings, RetrySettings};
+use crate::upstream::{ClientCredentials, RateLimitSettings, RetrySettings, TlsSettings};
 pub use registration::{AuthHeader, OriginalApi, OriginalRoute, Registration};
 pub use request::{CallError, FromClient, MAPPED_AUTH, UpstreamRequest};
 
@@ -56,6 +56,9 @@ pub struct RouteConfig {
     /// The upstream's quota (`rateLimit`); `None`: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimitSettings>,
+    /// A private CA and a client certificate for the upstream (`tls`); `None`: neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSettings>,
 }
 
 /// A route's `cache` member: how long a mapped answer is fresh, and how long after that it may

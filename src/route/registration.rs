@@ -12,7 +12,7 @@ use super::{Auth, AuthKind, CacheSettings, RouteConfig};
 use crate::rules::Problem;
 use crate::upstream::{
     ClientAuth, ClientCredentials, Failure, LimitScope, MAX_ATTEMPTS, MAX_BURST, MAX_RATE, MAX_WAIT_MS,
-    RateLimitSettings, RetryOn, RetrySettings, TokenRequest, retriable_status,
+    RateLimitSettings, RetryOn, RetrySettings, RouteTls, TlsSettings, TokenRequest, retriable_status,
 };
 
 /// The body of `POST /v1/mapping` and `PUT /v1/routes/{uuid}` as sent.
@@ -44,6 +44,10 @@ pub struct Registration {
     /// checked by hand, so that each of its problems has a location.
     #[serde(default)]
     pub rate_limit: Option<serde_json::Value>,
+    /// `{"ca": "<PEM>", "clientCert": "<PEM>", "clientKey": "<PEM>"}`; checked by hand, so that
+    /// each of its problems has a location.
+    #[serde(default)]
+    pub tls: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -191,6 +195,7 @@ impl Registration {
         let cache = cache_settings(self.cache.as_ref(), &method, &mut problems);
         let retry = retry_settings(self.retry.as_ref(), &upstream_method, &mut problems);
         let rate_limit = rate_limit_settings(self.rate_limit.as_ref(), &mut problems);
+        let tls = tls_settings(self.tls.as_ref(), &base_url, &mut problems);
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -211,6 +216,7 @@ impl Registration {
             cache,
             retry,
             rate_limit,
+            tls,
         })
     }
 }
@@ -437,6 +443,47 @@ fn rate_limit_settings(
                 "a burst of {burst} at {rate} a second would take too long to come back; give a smaller burst or a higher rate"
             ),
         ));
+    }
+    (problems.len() == before).then_some(settings)
+}
+
+/// `tls`: absent or `null` for none; else an object with `ca` (PEM certificates of the
+/// authorities trusted for this upstream, besides the others), and `clientCert` (a PEM chain, leaf
+/// first) with `clientKey` (its PEM key), for an https upstream.
+fn tls_settings(
+    given: Option<&serde_json::Value>,
+    base_url: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<TlsSettings> {
+    let before = problems.len();
+    let known = ["ca", "clientCert", "clientKey"];
+    let example = r#"{"ca": "-----BEGIN CERTIFICATE-----\n..."}"#;
+    let members = settings_object(given, "tls", &known, example, problems)?;
+    let mut text = |name: &str| match members.get(name) {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(pem)) if !pem.trim().is_empty() => Some(pem.clone()),
+        Some(_) => {
+            problems.push(Problem::new(format!("/tls/{name}"), "must be PEM text"));
+            None
+        }
+    };
+    let settings =
+        TlsSettings { ca: text("ca"), client_cert: text("clientCert"), client_key: text("clientKey") };
+    if problems.len() == before
+        && settings.ca.is_none()
+        && settings.client_cert.is_none()
+        && settings.client_key.is_none()
+    {
+        problems
+            .push(Problem::new("/tls", "give `ca`, or `clientCert` with `clientKey`, or leave `tls` out"));
+    }
+    if !base_url.to_ascii_lowercase().starts_with("https://") {
+        problems.push(Problem::new("/tls", "`tls` is for an https upstream; the baseUrl is not https"));
+    }
+    if problems.len() == before
+        && let Err((member, why)) = RouteTls::new(&settings)
+    {
+        problems.push(Problem::new(format!("/tls/{member}"), why));
     }
     (problems.len() == before).then_some(settings)
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::registration::{BaseUrl, UpstreamPath};
 use super::{Auth, AuthKind, Route, RouteConfig};
-use crate::upstream::TokenRequest;
+use crate::upstream::{RouteTls, TokenRequest};
 
 /// The fixed parts of every upstream request of a route.
 #[derive(Debug)]
@@ -26,6 +26,8 @@ pub(super) struct Upstream {
     body: Option<Bytes>,
     /// The token request of the route's OAuth2 client credentials.
     oauth: Option<Arc<TokenRequest>>,
+    /// The route's `tls`, read.
+    tls: Option<Arc<RouteTls>>,
 }
 
 /// What a call takes from the client's request.
@@ -99,6 +101,11 @@ impl Route {
     /// The token request of the route's OAuth2 client credentials, if it has them.
     pub fn token_request(&self) -> Option<&Arc<TokenRequest>> {
         self.upstream.as_ref().ok()?.oauth.as_ref()
+    }
+
+    /// The route's `tls`, read, if it has one.
+    pub fn tls(&self) -> Option<&RouteTls> {
+        self.upstream.as_ref().ok()?.tls.as_deref()
     }
 
     /// Builds the upstream request of one call (SPEC §2.2).
@@ -222,6 +229,13 @@ impl Upstream {
             Auth::OAuth2(credentials) => Some(Arc::new(TokenRequest::new(credentials)?)),
             _ => None,
         };
-        Ok(Upstream { method, prefix, query, uri, headers, body, oauth })
+        let tls = match &config.tls {
+            Some(settings) => Some(Arc::new(
+                RouteTls::new(settings)
+                    .map_err(|(member, why)| format!("its tls.{member} is unusable: {why}"))?,
+            )),
+            None => None,
+        };
+        Ok(Upstream { method, prefix, query, uri, headers, body, oauth, tls })
     }
 }

@@ -276,6 +276,7 @@ pub(super) async fn call_upstream(
         rate_limit: route.config.rate_limit.as_ref().map(|limit| (limit, route.uuid)),
         retry: route.config.retry.as_ref(),
         oauth: route.token_request(),
+        tls: route.tls(),
     };
     let answer = state.client.call_with(request, &outbound).await;
     let took = started.elapsed();
@@ -354,6 +355,7 @@ impl UpstreamFailure {
             UpstreamFailure::Unavailable { .. } => UpstreamErrorKind::BreakerOpen,
             UpstreamFailure::RateLimited { .. } => UpstreamErrorKind::RateLimited,
             UpstreamFailure::AuthFailed { .. } => UpstreamErrorKind::AuthFailed,
+            UpstreamFailure::TlsFailed(_) => UpstreamErrorKind::Tls,
         }
     }
 }

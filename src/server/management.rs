@@ -116,6 +116,8 @@ struct RouteView<'a> {
     retry: Option<&'a crate::upstream::RetrySettings>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rate_limit: Option<&'a crate::upstream::RateLimitSettings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsView<'a>>,
     created_at: u64,
     updated_at: u64,
     status: &'static str,
@@ -141,6 +143,18 @@ struct OriginalRouteView<'a> {
 #[serde(rename_all = "camelCase")]
 struct BaseUrlView<'a> {
     base_url: &'a str,
+}
+
+/// A route's `tls`: its certificates as given, its key masked.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TlsView<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ca: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_cert: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_key: Option<&'static str>,
 }
 
 /// A stored `authHeader`, its secrets masked: a token, or OAuth2 client credentials (whose
@@ -215,6 +229,11 @@ impl<'a> RouteView<'a> {
             cache: c.cache.as_ref(),
             retry: c.retry.as_ref(),
             rate_limit: c.rate_limit.as_ref(),
+            tls: c.tls.as_ref().map(|tls| TlsView {
+                ca: tls.ca.as_deref(),
+                client_cert: tls.client_cert.as_deref(),
+                client_key: tls.client_key.as_ref().map(|_| "***"),
+            }),
             created_at: route.created_at,
             updated_at: route.updated_at,
             status: if problem.is_some() { "unavailable" } else { "ok" },

@@ -186,6 +186,11 @@ pub async fn run_with(
 ) -> Result<(), RunError> {
     let listen = listener.local_addr().map_err(RunError::Io)?;
     config.check_exposure(listen).map_err(RunError::Config)?;
+    // Read before anything is opened: a CA bundle that cannot be used stops the start.
+    let extra_roots = match &config.upstream_ca_file {
+        Some(path) => crate::upstream::read_ca_file(path).map_err(RunError::Config)?,
+        None => Vec::new(),
+    };
     if config.database_url.is_some() && config.secret_key.is_none() {
         return Err(RunError::Config(
             "RECAST_DATABASE_URL is set but RECAST_SECRET_KEY is not: every node of a cluster must \
@@ -247,10 +252,16 @@ pub async fn run_with(
             ),
         }
     }
+    let client = UpstreamClient::new(config.upstream(), outbound.policy, outbound.lookup)
+        .with_extra_roots(&extra_roots)
+        .map_err(RunError::Config)?;
+    if let Some(path) = &config.upstream_ca_file {
+        tracing::info!(certificates = extra_roots.len(), file = %path.display(), "upstreams may also be certified by the authorities of RECAST_UPSTREAM_CA_FILE");
+    }
     let state = Arc::new_cyclic(|me| State {
         cache: Arc::new(AnswerCache::new(config.cache_bytes)),
         me: me.clone(),
-        client: UpstreamClient::new(config.upstream(), outbound.policy, outbound.lookup),
+        client,
         admin: config.admin_token.as_ref().map(AdminToken::new),
         in_flight: InFlight::new(config.max_inflight),
         metrics,

@@ -14,7 +14,7 @@ use crate::upstream::UpstreamError;
 pub const TYPE_BASE: &str = "https://recast.dev/problems/";
 
 /// The last segment of every problem type recast answers with (see [`ApiError::slug`]).
-pub const SLUGS: [&str; 29] = [
+pub const SLUGS: [&str; 30] = [
     "invalid-json",
     "invalid-request",
     "invalid-rules",
@@ -37,6 +37,7 @@ pub const SLUGS: [&str; 29] = [
     "upstream-unavailable",
     "upstream-rate-limited",
     "upstream-auth-failed",
+    "upstream-tls-failed",
     "mapping-limit",
     "starting",
     "route-unavailable",
@@ -139,6 +140,9 @@ pub enum UpstreamFailure {
         why: String,
         retry_after: std::time::Duration,
     },
+    /// The TLS handshake with the upstream failed (why): its certificate is not trusted, or it
+    /// refused the connection or the certificate recast presented.
+    TlsFailed(String),
     /// The route's OAuth2 token endpoint gave no token (why, and the RFC 6749 `error` code it
     /// answered, if any); nothing was sent upstream.
     AuthFailed {
@@ -163,6 +167,7 @@ impl From<UpstreamError> for UpstreamFailure {
             UpstreamError::Connect(_) | UpstreamError::Broken(_) => {
                 UpstreamFailure::Unreachable(e.to_string())
             }
+            UpstreamError::Tls(_) => UpstreamFailure::TlsFailed(e.to_string()),
             UpstreamError::Auth(ref failure) => UpstreamFailure::AuthFailed {
                 error: failure.error_code().map(str::to_owned),
                 why: e.to_string(),
@@ -232,6 +237,7 @@ impl ApiError {
                 UpstreamFailure::Unavailable { .. } => "upstream-unavailable",
                 UpstreamFailure::RateLimited { .. } => "upstream-rate-limited",
                 UpstreamFailure::AuthFailed { .. } => "upstream-auth-failed",
+                UpstreamFailure::TlsFailed(_) => "upstream-tls-failed",
                 _ if *validating => "upstream-validation-failed",
                 UpstreamFailure::Status(_) => "upstream-error",
                 UpstreamFailure::Unreachable(_) => "upstream-unreachable",
@@ -279,6 +285,7 @@ impl ApiError {
                 UpstreamFailure::AuthFailed { .. } => {
                     "The route's token endpoint gave no access token; nothing was sent"
                 }
+                UpstreamFailure::TlsFailed(_) => "The TLS handshake with the upstream failed",
                 _ if *validating => "The live call to the upstream failed; nothing was stored",
                 UpstreamFailure::Status(_) => "The upstream answered with an error",
                 UpstreamFailure::Unreachable(_) => "The upstream could not be reached",
@@ -332,7 +339,8 @@ impl ApiError {
                 | UpstreamFailure::Encoding(why)
                 | UpstreamFailure::Unavailable { why, .. }
                 | UpstreamFailure::RateLimited { why, .. }
-                | UpstreamFailure::AuthFailed { why, .. } => why.clone(),
+                | UpstreamFailure::AuthFailed { why, .. }
+                | UpstreamFailure::TlsFailed(why) => why.clone(),
                 UpstreamFailure::Timeout => "the upstream did not answer within RECAST_UPSTREAM_TIMEOUT_MS".to_owned(),
                 UpstreamFailure::TooLarge { limit } => {
                     format!("the answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
@@ -471,6 +479,7 @@ mod tests {
                     why: "refused".to_owned(),
                     error: Some("invalid_client".to_owned()),
                 },
+                UpstreamFailure::TlsFailed("UnknownIssuer".to_owned()),
             ]
         };
         let mut all = vec![

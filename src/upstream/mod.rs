@@ -1,5 +1,5 @@
 //! The upstream client: pooled keep-alive HTTP/1.1 connections, plain or TLS (rustls, Mozilla's
-//! roots), over which a route's request is sent and the answer read under a connect timeout, one
+//! roots and those `tls` adds), over which a route's request is sent and the answer read under a connect timeout, one
 //! total deadline for the whole exchange, and a size limit on the body. Redirects are not
 //! followed. Connections are made by hyper's connector behind the outbound policy
 //! ([`crate::policy::Guarded`]); the exchange itself is [`wire`], driven by the calling task.
@@ -10,6 +10,7 @@ mod freshness;
 mod limit;
 mod oauth;
 mod retry;
+mod tls;
 mod wire;
 
 use std::borrow::Cow;
@@ -38,6 +39,7 @@ pub use freshness::{Freshness, MAX_DELTA_SECONDS};
 pub use limit::{LimitScope, LimiterCounts, MAX_BURST, MAX_RATE, MAX_WAIT_MS, RateLimitSettings};
 pub use oauth::{AuthFailure, ClientAuth, ClientCredentials, FetchReason, TokenCounts, TokenRequest};
 pub use retry::{Failure, MAX_ATTEMPTS, OriginRetries, RetryOn, RetrySettings, retriable_status};
+pub use tls::{RouteTls, TlsProblem, TlsSettings, read_ca_file};
 
 /// Settings of the upstream client.
 #[derive(Debug, Clone, Copy)]
@@ -72,8 +74,11 @@ pub struct Answer {
 /// Why no answer came back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UpstreamError {
-    /// No connection: refused, unreachable, name not resolved, TLS failed.
+    /// No connection: refused, unreachable, name not resolved.
     Connect(String),
+    /// TLS refused the connection: the upstream's certificate is not trusted, or the upstream
+    /// refused the handshake or the certificate recast presented (why).
+    Tls(String),
     /// The connection broke during the exchange.
     Broken(String),
     /// The deadline passed.
@@ -99,6 +104,7 @@ impl std::fmt::Display for UpstreamError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             UpstreamError::Connect(why) => write!(f, "the upstream could not be reached: {why}"),
+            UpstreamError::Tls(why) => write!(f, "the TLS handshake with the upstream failed: {why}"),
             UpstreamError::Broken(why) => write!(f, "the connection to the upstream broke: {why}"),
             UpstreamError::Timeout => f.write_str("the upstream did not answer in time"),
             UpstreamError::TooLarge { limit } => {
@@ -118,7 +124,10 @@ impl std::fmt::Display for UpstreamError {
     }
 }
 
-type Connector = HttpsConnector<Guarded<HttpConnector<PolicyResolver>>>;
+type Connector = HttpsConnector<Plain>;
+/// The TCP connector every TLS connector wraps: the policy's resolver, and its check of literal
+/// addresses.
+type Plain = Guarded<HttpConnector<PolicyResolver>>;
 
 /// How long a pooled connection may stay idle before it is closed.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -131,6 +140,11 @@ const SWEEP_EVERY: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 pub struct UpstreamClient {
     connector: Connector,
+    plain: Plain,
+    /// The roots every TLS connection trusts: Mozilla's, and `RECAST_UPSTREAM_CA_FILE`'s.
+    roots: Arc<rustls::RootCertStore>,
+    /// The connector of each route `tls` met so far, by its id (or why it cannot be made).
+    route_connectors: Arc<Keyed<Result<Connector, String>>>,
     pools: Arc<Pools>,
     settings: UpstreamSettings,
     policy: Arc<OutboundPolicy>,
@@ -156,7 +170,9 @@ impl UpstreamClient {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_connect_timeout(Some(settings.connect_timeout));
-        let connector = https_or_http(Guarded { inner: http, policy: policy.clone() });
+        let plain = Guarded { inner: http, policy: policy.clone() };
+        let roots = tls::roots(&[]).unwrap_or_else(|_| rustls::RootCertStore::empty());
+        let connector = with_config(plain.clone(), tls::default_config(roots.clone()));
         // One per worker, and one for the calls made on any other thread.
         let pools = Arc::new(Pools((0..=settings.workers).map(|_| Pool::default()).collect()));
         let breakers = Arc::new(Breakers::new(settings.breaker));
@@ -165,6 +181,9 @@ impl UpstreamClient {
         let nodes = Arc::new(AtomicU32::new(1));
         UpstreamClient {
             connector,
+            plain,
+            roots: Arc::new(roots),
+            route_connectors: Arc::default(),
             pools,
             settings,
             policy,
@@ -175,6 +194,17 @@ impl UpstreamClient {
             tokens,
             nodes,
         }
+    }
+
+    /// The client, trusting the certificates of `RECAST_UPSTREAM_CA_FILE` besides Mozilla's roots.
+    pub fn with_extra_roots(
+        mut self,
+        extra: &[rustls::pki_types::CertificateDer<'static>],
+    ) -> Result<UpstreamClient, String> {
+        let roots = tls::roots(extra)?;
+        self.connector = with_config(self.plain.clone(), tls::default_config(roots.clone()));
+        self.roots = Arc::new(roots);
+        Ok(self)
     }
 
     /// Closes idle connections past their time every 30 seconds, also when nothing calls their
@@ -286,13 +316,14 @@ impl UpstreamClient {
         // A wait for a slot of the limit is not part of the first attempt's time.
         let (mut now, mut retries) = (if limit.is_some() { Instant::now() } else { started }, 0);
         let limit_key = limit.as_ref().map(|(settings, key)| (&**settings, key.as_str()));
+        let target = Target { request, origin: &origin, tls: outbound.tls };
         // Whether this call has fetched a new token after a 401 (once at most).
         let mut renewed = false;
         loop {
             let until = retry.map_or(deadline, |settings| settings.attempt_deadline(retries, now, deadline));
             let outcome = match outbound.oauth {
-                None => self.attempt(request, None, &origin, now, until).await,
-                Some(token) => self.authorized(request, token, &origin, until, limit_key, &mut renewed).await,
+                None => self.attempt(&target, None, now, until).await,
+                Some(token) => self.authorized(&target, token, until, limit_key, &mut renewed).await,
             };
             let Some(settings) = retry.filter(|s| retries < s.attempts && s.covers(&outcome)) else {
                 return outcome;
@@ -321,15 +352,14 @@ impl UpstreamClient {
     /// unless the call did so already.
     async fn authorized(
         &self,
-        request: &UpstreamRequest,
+        target: &Target<'_>,
         token: &Arc<TokenRequest>,
-        origin: &str,
         deadline: Instant,
         limit: Option<(&RateLimitSettings, &str)>,
         renewed: &mut bool,
     ) -> Result<Answer, UpstreamError> {
         let bearer = self.bearer(token, deadline, None).await?;
-        let answer = self.attempt(request, Some(&bearer.value), origin, Instant::now(), deadline).await;
+        let answer = self.attempt(target, Some(&bearer.value), Instant::now(), deadline).await;
         if *renewed || !matches!(&answer, Ok(answer) if answer.status == StatusCode::UNAUTHORIZED) {
             return answer;
         }
@@ -347,25 +377,24 @@ impl UpstreamClient {
         {
             return answer;
         }
-        logged!(Level::DEBUG, upstream = %origin, "the upstream rejected the access token; sending once more with a new one");
-        self.attempt(request, Some(&bearer.value), origin, Instant::now(), deadline).await
+        logged!(Level::DEBUG, upstream = %target.origin, "the upstream rejected the access token; sending once more with a new one");
+        self.attempt(target, Some(&bearer.value), Instant::now(), deadline).await
     }
 
     /// One attempt of a call, through the origin's breaker, within `deadline`, with
     /// `authorization` in place of any `Authorization` header the request has.
     async fn attempt(
         &self,
-        request: &UpstreamRequest,
+        target: &Target<'_>,
         authorization: Option<&HeaderValue>,
-        origin: &str,
         started: Instant,
         deadline: Instant,
     ) -> Result<Answer, UpstreamError> {
         let ticket = self
             .breakers
-            .admit(origin, started)
+            .admit(target.origin, started)
             .map_err(|refused| UpstreamError::Unavailable { retry_after: refused.retry_after })?;
-        let exchange = self.exchange_pooled(request, authorization, started);
+        let exchange = self.exchange_pooled(target, authorization, started);
         let answer = match tokio::time::timeout_at(deadline, exchange).await {
             Ok(answer) => answer,
             Err(_) => Err(UpstreamError::Timeout),
@@ -374,7 +403,12 @@ impl UpstreamClient {
         // so lets the next call probe).
         let failed = match &answer {
             Ok(answer) => Some(answer.status.is_server_error()),
-            Err(UpstreamError::Connect(_) | UpstreamError::Broken(_) | UpstreamError::Timeout) => Some(true),
+            Err(
+                UpstreamError::Connect(_)
+                | UpstreamError::Tls(_)
+                | UpstreamError::Broken(_)
+                | UpstreamError::Timeout,
+            ) => Some(true),
             Err(
                 UpstreamError::NotAllowed(_)
                 | UpstreamError::Unavailable { .. }
@@ -397,11 +431,12 @@ impl UpstreamClient {
     /// request.
     async fn exchange_pooled(
         &self,
-        request: &UpstreamRequest,
+        target: &Target<'_>,
         authorization: Option<&HeaderValue>,
         started: Instant,
     ) -> Result<Answer, UpstreamError> {
-        let key = Key::of(&request.uri)?;
+        let request = target.request;
+        let key = Key::of(&request.uri, target.tls)?;
         let bytes = wire::encode(request, authorization, self.settings.compression);
         let head_only = request.method == Method::HEAD;
         let limit = self.settings.max_body;
@@ -411,11 +446,11 @@ impl UpstreamClient {
             let reused = pooled.is_some();
             let mut connection = match pooled.take() {
                 Some(connection) => connection,
-                None => match self.connect(&request.uri).await {
+                None => match self.connect(&request.uri, target.tls).await {
                     // Refused: nothing reached the upstream, so any method may try once more.
                     Err(Connecting::Refused(why)) => {
                         logged!(Level::DEBUG, upstream = %key.1, %why, "the connection was refused; trying once more");
-                        self.connect(&request.uri).await.map_err(Connecting::into_error)?
+                        self.connect(&request.uri, target.tls).await.map_err(Connecting::into_error)?
                     }
                     connected => connected.map_err(Connecting::into_error)?,
                 },
@@ -447,6 +482,7 @@ impl UpstreamClient {
                 Err(wire::Failed::Unsent(why) | wire::Failed::Stale(why) | wire::Failed::Broken(why)) => {
                     return Err(UpstreamError::Broken(why));
                 }
+                Err(wire::Failed::Tls(why)) => return Err(UpstreamError::Tls(why)),
                 Err(wire::Failed::TooLarge) => return Err(UpstreamError::TooLarge { limit }),
                 Err(wire::Failed::UnknownCoding(name)) => {
                     return Err(UpstreamError::Coding(format!(
@@ -458,8 +494,17 @@ impl UpstreamClient {
         }
     }
 
-    async fn connect(&self, uri: &http::Uri) -> Result<wire::Connection, Connecting> {
-        let connecting = self.connector.clone().call(uri.clone());
+    async fn connect(&self, uri: &http::Uri, tls: Option<&RouteTls>) -> Result<wire::Connection, Connecting> {
+        let mut connector = match tls {
+            None => self.connector.clone(),
+            Some(tls) => {
+                let made = self.route_connectors.get_or(&format!("{:016x}", tls.id()), || {
+                    tls.client_config(&self.roots).map(|config| with_config(self.plain.clone(), config))
+                });
+                (*made).clone().map_err(|why| Connecting::Failed(UpstreamError::Tls(why)))?
+            }
+        };
+        let connecting = connector.call(uri.clone());
         // The connector logs too (at debug); its lines name the request like ours.
         let logs = tracing::enabled!(target: "hyper_util::client::legacy::connect::http", Level::DEBUG);
         let connected = match logs.then(|| crate::logging::request_span!()).flatten() {
@@ -473,6 +518,8 @@ impl UpstreamClient {
             let why = error_chain(&*e);
             if connection_refused(&*e) {
                 Connecting::Refused(why)
+            } else if tls::is_tls_failure(&*e) {
+                Connecting::Failed(UpstreamError::Tls(why))
             } else {
                 Connecting::Failed(UpstreamError::Connect(why))
             }
@@ -542,12 +589,21 @@ fn connection_refused(error: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// What a route adds to a call: its outbound rate limit (with the route's uuid, which a limit of
-/// the route is kept by), its retries, and the token request of its OAuth2 client credentials.
+/// the route is kept by), its retries, the token request of its OAuth2 client credentials, and
+/// its TLS.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Outbound<'a> {
     pub rate_limit: Option<(&'a RateLimitSettings, uuid::Uuid)>,
     pub retry: Option<&'a RetrySettings>,
     pub oauth: Option<&'a Arc<TokenRequest>>,
+    pub tls: Option<&'a RouteTls>,
+}
+
+/// What an attempt sends, where: the request, its origin (the breaker's key) and the route's TLS.
+struct Target<'a> {
+    request: &'a UpstreamRequest,
+    origin: &'a str,
+    tls: Option<&'a RouteTls>,
 }
 
 /// `scheme://host:port` of `uri`, the host in lower case and the port always written: what a
@@ -559,14 +615,17 @@ fn origin(uri: &http::Uri) -> String {
     format!("{scheme}://{host}:{port}")
 }
 
-/// Where a pooled connection goes: scheme and authority.
+/// Where a pooled connection goes: scheme and authority, and the route TLS it was made with (0:
+/// none), so that a connection that presented one route's certificate carries no other's call.
 #[derive(Clone, PartialEq, Eq, Hash)]
-struct Key(Scheme, Authority);
+struct Key(Scheme, Authority, u64);
 
 impl Key {
-    fn of(uri: &http::Uri) -> Result<Key, UpstreamError> {
+    fn of(uri: &http::Uri, tls: Option<&RouteTls>) -> Result<Key, UpstreamError> {
         match (uri.scheme(), uri.authority()) {
-            (Some(scheme), Some(authority)) => Ok(Key(scheme.clone(), authority.clone())),
+            (Some(scheme), Some(authority)) => {
+                Ok(Key(scheme.clone(), authority.clone(), tls.map_or(0, RouteTls::id)))
+            }
             _ => Err(UpstreamError::Connect(format!("`{uri}` is not an absolute URL"))),
         }
     }
@@ -660,11 +719,14 @@ impl Hasher for Fnv {
 
 /// `inner` with TLS (rustls with ring, Mozilla's roots) for `https://` URLs, HTTP/1.1.
 pub(crate) fn https_or_http<C>(inner: C) -> HttpsConnector<C> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let roots = tls::roots(&[]).unwrap_or_else(|_| rustls::RootCertStore::empty());
+    with_config(inner, tls::default_config(roots))
+}
+
+/// `inner` with TLS as `config` says for `https://` URLs, HTTP/1.1.
+fn with_config<C>(inner: C, config: rustls::ClientConfig) -> HttpsConnector<C> {
     hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_webpki_roots(provider)
-        // The ring provider supports the safe default protocol versions; this cannot fail.
-        .unwrap_or_else(|_| hyper_rustls::HttpsConnectorBuilder::new().with_webpki_roots())
+        .with_tls_config(config)
         .https_or_http()
         .enable_http1()
         .wrap_connector(inner)

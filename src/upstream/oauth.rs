@@ -491,7 +491,8 @@ impl UpstreamClient {
         deadline: Instant,
     ) -> Fetched {
         let sent = Instant::now();
-        let answer = self.attempt(&token.request, None, &token.origin, sent, deadline).await;
+        let target = super::Target { request: &token.request, origin: &token.origin, tls: None };
+        let answer = self.attempt(&target, None, sent, deadline).await;
         let outcome = match answer {
             Ok(answer) => read_token(answer.status, &answer.body),
             Err(error) => Err(AuthFailure::of(error)),

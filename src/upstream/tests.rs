@@ -77,7 +77,7 @@ async fn a_post_whose_pooled_connection_takes_no_byte_is_sent_on_a_new_one() {
     // The pooled connection still looks open (nothing came from the upstream), but it will not
     // take a byte: a write fails before anything goes out.
     let pool = client.pools.here();
-    let key = Key::of(&url.parse().unwrap()).unwrap();
+    let key = Key::of(&url.parse().unwrap(), None).unwrap();
     let mut pooled = pool.take(&key, Instant::now()).expect("the connection was kept");
     pooled.stop_writing().await;
     assert!(pooled.is_open(), "the pool would hand it out");
@@ -93,7 +93,7 @@ async fn a_post_whose_pooled_connection_takes_no_byte_is_sent_on_a_new_one() {
 async fn a_first_write_refused_on_a_plain_connection_is_known_to_have_sent_nothing() {
     let (url, _, requests) = keeper().await;
     let client = client();
-    let mut connection = client.connect(&url.parse().unwrap()).await.ok().expect("connected");
+    let mut connection = client.connect(&url.parse().unwrap(), None).await.ok().expect("connected");
     connection.stop_writing().await;
     let bytes = wire::encode(&post(&url), None, false);
     let failed = connection.exchange(&bytes, false, 1000).await.expect_err("the send fails");

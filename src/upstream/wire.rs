@@ -54,6 +54,8 @@ pub(super) enum Failed {
     /// Not one byte of the request went out: the connection refused the first write. On a pooled
     /// connection the upstream closed it; the request may be sent again whatever its method.
     Unsent(String),
+    /// TLS refused the exchange: a certificate not trusted, or an alert from the upstream (why).
+    Tls(String),
     /// The connection failed before any byte of an answer came back: on a pooled connection, the
     /// upstream most likely closed it while it was idle, and an idempotent request may be sent
     /// again.
@@ -230,7 +232,13 @@ impl Connection {
         let plain = matches!(self.stream.inner(), hyper_rustls::MaybeHttpsStream::Http(_));
         let failed = |written: usize, e: std::io::Error| {
             let why = format!("sending the request failed: {e}");
-            if written == 0 && plain { Failed::Unsent(why) } else { Failed::Stale(why) }
+            if super::tls::is_tls_failure(&e) {
+                Failed::Tls(why)
+            } else if written == 0 && plain {
+                Failed::Unsent(why)
+            } else {
+                Failed::Stale(why)
+            }
         };
         let mut written = 0;
         while written < request.len() {
@@ -285,6 +293,8 @@ impl Connection {
                 }
                 Ok(0) => return Err(Failed::Broken("the upstream closed the connection mid-answer".into())),
                 Ok(_) => {}
+                // An alert instead of an answer: TLS 1.3 servers refuse a client certificate so.
+                Err(e) if super::tls::is_tls_failure(&e) => return Err(Failed::Tls(e.to_string())),
                 Err(e) if nothing_yet => return Err(Failed::Stale(e.to_string())),
                 Err(e) => return Err(Failed::Broken(e.to_string())),
             }

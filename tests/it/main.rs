@@ -39,4 +39,5 @@ mod routes;
 mod rules_doc;
 mod secrets;
 mod server;
+mod tls;
 mod wire;

@@ -26,7 +26,6 @@ impl Nginx {
     /// Starts nginx in front of `nodes` (`127.0.0.1:PORT` each) once `nginx -t` passes; panics
     /// with nginx's words when either fails.
     pub fn start(nodes: [&str; 3]) -> Nginx {
-        let binary = binary();
         let dir = TempDir::new().expect("a temporary directory");
         let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
         let mut site = documented();
@@ -36,6 +35,13 @@ impl Nginx {
             assert!(site.contains(documented), "docs/cluster.md's configuration names {documented}:\n{site}");
             site = site.replace(documented, node);
         }
+        Nginx::serve(&site, port, dir)
+    }
+
+    /// Starts nginx with `site` (the inside of its `http` block), which listens on `port` among
+    /// others, in `dir`, once `nginx -t` passes; panics with nginx's words when either fails.
+    pub fn serve(site: &str, port: u16, dir: TempDir) -> Nginx {
+        let binary = binary();
         let root = dir.path();
         std::fs::write(root.join("recast.conf"), site).expect("write the site");
         std::fs::write(root.join("nginx.conf"), main_configuration(root)).expect("write nginx.conf");
@@ -112,7 +118,7 @@ fn binary() -> PathBuf {
     if sbin.is_file() { sbin } else { PathBuf::from("nginx") }
 }
 
-fn set_mode(path: &Path, mode: u32) {
+pub fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }

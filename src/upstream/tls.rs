@@ -1,0 +1,196 @@
+//! TLS to upstreams beyond the public web's roots (`docs/upstreams.md`): a bundle of certificate
+//! authorities trusted for every upstream (`RECAST_UPSTREAM_CA_FILE`), and per route a private CA
+//! trusted for that route's upstream only and a client certificate it presents (`"tls"`).
+//!
+//! Each distinct route `tls` has a connector of its own ([`Connectors`]), and its connections are
+//! pooled apart ([`RouteTls::id`] is part of the pool's key): a connection that presented one
+//! route's certificate never carries another route's request.
+
+use std::fmt;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ClientConfig, RootCertStore};
+use serde::{Deserialize, Serialize};
+
+/// A route's `tls` member, as stored (sealed with the rest of the route).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSettings {
+    /// PEM certificates of the authorities trusted for this upstream, besides the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
+    /// The PEM certificate chain presented to the upstream, leaf first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_cert: Option<String>,
+    /// Its PEM private key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_key: Option<String>,
+}
+
+impl fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("ca", &self.ca.as_ref().map(|_| "(PEM)"))
+            .field("client_cert", &self.client_cert.as_ref().map(|_| "(PEM)"))
+            .field("client_key", &self.client_key.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+/// A route's `tls`, read: what its connections trust and present.
+pub struct RouteTls {
+    /// Tells its connector and its pooled connections from those of other settings (never 0,
+    /// which is the connections without a route `tls`).
+    id: u64,
+    ca: Vec<CertificateDer<'static>>,
+    identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+}
+
+impl fmt::Debug for RouteTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RouteTls({:016x})", self.id)
+    }
+}
+
+/// Which member of `tls` is wrong, and why.
+pub type TlsProblem = (&'static str, String);
+
+impl RouteTls {
+    /// Reads and checks `settings`: every PEM block is one recast can use, the certificate and
+    /// key come together and belong together.
+    pub fn new(settings: &TlsSettings) -> Result<RouteTls, TlsProblem> {
+        let ca = match &settings.ca {
+            None => Vec::new(),
+            Some(pem) => {
+                let ca = certificates(pem).map_err(|why| ("ca", why))?;
+                let mut roots = RootCertStore::empty();
+                for (n, certificate) in ca.iter().enumerate() {
+                    roots.add(certificate.clone()).map_err(|e| {
+                        ("ca", format!("certificate {} is not one a CA can be trusted by: {e}", n + 1))
+                    })?;
+                }
+                ca
+            }
+        };
+        let identity = match (&settings.client_cert, &settings.client_key) {
+            (None, None) => None,
+            (Some(_), None) => return Err(("clientKey", "a clientCert needs its clientKey".to_owned())),
+            (None, Some(_)) => return Err(("clientCert", "a clientKey needs its clientCert".to_owned())),
+            (Some(chain), Some(key)) => {
+                let chain = certificates(chain).map_err(|why| ("clientCert", why))?;
+                let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|_| {
+                    ("clientKey", "not a PEM private key (PKCS#8, PKCS#1 RSA or SEC1 EC)".to_owned())
+                })?;
+                Some((chain, key))
+            }
+        };
+        let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+        for certificate in &ca {
+            digest.update(&(certificate.len() as u64).to_be_bytes());
+            digest.update(certificate);
+        }
+        digest.update(b"|");
+        if let Some((chain, key)) = &identity {
+            for certificate in chain {
+                digest.update(&(certificate.len() as u64).to_be_bytes());
+                digest.update(certificate);
+            }
+            digest.update(key.secret_der());
+        }
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&digest.finish().as_ref()[..8]);
+        let tls = RouteTls { id: u64::from_be_bytes(id).max(1), ca, identity };
+        // The key must be one rustls signs with, and the certificate's.
+        tls.client_config(&RootCertStore::empty()).map_err(|why| ("clientKey", why))?;
+        Ok(tls)
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The TLS configuration of this route's connections: `roots` and its own CA trusted, its
+    /// certificate presented.
+    pub fn client_config(&self, roots: &RootCertStore) -> Result<ClientConfig, String> {
+        let mut roots = roots.clone();
+        for certificate in &self.ca {
+            roots.add(certificate.clone()).map_err(|e| e.to_string())?;
+        }
+        let builder = builder().with_root_certificates(roots);
+        match &self.identity {
+            None => Ok(builder.with_no_client_auth()),
+            Some((chain, key)) => {
+                builder.with_client_auth_cert(chain.clone(), key.clone_key()).map_err(|e| {
+                    format!("the key is not one recast can sign with, or not the certificate's: {e}")
+                })
+            }
+        }
+    }
+}
+
+/// `pem`'s certificates; at least one, every block a certificate.
+fn certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("not PEM certificates: {e}"))?;
+    if certificates.is_empty() {
+        return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".to_owned());
+    }
+    Ok(certificates)
+}
+
+/// Mozilla's roots, and the certificates of `RECAST_UPSTREAM_CA_FILE` (`extra`).
+pub fn roots(extra: &[CertificateDer<'static>]) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    for (n, certificate) in extra.iter().enumerate() {
+        roots
+            .add(certificate.clone())
+            .map_err(|e| format!("certificate {} cannot be trusted as a CA: {e}", n + 1))?;
+    }
+    Ok(roots)
+}
+
+/// The certificates of a CA bundle file (`RECAST_UPSTREAM_CA_FILE`).
+pub fn read_ca_file(path: &std::path::Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("RECAST_UPSTREAM_CA_FILE {} cannot be read: {e}", path.display()))?;
+    let certificates =
+        certificates(&text).map_err(|why| format!("RECAST_UPSTREAM_CA_FILE {}: {why}", path.display()))?;
+    roots(&certificates).map_err(|why| format!("RECAST_UPSTREAM_CA_FILE {}: {why}", path.display()))?;
+    Ok(certificates)
+}
+
+/// rustls with ring and the safe default protocol versions.
+fn builder() -> rustls::ConfigBuilder<ClientConfig, rustls::WantsVerifier> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        // The ring provider supports the default versions.
+        .unwrap_or_else(|_| ClientConfig::builder())
+}
+
+/// The TLS configuration of connections without a route `tls`: `roots` trusted, nothing
+/// presented.
+pub fn default_config(roots: RootCertStore) -> ClientConfig {
+    builder().with_root_certificates(roots).with_no_client_auth()
+}
+
+/// Whether an error is, at its root, TLS refusing the connection (a certificate not trusted,
+/// a handshake the upstream broke off, an alert it sent).
+pub fn is_tls_failure(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if e.is::<rustls::Error>() {
+            return true;
+        }
+        // An I/O error's `source` skips the error it wraps (it gives that one's source): the
+        // wrapped one is looked at itself.
+        cause = match e.downcast_ref::<std::io::Error>().and_then(std::io::Error::get_ref) {
+            Some(wrapped) => Some(wrapped as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    false
+}

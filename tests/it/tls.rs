@@ -1,0 +1,300 @@
+//! TLS to upstreams beyond the public roots (`docs/upstreams.md`), against nginx (Debian's, which
+//! `scripts/test.sh` installs) serving HTTPS on 127.0.0.1 with certificates of authorities the test
+//! makes with `openssl`: a private CA trusted by one route (`tls.ca`) or by every route
+//! (`RECAST_UPSTREAM_CA_FILE`), and client certificates (`tls.clientCert`, `tls.clientKey`) that
+//! an upstream with `ssl_verify_client on` asks for.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use tempfile::TempDir;
+
+use crate::nginx::{Nginx, set_mode};
+use crate::routes::{MEALS, registration};
+use crate::secrets::files_holding;
+use crate::support::{Json, Service, config, error_locations, get, post_json};
+
+/// Certificate authorities and the certificates they sign, made by `openssl` in a directory
+/// nginx's workers can read.
+struct Pki {
+    dir: TempDir,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let dir = TempDir::new().unwrap();
+        set_mode(dir.path(), 0o755);
+        Pki { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn pem(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap()
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let output =
+            Command::new("openssl").current_dir(self.dir.path()).args(args).output().expect("openssl runs");
+        assert!(output.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+
+    /// A CA: `{name}.pem` and `{name}.key`.
+    fn authority(&self, name: &str) {
+        let (cert, key) = (format!("{name}.pem"), format!("{name}.key"));
+        self.openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "2",
+            "-keyout",
+            &key,
+            "-out",
+            &cert,
+            "-subj",
+            &format!("/CN={name}"),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ]);
+    }
+
+    /// A certificate `{name}.pem` (and key `{name}.key`) signed by `ca`, for a server on
+    /// 127.0.0.1 or for a client.
+    fn issue(&self, ca: &str, name: &str, server: bool) {
+        let (cert, key, request) = (format!("{name}.pem"), format!("{name}.key"), format!("{name}.csr"));
+        self.openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &request,
+            "-subj",
+            &format!("/CN={name}"),
+        ]);
+        let extensions = format!("{name}.ext");
+        let usage = if server {
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"
+        } else {
+            "extendedKeyUsage=clientAuth"
+        };
+        std::fs::write(
+            self.path(&extensions),
+            format!("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n{usage}\n"),
+        )
+        .unwrap();
+        self.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &request,
+            "-CA",
+            &format!("{ca}.pem"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            &cert,
+            "-extfile",
+            &extensions,
+        ]);
+        for file in [&cert, &key] {
+            set_mode(&self.path(file), 0o644);
+        }
+    }
+}
+
+/// The authorities and certificates of these tests: `server-ca` signs nginx's certificate,
+/// `client-ca` the client certificate nginx accepts, `other-ca` one it does not.
+fn pki() -> Pki {
+    let pki = Pki::new();
+    for ca in ["server-ca", "client-ca", "other-ca"] {
+        pki.authority(ca);
+    }
+    pki.issue("server-ca", "server", true);
+    pki.issue("client-ca", "client", false);
+    pki.issue("other-ca", "stranger", false);
+    pki
+}
+
+/// nginx with two HTTPS servers answering `MEALS`: one open to any client, one that asks for a
+/// client certificate of `client-ca` (`ssl_verify_client on`). Their ports.
+fn nginx(pki: &Pki) -> (Nginx, u16, u16) {
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (open, verifying) = (free(), free());
+    let tls = format!(
+        "ssl_certificate {};\n    ssl_certificate_key {};",
+        pki.path("server.pem").display(),
+        pki.path("server.key").display()
+    );
+    let answer = format!("default_type application/json;\n    location / {{ return 200 '{MEALS}'; }}");
+    let site = format!(
+        "server {{\n    listen 127.0.0.1:{open} ssl;\n    {tls}\n    {answer}\n}}\n\
+         server {{\n    listen 127.0.0.1:{verifying} ssl;\n    {tls}\n    ssl_client_certificate {};\n    ssl_verify_client on;\n    {answer}\n}}\n",
+        pki.path("client-ca.pem").display()
+    );
+    let nginx = Nginx::serve(&site, verifying, TempDir::new().unwrap());
+    (nginx, open, verifying)
+}
+
+/// A registration of a route `path` to `https://127.0.0.1:{port}/` with `tls` (JSON, or none).
+fn body(port: u16, path: &str, tls: Option<serde_json::Value>) -> String {
+    let extra = tls.map(|tls| format!(r#","tls":{tls}"#)).unwrap_or_default();
+    registration(&format!("https://127.0.0.1:{port}/"), "", &extra).replacen(
+        r#""path":"meals/random""#,
+        &format!(r#""path":"{path}""#),
+        1,
+    )
+}
+
+async fn register(service: &Service, body: String) -> crate::support::Answer {
+    post_json(&service.url("/v1/mapping"), body).await
+}
+
+fn problem_detail(problem: &Json) -> &str {
+    problem.get("detail").and_then(Json::as_str).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_private_ca_is_trusted_by_its_route_or_by_every_route_from_the_ca_file() {
+    let pki = pki();
+    let (_nginx, open, _) = nginx(&pki);
+    let service = Service::start(config()).await;
+    // Mozilla's roots do not know the test's CA: the handshake fails, and nothing is stored.
+    let answer = register(&service, body(open, "public", None)).await;
+    let problem = answer.assert_problem(502, "upstream-tls-failed");
+    assert!(problem_detail(&problem).contains("certificate"), "{}", problem_detail(&problem));
+    // The route that trusts it is served, and its calls are.
+    let ca = serde_json::json!({ "ca": pki.pem("server-ca.pem") });
+    let created = register(&service, body(open, "private", Some(ca))).await;
+    assert_eq!(created.status, 201, "{}", String::from_utf8_lossy(&created.body));
+    let path = created.json().get("path").and_then(Json::as_str).unwrap().to_owned();
+    let answer = get(&service.url(&path)).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body, r#"{"id":52772,"name":"Teriyaki Chicken"}"#.as_bytes());
+    // Only that route: another one to the same upstream still fails.
+    register(&service, body(open, "other", None)).await.assert_problem(502, "upstream-tls-failed");
+    service.stop().await;
+
+    // RECAST_UPSTREAM_CA_FILE: every route trusts it.
+    let trusting = Service::start(recast::config::Config {
+        upstream_ca_file: Some(pki.path("server-ca.pem")),
+        ..config()
+    })
+    .await;
+    assert_eq!(register(&trusting, body(open, "public", None)).await.status, 201);
+    trusting.stop().await;
+
+    // A CA file that holds no certificate stops the start, saying which file.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let data = TempDir::new().unwrap();
+    let bad = recast::config::Config {
+        upstream_ca_file: Some(pki.path("server.key")),
+        data_dir: data.path().to_owned(),
+        ..config()
+    };
+    let refused = recast::server::run(listener, bad, std::future::pending()).await.expect_err("refused");
+    assert!(refused.to_string().contains("RECAST_UPSTREAM_CA_FILE"), "{refused}");
+}
+
+#[tokio::test]
+async fn a_client_certificate_is_presented_and_its_connections_carry_no_other_route_s_calls() {
+    let pki = pki();
+    let (_nginx, _, verifying) = nginx(&pki);
+    let dir = TempDir::new().unwrap();
+    let service = Service::start_in(config(), dir.path()).await;
+    let key = pki.pem("client.key");
+    let with_cert = serde_json::json!({
+        "ca": pki.pem("server-ca.pem"),
+        "clientCert": pki.pem("client.pem"),
+        "clientKey": key,
+    });
+    let created = register(&service, body(verifying, "mtls", Some(with_cert))).await;
+    assert_eq!(created.status, 201, "{}", String::from_utf8_lossy(&created.body));
+    let path = created.json().get("path").and_then(Json::as_str).unwrap().to_owned();
+    for _ in 0..3 {
+        assert_eq!(get(&service.url(&path)).await.status, 200);
+    }
+    // A route to the same upstream without a certificate gets nginx's refusal (an HTTP 400, which
+    // nginx sends once the handshake is over), not the first route's pooled connection.
+    let without = serde_json::json!({ "ca": pki.pem("server-ca.pem") });
+    let problem = register(&service, body(verifying, "anonymous", Some(without)))
+        .await
+        .assert_problem(502, "upstream-validation-failed");
+    assert_eq!(problem.get("upstreamStatus"), Some(&Json::Number(400.into())), "{problem:?}");
+    // So does one with a certificate of another CA.
+    let stranger = serde_json::json!({
+        "ca": pki.pem("server-ca.pem"),
+        "clientCert": pki.pem("stranger.pem"),
+        "clientKey": pki.pem("stranger.key"),
+    });
+    register(&service, body(verifying, "stranger", Some(stranger)))
+        .await
+        .assert_problem(502, "upstream-validation-failed");
+    assert_eq!(get(&service.url(&path)).await.status, 200, "the first route still presents its own");
+
+    // The key is masked in the listing and sealed at rest.
+    let listing = String::from_utf8(get(&service.url("/v1/routes")).await.body.to_vec()).unwrap();
+    let listed: serde_json::Value = serde_json::from_str(&listing).unwrap();
+    let tls = &listed["routes"][0]["tls"];
+    assert_eq!(tls["clientKey"], "***", "{listing}");
+    assert!(tls["clientCert"].as_str().is_some_and(|c| c.contains("BEGIN CERTIFICATE")), "{listing}");
+    let key_line = key.lines().nth(1).expect("the key's first base64 line");
+    assert!(!listing.contains(key_line));
+    service.stop().await;
+    let mut read = 0;
+    assert_eq!(files_holding(dir.path(), key_line, &mut read), Vec::<String>::new());
+    assert!(read > 0);
+}
+
+#[tokio::test]
+async fn tls_members_are_checked_with_locations() {
+    let pki = pki();
+    let service = Service::start(config()).await;
+    let server_ca = pki.pem("server-ca.pem");
+    let cases: Vec<(String, serde_json::Value, Vec<&str>)> = vec![
+        ("https://127.0.0.1:9/".into(), serde_json::json!({ "ca": "not a certificate" }), vec!["/tls/ca"]),
+        (
+            "https://127.0.0.1:9/".into(),
+            serde_json::json!({ "clientCert": pki.pem("client.pem") }),
+            vec!["/tls/clientKey"],
+        ),
+        (
+            "https://127.0.0.1:9/".into(),
+            serde_json::json!({ "clientKey": pki.pem("client.key") }),
+            vec!["/tls/clientCert"],
+        ),
+        (
+            "https://127.0.0.1:9/".into(),
+            // Another certificate's key.
+            serde_json::json!({ "clientCert": pki.pem("client.pem"), "clientKey": pki.pem("stranger.key") }),
+            vec!["/tls/clientKey"],
+        ),
+        ("https://127.0.0.1:9/".into(), serde_json::json!({ "ca": server_ca, "pin": "x" }), vec!["/tls/pin"]),
+        ("https://127.0.0.1:9/".into(), serde_json::json!({}), vec!["/tls"]),
+        ("https://127.0.0.1:9/".into(), serde_json::json!({ "ca": 7 }), vec!["/tls/ca"]),
+        ("http://127.0.0.1:9/".into(), serde_json::json!({ "ca": pki.pem("server-ca.pem") }), vec!["/tls"]),
+    ];
+    for (base, tls, locations) in cases {
+        let body = registration(&base, "", &format!(r#","tls":{tls}"#));
+        let problem =
+            post_json(&service.url("/v1/mapping"), body).await.assert_problem(400, "invalid-request");
+        assert_eq!(error_locations(&problem), locations, "{tls}");
+    }
+    service.stop().await;
+}
