@@ -122,7 +122,7 @@ ROCKSDB_CPU_MINUTES=19
 
 # What the tests need beyond the build: curl runs the README's walk-through as written, and
 # PostgreSQL's server binaries start the throwaway clusters of `tests/it/postgres.rs`.
-TEST_PACKAGES=(curl postgresql)
+TEST_PACKAGES=(curl postgresql openssl)
 
 # nginx, for the test of the load-balancing configuration in docs/cluster.md and for the load
 # bench: any of Debian's flavours will do; nginx-light when there is none.
