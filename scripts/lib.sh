@@ -120,8 +120,9 @@ ROCKSDB_CACHED_FILES=600
 # (9.4 to 10.5 minutes of wall time on a 2-core AMD EPYC VM).
 ROCKSDB_CPU_MINUTES=19
 
-# What the tests need beyond the build: curl runs the README's walk-through as written, and
-# PostgreSQL's server binaries start the throwaway clusters of `tests/it/postgres.rs`.
+# What the tests need beyond the build: curl runs the README's walk-through as written,
+# PostgreSQL's server binaries start the throwaway clusters of `tests/it/postgres.rs`, and openssl
+# makes the certificate authorities of `tests/it/tls.rs`.
 TEST_PACKAGES=(curl postgresql openssl)
 
 # nginx, for the test of the load-balancing configuration in docs/cluster.md and for the load
