@@ -40,6 +40,7 @@ pub const MAX_STALENESS_MS: &str = "RECAST_MAX_STALENESS_MS";
 pub const TOMBSTONE_RETENTION_MS: &str = "RECAST_TOMBSTONE_RETENTION_MS";
 pub const UPSTREAM_COMPRESSION: &str = "RECAST_UPSTREAM_COMPRESSION";
 pub const UPSTREAM_CA_FILE: &str = "RECAST_UPSTREAM_CA_FILE";
+pub const UPSTREAM_HTTP2: &str = "RECAST_UPSTREAM_HTTP2";
 pub const CACHE_BYTES: &str = "RECAST_CACHE_BYTES";
 pub const BREAKER_FAILURES: &str = "RECAST_BREAKER_FAILURES";
 pub const BREAKER_COOLDOWN_MS: &str = "RECAST_BREAKER_COOLDOWN_MS";
@@ -106,6 +107,11 @@ pub struct Config {
     /// certified by, besides the public web's roots (Mozilla's) [default: none].
     #[arg(long, env = UPSTREAM_CA_FILE)]
     pub upstream_ca_file: Option<PathBuf>,
+
+    /// Whether `https` upstreams are offered HTTP/2 by ALPN: `auto` (they pick) or `off`
+    /// (HTTP/1.1 only).
+    #[arg(long, env = UPSTREAM_HTTP2, default_value = "auto", value_parser = ["auto", "off"])]
+    pub upstream_http2: String,
 
     /// Most bytes the cache of mapped answers holds, for all routes together (answers, keys and
     /// bookkeeping); 0 turns caching off. Only routes registered with `cache` use it.
@@ -239,6 +245,7 @@ impl Default for Config {
             max_upstream_bytes: DEFAULT_MAX_UPSTREAM_BYTES,
             upstream_compression: true,
             upstream_ca_file: None,
+            upstream_http2: "auto".to_owned(),
             cache_bytes: DEFAULT_CACHE_BYTES,
             breaker_failures: DEFAULT_BREAKER_FAILURES,
             breaker_cooldown_ms: DEFAULT_BREAKER_COOLDOWN_MS,
@@ -305,6 +312,7 @@ impl Config {
                 failures: self.breaker_failures,
                 cooldown: Duration::from_millis(self.breaker_cooldown_ms),
             },
+            http2: self.upstream_http2 != "off",
         }
     }
 
@@ -386,6 +394,7 @@ mod tests {
             TOMBSTONE_RETENTION_MS,
             UPSTREAM_COMPRESSION,
             UPSTREAM_CA_FILE,
+            UPSTREAM_HTTP2,
             CACHE_BYTES,
             BREAKER_FAILURES,
             BREAKER_COOLDOWN_MS,

@@ -438,6 +438,7 @@ mod headers;
 mod http;
 mod stages;
 mod upstream;
+mod upstream_h2;
 
 pub use self::expr::{
     EXPR_BUDGET, ExprOutcome, ExprReached, expr_eval, expref_outside_a_call, original_language_only,
@@ -447,3 +448,4 @@ pub use self::headers::{HeadersReached, upstream_headers};
 pub use self::http::{DELIBERATE_PANIC, Ending, HttpReached, ROUTE_PATH, http_request, http_request_ending};
 pub use self::stages::{exec_document, rules_compile, upstream_url};
 pub use self::upstream::{AnswerReached, upstream_answer};
+pub use self::upstream_h2::upstream_answer_h2;

@@ -71,6 +71,7 @@ fn harness() -> &'static Harness {
                 workers: 1,
                 // Answers are what is fuzzed: a breaker opened by failing ones would hide them.
                 breaker: crate::upstream::BreakerSettings { failures: 0, cooldown: Duration::from_secs(1) },
+                http2: false,
             };
             let allow: AllowList = "127.0.0.1/32".parse().expect("a network");
             let client =

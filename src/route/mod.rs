@@ -59,6 +59,9 @@ pub struct RouteConfig {
     /// A private CA and a client certificate for the upstream (`tls`); `None`: neither.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSettings>,
+    /// `"http2": "prior-knowledge"`: an `http` upstream spoken to in HTTP/2 from the start (h2c).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub http2_prior_knowledge: bool,
 }
 
 /// A route's `cache` member: how long a mapped answer is fresh, and how long after that it may

@@ -48,6 +48,9 @@ pub struct Registration {
     /// each of its problems has a location.
     #[serde(default)]
     pub tls: Option<serde_json::Value>,
+    /// `"prior-knowledge"`: HTTP/2 to an `http` upstream from the start; checked by hand.
+    #[serde(default)]
+    pub http2: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -196,6 +199,25 @@ impl Registration {
         let retry = retry_settings(self.retry.as_ref(), &upstream_method, &mut problems);
         let rate_limit = rate_limit_settings(self.rate_limit.as_ref(), &mut problems);
         let tls = tls_settings(self.tls.as_ref(), &base_url, &mut problems);
+        let http2_prior_knowledge = match &self.http2 {
+            None | Some(serde_json::Value::Null) => false,
+            Some(serde_json::Value::String(mode)) if mode == "prior-knowledge" => {
+                if !base_url.to_ascii_lowercase().starts_with("http://") {
+                    problems.push(Problem::new(
+                        "/http2",
+                        "\"prior-knowledge\" is for an http upstream; an https one is offered HTTP/2 by ALPN and picks",
+                    ));
+                }
+                true
+            }
+            Some(_) => {
+                problems.push(Problem::new(
+                    "/http2",
+                    "must be \"prior-knowledge\" (HTTP/2 to an http upstream from the start), or null",
+                ));
+                false
+            }
+        };
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -217,6 +239,7 @@ impl Registration {
             retry,
             rate_limit,
             tls,
+            http2_prior_knowledge,
         })
     }
 }

@@ -277,6 +277,7 @@ pub(super) async fn call_upstream(
         retry: route.config.retry.as_ref(),
         oauth: route.token_request(),
         tls: route.tls(),
+        h2c: route.config.http2_prior_knowledge,
     };
     let answer = state.client.call_with(request, &outbound).await;
     let took = started.elapsed();

@@ -118,6 +118,8 @@ struct RouteView<'a> {
     rate_limit: Option<&'a crate::upstream::RateLimitSettings>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tls: Option<TlsView<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    http2: Option<&'static str>,
     created_at: u64,
     updated_at: u64,
     status: &'static str,
@@ -229,6 +231,7 @@ impl<'a> RouteView<'a> {
             cache: c.cache.as_ref(),
             retry: c.retry.as_ref(),
             rate_limit: c.rate_limit.as_ref(),
+            http2: c.http2_prior_knowledge.then_some("prior-knowledge"),
             tls: c.tls.as_ref().map(|tls| TlsView {
                 ca: tls.ca.as_deref(),
                 client_cert: tls.client_cert.as_deref(),

@@ -1,5 +1,6 @@
 //! The upstream client: pooled keep-alive HTTP/1.1 connections, plain or TLS (rustls, Mozilla's
-//! roots and those `tls` adds), over which a route's request is sent and the answer read under a connect timeout, one
+//! roots and those `tls` adds), or shared HTTP/2 connections to upstreams that pick `h2` ([`h2`]),
+//! over which a route's request is sent and the answer read under a connect timeout, one
 //! total deadline for the whole exchange, and a size limit on the body. Redirects are not
 //! followed. Connections are made by hyper's connector behind the outbound policy
 //! ([`crate::policy::Guarded`]); the exchange itself is [`wire`], driven by the calling task.
@@ -7,6 +8,7 @@
 mod breaker;
 mod coding;
 mod freshness;
+mod h2;
 mod limit;
 mod oauth;
 mod retry;
@@ -57,6 +59,8 @@ pub struct UpstreamSettings {
     pub workers: usize,
     /// When an upstream origin's calls are refused after failures ([`breaker`]).
     pub breaker: BreakerSettings,
+    /// Whether `https` upstreams are offered HTTP/2 by ALPN (`RECAST_UPSTREAM_HTTP2=auto`).
+    pub http2: bool,
 }
 
 /// An upstream's answer, read whole.
@@ -145,6 +149,8 @@ pub struct UpstreamClient {
     roots: Arc<rustls::RootCertStore>,
     /// The connector of each route `tls` met so far, by its id (or why it cannot be made).
     route_connectors: Arc<Keyed<Result<Connector, String>>>,
+    /// The HTTP/2 connections, shared by every worker.
+    h2: Arc<h2::Connections>,
     pools: Arc<Pools>,
     settings: UpstreamSettings,
     policy: Arc<OutboundPolicy>,
@@ -172,7 +178,7 @@ impl UpstreamClient {
         http.set_connect_timeout(Some(settings.connect_timeout));
         let plain = Guarded { inner: http, policy: policy.clone() };
         let roots = tls::roots(&[]).unwrap_or_else(|_| rustls::RootCertStore::empty());
-        let connector = with_config(plain.clone(), tls::default_config(roots.clone()));
+        let connector = with_config(plain.clone(), tls::default_config(roots.clone()), settings.http2);
         // One per worker, and one for the calls made on any other thread.
         let pools = Arc::new(Pools((0..=settings.workers).map(|_| Pool::default()).collect()));
         let breakers = Arc::new(Breakers::new(settings.breaker));
@@ -184,6 +190,7 @@ impl UpstreamClient {
             plain,
             roots: Arc::new(roots),
             route_connectors: Arc::default(),
+            h2: Arc::default(),
             pools,
             settings,
             policy,
@@ -202,7 +209,8 @@ impl UpstreamClient {
         extra: &[rustls::pki_types::CertificateDer<'static>],
     ) -> Result<UpstreamClient, String> {
         let roots = tls::roots(extra)?;
-        self.connector = with_config(self.plain.clone(), tls::default_config(roots.clone()));
+        self.connector =
+            with_config(self.plain.clone(), tls::default_config(roots.clone()), self.settings.http2);
         self.roots = Arc::new(roots);
         Ok(self)
     }
@@ -316,7 +324,8 @@ impl UpstreamClient {
         // A wait for a slot of the limit is not part of the first attempt's time.
         let (mut now, mut retries) = (if limit.is_some() { Instant::now() } else { started }, 0);
         let limit_key = limit.as_ref().map(|(settings, key)| (&**settings, key.as_str()));
-        let target = Target { request, origin: &origin, tls: outbound.tls };
+        let target =
+            Target { request, origin: &origin, tls: outbound.tls, h2c: outbound.h2c && self.settings.http2 };
         // Whether this call has fetched a new token after a 401 (once at most).
         let mut renewed = false;
         loop {
@@ -437,6 +446,13 @@ impl UpstreamClient {
     ) -> Result<Answer, UpstreamError> {
         let request = target.request;
         let key = Key::of(&request.uri, target.tls)?;
+        // An upstream that speaks HTTP/2: a connection to it with a stream free carries the call.
+        // (An `http` upstream's only for a route that asked for HTTP/2.)
+        if (target.h2c || request.uri.scheme() == Some(&Scheme::HTTPS))
+            && let Some(lease) = self.h2.lease(&key)
+        {
+            return self.exchange_h2(lease, target, &key, authorization).await;
+        }
         let bytes = wire::encode(request, authorization, self.settings.compression);
         let head_only = request.method == Method::HEAD;
         let limit = self.settings.max_body;
@@ -446,13 +462,9 @@ impl UpstreamClient {
             let reused = pooled.is_some();
             let mut connection = match pooled.take() {
                 Some(connection) => connection,
-                None => match self.connect(&request.uri, target.tls).await {
-                    // Refused: nothing reached the upstream, so any method may try once more.
-                    Err(Connecting::Refused(why)) => {
-                        logged!(Level::DEBUG, upstream = %key.1, %why, "the connection was refused; trying once more");
-                        self.connect(&request.uri, target.tls).await.map_err(Connecting::into_error)?
-                    }
-                    connected => connected.map_err(Connecting::into_error)?,
+                None => match self.fresh(target, &key).await? {
+                    Fresh::Http2(lease) => return self.exchange_h2(lease, target, &key, authorization).await,
+                    Fresh::Http1(connection) => connection,
                 },
             };
             match connection.exchange(&bytes, head_only, limit).await {
@@ -479,27 +491,94 @@ impl UpstreamClient {
                     logged!(Level::DEBUG, upstream = %key.1, %why, "a pooled connection was closed; sending on a new one");
                     continue;
                 }
-                Err(wire::Failed::Unsent(why) | wire::Failed::Stale(why) | wire::Failed::Broken(why)) => {
-                    return Err(UpstreamError::Broken(why));
-                }
-                Err(wire::Failed::Tls(why)) => return Err(UpstreamError::Tls(why)),
-                Err(wire::Failed::TooLarge) => return Err(UpstreamError::TooLarge { limit }),
-                Err(wire::Failed::UnknownCoding(name)) => {
-                    return Err(UpstreamError::Coding(format!(
-                        "the upstream answered in the content coding `{name}`, which recast does not decode (it decodes gzip and br)"
-                    )));
-                }
-                Err(wire::Failed::Undecodable(why)) => return Err(UpstreamError::Coding(why)),
+                Err(failed) => return Err(self.failure(failed)),
             }
         }
     }
 
-    async fn connect(&self, uri: &http::Uri, tls: Option<&RouteTls>) -> Result<wire::Connection, Connecting> {
+    /// A call over HTTP/2 on `lease`. A stream the upstream never processed (refused, or dropped
+    /// before it went out) is sent again, whatever its method, up to [`H2_SENDS`] times in all;
+    /// one a `GOAWAY` ended is sent again if its method is idempotent. Each time the connection
+    /// that failed is taken out of use, and the call goes to another with a stream free, or a new
+    /// one.
+    async fn exchange_h2(
+        &self,
+        mut lease: h2::Lease,
+        target: &Target<'_>,
+        key: &Key,
+        authorization: Option<&HeaderValue>,
+    ) -> Result<Answer, UpstreamError> {
+        let (compression, limit) = (self.settings.compression, self.settings.max_body);
+        let request = target.request;
+        let mut sends = 1;
+        loop {
+            let outcome = h2::exchange(&lease, request, authorization, compression, limit).await;
+            let why = match outcome {
+                Err(wire::Failed::Unsent(why)) if sends < H2_SENDS => why,
+                Err(wire::Failed::Stale(why)) if sends < H2_SENDS && request.method.is_idempotent() => why,
+                outcome => return outcome.map_err(|failed| self.failure(failed)),
+            };
+            self.h2.forget(&lease);
+            drop(lease);
+            sends += 1;
+            logged!(Level::DEBUG, upstream = %key.1, %why, "the upstream did not process the HTTP/2 stream; sending again");
+            lease = match self.h2.lease(key) {
+                Some(lease) => lease,
+                None => match self.fresh(target, key).await? {
+                    Fresh::Http2(lease) => lease,
+                    Fresh::Http1(mut connection) => {
+                        let bytes = wire::encode(request, authorization, compression);
+                        let head_only = request.method == Method::HEAD;
+                        let answer = connection.exchange(&bytes, head_only, limit).await;
+                        return answer.map(|(answer, _)| answer).map_err(|failed| self.failure(failed));
+                    }
+                },
+            };
+        }
+    }
+
+    /// A new connection to `key`'s upstream: HTTP/2 when its TLS picked `h2` (kept for the calls
+    /// after), else HTTP/1.1. A connection the upstream's host refuses is tried once more (nothing
+    /// was sent).
+    async fn fresh(&self, target: &Target<'_>, key: &Key) -> Result<Fresh, UpstreamError> {
+        let uri = &target.request.uri;
+        let stream = match self.connect(uri, target.tls).await {
+            Err(Connecting::Refused(why)) => {
+                logged!(Level::DEBUG, upstream = %key.1, %why, "the connection was refused; trying once more");
+                self.connect(uri, target.tls).await.map_err(Connecting::into_error)?
+            }
+            connected => connected.map_err(Connecting::into_error)?,
+        };
+        if target.h2c || h2::negotiated(&stream) {
+            let lease = self.h2.add(key.clone(), stream).await.map_err(|failed| self.failure(failed))?;
+            logged!(Level::DEBUG, upstream = %key.1, "the upstream speaks HTTP/2");
+            return Ok(Fresh::Http2(lease));
+        }
+        Ok(Fresh::Http1(wire::Connection::new(stream)))
+    }
+
+    /// What a failed exchange is to the call.
+    fn failure(&self, failed: wire::Failed) -> UpstreamError {
+        match failed {
+            wire::Failed::Unsent(why) | wire::Failed::Stale(why) | wire::Failed::Broken(why) => {
+                UpstreamError::Broken(why)
+            }
+            wire::Failed::Tls(why) => UpstreamError::Tls(why),
+            wire::Failed::TooLarge => UpstreamError::TooLarge { limit: self.settings.max_body },
+            wire::Failed::UnknownCoding(name) => UpstreamError::Coding(format!(
+                "the upstream answered in the content coding `{name}`, which recast does not decode (it decodes gzip and br)"
+            )),
+            wire::Failed::Undecodable(why) => UpstreamError::Coding(why),
+        }
+    }
+
+    async fn connect(&self, uri: &http::Uri, tls: Option<&RouteTls>) -> Result<wire::Stream, Connecting> {
         let mut connector = match tls {
             None => self.connector.clone(),
             Some(tls) => {
                 let made = self.route_connectors.get_or(&format!("{:016x}", tls.id()), || {
-                    tls.client_config(&self.roots).map(|config| with_config(self.plain.clone(), config))
+                    tls.client_config(&self.roots)
+                        .map(|config| with_config(self.plain.clone(), config, self.settings.http2))
                 });
                 (*made).clone().map_err(|why| Connecting::Failed(UpstreamError::Tls(why)))?
             }
@@ -525,7 +604,7 @@ impl UpstreamClient {
             }
         })?;
         logged!(Level::DEBUG, upstream = ?uri.authority().map(Authority::as_str), "connected to the upstream");
-        Ok(wire::Connection::new(TokioIo::new(stream)))
+        Ok(TokioIo::new(stream))
     }
 }
 
@@ -556,6 +635,15 @@ impl<T> Keyed<T> {
         keys.sort_by(|a, b| a.0.cmp(b.0));
         keys.into_iter().map(|(key, state)| view(key, state)).collect()
     }
+}
+
+/// How many times an HTTP/2 call is sent at most when the upstream did not process it.
+const H2_SENDS: usize = 3;
+
+/// A new connection, by the protocol its upstream picked.
+enum Fresh {
+    Http2(h2::Lease),
+    Http1(wire::Connection),
 }
 
 /// Why no connection was made: refused by the upstream's host (nothing was sent, so a request
@@ -597,6 +685,8 @@ pub struct Outbound<'a> {
     pub retry: Option<&'a RetrySettings>,
     pub oauth: Option<&'a Arc<TokenRequest>>,
     pub tls: Option<&'a RouteTls>,
+    /// An `http` upstream spoken to in HTTP/2 from the start (`"http2": "prior-knowledge"`).
+    pub h2c: bool,
 }
 
 /// What an attempt sends, where: the request, its origin (the breaker's key) and the route's TLS.
@@ -604,6 +694,8 @@ struct Target<'a> {
     request: &'a UpstreamRequest,
     origin: &'a str,
     tls: Option<&'a RouteTls>,
+    /// HTTP/2 with prior knowledge, for an `http` upstream.
+    h2c: bool,
 }
 
 /// `scheme://host:port` of `uri`, the host in lower case and the port always written: what a
@@ -720,16 +812,18 @@ impl Hasher for Fnv {
 /// `inner` with TLS (rustls with ring, Mozilla's roots) for `https://` URLs, HTTP/1.1.
 pub(crate) fn https_or_http<C>(inner: C) -> HttpsConnector<C> {
     let roots = tls::roots(&[]).unwrap_or_else(|_| rustls::RootCertStore::empty());
-    with_config(inner, tls::default_config(roots))
+    with_config(inner, tls::default_config(roots), false)
 }
 
-/// `inner` with TLS as `config` says for `https://` URLs, HTTP/1.1.
-fn with_config<C>(inner: C, config: rustls::ClientConfig) -> HttpsConnector<C> {
-    hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(inner)
+/// `inner` with TLS as `config` says for `https://` URLs: HTTP/1.1, and HTTP/2 offered by ALPN
+/// when `http2`.
+fn with_config<C>(inner: C, config: rustls::ClientConfig, http2: bool) -> HttpsConnector<C> {
+    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config).https_or_http();
+    if http2 {
+        builder.enable_all_versions().wrap_connector(inner)
+    } else {
+        builder.enable_http1().wrap_connector(inner)
+    }
 }
 
 #[cfg(test)]

@@ -55,6 +55,7 @@ fn client() -> UpstreamClient {
         compression: false,
         workers: 1,
         breaker: BreakerSettings { failures: 5, cooldown: Duration::from_secs(5) },
+        http2: true,
     };
     let allow: AllowList = "127.0.0.1/32".parse().unwrap();
     UpstreamClient::new(settings, Arc::new(OutboundPolicy::new(&allow)), Arc::new(SystemLookup))
@@ -93,7 +94,8 @@ async fn a_post_whose_pooled_connection_takes_no_byte_is_sent_on_a_new_one() {
 async fn a_first_write_refused_on_a_plain_connection_is_known_to_have_sent_nothing() {
     let (url, _, requests) = keeper().await;
     let client = client();
-    let mut connection = client.connect(&url.parse().unwrap(), None).await.ok().expect("connected");
+    let stream = client.connect(&url.parse().unwrap(), None).await.ok().expect("connected");
+    let mut connection = wire::Connection::new(stream);
     connection.stop_writing().await;
     let bytes = wire::encode(&post(&url), None, false);
     let failed = connection.exchange(&bytes, false, 1000).await.expect_err("the send fails");

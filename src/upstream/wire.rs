@@ -98,7 +98,7 @@ struct AnswerHead {
 
 /// A `Retry-After` value (RFC 9110 §10.2.3): whole seconds, or a date, as the time from now
 /// (zero for a date past), at most [`MAX_RETRY_AFTER`]; `None` when it is neither.
-fn retry_after_of(value: &[u8]) -> Option<Duration> {
+pub(super) fn retry_after_of(value: &[u8]) -> Option<Duration> {
     let text = std::str::from_utf8(value).ok()?.trim();
     let asked = if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
         // More digits than a u64 holds: as long as can be said.

@@ -147,3 +147,12 @@ fn json_index_corpus_replays_both_verdicts() {
         "{reached:?}"
     );
 }
+
+#[test]
+fn upstream_answer_h2_corpus_replays_and_the_next_call_gets_its_own_answer() {
+    use recast::fuzzing::{AnswerReached, upstream_answer_h2};
+    let reached = replay("upstream_answer_h2", upstream_answer_h2);
+    for outcome in [AnswerReached::Answered(2), AnswerReached::Answered(4), AnswerReached::Failed] {
+        assert!(reached.contains_key(&outcome), "no seed reaches {outcome:?}: {reached:?}");
+    }
+}

@@ -20,6 +20,7 @@ mod edges;
 mod expressions;
 mod faults;
 mod fuzz_corpus;
+mod http2;
 mod json_suite;
 mod lane;
 mod limits;

@@ -162,6 +162,7 @@ fn client(allow: &str, lookup: Arc<Script>) -> UpstreamClient {
         compression: true,
         workers: 1,
         breaker: recast::config::Config::default().upstream().breaker,
+        http2: true,
     };
     let allow: AllowList = allow.parse().unwrap();
     UpstreamClient::new(settings, Arc::new(OutboundPolicy::new(&allow)), lookup)

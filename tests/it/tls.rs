@@ -16,7 +16,7 @@ use crate::support::{Json, Service, config, error_locations, get, post_json};
 
 /// Certificate authorities and the certificates they sign, made by `openssl` in a directory
 /// nginx's workers can read.
-struct Pki {
+pub struct Pki {
     dir: TempDir,
 }
 
@@ -27,11 +27,11 @@ impl Pki {
         Pki { dir }
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
-    fn pem(&self, name: &str) -> String {
+    pub fn pem(&self, name: &str) -> String {
         std::fs::read_to_string(self.path(name)).unwrap()
     }
 
@@ -121,7 +121,7 @@ impl Pki {
 
 /// The authorities and certificates of these tests: `server-ca` signs nginx's certificate,
 /// `client-ca` the client certificate nginx accepts, `other-ca` one it does not.
-fn pki() -> Pki {
+pub fn pki() -> Pki {
     let pki = Pki::new();
     for ca in ["server-ca", "client-ca", "other-ca"] {
         pki.authority(ca);

@@ -115,6 +115,7 @@ fn client() -> UpstreamClient {
         compression: true,
         workers: 1,
         breaker: recast::config::Config::default().upstream().breaker,
+        http2: true,
     };
     let allow: AllowList = "127.0.0.1/32".parse().unwrap();
     UpstreamClient::new(settings, Arc::new(OutboundPolicy::new(&allow)), Arc::new(SystemLookup))

@@ -1,0 +1,213 @@
+//! HTTP/2 to upstreams (`RECAST_UPSTREAM_HTTP2`, `docs/upstreams.md`): an `https` upstream that
+//! picks `h2` by ALPN is spoken to over hyper's HTTP/2 client (the `h2` crate). One connection per
+//! upstream (and route `tls`) carries many calls at once, up to [`MAX_STREAMS`] each, then another
+//! is opened. The answer is read as `wire` reads an HTTP/1.1 one: the same size bound on the body
+//! as it comes, the same decoding of gzip and br, the same reading of its caching headers and
+//! `Retry-After`; the body of an answer that is not 2xx is never read.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{Request, Version};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use super::coding::{Coding, Decoding, Sink};
+use super::wire::{self, Failed, Stream};
+use super::{Answer, Freshness, Key};
+use crate::http1;
+use crate::json::PADDING;
+use crate::route::UpstreamRequest;
+
+/// The most calls one connection carries at once before another is opened (RFC 9113 §6.5.2
+/// asks servers to allow at least 100).
+pub(super) const MAX_STREAMS: usize = 100;
+
+/// Headers HTTP/2 forbids (RFC 9113 §8.2.2), or that recast sets itself.
+const NOT_SENT: [HeaderName; 6] = [
+    header::CONNECTION,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::HOST,
+    header::CONTENT_LENGTH,
+    header::ACCEPT_ENCODING,
+];
+
+/// One HTTP/2 connection: its sender, and the calls it carries now.
+struct Shared {
+    sender: SendRequest<Full<Bytes>>,
+    in_flight: AtomicUsize,
+}
+
+/// The HTTP/2 connections of every upstream, shared by all workers.
+#[derive(Default)]
+pub(super) struct Connections {
+    by_key: Mutex<std::collections::HashMap<Key, Vec<Arc<Shared>>>>,
+}
+
+/// A call's place on a connection: given back when the call ends.
+pub(super) struct Lease(Arc<Shared>);
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Connections {
+    /// A place on an open connection to `key` with a stream free, if there is one; closed
+    /// connections are forgotten on the way.
+    pub(super) fn lease(&self, key: &Key) -> Option<Lease> {
+        let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        let connections = all.get_mut(key)?;
+        connections.retain(|c| !c.sender.is_closed());
+        let found = connections.iter().find(|c| c.in_flight.load(Ordering::Acquire) < MAX_STREAMS)?.clone();
+        found.in_flight.fetch_add(1, Ordering::AcqRel);
+        Some(Lease(found))
+    }
+
+    /// Takes the connection of `lease` out of use (the upstream is ending it: a `GOAWAY`, a
+    /// refused stream): the calls on it finish, new ones go elsewhere.
+    pub(super) fn forget(&self, lease: &Lease) {
+        let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        for connections in all.values_mut() {
+            connections.retain(|c| !Arc::ptr_eq(c, &lease.0));
+        }
+    }
+
+    /// Makes an HTTP/2 connection of `stream` (whose TLS picked `h2`), keeps it for `key`, and
+    /// answers a place on it.
+    pub(super) async fn add(&self, key: Key, stream: Stream) -> Result<Lease, Failed> {
+        let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(hyper_util::rt::TokioTimer::new())
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| {
+                Failed::Broken(format!("the HTTP/2 handshake failed: {}", super::error_chain(&e)))
+            })?;
+        // The connection's frames are read and written by a task of its own until it closes.
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %super::error_chain(&e), "an upstream HTTP/2 connection ended");
+            }
+        });
+        let shared = Arc::new(Shared { sender, in_flight: AtomicUsize::new(1) });
+        let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        all.entry(key).or_default().push(shared.clone());
+        Ok(Lease(shared))
+    }
+}
+
+/// Sends `request` on the leased connection and reads the whole answer, the body at most `limit`
+/// bytes (decoded, when it comes in a content coding).
+pub(super) async fn exchange(
+    lease: &Lease,
+    request: &UpstreamRequest,
+    authorization: Option<&HeaderValue>,
+    compression: bool,
+    limit: usize,
+) -> Result<Answer, Failed> {
+    let mut outgoing =
+        Request::builder().method(request.method.clone()).uri(request.uri.clone()).version(Version::HTTP_2);
+    if let Some(headers) = outgoing.headers_mut() {
+        for (name, value) in &request.headers {
+            let replaced = authorization.is_some() && name == header::AUTHORIZATION;
+            if !NOT_SENT.contains(name) && !replaced {
+                headers.append(name, value.clone());
+            }
+        }
+        if let Some(value) = authorization {
+            headers.insert(header::AUTHORIZATION, value.clone());
+        }
+        let codings = if compression { "gzip, br" } else { "identity" };
+        headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static(codings));
+    }
+    let outgoing = outgoing
+        .body(Full::new(request.body.clone()))
+        .map_err(|e| Failed::Broken(format!("the request cannot be sent over HTTP/2: {e}")))?;
+    let mut sender = lease.0.sender.clone();
+    let response = sender.send_request(outgoing).await.map_err(|e| sent_failure(&e))?;
+    let (head, mut body) = response.into_parts();
+    let mut freshness = Freshness::default();
+    let mut coding = Coding::Identity;
+    let mut retry_after = None;
+    for (name, value) in &head.headers {
+        freshness.line(name.as_str().as_bytes(), value.as_bytes());
+        if name == header::CONTENT_ENCODING {
+            coding = match coding {
+                Coding::Identity => Coding::of(value.as_bytes()),
+                earlier => Coding::Unknown(format!(
+                    "{earlier}, {}",
+                    String::from_utf8_lossy(value.as_bytes().trim_ascii())
+                )),
+            };
+        } else if name == header::RETRY_AFTER {
+            retry_after = wire::retry_after_of(value.as_bytes());
+        }
+    }
+    let status = head.status;
+    if !status.is_success() {
+        // Never read: dropping it resets the stream.
+        return Ok(Answer { status, body: Vec::new(), freshness, retry_after });
+    }
+    let mut plain = Vec::new();
+    let mut decoding = match &coding {
+        Coding::Identity => None,
+        Coding::Unknown(name) => return Err(Failed::UnknownCoding(name.clone())),
+        coding => Decoding::new(coding, limit),
+    };
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| sent_failure(&e))?;
+        let Ok(data) = frame.into_data() else { continue };
+        match &mut decoding {
+            None => {
+                if plain.len() + data.len() > limit {
+                    return Err(Failed::TooLarge);
+                }
+                plain.extend_from_slice(&data);
+            }
+            Some(decoding) => {
+                if decoding.taken() + data.len() > limit {
+                    return Err(Failed::TooLarge);
+                }
+                decoding.take_slice(&data)?;
+            }
+        }
+    }
+    let mut body = match decoding {
+        None => plain,
+        Some(decoding) => decoding.finish()?,
+    };
+    let most = body.len() + PADDING;
+    http1::reserve_within(&mut body, PADDING, most);
+    Ok(Answer { status, body, freshness, retry_after })
+}
+
+/// How a failed HTTP/2 exchange is reported. A stream the upstream refused (`REFUSED_STREAM`,
+/// RFC 9113 §8.7), or a request the connection dropped before sending it, was never processed
+/// ([`Failed::Unsent`]: sent again on a new connection whatever its method). A `GOAWAY` ended it:
+/// most likely a stream above the last one the upstream took, but the same error reaches streams
+/// it took and did not finish, so only an idempotent request is sent again ([`Failed::Stale`]).
+/// Anything else broke.
+fn sent_failure(error: &hyper::Error) -> Failed {
+    let why = super::error_chain(error);
+    let h2 = std::error::Error::source(error).and_then(|e| e.downcast_ref::<::h2::Error>());
+    let refused =
+        h2.and_then(::h2::Error::reason).is_some_and(|reason| reason == ::h2::Reason::REFUSED_STREAM);
+    if refused || error.is_canceled() {
+        Failed::Unsent(why)
+    } else if h2.is_some_and(|e| e.is_go_away() && e.is_remote()) {
+        Failed::Stale(why)
+    } else {
+        Failed::Broken(why)
+    }
+}
+
+/// Whether the TLS of `stream` picked `h2` by ALPN.
+pub(super) fn negotiated(stream: &Stream) -> bool {
+    use hyper_util::client::legacy::connect::Connection as _;
+    stream.inner().connected().is_negotiated_h2()
+}

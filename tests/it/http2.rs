@@ -1,0 +1,180 @@
+//! HTTP/2 to upstreams (`RECAST_UPSTREAM_HTTP2`, `docs/upstreams.md`), against nginx (Debian's,
+//! `listen … ssl http2`) with a certificate of a CA the test makes: the same answers as over
+//! HTTP/1.1, many calls on one connection, and no call lost when nginx ends a connection with
+//! `GOAWAY` under load. nginx's access log says which protocol and which connection carried each
+//! request.
+
+use tempfile::TempDir;
+use tokio::task::JoinSet;
+
+use crate::nginx::{Nginx, set_mode};
+use crate::routes::{MEALS, registration};
+use crate::support::{Json, Service, config, get, post_json};
+use crate::tls::{Pki, pki};
+
+/// nginx with three servers answering `MEALS`: HTTPS offering HTTP/2 (ending a connection after
+/// `keepalive` requests), HTTPS with HTTP/1.1 only, and plain HTTP/2 (h2c, prior knowledge). The two HTTPS ports, and the access log (`$connection $server_protocol
+/// $request_uri $sent_http_content_encoding`).
+fn nginx(pki: &Pki, keepalive: u32) -> Servers {
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (h2, h1, h2c) = (free(), free(), free());
+    let logs = TempDir::new().unwrap();
+    set_mode(logs.path(), 0o777);
+    let log = logs.keep().join("access.log");
+    let tls = format!(
+        "ssl_certificate {};\n    ssl_certificate_key {};",
+        pki.path("server.pem").display(),
+        pki.path("server.key").display()
+    );
+    // Compressed, so that decoding is part of what is compared.
+    let answer = format!(
+        "default_type application/json;\n    gzip on;\n    gzip_types application/json;\n    gzip_min_length 1;\n    location / {{ return 200 '{MEALS}'; }}"
+    );
+    let site = format!(
+        "log_format calls '$connection $server_protocol $request_uri $sent_http_content_encoding';\n\
+         server {{\n    listen 127.0.0.1:{h2} ssl http2;\n    {tls}\n    keepalive_requests {keepalive};\n    access_log {} calls;\n    {answer}\n}}\n\
+         server {{\n    listen 127.0.0.1:{h1} ssl;\n    {tls}\n    access_log {} calls;\n    {answer}\n}}\n\
+         server {{\n    listen 127.0.0.1:{h2c} http2;\n    access_log {} calls;\n    {answer}\n}}\n",
+        log.display(),
+        log.display(),
+        log.display()
+    );
+    Servers { _nginx: Nginx::serve(&site, h1, TempDir::new().unwrap()), h2, h1, h2c, log }
+}
+
+struct Servers {
+    _nginx: Nginx,
+    h2: u16,
+    h1: u16,
+    h2c: u16,
+    log: std::path::PathBuf,
+}
+
+/// The access log's lines: connection serial, protocol, path and content coding.
+fn calls(log: &std::path::Path) -> Vec<(u64, String, String)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| {
+            let mut parts = line.split(' ');
+            let connection = parts.next().unwrap().parse().unwrap();
+            let protocol = parts.next().unwrap().to_owned();
+            (connection, protocol, parts.collect::<Vec<_>>().join(" "))
+        })
+        .collect()
+}
+
+/// Registers a route `path` to nginx's port `port` trusting the test's CA; its public path.
+async fn route(service: &Service, pki: &Pki, port: u16, path: &str) -> String {
+    let tls = serde_json::json!({ "ca": pki.pem("server-ca.pem") });
+    let body = registration(&format!("https://127.0.0.1:{port}/"), "", &format!(r#","tls":{tls}"#)).replacen(
+        r#""path":"meals/random""#,
+        &format!(r#""path":"{path}""#),
+        1,
+    );
+    let answer = post_json(&service.url("/v1/mapping"), body).await;
+    assert_eq!(answer.status, 201, "{}", String::from_utf8_lossy(&answer.body));
+    answer.json().get("path").and_then(Json::as_str).unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn answers_over_http2_match_http1_and_a_hundred_calls_share_one_connection() {
+    let pki = pki();
+    let Servers { _nginx, h2, h1, log, .. } = nginx(&pki, 1000);
+    let service = Service::start(config()).await;
+    let over_h2 = route(&service, &pki, h2, "two").await;
+    let over_h1 = route(&service, &pki, h1, "one").await;
+    let (a, b) = (get(&service.url(&over_h2)).await, get(&service.url(&over_h1)).await);
+    assert_eq!((a.status.as_u16(), b.status.as_u16()), (200, 200));
+    assert_eq!(a.body, b.body, "the same answer byte for byte");
+    assert_eq!(a.header("content-type"), b.header("content-type"));
+
+    let mut callers = JoinSet::new();
+    for _ in 0..100 {
+        let url = service.url(&over_h2);
+        callers.spawn(async move { get(&url).await });
+    }
+    while let Some(answer) = callers.join_next().await {
+        let answer = answer.unwrap();
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.body, a.body);
+    }
+    let logged = calls(&log);
+    let h2_calls: Vec<_> = logged.iter().filter(|(_, protocol, _)| protocol == "HTTP/2.0").collect();
+    let h1_calls = logged.iter().filter(|(_, protocol, _)| protocol == "HTTP/1.1").count();
+    assert_eq!(h2_calls.len(), 102, "the live call, one call and 100 more, over HTTP/2: {logged:?}");
+    assert_eq!(h1_calls, 2, "the HTTP/1.1 server's live call and call");
+    assert!(
+        logged.iter().all(|(_, _, rest)| rest.ends_with(" gzip")),
+        "every answer came in gzip: {logged:?}"
+    );
+    let connections: std::collections::BTreeSet<u64> = h2_calls.iter().map(|(c, _, _)| *c).collect();
+    assert_eq!(connections.len(), 1, "one connection carried every HTTP/2 call: {connections:?}");
+    service.stop().await;
+
+    // RECAST_UPSTREAM_HTTP2=off: HTTP/1.1 to the same server.
+    let off = Service::start(recast::config::Config { upstream_http2: "off".to_owned(), ..config() }).await;
+    let path = route(&off, &pki, h2, "off").await;
+    assert_eq!(get(&off.url(&path)).await.body, a.body);
+    let last = calls(&log).into_iter().last().unwrap();
+    assert_eq!(last.1, "HTTP/1.1", "{last:?}");
+    off.stop().await;
+}
+
+#[tokio::test]
+async fn an_http_upstream_is_spoken_to_in_http2_when_its_route_says_prior_knowledge() {
+    let pki = pki();
+    let Servers { _nginx, h2c: port, log, .. } = nginx(&pki, 1000);
+    let service = Service::start(config()).await;
+    let base = format!("http://127.0.0.1:{port}/");
+    let body = registration(&base, "", r#","http2":"prior-knowledge""#);
+    let created = post_json(&service.url("/v1/mapping"), body).await;
+    assert_eq!(created.status, 201, "{}", String::from_utf8_lossy(&created.body));
+    let path = created.json().get("path").and_then(Json::as_str).unwrap().to_owned();
+    for _ in 0..3 {
+        assert_eq!(get(&service.url(&path)).await.status, 200);
+    }
+    let logged = calls(&log);
+    assert_eq!(logged.len(), 4);
+    assert!(logged.iter().all(|(_, protocol, _)| protocol == "HTTP/2.0"), "{logged:?}");
+    let listed = String::from_utf8(get(&service.url("/v1/routes")).await.body.to_vec()).unwrap();
+    assert!(listed.contains(r#""http2":"prior-knowledge""#), "{listed}");
+    // Only for an http upstream, and only that value.
+    for (base, http2) in
+        [("https://127.0.0.1:9/", r#""prior-knowledge""#), ("http://127.0.0.1:9/", r#""always""#)]
+    {
+        let body = registration(base, "", &format!(r#","http2":{http2}"#));
+        let problem =
+            post_json(&service.url("/v1/mapping"), body).await.assert_problem(400, "invalid-request");
+        assert_eq!(crate::support::error_locations(&problem), ["/http2"]);
+    }
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_ending_its_connections_with_goaway_under_load_loses_no_call() {
+    let pki = pki();
+    // nginx ends each connection with GOAWAY after 25 requests.
+    let Servers { _nginx, h2, log, .. } = nginx(&pki, 25);
+    let service = Service::start(config()).await;
+    let path = route(&service, &pki, h2, "load").await;
+    let mut callers = JoinSet::new();
+    for _ in 0..20 {
+        let url = service.url(&path);
+        callers.spawn(async move {
+            for _ in 0..15 {
+                let answer = get(&url).await;
+                assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+            }
+        });
+    }
+    while let Some(done) = callers.join_next().await {
+        done.unwrap();
+    }
+    let logged = calls(&log);
+    let connections: std::collections::BTreeSet<u64> = logged.iter().map(|(c, _, _)| *c).collect();
+    assert_eq!(logged.len(), 301, "every call answered once, the live call too");
+    assert!(connections.len() >= 12, "nginx ended its connections as asked: {}", connections.len());
+    assert!(logged.iter().all(|(_, protocol, _)| protocol == "HTTP/2.0"));
+    service.stop().await;
+}
