@@ -16,7 +16,7 @@ use crate::upstream::{
 };
 
 /// The body of `POST /v1/mapping` and `PUT /v1/routes/{uuid}` as sent.
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Registration {
     pub path: Option<String>,
@@ -51,6 +51,17 @@ pub struct Registration {
     /// `"prior-knowledge"`: HTTP/2 to an `http` upstream from the start; checked by hand.
     #[serde(default)]
     pub http2: Option<serde_json::Value>,
+}
+
+/// Only where the route goes is printed: a registration holds secrets (tokens, client
+/// credentials, a TLS key, headers with keys in them).
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("path", &self.path)
+            .field("base_url", &self.original_route.original_api.base_url)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -26,6 +26,11 @@ use crate::route::UpstreamRequest;
 /// asks servers to allow at least 100).
 pub(super) const MAX_STREAMS: usize = 100;
 
+/// How often an HTTP/2 connection is pinged, and how long a ping may go unanswered before the
+/// connection is closed.
+const KEEP_ALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+const KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Headers HTTP/2 forbids (RFC 9113 §8.2.2), or that recast sets itself.
 const NOT_SENT: [HeaderName; 6] = [
     header::CONNECTION,
@@ -83,10 +88,16 @@ impl Connections {
     pub(super) async fn add(&self, key: Key, stream: Stream) -> Result<Lease, Failed> {
         let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
             .timer(hyper_util::rt::TokioTimer::new())
+            // A connection that went dead without a word (a NAT or firewall dropped it) is found
+            // by its unanswered pings, and closed.
+            .keep_alive_interval(KEEP_ALIVE_INTERVAL)
+            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+            .keep_alive_while_idle(true)
             .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| {
-                Failed::Broken(format!("the HTTP/2 handshake failed: {}", super::error_chain(&e)))
+                let why = format!("the HTTP/2 handshake failed: {}", super::error_chain(&e));
+                if super::tls::is_tls_failure(&e) { Failed::Tls(why) } else { Failed::Broken(why) }
             })?;
         // The connection's frames are read and written by a task of its own until it closes.
         tokio::spawn(async move {
@@ -160,13 +171,18 @@ pub(super) async fn exchange(
         coding => Decoding::new(coding, limit),
     };
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| sent_failure(&e))?;
+        // The upstream has answered: whatever breaks now, it may have acted on the request.
+        let frame = frame.map_err(|e| {
+            let why = super::error_chain(&e);
+            if super::tls::is_tls_failure(&e) { Failed::Tls(why) } else { Failed::Broken(why) }
+        })?;
         let Ok(data) = frame.into_data() else { continue };
         match &mut decoding {
             None => {
                 if plain.len() + data.len() > limit {
                     return Err(Failed::TooLarge);
                 }
+                http1::reserve_within(&mut plain, data.len() + PADDING, limit + PADDING);
                 plain.extend_from_slice(&data);
             }
             Some(decoding) => {
@@ -186,12 +202,12 @@ pub(super) async fn exchange(
     Ok(Answer { status, body, freshness, retry_after })
 }
 
-/// How a failed HTTP/2 exchange is reported. A stream the upstream refused (`REFUSED_STREAM`,
-/// RFC 9113 §8.7), or a request the connection dropped before sending it, was never processed
-/// ([`Failed::Unsent`]: sent again on a new connection whatever its method). A `GOAWAY` ended it:
-/// most likely a stream above the last one the upstream took, but the same error reaches streams
-/// it took and did not finish, so only an idempotent request is sent again ([`Failed::Stale`]).
-/// Anything else broke.
+/// How an HTTP/2 exchange that failed before the answer's head is reported. A stream the
+/// upstream refused (`REFUSED_STREAM`, RFC 9113 §8.7), or a request the connection dropped before
+/// sending it, was never processed ([`Failed::Unsent`]: sent again on another connection whatever
+/// its method). TLS refusing is [`Failed::Tls`]. Anything else (a `GOAWAY`, a connection error, a
+/// reset) may have come after the upstream took the request: only an idempotent request is sent
+/// again ([`Failed::Stale`]).
 fn sent_failure(error: &hyper::Error) -> Failed {
     let why = super::error_chain(error);
     let h2 = std::error::Error::source(error).and_then(|e| e.downcast_ref::<::h2::Error>());
@@ -199,10 +215,10 @@ fn sent_failure(error: &hyper::Error) -> Failed {
         h2.and_then(::h2::Error::reason).is_some_and(|reason| reason == ::h2::Reason::REFUSED_STREAM);
     if refused || error.is_canceled() {
         Failed::Unsent(why)
-    } else if h2.is_some_and(|e| e.is_go_away() && e.is_remote()) {
-        Failed::Stale(why)
+    } else if super::tls::is_tls_failure(error) {
+        Failed::Tls(why)
     } else {
-        Failed::Broken(why)
+        Failed::Stale(why)
     }
 }
 

@@ -457,7 +457,8 @@ impl UpstreamClient {
         let head_only = request.method == Method::HEAD;
         let limit = self.settings.max_body;
         let pool = self.pools.here();
-        let mut pooled = pool.take(&key, started);
+        // A route that asked for HTTP/2 from the start never takes an HTTP/1.1 connection.
+        let mut pooled = if target.h2c { None } else { pool.take(&key, started) };
         loop {
             let reused = pooled.is_some();
             let mut connection = match pooled.take() {
@@ -513,12 +514,21 @@ impl UpstreamClient {
         let mut sends = 1;
         loop {
             let outcome = h2::exchange(&lease, request, authorization, compression, limit).await;
+            // A connection that failed is taken out of use, whether or not the call goes on.
+            if matches!(
+                &outcome,
+                Err(wire::Failed::Unsent(_)
+                    | wire::Failed::Stale(_)
+                    | wire::Failed::Broken(_)
+                    | wire::Failed::Tls(_))
+            ) {
+                self.h2.forget(&lease);
+            }
             let why = match outcome {
                 Err(wire::Failed::Unsent(why)) if sends < H2_SENDS => why,
                 Err(wire::Failed::Stale(why)) if sends < H2_SENDS && request.method.is_idempotent() => why,
                 outcome => return outcome.map_err(|failed| self.failure(failed)),
             };
-            self.h2.forget(&lease);
             drop(lease);
             sends += 1;
             logged!(Level::DEBUG, upstream = %key.1, %why, "the upstream did not process the HTTP/2 stream; sending again");

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 use serde::{Deserialize, Serialize};
@@ -130,11 +130,21 @@ impl RouteTls {
     }
 }
 
-/// `pem`'s certificates; at least one, every block a certificate.
+/// `pem`'s certificates; at least one, every block a certificate (a key pasted in with them is
+/// refused: it would be stored and shown as a certificate is).
 fn certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("not PEM certificates: {e}"))?;
+    let mut certificates = Vec::new();
+    let mut rest = pem.as_bytes();
+    while let Some((kind, der)) =
+        rustls::pki_types::pem::from_buf(&mut rest).map_err(|e| format!("not PEM certificates: {e}"))?
+    {
+        if kind != rustls::pki_types::pem::SectionKind::Certificate {
+            return Err(format!(
+                "holds a PEM block that is not a certificate ({kind:?}); give certificates only (a key goes in clientKey)"
+            ));
+        }
+        certificates.push(CertificateDer::from(der));
+    }
     if certificates.is_empty() {
         return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".to_owned());
     }

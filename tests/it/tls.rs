@@ -132,8 +132,9 @@ pub fn pki() -> Pki {
     pki
 }
 
-/// nginx with two HTTPS servers answering `MEALS`: one open to any client, one that asks for a
-/// client certificate of `client-ca` (`ssl_verify_client on`). Their ports.
+/// nginx with two HTTPS servers answering `MEALS`: one open to any client (HTTP/1.1), one that
+/// asks for a client certificate of `client-ca` (`ssl_verify_client on`; HTTP/2 offered, so the
+/// client certificate and the keeping apart of connections are tested over both). Their ports.
 fn nginx(pki: &Pki) -> (Nginx, u16, u16) {
     let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let (open, verifying) = (free(), free());
@@ -145,7 +146,7 @@ fn nginx(pki: &Pki) -> (Nginx, u16, u16) {
     let answer = format!("default_type application/json;\n    location / {{ return 200 '{MEALS}'; }}");
     let site = format!(
         "server {{\n    listen 127.0.0.1:{open} ssl;\n    {tls}\n    {answer}\n}}\n\
-         server {{\n    listen 127.0.0.1:{verifying} ssl;\n    {tls}\n    ssl_client_certificate {};\n    ssl_verify_client on;\n    {answer}\n}}\n",
+         server {{\n    listen 127.0.0.1:{verifying} ssl http2;\n    {tls}\n    ssl_client_certificate {};\n    ssl_verify_client on;\n    {answer}\n}}\n",
         pki.path("client-ca.pem").display()
     );
     let nginx = Nginx::serve(&site, verifying, TempDir::new().unwrap());
@@ -288,6 +289,12 @@ async fn tls_members_are_checked_with_locations() {
         ("https://127.0.0.1:9/".into(), serde_json::json!({ "ca": server_ca, "pin": "x" }), vec!["/tls/pin"]),
         ("https://127.0.0.1:9/".into(), serde_json::json!({}), vec!["/tls"]),
         ("https://127.0.0.1:9/".into(), serde_json::json!({ "ca": 7 }), vec!["/tls/ca"]),
+        (
+            // A key pasted in with the certificates would be stored and shown as they are.
+            "https://127.0.0.1:9/".into(),
+            serde_json::json!({ "ca": format!("{}{}", pki.pem("server-ca.pem"), pki.pem("client.key")) }),
+            vec!["/tls/ca"],
+        ),
         ("http://127.0.0.1:9/".into(), serde_json::json!({ "ca": pki.pem("server-ca.pem") }), vec!["/tls"]),
     ];
     for (base, tls, locations) in cases {
