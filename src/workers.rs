@@ -2,8 +2,10 @@
 //! its own single-threaded runtime with its own event loop and timers, like the worker processes
 //! of an event-driven proxy. The accept loop hands each new connection to the worker with the
 //! fewest open ones, and the connection stays there: every request on it is read, sent upstream
-//! (over that worker's own upstream connections, see [`crate::upstream`]), mapped and answered
-//! on one thread, with no task moving between threads and no wake-up crossing them.
+//! (over that worker's own HTTP/1.1 upstream connections, see [`crate::upstream`]), mapped and
+//! answered on one thread, with no task moving between threads and no wake-up crossing them. (An
+//! HTTP/2 upstream connection is shared by every worker: its frames are handled on the worker
+//! that opened it.)
 
 use std::cell::Cell;
 use std::sync::Arc;

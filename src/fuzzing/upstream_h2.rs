@@ -44,6 +44,9 @@ struct Harness {
     client: UpstreamClient,
     addr: SocketAddr,
     script: Arc<Mutex<Script>>,
+    /// Takes SIGPIPE, which a vectored write to a connection the peer closed raises: a Rust
+    /// program's `main` ignores it (as recast's does), libFuzzer's `main` does not.
+    _pipe: tokio::signal::unix::Signal,
 }
 
 fn harness() -> &'static Harness {
@@ -51,7 +54,9 @@ fn harness() -> &'static Harness {
     HARNESS.get_or_init(|| {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         let script = Arc::new(Mutex::new(Script::default()));
-        let (client, addr) = runtime.block_on(async {
+        let (client, addr, pipe) = runtime.block_on(async {
+            let pipe =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::pipe()).expect("SIGPIPE taken");
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
             let addr = listener.local_addr().expect("the upstream's address");
             tokio::spawn(serve(listener, script.clone()));
@@ -68,9 +73,9 @@ fn harness() -> &'static Harness {
             let allow: AllowList = "127.0.0.1/32".parse().expect("a network");
             let client =
                 UpstreamClient::new(settings, Arc::new(OutboundPolicy::new(&allow)), Arc::new(NoLookup));
-            (client, addr)
+            (client, addr, pipe)
         });
-        Harness { runtime, client, addr, script }
+        Harness { runtime, client, addr, script, _pipe: pipe }
     })
 }
 

@@ -51,6 +51,10 @@ struct Shared {
 #[derive(Default)]
 pub(super) struct Connections {
     by_key: Mutex<std::collections::HashMap<Key, Vec<Arc<Shared>>>>,
+    /// For each upstream known to speak HTTP/2: held by the call opening a connection to it, so
+    /// that the calls that find every connection full (or none open) wait for that one instead
+    /// of each opening its own.
+    openers: Mutex<std::collections::HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// A call's place on a connection: given back when the call ends.
@@ -72,6 +76,16 @@ impl Connections {
         let found = connections.iter().find(|c| c.in_flight.load(Ordering::Acquire) < MAX_STREAMS)?.clone();
         found.in_flight.fetch_add(1, Ordering::AcqRel);
         Some(Lease(found))
+    }
+
+    /// The opener's lock of `key`, when its upstream is known to speak HTTP/2 (one of its
+    /// connections was made before); `None` when it is not known to.
+    pub(super) fn opener(&self, key: &Key) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        if !self.by_key.lock().unwrap_or_else(PoisonError::into_inner).contains_key(key) {
+            return None;
+        }
+        let mut openers = self.openers.lock().unwrap_or_else(PoisonError::into_inner);
+        Some(openers.entry(key.clone()).or_default().clone())
     }
 
     /// Takes the connection of `lease` out of use (the upstream is ending it: a `GOAWAY`, a

@@ -448,20 +448,56 @@ impl UpstreamClient {
         let key = Key::of(&request.uri, target.tls)?;
         // An upstream that speaks HTTP/2: a connection to it with a stream free carries the call.
         // (An `http` upstream's only for a route that asked for HTTP/2.)
-        if (target.h2c || request.uri.scheme() == Some(&Scheme::HTTPS))
-            && let Some(lease) = self.h2.lease(&key)
-        {
-            return self.exchange_h2(lease, target, &key, authorization).await;
+        if target.h2c || request.uri.scheme() == Some(&Scheme::HTTPS) {
+            if let Some(lease) = self.h2.lease(&key) {
+                return self.exchange_h2(lease, target, &key, authorization).await;
+            }
+            // Every connection full, or none open: one call opens the next, the others wait for
+            // it and take a stream on it.
+            if let Some(opener) = self.h2.opener(&key) {
+                let opening = opener.lock().await;
+                let lease = match self.h2.lease(&key) {
+                    Some(lease) => lease,
+                    None => match self.fresh(target, &key).await? {
+                        Fresh::Http2(lease) => lease,
+                        // The upstream no longer picks HTTP/2: this call goes on in HTTP/1.1.
+                        Fresh::Http1(connection) => {
+                            drop(opening);
+                            return self
+                                .exchange_h1(target, &key, authorization, started, Some(connection))
+                                .await;
+                        }
+                    },
+                };
+                drop(opening);
+                return self.exchange_h2(lease, target, &key, authorization).await;
+            }
         }
+        self.exchange_h1(target, &key, authorization, started, None).await
+    }
+
+    /// An HTTP/1.1 exchange: on `connection` when given, else on a pooled connection or a new one
+    /// (which may turn out to be HTTP/2).
+    async fn exchange_h1(
+        &self,
+        target: &Target<'_>,
+        key: &Key,
+        authorization: Option<&HeaderValue>,
+        started: Instant,
+        connection: Option<wire::Connection>,
+    ) -> Result<Answer, UpstreamError> {
+        let request = target.request;
+        let key = key.clone();
         let bytes = wire::encode(request, authorization, self.settings.compression);
         let head_only = request.method == Method::HEAD;
         let limit = self.settings.max_body;
         let pool = self.pools.here();
         // A route that asked for HTTP/2 from the start never takes an HTTP/1.1 connection.
         let mut pooled = if target.h2c { None } else { pool.take(&key, started) };
+        let mut given = connection;
         loop {
             let reused = pooled.is_some();
-            let mut connection = match pooled.take() {
+            let mut connection = match pooled.take().or_else(|| given.take()) {
                 Some(connection) => connection,
                 None => match self.fresh(target, &key).await? {
                     Fresh::Http2(lease) => return self.exchange_h2(lease, target, &key, authorization).await,
