@@ -216,9 +216,10 @@ impl UpstreamClient {
     }
 
     /// Closes idle connections past their time every 30 seconds, also when nothing calls their
-    /// upstream any more; ends once the client is gone. Whoever runs the client spawns it.
+    /// upstream any more, and forgets access tokens that ran out a while ago; ends once the client
+    /// is gone. Whoever runs the client spawns it.
     pub fn sweeper(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let pools = Arc::downgrade(&self.pools);
+        let (pools, tokens) = (Arc::downgrade(&self.pools), Arc::downgrade(&self.tokens));
         async move {
             let mut every = tokio::time::interval(SWEEP_EVERY);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -227,6 +228,9 @@ impl UpstreamClient {
                 let Some(pools) = pools.upgrade() else { break };
                 let now = Instant::now();
                 pools.0.iter().for_each(|pool| pool.sweep(now));
+                if let Some(tokens) = tokens.upgrade() {
+                    tokens.sweep(now);
+                }
             }
         }
     }
@@ -680,6 +684,12 @@ impl<T> Keyed<T> {
         let mut keys: Vec<(&String, &Arc<T>)> = all.iter().collect();
         keys.sort_by(|a, b| a.0.cmp(b.0));
         keys.into_iter().map(|(key, state)| view(key, state)).collect()
+    }
+
+    /// Forgets the keys whose state `keep` says no to (and that nobody else holds).
+    fn retain(&self, mut keep: impl FnMut(&T) -> bool) {
+        let mut all = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|_, state| Arc::strong_count(state) > 1 || keep(state));
     }
 }
 

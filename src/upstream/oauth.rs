@@ -342,7 +342,12 @@ pub struct TokenCounts {
 #[derive(Default)]
 pub struct Tokens {
     slots: Keyed<Slot>,
+    /// The fetch counts of the slots forgotten, by origin, so `/metrics` keeps counting.
+    forgotten: Mutex<std::collections::HashMap<String, [[u64; 2]; 3]>>,
 }
+
+/// How long after its last use a token that ran out is kept (with the slot that holds it).
+const FORGET_AFTER: Duration = Duration::from_secs(600);
 
 impl Tokens {
     fn slot(&self, token: &TokenRequest) -> Arc<Slot> {
@@ -363,15 +368,45 @@ impl Tokens {
         held.as_ref().is_none_or(|h| h.serial != rejected || h.sent.elapsed() >= MIN_REPLACE_AGE)
     }
 
-    /// Every token endpoint's fetches, by origin (the credential sets of one origin added up).
+    /// Forgets the slots whose token ran out [`FORGET_AFTER`] before `now` (or that never got one
+    /// and failed as long ago) and have no fetch under way: a token is not kept in memory long
+    /// after anything uses it, and credentials no route holds any more do not pile up.
+    pub(super) fn sweep(&self, now: Instant) {
+        let mut forgotten = self.forgotten.lock().unwrap_or_else(PoisonError::into_inner);
+        self.slots.retain(|slot| {
+            let flights = slot.flights();
+            let held = slot.held.read().unwrap_or_else(PoisonError::into_inner);
+            let last = match (&*held, &flights.last_failure) {
+                (Some(held), _) => Some(held.use_until),
+                (None, Some((at, _))) => Some(*at),
+                (None, None) => None,
+            };
+            let keep = flights.flight.is_some() || last.is_none_or(|last| now < last + FORGET_AFTER);
+            if !keep {
+                let sums = forgotten.entry(slot.origin.clone()).or_default();
+                for (sum, count) in sums.iter_mut().flatten().zip(slot.fetched.iter().flatten()) {
+                    *sum += count.load(Ordering::Relaxed);
+                }
+            }
+            keep
+        });
+    }
+
+    /// Every token endpoint's fetches, by origin (the credential sets of one origin added up,
+    /// those forgotten included).
     pub fn snapshot(&self) -> Vec<TokenCounts> {
         let mut all: Vec<TokenCounts> = Vec::new();
-        for (origin, fetched) in self.slots.each(|_, slot| {
+        let live = self.slots.each(|_, slot| {
             (
                 slot.origin.clone(),
                 slot.fetched.each_ref().map(|pair| pair.each_ref().map(|n| n.load(Ordering::Relaxed))),
             )
-        }) {
+        });
+        let forgotten: Vec<(String, [[u64; 2]; 3])> = {
+            let forgotten = self.forgotten.lock().unwrap_or_else(PoisonError::into_inner);
+            forgotten.iter().map(|(origin, fetched)| (origin.clone(), *fetched)).collect()
+        };
+        for (origin, fetched) in live.into_iter().chain(forgotten) {
             match all.iter_mut().find(|counts| counts.origin == origin) {
                 Some(counts) => {
                     for (sum, add) in counts.fetched.iter_mut().flatten().zip(fetched.iter().flatten()) {

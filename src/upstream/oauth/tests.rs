@@ -174,3 +174,29 @@ fn a_token_of_more_than_16_kib_is_refused_and_a_5xx_is_not_called_a_refusal() {
     let refused = read_token(StatusCode::UNAUTHORIZED, b"{}").unwrap_err().to_string();
     assert!(refused.starts_with("the token endpoint refused the client credentials"), "{refused}");
 }
+
+#[test]
+fn a_token_long_run_out_is_forgotten_and_its_counts_are_kept() {
+    let tokens = Tokens::default();
+    let request = TokenRequest::new(&credentials(ClientAuth::Basic)).unwrap();
+    let slot = tokens.slot(&request);
+    let sent = Instant::now();
+    let held = Held::new(HeaderValue::from_static("Bearer t"), 1, sent, Some(Duration::from_secs(11)));
+    let use_until = held.use_until;
+    *slot.held.write().unwrap() = Some(held);
+    slot.fetched[0][0].fetch_add(2, Ordering::Relaxed);
+    // A slot a call still holds is kept, whatever its age.
+    tokens.sweep(use_until + FORGET_AFTER);
+    assert_eq!(tokens.slots.each(|_, _| ()).len(), 1);
+    drop(slot);
+    tokens.sweep(use_until + FORGET_AFTER - Duration::from_secs(1));
+    assert_eq!(tokens.slots.each(|_, _| ()).len(), 1, "ran out, but not long ago");
+    tokens.sweep(use_until + FORGET_AFTER);
+    assert_eq!(tokens.slots.each(|_, _| ()).len(), 0, "forgotten");
+    let counts =
+        TokenCounts { origin: "https://auth.example:443".to_owned(), fetched: [[2, 0], [0, 0], [0, 0]] };
+    assert_eq!(tokens.snapshot(), [counts]);
+    // The same credentials again: a new slot, and the counts add up.
+    tokens.slot(&request).fetched[0][1].fetch_add(1, Ordering::Relaxed);
+    assert_eq!(tokens.snapshot()[0].fetched, [[2, 1], [0, 0], [0, 0]]);
+}
