@@ -3,6 +3,31 @@
 
 say() { printf 'recast: %s\n' "$*" >&2; }
 
+# A load script's scratch directory, $WORK (readable by nginx's workers, which run as an
+# unprivileged user when started as root), and $PIDS: the processes it starts, stopped with the
+# directory removed when the script exits.
+use_work_dir() {
+    WORK=$(mktemp -d)
+    chmod 755 "$WORK"
+    PIDS=()
+    trap stop_work EXIT
+}
+stop_work() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+
+# Waits until $1 (a URL) answers at all, for up to ten seconds; stops the script if it does not.
+wait_for() {
+    for _ in $(seq 1 200); do
+        curl -sk -o /dev/null "$1" && return 0
+        sleep 0.05
+    done
+    say "nothing answered at $1"
+    exit 1
+}
+
 # Stops the script when any of the ports given is in use on 127.0.0.1 (a load script's range).
 ensure_free_ports() {
     local port
@@ -137,11 +162,7 @@ ensure_nginx() {
 # part fails it instead of skipping it. A node or npm already on the PATH (from NodeSource or nvm,
 # say) is kept: Debian's packages would replace it with an older one.
 ensure_browser() {
-    local packages=(chromium)
-    command -v node >/dev/null 2>&1 || packages+=(nodejs)
-    command -v npm >/dev/null 2>&1 || packages+=(npm)
-    ensure_packages "${packages[@]}"
-    ensure_npm_test tests/browser "$BROWSER_MARKER" "the playground's browser test needs playwright-core"
+    ensure_npm_test tests/browser "$BROWSER_MARKER" "the playground's browser test needs playwright-core" chromium
 }
 
 # Its name, which tests/it/playground.rs knows too.
@@ -149,20 +170,20 @@ BROWSER_MARKER=browser-test-required
 
 # The OAuth2 tests' authorization server (oidc-provider) and resource server, on Node.js.
 ensure_oauth_server() {
-    local packages=()
-    command -v node >/dev/null 2>&1 || packages+=(nodejs)
-    command -v npm >/dev/null 2>&1 || packages+=(npm)
-    ensure_packages "${packages[@]}"
     ensure_npm_test tests/oauth "$OAUTH_MARKER" "the OAuth2 tests need oidc-provider"
 }
 
 # Its name, which tests/it/oauth.rs knows too.
 OAUTH_MARKER=oauth-test-required
 
-# Installs the npm packages of the test directory $1 when missing or stale, then writes the marker
-# $2 in the target directory: the test that needs them must run. $3 says what fails without them.
+# Installs Node.js and npm (unless they are on the PATH), the Debian packages named after $3, and
+# the npm packages of the test directory $1 when missing or stale, then writes the marker $2 in
+# the target directory: the test that needs them must run. $3 says what fails without them.
 ensure_npm_test() {
-    local dir=$1 marker=$2 needs=$3
+    local dir=$1 marker=$2 needs=$3 packages=("${@:4}")
+    command -v node >/dev/null 2>&1 || packages+=(nodejs)
+    command -v npm >/dev/null 2>&1 || packages+=(npm)
+    ensure_packages "${packages[@]}"
     # npm ci keeps its own copy of the lock file in node_modules; an older copy means a stale install.
     if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
         say "installing the npm packages of $dir (npm ci --prefix $dir)"

@@ -28,16 +28,7 @@ announce_rocksdb release
 cargo build --release --locked --bin recast
 RECAST="$CARGO_TARGET_DIR/release/recast"
 
-WORK=$(mktemp -d)
-# nginx workers run as an unprivileged user when started as root: they must read the files.
-chmod 755 "$WORK"
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+use_work_dir
 
 # --- A CA and the server's certificate for 127.0.0.1 ------------------------------------------
 (
@@ -75,14 +66,6 @@ RECAST_LISTEN=127.0.0.1:$RECAST_PORT RECAST_DATA_DIR=$WORK/data RECAST_UPSTREAM_
 RECAST_PID=$!
 PIDS+=("$RECAST_PID")
 
-wait_for() { # $1 URL: until it answers at all, for up to ten seconds
-    for _ in $(seq 1 200); do
-        curl -sk -o /dev/null "$1" && return 0
-        sleep 0.05
-    done
-    say "nothing answered at $1"
-    exit 1
-}
 wait_for "https://127.0.0.1:$H2_PORT/meals.json"
 wait_for "http://127.0.0.1:$RECAST_PORT/readyz"
 

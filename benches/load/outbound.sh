@@ -40,25 +40,7 @@ announce_rocksdb release
 cargo build --release --locked --bin recast
 RECAST="$CARGO_TARGET_DIR/release/recast"
 
-WORK=$(mktemp -d)
-# nginx workers run as an unprivileged user when started as root: they must read the document.
-chmod 755 "$WORK"
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-wait_for() { # $1 URL: until it answers at all, for up to ten seconds
-    for _ in $(seq 1 200); do
-        curl -s -o /dev/null "$1" && return 0
-        sleep 0.05
-    done
-    say "nothing answered at $1"
-    exit 1
-}
+use_work_dir
 
 echo '{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken"}]}' >"$WORK/meals.json"
 python3 -m http.server "$UPSTREAM_PORT" --bind 127.0.0.1 --directory "$WORK" >/dev/null 2>"$WORK/upstream.log" &
@@ -113,6 +95,17 @@ measure() { # $1 name, $2 path
     printf '| %s | %s | %s | %s | %s | %.2f |\n' "$1" "$round" "$rps" "$p99" "${codes:-0}/$requests" \
         "$(awk -v t=$((after - before)) -v n="$requests" -v hz="$HZ" 'BEGIN { print t * 1e6 / hz / n }')"
 }
+alternate() { # $1 name and $2 path of one call, $3 and $4 of the other: LOAD_ROUNDS rounds, in turn first
+    for round in $(seq 1 "$ROUNDS"); do
+        if ((round % 2)); then
+            measure "$1" "$2"
+            measure "$3" "$4"
+        else
+            measure "$3" "$4"
+            measure "$1" "$2"
+        fi
+    done
+}
 
 # --- The rate limit --------------------------------------------------------------------------
 sleep 1
@@ -134,15 +127,7 @@ echo
 echo "OAuth2 client credentials against a Bearer token, wrk -t$THREADS -c$CONNECTIONS -d$DURATION, rounds: $ROUNDS"
 echo "| call | round | calls/s | p99 | non-2xx / calls | recast CPU µs per call |"
 echo "|---|---:|---:|---:|---:|---:|"
-for round in $(seq 1 "$ROUNDS"); do
-    if ((round % 2)); then
-        measure "Bearer route" "$BEARER"
-        measure "OAuth2 route" "$OAUTH"
-    else
-        measure "OAuth2 route" "$OAUTH"
-        measure "Bearer route" "$BEARER"
-    fi
-done
+alternate "Bearer route" "$BEARER" "OAuth2 route" "$OAUTH"
 echo "token requests the token endpoint received: $(curl -s "http://127.0.0.1:$TOKEN_PORT/test/counts" | python3 -c 'import json, sys; print(json.load(sys.stdin)["tokenRequests"])')"
 
 # --- The open breaker ------------------------------------------------------------------------
@@ -162,12 +147,4 @@ echo
 echo "wrk -t$THREADS -c$CONNECTIONS -d$DURATION, rounds: $ROUNDS"
 echo "| call | round | calls/s | p99 | non-2xx / calls | recast CPU µs per call |"
 echo "|---|---:|---:|---:|---:|---:|"
-for round in $(seq 1 "$ROUNDS"); do
-    if ((round % 2)); then
-        measure "open breaker (503)" "$ROUTE"
-        measure "unknown route (404)" "$UNKNOWN"
-    else
-        measure "unknown route (404)" "$UNKNOWN"
-        measure "open breaker (503)" "$ROUTE"
-    fi
-done
+alternate "open breaker (503)" "$ROUTE" "unknown route (404)" "$UNKNOWN"

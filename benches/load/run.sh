@@ -40,16 +40,7 @@ cargo build --release --locked --bin recast
 RECAST="$CARGO_TARGET_DIR/release/recast"
 NJS_MODULE=$(ls /usr/lib/nginx/modules/ngx_http_js_module.so /usr/share/nginx/modules/ngx_http_js_module.so 2>/dev/null | head -n 1)
 
-WORK=$(mktemp -d)
-# nginx workers run as an unprivileged user when started as root: they must read the documents.
-chmod 755 "$WORK"
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+use_work_dir
 
 # --- The documents -------------------------------------------------------------------------
 filler() { # $1 words of lowercase filler text
