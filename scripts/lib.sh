@@ -18,6 +18,21 @@ stop_work() {
     rm -rf "$WORK"
 }
 
+# Starts nginx (one worker) in $WORK on a configuration named $1 whose http block holds $2, every
+# file it writes in $WORK; adds it to $PIDS.
+start_nginx() {
+    local name=$1 body=$2 kind
+    {
+        printf 'worker_processes 1;\npid %s;\nerror_log %s warn;\nevents { worker_connections 4096; }\n' \
+            "$WORK/$name.pid" "$WORK/$name-error.log"
+        printf 'http {\n    access_log off;\n'
+        for kind in client_body proxy fastcgi uwsgi scgi; do printf '    %s_temp_path %s;\n' "$kind" "$WORK/$name-$kind"; done
+        printf '%s\n}\n' "$body"
+    } >"$WORK/$name.conf"
+    nginx -p "$WORK" -c "$WORK/$name.conf" -g 'daemon off;' 2>>"$WORK/$name-error.log" &
+    PIDS+=($!)
+}
+
 # Waits until $1 (a URL) answers at all, for up to ten seconds; stops the script if it does not.
 wait_for() {
     for _ in $(seq 1 200); do

@@ -43,24 +43,13 @@ use_work_dir
 echo '{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken","strArea":"Japanese"}]}' >"$WORK/meals.json"
 chmod 644 "$WORK/meals.json"
 
-cat >"$WORK/nginx.conf" <<CONF
-worker_processes 1;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx-error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-$(for kind in client_body proxy fastcgi uwsgi scgi; do printf '    %s_temp_path %s;\n' "$kind" "$WORK/nginx-$kind"; done)
+start_nginx upstream "
     keepalive_requests 1000000;
     http2_max_concurrent_streams 512;
     ssl_certificate $WORK/server.pem;
     ssl_certificate_key $WORK/server.key;
     server { listen 127.0.0.1:$H2_PORT ssl http2; root $WORK; default_type application/json; }
-    server { listen 127.0.0.1:$H1_PORT ssl; root $WORK; default_type application/json; }
-}
-CONF
-nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' 2>>"$WORK/nginx-error.log" &
-PIDS+=($!)
+    server { listen 127.0.0.1:$H1_PORT ssl; root $WORK; default_type application/json; }"
 RECAST_LISTEN=127.0.0.1:$RECAST_PORT RECAST_DATA_DIR=$WORK/data RECAST_UPSTREAM_ALLOW=127.0.0.1/32 RECAST_LOG=warn \
     "$RECAST" serve >"$WORK/recast.log" 2>&1 &
 RECAST_PID=$!

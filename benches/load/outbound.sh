@@ -48,20 +48,9 @@ UPSTREAM_PID=$!
 PIDS+=("$UPSTREAM_PID")
 node tests/oauth/server.mjs authorization "$TOKEN_PORT" 3600 >/dev/null 2>&1 &
 PIDS+=($!)
-cat >"$WORK/nginx.conf" <<EOF
-worker_processes 1;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx-error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-$(for kind in client_body proxy fastcgi uwsgi scgi; do printf '    %s_temp_path %s;\n' "$kind" "$WORK/nginx-$kind"; done)
+start_nginx upstream "
     keepalive_requests 1000000;
-    server { listen 127.0.0.1:$NGINX_PORT; root $WORK; default_type application/json; }
-}
-EOF
-nginx -p "$WORK" -c "$WORK/nginx.conf" -g 'daemon off;' 2>>"$WORK/nginx-error.log" &
-PIDS+=($!)
+    server { listen 127.0.0.1:$NGINX_PORT; root $WORK; default_type application/json; }"
 RECAST_LISTEN=127.0.0.1:$RECAST_PORT RECAST_DATA_DIR=$WORK/data RECAST_UPSTREAM_ALLOW=127.0.0.1/32 \
     RECAST_LOG=warn RECAST_BREAKER_FAILURES=5 RECAST_BREAKER_COOLDOWN_MS=3600000 \
     "$RECAST" serve >"$WORK/recast.log" 2>&1 &

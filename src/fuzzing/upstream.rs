@@ -19,10 +19,10 @@ use tokio::sync::watch;
 
 use crate::policy::{AllowList, NoLookup, OutboundPolicy};
 use crate::route::UpstreamRequest;
-use crate::upstream::{UpstreamClient, UpstreamSettings};
+use crate::upstream::{Answer, UpstreamClient, UpstreamError, UpstreamSettings};
 
 /// The second call's answer, the only one it may get.
-const SECOND: &str = r#"{"second":"call","n":2}"#;
+pub(super) const SECOND: &str = r#"{"second":"call","n":2}"#;
 /// Splits the input into the pieces the upstream writes one after another.
 const SEPARATOR: u8 = 0xff;
 
@@ -63,23 +63,27 @@ fn harness() -> &'static Harness {
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
             let addr = listener.local_addr().expect("the upstream's address");
             tokio::spawn(serve_upstream(listener, script.clone(), Arc::new(wrote)));
-            let settings = UpstreamSettings {
-                connect_timeout: Duration::from_secs(1),
-                total_timeout: Duration::from_secs(2),
-                max_body: 4096,
-                compression: true,
-                workers: 1,
-                // Answers are what is fuzzed: a breaker opened by failing ones would hide them.
-                breaker: crate::upstream::BreakerSettings { failures: 0, cooldown: Duration::from_secs(1) },
-                http2: false,
-            };
-            let allow: AllowList = "127.0.0.1/32".parse().expect("a network");
-            let client =
-                UpstreamClient::new(settings, Arc::new(OutboundPolicy::new(&allow)), Arc::new(NoLookup));
+            let client = client(false);
             (client, addr)
         });
         Harness { runtime, client, addr, script, written }
     })
+}
+
+/// The service's upstream client as the upstream fuzz bodies use it: 127.0.0.1 only, answers
+/// bounded at 4096 bytes, no breaker (a breaker opened by failing answers would hide them).
+pub(super) fn client(http2: bool) -> UpstreamClient {
+    let settings = UpstreamSettings {
+        connect_timeout: Duration::from_secs(1),
+        total_timeout: Duration::from_secs(2),
+        max_body: 4096,
+        compression: true,
+        workers: 1,
+        breaker: crate::upstream::BreakerSettings { failures: 0, cooldown: Duration::from_secs(1) },
+        http2,
+    };
+    let allow: AllowList = "127.0.0.1/32".parse().expect("a network");
+    UpstreamClient::new(settings, Arc::new(OutboundPolicy::new(&allow)), Arc::new(NoLookup))
 }
 
 async fn serve_upstream(listener: TcpListener, script: Arc<Mutex<Script>>, wrote: Arc<watch::Sender<u64>>) {
@@ -143,7 +147,7 @@ async fn request_target(stream: &mut TcpStream) -> Option<String> {
     Some(String::from_utf8_lossy(target).into_owned())
 }
 
-fn get(addr: SocketAddr, path: &str) -> UpstreamRequest {
+pub(super) fn get(addr: SocketAddr, path: &str) -> UpstreamRequest {
     UpstreamRequest {
         method: Method::GET,
         uri: format!("http://{addr}{path}").parse().expect("a URL"),
@@ -179,6 +183,14 @@ pub fn upstream_answer(data: &[u8]) -> AnswerReached {
         let second = harness.client.call(get(harness.addr, "/second")).await;
         (first, second)
     });
+    judged(first, second)
+}
+
+/// Checks that `second` is exactly the second call's answer; how `first` ended.
+pub(super) fn judged(
+    first: Result<Answer, UpstreamError>,
+    second: Result<Answer, UpstreamError>,
+) -> AnswerReached {
     match second {
         Ok(answer) => {
             assert_eq!(answer.status, StatusCode::OK, "the second call got another status");

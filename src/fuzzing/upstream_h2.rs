@@ -8,22 +8,17 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::StreamBody;
 use hyper::body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
-use super::upstream::AnswerReached;
-use crate::policy::{AllowList, NoLookup, OutboundPolicy};
-use crate::route::UpstreamRequest;
-use crate::upstream::{Outbound, UpstreamClient, UpstreamSettings};
+use super::upstream::{AnswerReached, SECOND, client, get, judged};
+use crate::upstream::{Outbound, UpstreamClient};
 
-/// The second call's answer, the only one it may get.
-const SECOND: &str = r#"{"second":"call","n":2}"#;
 /// Splits the input into the header block and the data frames.
 const SEPARATOR: u8 = 0xff;
 /// The statuses the first byte picks from.
@@ -60,19 +55,7 @@ fn harness() -> &'static Harness {
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
             let addr = listener.local_addr().expect("the upstream's address");
             tokio::spawn(serve(listener, script.clone()));
-            let settings = UpstreamSettings {
-                connect_timeout: Duration::from_secs(1),
-                total_timeout: Duration::from_secs(2),
-                max_body: 4096,
-                compression: true,
-                workers: 1,
-                // Answers are what is fuzzed: a breaker opened by failing ones would hide them.
-                breaker: crate::upstream::BreakerSettings { failures: 0, cooldown: Duration::from_secs(1) },
-                http2: true,
-            };
-            let allow: AllowList = "127.0.0.1/32".parse().expect("a network");
-            let client =
-                UpstreamClient::new(settings, Arc::new(OutboundPolicy::new(&allow)), Arc::new(NoLookup));
+            let client = client(true);
             (client, addr, pipe)
         });
         Harness { runtime, client, addr, script, _pipe: pipe }
@@ -123,15 +106,6 @@ fn answer(path: &str, script: Script) -> Response<Body> {
     response
 }
 
-fn get(addr: SocketAddr, path: &str) -> UpstreamRequest {
-    UpstreamRequest {
-        method: Method::GET,
-        uri: format!("http://{addr}{path}").parse().expect("a URL"),
-        headers: HeaderMap::new(),
-        body: Bytes::new(),
-    }
-}
-
 /// Reads `data` as a script: byte 0 picks the status, byte 1's bits ask for trailers (1) or a
 /// reset after the data (2); the rest, split at each `0xff`, is a header block (`name: value`
 /// lines; lines that are no header are skipped) and then one data frame per piece. Checks:
@@ -164,19 +138,5 @@ pub fn upstream_answer_h2(data: &[u8]) -> AnswerReached {
         let second = harness.client.call_with(&get(harness.addr, "/second"), &outbound).await;
         (first, second)
     });
-    match second {
-        Ok(answer) => {
-            assert_eq!(answer.status, StatusCode::OK, "the second call got another status");
-            assert!(
-                answer.body == SECOND.as_bytes(),
-                "the second call got bytes that are not its answer: {}",
-                String::from_utf8_lossy(&answer.body)
-            );
-        }
-        Err(e) => panic!("the second call failed: {e}"),
-    }
-    match first {
-        Ok(answer) => AnswerReached::Answered(answer.status.as_u16() / 100),
-        Err(_) => AnswerReached::Failed,
-    }
+    judged(first, second)
 }

@@ -50,11 +50,26 @@ struct Shared {
 /// The HTTP/2 connections of every upstream, shared by all workers.
 #[derive(Default)]
 pub(super) struct Connections {
-    by_key: Mutex<std::collections::HashMap<Key, Vec<Arc<Shared>>>>,
-    /// For each upstream known to speak HTTP/2: held by the call opening a connection to it, so
-    /// that the calls that find every connection full (or none open) wait for that one instead
-    /// of each opening its own.
-    openers: Mutex<std::collections::HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+    by_key: Mutex<std::collections::HashMap<Key, Upstream>>,
+}
+
+/// An upstream known to speak HTTP/2 (one of its connections was made).
+#[derive(Default)]
+struct Upstream {
+    connections: Vec<Arc<Shared>>,
+    /// Held by the call opening a connection to it, so that the calls that find every
+    /// connection full (or none open) wait for that one instead of each opening its own.
+    opener: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// What a call finds for its upstream.
+pub(super) enum Found {
+    /// A place on an open connection with a stream free.
+    Lease(Lease),
+    /// The upstream speaks HTTP/2, but no connection has a stream free: its opener's lock.
+    Full(Arc<tokio::sync::Mutex<()>>),
+    /// The upstream is not known to speak HTTP/2.
+    Unknown,
 }
 
 /// A call's place on a connection: given back when the call ends.
@@ -67,33 +82,34 @@ impl Drop for Lease {
 }
 
 impl Connections {
-    /// A place on an open connection to `key` with a stream free, if there is one; closed
-    /// connections are forgotten on the way.
-    pub(super) fn lease(&self, key: &Key) -> Option<Lease> {
+    /// What there is for `key`, under one lock; closed connections are forgotten on the way.
+    pub(super) fn find(&self, key: &Key) -> Found {
         let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-        let connections = all.get_mut(key)?;
-        connections.retain(|c| !c.sender.is_closed());
-        let found = connections.iter().find(|c| c.in_flight.load(Ordering::Acquire) < MAX_STREAMS)?.clone();
-        found.in_flight.fetch_add(1, Ordering::AcqRel);
-        Some(Lease(found))
+        let Some(upstream) = all.get_mut(key) else { return Found::Unknown };
+        upstream.connections.retain(|c| !c.sender.is_closed());
+        match upstream.connections.iter().find(|c| c.in_flight.load(Ordering::Acquire) < MAX_STREAMS) {
+            Some(free) => {
+                free.in_flight.fetch_add(1, Ordering::AcqRel);
+                Found::Lease(Lease(free.clone()))
+            }
+            None => Found::Full(upstream.opener.clone()),
+        }
     }
 
-    /// The opener's lock of `key`, when its upstream is known to speak HTTP/2 (one of its
-    /// connections was made before); `None` when it is not known to.
-    pub(super) fn opener(&self, key: &Key) -> Option<Arc<tokio::sync::Mutex<()>>> {
-        if !self.by_key.lock().unwrap_or_else(PoisonError::into_inner).contains_key(key) {
-            return None;
+    /// A place on an open connection to `key` with a stream free, if there is one.
+    pub(super) fn lease(&self, key: &Key) -> Option<Lease> {
+        match self.find(key) {
+            Found::Lease(lease) => Some(lease),
+            Found::Full(_) | Found::Unknown => None,
         }
-        let mut openers = self.openers.lock().unwrap_or_else(PoisonError::into_inner);
-        Some(openers.entry(key.clone()).or_default().clone())
     }
 
     /// Takes the connection of `lease` out of use (the upstream is ending it: a `GOAWAY`, a
     /// refused stream): the calls on it finish, new ones go elsewhere.
     pub(super) fn forget(&self, lease: &Lease) {
         let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-        for connections in all.values_mut() {
-            connections.retain(|c| !Arc::ptr_eq(c, &lease.0));
+        for upstream in all.values_mut() {
+            upstream.connections.retain(|c| !Arc::ptr_eq(c, &lease.0));
         }
     }
 
@@ -121,7 +137,7 @@ impl Connections {
         });
         let shared = Arc::new(Shared { sender, in_flight: AtomicUsize::new(1) });
         let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-        all.entry(key).or_default().push(shared.clone());
+        all.entry(key).or_default().connections.push(shared.clone());
         Ok(Lease(shared))
     }
 }

@@ -453,12 +453,14 @@ impl UpstreamClient {
         // An upstream that speaks HTTP/2: a connection to it with a stream free carries the call.
         // (An `http` upstream's only for a route that asked for HTTP/2.)
         if target.h2c || request.uri.scheme() == Some(&Scheme::HTTPS) {
-            if let Some(lease) = self.h2.lease(&key) {
-                return self.exchange_h2(lease, target, &key, authorization).await;
-            }
+            let opener = match self.h2.find(&key) {
+                h2::Found::Lease(lease) => return self.exchange_h2(lease, target, &key, authorization).await,
+                h2::Found::Full(opener) => Some(opener),
+                h2::Found::Unknown => None,
+            };
             // Every connection full, or none open: one call opens the next, the others wait for
             // it and take a stream on it.
-            if let Some(opener) = self.h2.opener(&key) {
+            if let Some(opener) = opener {
                 let opening = opener.lock().await;
                 let lease = match self.h2.lease(&key) {
                     Some(lease) => lease,
@@ -576,11 +578,16 @@ impl UpstreamClient {
                 Some(lease) => lease,
                 None => match self.fresh(target, key).await? {
                     Fresh::Http2(lease) => lease,
-                    Fresh::Http1(mut connection) => {
-                        let bytes = wire::encode(request, authorization, compression);
-                        let head_only = request.method == Method::HEAD;
-                        let answer = connection.exchange(&bytes, head_only, limit).await;
-                        return answer.map(|(answer, _)| answer).map_err(|failed| self.failure(failed));
+                    Fresh::Http1(connection) => {
+                        let started = Instant::now();
+                        return Box::pin(self.exchange_h1(
+                            target,
+                            key,
+                            authorization,
+                            started,
+                            Some(connection),
+                        ))
+                        .await;
                     }
                 },
             };

@@ -163,6 +163,18 @@ async fn call_ok(service: &Service, path: &str, client: &str) {
     assert_eq!(answer.json().get("client").and_then(Json::as_str), Some(client));
 }
 
+/// Calls `path` `n` times at once; every call must answer 200.
+async fn all_ok(service: &Service, path: &str, n: usize) {
+    let mut calls = JoinSet::new();
+    for _ in 0..n {
+        let url = service.url(path);
+        calls.spawn(async move { get(&url).await.status });
+    }
+    while let Some(status) = calls.join_next().await {
+        assert_eq!(status.unwrap(), 200);
+    }
+}
+
 /// The value of `recast_upstream_token_fetches_total` for `reason` and `outcome` (summed over
 /// origins).
 async fn fetches(service: &Service, reason: &str, outcome: &str) -> u64 {
@@ -290,14 +302,7 @@ async fn fifty_concurrent_calls_wait_for_one_fetch() {
     // after it wait for the same one.
     let gave_up = tokio::time::timeout(Duration::from_millis(100), get(&service.url(&path))).await;
     assert!(gave_up.is_err(), "the call waited for the token");
-    let mut calls = JoinSet::new();
-    for _ in 0..50 {
-        let url = service.url(&path);
-        calls.spawn(async move { get(&url).await.status });
-    }
-    while let Some(status) = calls.join_next().await {
-        assert_eq!(status.unwrap(), 200);
-    }
+    all_ok(&service, &path, 50).await;
     assert_eq!(servers.authorization.count("tokenRequests").await, before + 1, "one fetch for 50 calls");
     assert_eq!(servers.resource.count("rejected").await, 0);
     service.stop().await;
@@ -316,14 +321,7 @@ async fn a_revoked_token_is_replaced_once_and_the_calls_sent_again() {
     let before = servers.resource.counts().await;
     // 50 calls at once, all with the revoked token: each gets a 401, one new token comes, and
     // each is sent once more with it.
-    let mut calls = JoinSet::new();
-    for _ in 0..50 {
-        let url = service.url(&path);
-        calls.spawn(async move { get(&url).await.status });
-    }
-    while let Some(status) = calls.join_next().await {
-        assert_eq!(status.unwrap(), 200);
-    }
+    all_ok(&service, &path, 50).await;
     let after = servers.resource.counts().await;
     let delta = |name: &str| after[name].as_u64().unwrap() - before[name].as_u64().unwrap();
     // Calls that began after the new token came use it at once.
