@@ -1,12 +1,16 @@
 //! HTTP/2 to upstreams (`RECAST_UPSTREAM_HTTP2`, `docs/upstreams.md`): an `https` upstream that
 //! picks `h2` by ALPN is spoken to over hyper's HTTP/2 client (the `h2` crate). One connection per
-//! upstream (and route `tls`) carries many calls at once, up to [`MAX_STREAMS`] each, then another
-//! is opened. The answer is read as `wire` reads an HTTP/1.1 one: the same size bound on the body
+//! upstream (and route `tls`) carries many calls at once, up to as many as the server allows
+//! (its `SETTINGS_MAX_CONCURRENT_STREAMS`, read by [`Frames`] since hyper does not tell it; at
+//! most [`MOST_STREAMS`]), then another is opened. The answer is read as `wire` reads an HTTP/1.1 one: the same size bound on the body
 //! as it comes, the same decoding of gzip and br, the same reading of its caching headers and
 //! `Retry-After`; the body of an answer that is not 2xx is never read.
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
@@ -14,6 +18,8 @@ use http::{Request, Version};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::watch;
 
 use super::coding::{Coding, Decoding, Sink};
 use super::wire::{self, Failed, Stream};
@@ -22,14 +28,22 @@ use crate::http1;
 use crate::json::PADDING;
 use crate::route::UpstreamRequest;
 
-/// The most calls one connection carries at once before another is opened (RFC 9113 §6.5.2
-/// asks servers to allow at least 100).
-pub(super) const MAX_STREAMS: usize = 100;
+/// The calls one connection carries at once until the server's first SETTINGS frame says how
+/// many it allows (RFC 9113 §6.5.2 asks servers to allow at least 100).
+const STREAMS_BEFORE_SETTINGS: usize = 100;
+
+/// The most calls one connection carries at once, however many the server allows; also what a
+/// server that sets no limit gets.
+pub(super) const MOST_STREAMS: usize = 1000;
+
+/// How long a call waits for a new connection's first SETTINGS frame (about one round trip)
+/// before it takes a stream on it by [`STREAMS_BEFORE_SETTINGS`].
+const SETTINGS_WAIT: Duration = Duration::from_secs(1);
 
 /// How often an HTTP/2 connection is pinged, and how long a ping may go unanswered before the
 /// connection is closed.
-const KEEP_ALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
-const KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Headers HTTP/2 forbids (RFC 9113 §8.2.2), or that recast sets itself.
 const NOT_SENT: [HeaderName; 6] = [
@@ -41,10 +55,21 @@ const NOT_SENT: [HeaderName; 6] = [
     header::ACCEPT_ENCODING,
 ];
 
-/// One HTTP/2 connection: its sender, and the calls it carries now.
+/// One HTTP/2 connection: its sender, the calls it carries now, and what its server said.
 struct Shared {
     sender: SendRequest<Full<Bytes>>,
     in_flight: AtomicUsize,
+    peer: Arc<Peer>,
+}
+
+impl Shared {
+    /// Whether a call may take a stream on it now: open, its server's first SETTINGS read, and
+    /// fewer calls on it than the server allows.
+    fn free(&self) -> bool {
+        !self.sender.is_closed()
+            && self.peer.settled()
+            && self.in_flight.load(Ordering::Acquire) < self.peer.streams.load(Ordering::Acquire)
+    }
 }
 
 /// The HTTP/2 connections of every upstream, shared by all workers.
@@ -53,23 +78,27 @@ pub(super) struct Connections {
     by_key: Mutex<std::collections::HashMap<Key, Upstream>>,
 }
 
-/// An upstream known to speak HTTP/2 (one of its connections was made).
+/// An upstream that may speak HTTP/2: its connections, and what it picked last.
 #[derive(Default)]
 struct Upstream {
     connections: Vec<Arc<Shared>>,
     /// Held by the call opening a connection to it, so that the calls that find every
-    /// connection full (or none open) wait for that one instead of each opening its own.
+    /// connection full (or none open, or the upstream not met yet) wait for that one instead of
+    /// each opening its own.
     opener: Arc<tokio::sync::Mutex<()>>,
+    /// The last connection made to it picked HTTP/1.1: its calls go to the HTTP/1.1 pool.
+    http1: bool,
 }
 
 /// What a call finds for its upstream.
 pub(super) enum Found {
     /// A place on an open connection with a stream free.
     Lease(Lease),
-    /// The upstream speaks HTTP/2, but no connection has a stream free: its opener's lock.
-    Full(Arc<tokio::sync::Mutex<()>>),
-    /// The upstream is not known to speak HTTP/2.
-    Unknown,
+    /// No connection has a stream free, or none was made yet: the opener's lock, for the call to
+    /// take before it looks again ([`Connections::after_lock`]) and opens one.
+    Open(Arc<tokio::sync::Mutex<()>>),
+    /// The upstream picked HTTP/1.1.
+    Http1,
 }
 
 /// A call's place on a connection: given back when the call ends.
@@ -84,15 +113,43 @@ impl Drop for Lease {
 impl Connections {
     /// What there is for `key`, under one lock; closed connections are forgotten on the way.
     pub(super) fn find(&self, key: &Key) -> Found {
+        match self.look(key) {
+            Look::Found(found) => found,
+            Look::Settling(_, opener) => Found::Open(opener),
+        }
+    }
+
+    /// What there is for `key` for a call that holds its opener's lock: as [`Connections::find`],
+    /// but a connection whose server has not said yet how many streams it allows is waited for
+    /// (up to [`SETTINGS_WAIT`]) rather than passed over. [`Found::Open`]: the call opens one.
+    pub(super) async fn after_lock(&self, key: &Key) -> Found {
+        loop {
+            let peer = match self.look(key) {
+                Look::Found(found) => return found,
+                Look::Settling(peer, _) => peer,
+            };
+            let mut settled = peer.settled.subscribe();
+            let _ = tokio::time::timeout(SETTINGS_WAIT, settled.wait_for(|settled| *settled)).await;
+            // A server that has not said it by now is taken at the default.
+            peer.settle();
+        }
+    }
+
+    fn look(&self, key: &Key) -> Look {
         let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(upstream) = all.get_mut(key) else { return Found::Unknown };
+        // (A key's clone counts two references up.)
+        let upstream = all.entry(key.clone()).or_default();
+        if upstream.http1 {
+            return Look::Found(Found::Http1);
+        }
         upstream.connections.retain(|c| !c.sender.is_closed());
-        match upstream.connections.iter().find(|c| c.in_flight.load(Ordering::Acquire) < MAX_STREAMS) {
-            Some(free) => {
-                free.in_flight.fetch_add(1, Ordering::AcqRel);
-                Found::Lease(Lease(free.clone()))
-            }
-            None => Found::Full(upstream.opener.clone()),
+        if let Some(free) = upstream.connections.iter().find(|c| c.free()) {
+            free.in_flight.fetch_add(1, Ordering::AcqRel);
+            return Look::Found(Found::Lease(Lease(free.clone())));
+        }
+        match upstream.connections.iter().find(|c| !c.peer.settled()) {
+            Some(settling) => Look::Settling(settling.peer.clone(), upstream.opener.clone()),
+            None => Look::Found(Found::Open(upstream.opener.clone())),
         }
     }
 
@@ -100,8 +157,15 @@ impl Connections {
     pub(super) fn lease(&self, key: &Key) -> Option<Lease> {
         match self.find(key) {
             Found::Lease(lease) => Some(lease),
-            Found::Full(_) | Found::Unknown => None,
+            Found::Open(_) | Found::Http1 => None,
         }
+    }
+
+    /// Notes that a new connection to `key` picked HTTP/1.1: its calls go to the HTTP/1.1 pool
+    /// without waiting for an opener, until a connection picks `h2` again.
+    pub(super) fn picked_http1(&self, key: &Key) {
+        let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        all.entry(key.clone()).or_default().http1 = true;
     }
 
     /// Takes the connection of `lease` out of use (the upstream is ending it: a `GOAWAY`, a
@@ -114,8 +178,10 @@ impl Connections {
     }
 
     /// Makes an HTTP/2 connection of `stream` (whose TLS picked `h2`), keeps it for `key`, and
-    /// answers a place on it.
+    /// answers a place on it (taken at once: the other calls wait for the server's SETTINGS).
     pub(super) async fn add(&self, key: Key, stream: Stream) -> Result<Lease, Failed> {
+        let peer = Arc::new(Peer::new());
+        let stream = Watched { stream, frames: Frames::default(), peer: peer.clone() };
         let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
             .timer(hyper_util::rt::TokioTimer::new())
             // A connection that went dead without a word (a NAT or firewall dropped it) is found
@@ -135,10 +201,173 @@ impl Connections {
                 tracing::debug!(error = %super::error_chain(&e), "an upstream HTTP/2 connection ended");
             }
         });
-        let shared = Arc::new(Shared { sender, in_flight: AtomicUsize::new(1) });
+        let shared = Arc::new(Shared { sender, in_flight: AtomicUsize::new(1), peer });
         let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-        all.entry(key).or_default().connections.push(shared.clone());
+        let upstream = all.entry(key).or_default();
+        upstream.http1 = false;
+        upstream.connections.push(shared.clone());
         Ok(Lease(shared))
+    }
+}
+
+/// What [`Connections::look`] saw: something for the call, or a new connection whose server's
+/// SETTINGS are still to come (and the opener's lock).
+enum Look {
+    Found(Found),
+    Settling(Arc<Peer>, Arc<tokio::sync::Mutex<()>>),
+}
+
+/// What the server of a connection said in its SETTINGS frames (RFC 9113 §6.5): how many streams
+/// it allows at once, and whether its first SETTINGS frame was read.
+struct Peer {
+    streams: AtomicUsize,
+    settled: watch::Sender<bool>,
+}
+
+impl Peer {
+    fn new() -> Peer {
+        Peer { streams: AtomicUsize::new(STREAMS_BEFORE_SETTINGS), settled: watch::channel(false).0 }
+    }
+
+    fn settled(&self) -> bool {
+        *self.settled.borrow()
+    }
+
+    fn settle(&self) {
+        self.settled.send_if_modified(|settled| !std::mem::replace(settled, true));
+    }
+}
+
+/// Follows the frames a server sends (RFC 9113 §4.1) for what hyper does not tell: each frame's
+/// 9-byte head is read and its payload passed over, but a SETTINGS frame's entries, which are
+/// read for `SETTINGS_MAX_CONCURRENT_STREAMS`. (A server's connection preface is its SETTINGS
+/// frame, so the first byte read is a frame's first.) The frames themselves are hyper's to check.
+#[derive(Default)]
+struct Frames {
+    head: [u8; 9],
+    head_read: usize,
+    /// Payload bytes of the frame whose head was read still to come.
+    payload_left: usize,
+    /// The frame is a SETTINGS frame (not an acknowledgement).
+    settings: bool,
+    /// A SETTINGS frame was met before this one.
+    settings_met: bool,
+    entry: [u8; 6],
+    entry_read: usize,
+}
+
+impl Frames {
+    const SETTINGS: u8 = 0x4;
+    const ACK: u8 = 0x1;
+    const MAX_CONCURRENT_STREAMS: u16 = 0x3;
+
+    fn read(&mut self, mut bytes: &[u8], peer: &Peer) {
+        while !bytes.is_empty() {
+            if self.head_read < self.head.len() {
+                let n = (self.head.len() - self.head_read).min(bytes.len());
+                self.head[self.head_read..self.head_read + n].copy_from_slice(&bytes[..n]);
+                self.head_read += n;
+                bytes = &bytes[n..];
+                if self.head_read == self.head.len() {
+                    let [a, b, c, kind, flags, ..] = self.head;
+                    self.payload_left = usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c);
+                    self.settings = kind == Frames::SETTINGS && flags & Frames::ACK == 0;
+                    self.entry_read = 0;
+                    if self.settings && !std::mem::replace(&mut self.settings_met, true) {
+                        // The first SETTINGS: a limit it does not set is none (RFC 9113 §6.5.2).
+                        peer.streams.store(MOST_STREAMS, Ordering::Release);
+                    }
+                    self.end_if_read(peer);
+                }
+                continue;
+            }
+            let n = self.payload_left.min(bytes.len());
+            if self.settings {
+                for &byte in &bytes[..n] {
+                    self.entry[self.entry_read] = byte;
+                    self.entry_read += 1;
+                    if self.entry_read == self.entry.len() {
+                        self.entry_read = 0;
+                        let [a, b, value @ ..] = self.entry;
+                        if u16::from_be_bytes([a, b]) == Frames::MAX_CONCURRENT_STREAMS {
+                            let streams = usize::try_from(u32::from_be_bytes(value)).unwrap_or(usize::MAX);
+                            peer.streams.store(streams.min(MOST_STREAMS), Ordering::Release);
+                        }
+                    }
+                }
+            }
+            self.payload_left -= n;
+            bytes = &bytes[n..];
+            self.end_if_read(peer);
+        }
+    }
+
+    /// Ends the frame when its payload is all read.
+    fn end_if_read(&mut self, peer: &Peer) {
+        if self.payload_left == 0 {
+            if self.settings {
+                peer.settle();
+            }
+            self.head_read = 0;
+            self.settings = false;
+        }
+    }
+}
+
+/// A connection's stream as hyper's HTTP/2 client reads and writes it, with the server's frames
+/// followed on the way in.
+struct Watched {
+    stream: Stream,
+    frames: Frames,
+    peer: Arc<Peer>,
+}
+
+impl Drop for Watched {
+    /// A connection that ended is waited for no more.
+    fn drop(&mut self) {
+        self.peer.settle();
+    }
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            this.frames.read(&buf.filled()[before..], &this.peer);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }
 
@@ -256,4 +485,76 @@ fn sent_failure(error: &hyper::Error) -> Failed {
 pub(super) fn negotiated(stream: &Stream) -> bool {
     use hyper_util::client::legacy::connect::Connection as _;
     stream.inner().connected().is_negotiated_h2()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A frame of `kind` with `flags` on stream `stream` carrying `payload`.
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
+        let mut bytes = vec![len[1], len[2], len[3], kind, flags];
+        bytes.extend_from_slice(&stream.to_be_bytes());
+        bytes.extend_from_slice(payload);
+        bytes
+    }
+
+    fn settings(entries: &[(u16, u32)]) -> Vec<u8> {
+        let payload: Vec<u8> = entries
+            .iter()
+            .flat_map(|(id, value)| [&id.to_be_bytes()[..], &value.to_be_bytes()].concat())
+            .collect();
+        frame(Frames::SETTINGS, 0, 0, &payload)
+    }
+
+    /// What a peer knows after reading `bytes` in pieces of `piece` bytes.
+    fn read(bytes: &[u8], piece: usize) -> (bool, usize) {
+        let (peer, mut frames) = (Peer::new(), Frames::default());
+        for chunk in bytes.chunks(piece) {
+            frames.read(chunk, &peer);
+        }
+        (peer.settled(), peer.streams.load(Ordering::Acquire))
+    }
+
+    #[test]
+    fn the_servers_stream_limit_is_read_from_its_settings_however_the_bytes_are_cut() {
+        // nginx's preface: SETTINGS (MAX_CONCURRENT_STREAMS 10, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE),
+        // then a WINDOW_UPDATE; a DATA frame whose payload looks like another SETTINGS frame.
+        let mut bytes = settings(&[(3, 10), (4, 65_536), (5, 16_777_215)]);
+        bytes.extend(frame(0x8, 0, 0, &[0, 0x7f, 0xff, 0xff]));
+        bytes.extend(frame(0x0, 0x1, 1, &settings(&[(3, 1)])));
+        for piece in 1..=bytes.len() {
+            assert_eq!(read(&bytes, piece), (true, 10), "read {piece} bytes at a time");
+        }
+    }
+
+    #[test]
+    fn a_later_settings_frame_changes_the_limit_and_an_acknowledgement_does_not() {
+        let mut bytes = settings(&[(3, 10)]);
+        bytes.extend(frame(Frames::SETTINGS, Frames::ACK, 0, &[]));
+        bytes.extend(frame(0x6, 0, 0, &[0; 8])); // PING
+        bytes.extend(settings(&[(4, 1), (3, 250)]));
+        assert_eq!(read(&bytes, 7), (true, 250));
+        // An acknowledgement is not the server's SETTINGS: it settles nothing.
+        assert_eq!(read(&frame(Frames::SETTINGS, Frames::ACK, 0, &[0, 3, 0, 0, 0, 1]), 3), (false, 100));
+    }
+
+    #[test]
+    fn a_server_that_sets_no_limit_gets_the_most_and_none_sent_yet_the_default() {
+        assert_eq!(read(&settings(&[]), 4), (true, MOST_STREAMS));
+        assert_eq!(read(&settings(&[(4, 65_535)]), 5), (true, MOST_STREAMS));
+        assert_eq!(read(&settings(&[(3, u32::MAX)]), 5), (true, MOST_STREAMS));
+        assert_eq!(read(&settings(&[(3, 0)]), 9), (true, 0));
+        // A SETTINGS frame cut short has not settled the connection yet.
+        let whole = settings(&[(3, 10), (4, 1)]);
+        assert_eq!(read(&whole[..whole.len() - 1], 2), (false, 10));
+        assert_eq!(read(&[], 1), (false, STREAMS_BEFORE_SETTINGS));
+        // A connection waited for in vain is taken at the default until its SETTINGS come.
+        let (peer, mut frames) = (Peer::new(), Frames::default());
+        peer.settle();
+        assert_eq!(peer.streams.load(Ordering::Acquire), STREAMS_BEFORE_SETTINGS);
+        frames.read(&settings(&[]), &peer);
+        assert_eq!(peer.streams.load(Ordering::Acquire), MOST_STREAMS);
+    }
 }

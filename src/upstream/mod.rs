@@ -450,36 +450,36 @@ impl UpstreamClient {
     ) -> Result<Answer, UpstreamError> {
         let request = target.request;
         let key = Key::of(&request.uri, target.tls)?;
-        // An upstream that speaks HTTP/2: a connection to it with a stream free carries the call.
-        // (An `http` upstream's only for a route that asked for HTTP/2.)
-        if target.h2c || request.uri.scheme() == Some(&Scheme::HTTPS) {
-            let opener = match self.h2.find(&key) {
-                h2::Found::Lease(lease) => return self.exchange_h2(lease, target, &key, authorization).await,
-                h2::Found::Full(opener) => Some(opener),
-                h2::Found::Unknown => None,
-            };
-            // Every connection full, or none open: one call opens the next, the others wait for
-            // it and take a stream on it.
-            if let Some(opener) = opener {
-                let opening = opener.lock().await;
-                let lease = match self.h2.lease(&key) {
-                    Some(lease) => lease,
-                    None => match self.fresh(target, &key).await? {
-                        Fresh::Http2(lease) => lease,
-                        // The upstream no longer picks HTTP/2: this call goes on in HTTP/1.1.
-                        Fresh::Http1(connection) => {
-                            drop(opening);
-                            return self
-                                .exchange_h1(target, &key, authorization, started, Some(connection))
-                                .await;
-                        }
-                    },
-                };
-                drop(opening);
-                return self.exchange_h2(lease, target, &key, authorization).await;
-            }
+        // An upstream that may speak HTTP/2: a connection to it with a stream free carries the
+        // call. (An `http` upstream's only for a route that asked for HTTP/2.)
+        if !self.may_speak_h2(target) {
+            return self.exchange_h1(target, &key, authorization, started, None).await;
         }
-        self.exchange_h1(target, &key, authorization, started, None).await
+        let opener = match self.h2.find(&key) {
+            h2::Found::Lease(lease) => return self.exchange_h2(lease, target, &key, authorization).await,
+            h2::Found::Http1 => return self.exchange_h1(target, &key, authorization, started, None).await,
+            h2::Found::Open(opener) => opener,
+        };
+        // Every connection full, none open, or the upstream not met yet: one call opens a
+        // connection, the others wait for it (and for its server to say how many streams it
+        // allows) and take a stream on it, or go on in HTTP/1.1 when it picked that.
+        let opening = opener.lock().await;
+        let lease = match self.h2.after_lock(&key).await {
+            h2::Found::Lease(lease) => lease,
+            h2::Found::Http1 => {
+                drop(opening);
+                return self.exchange_h1(target, &key, authorization, started, None).await;
+            }
+            h2::Found::Open(_) => match self.fresh(target, &key).await? {
+                Fresh::Http2(lease) => lease,
+                Fresh::Http1(connection) => {
+                    drop(opening);
+                    return self.exchange_h1(target, &key, authorization, started, Some(connection)).await;
+                }
+            },
+        };
+        drop(opening);
+        self.exchange_h2(lease, target, &key, authorization).await
     }
 
     /// An HTTP/1.1 exchange: on `connection` when given, else on a pooled connection or a new one
@@ -611,7 +611,16 @@ impl UpstreamClient {
             logged!(Level::DEBUG, upstream = %key.1, "the upstream speaks HTTP/2");
             return Ok(Fresh::Http2(lease));
         }
+        if self.may_speak_h2(target) {
+            self.h2.picked_http1(key);
+        }
         Ok(Fresh::Http1(wire::Connection::new(stream)))
+    }
+
+    /// Whether `target`'s upstream may be spoken to in HTTP/2: an `https` one unless
+    /// `RECAST_UPSTREAM_HTTP2=off`, an `http` one when its route asked for prior knowledge.
+    fn may_speak_h2(&self, target: &Target<'_>) -> bool {
+        target.h2c || (self.settings.http2 && target.request.uri.scheme() == Some(&Scheme::HTTPS))
     }
 
     /// What a failed exchange is to the call.

@@ -9,7 +9,7 @@ use tokio::task::JoinSet;
 
 use crate::nginx::{Nginx, set_mode};
 use crate::routes::{MEALS, registration};
-use crate::support::{Json, Service, config, get, post_json};
+use crate::support::{Held, Json, Service, config, get, post_json};
 use crate::tls::{Pki, pki};
 
 /// nginx with three servers answering `MEALS`: HTTPS offering HTTP/2 (ending a connection after
@@ -176,5 +176,115 @@ async fn a_server_ending_its_connections_with_goaway_under_load_loses_no_call() 
     assert_eq!(logged.len(), 301, "every call answered once, the live call too");
     assert!(connections.len() >= 12, "nginx ended its connections as asked: {}", connections.len());
     assert!(logged.iter().all(|(_, protocol, _)| protocol == "HTTP/2.0"));
+    service.stop().await;
+}
+
+/// `calls` strung across `callers` at once to `url` with the query `?{query}{n}` (distinct, so
+/// that no two are one cached or coalesced call); each must answer 200.
+async fn at_once(url: &str, query: &str, callers: usize) {
+    let mut calls = JoinSet::new();
+    for n in 0..callers {
+        let url = format!("{url}?{query}{n}");
+        calls.spawn(async move {
+            let answer = get(&url).await;
+            assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+        });
+    }
+    while let Some(done) = calls.join_next().await {
+        done.unwrap();
+    }
+}
+
+/// The connections (nginx's serials) that carried the calls whose target holds `marker`.
+fn connections_of(log: &std::path::Path, marker: &str) -> std::collections::BTreeSet<u64> {
+    calls(log).iter().filter(|(_, _, rest)| rest.contains(marker)).map(|(c, _, _)| *c).collect()
+}
+
+/// A loopback relay to `port` that hands on what the server sends `delay` late, as a far
+/// server's would come, and what the client sends at once. Its port.
+async fn far(port: u16, delay: std::time::Duration) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let ((mut from_client, mut to_client), (mut from_server, mut to_server)) =
+                (client.into_split(), server.into_split());
+            tokio::spawn(async move { tokio::io::copy(&mut from_client, &mut to_server).await });
+            let (sent, mut arriving) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(async move {
+                let mut buffer = vec![0; 64 * 1024];
+                while let Ok(n @ 1..) = from_server.read(&mut buffer).await {
+                    let _ = sent.send((tokio::time::Instant::now() + delay, buffer[..n].to_vec()));
+                }
+            });
+            tokio::spawn(async move {
+                while let Some((due, bytes)) = arriving.recv().await {
+                    tokio::time::sleep_until(due).await;
+                    if to_client.write_all(&bytes).await.is_err() {
+                        break;
+                    }
+                }
+                let _ = to_client.shutdown().await;
+            });
+        }
+    });
+    relay
+}
+
+#[tokio::test]
+async fn a_connection_carries_as_many_calls_as_the_server_allows_then_another_is_opened() {
+    let pki = pki();
+    // nginx allowing 10 streams per connection, 100 ms away, in front of an upstream that holds
+    // each call until released: 30 calls at once all reach it only over three connections, each
+    // new one waited for until nginx has said how many streams it allows.
+    let held = Held::start(MEALS).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let logs = TempDir::new().unwrap();
+    set_mode(logs.path(), 0o777);
+    let log = logs.path().join("access.log");
+    let site = format!(
+        "log_format calls '$connection $server_protocol $request_uri';\n\
+         server {{\n    listen 127.0.0.1:{port} ssl http2;\n    ssl_certificate {};\n    ssl_certificate_key {};\n    \
+         http2_max_concurrent_streams 10;\n    access_log {} calls;\n    location / {{ proxy_pass {}; }}\n}}\n",
+        pki.path("server.pem").display(),
+        pki.path("server.key").display(),
+        log.display(),
+        held.url,
+    );
+    let _nginx = Nginx::serve(&site, port, TempDir::new().unwrap());
+    let service = Service::start(config()).await;
+    let path = route(&service, &pki, far(port, std::time::Duration::from_millis(100)).await, "limited").await;
+    let url = service.url(&path);
+    let calls = tokio::spawn(async move { at_once(&url, "hold&n=", 30).await });
+    held.arrived(30).await;
+    held.release();
+    calls.await.unwrap();
+    let connections = connections_of(&log, "hold");
+    assert_eq!(connections.len(), 3, "30 calls, 10 streams per connection: {connections:?}");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn the_first_calls_to_an_upstream_not_met_yet_wait_for_one_connection_to_it() {
+    let pki = pki();
+    let Servers { _nginx, h2, h1, log, .. } = nginx(&pki, 1000);
+    let dir = TempDir::new().unwrap();
+    let first = Service::start_in(config(), dir.path()).await;
+    let over_h2 = route(&first, &pki, h2, "two").await;
+    let over_h1 = route(&first, &pki, h1, "one").await;
+    first.stop().await;
+    // After a restart nothing is known of either upstream: 50 calls at once to the one that
+    // picks HTTP/2 make one connection; those to the one that picks HTTP/1.1 each go on in it.
+    let service = Service::start_in(config(), dir.path()).await;
+    at_once(&service.url(&over_h2), "cold=", 50).await;
+    let connections = connections_of(&log, "cold=");
+    assert_eq!(connections.len(), 1, "one connection carried the 50 calls: {connections:?}");
+    at_once(&service.url(&over_h1), "one=", 20).await;
+    let logged = calls(&log);
+    let over_http1 =
+        logged.iter().filter(|(_, protocol, rest)| rest.contains("one=") && protocol == "HTTP/1.1");
+    assert_eq!(over_http1.count(), 20, "{logged:?}");
     service.stop().await;
 }
