@@ -2,7 +2,8 @@
 //! `scripts/test.sh` installs) serving HTTPS on 127.0.0.1 with certificates of authorities the test
 //! makes with `openssl`: a private CA trusted by one route (`tls.ca`) or by every route
 //! (`RECAST_UPSTREAM_CA_FILE`), and client certificates (`tls.clientCert`, `tls.clientKey`) that
-//! an upstream with `ssl_verify_client on` asks for.
+//! an upstream with `ssl_verify_client on` asks for, or that `openssl s_server -Verify` demands in
+//! the handshake.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -261,6 +262,74 @@ async fn a_client_certificate_is_presented_and_its_connections_carry_no_other_ro
     let mut read = 0;
     assert_eq!(files_holding(dir.path(), key_line, &mut read), Vec::<String>::new());
     assert!(read > 0);
+}
+
+/// `openssl s_server` serving `MEALS` from a file (`-WWW`, HTTP/1.0) to clients with a
+/// certificate of `client-ca` only (`-Verify`, `-verify_return_error`): it refuses the others in the TLS handshake, with
+/// an alert, where nginx answers them in HTTP. Its process and port.
+fn s_server(pki: &Pki) -> (crate::process::Group, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let www = pki.path("www");
+    std::fs::create_dir_all(www.join("api")).unwrap();
+    std::fs::write(www.join("api/random.php"), MEALS).unwrap();
+    let group = crate::process::Group::spawn(
+        Command::new("openssl")
+            .current_dir(&www)
+            .args([
+                "s_server",
+                "-quiet",
+                "-WWW",
+                "-Verify",
+                "1",
+                "-verify_return_error",
+                "-accept",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .arg("-cert")
+            .arg(pki.path("server.pem"))
+            .arg("-key")
+            .arg(pki.path("server.key"))
+            .arg("-CAfile")
+            .arg(pki.path("client-ca.pem"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+    )
+    .expect("openssl s_server starts");
+    let deadline = std::time::Instant::now() + crate::support::PATIENCE;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "openssl s_server does not listen");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    (group, port)
+}
+
+#[tokio::test]
+async fn an_upstream_that_refuses_a_client_certificate_in_the_handshake_is_a_tls_failure() {
+    let pki = pki();
+    let (_server, port) = s_server(&pki);
+    let service = Service::start(config()).await;
+    let server_ca = pki.pem("server-ca.pem");
+    let with = |cert: &str, key: &str| serde_json::json!({ "ca": server_ca, "clientCert": pki.pem(cert), "clientKey": pki.pem(key) });
+    // The right certificate: the route is stored and served.
+    let created = register(&service, body(port, "mtls", Some(with("client.pem", "client.key")))).await;
+    assert_eq!(created.status, 201, "{}", String::from_utf8_lossy(&created.body));
+    let path = created.json().get("path").and_then(Json::as_str).unwrap().to_owned();
+    let answer = get(&service.url(&path)).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body, r#"{"id":52772,"name":"Teriyaki Chicken"}"#.as_bytes());
+    // None, or one of another CA: the server's alert, 502 `upstream-tls-failed`, nothing stored.
+    for (name, tls, alert) in [
+        ("none", serde_json::json!({ "ca": server_ca }), "CertificateRequired"),
+        ("stranger", with("stranger.pem", "stranger.key"), "UnknownCA"),
+    ] {
+        let problem =
+            register(&service, body(port, name, Some(tls))).await.assert_problem(502, "upstream-tls-failed");
+        assert!(problem_detail(&problem).contains(alert), "{name}: {problem:?}");
+    }
+    let listing: serde_json::Value =
+        serde_json::from_slice(&get(&service.url("/v1/routes")).await.body).unwrap();
+    assert_eq!(listing["routes"].as_array().map(Vec::len), Some(1), "{listing}");
+    service.stop().await;
 }
 
 #[tokio::test]
