@@ -85,7 +85,8 @@ pub struct Config {
     #[arg(long, env = UPSTREAM_ALLOW, default_value = "")]
     pub upstream_allow: AllowList,
 
-    /// Time to connect to an upstream, in milliseconds.
+    /// Time to connect to an upstream (resolving its name, TCP and the TLS handshake), in
+    /// milliseconds.
     #[arg(long, env = UPSTREAM_CONNECT_TIMEOUT_MS, default_value_t = DEFAULT_UPSTREAM_CONNECT_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
     pub upstream_connect_timeout_ms: u64,
 

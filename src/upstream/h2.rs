@@ -7,7 +7,7 @@
 //! `Retry-After`; the body of an answer that is not 2xx is never read.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -23,7 +23,7 @@ use tokio::sync::watch;
 
 use super::coding::{Coding, Decoding, Sink};
 use super::wire::{self, Failed, Stream};
-use super::{Answer, Freshness, Key};
+use super::{Answer, Freshness, Key, UpstreamError};
 use crate::http1;
 use crate::json::PADDING;
 use crate::route::UpstreamRequest;
@@ -63,12 +63,13 @@ struct Shared {
 }
 
 impl Shared {
-    /// Whether a call may take a stream on it now: open, its server's first SETTINGS read, and
-    /// fewer calls on it than the server allows.
+    /// Whether a call may take a stream on it now: open, its server's limit known, and fewer
+    /// calls on it than the server allows (a server that allows none for now gets one, which
+    /// waits in h2 for the server to allow it, rather than a new connection per call).
     fn free(&self) -> bool {
         !self.sender.is_closed()
-            && self.peer.settled()
-            && self.in_flight.load(Ordering::Acquire) < self.peer.streams.load(Ordering::Acquire)
+            && self.peer.is_settled()
+            && self.in_flight.load(Ordering::Acquire) < self.peer.streams.load(Ordering::Acquire).max(1)
     }
 }
 
@@ -86,8 +87,26 @@ struct Upstream {
     /// connection full (or none open, or the upstream not met yet) wait for that one instead of
     /// each opening its own.
     opener: Arc<tokio::sync::Mutex<()>>,
+    /// How many opens failed, and the last one's error: a call that waited for an open that
+    /// failed is answered its error rather than trying again behind the others.
+    failures: u64,
+    failure: Option<UpstreamError>,
     /// The last connection made to it picked HTTP/1.1: its calls go to the HTTP/1.1 pool.
     http1: bool,
+    /// A call looked for it since the last sweep.
+    touched: bool,
+}
+
+impl Upstream {
+    fn opener(&self) -> Opener {
+        Opener { turn: self.opener.clone(), failures: self.failures }
+    }
+}
+
+/// The opener's lock of an upstream, and how many of its opens had failed when a call found it.
+pub(super) struct Opener {
+    pub(super) turn: Arc<tokio::sync::Mutex<()>>,
+    failures: u64,
 }
 
 /// What a call finds for its upstream.
@@ -96,9 +115,11 @@ pub(super) enum Found {
     Lease(Lease),
     /// No connection has a stream free, or none was made yet: the opener's lock, for the call to
     /// take before it looks again ([`Connections::after_lock`]) and opens one.
-    Open(Arc<tokio::sync::Mutex<()>>),
+    Open(Opener),
     /// The upstream picked HTTP/1.1.
     Http1,
+    /// The open the call waited for failed so ([`Connections::after_lock`] only).
+    Failed(UpstreamError),
 }
 
 /// A call's place on a connection: given back when the call ends.
@@ -119,12 +140,20 @@ impl Connections {
         }
     }
 
-    /// What there is for `key` for a call that holds its opener's lock: as [`Connections::find`],
-    /// but a connection whose server has not said yet how many streams it allows is waited for
-    /// (up to [`SETTINGS_WAIT`]) rather than passed over. [`Found::Open`]: the call opens one.
-    pub(super) async fn after_lock(&self, key: &Key) -> Found {
+    /// What there is for `key` for a call that holds its opener's lock (`opener`, as it found
+    /// it): as [`Connections::find`], but a connection whose server has not said yet how many
+    /// streams it allows is waited for (up to [`SETTINGS_WAIT`]) rather than passed over, and an
+    /// open that failed meanwhile is the call's failure. [`Found::Open`]: the call opens one.
+    pub(super) async fn after_lock(&self, key: &Key, opener: &Opener) -> Found {
         loop {
             let peer = match self.look(key) {
+                Look::Found(Found::Open(now)) if now.failures > opener.failures => {
+                    let all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+                    match all.get(key).and_then(|upstream| upstream.failure.clone()) {
+                        Some(failure) => return Found::Failed(failure),
+                        None => return Found::Open(now),
+                    }
+                }
                 Look::Found(found) => return found,
                 Look::Settling(peer, _) => peer,
             };
@@ -137,8 +166,12 @@ impl Connections {
 
     fn look(&self, key: &Key) -> Look {
         let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-        // (A key's clone counts two references up.)
-        let upstream = all.entry(key.clone()).or_default();
+        let Some(upstream) = all.get_mut(key) else {
+            let upstream = all.entry(key.clone()).or_default();
+            upstream.touched = true;
+            return Look::Found(Found::Open(upstream.opener()));
+        };
+        upstream.touched = true;
         if upstream.http1 {
             return Look::Found(Found::Http1);
         }
@@ -147,25 +180,28 @@ impl Connections {
             free.in_flight.fetch_add(1, Ordering::AcqRel);
             return Look::Found(Found::Lease(Lease(free.clone())));
         }
-        match upstream.connections.iter().find(|c| !c.peer.settled()) {
-            Some(settling) => Look::Settling(settling.peer.clone(), upstream.opener.clone()),
-            None => Look::Found(Found::Open(upstream.opener.clone())),
+        match upstream.connections.iter().find(|c| !c.peer.is_settled()) {
+            Some(settling) => Look::Settling(settling.peer.clone(), upstream.opener()),
+            None => Look::Found(Found::Open(upstream.opener())),
         }
     }
 
-    /// A place on an open connection to `key` with a stream free, if there is one.
-    pub(super) fn lease(&self, key: &Key) -> Option<Lease> {
-        match self.find(key) {
-            Found::Lease(lease) => Some(lease),
-            Found::Open(_) | Found::Http1 => None,
-        }
+    /// Notes that opening a connection to `key` failed with `failure`, for the calls that waited.
+    pub(super) fn open_failed(&self, key: &Key, failure: &UpstreamError) {
+        let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        let upstream = all.entry(key.clone()).or_default();
+        upstream.failures += 1;
+        upstream.failure = Some(failure.clone());
     }
 
     /// Notes that a new connection to `key` picked HTTP/1.1: its calls go to the HTTP/1.1 pool
-    /// without waiting for an opener, until a connection picks `h2` again.
+    /// without waiting for an opener, until a connection picks `h2` again. Its HTTP/2
+    /// connections are let go (each closes once its calls end).
     pub(super) fn picked_http1(&self, key: &Key) {
         let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-        all.entry(key.clone()).or_default().http1 = true;
+        let upstream = all.entry(key.clone()).or_default();
+        upstream.http1 = true;
+        upstream.connections.clear();
     }
 
     /// Takes the connection of `lease` out of use (the upstream is ending it: a `GOAWAY`, a
@@ -177,10 +213,31 @@ impl Connections {
         }
     }
 
+    /// Forgets the upstreams no call looked for since the last sweep, that have no open
+    /// connection and no call at their opener.
+    pub(super) fn sweep(&self) {
+        let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|_, upstream| {
+            upstream.connections.retain(|c| !c.sender.is_closed());
+            // (`touched` is cleared whatever the rest says.)
+            std::mem::take(&mut upstream.touched)
+                || !upstream.connections.is_empty()
+                || Arc::strong_count(&upstream.opener) > 1
+        });
+    }
+
     /// Makes an HTTP/2 connection of `stream` (whose TLS picked `h2`), keeps it for `key`, and
-    /// answers a place on it (taken at once: the other calls wait for the server's SETTINGS).
+    /// answers a place on it (taken at once). Until its server's first SETTINGS come the others
+    /// take it at the limit its other connections' server set, or wait for them when there are
+    /// none.
     pub(super) async fn add(&self, key: Key, stream: Stream) -> Result<Lease, Failed> {
-        let peer = Arc::new(Peer::new());
+        let known = {
+            let all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+            let settled =
+                all.get(&key).and_then(|u| u.connections.iter().find(|c| c.peer.is_settled()).cloned());
+            settled.map(|c| c.peer.streams.load(Ordering::Acquire))
+        };
+        let peer = Arc::new(Peer::new(known));
         let stream = Watched { stream, frames: Frames::default(), peer: peer.clone() };
         let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
             .timer(hyper_util::rt::TokioTimer::new())
@@ -214,26 +271,35 @@ impl Connections {
 /// SETTINGS are still to come (and the opener's lock).
 enum Look {
     Found(Found),
-    Settling(Arc<Peer>, Arc<tokio::sync::Mutex<()>>),
+    Settling(Arc<Peer>, Opener),
 }
 
 /// What the server of a connection said in its SETTINGS frames (RFC 9113 §6.5): how many streams
-/// it allows at once, and whether its first SETTINGS frame was read.
+/// it allows at once, and whether that is known (its first SETTINGS frame read, or its server's
+/// other connections' word taken meanwhile), also as a channel to wait on.
 struct Peer {
     streams: AtomicUsize,
+    known: AtomicBool,
     settled: watch::Sender<bool>,
 }
 
 impl Peer {
-    fn new() -> Peer {
-        Peer { streams: AtomicUsize::new(STREAMS_BEFORE_SETTINGS), settled: watch::channel(false).0 }
+    /// A peer of a new connection, taken at `known` streams until its SETTINGS come, or not
+    /// used by other calls until then.
+    fn new(known: Option<usize>) -> Peer {
+        Peer {
+            streams: AtomicUsize::new(known.unwrap_or(STREAMS_BEFORE_SETTINGS)),
+            known: AtomicBool::new(known.is_some()),
+            settled: watch::channel(known.is_some()).0,
+        }
     }
 
-    fn settled(&self) -> bool {
-        *self.settled.borrow()
+    fn is_settled(&self) -> bool {
+        self.known.load(Ordering::Acquire)
     }
 
     fn settle(&self) {
+        self.known.store(true, Ordering::Release);
         self.settled.send_if_modified(|settled| !std::mem::replace(settled, true));
     }
 }
@@ -252,6 +318,9 @@ struct Frames {
     settings: bool,
     /// A SETTINGS frame was met before this one.
     settings_met: bool,
+    /// The stream limit the SETTINGS frame being read sets, if it does: set when the frame
+    /// ends, as its settings apply together (RFC 9113 §6.5).
+    streams: Option<usize>,
     entry: [u8; 6],
     entry_read: usize,
 }
@@ -273,10 +342,9 @@ impl Frames {
                     self.payload_left = usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c);
                     self.settings = kind == Frames::SETTINGS && flags & Frames::ACK == 0;
                     self.entry_read = 0;
-                    if self.settings && !std::mem::replace(&mut self.settings_met, true) {
-                        // The first SETTINGS: a limit it does not set is none (RFC 9113 §6.5.2).
-                        peer.streams.store(MOST_STREAMS, Ordering::Release);
-                    }
+                    // The first SETTINGS: a limit it does not set is none (RFC 9113 §6.5.2).
+                    let first = self.settings && !std::mem::replace(&mut self.settings_met, true);
+                    self.streams = first.then_some(MOST_STREAMS);
                     self.end_if_read(peer);
                 }
                 continue;
@@ -291,7 +359,7 @@ impl Frames {
                         let [a, b, value @ ..] = self.entry;
                         if u16::from_be_bytes([a, b]) == Frames::MAX_CONCURRENT_STREAMS {
                             let streams = usize::try_from(u32::from_be_bytes(value)).unwrap_or(usize::MAX);
-                            peer.streams.store(streams.min(MOST_STREAMS), Ordering::Release);
+                            self.streams = Some(streams.min(MOST_STREAMS));
                         }
                     }
                 }
@@ -306,6 +374,9 @@ impl Frames {
     fn end_if_read(&mut self, peer: &Peer) {
         if self.payload_left == 0 {
             if self.settings {
+                if let Some(streams) = self.streams.take() {
+                    peer.streams.store(streams, Ordering::Release);
+                }
                 peer.settle();
             }
             self.head_read = 0;
@@ -510,11 +581,11 @@ mod tests {
 
     /// What a peer knows after reading `bytes` in pieces of `piece` bytes.
     fn read(bytes: &[u8], piece: usize) -> (bool, usize) {
-        let (peer, mut frames) = (Peer::new(), Frames::default());
+        let (peer, mut frames) = (Peer::new(None), Frames::default());
         for chunk in bytes.chunks(piece) {
             frames.read(chunk, &peer);
         }
-        (peer.settled(), peer.streams.load(Ordering::Acquire))
+        (peer.is_settled(), peer.streams.load(Ordering::Acquire))
     }
 
     #[test]
@@ -546,15 +617,63 @@ mod tests {
         assert_eq!(read(&settings(&[(4, 65_535)]), 5), (true, MOST_STREAMS));
         assert_eq!(read(&settings(&[(3, u32::MAX)]), 5), (true, MOST_STREAMS));
         assert_eq!(read(&settings(&[(3, 0)]), 9), (true, 0));
-        // A SETTINGS frame cut short has not settled the connection yet.
+        // A SETTINGS frame cut short has neither settled the connection nor set its limit: its
+        // settings apply together.
         let whole = settings(&[(3, 10), (4, 1)]);
-        assert_eq!(read(&whole[..whole.len() - 1], 2), (false, 10));
+        assert_eq!(read(&whole[..whole.len() - 1], 2), (false, STREAMS_BEFORE_SETTINGS));
         assert_eq!(read(&[], 1), (false, STREAMS_BEFORE_SETTINGS));
         // A connection waited for in vain is taken at the default until its SETTINGS come.
-        let (peer, mut frames) = (Peer::new(), Frames::default());
+        let (peer, mut frames) = (Peer::new(None), Frames::default());
         peer.settle();
         assert_eq!(peer.streams.load(Ordering::Acquire), STREAMS_BEFORE_SETTINGS);
-        frames.read(&settings(&[]), &peer);
+        let first = settings(&[(3, 10)]);
+        frames.read(&first[..12], &peer);
+        assert_eq!(peer.streams.load(Ordering::Acquire), STREAMS_BEFORE_SETTINGS, "not the most meanwhile");
+        frames.read(&first[12..], &peer);
+        assert_eq!(peer.streams.load(Ordering::Acquire), 10);
+        // Another connection of a server whose limit is known is taken at it at once.
+        let peer = Peer::new(Some(10));
+        assert!(peer.is_settled());
+        Frames::default().read(&settings(&[]), &peer);
         assert_eq!(peer.streams.load(Ordering::Acquire), MOST_STREAMS);
+    }
+
+    fn key() -> Key {
+        Key::of(&"https://127.0.0.1:9/".parse().unwrap(), None).unwrap()
+    }
+
+    fn upstreams(connections: &Connections) -> usize {
+        connections.by_key.lock().unwrap().len()
+    }
+
+    #[tokio::test]
+    async fn calls_that_waited_for_an_open_that_failed_answer_its_failure_and_later_calls_try_again() {
+        let (connections, key) = (Connections::default(), key());
+        let Found::Open(waiting) = connections.find(&key) else { panic!("the first call opens") };
+        let failure = UpstreamError::Connect("refused".to_owned());
+        connections.open_failed(&key, &failure);
+        assert!(matches!(connections.after_lock(&key, &waiting).await, Found::Failed(f) if f == failure));
+        let Found::Open(later) = connections.find(&key) else { panic!("a later call opens") };
+        assert!(matches!(connections.after_lock(&key, &later).await, Found::Open(_)));
+    }
+
+    #[test]
+    fn upstreams_no_call_looked_for_since_the_last_sweep_are_forgotten() {
+        let (connections, key) = (Connections::default(), key());
+        let Found::Open(opener) = connections.find(&key) else { panic!("the first call opens") };
+        connections.sweep();
+        connections.sweep();
+        assert_eq!(upstreams(&connections), 1, "a call holds its opener");
+        drop(opener);
+        connections.sweep();
+        assert_eq!(upstreams(&connections), 0);
+        // An upstream that picked HTTP/1.1 is remembered while calls look for it.
+        connections.picked_http1(&key);
+        assert!(matches!(connections.find(&key), Found::Http1));
+        connections.sweep();
+        assert!(matches!(connections.find(&key), Found::Http1));
+        connections.sweep();
+        connections.sweep();
+        assert_eq!(upstreams(&connections), 0);
     }
 }

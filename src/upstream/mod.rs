@@ -216,10 +216,12 @@ impl UpstreamClient {
     }
 
     /// Closes idle connections past their time every 30 seconds, also when nothing calls their
-    /// upstream any more, and forgets access tokens that ran out a while ago; ends once the client
-    /// is gone. Whoever runs the client spawns it.
+    /// upstream any more, forgets access tokens that ran out a while ago and the upstreams of the
+    /// HTTP/2 connections that no call looked for since the last time; ends once the client is
+    /// gone. Whoever runs the client spawns it.
     pub fn sweeper(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (pools, tokens) = (Arc::downgrade(&self.pools), Arc::downgrade(&self.tokens));
+        let (pools, tokens, h2) =
+            (Arc::downgrade(&self.pools), Arc::downgrade(&self.tokens), Arc::downgrade(&self.h2));
         async move {
             let mut every = tokio::time::interval(SWEEP_EVERY);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -230,6 +232,9 @@ impl UpstreamClient {
                 pools.0.iter().for_each(|pool| pool.sweep(now));
                 if let Some(tokens) = tokens.upgrade() {
                     tokens.sweep(now);
+                }
+                if let Some(h2) = h2.upgrade() {
+                    h2.sweep();
                 }
             }
         }
@@ -450,36 +455,50 @@ impl UpstreamClient {
     ) -> Result<Answer, UpstreamError> {
         let request = target.request;
         let key = Key::of(&request.uri, target.tls)?;
-        // An upstream that may speak HTTP/2: a connection to it with a stream free carries the
-        // call. (An `http` upstream's only for a route that asked for HTTP/2.)
+        // An upstream that may speak HTTP/2 (an `http` upstream's only for a route that asked
+        // for it): a connection to it with a stream free carries the call.
         if !self.may_speak_h2(target) {
             return self.exchange_h1(target, &key, authorization, started, None).await;
         }
-        let opener = match self.h2.find(&key) {
-            h2::Found::Lease(lease) => return self.exchange_h2(lease, target, &key, authorization).await,
-            h2::Found::Http1 => return self.exchange_h1(target, &key, authorization, started, None).await,
+        match self.via(target, &key).await? {
+            Fresh::Http2(lease) => self.exchange_h2(lease, target, &key, authorization).await,
+            Fresh::Http1(connection) => {
+                self.exchange_h1(target, &key, authorization, started, connection).await
+            }
+        }
+    }
+
+    /// How a call reaches `key`'s upstream that may speak HTTP/2: a stream on a connection to it
+    /// with one free, else HTTP/1.1 when the upstream picked that (with the new connection that
+    /// found it out, if this call made it). When every connection is full, none is open, or the
+    /// upstream was not met yet, one call opens a connection and the others wait for it (and
+    /// for its server to say how many streams it allows), then take a stream on it, or go on in
+    /// HTTP/1.1, or answer the open's failure.
+    async fn via(
+        &self,
+        target: &Target<'_>,
+        key: &Key,
+    ) -> Result<Fresh<Option<wire::Connection>>, UpstreamError> {
+        let opener = match self.h2.find(key) {
+            h2::Found::Lease(lease) => return Ok(Fresh::Http2(lease)),
+            h2::Found::Http1 => return Ok(Fresh::Http1(None)),
+            h2::Found::Failed(failure) => return Err(failure),
             h2::Found::Open(opener) => opener,
         };
-        // Every connection full, none open, or the upstream not met yet: one call opens a
-        // connection, the others wait for it (and for its server to say how many streams it
-        // allows) and take a stream on it, or go on in HTTP/1.1 when it picked that.
-        let opening = opener.lock().await;
-        let lease = match self.h2.after_lock(&key).await {
-            h2::Found::Lease(lease) => lease,
-            h2::Found::Http1 => {
-                drop(opening);
-                return self.exchange_h1(target, &key, authorization, started, None).await;
-            }
-            h2::Found::Open(_) => match self.fresh(target, &key).await? {
-                Fresh::Http2(lease) => lease,
-                Fresh::Http1(connection) => {
-                    drop(opening);
-                    return self.exchange_h1(target, &key, authorization, started, Some(connection)).await;
+        let _turn = opener.turn.lock().await;
+        match self.h2.after_lock(key, &opener).await {
+            h2::Found::Lease(lease) => Ok(Fresh::Http2(lease)),
+            h2::Found::Http1 => Ok(Fresh::Http1(None)),
+            h2::Found::Failed(failure) => Err(failure),
+            h2::Found::Open(_) => match self.fresh(target, key).await {
+                Ok(Fresh::Http2(lease)) => Ok(Fresh::Http2(lease)),
+                Ok(Fresh::Http1(connection)) => Ok(Fresh::Http1(Some(connection))),
+                Err(failure) => {
+                    self.h2.open_failed(key, &failure);
+                    Err(failure)
                 }
             },
-        };
-        drop(opening);
-        self.exchange_h2(lease, target, &key, authorization).await
+        }
     }
 
     /// An HTTP/1.1 exchange: on `connection` when given, else on a pooled connection or a new one
@@ -574,22 +593,12 @@ impl UpstreamClient {
             drop(lease);
             sends += 1;
             logged!(Level::DEBUG, upstream = %key.1, %why, "the upstream did not process the HTTP/2 stream; sending again");
-            lease = match self.h2.lease(key) {
-                Some(lease) => lease,
-                None => match self.fresh(target, key).await? {
-                    Fresh::Http2(lease) => lease,
-                    Fresh::Http1(connection) => {
-                        let started = Instant::now();
-                        return Box::pin(self.exchange_h1(
-                            target,
-                            key,
-                            authorization,
-                            started,
-                            Some(connection),
-                        ))
-                        .await;
-                    }
-                },
+            lease = match self.via(target, key).await? {
+                Fresh::Http2(lease) => lease,
+                Fresh::Http1(connection) => {
+                    let started = Instant::now();
+                    return Box::pin(self.exchange_h1(target, key, authorization, started, connection)).await;
+                }
             };
         }
     }
@@ -652,9 +661,20 @@ impl UpstreamClient {
         let connecting = connector.call(uri.clone());
         // The connector logs too (at debug); its lines name the request like ours.
         let logs = tracing::enabled!(target: "hyper_util::client::legacy::connect::http", Level::DEBUG);
-        let connected = match logs.then(|| crate::logging::request_span!()).flatten() {
-            Some(span) => connecting.instrument(span).await,
-            None => connecting.await,
+        let span = logs.then(|| crate::logging::request_span!()).flatten();
+        let connecting = async move {
+            match span {
+                Some(span) => connecting.instrument(span).await,
+                None => connecting.await,
+            }
+        };
+        // The TLS handshake too is part of connecting, and has its time limit.
+        let limit = self.settings.connect_timeout;
+        let Ok(connected) = tokio::time::timeout(limit, connecting).await else {
+            return Err(Connecting::Failed(UpstreamError::Connect(format!(
+                "no connection within RECAST_UPSTREAM_CONNECT_TIMEOUT_MS ({} ms)",
+                limit.as_millis()
+            ))));
         };
         let stream = connected.map_err(|e| {
             if let Some(refusal) = refusal_in(&*e) {
@@ -712,10 +732,11 @@ impl<T> Keyed<T> {
 /// How many times an HTTP/2 call is sent at most when the upstream did not process it.
 const H2_SENDS: usize = 3;
 
-/// A new connection, by the protocol its upstream picked.
-enum Fresh {
+/// A new connection, by the protocol its upstream picked (or, as [`UpstreamClient::via`]
+/// answers, the way to the upstream).
+enum Fresh<Http1 = wire::Connection> {
     Http2(h2::Lease),
-    Http1(wire::Connection),
+    Http1(Http1),
 }
 
 /// Why no connection was made: refused by the upstream's host (nothing was sent, so a request

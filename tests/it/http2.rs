@@ -4,6 +4,10 @@
 //! `GOAWAY` under load. nginx's access log says which protocol and which connection carried each
 //! request.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
 use tempfile::TempDir;
 use tokio::task::JoinSet;
 
@@ -195,74 +199,139 @@ async fn at_once(url: &str, query: &str, callers: usize) {
     }
 }
 
-/// The connections (nginx's serials) that carried the calls whose target holds `marker`.
-fn connections_of(log: &std::path::Path, marker: &str) -> std::collections::BTreeSet<u64> {
-    calls(log).iter().filter(|(_, _, rest)| rest.contains(marker)).map(|(c, _, _)| *c).collect()
+/// The connections (nginx's serials) that carried the `n` calls whose target holds `marker`,
+/// once nginx has logged them all (it logs a call after its answer went out).
+async fn connections_of(log: &std::path::Path, marker: &str, n: usize) -> std::collections::BTreeSet<u64> {
+    let deadline = tokio::time::Instant::now() + crate::support::PATIENCE;
+    loop {
+        let marked: Vec<_> = calls(log).into_iter().filter(|(_, _, rest)| rest.contains(marker)).collect();
+        if marked.len() >= n || tokio::time::Instant::now() > deadline {
+            assert_eq!(marked.len(), n, "nginx logged the calls marked {marker}");
+            return marked.iter().map(|(c, _, _)| *c).collect();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
-/// A loopback relay to `port` that hands on what the server sends `delay` late, as a far
-/// server's would come, and what the client sends at once. Its port.
-async fn far(port: u16, delay: std::time::Duration) -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let relay = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let server = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-            let ((mut from_client, mut to_client), (mut from_server, mut to_server)) =
-                (client.into_split(), server.into_split());
-            tokio::spawn(async move { tokio::io::copy(&mut from_client, &mut to_server).await });
-            let (sent, mut arriving) = tokio::sync::mpsc::unbounded_channel();
-            tokio::spawn(async move {
-                let mut buffer = vec![0; 64 * 1024];
-                while let Ok(n @ 1..) = from_server.read(&mut buffer).await {
-                    let _ = sent.send((tokio::time::Instant::now() + delay, buffer[..n].to_vec()));
+/// A loopback relay to a server's port: it hands on what the server sends `delay` late, as a
+/// far server's would come, and what the client sends at once; or, once `silent`, accepts
+/// connections and says nothing on them. It counts the connections it accepted.
+struct Relay {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+    silent: Arc<AtomicBool>,
+}
+
+impl Relay {
+    async fn start(port: u16, delay: Duration) -> Relay {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let relay = Relay {
+            port: listener.local_addr().unwrap().port(),
+            accepted: Arc::new(AtomicUsize::new(0)),
+            silent: Arc::new(AtomicBool::new(false)),
+        };
+        let (accepted, silent) = (relay.accepted.clone(), relay.silent.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                if silent.load(Ordering::SeqCst) {
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        drop(client);
+                    });
+                    continue;
                 }
-            });
-            tokio::spawn(async move {
-                while let Some((due, bytes)) = arriving.recv().await {
-                    tokio::time::sleep_until(due).await;
-                    if to_client.write_all(&bytes).await.is_err() {
-                        break;
+                let server = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+                let ((mut from_client, mut to_client), (mut from_server, mut to_server)) =
+                    (client.into_split(), server.into_split());
+                tokio::spawn(async move { tokio::io::copy(&mut from_client, &mut to_server).await });
+                let (sent, mut arriving) = tokio::sync::mpsc::unbounded_channel();
+                tokio::spawn(async move {
+                    let mut buffer = vec![0; 64 * 1024];
+                    while let Ok(n @ 1..) = from_server.read(&mut buffer).await {
+                        let _ = sent.send((tokio::time::Instant::now() + delay, buffer[..n].to_vec()));
                     }
-                }
-                let _ = to_client.shutdown().await;
-            });
-        }
-    });
-    relay
+                });
+                tokio::spawn(async move {
+                    while let Some((due, bytes)) = arriving.recv().await {
+                        tokio::time::sleep_until(due).await;
+                        if to_client.write_all(&bytes).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to_client.shutdown().await;
+                });
+            }
+        });
+        relay
+    }
 }
 
 #[tokio::test]
 async fn a_connection_carries_as_many_calls_as_the_server_allows_then_another_is_opened() {
     let pki = pki();
-    // nginx allowing 10 streams per connection, 100 ms away, in front of an upstream that holds
-    // each call until released: 30 calls at once all reach it only over three connections, each
-    // new one waited for until nginx has said how many streams it allows.
+    // nginx allowing 10 streams per connection, 100 ms away, over TLS and over h2c, in front of
+    // an upstream that holds each call until released: after a restart, 30 calls at once to
+    // each reach it over three connections each. A new connection's first calls wait until
+    // nginx has said how many streams it allows: taken at 100 meanwhile, the connection would
+    // carry 20 streams nginx refuses ("concurrent streams exceeded"; h2c shows it, whose
+    // handshake does not wait a round trip as TLS's does), sent again on more connections.
     let held = Held::start(MEALS).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (tls, h2c) = (free(), free());
     let logs = TempDir::new().unwrap();
     set_mode(logs.path(), 0o777);
-    let log = logs.path().join("access.log");
-    let site = format!(
-        "log_format calls '$connection $server_protocol $request_uri';\n\
-         server {{\n    listen 127.0.0.1:{port} ssl http2;\n    ssl_certificate {};\n    ssl_certificate_key {};\n    \
-         http2_max_concurrent_streams 10;\n    access_log {} calls;\n    location / {{ proxy_pass {}; }}\n}}\n",
-        pki.path("server.pem").display(),
-        pki.path("server.key").display(),
+    let (log, errors) = (logs.path().join("access.log"), logs.path().join("error.log"));
+    let common = format!(
+        "http2_max_concurrent_streams 10;\n    access_log {} calls;\n    error_log {} info;\n    \
+         location / {{ proxy_pass {}; }}",
         log.display(),
+        errors.display(),
         held.url,
     );
-    let _nginx = Nginx::serve(&site, port, TempDir::new().unwrap());
-    let service = Service::start(config()).await;
-    let path = route(&service, &pki, far(port, std::time::Duration::from_millis(100)).await, "limited").await;
-    let url = service.url(&path);
-    let calls = tokio::spawn(async move { at_once(&url, "hold&n=", 30).await });
-    held.arrived(30).await;
+    let site = format!(
+        "log_format calls '$connection $server_protocol $request_uri';\n\
+         server {{\n    listen 127.0.0.1:{tls} ssl http2;\n    ssl_certificate {};\n    ssl_certificate_key {};\n    {common}\n}}\n\
+         server {{\n    listen 127.0.0.1:{h2c} http2;\n    {common}\n}}\n",
+        pki.path("server.pem").display(),
+        pki.path("server.key").display(),
+    );
+    let _nginx = Nginx::serve(&site, tls, TempDir::new().unwrap());
+    let (over_tls, over_h2c) = (
+        Relay::start(tls, Duration::from_millis(100)).await,
+        Relay::start(h2c, Duration::from_millis(100)).await,
+    );
+    let dir = TempDir::new().unwrap();
+    let first = Service::start_in(config(), dir.path()).await;
+    let tls_path = route(&first, &pki, over_tls.port, "tls").await;
+    let body =
+        registration(&format!("http://127.0.0.1:{}/", over_h2c.port), "", r#","http2":"prior-knowledge""#)
+            .replacen(r#""path":"meals/random""#, r#""path":"h2c""#, 1);
+    let created = post_json(&first.url("/v1/mapping"), body).await;
+    assert_eq!(created.status, 201, "{}", String::from_utf8_lossy(&created.body));
+    let h2c_path = created.json().get("path").and_then(Json::as_str).unwrap().to_owned();
+    first.stop().await;
+    let before = [&over_tls, &over_h2c].map(|relay| relay.accepted.load(Ordering::SeqCst));
+    let service = Service::start_in(config(), dir.path()).await;
+    let (tls_url, h2c_url) = (service.url(&tls_path), service.url(&h2c_path));
+    let calls = tokio::spawn(async move {
+        tokio::join!(at_once(&tls_url, "hold&tls=", 30), at_once(&h2c_url, "hold&h2c=", 30))
+    });
+    held.arrived(60).await;
     held.release();
     calls.await.unwrap();
-    let connections = connections_of(&log, "hold");
-    assert_eq!(connections.len(), 3, "30 calls, 10 streams per connection: {connections:?}");
+    for (marker, relay, before) in [("tls=", &over_tls, before[0]), ("h2c=", &over_h2c, before[1])] {
+        let connections = connections_of(&log, marker, 30).await;
+        assert_eq!(connections.len(), 3, "{marker} 30 calls, 10 streams per connection: {connections:?}");
+        assert_eq!(
+            relay.accepted.load(Ordering::SeqCst) - before,
+            3,
+            "{marker} no other connection was opened"
+        );
+    }
+    let errors = std::fs::read_to_string(&errors).unwrap();
+    assert!(!errors.contains("concurrent streams exceeded"), "{errors}");
     service.stop().await;
 }
 
@@ -279,12 +348,43 @@ async fn the_first_calls_to_an_upstream_not_met_yet_wait_for_one_connection_to_i
     // picks HTTP/2 make one connection; those to the one that picks HTTP/1.1 each go on in it.
     let service = Service::start_in(config(), dir.path()).await;
     at_once(&service.url(&over_h2), "cold=", 50).await;
-    let connections = connections_of(&log, "cold=");
+    let connections = connections_of(&log, "cold=", 50).await;
     assert_eq!(connections.len(), 1, "one connection carried the 50 calls: {connections:?}");
     at_once(&service.url(&over_h1), "one=", 20).await;
+    connections_of(&log, "one=", 20).await;
     let logged = calls(&log);
     let over_http1 =
         logged.iter().filter(|(_, protocol, rest)| rest.contains("one=") && protocol == "HTTP/1.1");
     assert_eq!(over_http1.count(), 20, "{logged:?}");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn calls_waiting_for_a_connection_that_cannot_be_made_answer_its_failure_at_the_connect_timeout() {
+    let pki = pki();
+    let Servers { _nginx, h2, .. } = nginx(&pki, 1000);
+    let relay = Relay::start(h2, Duration::ZERO).await;
+    let dir = TempDir::new().unwrap();
+    let first = Service::start_in(config(), dir.path()).await;
+    let path = route(&first, &pki, relay.port, "silent").await;
+    first.stop().await;
+    // After a restart the upstream's address takes connections and says nothing: no TLS
+    // handshake. The first call's connection gives up at the connect timeout (not the call's
+    // deadline), and the calls that waited for it answer its failure without trying their own.
+    relay.silent.store(true, Ordering::SeqCst);
+    let before = relay.accepted.load(Ordering::SeqCst);
+    let config = recast::config::Config { upstream_connect_timeout_ms: 1_000, ..config() };
+    let service = Service::start_in(config, dir.path()).await;
+    let mut calls = JoinSet::new();
+    for n in 0..20 {
+        let url = format!("{}?n={n}", service.url(&path));
+        calls.spawn(async move { get(&url).await });
+    }
+    while let Some(answer) = calls.join_next().await {
+        let problem = answer.unwrap().assert_problem(502, "upstream-unreachable");
+        let detail = problem.get("detail").and_then(Json::as_str).unwrap_or_default().to_owned();
+        assert!(detail.contains("RECAST_UPSTREAM_CONNECT_TIMEOUT_MS"), "{detail}");
+    }
+    assert_eq!(relay.accepted.load(Ordering::SeqCst) - before, 1, "one connection was tried");
     service.stop().await;
 }
