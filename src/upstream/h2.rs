@@ -2,9 +2,10 @@
 //! picks `h2` by ALPN is spoken to over hyper's HTTP/2 client (the `h2` crate). One connection per
 //! upstream (and route `tls`) carries many calls at once, up to as many as the server allows
 //! (its `SETTINGS_MAX_CONCURRENT_STREAMS`, read by [`Frames`] since hyper does not tell it; at
-//! most [`MOST_STREAMS`]), then another is opened. The answer is read as `wire` reads an HTTP/1.1 one: the same size bound on the body
-//! as it comes, the same decoding of gzip and br, the same reading of its caching headers and
-//! `Retry-After`; the body of an answer that is not 2xx is never read.
+//! most [`MOST_STREAMS`]), then another is opened, one at a time ([`Connections`]). The answer
+//! is read as `wire` reads an HTTP/1.1 one: the same size bound on the body as it comes, the same
+//! decoding of gzip and br, the same reading of its caching headers and `Retry-After`; the body
+//! of an answer that is not 2xx is never read.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
