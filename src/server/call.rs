@@ -312,7 +312,7 @@ fn map_success(
     metrics: &Metrics,
 ) -> (Result<Vec<u8>, UpstreamFailure>, Duration) {
     if !answer.status.is_success() {
-        return (Err(UpstreamFailure::Status(answer.status)), Duration::ZERO);
+        return (Err(UpstreamFailure::Status(answer.status, answer.certificate_asked)), Duration::ZERO);
     }
     let Ok(compiled) = &route.rules else {
         return (
@@ -343,9 +343,9 @@ impl UpstreamFailure {
     /// The `kind` label of `recast_upstream_errors_total`.
     pub(super) fn kind(&self) -> UpstreamErrorKind {
         match self {
-            UpstreamFailure::Status(status) if status.is_client_error() => UpstreamErrorKind::Status4xx,
-            UpstreamFailure::Status(status) if status.is_server_error() => UpstreamErrorKind::Status5xx,
-            UpstreamFailure::Status(_) => UpstreamErrorKind::StatusOther,
+            UpstreamFailure::Status(status, _) if status.is_client_error() => UpstreamErrorKind::Status4xx,
+            UpstreamFailure::Status(status, _) if status.is_server_error() => UpstreamErrorKind::Status5xx,
+            UpstreamFailure::Status(..) => UpstreamErrorKind::StatusOther,
             UpstreamFailure::Unreachable(_) => UpstreamErrorKind::Unreachable,
             UpstreamFailure::Timeout => UpstreamErrorKind::Timeout,
             UpstreamFailure::TooLarge { .. } => UpstreamErrorKind::TooLarge,

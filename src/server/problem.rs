@@ -8,7 +8,7 @@ use http_body_util::Full;
 
 use crate::json::{JsonError, write};
 use crate::rules::Problem;
-use crate::upstream::UpstreamError;
+use crate::upstream::{CertificateAsked, UpstreamError};
 
 /// Base of every problem `type` URI.
 pub const TYPE_BASE: &str = "https://recast.dev/problems/";
@@ -110,8 +110,9 @@ pub enum ApiError {
 /// How an upstream exchange failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UpstreamFailure {
-    /// It answered with a status other than 2xx.
-    Status(StatusCode),
+    /// It answered with a status other than 2xx (and had asked for a client certificate when
+    /// the connection was made, if it did).
+    Status(StatusCode, Option<CertificateAsked>),
     /// No connection, or it broke.
     Unreachable(String),
     Timeout,
@@ -176,6 +177,25 @@ impl From<UpstreamError> for UpstreamFailure {
     }
 }
 
+/// What the detail of an upstream's 400 or 403 adds when the upstream asked for a client
+/// certificate in the TLS handshake: some servers refuse a missing or unknown one after the
+/// handshake, with such an answer (nginx's `ssl_verify_client on` answers 400), not with a TLS
+/// alert.
+fn refusal_hint(status: StatusCode, asked: Option<CertificateAsked>) -> &'static str {
+    if !matches!(status, StatusCode::BAD_REQUEST | StatusCode::FORBIDDEN) {
+        return "";
+    }
+    match asked {
+        None => "",
+        Some(CertificateAsked::NoneGiven) => {
+            "; it had asked for a client certificate in the TLS handshake, and the route presents none (`tls.clientCert`)"
+        }
+        Some(CertificateAsked::Given) => {
+            "; it had asked for a client certificate in the TLS handshake and was given the route's (`tls.clientCert`): some upstreams answer so to a certificate they do not accept"
+        }
+    }
+}
+
 /// The detail of a `mapping-limit` problem.
 fn mapping_limit(limit: usize) -> String {
     format!(
@@ -204,7 +224,7 @@ impl ApiError {
                 UpstreamFailure::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
                 UpstreamFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
                 // A client error of the upstream keeps its status on route calls (SPEC §2.2).
-                UpstreamFailure::Status(status) if status.is_client_error() && !validating => *status,
+                UpstreamFailure::Status(status, _) if status.is_client_error() && !validating => *status,
                 _ => StatusCode::BAD_GATEWAY,
             },
             ApiError::Starting
@@ -239,7 +259,7 @@ impl ApiError {
                 UpstreamFailure::AuthFailed { .. } => "upstream-auth-failed",
                 UpstreamFailure::TlsFailed(_) => "upstream-tls-failed",
                 _ if *validating => "upstream-validation-failed",
-                UpstreamFailure::Status(_) => "upstream-error",
+                UpstreamFailure::Status(..) => "upstream-error",
                 UpstreamFailure::Unreachable(_) => "upstream-unreachable",
                 UpstreamFailure::Timeout => "upstream-timeout",
                 UpstreamFailure::TooLarge { .. } => "upstream-too-large",
@@ -287,7 +307,7 @@ impl ApiError {
                 }
                 UpstreamFailure::TlsFailed(_) => "The TLS handshake with the upstream failed",
                 _ if *validating => "The live call to the upstream failed; nothing was stored",
-                UpstreamFailure::Status(_) => "The upstream answered with an error",
+                UpstreamFailure::Status(..) => "The upstream answered with an error",
                 UpstreamFailure::Unreachable(_) => "The upstream could not be reached",
                 UpstreamFailure::Timeout => "The upstream did not answer in time",
                 UpstreamFailure::TooLarge { .. } => "The upstream's answer is too large",
@@ -334,7 +354,12 @@ impl ApiError {
                     .to_owned()
             }
             ApiError::Upstream { failure, validating } => match failure {
-                UpstreamFailure::Status(status) => format!("the upstream answered {status}"),
+                // Whoever registers the route is told what its configuration may lack; its
+                // callers are not.
+                UpstreamFailure::Status(status, asked) if *validating => {
+                    format!("the upstream answered {status}{}", refusal_hint(*status, *asked))
+                }
+                UpstreamFailure::Status(status, _) => format!("the upstream answered {status}"),
                 UpstreamFailure::Unreachable(why)
                 | UpstreamFailure::Encoding(why)
                 | UpstreamFailure::Unavailable { why, .. }
@@ -385,7 +410,7 @@ impl ApiError {
                 body.extend_from_slice(b",\"errors\":");
                 write_problems(&mut body, &problems[..problems.len().min(MAX_LISTED)]);
             }
-            ApiError::Upstream { failure: UpstreamFailure::Status(upstream), .. } => {
+            ApiError::Upstream { failure: UpstreamFailure::Status(upstream, _), .. } => {
                 body.extend_from_slice(b",\"upstreamStatus\":");
                 write::u64(&mut body, u64::from(upstream.as_u16()));
             }
@@ -459,7 +484,7 @@ mod tests {
         let upstream = |failure, validating| ApiError::Upstream { failure, validating };
         let failures = || {
             [
-                UpstreamFailure::Status(StatusCode::NOT_FOUND),
+                UpstreamFailure::Status(StatusCode::NOT_FOUND, None),
                 UpstreamFailure::Unreachable("refused".to_owned()),
                 UpstreamFailure::Timeout,
                 UpstreamFailure::TooLarge { limit: 1 },
@@ -522,6 +547,20 @@ mod tests {
                 assert_eq!(response.headers()[header::RETRY_AFTER], seconds, "{millis} ms");
             }
         }
+    }
+
+    #[test]
+    fn a_refusal_after_a_certificate_was_asked_for_is_explained_to_the_registration_only() {
+        let detail = |status: u16, asked, validating| {
+            let failure = UpstreamFailure::Status(StatusCode::from_u16(status).unwrap(), asked);
+            ApiError::Upstream { failure, validating }.detail()
+        };
+        let none = Some(CertificateAsked::NoneGiven);
+        assert!(detail(400, none, true).ends_with("and the route presents none (`tls.clientCert`)"));
+        assert!(detail(403, Some(CertificateAsked::Given), true).contains("was given the route's"));
+        assert_eq!(detail(400, none, false), "the upstream answered 400 Bad Request");
+        assert_eq!(detail(404, none, true), "the upstream answered 404 Not Found");
+        assert_eq!(detail(400, None, true), "the upstream answered 400 Bad Request");
     }
 
     #[test]

@@ -23,6 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 
 use super::coding::{Coding, Decoding, Sink};
+use super::tls::CertificateAsked;
 use super::wire::{self, Failed, Stream};
 use super::{Answer, Freshness, Key, UpstreamError};
 use crate::http1;
@@ -56,11 +57,13 @@ const NOT_SENT: [HeaderName; 6] = [
     header::ACCEPT_ENCODING,
 ];
 
-/// One HTTP/2 connection: its sender, the calls it carries now, and what its server said.
+/// One HTTP/2 connection: its sender, the calls it carries now, what its server said, and
+/// whether its server asked for a client certificate (told with each answer).
 struct Shared {
     sender: SendRequest<Full<Bytes>>,
     in_flight: AtomicUsize,
     peer: Arc<Peer>,
+    certificate_asked: Option<CertificateAsked>,
 }
 
 impl Shared {
@@ -231,7 +234,12 @@ impl Connections {
     /// answers a place on it (taken at once). Until its server's first SETTINGS come the others
     /// take it at the limit its other connections' server set, or wait for them when there are
     /// none.
-    pub(super) async fn add(&self, key: Key, stream: Stream) -> Result<Lease, Failed> {
+    pub(super) async fn add(
+        &self,
+        key: Key,
+        stream: Stream,
+        certificate_asked: Option<CertificateAsked>,
+    ) -> Result<Lease, Failed> {
         let known = {
             let all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
             let settled =
@@ -259,7 +267,7 @@ impl Connections {
                 tracing::debug!(error = %super::error_chain(&e), "an upstream HTTP/2 connection ended");
             }
         });
-        let shared = Arc::new(Shared { sender, in_flight: AtomicUsize::new(1), peer });
+        let shared = Arc::new(Shared { sender, in_flight: AtomicUsize::new(1), peer, certificate_asked });
         let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
         let upstream = all.entry(key).or_default();
         upstream.http1 = false;
@@ -493,7 +501,8 @@ pub(super) async fn exchange(
     let status = head.status;
     if !status.is_success() {
         // Never read: dropping it resets the stream.
-        return Ok(Answer { status, body: Vec::new(), freshness, retry_after });
+        let certificate_asked = lease.0.certificate_asked;
+        return Ok(Answer { status, body: Vec::new(), freshness, retry_after, certificate_asked });
     }
     let mut plain = Vec::new();
     let mut decoding = match &coding {
@@ -530,7 +539,7 @@ pub(super) async fn exchange(
     };
     let most = body.len() + PADDING;
     http1::reserve_within(&mut body, PADDING, most);
-    Ok(Answer { status, body, freshness, retry_after })
+    Ok(Answer { status, body, freshness, retry_after, certificate_asked: lease.0.certificate_asked })
 }
 
 /// How an HTTP/2 exchange that failed before the answer's head is reported. A stream the

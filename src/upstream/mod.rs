@@ -41,7 +41,7 @@ pub use freshness::{Freshness, MAX_DELTA_SECONDS};
 pub use limit::{LimitScope, LimiterCounts, MAX_BURST, MAX_RATE, MAX_WAIT_MS, RateLimitSettings};
 pub use oauth::{AuthFailure, ClientAuth, ClientCredentials, FetchReason, TokenCounts, TokenRequest};
 pub use retry::{Failure, MAX_ATTEMPTS, OriginRetries, RetryOn, RetrySettings, retriable_status};
-pub use tls::{RouteTls, TlsProblem, TlsSettings, read_ca_file};
+pub use tls::{CertificateAsked, RouteTls, TlsProblem, TlsSettings, read_ca_file};
 
 /// Settings of the upstream client.
 #[derive(Debug, Clone, Copy)]
@@ -73,6 +73,9 @@ pub struct Answer {
     pub freshness: Freshness,
     /// What its `Retry-After` asks (a 429 or 503 answer's is heeded by a route's retries).
     pub retry_after: Option<Duration>,
+    /// Whether the upstream asked for a client certificate when the connection was made (a
+    /// 400 or 403 may be its refusal of the one given, or of none).
+    pub certificate_asked: Option<tls::CertificateAsked>,
 }
 
 /// Why no answer came back.
@@ -151,6 +154,8 @@ pub struct UpstreamClient {
     route_connectors: Arc<Keyed<Result<Connector, String>>>,
     /// The HTTP/2 connections, shared by every worker.
     h2: Arc<h2::Connections>,
+    /// The upstreams that asked for a client certificate in their last full TLS handshake.
+    certificates_asked: Arc<Mutex<HashMap<Key, tls::CertificateAsked>>>,
     pools: Arc<Pools>,
     settings: UpstreamSettings,
     policy: Arc<OutboundPolicy>,
@@ -191,6 +196,7 @@ impl UpstreamClient {
             roots: Arc::new(roots),
             route_connectors: Arc::default(),
             h2: Arc::default(),
+            certificates_asked: Arc::default(),
             pools,
             settings,
             policy,
@@ -608,22 +614,55 @@ impl UpstreamClient {
     /// was sent).
     async fn fresh(&self, target: &Target<'_>, key: &Key) -> Result<Fresh, UpstreamError> {
         let uri = &target.request.uri;
-        let stream = match self.connect(uri, target.tls).await {
+        let (stream, asked) = match self.connect(uri, target.tls).await {
             Err(Connecting::Refused(why)) => {
                 logged!(Level::DEBUG, upstream = %key.1, %why, "the connection was refused; trying once more");
                 self.connect(uri, target.tls).await.map_err(Connecting::into_error)?
             }
             connected => connected.map_err(Connecting::into_error)?,
         };
+        let asked = self.certificate_asked(key, asked, &stream);
         if target.h2c || h2::negotiated(&stream) {
-            let lease = self.h2.add(key.clone(), stream).await.map_err(|failed| self.failure(failed))?;
+            let lease =
+                self.h2.add(key.clone(), stream, asked).await.map_err(|failed| self.failure(failed))?;
             logged!(Level::DEBUG, upstream = %key.1, "the upstream speaks HTTP/2");
             return Ok(Fresh::Http2(lease));
         }
         if self.may_speak_h2(target) {
             self.h2.picked_http1(key);
         }
-        Ok(Fresh::Http1(wire::Connection::new(stream)))
+        let mut connection = wire::Connection::new(stream);
+        connection.certificate_asked = asked;
+        Ok(Fresh::Http1(connection))
+    }
+
+    /// Whether `key`'s upstream asked for a client certificate, by what the handshake of its new
+    /// connection `stream` saw (`asked`). A resumed TLS session is not asked again (RFC 8446
+    /// §4.3.2): it is answered by what the last full handshake saw.
+    fn certificate_asked(
+        &self,
+        key: &Key,
+        asked: Option<tls::CertificateAsked>,
+        stream: &wire::Stream,
+    ) -> Option<tls::CertificateAsked> {
+        let resumed = match stream.inner() {
+            hyper_rustls::MaybeHttpsStream::Https(tls) => {
+                tls.inner().get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+            }
+            hyper_rustls::MaybeHttpsStream::Http(_) => return None,
+        };
+        let mut seen = self.certificates_asked.lock().unwrap_or_else(PoisonError::into_inner);
+        match asked {
+            Some(asked) => {
+                seen.insert(key.clone(), asked);
+                Some(asked)
+            }
+            None if resumed => seen.get(key).copied(),
+            None => {
+                seen.remove(key);
+                None
+            }
+        }
     }
 
     /// Whether `target`'s upstream may be spoken to in HTTP/2: an `https` one unless
@@ -647,7 +686,13 @@ impl UpstreamClient {
         }
     }
 
-    async fn connect(&self, uri: &http::Uri, tls: Option<&RouteTls>) -> Result<wire::Stream, Connecting> {
+    /// A new connection to `uri`'s upstream, and whether its TLS handshake asked for a client
+    /// certificate.
+    async fn connect(
+        &self,
+        uri: &http::Uri,
+        tls: Option<&RouteTls>,
+    ) -> Result<(wire::Stream, Option<tls::CertificateAsked>), Connecting> {
         let mut connector = match tls {
             None => self.connector.clone(),
             Some(tls) => {
@@ -670,7 +715,7 @@ impl UpstreamClient {
         };
         // The TLS handshake too is part of connecting, and has its time limit.
         let limit = self.settings.connect_timeout;
-        let Ok(connected) = tokio::time::timeout(limit, connecting).await else {
+        let Ok((connected, asked)) = tokio::time::timeout(limit, tls::noting_asked(connecting)).await else {
             return Err(Connecting::Failed(UpstreamError::Connect(format!(
                 "no connection within RECAST_UPSTREAM_CONNECT_TIMEOUT_MS ({} ms)",
                 limit.as_millis()
@@ -690,7 +735,7 @@ impl UpstreamClient {
             }
         })?;
         logged!(Level::DEBUG, upstream = ?uri.authority().map(Authority::as_str), "connected to the upstream");
-        Ok(TokioIo::new(stream))
+        Ok((TokioIo::new(stream), asked))
     }
 }
 

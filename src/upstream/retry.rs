@@ -199,6 +199,7 @@ mod tests {
             body: Vec::new(),
             freshness: Freshness::default(),
             retry_after: retry_after.map(Duration::from_secs),
+            certificate_asked: None,
         })
     }
 

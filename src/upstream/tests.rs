@@ -94,7 +94,7 @@ async fn a_post_whose_pooled_connection_takes_no_byte_is_sent_on_a_new_one() {
 async fn a_first_write_refused_on_a_plain_connection_is_known_to_have_sent_nothing() {
     let (url, _, requests) = keeper().await;
     let client = client();
-    let stream = client.connect(&url.parse().unwrap(), None).await.ok().expect("connected");
+    let (stream, _) = client.connect(&url.parse().unwrap(), None).await.ok().expect("connected");
     let mut connection = wire::Connection::new(stream);
     connection.stop_writing().await;
     let bytes = wire::encode(&post(&url), None, false);

@@ -7,11 +7,15 @@
 //! route's certificate never carries another route's request.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
+use rustls::client::ResolvesClientCert;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{ClientConfig, RootCertStore};
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, RootCertStore, SignatureScheme};
 use serde::{Deserialize, Serialize};
 
 /// A route's `tls` member, as stored (sealed with the rest of the route).
@@ -119,14 +123,72 @@ impl RouteTls {
             roots.add(certificate.clone()).map_err(|e| e.to_string())?;
         }
         let builder = builder().with_root_certificates(roots);
-        match &self.identity {
-            None => Ok(builder.with_no_client_auth()),
+        let presented = match &self.identity {
+            None => None,
             Some((chain, key)) => {
-                builder.with_client_auth_cert(chain.clone(), key.clone_key()).map_err(|e| {
-                    format!("the key is not one recast can sign with, or not the certificate's: {e}")
-                })
+                let certified =
+                    CertifiedKey::from_der(chain.clone(), key.clone_key(), builder.crypto_provider())
+                        .map_err(|e| {
+                            format!("the key is not one recast can sign with, or not the certificate's: {e}")
+                        })?;
+                Some(Arc::new(certified))
             }
-        }
+        };
+        Ok(builder.with_client_cert_resolver(Arc::new(Presenting(presented))))
+    }
+}
+
+/// What an upstream's TLS handshake asked of the connection: a client certificate, which the
+/// connection had none of, or gave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CertificateAsked {
+    NoneGiven,
+    Given,
+}
+
+tokio::task_local! {
+    /// Where the handshake of the connection being made notes that its upstream asked for a
+    /// client certificate (0: not asked; else 1 + [`CertificateAsked`] as a number).
+    static ASKED: Arc<AtomicU8>;
+}
+
+/// Runs `connecting` (a connector's future, whose TLS handshake runs within it), and tells
+/// whether its upstream asked for a client certificate.
+pub async fn noting_asked<F: Future>(connecting: F) -> (F::Output, Option<CertificateAsked>) {
+    let asked = Arc::new(AtomicU8::new(0));
+    let connected = ASKED.scope(asked.clone(), connecting).await;
+    let asked = match asked.load(Ordering::Acquire) {
+        1 => Some(CertificateAsked::NoneGiven),
+        2 => Some(CertificateAsked::Given),
+        _ => None,
+    };
+    (connected, asked)
+}
+
+/// Presents the route's certificate, if it has one, when an upstream asks for a client
+/// certificate, and notes that it asked ([`noting_asked`]).
+struct Presenting(Option<Arc<CertifiedKey>>);
+
+impl fmt::Debug for Presenting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Presenting({})", if self.0.is_some() { "a certificate" } else { "none" })
+    }
+}
+
+impl ResolvesClientCert for Presenting {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        let asked = if self.0.is_some() { 2 } else { 1 };
+        // Outside [`noting_asked`] (no connection of a call) there is nothing to note.
+        let _ = ASKED.try_with(|noted| noted.store(asked, Ordering::Release));
+        self.0.clone()
+    }
+
+    fn has_certs(&self) -> bool {
+        self.0.is_some()
     }
 }
 
@@ -182,9 +244,9 @@ fn builder() -> rustls::ConfigBuilder<ClientConfig, rustls::WantsVerifier> {
 }
 
 /// The TLS configuration of connections without a route `tls`: `roots` trusted, nothing
-/// presented.
+/// presented (an upstream that asks for a client certificate is noted).
 pub fn default_config(roots: RootCertStore) -> ClientConfig {
-    builder().with_root_certificates(roots).with_no_client_auth()
+    builder().with_root_certificates(roots).with_client_cert_resolver(Arc::new(Presenting(None)))
 }
 
 /// Whether an error is, at its root, TLS refusing the connection (a certificate not trusted,

@@ -46,6 +46,8 @@ pub(super) struct Connection {
     buf: Vec<u8>,
     /// When the connection was put back in the pool.
     pub(super) idle_since: Instant,
+    /// Whether its upstream asked for a client certificate (told with each answer).
+    pub(super) certificate_asked: Option<super::tls::CertificateAsked>,
 }
 
 /// Why an exchange failed.
@@ -161,6 +163,7 @@ impl Connection {
             stream: Box::new(stream),
             buf: Vec::with_capacity(READ_SIZE),
             idle_since: Instant::now(),
+            certificate_asked: None,
         }
     }
 
@@ -213,8 +216,13 @@ impl Connection {
         // connection must not carry another request. (Bytes that come later are found by the
         // pool, which looks before it reuses a connection.)
         let reuse = if clean && head.keep_alive { Reuse::Keep } else { Reuse::Close };
-        let answer =
-            Answer { status: head.status, body, freshness: head.freshness, retry_after: head.retry_after };
+        let answer = Answer {
+            status: head.status,
+            body,
+            freshness: head.freshness,
+            retry_after: head.retry_after,
+            certificate_asked: self.certificate_asked,
+        };
         Ok((answer, reuse))
     }
 

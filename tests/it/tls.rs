@@ -144,7 +144,9 @@ fn nginx(pki: &Pki) -> (Nginx, u16, u16) {
         pki.path("server.pem").display(),
         pki.path("server.key").display()
     );
-    let answer = format!("default_type application/json;\n    location / {{ return 200 '{MEALS}'; }}");
+    let answer = format!(
+        "default_type application/json;\n    location / {{ return 200 '{MEALS}'; }}\n    location /refused/ {{ return 403; }}"
+    );
     let site = format!(
         "server {{\n    listen 127.0.0.1:{open} ssl;\n    {tls}\n    {answer}\n}}\n\
          server {{\n    listen 127.0.0.1:{verifying} ssl http2;\n    {tls}\n    ssl_client_certificate {};\n    ssl_verify_client on;\n    {answer}\n}}\n",
@@ -217,7 +219,7 @@ async fn a_private_ca_is_trusted_by_its_route_or_by_every_route_from_the_ca_file
 #[tokio::test]
 async fn a_client_certificate_is_presented_and_its_connections_carry_no_other_route_s_calls() {
     let pki = pki();
-    let (_nginx, _, verifying) = nginx(&pki);
+    let (_nginx, open, verifying) = nginx(&pki);
     let dir = TempDir::new().unwrap();
     let service = Service::start_in(config(), dir.path()).await;
     let key = pki.pem("client.key");
@@ -239,15 +241,31 @@ async fn a_client_certificate_is_presented_and_its_connections_carry_no_other_ro
         .await
         .assert_problem(502, "upstream-validation-failed");
     assert_eq!(problem.get("upstreamStatus"), Some(&Json::Number(400.into())), "{problem:?}");
+    // Its detail says that nginx had asked for a certificate and got none.
+    let detail = problem_detail(&problem);
+    assert!(
+        detail.contains("asked for a client certificate") && detail.contains("presents none"),
+        "{detail}"
+    );
     // So does one with a certificate of another CA.
     let stranger = serde_json::json!({
         "ca": pki.pem("server-ca.pem"),
         "clientCert": pki.pem("stranger.pem"),
         "clientKey": pki.pem("stranger.key"),
     });
-    register(&service, body(verifying, "stranger", Some(stranger)))
+    let problem = register(&service, body(verifying, "stranger", Some(stranger)))
         .await
         .assert_problem(502, "upstream-validation-failed");
+    let detail = problem_detail(&problem);
+    assert!(detail.contains("was given the route's"), "{detail}");
+    // A 403 of an upstream that asked for no certificate says nothing of certificates.
+    let refused = |port: u16, tls: serde_json::Value| {
+        registration(&format!("https://127.0.0.1:{port}/refused/"), "", &format!(r#","tls":{tls}"#))
+    };
+    let server_ca = serde_json::json!({ "ca": pki.pem("server-ca.pem") });
+    let problem =
+        register(&service, refused(open, server_ca)).await.assert_problem(502, "upstream-validation-failed");
+    assert_eq!(problem_detail(&problem), "the upstream answered 403 Forbidden", "{problem:?}");
     assert_eq!(get(&service.url(&path)).await.status, 200, "the first route still presents its own");
 
     // The key is masked in the listing and sealed at rest.
