@@ -38,6 +38,10 @@ const STREAMS_BEFORE_SETTINGS: usize = 100;
 /// server that sets no limit gets.
 pub(super) const MOST_STREAMS: usize = 1000;
 
+/// How many sweeps (of 30 s) an upstream that picked HTTP/1.1 is remembered with no call looking
+/// for it: longer than its idle pooled connections are kept (90 s).
+const HTTP1_SWEEPS: u8 = 4;
+
 /// How long a call waits for a new connection's first SETTINGS frame (about one round trip)
 /// before it takes a stream on it by [`STREAMS_BEFORE_SETTINGS`].
 const SETTINGS_WAIT: Duration = Duration::from_secs(1);
@@ -68,8 +72,8 @@ struct Shared {
 
 impl Shared {
     /// Whether a call may take a stream on it now: open, its server's limit known, and fewer
-    /// calls on it than the server allows (a server that allows none for now gets one, which
-    /// waits in h2 for the server to allow it, rather than a new connection per call).
+    /// calls on it than the server allows (a server that allows none for now gets one call on
+    /// each connection, which waits in h2 until the server allows it).
     fn free(&self) -> bool {
         !self.sender.is_closed()
             && self.peer.is_settled()
@@ -97,8 +101,8 @@ struct Upstream {
     failure: Option<UpstreamError>,
     /// The last connection made to it picked HTTP/1.1: its calls go to the HTTP/1.1 pool.
     http1: bool,
-    /// A call looked for it since the last sweep.
-    touched: bool,
+    /// Sweeps since a call last looked for it.
+    untouched: u8,
 }
 
 impl Upstream {
@@ -171,11 +175,9 @@ impl Connections {
     fn look(&self, key: &Key) -> Look {
         let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(upstream) = all.get_mut(key) else {
-            let upstream = all.entry(key.clone()).or_default();
-            upstream.touched = true;
-            return Look::Found(Found::Open(upstream.opener()));
+            return Look::Found(Found::Open(all.entry(key.clone()).or_default().opener()));
         };
-        upstream.touched = true;
+        upstream.untouched = 0;
         if upstream.http1 {
             return Look::Found(Found::Http1);
         }
@@ -217,14 +219,16 @@ impl Connections {
         }
     }
 
-    /// Forgets the upstreams no call looked for since the last sweep, that have no open
-    /// connection and no call at their opener.
+    /// Forgets the upstreams that no call looked for since the sweep before (an upstream that
+    /// picked HTTP/1.1: in the last [`HTTP1_SWEEPS`] sweeps, as long as its idle pooled
+    /// connections may last), that have no open connection and no call at their opener.
     pub(super) fn sweep(&self) {
         let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
         all.retain(|_, upstream| {
             upstream.connections.retain(|c| !c.sender.is_closed());
-            // (`touched` is cleared whatever the rest says.)
-            std::mem::take(&mut upstream.touched)
+            upstream.untouched = upstream.untouched.saturating_add(1);
+            let kept_for = if upstream.http1 { HTTP1_SWEEPS } else { 1 };
+            upstream.untouched <= kept_for
                 || !upstream.connections.is_empty()
                 || Arc::strong_count(&upstream.opener) > 1
         });
@@ -242,9 +246,11 @@ impl Connections {
     ) -> Result<Lease, Failed> {
         let known = {
             let all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-            let settled =
-                all.get(&key).and_then(|u| u.connections.iter().find(|c| c.peer.is_settled()).cloned());
-            settled.map(|c| c.peer.streams.load(Ordering::Acquire))
+            let said = all.get(&key).and_then(|upstream| {
+                let said = |c: &&Arc<Shared>| !c.sender.is_closed() && c.peer.said.load(Ordering::Acquire);
+                upstream.connections.iter().find(said).cloned()
+            });
+            said.map(|c| c.peer.streams.load(Ordering::Acquire))
         };
         let peer = Arc::new(Peer::new(known));
         let stream = Watched { stream, frames: Frames::default(), peer: peer.clone() };
@@ -284,12 +290,14 @@ enum Look {
 }
 
 /// What the server of a connection said in its SETTINGS frames (RFC 9113 §6.5): how many streams
-/// it allows at once, and whether that is known (its first SETTINGS frame read, or its server's
-/// other connections' word taken meanwhile), also as a channel to wait on.
+/// it allows at once, whether that is known (its first SETTINGS frame read, or its server's
+/// other connections' word taken meanwhile, or waited for in vain), also as a channel to wait
+/// on, and whether this connection's server said it.
 struct Peer {
     streams: AtomicUsize,
     known: AtomicBool,
     settled: watch::Sender<bool>,
+    said: AtomicBool,
 }
 
 impl Peer {
@@ -300,6 +308,7 @@ impl Peer {
             streams: AtomicUsize::new(known.unwrap_or(STREAMS_BEFORE_SETTINGS)),
             known: AtomicBool::new(known.is_some()),
             settled: watch::channel(known.is_some()).0,
+            said: AtomicBool::new(false),
         }
     }
 
@@ -386,6 +395,7 @@ impl Frames {
                 if let Some(streams) = self.streams.take() {
                     peer.streams.store(streams, Ordering::Release);
                 }
+                peer.said.store(true, Ordering::Release);
                 peer.settle();
             }
             self.head_read = 0;
@@ -677,12 +687,16 @@ mod tests {
         drop(opener);
         connections.sweep();
         assert_eq!(upstreams(&connections), 0);
-        // An upstream that picked HTTP/1.1 is remembered while calls look for it.
+        // An upstream that picked HTTP/1.1 is remembered while calls look for it, and for as
+        // long as its idle HTTP/1.1 connections may be pooled after.
         connections.picked_http1(&key);
         assert!(matches!(connections.find(&key), Found::Http1));
         connections.sweep();
         assert!(matches!(connections.find(&key), Found::Http1));
-        connections.sweep();
+        for _ in 0..HTTP1_SWEEPS {
+            connections.sweep();
+        }
+        assert_eq!(upstreams(&connections), 1);
         connections.sweep();
         assert_eq!(upstreams(&connections), 0);
     }

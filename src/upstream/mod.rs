@@ -18,7 +18,7 @@ mod wire;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -339,8 +339,13 @@ impl UpstreamClient {
         // A wait for a slot of the limit is not part of the first attempt's time.
         let (mut now, mut retries) = (if limit.is_some() { Instant::now() } else { started }, 0);
         let limit_key = limit.as_ref().map(|(settings, key)| (&**settings, key.as_str()));
-        let target =
-            Target { request, origin: &origin, tls: outbound.tls, h2c: outbound.h2c && self.settings.http2 };
+        let target = Target {
+            request,
+            origin: &origin,
+            tls: outbound.tls,
+            h2c: outbound.h2c && self.settings.http2,
+            waited_for_failure: AtomicBool::new(false),
+        };
         // Whether this call has fetched a new token after a 401 (once at most).
         let mut renewed = false;
         loop {
@@ -418,14 +423,17 @@ impl UpstreamClient {
             .breakers
             .admit(target.origin, started)
             .map_err(|refused| UpstreamError::Unavailable { retry_after: refused.retry_after })?;
+        target.waited_for_failure.store(false, Ordering::Relaxed);
         let exchange = self.exchange_pooled(target, authorization, started);
         let answer = match tokio::time::timeout_at(deadline, exchange).await {
             Ok(answer) => answer,
             Err(_) => Err(UpstreamError::Timeout),
         };
         // A refusal of the policy says nothing of the upstream: not reported (a probe that ends
-        // so lets the next call probe).
+        // so lets the next call probe). Nor is the failure of another call's open this one
+        // waited for: that call reported it.
         let failed = match &answer {
+            Err(_) if target.waited_for_failure.load(Ordering::Relaxed) => None,
             Ok(answer) => Some(answer.status.is_server_error()),
             Err(
                 UpstreamError::Connect(_)
@@ -491,11 +499,16 @@ impl UpstreamClient {
             h2::Found::Failed(failure) => return Err(failure),
             h2::Found::Open(opener) => opener,
         };
+        // (The opener's lock is waited for in turn: a call that gives up while it opens lets
+        // the next one open, which then has no failure to share.)
         let _turn = opener.turn.lock().await;
         match self.h2.after_lock(key, &opener).await {
             h2::Found::Lease(lease) => Ok(Fresh::Http2(lease)),
             h2::Found::Http1 => Ok(Fresh::Http1(None)),
-            h2::Found::Failed(failure) => Err(failure),
+            h2::Found::Failed(failure) => {
+                target.waited_for_failure.store(true, Ordering::Relaxed);
+                Err(failure)
+            }
             h2::Found::Open(_) => match self.fresh(target, key).await {
                 Ok(Fresh::Http2(lease)) => Ok(Fresh::Http2(lease)),
                 Ok(Fresh::Http1(connection)) => Ok(Fresh::Http1(Some(connection))),
@@ -524,7 +537,9 @@ impl UpstreamClient {
         let limit = self.settings.max_body;
         let pool = self.pools.here();
         // A route that asked for HTTP/2 from the start never takes an HTTP/1.1 connection.
-        let mut pooled = if target.h2c { None } else { pool.take(&key, started) };
+        // A new connection given (the one that found out the upstream speaks HTTP/1.1) goes
+        // first: a pooled one stays in the pool.
+        let mut pooled = if target.h2c || connection.is_some() { None } else { pool.take(&key, started) };
         let mut given = connection;
         loop {
             let reused = pooled.is_some();
@@ -834,6 +849,9 @@ struct Target<'a> {
     tls: Option<&'a RouteTls>,
     /// HTTP/2 with prior knowledge, for an `http` upstream.
     h2c: bool,
+    /// The attempt's failure was another call's open, which it waited for (and which that call
+    /// reported to the breaker).
+    waited_for_failure: AtomicBool,
 }
 
 /// `scheme://host:port` of `uri`, the host in lower case and the port always written: what a

@@ -526,7 +526,13 @@ impl UpstreamClient {
         deadline: Instant,
     ) -> Fetched {
         let sent = Instant::now();
-        let target = super::Target { request: &token.request, origin: &token.origin, tls: None, h2c: false };
+        let target = super::Target {
+            request: &token.request,
+            origin: &token.origin,
+            tls: None,
+            h2c: false,
+            waited_for_failure: Default::default(),
+        };
         let answer = self.attempt(&target, None, sent, deadline).await;
         let outcome = match answer {
             Ok(answer) => read_token(answer.status, &answer.body),

@@ -179,9 +179,12 @@ impl ResolvesClientCert for Presenting {
     fn resolve(
         &self,
         _root_hint_subjects: &[&[u8]],
-        _sigschemes: &[SignatureScheme],
+        sigschemes: &[SignatureScheme],
     ) -> Option<Arc<CertifiedKey>> {
-        let asked = if self.0.is_some() { 2 } else { 1 };
+        // rustls sends no certificate when its key signs with none of the upstream's schemes.
+        let given =
+            self.0.as_ref().is_some_and(|certified| certified.key.choose_scheme(sigschemes).is_some());
+        let asked = if given { 2 } else { 1 };
         // Outside [`noting_asked`] (no connection of a call) there is nothing to note.
         let _ = ASKED.try_with(|noted| noted.store(asked, Ordering::Release));
         self.0.clone()

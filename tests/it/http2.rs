@@ -386,5 +386,10 @@ async fn calls_waiting_for_a_connection_that_cannot_be_made_answer_its_failure_a
         assert!(detail.contains("RECAST_UPSTREAM_CONNECT_TIMEOUT_MS"), "{detail}");
     }
     assert_eq!(relay.accepted.load(Ordering::SeqCst) - before, 1, "one connection was tried");
+    // One attempt failed, and the origin's breaker counted one failure (of the 5 that open it):
+    // the next call tries again.
+    let problem = get(&service.url(&path)).await.assert_problem(502, "upstream-unreachable");
+    assert!(format!("{problem:?}").contains("RECAST_UPSTREAM_CONNECT_TIMEOUT_MS"), "{problem:?}");
+    assert_eq!(relay.accepted.load(Ordering::SeqCst) - before, 2);
     service.stop().await;
 }
