@@ -71,11 +71,17 @@ struct Shared {
 }
 
 impl Shared {
+    /// Whether it may carry new calls: open, and its server has not begun to end it (a
+    /// `GOAWAY`, RFC 9113 §6.8: the calls on it finish, new ones go elsewhere).
+    fn open(&self) -> bool {
+        !self.sender.is_closed() && !self.peer.going_away.load(Ordering::Acquire)
+    }
+
     /// Whether a call may take a stream on it now: open, its server's limit known, and fewer
     /// calls on it than the server allows (a server that allows none for now gets one call on
     /// each connection, which waits in h2 until the server allows it).
     fn free(&self) -> bool {
-        !self.sender.is_closed()
+        self.open()
             && self.peer.is_settled()
             && self.in_flight.load(Ordering::Acquire) < self.peer.streams.load(Ordering::Acquire).max(1)
     }
@@ -181,7 +187,7 @@ impl Connections {
         if upstream.http1 {
             return Look::Found(Found::Http1);
         }
-        upstream.connections.retain(|c| !c.sender.is_closed());
+        upstream.connections.retain(|c| c.open());
         if let Some(free) = upstream.connections.iter().find(|c| c.free()) {
             free.in_flight.fetch_add(1, Ordering::AcqRel);
             return Look::Found(Found::Lease(Lease(free.clone())));
@@ -225,7 +231,7 @@ impl Connections {
     pub(super) fn sweep(&self) {
         let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
         all.retain(|_, upstream| {
-            upstream.connections.retain(|c| !c.sender.is_closed());
+            upstream.connections.retain(|c| c.open());
             upstream.untouched = upstream.untouched.saturating_add(1);
             let kept_for = if upstream.http1 { HTTP1_SWEEPS } else { 1 };
             upstream.untouched <= kept_for
@@ -247,7 +253,7 @@ impl Connections {
         let known = {
             let all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
             let said = all.get(&key).and_then(|upstream| {
-                let said = |c: &&Arc<Shared>| !c.sender.is_closed() && c.peer.said.load(Ordering::Acquire);
+                let said = |c: &&Arc<Shared>| c.open() && c.peer.said.load(Ordering::Acquire);
                 upstream.connections.iter().find(said).cloned()
             });
             said.map(|c| c.peer.streams.load(Ordering::Acquire))
@@ -298,6 +304,8 @@ struct Peer {
     known: AtomicBool,
     settled: watch::Sender<bool>,
     said: AtomicBool,
+    /// It sent a `GOAWAY`.
+    going_away: AtomicBool,
 }
 
 impl Peer {
@@ -309,6 +317,7 @@ impl Peer {
             known: AtomicBool::new(known.is_some()),
             settled: watch::channel(known.is_some()).0,
             said: AtomicBool::new(false),
+            going_away: AtomicBool::new(false),
         }
     }
 
@@ -324,7 +333,8 @@ impl Peer {
 
 /// Follows the frames a server sends (RFC 9113 §4.1) for what hyper does not tell: each frame's
 /// 9-byte head is read and its payload passed over, but a SETTINGS frame's entries, which are
-/// read for `SETTINGS_MAX_CONCURRENT_STREAMS`. (A server's connection preface is its SETTINGS
+/// read for `SETTINGS_MAX_CONCURRENT_STREAMS`; a `GOAWAY` frame's head takes the connection out
+/// of use for new calls at once, before hyper has acted on it. (A server's connection preface is its SETTINGS
 /// frame, so the first byte read is a frame's first.) The frames themselves are hyper's to check.
 #[derive(Default)]
 struct Frames {
@@ -345,6 +355,7 @@ struct Frames {
 
 impl Frames {
     const SETTINGS: u8 = 0x4;
+    const GOAWAY: u8 = 0x7;
     const ACK: u8 = 0x1;
     const MAX_CONCURRENT_STREAMS: u16 = 0x3;
 
@@ -359,6 +370,9 @@ impl Frames {
                     let [a, b, c, kind, flags, ..] = self.head;
                     self.payload_left = usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c);
                     self.settings = kind == Frames::SETTINGS && flags & Frames::ACK == 0;
+                    if kind == Frames::GOAWAY {
+                        peer.going_away.store(true, Ordering::Release);
+                    }
                     self.entry_read = 0;
                     // The first SETTINGS: a limit it does not set is none (RFC 9113 §6.5.2).
                     let first = self.settings && !std::mem::replace(&mut self.settings_met, true);
@@ -627,6 +641,18 @@ mod tests {
         bytes.extend(frame(0x6, 0, 0, &[0; 8])); // PING
         bytes.extend(settings(&[(4, 1), (3, 250)]));
         assert_eq!(read(&bytes, 7), (true, 250));
+        // A GOAWAY (last stream 5, NO_ERROR), cut anywhere, marks the connection as ending.
+        let goaway = frame(Frames::GOAWAY, 0, 0, &[0, 0, 0, 5, 0, 0, 0, 0]);
+        for piece in 1..=goaway.len() {
+            let (peer, mut frames) = (Peer::new(None), Frames::default());
+            frames.read(&bytes, &peer);
+            assert!(!peer.going_away.load(Ordering::Acquire));
+            for chunk in goaway.chunks(piece) {
+                frames.read(chunk, &peer);
+            }
+            assert!(peer.going_away.load(Ordering::Acquire), "read {piece} bytes at a time");
+            assert_eq!(peer.streams.load(Ordering::Acquire), 250);
+        }
         // An acknowledgement is not the server's SETTINGS: it settles nothing.
         assert_eq!(read(&frame(Frames::SETTINGS, Frames::ACK, 0, &[0, 3, 0, 0, 0, 1]), 3), (false, 100));
     }

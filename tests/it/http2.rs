@@ -103,7 +103,7 @@ async fn answers_over_http2_match_http1_and_a_hundred_calls_share_one_connection
         assert_eq!(answer.status, 200);
         assert_eq!(answer.body, a.body);
     }
-    let logged = calls(&log);
+    let logged = logged_calls(&log, 104).await;
     let h2_calls: Vec<_> = logged.iter().filter(|(_, protocol, _)| protocol == "HTTP/2.0").collect();
     let h1_calls = logged.iter().filter(|(_, protocol, _)| protocol == "HTTP/1.1").count();
     assert_eq!(h2_calls.len(), 102, "the live call, one call and 100 more, over HTTP/2: {logged:?}");
@@ -120,7 +120,7 @@ async fn answers_over_http2_match_http1_and_a_hundred_calls_share_one_connection
     let off = Service::start(recast::config::Config { upstream_http2: "off".to_owned(), ..config() }).await;
     let path = route(&off, &pki, h2, "off").await;
     assert_eq!(get(&off.url(&path)).await.body, a.body);
-    let last = calls(&log).into_iter().last().unwrap();
+    let last = logged_calls(&log, 106).await.into_iter().last().unwrap();
     assert_eq!(last.1, "HTTP/1.1", "{last:?}");
     off.stop().await;
 }
@@ -138,7 +138,7 @@ async fn an_http_upstream_is_spoken_to_in_http2_when_its_route_says_prior_knowle
     for _ in 0..3 {
         assert_eq!(get(&service.url(&path)).await.status, 200);
     }
-    let logged = calls(&log);
+    let logged = logged_calls(&log, 4).await;
     assert_eq!(logged.len(), 4);
     assert!(logged.iter().all(|(_, protocol, _)| protocol == "HTTP/2.0"), "{logged:?}");
     let listed = String::from_utf8(get(&service.url("/v1/routes")).await.body.to_vec()).unwrap();
@@ -175,7 +175,7 @@ async fn a_server_ending_its_connections_with_goaway_under_load_loses_no_call() 
     while let Some(done) = callers.join_next().await {
         done.unwrap();
     }
-    let logged = calls(&log);
+    let logged = logged_calls(&log, 301).await;
     let connections: std::collections::BTreeSet<u64> = logged.iter().map(|(c, _, _)| *c).collect();
     assert_eq!(logged.len(), 301, "every call answered once, the live call too");
     assert!(connections.len() >= 12, "nginx ended its connections as asked: {}", connections.len());
@@ -196,6 +196,19 @@ async fn at_once(url: &str, query: &str, callers: usize) {
     }
     while let Some(done) = calls.join_next().await {
         done.unwrap();
+    }
+}
+
+/// The access log's lines once there are `n` of them (nginx logs a call after its answer went
+/// out), or after [`crate::support::PATIENCE`].
+async fn logged_calls(log: &std::path::Path, n: usize) -> Vec<(u64, String, String)> {
+    let deadline = tokio::time::Instant::now() + crate::support::PATIENCE;
+    loop {
+        let logged = calls(log);
+        if logged.len() >= n || tokio::time::Instant::now() > deadline {
+            return logged;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
