@@ -153,17 +153,19 @@ async fn br_and_many_member_gzip_bombs_cost_the_binary_memory_near_its_limit() {
     assert_eq!(get(&binary.url(&path)).await.status, 200, "the binary goes on serving");
     println!("peak resident memory grown by bombs, in KiB: {grown:?}");
     // Four bodies of at most the limit and their decoders' buffers (for br at most about 1.6
-    // times the limit) stay within 24 times the limit even the first time; after that, within
-    // 8 times: the four calls of the first round do not always overlap fully, so a later round
-    // may take the peak the rest of the way to where they do (measured: 12 MiB, then 4 MiB
-    // more; most runs 16 MiB, then nothing). A br decoder that took the 16 MiB window its stream
-    // declares grows the peak by about 64 MiB here.
+    // times the limit), and what the allocator's per-thread heaps keep of them between the
+    // round's three batches, stay within 32 times the limit even the first time (measured from
+    // 10 to 24.6 MiB, the most with another process busy on the second core); after that,
+    // within 8 times: the four calls of the first round do not always overlap fully, so a later
+    // round may take the peak the rest of the way to where they do (measured: 12 MiB, then
+    // 4 MiB more; most runs 16 MiB, then nothing). A br decoder that took the 16 MiB window its
+    // stream declares grows the peak by about 64 MiB here.
     for (coding, kib) in &grown {
-        let most = if coding.ends_with("first") { 24 * limit } else { 8 * limit };
+        let most = if coding.ends_with("first") { 32 * limit } else { 8 * limit };
         assert!(*kib <= most >> 10, "{coding}: the peak grew by {kib} KiB: {grown:?}");
     }
     let all: u64 = grown.iter().map(|(_, kib)| kib).sum();
-    assert!(all <= (24 * limit) >> 10, "the three rounds grew the peak by {all} KiB: {grown:?}");
+    assert!(all <= (32 * limit) >> 10, "the three rounds grew the peak by {all} KiB: {grown:?}");
 }
 
 async fn get_owned(url: String) -> crate::support::Answer {
