@@ -36,7 +36,7 @@ const STREAMS_BEFORE_SETTINGS: usize = 100;
 
 /// The most calls one connection carries at once, however many the server allows; also what a
 /// server that sets no limit gets.
-pub(super) const MOST_STREAMS: usize = 1000;
+const MOST_STREAMS: usize = 1000;
 
 /// How many sweeps (of 30 s) an upstream that picked HTTP/1.1 is remembered with no call looking
 /// for it: longer than its idle pooled connections are kept (90 s).
@@ -218,9 +218,9 @@ impl Connections {
 
     /// Takes the connection of `lease` out of use (the upstream is ending it: a `GOAWAY`, a
     /// refused stream): the calls on it finish, new ones go elsewhere.
-    pub(super) fn forget(&self, lease: &Lease) {
+    pub(super) fn forget(&self, key: &Key, lease: &Lease) {
         let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-        for upstream in all.values_mut() {
+        if let Some(upstream) = all.get_mut(key) {
             upstream.connections.retain(|c| !Arc::ptr_eq(c, &lease.0));
         }
     }

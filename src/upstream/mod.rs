@@ -493,16 +493,16 @@ impl UpstreamClient {
         target: &Target<'_>,
         key: &Key,
     ) -> Result<Fresh<Option<wire::Connection>>, UpstreamError> {
-        let opener = match self.h2.find(key) {
-            h2::Found::Lease(lease) => return Ok(Fresh::Http2(lease)),
-            h2::Found::Http1 => return Ok(Fresh::Http1(None)),
-            h2::Found::Failed(failure) => return Err(failure),
-            h2::Found::Open(opener) => opener,
+        // The opener's lock is held until this call's open ends, and waited for in turn: a call
+        // that gives up while it opens lets the next one open, which has no failure to share.
+        let (found, _turn) = match self.h2.find(key) {
+            h2::Found::Open(opener) => {
+                let turn = opener.turn.clone().lock_owned().await;
+                (self.h2.after_lock(key, &opener).await, Some(turn))
+            }
+            found => (found, None),
         };
-        // (The opener's lock is waited for in turn: a call that gives up while it opens lets
-        // the next one open, which then has no failure to share.)
-        let _turn = opener.turn.lock().await;
-        match self.h2.after_lock(key, &opener).await {
+        match found {
             h2::Found::Lease(lease) => Ok(Fresh::Http2(lease)),
             h2::Found::Http1 => Ok(Fresh::Http1(None)),
             h2::Found::Failed(failure) => {
@@ -604,7 +604,7 @@ impl UpstreamClient {
                     | wire::Failed::Broken(_)
                     | wire::Failed::Tls(_))
             ) {
-                self.h2.forget(&lease);
+                self.h2.forget(key, &lease);
             }
             let why = match outcome {
                 Err(wire::Failed::Unsent(why)) if sends < H2_SENDS => why,

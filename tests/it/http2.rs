@@ -13,23 +13,18 @@ use tokio::task::JoinSet;
 
 use crate::nginx::{Nginx, set_mode};
 use crate::routes::{MEALS, registration};
-use crate::support::{Held, Json, Service, config, get, post_json};
+use crate::support::{Held, Json, Service, config, free_port, get, post_json};
 use crate::tls::{Pki, pki};
 
 /// nginx with three servers answering `MEALS`: HTTPS offering HTTP/2 (ending a connection after
 /// `keepalive` requests), HTTPS with HTTP/1.1 only, and plain HTTP/2 (h2c, prior knowledge). The two HTTPS ports, and the access log (`$connection $server_protocol
 /// $request_uri $sent_http_content_encoding`).
 fn nginx(pki: &Pki, keepalive: u32) -> Servers {
-    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let (h2, h1, h2c) = (free(), free(), free());
+    let (h2, h1, h2c) = (free_port(), free_port(), free_port());
     let logs = TempDir::new().unwrap();
     set_mode(logs.path(), 0o777);
     let log = logs.keep().join("access.log");
-    let tls = format!(
-        "ssl_certificate {};\n    ssl_certificate_key {};",
-        pki.path("server.pem").display(),
-        pki.path("server.key").display()
-    );
+    let tls = pki.nginx_certificate();
     // Compressed, so that decoding is part of what is compared.
     let answer = format!(
         "default_type application/json;\n    gzip on;\n    gzip_types application/json;\n    gzip_min_length 1;\n    location / {{ return 200 '{MEALS}'; }}"
@@ -291,8 +286,7 @@ async fn a_connection_carries_as_many_calls_as_the_server_allows_then_another_is
     // carry 20 streams nginx refuses ("concurrent streams exceeded"; h2c shows it, whose
     // handshake does not wait a round trip as TLS's does), sent again on more connections.
     let held = Held::start(MEALS).await;
-    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let (tls, h2c) = (free(), free());
+    let (tls, h2c) = (free_port(), free_port());
     let logs = TempDir::new().unwrap();
     set_mode(logs.path(), 0o777);
     let (log, errors) = (logs.path().join("access.log"), logs.path().join("error.log"));
@@ -305,10 +299,9 @@ async fn a_connection_carries_as_many_calls_as_the_server_allows_then_another_is
     );
     let site = format!(
         "log_format calls '$connection $server_protocol $request_uri';\n\
-         server {{\n    listen 127.0.0.1:{tls} ssl http2;\n    ssl_certificate {};\n    ssl_certificate_key {};\n    {common}\n}}\n\
+         server {{\n    listen 127.0.0.1:{tls} ssl http2;\n    {}\n    {common}\n}}\n\
          server {{\n    listen 127.0.0.1:{h2c} http2;\n    {common}\n}}\n",
-        pki.path("server.pem").display(),
-        pki.path("server.key").display(),
+        pki.nginx_certificate(),
     );
     let _nginx = Nginx::serve(&site, tls, TempDir::new().unwrap());
     let (over_tls, over_h2c) = (

@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 
 use crate::process::Group;
 use crate::routes::{MEALS, RULES, register};
-use crate::support::{Json, Reply, Service, Upstream, config, error_locations, get, send};
+use crate::support::{Json, Reply, Service, Upstream, config, error_locations, free_port, get, send};
 
 /// The file `scripts/test.sh` (`ensure_oauth_server`) writes in the target directory's `tmp` once
 /// it has installed Node.js and oidc-provider.
@@ -142,12 +142,6 @@ fn registration_to(
     format!(
         r#"{{"path":"{path}","originalRoute":{{"originalApi":{{"baseUrl":"{base}"}},"path":"api/data"}},"authHeader":{{"type":"OAuth2ClientCredentials","tokenUrl":"{token_url}","clientId":"{client}","clientSecret":"{secret}"{extra}}},"rulesAsString":{WHO}}}"#
     )
-}
-
-/// A port free on 127.0.0.1 a moment ago (for the authorization server, whose issuer URL must be
-/// known before it starts).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 async fn registered_path(service: &Service, body: &str) -> String {

@@ -236,6 +236,14 @@ impl Drop for Upstream {
     }
 }
 
+/// A loopback port free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 /// Longest a check waits for something that should happen at once; far below the upstream holds
 /// and idle timeouts the checks tell apart from it.
 pub const PATIENCE: Duration = Duration::from_secs(10);

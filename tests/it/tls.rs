@@ -13,7 +13,7 @@ use tempfile::TempDir;
 use crate::nginx::{Nginx, set_mode};
 use crate::routes::{MEALS, registration};
 use crate::secrets::files_holding;
-use crate::support::{Json, Service, config, error_locations, get, post_json};
+use crate::support::{Json, Service, config, error_locations, free_port, get, post_json};
 
 /// Certificate authorities and the certificates they sign, made by `openssl` in a directory
 /// nginx's workers can read.
@@ -34,6 +34,15 @@ impl Pki {
 
     pub fn pem(&self, name: &str) -> String {
         std::fs::read_to_string(self.path(name)).unwrap()
+    }
+
+    /// nginx's directives for the server certificate of `server-ca`.
+    pub fn nginx_certificate(&self) -> String {
+        format!(
+            "ssl_certificate {};\n    ssl_certificate_key {};",
+            self.path("server.pem").display(),
+            self.path("server.key").display()
+        )
     }
 
     fn openssl(&self, args: &[&str]) {
@@ -137,13 +146,8 @@ pub fn pki() -> Pki {
 /// asks for a client certificate of `client-ca` (`ssl_verify_client on`; HTTP/2 offered, so the
 /// client certificate and the keeping apart of connections are tested over both). Their ports.
 fn nginx(pki: &Pki) -> (Nginx, u16, u16) {
-    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let (open, verifying) = (free(), free());
-    let tls = format!(
-        "ssl_certificate {};\n    ssl_certificate_key {};",
-        pki.path("server.pem").display(),
-        pki.path("server.key").display()
-    );
+    let (open, verifying) = (free_port(), free_port());
+    let tls = pki.nginx_certificate();
     let answer = format!(
         "default_type application/json;\n    location / {{ return 200 '{MEALS}'; }}\n    location /refused/ {{ return 403; }}"
     );
@@ -286,7 +290,7 @@ async fn a_client_certificate_is_presented_and_its_connections_carry_no_other_ro
 /// certificate of `client-ca` only (`-Verify`, `-verify_return_error`): it refuses the others in the TLS handshake, with
 /// an alert, where nginx answers them in HTTP. Its process and port.
 fn s_server(pki: &Pki) -> (crate::process::Group, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let www = pki.path("www");
     std::fs::create_dir_all(www.join("api")).unwrap();
     std::fs::write(www.join("api/random.php"), MEALS).unwrap();
