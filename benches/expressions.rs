@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use bumpalo::Bump;
 use criterion::Criterion;
-use recast::expr::{self, Arena, Doc, Program, Val};
+use recast::expr::{self, Arena, Budget, Doc, Program, Val};
 use recast::plan::Plan;
 use recast::rules::{Limits, compile_json};
 
@@ -135,7 +135,8 @@ fn recast_expr(program: &Program, body: &[u8]) -> Vec<u8> {
     recast::json::with_parsed(&mut buf, 64, |doc| {
         let nodes: &recast::json::Nodes<'_> = doc;
         let bump = Bump::new();
-        let arena = Arena::new(&bump, 64 << 20);
+        let budget = Budget::new(64 << 20, u64::MAX);
+        let arena = Arena::new(&bump, &budget);
         let root = Val::from_tape(nodes, 0);
         let value = expr::evaluate(program, nodes, root, root, &arena).expect("the expression runs");
         Doc { nodes }.write(&mut out, value);

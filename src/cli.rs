@@ -103,16 +103,18 @@ pub fn preview(rules: &Path, input: &Path, traced: bool, limits: &Limits) -> Out
     let mapped = json::with_parsed(&mut input_text, limits.max_depth, |nodes| {
         let mut out = preview_output(compiled, nodes, 0, traced)?;
         out.push(b'\n');
-        Some(out)
+        Ok(out)
     });
     match mapped {
-        Ok(Some(out)) => Outcome::ok(out, String::new()),
-        Ok(None) => Outcome::failed(
+        Ok(Ok(out)) => Outcome::ok(out, String::new()),
+        Ok(Err((limit, bound))) => Outcome::failed(
             Exit::Problems,
             format!(
-                "{}: the rules' expressions built more than {} bytes (RECAST_MAX_EXPR_BYTES)\n",
+                "{}: {} would pass {bound} {} ({})\n",
                 rules.display(),
-                limits.max_expr_bytes
+                limit.what(),
+                limit.unit(),
+                limit.setting()
             ),
         ),
         Err(e) => Outcome::failed(

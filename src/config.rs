@@ -21,6 +21,8 @@ pub const MAX_REQUEST_BYTES: &str = "RECAST_MAX_REQUEST_BYTES";
 pub const MAX_RULES: &str = "RECAST_MAX_RULES";
 pub const MAX_DEPTH: &str = "RECAST_MAX_DEPTH";
 pub const MAX_EXPR_BYTES: &str = "RECAST_MAX_EXPR_BYTES";
+pub const MAX_RESPONSE_BYTES: &str = "RECAST_MAX_RESPONSE_BYTES";
+pub const MAX_MAPPING_STEPS: &str = "RECAST_MAX_MAPPING_STEPS";
 pub const SHUTDOWN_GRACE_MS: &str = "RECAST_SHUTDOWN_GRACE_MS";
 pub const WORKERS: &str = "RECAST_WORKERS";
 pub const LOG: &str = "RECAST_LOG";
@@ -54,6 +56,8 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1 << 20;
 pub const DEFAULT_MAX_RULES: usize = 1024;
 pub const DEFAULT_MAX_DEPTH: usize = 64;
 pub const DEFAULT_MAX_EXPR_BYTES: usize = crate::rules::DEFAULT_MAX_EXPR_BYTES;
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = crate::rules::DEFAULT_MAX_RESPONSE_BYTES;
+pub const DEFAULT_MAX_MAPPING_STEPS: u64 = crate::rules::DEFAULT_MAX_MAPPING_STEPS;
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 10_000;
 pub const DEFAULT_LOG: &str = "info";
 pub const DEFAULT_MAX_INFLIGHT: usize = 4096;
@@ -143,9 +147,21 @@ pub struct Config {
     pub max_depth: usize,
 
     /// Bytes the values built by one call's expressions may take (multi-selects, sorted copies,
-    /// text); past it the call answers 502 `mapping-limit`.
+    /// text), each charged what writing it out takes; past it the call answers 502
+    /// `mapping-limit` (a preview 422).
     #[arg(long, env = MAX_EXPR_BYTES, default_value_t = DEFAULT_MAX_EXPR_BYTES)]
     pub max_expr_bytes: usize,
+
+    /// Bytes of the answer one call's mapping may write; past it the call answers 502
+    /// `mapping-limit` (a preview 422).
+    #[arg(long, env = MAX_RESPONSE_BYTES, default_value_t = DEFAULT_MAX_RESPONSE_BYTES)]
+    pub max_response_bytes: usize,
+
+    /// Steps of work one call's mapping may take (each object mapped, value compared, element
+    /// built, 64 bytes of text read...); past it the call answers 502 `mapping-limit` (a preview
+    /// 422). The default holds one mapping to some tens of milliseconds.
+    #[arg(long, env = MAX_MAPPING_STEPS, default_value_t = DEFAULT_MAX_MAPPING_STEPS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_mapping_steps: u64,
 
     /// How long in-flight requests may take to finish after SIGTERM/SIGINT, in milliseconds.
     #[arg(long, env = SHUTDOWN_GRACE_MS, default_value_t = DEFAULT_SHUTDOWN_GRACE_MS)]
@@ -254,6 +270,8 @@ impl Default for Config {
             max_rules: DEFAULT_MAX_RULES,
             max_depth: DEFAULT_MAX_DEPTH,
             max_expr_bytes: DEFAULT_MAX_EXPR_BYTES,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_mapping_steps: DEFAULT_MAX_MAPPING_STEPS,
             shutdown_grace_ms: DEFAULT_SHUTDOWN_GRACE_MS,
             workers: None,
             log: DEFAULT_LOG.to_owned(),
@@ -278,7 +296,13 @@ impl Default for Config {
 impl Config {
     /// The limits rules are compiled under.
     pub fn limits(&self) -> Limits {
-        Limits { max_rules: self.max_rules, max_depth: self.max_depth, max_expr_bytes: self.max_expr_bytes }
+        Limits {
+            max_rules: self.max_rules,
+            max_depth: self.max_depth,
+            max_expr_bytes: self.max_expr_bytes,
+            max_response_bytes: self.max_response_bytes,
+            max_mapping_steps: self.max_mapping_steps,
+        }
     }
 
     pub fn shutdown_grace(&self) -> Duration {
@@ -376,6 +400,8 @@ mod tests {
             MAX_RULES,
             MAX_DEPTH,
             MAX_EXPR_BYTES,
+            MAX_RESPONSE_BYTES,
+            MAX_MAPPING_STEPS,
             SHUTDOWN_GRACE_MS,
             WORKERS,
             LOG,

@@ -82,11 +82,23 @@ struct LimitArgs {
     /// Bytes the values built by one mapping's expressions may take.
     #[arg(long, env = recast::config::MAX_EXPR_BYTES, default_value_t = recast::config::DEFAULT_MAX_EXPR_BYTES)]
     max_expr_bytes: usize,
+    /// Bytes of the answer one mapping may write.
+    #[arg(long, env = recast::config::MAX_RESPONSE_BYTES, default_value_t = recast::config::DEFAULT_MAX_RESPONSE_BYTES)]
+    max_response_bytes: usize,
+    /// Steps of work one mapping may take.
+    #[arg(long, env = recast::config::MAX_MAPPING_STEPS, default_value_t = recast::config::DEFAULT_MAX_MAPPING_STEPS, value_parser = clap::value_parser!(u64).range(1..))]
+    max_mapping_steps: u64,
 }
 
 impl LimitArgs {
     fn limits(&self) -> Limits {
-        Limits { max_rules: self.max_rules, max_depth: self.max_depth, max_expr_bytes: self.max_expr_bytes }
+        Limits {
+            max_rules: self.max_rules,
+            max_depth: self.max_depth,
+            max_expr_bytes: self.max_expr_bytes,
+            max_response_bytes: self.max_response_bytes,
+            max_mapping_steps: self.max_mapping_steps,
+        }
     }
 }
 
@@ -131,13 +143,17 @@ fn serve(config: Config) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
-    runtime.block_on(async {
+    let served = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         // The error says itself what went wrong (e.g. the data directory is in use).
         recast::server::run(listener, config, stop_signal()).await.map_err(anyhow::Error::from)
-    })
+    });
+    // `run` waited for what it must within the grace period; blocking work still running past
+    // it (a name lookup that hangs) is not waited for, and neither are busy workers.
+    runtime.shutdown_background();
+    served
 }
 
 /// Completes on the first SIGTERM or SIGINT.

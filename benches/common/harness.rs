@@ -55,34 +55,42 @@ pub fn path(dir: &Path) -> &str {
     dir.to_str().expect("a UTF-8 path")
 }
 
-/// The binary, killed when dropped.
+/// The binary, killed when dropped. What it logs is kept in a file and printed when it stops
+/// with a failure, or when the bench fails while it runs.
 pub struct Server {
     child: Child,
     pub port: u16,
+    log: PathBuf,
 }
 
 impl Server {
     /// Starts `recast serve` on a free loopback port with `env` added to the environment (logs
-    /// at `warn`, thrown away); does not wait for it.
+    /// at `warn`, kept); does not wait for it.
     pub fn spawn(binary: &Path, env: &[(&str, &str)]) -> Server {
         let port = free_port();
+        let log = std::env::temp_dir().join(format!("recast-bench-{port}-{}.log", Uuid::new_v4()));
+        let file = std::fs::File::create(&log).expect("the log file is made");
         let child = Command::new(binary)
             .arg("serve")
             .env("RECAST_LISTEN", format!("127.0.0.1:{port}"))
             .env("RECAST_LOG", "warn")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(file)
             .spawn()
             .expect("the binary starts");
-        Server { child, port }
+        Server { child, port, log }
     }
 
     /// Waits until `/readyz` answers 200, polling every 2 ms; panics after `limit`.
     pub fn wait_ready(&self, limit: Duration) {
         let deadline = Instant::now() + limit;
         while get(self.port, "/readyz").is_none_or(|(status, _)| status != 200) {
-            assert!(Instant::now() < deadline, "recast did not become ready within {limit:?}");
+            assert!(
+                Instant::now() < deadline,
+                "recast did not become ready within {limit:?}:\n{}",
+                self.logged()
+            );
             std::thread::sleep(Duration::from_millis(2));
         }
     }
@@ -91,18 +99,25 @@ impl Server {
         self.child.id()
     }
 
+    /// What the binary logged so far.
+    pub fn logged(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// Stops the binary as an operator does (SIGTERM), so it closes its store cleanly; kills it
-    /// if it has not exited within 30 s.
+    /// if it has not exited within 30 s. Panics, with what it logged, when it exits with a
+    /// failure.
     pub fn stop(mut self) {
         let stopped = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(30);
         while stopped.as_ref().is_ok_and(|s| s.success()) && Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
-                assert!(status.success(), "recast stopped with {status}");
+                assert!(status.success(), "recast stopped with {status}; it logged:\n{}", self.logged());
                 return;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        panic!("recast did not stop within 30 s of SIGTERM; it logged:\n{}", self.logged());
     }
 }
 
@@ -110,6 +125,10 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("---- what recast (port {}) logged ----\n{}---- end ----", self.port, self.logged());
+        }
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 

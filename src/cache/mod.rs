@@ -38,7 +38,8 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::metrics::CacheGauges;
-use crate::route::{CacheSettings, Route, UpstreamRequest};
+use crate::route::{CacheSettings, Route};
+use crate::upstream::UpstreamRequest;
 use crate::upstream::{Freshness, MAX_DELTA_SECONDS};
 pub use status::CacheStatus;
 
@@ -168,6 +169,12 @@ impl<T: Clone> Leader<T> {
 }
 
 impl<T> Leader<T> {
+    /// A waiter on this very flight, for the call that leads it but lets a task of its own make
+    /// the upstream call.
+    pub fn waiter(&self) -> Waiter<T> {
+        Waiter(self.flight.subscribe())
+    }
+
     /// Takes the flight away from its key, unless a drop already did.
     fn leave(&self) {
         let mut flights = self.cache.flights.lock().unwrap_or_else(PoisonError::into_inner);

@@ -3,7 +3,7 @@
 
 use crate::json::write::{self, Backing, canonical_decimal, canonical_integer};
 use crate::json::{Doc, Node, StaticNode};
-use crate::rules::Type;
+use crate::plan::Type;
 
 /// A scalar converted to its target type, ready to be written.
 #[derive(Debug, Clone, Copy, PartialEq)]

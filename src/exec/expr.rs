@@ -3,9 +3,9 @@
 //! gives.
 
 use super::coerce::{self, coerce};
-use crate::expr::{Arena, Doc as View, EvalError, EvalErrorKind, Kind, Number, Program, Val, evaluate};
+use crate::expr::{Arena, Doc as View, EvalError, Kind, Number, Program, Val, evaluate};
 use crate::json::{Doc, Node, Nodes, StaticNode};
-use crate::rules::Type;
+use crate::plan::Type;
 
 /// What one call's expressions share: `$`, and the arena their values are built in.
 pub(crate) struct Context<'v> {
@@ -99,11 +99,6 @@ fn is_empty(view: View<'_>, v: Val<'_>) -> bool {
         Val::Bool(_) | Val::Number(_) => false,
         _ => view.len(v) == Some(0),
     }
-}
-
-/// Whether an error is the budget running out, which fails the whole call.
-pub(crate) fn over_budget(error: &EvalError) -> bool {
-    error.kind == EvalErrorKind::OverBudget
 }
 
 /// The tape index of a value of the document, if it is a container there.

@@ -7,19 +7,17 @@
 mod coerce;
 mod expr;
 mod trace;
-mod wants;
 
 use std::cell::RefCell;
 
 use bumpalo::Bump;
 
 pub use trace::{TRACE_ELEMENTS, Trace, TraceEntry, execute_traced};
-pub(crate) use wants::wants;
 
-use crate::expr::{Arena, EvalError, Kind, Val};
+use crate::expr::{Arena, Budget, EvalError, EvalErrorKind, Kind, Val};
 use crate::json::{self, Doc, Node, Nodes, write};
-use crate::plan::{self, Each, Input, KeyTable, Member, Op, Plan, Read, SlotId, Span};
-use crate::rules::Type;
+use crate::plan::Type;
+use crate::plan::{Each, Input, KeyTable, Limit, Member, Op, Plan, Read, SlotId, Span};
 use coerce::text;
 
 /// Slot content before a scan has found the member.
@@ -55,15 +53,24 @@ pub fn map_text(
 pub struct Outcome {
     /// Expressions that failed while evaluating; each one's value was missing.
     pub expression_errors: u32,
-    /// The values the expressions built passed `RECAST_MAX_EXPR_BYTES`: the output is not the
-    /// mapping's, and the call fails (`mapping-limit`).
-    pub over_budget: bool,
+    /// The bound of the plan's [`Bounds`](plan::Bounds) the run ran into: it stopped there, the
+    /// output is not the mapping's, and the call fails (`mapping-limit`).
+    pub limit: Option<Limit>,
+    /// Steps of work it took (`RECAST_MAX_MAPPING_STEPS`).
+    pub steps: u64,
 }
 
 impl Outcome {
     fn failed(&mut self, error: &EvalError) {
-        self.expression_errors += 1;
-        self.over_budget |= expr::over_budget(error);
+        match error.kind {
+            EvalErrorKind::OverBudget(bound) => self.stopped(bound.into()),
+            _ => self.expression_errors += 1,
+        }
+    }
+
+    /// The run stops at `limit` (the first bound it met is the one reported).
+    fn stopped(&mut self, limit: Limit) {
+        self.limit.get_or_insert(limit);
     }
 }
 
@@ -76,6 +83,8 @@ pub(crate) struct Scratch<'a> {
     /// for an `each` list of two or more elements.
     shapes: &'a mut [Shape],
     outcome: Outcome,
+    /// The length the output may reach (`RECAST_MAX_RESPONSE_BYTES` past where it began).
+    answer_end: usize,
 }
 
 /// Members per object whose names a scan remembers from one `each` element to the next.
@@ -126,6 +135,7 @@ impl<'a> Scratch<'a> {
             slots: arena.alloc_slice_fill_copy(plan.slot_count, MISSING),
             shapes: &mut [],
             outcome: Outcome::default(),
+            answer_end: usize::MAX,
         }
     }
 
@@ -185,10 +195,27 @@ pub(crate) fn document<O: Observer>(
 ) {
     let tape: &Nodes<'_> = nodes;
     let bump: &Bump = scratch.arena;
-    let arena = Arena::new(bump, plan.expr_budget);
+    let budget = Budget::new(plan.bounds.built_bytes, plan.bounds.steps);
+    let arena = Arena::new(bump, &budget);
     let context = expr::Context { top: Val::from_tape(tape, root), arena: &arena };
+    scratch.answer_end = out.len().saturating_add(plan.bounds.answer_bytes);
+    mapped(plan, nodes, root, &context, scratch, out, observer);
+    scratch.outcome.steps = plan.bounds.steps - budget.steps_left();
+}
+
+/// The output of [`document`], within the call's bounds.
+fn mapped<O: Observer>(
+    plan: &Plan,
+    nodes: &Doc<'_, '_>,
+    root: usize,
+    context: &expr::Context<'_>,
+    scratch: &mut Scratch<'_>,
+    out: &mut Vec<u8>,
+    observer: &mut O,
+) {
+    let tape: &Nodes<'_> = nodes;
     let Some(each) = &plan.each else {
-        object(plan, nodes, root, context.top, &context, scratch, out, observer);
+        object(plan, nodes, root, context.top, context, scratch, out, observer);
         return;
     };
     out.push(b'[');
@@ -197,23 +224,23 @@ pub(crate) fn document<O: Observer>(
             Some(list) if matches!(nodes.get(list), Some(Node::Array { .. })) => {
                 let elements = json::elements(nodes, list).into_iter().flatten();
                 let items = elements.map(|element| (element, Val::from_tape(tape, element)));
-                elements_of(plan, nodes, items, &context, scratch, out, observer);
+                elements_of(plan, nodes, items, context, scratch, out, observer);
             }
             Some(element) if matches!(nodes.get(element), Some(Node::Object { .. })) => {
                 let items = std::iter::once((element, Val::from_tape(tape, element)));
-                elements_of(plan, nodes, items, &context, scratch, out, observer);
+                elements_of(plan, nodes, items, context, scratch, out, observer);
             }
             _ => {}
         },
         Each::Expr(program) => {
-            match expr::run(&plan.programs[*program as usize], tape, &context, context.top) {
+            match expr::run(&plan.programs[*program as usize], tape, context, context.top) {
                 Err(error) => {
                     scratch.outcome.failed(&error);
                     observer.expression(None, Some(&error));
                 }
                 Ok(found) => {
                     observer.expression(None, None);
-                    each_expression(plan, nodes, found, &context, scratch, out, observer);
+                    each_expression(plan, nodes, found, context, scratch, out, observer);
                 }
             }
         }
@@ -248,6 +275,22 @@ fn each_expression<O: Observer>(
         let items = elements.into_iter().map(|v| (expr::tape_index(v).unwrap_or(MISSING), v));
         elements_of(plan, nodes, items, context, scratch, out, observer);
         return;
+    }
+    // The elements were charged when they were built; their text is charged again for the
+    // nodes its parse takes (a node per two bytes of text at most).
+    let mut size = 2u64;
+    for v in &elements {
+        match context.arena.size(view, *v) {
+            Ok(bytes) => size = size.saturating_add(bytes + 1),
+            Err(bound) => return scratch.outcome.stopped(bound.into()),
+        }
+    }
+    let parse = size.saturating_mul((std::mem::size_of::<Node<'_>>() / 2) as u64);
+    // Written, then parsed (about four times faster than written).
+    let work =
+        crate::expr::steps_of_writing(size).saturating_add(size / (4 * crate::expr::cost::WRITTEN_BYTES));
+    if let Err(bound) = context.arena.charge(parse).and_then(|()| context.arena.step(work)) {
+        return scratch.outcome.stopped(bound.into());
     }
     let mut text = Vec::new();
     text.push(b'[');
@@ -290,6 +333,9 @@ fn elements_of<'v, O: Observer>(
     let mut items = items.peekable();
     let mut written = 0;
     for index in 0.. {
+        if scratch.outcome.limit.is_some() {
+            break;
+        }
         let Some((element, value)) = items.next() else { break };
         if index == 0 && items.peek().is_some() {
             scratch.remember_shapes(plan);
@@ -323,21 +369,39 @@ fn object<O: Observer>(
 ) -> bool {
     let ignore = plan.ignore_empty;
     let tape: &Nodes<'_> = nodes;
+    let answer_end = scratch.answer_end;
     let Scratch { slots, shapes, outcome, .. } = scratch;
+    // A step per op of each object mapped.
+    if let Err(bound) = context.arena.step(plan.ops.len() as u64) {
+        outcome.stopped(bound.into());
+        return false;
+    }
     let slots = &mut **slots;
     slots.fill(MISSING);
     let mut shapes = shapes.iter_mut();
     out.push(b'{');
     let mut first = true;
     for op in &plan.ops {
+        if out.len() > answer_end {
+            outcome.stopped(Limit::Answer);
+        }
+        if outcome.limit.is_some() {
+            break;
+        }
         let target = MemberOut { out: &mut *out, first: &mut first, root, observer: &mut *observer };
         match op {
             Op::Scan { input, strict, table } => {
                 let from = input_at(*input, root, slots);
                 let shape = shapes.next();
                 let object = if *strict { Some(from) } else { json::first_non_list(nodes, from) };
-                // `scan` reads only an object.
+                // `scan` reads only an object, a step per member it may pass.
                 if let Some(object) = object {
+                    if let Some(Node::Object { len, .. }) = nodes.get(object)
+                        && let Err(bound) = context.arena.step(*len as u64)
+                    {
+                        outcome.stopped(bound.into());
+                        break;
+                    }
                     scan(nodes, object, table, slots, shape);
                 }
             }
@@ -382,8 +446,6 @@ fn object<O: Observer>(
             Op::Array { target: id, ty, member, reads } => {
                 target.write(*id, member, |out| array(plan, nodes, *ty, *reads, slots, ignore, out));
             }
-            // Once the budget is spent the call fails, and no more is built.
-            Op::Expr { target: id, .. } if outcome.over_budget => target.left_out(*id),
             Op::Expr { target: id, ty, program, member } => {
                 let value = match expr::run(&plan.programs[*program as usize], tape, context, cur) {
                     Ok(value) => {
@@ -396,6 +458,27 @@ fn object<O: Observer>(
                         Val::Null
                     }
                 };
+                // Once a bound is met the call fails, and nothing more is written.
+                if outcome.limit.is_some() {
+                    break;
+                }
+                // A value is measured before it is written: one that would pass the answer's
+                // bound is not written at all.
+                let view = crate::expr::Doc { nodes: tape };
+                let size = context.arena.size(view, value);
+                match size
+                    .and_then(|size| context.arena.step(crate::expr::steps_of_writing(size)).map(|()| size))
+                {
+                    Ok(size) if size > answer_end.saturating_sub(target.out.len()) as u64 => {
+                        outcome.stopped(Limit::Answer);
+                        break;
+                    }
+                    Err(bound) => {
+                        outcome.stopped(bound.into());
+                        break;
+                    }
+                    Ok(_) => {}
+                }
                 if ignore && value.is_null() {
                     target.left_out(*id);
                 } else {
@@ -403,6 +486,9 @@ fn object<O: Observer>(
                 }
             }
         }
+    }
+    if out.len() > answer_end {
+        outcome.stopped(Limit::Answer);
     }
     out.push(b'}');
     !first
@@ -521,7 +607,7 @@ fn follow(nodes: &[Node<'_>], remembered: &[Seen], slots: &mut [usize], walk: &m
             return false;
         };
         let name = name.as_bytes();
-        if name.len() != seen.len as usize || plan::words(name) != (seen.head, seen.tail) {
+        if name.len() != seen.len as usize || json::keys::words(name) != (seen.head, seen.tail) {
             *walk = Walk { at, position: remembered.len() - expected.len() - 1, wanted };
             return true;
         }
@@ -560,7 +646,7 @@ fn look_up(
             break;
         };
         let name = name.as_bytes();
-        let (head, tail) = plan::words(name);
+        let (head, tail) = json::keys::words(name);
         let mut taken = NOT_TAKEN;
         if let Some(slot) = table.get_words(name, head, tail)
             && let Some(found) = slots.get_mut(slot as usize)
@@ -1025,7 +1111,7 @@ mod expression_tests {
     fn a_failing_expression_is_a_missing_value_and_is_counted() {
         let (out, outcome) = map_with(&one("abs(currency)", "Int"), ORDER, &Limits::default());
         assert_eq!(out, r#"{"v":null}"#);
-        assert_eq!(outcome, super::Outcome { expression_errors: 1, over_budget: false });
+        assert_eq!((outcome.expression_errors, outcome.limit), (1, None));
         let rules = r#"{"ignoreEmptyValues":true,"newBodyFields":{"v":{"key":"v","type":"Int"},"w":{"key":"w","type":"String"}},
             "oldBodyFields":{"v":{"expr":"`1` / `0`"},"w":{"expr":"currency"}}}"#;
         let (out, outcome) = map_with(rules, ORDER, &Limits::default());
@@ -1042,8 +1128,8 @@ mod expression_tests {
         let expr = "a[*].[$.a[*].[$.a[*].[$.a[*].[$.a[*]]]]]";
         let limits = Limits { max_expr_bytes: 1 << 20, ..Limits::default() };
         let (_, outcome) = map_with(&one(expr, "Json"), &input, &limits);
-        assert!(outcome.over_budget, "{outcome:?}");
+        assert_eq!(outcome.limit, Some(crate::plan::Limit::Built), "{outcome:?}");
         let (out, outcome) = map_with(&one("length(a[*].[@, @])", "Int"), &input, &limits);
-        assert_eq!((out.as_str(), outcome.over_budget), (r#"{"v":100}"#, false));
+        assert_eq!((out.as_str(), outcome.limit), (r#"{"v":100}"#, None));
     }
 }

@@ -10,7 +10,8 @@ use super::{Observer, Outcome, Scratch, document, with_arena};
 use crate::expr::EvalError;
 use crate::json::{self, Doc, Node, Nodes, write};
 use crate::plan::{Each, Plan, Target};
-use crate::rules::{KeyEntry, Problem, Type};
+use crate::plan::{KeyEntry, Type};
+use crate::rules::Problem;
 
 /// How many `each` elements a trace describes; the output always has all of them.
 pub const TRACE_ELEMENTS: usize = 50;
@@ -43,6 +44,11 @@ pub struct TraceEntry {
 }
 
 impl Trace {
+    /// Bytes of the values the entries hold.
+    pub fn value_bytes(&self) -> usize {
+        self.entries.iter().map(|e| e.value.as_ref().map_or(0, Vec::len)).sum()
+    }
+
     /// Appends the entries as a JSON array.
     pub fn write_entries(&self, out: &mut Vec<u8>) {
         out.push(b'[');

@@ -6,7 +6,7 @@
 use std::cmp::Ordering;
 
 use super::parse::{Arith, Compare};
-use super::value::{Arena, Doc, Kind, Number, OverBudget, Val};
+use super::value::{Arena, Doc, Kind, Number, OverBudget, Val, position};
 use super::{Program, Step, StepId};
 use crate::json::Nodes;
 
@@ -23,8 +23,9 @@ pub enum EvalErrorKind {
     InvalidType,
     /// A value of the right type that is out of its range (a slice step of 0, a division by 0).
     InvalidValue,
-    /// The values built exceeded `RECAST_MAX_EXPR_BYTES`.
-    OverBudget,
+    /// The call ran into one of its bounds: the values built would pass
+    /// `RECAST_MAX_EXPR_BYTES`, or the work `RECAST_MAX_MAPPING_STEPS`.
+    OverBudget(OverBudget),
 }
 
 impl EvalErrorKind {
@@ -33,7 +34,7 @@ impl EvalErrorKind {
         match self {
             EvalErrorKind::InvalidType => "invalid-type",
             EvalErrorKind::InvalidValue => "invalid-value",
-            EvalErrorKind::OverBudget => "over-budget",
+            EvalErrorKind::OverBudget(_) => "over-budget",
         }
     }
 }
@@ -45,11 +46,12 @@ impl std::fmt::Display for EvalError {
 }
 
 impl From<OverBudget> for EvalError {
-    fn from(_: OverBudget) -> EvalError {
-        EvalError {
-            kind: EvalErrorKind::OverBudget,
-            message: "the values built exceed the expression budget".into(),
-        }
+    fn from(bound: OverBudget) -> EvalError {
+        let message = match bound {
+            OverBudget::Built => "the values built would pass the call's budget of built bytes",
+            OverBudget::Steps => "the work would pass the call's budget of steps",
+        };
+        EvalError { kind: EvalErrorKind::OverBudget(bound), message: message.into() }
     }
 }
 
@@ -118,16 +120,17 @@ pub(crate) struct Evaluator<'v> {
 impl<'v> Evaluator<'v> {
     pub(crate) fn eval(&mut self, step: StepId, cur: Val<'v>) -> Result<Val<'v>> {
         let program = self.program;
+        self.arena.step(1)?;
         Ok(match &program.steps[step as usize] {
             Step::Current => cur,
             Step::Root => self.root,
             Step::Var(slot) => self.vars[*slot as usize],
             Step::Const(i) => Val::from_const(&program.consts[*i as usize]),
-            Step::Field(name) => self.doc.field(cur, name),
+            Step::Field(name) => self.field(cur, name)?,
             Step::Path(range) => {
                 let mut v = cur;
                 for name in &program.paths[range.range()] {
-                    v = self.doc.field(v, name);
+                    v = self.field(v, name)?;
                     if v.is_null() {
                         break;
                     }
@@ -143,7 +146,13 @@ impl<'v> Evaluator<'v> {
                 let v = self.eval(left, cur)?;
                 self.eval(right, v)?
             }
-            &Step::Index(n) => self.doc.index(cur, n),
+            &Step::Index(n) => {
+                // An element of the document is found by skipping the ones before it.
+                if let (Val::TapeList(_), Some(len)) = (cur, self.doc.len(cur)) {
+                    self.arena.step(position(len, n).unwrap_or(0) as u64)?;
+                }
+                self.doc.index(cur, n)
+            }
             &Step::Slice(start, stop, step) => self.slice(cur, start, stop, step)?,
             &Step::ListProject(left, right) => {
                 let base = self.eval(left, cur)?;
@@ -169,49 +178,50 @@ impl<'v> Evaluator<'v> {
             &Step::Flatten(inner) => {
                 let base = self.eval(inner, cur)?;
                 let Some(items) = self.doc.items(base) else { return Ok(Val::Null) };
-                let mut out = self.arena.vec();
+                let mut out = self.arena.list();
                 for item in items {
                     match self.doc.items(item) {
                         Some(inner) => {
                             for v in inner {
-                                self.arena.push(&mut out, v)?;
+                                self.arena.push(self.doc, &mut out, v)?;
                             }
                         }
-                        None => self.arena.push(&mut out, item)?,
+                        None => self.arena.push(self.doc, &mut out, item)?,
                     }
                 }
-                Val::List(out.into_bump_slice())
+                self.arena.finish(out)
             }
             &Step::Filter(left, condition, right) => {
                 let base = self.eval(left, cur)?;
                 let Some(items) = self.doc.items(base) else { return Ok(Val::Null) };
-                let mut out = self.arena.vec();
+                let mut out = self.arena.list();
                 for item in items {
                     if self.eval(condition, item)?.truthy(self.doc.nodes) {
                         let v = self.eval(right, item)?;
                         if !v.is_null() {
-                            self.arena.push(&mut out, v)?;
+                            self.arena.push(self.doc, &mut out, v)?;
                         }
                     }
                 }
-                Val::List(out.into_bump_slice())
+                self.arena.finish(out)
             }
             Step::MultiList(_) | Step::MultiHash(..) if self.original && cur.is_null() => Val::Null,
             &Step::MultiList(kids) => {
-                let mut out = self.arena.vec();
+                let mut out = self.arena.list();
                 for &kid in &program.kids[kids.range()] {
                     let v = self.eval(kid, cur)?;
-                    self.arena.push(&mut out, v)?;
+                    self.arena.push(self.doc, &mut out, v)?;
                 }
-                Val::List(out.into_bump_slice())
+                self.arena.finish(out)
             }
             &Step::MultiHash(kids, names) => {
-                let mut out = self.arena.vec();
+                // Names of a multi-select are unique: the parser refuses a repeated one.
+                let mut out = self.arena.object();
                 for (&kid, name) in program.kids[kids.range()].iter().zip(&program.names[names.range()]) {
                     let v = self.eval(kid, cur)?;
-                    self.arena.push(&mut out, (&**name, v))?;
+                    self.arena.insert(self.doc, &mut out, name, v)?;
                 }
-                Val::Object(out.into_bump_slice())
+                self.arena.finish_object(out)
             }
             &Step::Or(left, right) => {
                 let v = self.eval(left, cur)?;
@@ -224,7 +234,7 @@ impl<'v> Evaluator<'v> {
             &Step::Not(inner) => Val::Bool(!self.eval(inner, cur)?.truthy(self.doc.nodes)),
             &Step::Compare(op, left, right) => {
                 let (a, b) = (self.eval(left, cur)?, self.eval(right, cur)?);
-                compare(self.doc, op, a, b)
+                compare(self.doc, self.arena, op, a, b)?
             }
             &Step::Arith(op, left, right) => {
                 let (a, b) = (self.eval(left, cur)?, self.eval(right, cur)?);
@@ -274,17 +284,32 @@ impl<'v> Evaluator<'v> {
         })
     }
 
+    /// The member `name` of an object, as [`Doc::field`] reads it; a step per member it may
+    /// pass.
+    #[inline]
+    fn field(&self, v: Val<'v>, name: &str) -> Result<Val<'v>> {
+        if let Val::TapeObject(_) | Val::Object(_) | Val::ConstObject(_) = v {
+            self.arena.step(self.doc.len(v).unwrap_or(0) as u64)?;
+        }
+        Ok(self.doc.field(v, name))
+    }
+
     /// `right` of each value of `items`, leaving out `null`s.
     fn project(&mut self, items: impl Iterator<Item = Val<'v>>, right: StepId) -> Result<Val<'v>> {
-        let mut out = self.arena.vec();
+        let mut out = self.arena.list();
         let identity = matches!(self.program.steps[right as usize], Step::Current);
         for item in items {
-            let v = if identity { item } else { self.eval(right, item)? };
+            let v = if identity {
+                self.arena.step(1)?;
+                item
+            } else {
+                self.eval(right, item)?
+            };
             if !v.is_null() {
-                self.arena.push(&mut out, v)?;
+                self.arena.push(self.doc, &mut out, v)?;
             }
         }
-        Ok(Val::List(out.into_bump_slice()))
+        Ok(self.arena.finish(out))
     }
 
     fn slice(
@@ -300,34 +325,38 @@ impl<'v> Evaluator<'v> {
         }
         match cur {
             Val::String(s) => {
+                self.arena.step(super::value::steps_of_bytes(s.len()))?;
                 let chars: smallvec::SmallVec<[char; 64]> = s.chars().collect();
+                // No longer than the text it is cut from.
+                self.arena.charge(s.len() as u64)?;
                 let mut out = String::new();
                 for i in slice_indexes(chars.len(), start, stop, step) {
-                    out.push(chars[i]);
+                    if let Some(&c) = chars.get(i) {
+                        out.push(c);
+                    }
                 }
-                Ok(Val::String(self.arena.str(&out)?))
+                Ok(Val::String(self.arena.charged_str(&out)))
             }
             _ => {
                 let Some(len) = self.doc.len(cur).filter(|_| cur.kind() == Kind::Array) else {
                     return Ok(Val::Null);
                 };
+                self.arena.step(len as u64)?;
                 let items: Vec<Val<'v>> = self.doc.items(cur).into_iter().flatten().collect();
-                let mut out = self.arena.vec();
+                let mut out = self.arena.list();
                 for i in slice_indexes(len, start, stop, step) {
-                    self.arena.push(&mut out, items[i])?;
+                    if let Some(&item) = items.get(i) {
+                        self.arena.push(self.doc, &mut out, item)?;
+                    }
                 }
-                Ok(Val::List(out.into_bump_slice()))
+                Ok(self.arena.finish(out))
             }
         }
     }
 
     /// Builds a list from values.
     pub(crate) fn list(&self, items: impl IntoIterator<Item = Val<'v>>) -> Result<Val<'v>> {
-        let mut out = self.arena.vec();
-        for v in items {
-            self.arena.push(&mut out, v)?;
-        }
-        Ok(Val::List(out.into_bump_slice()))
+        Ok(self.arena.list_of(self.doc, items)?)
     }
 }
 
@@ -348,24 +377,26 @@ fn slice_indexes(
     } else {
         (start.map_or(len - 1, |n| clamp(n, -1, len - 1)), stop.map_or(-1, |n| clamp(n, -1, len - 1)))
     };
-    let mut i = start;
+    // `None` once a step would leave the range of an i64: no index lies beyond it.
+    let mut i = Some(start);
     std::iter::from_fn(move || {
-        let more = if step > 0 { i < stop } else { i > stop };
-        more.then(|| {
-            let at = i as usize;
-            i += step;
-            at
-        })
+        let at = i?;
+        let more = if step > 0 { at < stop } else { at > stop };
+        if !more {
+            return None;
+        }
+        i = at.checked_add(step);
+        usize::try_from(at).ok()
     })
 }
 
-fn compare<'v>(doc: Doc<'v>, op: Compare, a: Val<'v>, b: Val<'v>) -> Val<'v> {
-    match op {
-        Compare::Eq => Val::Bool(doc.equal(a, b)),
-        Compare::Ne => Val::Bool(!doc.equal(a, b)),
+fn compare<'v>(doc: Doc<'v>, arena: &Arena<'v>, op: Compare, a: Val<'v>, b: Val<'v>) -> Result<Val<'v>> {
+    Ok(match op {
+        Compare::Eq => Val::Bool(doc.equal(a, b, arena.budget())?),
+        Compare::Ne => Val::Bool(!doc.equal(a, b, arena.budget())?),
         _ => {
-            let (Val::Number(a), Val::Number(b)) = (a, b) else { return Val::Null };
-            let Some(order) = a.compare(b) else { return Val::Null };
+            let (Val::Number(a), Val::Number(b)) = (a, b) else { return Ok(Val::Null) };
+            let Some(order) = a.compare(b) else { return Ok(Val::Null) };
             Val::Bool(match op {
                 Compare::Lt => order == Ordering::Less,
                 Compare::Le => order != Ordering::Greater,
@@ -373,7 +404,7 @@ fn compare<'v>(doc: Doc<'v>, op: Compare, a: Val<'v>, b: Val<'v>) -> Val<'v> {
                 _ => order != Ordering::Less,
             })
         }
-    }
+    })
 }
 
 pub(crate) fn negate(n: Number) -> Number {

@@ -5,8 +5,12 @@
 
 use std::cmp::Ordering;
 
+use std::collections::HashMap;
+
 use super::eval::{EvalError, Evaluator, Result, negate};
-use super::value::{Kind, Number, Val};
+use super::value::{
+    Arena, Doc, INDEXED, Kind, Number, ObjectBuilder, Val, cost, steps_of_bytes, steps_of_writing,
+};
 use super::{Range, Step, StepId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +181,7 @@ impl<'v> Evaluator<'v> {
         cur: Val<'v>,
     ) -> Result<Val<'v>> {
         let program = self.program;
+        self.arena.step(cost::CALL)?;
         let mut values: smallvec::SmallVec<[Arg<'v>; 4]> = smallvec::SmallVec::new();
         for &kid in &program.kids[args.range()] {
             values.push(match program.steps[kid as usize] {
@@ -233,8 +238,12 @@ impl<'v> Evaluator<'v> {
             let v = arg(i)?;
             if v.kind() == Kind::Object { Ok(v) } else { Err(wrong(i, "an object", v)) }
         };
-        let items =
-            |i: usize| -> Result<Vec<Val<'v>>> { Ok(doc.items(list(i)?).into_iter().flatten().collect()) };
+        let arena = self.arena;
+        let items = |i: usize| -> Result<Vec<Val<'v>>> {
+            let v = list(i)?;
+            arena.step(doc.len(v).unwrap_or(0) as u64)?;
+            Ok(doc.items(v).into_iter().flatten().collect())
+        };
         // An optional whole, non-negative number argument.
         let count = |i: usize| -> Result<Option<usize>> {
             match values.get(i) {
@@ -242,7 +251,7 @@ impl<'v> Evaluator<'v> {
                 Some(_) => {
                     let n = number(i)?;
                     match n.as_i64() {
-                        Some(n) if n >= 0 => Ok(Some(n as usize)),
+                        Some(n) if n >= 0 => Ok(Some(usize::try_from(n).unwrap_or(usize::MAX))),
                         _ => Err(EvalError::invalid_value(format!(
                             "{name}() takes a whole number of at least 0 as argument {}",
                             i + 1
@@ -251,11 +260,17 @@ impl<'v> Evaluator<'v> {
                 }
             }
         };
-        let arena = self.arena;
+        // Text charged as it is copied in: for text no longer than a few times one input.
         let text = |s: &str| -> Result<Val<'v>> { Ok(Val::String(arena.str(s)?)) };
+        // Text whose length was charged before it was made.
+        let made = |s: &str| -> Val<'v> { Val::String(arena.charged_str(s)) };
         let native = program.natives.get(native as usize);
         let regex =
             || native.and_then(|n| n.regex.as_ref()).ok_or_else(|| EvalError::invalid_value("no pattern"));
+        // A pattern reads its text once, with as many states at a time as it has parts.
+        let regex_steps = |re: &regex::Regex, text: &str| {
+            steps_of_bytes(text.len()).saturating_mul(steps_of_bytes(re.as_str().len()))
+        };
         let zone = || native.and_then(|n| n.zone.clone()).unwrap_or(jiff::tz::TimeZone::UTC);
 
         Ok(match f {
@@ -283,26 +298,48 @@ impl<'v> Evaluator<'v> {
             Function::Contains => {
                 let needle = arg(1)?;
                 match arg(0)? {
-                    Val::String(s) => Val::Bool(matches!(needle, Val::String(n) if s.contains(n))),
+                    Val::String(s) => {
+                        arena.step(steps_of_bytes(s.len()))?;
+                        Val::Bool(matches!(needle, Val::String(n) if s.contains(n)))
+                    }
                     v if v.kind() == Kind::Array => {
-                        Val::Bool(doc.items(v).into_iter().flatten().any(|x| doc.equal(x, needle)))
+                        let mut found = false;
+                        for x in doc.items(v).into_iter().flatten() {
+                            if doc.equal(x, needle, arena.budget())? {
+                                found = true;
+                                break;
+                            }
+                        }
+                        Val::Bool(found)
                     }
                     v => return Err(wrong(0, "an array or a string", v)),
                 }
             }
-            Function::EndsWith => Val::Bool(string(0)?.ends_with(string(1)?)),
-            Function::StartsWith => Val::Bool(string(0)?.starts_with(string(1)?)),
+            Function::EndsWith | Function::StartsWith => {
+                let (s, affix) = (string(0)?, string(1)?);
+                arena.step(steps_of_bytes(affix.len()))?;
+                Val::Bool(if f == Function::EndsWith { s.ends_with(affix) } else { s.starts_with(affix) })
+            }
             Function::Join => {
                 let glue = string(0)?;
-                let mut out = String::new();
-                for (n, item) in items(1)?.into_iter().enumerate() {
-                    let Val::String(s) = item else { return Err(wrong(1, "an array of strings", item)) };
+                let parts = items(1)?;
+                let mut len: u64 = 0;
+                for (n, item) in parts.iter().enumerate() {
+                    let Val::String(s) = *item else { return Err(wrong(1, "an array of strings", *item)) };
+                    len = len.saturating_add(s.len() as u64 + if n > 0 { glue.len() as u64 } else { 0 });
+                }
+                arena.charge(len)?;
+                arena.step(steps_of_bytes(len as usize))?;
+                let mut out = String::with_capacity(len as usize);
+                for (n, item) in parts.iter().enumerate() {
                     if n > 0 {
                         out.push_str(glue);
                     }
-                    out.push_str(s);
+                    if let Val::String(s) = item {
+                        out.push_str(s);
+                    }
                 }
-                text(&out)?
+                made(&out)
             }
             Function::Keys => {
                 let v = object(0)?;
@@ -313,7 +350,10 @@ impl<'v> Evaluator<'v> {
                 self.list(doc.members(v).into_iter().flatten().map(|(_, v)| v))?
             }
             Function::Length => match arg(0)? {
-                Val::String(s) => Val::Number(Number::Int(s.chars().count() as i64)),
+                Val::String(s) => {
+                    arena.step(steps_of_bytes(s.len()))?;
+                    Val::Number(Number::Int(s.chars().count() as i64))
+                }
                 v => match doc.len(v) {
                     Some(n) => Val::Number(Number::Int(n as i64)),
                     None => return Err(wrong(0, "a string, an array or an object", v)),
@@ -322,15 +362,16 @@ impl<'v> Evaluator<'v> {
             Function::Map => {
                 let body = expref(0)?;
                 let elements = items(1)?;
-                let mut out = arena.vec();
+                let mut out = arena.list();
                 for item in elements {
                     let v = self.eval(body, item)?;
-                    arena.push(&mut out, v)?;
+                    arena.push(doc, &mut out, v)?;
                 }
-                Val::List(out.into_bump_slice())
+                arena.finish(out)
             }
             Function::Max | Function::Min => {
                 let elements = items(0)?;
+                arena.step(order_steps(&elements, false))?;
                 let want = if f == Function::Max { Ordering::Greater } else { Ordering::Less };
                 best(&elements, name, want)?
             }
@@ -338,6 +379,7 @@ impl<'v> Evaluator<'v> {
                 let elements = items(0)?;
                 let body = expref(1)?;
                 let keys = elements.iter().map(|&v| self.eval(body, v)).collect::<Result<Vec<_>>>()?;
+                arena.step(order_steps(&keys, false))?;
                 let want = if f == Function::MaxBy { Ordering::Greater } else { Ordering::Less };
                 let mut pairs = keys.iter().copied().zip(elements.iter().copied());
                 match pairs.next() {
@@ -355,17 +397,16 @@ impl<'v> Evaluator<'v> {
                 }
             }
             Function::Merge => {
-                let mut out: Vec<(&'v str, Val<'v>)> = Vec::new();
+                let mut out = arena.object();
+                let mut names = Names::default();
                 for i in 0..values.len() {
                     let v = object(i)?;
                     for (k, value) in doc.members(v).into_iter().flatten() {
-                        match out.iter_mut().find(|(name, _)| *name == k) {
-                            Some(member) => member.1 = value,
-                            None => out.push((k, value)),
-                        }
+                        arena.step(steps_of_bytes(k.len()))?;
+                        names.set(arena, doc, &mut out, k, value)?;
                     }
                 }
-                Val::Object(arena.object(&out)?)
+                arena.finish_object(out)
             }
             Function::NotNull => {
                 let mut found = Val::Null;
@@ -379,9 +420,13 @@ impl<'v> Evaluator<'v> {
                 found
             }
             Function::Reverse => match arg(0)? {
-                Val::String(s) => text(&s.chars().rev().collect::<String>())?,
+                Val::String(s) => {
+                    arena.step(steps_of_bytes(s.len()))?;
+                    arena.charge(s.len() as u64)?;
+                    made(&s.chars().rev().collect::<String>())
+                }
                 v if v.kind() == Kind::Array => {
-                    let mut elements: Vec<_> = doc.items(v).into_iter().flatten().collect();
+                    let mut elements = items(0)?;
                     elements.reverse();
                     self.list(elements)?
                 }
@@ -390,6 +435,7 @@ impl<'v> Evaluator<'v> {
             Function::Sort => {
                 let mut elements = items(0)?;
                 check_sortable(&elements, name)?;
+                arena.step(order_steps(&elements, true))?;
                 elements.sort_by(|a, b| order(*a, *b));
                 self.list(elements)?
             }
@@ -398,6 +444,7 @@ impl<'v> Evaluator<'v> {
                 let body = expref(1)?;
                 let keys = elements.iter().map(|&v| self.eval(body, v)).collect::<Result<Vec<_>>>()?;
                 check_sortable(&keys, name)?;
+                arena.step(order_steps(&keys, true))?;
                 let mut pairs: Vec<_> = keys.into_iter().zip(elements).collect();
                 pairs.sort_by(|a, b| order(a.0, b.0));
                 self.list(pairs.into_iter().map(|(_, v)| v))?
@@ -416,55 +463,65 @@ impl<'v> Evaluator<'v> {
             },
             Function::ToNumber => match arg(0)? {
                 v @ Val::Number(_) => v,
-                Val::String(s) => parse_number(s).map_or(Val::Null, Val::Number),
+                Val::String(s) => {
+                    arena.step(steps_of_bytes(s.len()))?;
+                    parse_number(s).map_or(Val::Null, Val::Number)
+                }
                 _ => Val::Null,
             },
             Function::ToString => match arg(0)? {
                 v @ Val::String(_) => v,
                 v => {
-                    let mut out = Vec::new();
+                    let size = arena.size(doc, v)?;
+                    arena.charge(size)?;
+                    arena.step(steps_of_writing(size))?;
+                    let mut out = Vec::with_capacity(size as usize);
                     doc.write(&mut out, v);
-                    text(std::str::from_utf8(&out).unwrap_or_default())?
+                    // Strings that need escapes are longer written than measured.
+                    arena.charge((out.len() as u64).saturating_sub(size))?;
+                    made(std::str::from_utf8(&out).unwrap_or_default())
                 }
             },
             Function::Type => Val::String(arg(0)?.kind().name()),
             Function::Items => {
                 let v = object(0)?;
-                let mut out = arena.vec();
+                let mut out = arena.list();
                 for (k, value) in doc.members(v).into_iter().flatten() {
                     let pair = self.list([Val::String(k), value])?;
-                    arena.push(&mut out, pair)?;
+                    arena.push(doc, &mut out, pair)?;
                 }
-                Val::List(out.into_bump_slice())
+                arena.finish(out)
             }
             Function::FromItems => {
-                let mut out: Vec<(&'v str, Val<'v>)> = Vec::new();
+                let mut out = arena.object();
+                let mut names = Names::default();
                 for pair in items(0)? {
-                    let parts: Vec<_> = doc.items(pair).into_iter().flatten().collect();
-                    let [Val::String(k), value] = parts[..] else {
+                    let mut parts = doc.items(pair).into_iter().flatten();
+                    let (Some(Val::String(k)), Some(value), None) =
+                        (parts.next(), parts.next(), parts.next())
+                    else {
                         return Err(wrong(0, "an array of [name, value] pairs", pair));
                     };
-                    match out.iter_mut().find(|(name, _)| *name == k) {
-                        Some(member) => member.1 = value,
-                        None => out.push((k, value)),
-                    }
+                    arena.step(steps_of_bytes(k.len()))?;
+                    names.set(arena, doc, &mut out, k, value)?;
                 }
-                Val::Object(arena.object(&out)?)
+                arena.finish_object(out)
             }
             Function::Zip => {
                 let lists = (0..values.len()).map(items).collect::<Result<Vec<_>>>()?;
                 let shortest = lists.iter().map(Vec::len).min().unwrap_or(0);
-                let mut out = arena.vec();
+                let mut out = arena.list();
                 for i in 0..shortest {
                     let row = self.list(lists.iter().map(|l| l[i]))?;
-                    arena.push(&mut out, row)?;
+                    arena.push(doc, &mut out, row)?;
                 }
-                Val::List(out.into_bump_slice())
+                arena.finish(out)
             }
             Function::GroupBy => {
                 let elements = items(0)?;
                 let body = expref(1)?;
                 let mut groups: Vec<(&'v str, Vec<Val<'v>>)> = Vec::new();
+                let mut index: HashMap<&'v str, usize> = HashMap::new();
                 for item in elements {
                     let key = match self.eval(body, item)? {
                         Val::String(k) => k,
@@ -476,23 +533,51 @@ impl<'v> Evaluator<'v> {
                             )));
                         }
                     };
-                    match groups.iter_mut().find(|(name, _)| *name == key) {
-                        Some(group) => group.1.push(item),
-                        None => groups.push((key, vec![item])),
+                    arena.step(steps_of_bytes(key.len()).saturating_add(cost::MEMBER))?;
+                    match index.get(key) {
+                        Some(&at) => groups[at].1.push(item),
+                        None => {
+                            index.insert(key, groups.len());
+                            groups.push((key, vec![item]));
+                        }
                     }
                 }
-                let mut out = Vec::with_capacity(groups.len());
+                let mut out = arena.object();
                 for (key, members) in groups {
-                    out.push((key, self.list(members)?));
+                    let list = self.list(members)?;
+                    arena.insert(doc, &mut out, key, list)?;
                 }
-                Val::Object(arena.object(&out)?)
+                arena.finish_object(out)
             }
-            Function::Lower => text(&string(0)?.to_lowercase())?,
-            Function::Upper => text(&string(0)?.to_uppercase())?,
+            Function::Lower | Function::Upper => {
+                let s = string(0)?;
+                arena.step(steps_of_bytes(s.len()))?;
+                arena.charge(s.len() as u64)?;
+                let changed = if f == Function::Lower { s.to_lowercase() } else { s.to_uppercase() };
+                // Case mapping may lengthen text (at most three times): the rest is charged now.
+                arena.charge((changed.len() as u64).saturating_sub(s.len() as u64))?;
+                made(&changed)
+            }
             Function::Trim | Function::TrimLeft | Function::TrimRight => {
                 let s = string(0)?;
                 let chars = if values.len() > 1 { string(1)? } else { "" };
-                let strip = |c: char| if chars.is_empty() { c.is_whitespace() } else { chars.contains(c) };
+                arena.step(steps_of_bytes(s.len()).saturating_add(steps_of_bytes(chars.len())))?;
+                // Many characters to strip are looked up in order, not one after another.
+                let mut set: Vec<char> = Vec::new();
+                if chars.len() > 64 {
+                    set = chars.chars().collect();
+                    set.sort_unstable();
+                    set.dedup();
+                }
+                let strip = |c: char| {
+                    if chars.is_empty() {
+                        c.is_whitespace()
+                    } else if set.is_empty() {
+                        chars.contains(c)
+                    } else {
+                        set.binary_search(&c).is_ok()
+                    }
+                };
                 Val::String(match f {
                     Function::Trim => s.trim_matches(strip),
                     Function::TrimLeft => s.trim_start_matches(strip),
@@ -502,7 +587,7 @@ impl<'v> Evaluator<'v> {
             Function::PadLeft | Function::PadRight => {
                 let s = string(0)?;
                 let width = match number(1)?.as_i64() {
-                    Some(n) if n >= 0 => n as usize,
+                    Some(n) if n >= 0 => u64::try_from(n).unwrap_or(u64::MAX),
                     _ => {
                         return Err(EvalError::invalid_value(format!(
                             "{name}() takes a whole width of at least 0"
@@ -514,47 +599,71 @@ impl<'v> Evaluator<'v> {
                 let (Some(pad), None) = (pad_chars.next(), pad_chars.next()) else {
                     return Err(EvalError::invalid_value(format!("{name}() pads with one character")));
                 };
-                let len = s.chars().count();
+                arena.step(steps_of_bytes(s.len()))?;
+                let len = s.chars().count() as u64;
                 if len >= width {
                     Val::String(s)
                 } else {
-                    arena.charge(width.saturating_mul(4))?;
-                    let padding: String = std::iter::repeat_n(pad, width - len).collect();
-                    let out = if f == Function::PadLeft { padding + s } else { s.to_owned() + &padding };
-                    text(&out)?
+                    let added = (width - len).saturating_mul(pad.len_utf8() as u64);
+                    arena.charge(added.saturating_add(s.len() as u64))?;
+                    arena.step(steps_of_bytes(added as usize))?;
+                    let mut out = String::with_capacity((added as usize).saturating_add(s.len()));
+                    if f == Function::PadRight {
+                        out.push_str(s);
+                    }
+                    out.extend(std::iter::repeat_n(pad, (width - len) as usize));
+                    if f == Function::PadLeft {
+                        out.push_str(s);
+                    }
+                    made(&out)
                 }
             }
             Function::Replace => {
                 let (s, old, new) = (string(0)?, string(1)?, string(2)?);
-                let out = match count(3)? {
+                let limit = count(3)?;
+                arena.step(steps_of_bytes(s.len()))?;
+                // Counted first, so that the text is charged before it is made: `old` empty is
+                // found between every two characters and at both ends.
+                let times = s.matches(old).count().min(limit.unwrap_or(usize::MAX)) as u64;
+                let len = (s.len() as u64 - times * old.len() as u64)
+                    .saturating_add(times.saturating_mul(new.len() as u64));
+                arena.charge(len)?;
+                arena.step(steps_of_bytes(len as usize))?;
+                let out = match limit {
                     Some(n) => s.replacen(old, new, n),
                     None => s.replace(old, new),
                 };
-                text(&out)?
+                made(&out)
             }
             Function::Split => {
                 let (s, separator) = (string(0)?, string(1)?);
                 let limit = count(2)?;
-                let mut parts: Vec<&'v str> = Vec::new();
+                arena.step(steps_of_bytes(s.len()))?;
+                let mut out = arena.list();
                 if separator.is_empty() {
                     let mut rest = s;
                     while let Some(c) = rest.chars().next() {
-                        if limit.is_some_and(|n| parts.len() == n) {
+                        if limit.is_some_and(|n| out.len() == n) {
                             break;
                         }
-                        parts.push(&rest[..c.len_utf8()]);
+                        arena.push(doc, &mut out, Val::String(&rest[..c.len_utf8()]))?;
                         rest = &rest[c.len_utf8()..];
                     }
                     if !rest.is_empty() {
-                        parts.push(rest);
+                        arena.push(doc, &mut out, Val::String(rest))?;
                     }
                 } else {
-                    match limit {
-                        Some(n) => parts.extend(s.splitn(n + 1, separator)),
-                        None => parts.extend(s.split(separator)),
+                    for (split, part) in s.split(separator).enumerate() {
+                        if limit.is_some_and(|n| split == n) {
+                            // The rest, from this part on, unsplit.
+                            let from = part.as_ptr() as usize - s.as_ptr() as usize;
+                            arena.push(doc, &mut out, Val::String(&s[from..]))?;
+                            break;
+                        }
+                        arena.push(doc, &mut out, Val::String(part))?;
                     }
                 }
-                self.list(parts.into_iter().map(Val::String))?
+                arena.finish(out)
             }
             Function::FindFirst | Function::FindLast => {
                 let (s, needle) = (string(0)?, string(1)?);
@@ -578,18 +687,27 @@ impl<'v> Evaluator<'v> {
                         }
                     }
                 };
-                let chars: Vec<char> = s.chars().collect();
-                let len = chars.len() as i64;
-                let start = whole(2)?.unwrap_or(0).clamp(0, len) as usize;
-                let end = whole(3)?.unwrap_or(len).clamp(0, len) as usize;
-                let needle: Vec<char> = needle.chars().collect();
-                if needle.is_empty() || start >= end || needle.len() > end - start {
+                arena.step(steps_of_bytes(s.len()).saturating_add(steps_of_bytes(needle.len())))?;
+                let len = s.chars().count();
+                // The bounds are those of the slice `[start:end]` (JEP-14): negative ones count
+                // from the end, and both are clamped to the text.
+                let clamp = |n: i64| {
+                    let n = if n < 0 { n.saturating_add(len as i64) } else { n };
+                    n.clamp(0, len as i64) as usize
+                };
+                let start = whole(2)?.map_or(0, clamp);
+                let end = whole(3)?.map_or(len, clamp);
+                if needle.is_empty() || start >= end {
                     Val::Null
                 } else {
-                    let mut at =
-                        (start..=end - needle.len()).filter(|&i| chars[i..i + needle.len()] == needle[..]);
-                    let found = if f == Function::FindFirst { at.next() } else { at.next_back() };
-                    found.map_or(Val::Null, |i| Val::Number(Number::Int(i as i64)))
+                    let byte = |chars: usize| s.char_indices().nth(chars).map_or(s.len(), |(at, _)| at);
+                    let (from, to) = (byte(start), byte(end));
+                    let window = &s[from..to];
+                    let found =
+                        if f == Function::FindFirst { window.find(needle) } else { window.rfind(needle) };
+                    found.map_or(Val::Null, |at| {
+                        Val::Number(Number::Int((start + window[..at].chars().count()) as i64))
+                    })
                 }
             }
             Function::Round => {
@@ -611,12 +729,14 @@ impl<'v> Evaluator<'v> {
                     v => return Err(wrong(0, "Unix seconds or RFC 3339 text", v)),
                 };
                 let format = string(1)?;
+                // The format is a literal: what it writes is a few times its length at most.
                 let written = jiff::fmt::strtime::format(format.as_bytes(), &time.to_zoned(zone()))
                     .map_err(|e| EvalError::invalid_value(format!("date_format(): {e}")))?;
                 text(&written)?
             }
             Function::DateParse => {
                 let (input, format) = (string(0)?, string(1)?);
+                arena.step(steps_of_bytes(input.len()))?;
                 let parsed = jiff::fmt::strtime::parse(format.as_bytes(), input.as_bytes())
                     .map_err(|e| EvalError::invalid_value(format!("date_parse(): {e}")))?;
                 let time = match parsed.offset() {
@@ -626,10 +746,15 @@ impl<'v> Evaluator<'v> {
                 .map_err(|e| EvalError::invalid_value(format!("date_parse(): {e}")))?;
                 Val::Number(seconds_of(time))
             }
-            Function::RegexMatch => Val::Bool(regex()?.is_match(string(0)?)),
+            Function::RegexMatch => {
+                let (s, re) = (string(0)?, regex()?);
+                arena.step(regex_steps(re, s))?;
+                Val::Bool(re.is_match(s))
+            }
             Function::RegexExtract => {
-                let s = string(0)?;
-                match regex()?.captures(s) {
+                let (s, re) = (string(0)?, regex()?);
+                arena.step(regex_steps(re, s))?;
+                match re.captures(s) {
                     None => Val::Null,
                     Some(found) => {
                         let group = if found.len() > 1 { found.get(1) } else { found.get(0) };
@@ -638,11 +763,172 @@ impl<'v> Evaluator<'v> {
                 }
             }
             Function::RegexReplace => {
-                let (s, replacement) = (string(0)?, string(2)?);
-                let replaced = regex()?.replace_all(s, replacement);
-                text(&replaced)?
+                let (s, replacement, re) = (string(0)?, string(2)?, regex()?);
+                arena.step(regex_steps(re, s).saturating_add(steps_of_bytes(replacement.len())))?;
+                let template = Template::read(replacement);
+                let mut out = String::new();
+                let mut last = 0;
+                for found in re.captures_iter(s) {
+                    let Some(whole) = found.get(0) else { continue };
+                    // Each replacement is charged before it is written: a short text with many
+                    // matches and a long replacement makes a long answer.
+                    let len = template.len(&found);
+                    arena.charge((whole.start() - last) as u64 + len)?;
+                    arena.step(template.pieces.len() as u64 + steps_of_bytes(len as usize))?;
+                    out.push_str(&s[last..whole.start()]);
+                    template.write(&found, &mut out);
+                    last = whole.end();
+                }
+                arena.charge((s.len() - last) as u64)?;
+                out.push_str(&s[last..]);
+                made(&out)
             }
         })
+    }
+}
+
+/// Where each name of an object being built is: searched member by member while the object has
+/// up to [`INDEXED`] members, through a hash of the names beyond (`merge`, `from_items`).
+#[derive(Default)]
+struct Names<'v> {
+    hashed: Option<HashMap<&'v str, usize>>,
+}
+
+impl<'v> Names<'v> {
+    /// Sets member `name` of `object` to `value`: replaced in place when it is there, added last
+    /// when it is not.
+    fn set(
+        &mut self,
+        arena: &Arena<'v>,
+        doc: Doc<'v>,
+        object: &mut ObjectBuilder<'v>,
+        name: &'v str,
+        value: Val<'v>,
+    ) -> Result<()> {
+        let members = object.members();
+        arena.step(cost::MEMBER)?;
+        let found = match &self.hashed {
+            Some(hashed) => hashed.get(name).copied(),
+            None => {
+                // A step per member searched: a search this way of a large object would cost
+                // its size squared.
+                arena.step(members.len() as u64)?;
+                members.iter().position(|(k, _)| *k == name)
+            }
+        };
+        match found {
+            Some(at) => arena.replace(doc, object, at, value)?,
+            None => {
+                let at = members.len();
+                arena.insert(doc, object, name, value)?;
+                match &mut self.hashed {
+                    Some(hashed) => {
+                        hashed.insert(name, at);
+                    }
+                    None if at >= INDEXED => {
+                        let members = object.members();
+                        self.hashed = Some(members.iter().enumerate().map(|(i, (k, _))| (*k, i)).collect());
+                    }
+                    None => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Steps of picking from (`sorting`: of sorting) `values`: a step per value and per 64 bytes of
+/// text each may compare, for every round of comparisons (one to pick, about log₂ n to sort).
+fn order_steps(values: &[Val<'_>], sorting: bool) -> u64 {
+    let n = values.len() as u64;
+    let text: u64 = values.iter().map(|v| if let Val::String(s) = v { s.len() as u64 / 64 } else { 0 }).sum();
+    let rounds = if sorting { u64::from(64 - n.leading_zeros()).max(1) } else { 1 };
+    n.saturating_add(text).saturating_mul(rounds)
+}
+
+/// A replacement of `regex_replace` read once per call: text and references to groups (`$1`,
+/// `$name`, `${name}`; `$$` is a `$`), as the pattern library reads it, so that what each match
+/// writes is measured before it is written.
+struct Template<'r> {
+    pieces: Vec<Piece<'r>>,
+}
+
+enum Piece<'r> {
+    Text(&'r str),
+    Number(usize),
+    Name(&'r str),
+}
+
+impl<'r> Template<'r> {
+    fn read(mut rest: &'r str) -> Template<'r> {
+        let mut pieces = Vec::new();
+        let group = |name: &'r str| match name.parse::<usize>() {
+            Ok(n) => Piece::Number(n),
+            Err(_) => Piece::Name(name),
+        };
+        while let Some(at) = rest.find('$') {
+            if at > 0 {
+                pieces.push(Piece::Text(&rest[..at]));
+            }
+            rest = &rest[at..];
+            let bytes = rest.as_bytes();
+            if bytes.get(1) == Some(&b'$') {
+                pieces.push(Piece::Text("$"));
+                rest = &rest[2..];
+                continue;
+            }
+            if bytes.get(1) == Some(&b'{') {
+                if let Some(close) = rest[2..].find('}') {
+                    pieces.push(group(&rest[2..2 + close]));
+                    rest = &rest[2 + close + 1..];
+                    continue;
+                }
+            } else {
+                let end =
+                    1 + bytes[1..].iter().take_while(|b| b.is_ascii_alphanumeric() || **b == b'_').count();
+                if end > 1 {
+                    pieces.push(group(&rest[1..end]));
+                    rest = &rest[end..];
+                    continue;
+                }
+            }
+            // A `$` that starts no reference is itself.
+            pieces.push(Piece::Text("$"));
+            rest = &rest[1..];
+        }
+        if !rest.is_empty() {
+            pieces.push(Piece::Text(rest));
+        }
+        Template { pieces }
+    }
+
+    fn group<'h>(piece: &Piece<'_>, found: &regex::Captures<'h>) -> &'h str {
+        let m = match piece {
+            Piece::Number(n) => found.get(*n),
+            Piece::Name(name) => found.name(name),
+            Piece::Text(_) => None,
+        };
+        m.map_or("", |m| m.as_str())
+    }
+
+    /// Bytes the replacement of `found` takes.
+    fn len(&self, found: &regex::Captures<'_>) -> u64 {
+        self.pieces
+            .iter()
+            .map(|piece| match piece {
+                Piece::Text(text) => text.len() as u64,
+                group => Template::group(group, found).len() as u64,
+            })
+            .sum()
+    }
+
+    fn write(&self, found: &regex::Captures<'_>, out: &mut String) {
+        for piece in &self.pieces {
+            match piece {
+                Piece::Text(text) => out.push_str(text),
+                group => out.push_str(Template::group(group, found)),
+            }
+        }
     }
 }
 
@@ -750,15 +1036,47 @@ fn seconds_of(time: jiff::Timestamp) -> Number {
     }
 }
 
-/// A JSON number's text as a number; anything else is `None`.
+/// Whether `s` is a number by JSON's grammar (RFC 8259 §6): `-? (0 | [1-9][0-9]*) (. [0-9]+)?
+/// ([eE] [+-]? [0-9]+)?`, and nothing else (no `1.`, `.5`, `+1` or spaces).
+fn is_json_number(s: &str) -> bool {
+    let mut bytes = s.as_bytes();
+    let digits = |bytes: &mut &[u8]| {
+        let n = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
+        *bytes = &bytes[n..];
+        n
+    };
+    if let [b'-', rest @ ..] = bytes {
+        bytes = rest;
+    }
+    match bytes {
+        [b'0', rest @ ..] => bytes = rest,
+        [b'1'..=b'9', ..] => {
+            digits(&mut bytes);
+        }
+        _ => return false,
+    }
+    if let [b'.', rest @ ..] = bytes {
+        bytes = rest;
+        if digits(&mut bytes) == 0 {
+            return false;
+        }
+    }
+    if let [b'e' | b'E', rest @ ..] = bytes {
+        bytes = rest;
+        if let [b'+' | b'-', rest @ ..] = bytes {
+            bytes = rest;
+        }
+        if digits(&mut bytes) == 0 {
+            return false;
+        }
+    }
+    bytes.is_empty()
+}
+
+/// A JSON number's text as a number (`to_number`: "any string that conforms to the json-number
+/// production"); anything else, and a number beyond a double's range, is `None`.
 pub(crate) fn parse_number(s: &str) -> Option<Number> {
-    let bytes = s.as_bytes();
-    let digits = bytes.strip_prefix(b"-").unwrap_or(bytes);
-    let valid = !digits.is_empty()
-        && digits[0].is_ascii_digit()
-        && !(digits.len() > 1 && digits[0] == b'0' && digits[1].is_ascii_digit())
-        && bytes.iter().all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'));
-    if !valid {
+    if !is_json_number(s) {
         return None;
     }
     if let Ok(n) = s.parse::<i64>() {

@@ -17,7 +17,9 @@ mod value;
 #[cfg(feature = "fuzzing")]
 pub use eval::evaluate_original;
 pub use eval::{EvalError, EvalErrorKind, evaluate};
-pub use value::{Arena, Const, Doc, Kind, Number, OverBudget, Val};
+pub use value::{
+    Arena, Budget, Built, Const, Doc, Kind, Number, OverBudget, Val, cost, steps_of_bytes, steps_of_writing,
+};
 
 /// Longest expression text, in bytes (SPEC §1.8).
 pub const MAX_EXPR_BYTES: usize = 4096;

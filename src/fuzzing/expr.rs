@@ -4,7 +4,7 @@
 
 use bumpalo::Bump;
 
-use crate::expr::{self, Arena, Doc, EvalErrorKind, Step, Val};
+use crate::expr::{self, Arena, Budget, Doc, EvalErrorKind, Step, Val};
 use crate::json;
 
 /// What one input reached.
@@ -87,7 +87,8 @@ fn run_as(data: &[u8], original: bool) -> ExprOutcome {
     let outcome = json::with_parsed(&mut document, 64, |doc| {
         let nodes: &json::Nodes<'_> = doc;
         let bump = Bump::new();
-        let arena = Arena::new(&bump, EXPR_BUDGET);
+        let budget = Budget::new(EXPR_BUDGET, u64::MAX);
+        let arena = Arena::new(&bump, &budget);
         let root = Val::from_tape(nodes, 0);
         let evaluate = if original { expr::evaluate_original } else { expr::evaluate };
         let outcome = match evaluate(&program, nodes, root, root, &arena) {
@@ -98,7 +99,7 @@ fn run_as(data: &[u8], original: bool) -> ExprOutcome {
                 }
                 ExprOutcome::Value(written)
             }
-            Err(e) if e.kind == EvalErrorKind::OverBudget => ExprOutcome::OverBudget,
+            Err(e) if matches!(e.kind, EvalErrorKind::OverBudget(_)) => ExprOutcome::OverBudget,
             Err(e) => ExprOutcome::Failed(e.kind.name()),
         };
         // Lists grow by doubling in the arena, which keeps the old buffers: a few times what was

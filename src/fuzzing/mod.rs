@@ -7,6 +7,17 @@ use crate::exec;
 use crate::json::{self, write};
 use crate::rules::{Limits, compile_json};
 
+/// The limits rules are compiled under in the fuzz targets: small documents and budgets, and
+/// steps enough that no mapping these inputs make is stopped by them, so that two ways of mapping
+/// can be compared (the `expr_budget` target is the one that tests the bounds).
+pub const LIMITS: Limits = Limits {
+    max_rules: 64,
+    max_depth: 16,
+    max_expr_bytes: 1 << 20,
+    max_response_bytes: 64 << 20,
+    max_mapping_steps: 1 << 40,
+};
+
 /// Rules JSON → compile → execute on a JSON document.
 ///
 /// The input decodes to either raw text for both (to reach the parser's and compiler's error
@@ -19,8 +30,7 @@ use crate::rules::{Limits, compile_json};
 pub fn rules_then_execute(data: &[u8]) -> Reached {
     let Ok(case) = Case::arbitrary_take_rest(Unstructured::new(data)) else { return Reached::Nothing };
     let (rules, document) = case.texts();
-    let limits = Limits { max_rules: 64, max_depth: 16, max_expr_bytes: 1 << 20 };
-    let Ok(compiled) = compile_json(&rules, &limits) else { return Reached::RulesRefused };
+    let Ok(compiled) = compile_json(&rules, &LIMITS) else { return Reached::RulesRefused };
     // Read on demand from a copy: the whole parse below unescapes strings in place.
     let mut on_demand = Vec::new();
     let read = exec::map_text(&compiled.plan, &mut document.clone(), 64, &mut on_demand);
@@ -68,9 +78,8 @@ pub fn plain_paths(data: &[u8]) -> Reached {
     let Ok(case) = PathCase::arbitrary_take_rest(Unstructured::new(data)) else { return Reached::Nothing };
     let mut document = Vec::new();
     case.document.write(&mut document);
-    let limits = Limits { max_rules: 64, max_depth: 16, max_expr_bytes: 1 << 20 };
     let (Ok(scanned), Ok(run)) =
-        (compile_json(&case.rules(""), &limits), compile_json(&case.rules(" | @"), &limits))
+        (compile_json(&case.rules(""), &LIMITS), compile_json(&case.rules(" | @"), &LIMITS))
     else {
         // A path of more than `max_depth` steps is refused both ways.
         return Reached::RulesRefused;
@@ -433,6 +442,7 @@ impl Value {
     }
 }
 
+pub mod bounds;
 mod expr;
 mod headers;
 mod http;
@@ -440,6 +450,7 @@ mod stages;
 mod upstream;
 mod upstream_h2;
 
+pub use self::bounds::{BoundsReached, mapping_bounds};
 pub use self::expr::{
     EXPR_BUDGET, ExprOutcome, ExprReached, expr_eval, expref_outside_a_call, original_language_only,
     run as expr_run, run_original as expr_run_original, split as expr_split,

@@ -8,13 +8,12 @@ use bytes::Bytes;
 use http::HeaderMap;
 use uuid::Uuid;
 
+use super::LIMITS;
 use super::Reached;
 use crate::exec;
 use crate::json;
 use crate::route::{FromClient, Registration, Route};
-use crate::rules::{Compiled, Limits, compile_json};
-
-const LIMITS: Limits = Limits { max_rules: 64, max_depth: 16, max_expr_bytes: 1 << 20 };
+use crate::rules::{Compiled, compile_json};
 
 /// Rules text → compile. Checks: nothing panics; a refusal names at least one problem, each with
 /// a JSON-pointer location; an accepted document stays within the limits; an object compiles the

@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::policy::{AllowList, NoLookup, OutboundPolicy};
-use crate::route::UpstreamRequest;
+use crate::upstream::UpstreamRequest;
 use crate::upstream::{Answer, UpstreamClient, UpstreamError, UpstreamSettings};
 
 /// The second call's answer, the only one it may get.

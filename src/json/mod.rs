@@ -10,6 +10,7 @@
 pub mod write;
 
 pub mod index;
+pub mod keys;
 pub mod ondemand;
 
 use std::cell::RefCell;

@@ -13,8 +13,8 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::index::{self, syntax};
+use super::keys::{KeyTable, words};
 use super::{Doc, JsonError, Node, PADDING, StaticNode, write};
-use crate::plan::{KeyTable, words};
 
 /// What a plan reads of a document: a tree of [`Want`]s, the root's first.
 #[derive(Debug, Clone)]
@@ -604,7 +604,7 @@ fn unescape(text: &str, escapes: impl Iterator<Item = usize>, out: &mut String) 
 #[cfg(test)]
 mod tests {
     use super::{Want, Wants, with_read};
-    use crate::plan::KeyTable;
+    use crate::json::keys::KeyTable;
     use crate::rules::{Limits, compile_json};
 
     /// Floats whose text is what the writer writes for them keep it; other numbers do not.

@@ -6,6 +6,7 @@
 //! [`StatusCounts`]), so a route's series disappear when it is deleted and survive an update.
 
 mod counts;
+mod outbound;
 mod render;
 #[cfg(test)]
 mod tests;
@@ -14,6 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub use self::counts::{Histogram, STATUS_SLOTS, StatusCounts};
 use self::counts::{MAPPING_BOUNDS, UPSTREAM_BOUNDS};
+pub use self::outbound::{
+    BreakerState, FetchReason, LimiterCounts, OriginBreaker, OriginRetries, TokenCounts,
+};
 pub use self::render::OutboundCounts;
 
 /// The endpoints other than route calls, as the `route` label names them.
@@ -168,6 +172,8 @@ pub enum PanicSite {
     Loading,
     /// In a background refresh of a stale cached answer.
     Refresh,
+    /// In the upstream call of a cached route's flight, which its calls wait for.
+    Flight,
     /// In the cluster follower or its snapshot writes (it starts over).
     Follower,
     /// In any other background task (the upstream pool's sweeper, the database's listening
@@ -176,12 +182,13 @@ pub enum PanicSite {
 }
 
 impl PanicSite {
-    const ALL: [PanicSite; 7] = [
+    const ALL: [PanicSite; 8] = [
         PanicSite::Request,
         PanicSite::Connection,
         PanicSite::Storage,
         PanicSite::Loading,
         PanicSite::Refresh,
+        PanicSite::Flight,
         PanicSite::Follower,
         PanicSite::Background,
     ];
@@ -193,6 +200,7 @@ impl PanicSite {
             PanicSite::Storage => "storage",
             PanicSite::Loading => "loading",
             PanicSite::Refresh => "refresh",
+            PanicSite::Flight => "flight",
             PanicSite::Follower => "follower",
             PanicSite::Background => "background",
         }

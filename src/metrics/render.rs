@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Endpoint, Gauges, Metrics, PanicSite, RulesSource, StatusCounts, Timeout, UpstreamErrorKind};
-use crate::upstream::{FetchReason, LimiterCounts, OriginBreaker, OriginRetries, TokenCounts};
+use super::{FetchReason, LimiterCounts, OriginBreaker, OriginRetries, TokenCounts};
 
 /// What the upstream client counts per origin, limit or token endpoint, for [`Metrics::render`].
 #[derive(Debug, Default, Clone, Copy)]
@@ -220,7 +220,15 @@ fn write_breakers(out: &mut String, breakers: &[OriginBreaker]) {
     for (name, kind, help, value) in series {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for breaker in breakers {
-            let _ = writeln!(out, "{name}{{origin=\"{}\"}} {}", label(&breaker.origin), value(breaker));
+            let _ = match breaker.route {
+                None => writeln!(out, "{name}{{origin=\"{}\"}} {}", label(&breaker.origin), value(breaker)),
+                Some(route) => writeln!(
+                    out,
+                    "{name}{{origin=\"{}\",route=\"{route}\"}} {}",
+                    label(&breaker.origin),
+                    value(breaker)
+                ),
+            };
         }
     }
 }

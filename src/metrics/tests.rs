@@ -87,19 +87,29 @@ fn the_exposition_has_every_family_with_help_and_type() {
         store: None,
         cache: CacheGauges::default(),
     };
-    let breakers = [crate::upstream::OriginBreaker {
-        origin: "http://127.0.0.1:9".to_owned(),
-        state: crate::upstream::BreakerState::Open,
-        rejected: 4,
-        opened: 1,
-    }];
-    let retries = [crate::upstream::OriginRetries {
+    let breakers = [
+        crate::metrics::OriginBreaker {
+            origin: "http://127.0.0.1:9".to_owned(),
+            route: None,
+            state: crate::metrics::BreakerState::Open,
+            rejected: 4,
+            opened: 1,
+        },
+        crate::metrics::OriginBreaker {
+            origin: "http://127.0.0.1:9".to_owned(),
+            route: Some(uuid::Uuid::from_u128(7)),
+            state: crate::metrics::BreakerState::HalfOpen,
+            rejected: 2,
+            opened: 3,
+        },
+    ];
+    let retries = [crate::metrics::OriginRetries {
         origin: "http://127.0.0.1:9".to_owned(),
         retries: 7,
         over_budget: 2,
     }];
-    let limits = [crate::upstream::LimiterCounts { limit: "route:u-1".to_owned(), refused: 3 }];
-    let tokens = [crate::upstream::TokenCounts {
+    let limits = [crate::metrics::LimiterCounts { limit: "route:u-1".to_owned(), refused: 3 }];
+    let tokens = [crate::metrics::TokenCounts {
         origin: "https://auth.example:443".to_owned(),
         fetched: [[2, 1], [5, 0], [1, 0]],
     }];
@@ -123,6 +133,8 @@ fn the_exposition_has_every_family_with_help_and_type() {
         "recast_upstream_breaker_state{origin=\"http://127.0.0.1:9\"} 1",
         "recast_upstream_breaker_rejections_total{origin=\"http://127.0.0.1:9\"} 4",
         "recast_upstream_breaker_opened_total{origin=\"http://127.0.0.1:9\"} 1",
+        "recast_upstream_breaker_state{origin=\"http://127.0.0.1:9\",route=\"00000000-0000-0000-0000-000000000007\"} 2",
+        "recast_upstream_breaker_opened_total{origin=\"http://127.0.0.1:9\",route=\"00000000-0000-0000-0000-000000000007\"} 3",
         "recast_upstream_retries_total{origin=\"http://127.0.0.1:9\"} 7",
         "recast_upstream_retries_over_budget_total{origin=\"http://127.0.0.1:9\"} 2",
         "recast_upstream_rate_limited_total{limit=\"route:u-1\"} 3",

@@ -19,9 +19,9 @@ use self::request::Upstream;
 use crate::metrics::StatusCounts;
 use crate::rules::{Compiled, Limits, Problem, compile_json};
 use crate::storage::{SCHEMA_VERSION, StoredRoute};
-use crate::upstream::{ClientCredentials, RateLimitSettings, RetrySettings, TlsSettings};
+use crate::upstream::{BreakerScope, ClientCredentials, RateLimitSettings, RetrySettings, TlsSettings};
 pub use registration::{AuthHeader, OriginalApi, OriginalRoute, Registration};
-pub use request::{CallError, FromClient, MAPPED_AUTH, UpstreamRequest};
+pub use request::{CallError, FromClient, MAPPED_AUTH};
 
 /// A validated route configuration: what is stored, and what [`Route`] is compiled from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -62,6 +62,10 @@ pub struct RouteConfig {
     /// `"http2": "prior-knowledge"`: an `http` upstream spoken to in HTTP/2 from the start (h2c).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub http2_prior_knowledge: bool,
+    /// `"breaker": {"scope": "route"}`: the route's calls are counted by a breaker of its own;
+    /// by default, by its origin's.
+    #[serde(default, skip_serializing_if = "BreakerScope::is_origin")]
+    pub breaker: BreakerScope,
 }
 
 /// A route's `cache` member: how long a mapped answer is fresh, and how long after that it may
@@ -73,8 +77,8 @@ pub struct CacheSettings {
     pub stale_while_revalidate_seconds: u64,
 }
 
-/// How a route authenticates to its upstream.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// How a route authenticates to its upstream. Its `Debug` masks the stored token.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "camelCase")]
 pub enum Auth {
     /// No `authHeader` and no `X-Mapped-Auth` at registration: nothing stored; a caller's
@@ -88,6 +92,22 @@ pub enum Auth {
     /// kept in memory only.
     #[serde(rename = "oauth2")]
     OAuth2(ClientCredentials),
+}
+
+impl std::fmt::Debug for Auth {
+    // The stored token is never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Auth::None => f.write_str("None"),
+            Auth::Runtime => f.write_str("Runtime"),
+            Auth::Stored { kind, token } => f
+                .debug_struct("Stored")
+                .field("kind", kind)
+                .field("token", &token.as_ref().map(|_| "***"))
+                .finish(),
+            Auth::OAuth2(credentials) => f.debug_tuple("OAuth2").field(credentials).finish(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,8 +11,9 @@ use serde_json::value::RawValue;
 use super::{Auth, AuthKind, CacheSettings, RouteConfig};
 use crate::rules::Problem;
 use crate::upstream::{
-    ClientAuth, ClientCredentials, Failure, LimitScope, MAX_ATTEMPTS, MAX_BURST, MAX_RATE, MAX_WAIT_MS,
-    RateLimitSettings, RetryOn, RetrySettings, RouteTls, TlsSettings, TokenRequest, retriable_status,
+    BreakerScope, ClientAuth, ClientCredentials, Failure, LimitScope, MAX_ATTEMPTS, MAX_BURST, MAX_RATE,
+    MAX_WAIT_MS, RateLimitSettings, RetryOn, RetrySettings, RouteTls, TlsSettings, TokenRequest,
+    retriable_status,
 };
 
 /// The body of `POST /v1/mapping` and `PUT /v1/routes/{uuid}` as sent.
@@ -51,6 +52,10 @@ pub struct Registration {
     /// `"prior-knowledge"`: HTTP/2 to an `http` upstream from the start; checked by hand.
     #[serde(default)]
     pub http2: Option<serde_json::Value>,
+    /// `{"scope": "origin" | "route"}`: whose calls the upstream's breaker counts; checked by
+    /// hand.
+    #[serde(default)]
+    pub breaker: Option<serde_json::Value>,
 }
 
 /// Only where the route goes is printed: a registration holds secrets (tokens, client
@@ -210,6 +215,7 @@ impl Registration {
         let retry = retry_settings(self.retry.as_ref(), &upstream_method, &mut problems);
         let rate_limit = rate_limit_settings(self.rate_limit.as_ref(), &mut problems);
         let tls = tls_settings(self.tls.as_ref(), &base_url, &mut problems);
+        let breaker = breaker_settings(self.breaker.as_ref(), &mut problems);
         let http2_prior_knowledge = match &self.http2 {
             None | Some(serde_json::Value::Null) => false,
             Some(serde_json::Value::String(mode)) if mode == "prior-knowledge" => {
@@ -251,7 +257,25 @@ impl Registration {
             rate_limit,
             tls,
             http2_prior_knowledge,
+            breaker,
         })
+    }
+}
+
+/// `breaker`: absent or `null` for the origin's breaker; else an object whose `scope` is
+/// `"origin"` (the default) or `"route"`, a breaker of the route's own.
+fn breaker_settings(given: Option<&serde_json::Value>, problems: &mut Vec<Problem>) -> BreakerScope {
+    let example = r#"{"scope": "route"}"#;
+    let Some(members) = settings_object(given, "breaker", &["scope"], example, problems) else {
+        return BreakerScope::Origin;
+    };
+    match members.get("scope").map(|s| s.as_str()) {
+        None | Some(Some("origin")) => BreakerScope::Origin,
+        Some(Some("route")) => BreakerScope::Route,
+        Some(_) => {
+            problems.push(Problem::new("/breaker/scope", "must be \"origin\" or \"route\""));
+            BreakerScope::Origin
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use super::registration::{BaseUrl, UpstreamPath};
 use super::*;
+use crate::upstream::UpstreamRequest;
 
 fn registration(json: &str) -> Registration {
     serde_json::from_str(json).expect("a registration")
@@ -95,7 +96,13 @@ fn stored_auth_wins_and_runtime_auth_is_required() {
     let mut client = HeaderMap::new();
     client.insert(MAPPED_AUTH, HeaderValue::from_static("Bearer caller"));
     let with_caller = FromClient { headers: Some(&client), ..Default::default() };
-    assert_eq!(request(bearer, &with_caller).headers["authorization"], "Bearer s3");
+    let sent = request(bearer.clone(), &with_caller);
+    assert_eq!(sent.headers["authorization"], "Bearer s3");
+    // The value is marked sensitive, and neither it nor the stored token is ever printed.
+    assert!(sent.headers["authorization"].is_sensitive());
+    let printed = format!("{:?} {:?} {sent:?}", bearer.auth, bearer);
+    assert!(!printed.contains("s3"), "{printed}");
+    assert!(printed.contains("***"), "{printed}");
 
     let raw = config(
         r#"{"originalApi":{"baseUrl":"https://a.example"},"path":"","authHeader":{"type":"None","token":"k=1"}}"#,
@@ -110,7 +117,10 @@ fn stored_auth_wins_and_runtime_auth_is_required() {
     assert_eq!(runtime.auth, Auth::Runtime);
     let route = Route::new(Uuid::nil(), 0, 0, runtime, &Limits::default());
     assert_eq!(route.upstream_request(&FromClient::default()).unwrap_err(), CallError::AuthRequired);
-    assert_eq!(route.upstream_request(&with_caller).unwrap().headers["authorization"], "Bearer caller");
+    let sent = route.upstream_request(&with_caller).unwrap();
+    assert_eq!(sent.headers["authorization"], "Bearer caller");
+    assert!(sent.headers["authorization"].is_sensitive());
+    assert!(!format!("{sent:?}").contains("caller"));
 }
 
 #[test]

@@ -195,7 +195,11 @@ fn lower(rules: &Rules, limits: &Limits) -> Plan {
         reads: Vec::new(),
         parts: Vec::new(),
         programs: Vec::new(),
-        expr_budget: limits.max_expr_bytes,
+        bounds: crate::plan::Bounds {
+            built_bytes: limits.max_expr_bytes,
+            answer_bytes: limits.max_response_bytes,
+            steps: limits.max_mapping_steps,
+        },
         wants: None,
     };
     // Expressions compiled in `check` compile again here; they cannot fail now.
@@ -290,7 +294,7 @@ fn lower(rules: &Rules, limits: &Limits) -> Plan {
         .chain(emits)
         .collect();
     plan.scan_count = plan.ops.iter().filter(|op| matches!(op, Op::Scan { .. })).count();
-    plan.wants = crate::exec::wants(&plan);
+    plan.wants = crate::plan::wants(&plan);
     plan
 }
 

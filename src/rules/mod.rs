@@ -10,6 +10,8 @@ mod parse;
 pub use compile::{Compiled, compile, compile_json, compile_value, read_json};
 pub use parse::parse;
 
+pub use crate::plan::{KeyEntry, Type};
+
 /// Ceilings that compilation enforces (SPEC §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -20,14 +22,30 @@ pub struct Limits {
     pub max_depth: usize,
     /// Bytes the values built by one call's expressions may take (`RECAST_MAX_EXPR_BYTES`).
     pub max_expr_bytes: usize,
+    /// Bytes of the answer one call's mapping may write (`RECAST_MAX_RESPONSE_BYTES`).
+    pub max_response_bytes: usize,
+    /// Steps of work one call's mapping may take (`RECAST_MAX_MAPPING_STEPS`).
+    pub max_mapping_steps: u64,
 }
 
 /// The default of [`Limits::max_expr_bytes`]: 64 MiB.
 pub const DEFAULT_MAX_EXPR_BYTES: usize = 64 << 20;
 
+/// The default of [`Limits::max_response_bytes`]: 64 MiB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 << 20;
+
+/// The default of [`Limits::max_mapping_steps`] (`docs/behaviour.md` says how it was chosen).
+pub const DEFAULT_MAX_MAPPING_STEPS: u64 = 4_000_000;
+
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_rules: 1024, max_depth: 64, max_expr_bytes: DEFAULT_MAX_EXPR_BYTES }
+        Limits {
+            max_rules: 1024,
+            max_depth: 64,
+            max_expr_bytes: DEFAULT_MAX_EXPR_BYTES,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_mapping_steps: DEFAULT_MAX_MAPPING_STEPS,
+        }
     }
 }
 
@@ -49,49 +67,6 @@ impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let at = if self.location.is_empty() { "(document)" } else { &self.location };
         write!(f, "{at}: {}", self.message)
-    }
-}
-
-/// A target type (SPEC §1.5). `Long` and `Float` are spelled differently but behave as `Int` and
-/// `Double`; the spelling is kept for messages and traces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Type {
-    String,
-    Int,
-    Long,
-    Double,
-    Float,
-    Boolean,
-    Json,
-}
-
-impl Type {
-    pub const NAMES: [&'static str; 7] = ["String", "Int", "Long", "Double", "Float", "Boolean", "Json"];
-
-    /// Reads a type name; a trailing `?` is allowed and changes nothing.
-    pub fn from_name(name: &str) -> Option<Type> {
-        Some(match name.strip_suffix('?').unwrap_or(name) {
-            "String" => Type::String,
-            "Int" => Type::Int,
-            "Long" => Type::Long,
-            "Double" => Type::Double,
-            "Float" => Type::Float,
-            "Boolean" => Type::Boolean,
-            "Json" => Type::Json,
-            _ => return None,
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Type::String => "String",
-            Type::Int => "Int",
-            Type::Long => "Long",
-            Type::Double => "Double",
-            Type::Float => "Float",
-            Type::Boolean => "Boolean",
-            Type::Json => "Json",
-        }
     }
 }
 
@@ -132,20 +107,4 @@ pub struct OldField {
     pub parents: Vec<String>,
     /// `expr`: the expression that reads the value instead of `keys` and `parents` (SPEC §1.8).
     pub expr: Option<String>,
-}
-
-/// One `keys` element: a single field name, or `"a, b"` naming the parts of a concatenation.
-#[derive(Debug, Clone, PartialEq)]
-pub enum KeyEntry {
-    Field(String),
-    Concat(Vec<String>),
-}
-
-impl KeyEntry {
-    pub fn names(&self) -> &[String] {
-        match self {
-            KeyEntry::Field(name) => std::slice::from_ref(name),
-            KeyEntry::Concat(names) => names,
-        }
-    }
 }

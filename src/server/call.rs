@@ -16,8 +16,8 @@ use super::{ApiError, Response, SERVER_TIMING, State};
 use crate::cache::{self, CacheStatus, Found, Joined, Key, Leader, TimedOut};
 use crate::exec;
 use crate::metrics::{CacheCounts, Endpoint, Metrics, PanicSite, UpstreamErrorKind};
-use crate::route::{CacheSettings, CallError, FromClient, Route, UpstreamRequest};
-use crate::upstream::{Answer, Freshness, Outbound};
+use crate::route::{CacheSettings, CallError, FromClient, Route};
+use crate::upstream::{Answer, BreakerScope, Freshness, Outbound, UpstreamRequest};
 
 /// A route call's request, as the router or the lane read it.
 pub(super) struct RouteCall<'a> {
@@ -163,9 +163,28 @@ async fn cached(
             Found::Nothing => match state.cache.join(&key) {
                 Joined::Leader(leader) => {
                     CacheCounts::count(&counts.misses);
-                    let outcome = lead(leader, fetch(state, route, upstream).await, settings);
-                    record.cache = Some(miss(&outcome, false));
-                    return answer(outcome, record);
+                    // The upstream call is the flight's, not this call's: it runs in a task of
+                    // its own, and this call waits for its outcome like the others, so that a
+                    // caller who hangs up cancels nothing (the calls waiting would otherwise send
+                    // the request again, a second `POST` behind a `GET` route).
+                    let waiter = leader.waiter();
+                    fly(state, route, settings, upstream.clone(), leader);
+                    match waiter.wait(deadline).await {
+                        Ok(Some(outcome)) => {
+                            record.cache = Some(miss(&outcome, false));
+                            return answer(outcome, record);
+                        }
+                        // The flight's task ended without an outcome (a panic, counted): this
+                        // call tries again while it has time.
+                        Ok(None) if tokio::time::Instant::now() < deadline => continue,
+                        Ok(None) | Err(TimedOut) => {
+                            record.cache = Some(CacheStatus::Miss { stored: None, collapsed: false });
+                            return Err(ApiError::Upstream {
+                                failure: UpstreamFailure::Timeout,
+                                validating: false,
+                            });
+                        }
+                    }
                 }
                 Joined::Waiter(waiter) => {
                     CacheCounts::count(&counts.coalesced);
@@ -181,7 +200,7 @@ async fn cached(
                             record.cache = Some(miss(&outcome, true));
                             return answer(outcome, record);
                         }
-                        // The leader went away without an outcome (its caller hung up).
+                        // The flight's task ended without an outcome (a panic, counted).
                         Ok(None) if tokio::time::Instant::now() < deadline => continue,
                         Ok(None) | Err(TimedOut) => {
                             record.cache = Some(CacheStatus::Miss { stored: None, collapsed: true });
@@ -224,9 +243,32 @@ fn refresh(
     request: UpstreamRequest,
     leader: Leader<Outcome>,
 ) {
+    fly_at(PanicSite::Refresh, state, route, settings, request, leader);
+}
+
+/// Makes a flight's upstream call in a task of its own, which hands its outcome to the calls
+/// waiting on it whether or not they are still there.
+fn fly(
+    state: &State,
+    route: &Arc<Route>,
+    settings: CacheSettings,
+    request: UpstreamRequest,
+    leader: Leader<Outcome>,
+) {
+    fly_at(PanicSite::Flight, state, route, settings, request, leader);
+}
+
+fn fly_at(
+    site: PanicSite,
+    state: &State,
+    route: &Arc<Route>,
+    settings: CacheSettings,
+    request: UpstreamRequest,
+    leader: Leader<Outcome>,
+) {
     let (Some(state), route) = (state.me.upgrade(), route.clone()) else { return };
-    // A panic drops the leader, which hands nothing on: the next stale call refreshes again.
-    state.tasks.clone().spawn(PanicSite::Refresh, async move {
+    // A panic drops the leader, which hands nothing on: its waiters try again.
+    state.tasks.clone().spawn(site, async move {
         let outcome = fetch(&state, &route, request).await;
         lead(leader, outcome, settings);
     });
@@ -277,6 +319,7 @@ pub(super) async fn call_upstream(
         retry: route.config.retry.as_ref(),
         oauth: route.token_request(),
         tls: route.tls(),
+        breaker: (route.config.breaker == BreakerScope::Route).then_some(route.uuid),
         h2c: route.config.http2_prior_knowledge,
     };
     let answer = state.client.call_with(request, &outbound).await;
@@ -330,8 +373,8 @@ fn map_success(
         metrics.expression_errors.fetch_add(u64::from(outcome.expression_errors), Ordering::Relaxed);
     }
     let mapped = match parsed {
-        Ok(outcome) if outcome.over_budget => {
-            Err(UpstreamFailure::MappingLimit { limit: compiled.plan.expr_budget() })
+        Ok(exec::Outcome { limit: Some(limit), .. }) => {
+            Err(UpstreamFailure::MappingLimit { limit, bound: compiled.plan.bounds().of(limit) })
         }
         Ok(_) => Ok(out),
         Err(e) => Err(UpstreamFailure::NotJson(e.to_string())),

@@ -15,6 +15,7 @@ use crate::json::{self as tape, write};
 use crate::logging::logged;
 use crate::route::{Auth, CacheSettings, Route};
 use crate::storage::Cursor;
+use crate::upstream::BreakerScope;
 
 /// Routes per page when `limit` is not given, and the most a page may hold.
 const DEFAULT_LIMIT: usize = 50;
@@ -120,6 +121,8 @@ struct RouteView<'a> {
     tls: Option<TlsView<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     http2: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    breaker: Option<BreakerView>,
     created_at: u64,
     updated_at: u64,
     status: &'static str,
@@ -145,6 +148,12 @@ struct OriginalRouteView<'a> {
 #[serde(rename_all = "camelCase")]
 struct BaseUrlView<'a> {
     base_url: &'a str,
+}
+
+/// A route's `breaker`, when it has one of its own.
+#[derive(Serialize)]
+struct BreakerView {
+    scope: BreakerScope,
 }
 
 /// A route's `tls`: its certificates as given, its key masked.
@@ -232,6 +241,7 @@ impl<'a> RouteView<'a> {
             retry: c.retry.as_ref(),
             rate_limit: c.rate_limit.as_ref(),
             http2: c.http2_prior_knowledge.then_some("prior-knowledge"),
+            breaker: (!c.breaker.is_origin()).then_some(BreakerView { scope: c.breaker }),
             tls: c.tls.as_ref().map(|tls| TlsView {
                 ca: tls.ca.as_deref(),
                 client_cert: tls.client_cert.as_deref(),

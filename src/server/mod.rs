@@ -252,7 +252,10 @@ pub async fn run_with(
             ),
         }
     }
+    // The client's own tasks run on this runtime, which accepts connections and runs the
+    // background work: a worker busy with a mapping holds up none of them.
     let client = UpstreamClient::new(config.upstream(), outbound.policy, outbound.lookup)
+        .with_tasks(tasks.clone(), tokio::runtime::Handle::current())
         .with_extra_roots(&extra_roots)
         .map_err(RunError::Config)?;
     if let Some(path) = &config.upstream_ca_file {
@@ -446,32 +449,50 @@ pub async fn run_with(
     drop(listener);
     state.enter(Lifecycle::Stopped);
     let grace = state.config.shutdown_grace();
+    // Everything below ends by then: what is still running at the end of the grace period (a
+    // request, a mapping that does not yield, blocking work) is not waited for, and the process
+    // exits without it.
+    let stop_by = tokio::time::Instant::now() + grace;
     open.stop();
     let drained = async { while connections.join_next().await.is_some() {} };
-    if tokio::time::timeout(grace, drained).await.is_err() {
+    if tokio::time::timeout_at(stop_by, drained).await.is_err() {
         tracing::warn!(open = connections.len(), ?grace, "grace period over; closing what is left");
     }
-    connections.shutdown().await;
+    // A task is aborted where it next waits; one that is busy on its worker is left behind.
+    if tokio::time::timeout_at(stop_by, connections.shutdown()).await.is_err() {
+        tracing::warn!(
+            open = connections.len(),
+            "connections still busy at the end of the grace period are left behind"
+        );
+    }
     if let Some((heartbeat, database, node)) = membership {
         // Stopped and waited for, so no beat of it comes after the row is deleted.
         heartbeat.abort();
         let _ = heartbeat.await;
-        match database.leave(node).await {
-            Ok(()) => tracing::info!("left the cluster's nodes alive"),
-            Err(e) => {
+        match tokio::time::timeout_at(
+            stop_by.max(tokio::time::Instant::now() + LEAVING),
+            database.leave(node),
+        )
+        .await
+        {
+            Ok(Ok(())) => tracing::info!("left the cluster's nodes alive"),
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, "could not say in the route database that this node stops; the others take its share once its heartbeat is old")
             }
+            Err(_) => tracing::warn!(
+                "the route database did not answer in time; the others take this node's share once its heartbeat is old"
+            ),
         }
     }
     // Store writes begun by a request finish before the store is closed; blocking work that
     // outlasts the grace period (a name lookup that hangs) is not waited for.
-    if tokio::time::timeout(grace, tasks.blocking(PanicSite::Background, move || workers.stop()))
+    if tokio::time::timeout_at(stop_by, tasks.blocking(PanicSite::Background, move || workers.stop()))
         .await
         .is_err()
     {
-        tracing::warn!(?grace, "blocking work begun by requests is still running; not waiting for it");
+        tracing::warn!(?grace, "work begun by requests is still running; not waiting for it");
     }
-    match tokio::time::timeout(grace, loader).await {
+    match tokio::time::timeout_at(stop_by, loader).await {
         Err(_) => {
             // The loader holds the state; the store closes when it finishes (or the process exits).
             tracing::warn!("stopped while routes were still loading");
@@ -490,6 +511,10 @@ pub async fn run_with(
     tracing::info!("stopped; storage closed");
     fatal.map_or(Ok(()), |why| Err(RunError::Config(why)))
 }
+
+/// How long a stopping cluster node waits for the database to take its row off, when the grace
+/// period has less left.
+const LEAVING: Duration = Duration::from_millis(500);
 
 /// Turns the store's background compactions back on (they are held while routes load).
 pub(crate) fn resume_compactions(store: &Store) {

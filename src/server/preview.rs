@@ -10,6 +10,7 @@ use super::{ApiError, Request, Response, SERVER_TIMING, State};
 use crate::exec;
 use crate::json::{self as tape};
 use crate::metrics::RulesSource;
+use crate::plan::Limit;
 use crate::rules::{Compiled, compile_value};
 
 /// Members of a preview body.
@@ -38,27 +39,37 @@ fn map_sample(state: &State, nodes: &tape::Doc<'_, '_>, traced: bool) -> Result<
         state.metrics.compile_failure(RulesSource::Preview);
         ApiError::InvalidRules(problems)
     })?;
-    let limit = compiled.plan.expr_budget();
-    preview_output(compiled, nodes, sample, traced).ok_or(ApiError::PreviewLimit { limit })
+    preview_output(compiled, nodes, sample, traced)
+        .map_err(|(limit, bound)| ApiError::PreviewLimit { limit, bound })
 }
 
 /// A preview's answer: the output alone, or with `traced` `{"output", "trace", "warnings"}`.
-/// `recast preview` prints the same. `None` when the expressions built more than their budget.
+/// `recast preview` prints the same. When the mapping passed one of its bounds: which, and where
+/// that bound stands.
 pub fn preview_output(
     compiled: Compiled,
     nodes: &tape::Doc<'_, '_>,
     sample: usize,
     traced: bool,
-) -> Option<Vec<u8>> {
+) -> Result<Vec<u8>, (Limit, u64)> {
+    let bounds = compiled.plan.bounds();
+    let stopped = |limit: Limit| (limit, bounds.of(limit));
     let mut out = Vec::with_capacity(1024);
     if !traced {
         let outcome = exec::execute(&compiled.plan, nodes, sample, &mut out);
-        return (!outcome.over_budget).then_some(out);
+        return match outcome.limit {
+            Some(limit) => Err(stopped(limit)),
+            None => Ok(out),
+        };
     }
     out.extend_from_slice(b"{\"output\":");
     let trace = exec::execute_traced(&compiled.plan, nodes, sample, &mut out);
-    if trace.outcome.over_budget {
-        return None;
+    if let Some(limit) = trace.outcome.limit {
+        return Err(stopped(limit));
+    }
+    // The trace repeats values of the output: the whole answer stays within the bound.
+    if out.len().saturating_add(trace.value_bytes()) > bounds.answer_bytes {
+        return Err(stopped(Limit::Answer));
     }
     out.extend_from_slice(b",\"trace\":");
     trace.write_entries(&mut out);
@@ -66,7 +77,7 @@ pub fn preview_output(
     let warnings: Vec<_> = compiled.warnings.into_iter().chain(trace.notes).collect();
     write_problems(&mut out, &warnings);
     out.push(b'}');
-    Some(out)
+    Ok(out)
 }
 
 /// `?trace=true` (also `?trace` and `?trace=1`); `false`/`0` or no parameter turn it off.

@@ -7,6 +7,7 @@ use http::{HeaderValue, StatusCode, header};
 use http_body_util::Full;
 
 use crate::json::{JsonError, write};
+use crate::plan::Limit;
 use crate::rules::Problem;
 use crate::upstream::{CertificateAsked, UpstreamError};
 
@@ -62,9 +63,10 @@ pub enum ApiError {
     InvalidRegistration(Vec<Problem>),
     /// The rules do not compile; every problem is listed.
     InvalidRules(Vec<Problem>),
-    /// A preview's expressions built more than `RECAST_MAX_EXPR_BYTES` (`limit`).
+    /// A preview's mapping ran into one of its bounds (`limit`, which stands at `bound`).
     PreviewLimit {
-        limit: usize,
+        limit: Limit,
+        bound: u64,
     },
     /// The client's body is larger than `RECAST_MAX_REQUEST_BYTES`.
     BodyTooLarge {
@@ -126,9 +128,10 @@ pub enum UpstreamFailure {
     Encoding(String),
     /// The outbound policy refuses the upstream's address (the reason); nothing was sent.
     NotAllowed(String),
-    /// Mapping the answer built more than `RECAST_MAX_EXPR_BYTES` (`limit`) in expressions.
+    /// Mapping the answer ran into one of its bounds (`limit`, which stands at `bound`).
     MappingLimit {
-        limit: usize,
+        limit: Limit,
+        bound: u64,
     },
     /// The upstream's breaker is open (why, and when to try again); nothing was sent.
     Unavailable {
@@ -197,10 +200,17 @@ fn refusal_hint(status: StatusCode, asked: Option<CertificateAsked>) -> &'static
 }
 
 /// The detail of a `mapping-limit` problem.
-fn mapping_limit(limit: usize) -> String {
-    format!(
-        "the values the rules' expressions built (lists, objects, text) passed {limit} bytes (RECAST_MAX_EXPR_BYTES)"
-    )
+fn mapping_limit(limit: Limit, bound: u64) -> String {
+    let what = match limit {
+        Limit::Built => {
+            "the values the rules' expressions build (lists, objects, text, each counted as written out)"
+        }
+        Limit::Answer => "the answer the rules write",
+        Limit::Steps => {
+            "the work of the mapping (objects mapped, values compared, elements built, text read)"
+        }
+    };
+    format!("{what} would pass {bound} {} ({}); the mapping was stopped there", limit.unit(), limit.setting())
 }
 
 impl ApiError {
@@ -282,7 +292,7 @@ impl ApiError {
                 "The request body is not what this endpoint takes"
             }
             ApiError::InvalidRules(_) => "The mapping rules are invalid",
-            ApiError::PreviewLimit { .. } => "The mapping's expressions built more than their limit",
+            ApiError::PreviewLimit { .. } => "The mapping passed one of its limits",
             ApiError::BodyTooLarge { .. } => "The request body is too large",
             ApiError::BodyUnreadable => "The request body could not be read",
             ApiError::BodyTimeout => "The request body came too slowly",
@@ -293,9 +303,7 @@ impl ApiError {
             ApiError::Overloaded => "recast is at its limit of requests in flight",
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::NotAllowed(_) => "The upstream's address is not allowed; nothing was sent",
-                UpstreamFailure::MappingLimit { .. } => {
-                    "The mapping's expressions built more than their limit"
-                }
+                UpstreamFailure::MappingLimit { .. } => "The mapping passed one of its limits",
                 UpstreamFailure::Unavailable { .. } => {
                     "The upstream is failing; recast is not calling it for now"
                 }
@@ -344,7 +352,7 @@ impl ApiError {
             ApiError::BodyTooLarge { limit } => {
                 format!("the limit is {limit} bytes (RECAST_MAX_REQUEST_BYTES)")
             }
-            ApiError::PreviewLimit { limit } => mapping_limit(*limit),
+            ApiError::PreviewLimit { limit, bound } => mapping_limit(*limit, *bound),
             ApiError::BodyUnreadable => "the connection broke while the body was sent".to_owned(),
             ApiError::BodyTimeout => "the whole body must arrive within RECAST_HEADER_TIMEOUT_MS".to_owned(),
             ApiError::NotFound => "no endpoint or route at this path".to_owned(),
@@ -377,7 +385,7 @@ impl ApiError {
                         .to_owned()
                 }
                 UpstreamFailure::NotAllowed(why) => why.clone(),
-                UpstreamFailure::MappingLimit { limit } => mapping_limit(*limit),
+                UpstreamFailure::MappingLimit { limit, bound } => mapping_limit(*limit, *bound),
             },
             ApiError::Starting => "try again in a moment".to_owned(),
             ApiError::AdminTokenRequired => {
@@ -491,7 +499,7 @@ mod tests {
                 UpstreamFailure::NotJson("html".to_owned()),
                 UpstreamFailure::Encoding("zstd".to_owned()),
                 UpstreamFailure::NotAllowed("private".to_owned()),
-                UpstreamFailure::MappingLimit { limit: 1 },
+                UpstreamFailure::MappingLimit { limit: Limit::Built, bound: 1 },
                 UpstreamFailure::Unavailable {
                     why: "open".to_owned(),
                     retry_after: std::time::Duration::from_millis(1500),
@@ -512,7 +520,7 @@ mod tests {
             ApiError::InvalidRequest(String::new()),
             ApiError::InvalidRegistration(Vec::new()),
             ApiError::InvalidRules(Vec::new()),
-            ApiError::PreviewLimit { limit: 1 },
+            ApiError::PreviewLimit { limit: Limit::Steps, bound: 1 },
             ApiError::BodyTooLarge { limit: 1 },
             ApiError::BodyUnreadable,
             ApiError::BodyTimeout,

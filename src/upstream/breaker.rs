@@ -1,4 +1,5 @@
-//! A circuit breaker per upstream origin (scheme, host and port): after
+//! A circuit breaker per upstream origin (scheme, host and port), or per route and origin for a
+//! route whose `breaker` says `"scope": "route"`: after
 //! `RECAST_BREAKER_FAILURES` failures in a row (no connection, a broken connection, the deadline
 //! passed, a 5xx answer) it opens, and for `RECAST_BREAKER_COOLDOWN_MS` calls to that origin are
 //! refused at once, without an outbound call. Then one call goes through as a probe: its success
@@ -18,6 +19,7 @@ use tracing::Level;
 
 use super::Keyed;
 use crate::logging::logged;
+use crate::metrics::{BreakerState, OriginBreaker};
 
 /// The settings of every origin's breaker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,35 +30,19 @@ pub struct BreakerSettings {
     pub cooldown: Duration,
 }
 
-/// A breaker's state, as `/metrics` shows it (`recast_upstream_breaker_state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
-    Closed = 0,
-    Open = 1,
-    /// Open, with its probe under way.
-    HalfOpen = 2,
+/// Whose calls a breaker counts: every call to its origin (the default), or a route's alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum BreakerScope {
+    #[default]
+    Origin,
+    Route,
 }
 
-impl BreakerState {
-    pub fn label(self) -> &'static str {
-        match self {
-            BreakerState::Closed => "closed",
-            BreakerState::Open => "open",
-            BreakerState::HalfOpen => "half-open",
-        }
+impl BreakerScope {
+    pub fn is_origin(&self) -> bool {
+        *self == BreakerScope::Origin
     }
-}
-
-/// One origin's breaker as `/metrics` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OriginBreaker {
-    /// `scheme://host:port`.
-    pub origin: String,
-    pub state: BreakerState,
-    /// Calls refused because the breaker was open.
-    pub rejected: u64,
-    /// Times it opened.
-    pub opened: u64,
 }
 
 /// The breakers of every origin called so far.
@@ -76,12 +62,13 @@ impl Breakers {
         Breakers { settings, origins: Keyed::default() }
     }
 
-    /// Lets a call to `origin` through (with a ticket to report its outcome on), or refuses it.
-    pub fn admit(&self, origin: &str, now: Instant) -> Result<Ticket, Refused> {
+    /// Lets a call to `origin` through (with a ticket to report its outcome on), or refuses it:
+    /// by the breaker of `route` at that origin when given, else by the origin's.
+    pub fn admit(&self, origin: &str, route: Option<uuid::Uuid>, now: Instant) -> Result<Ticket, Refused> {
         if self.settings.failures == 0 {
             return Ok(Ticket { breaker: None, settings: self.settings, generation: 0, probe: false });
         }
-        let breaker = self.breaker(origin);
+        let breaker = self.breaker(origin, route);
         let admitted = breaker.admit(&self.settings, now);
         admitted.map(|(generation, probe)| Ticket {
             breaker: Some(breaker),
@@ -91,19 +78,25 @@ impl Breakers {
         })
     }
 
-    fn breaker(&self, origin: &str) -> Arc<Breaker> {
-        self.origins.get_or(origin, || Breaker {
+    fn breaker(&self, origin: &str, route: Option<uuid::Uuid>) -> Arc<Breaker> {
+        let make = || Breaker {
             origin: origin.to_owned(),
+            route,
             state: Mutex::default(),
             rejected: AtomicU64::new(0),
             opened: AtomicU64::new(0),
-        })
+        };
+        match route {
+            None => self.origins.get_or(origin, make),
+            Some(route) => self.origins.get_or(&format!("{origin} route={route}"), make),
+        }
     }
 
-    /// Every origin's breaker, by origin.
+    /// Every breaker, by origin (an origin's own first, then its routes').
     pub fn snapshot(&self) -> Vec<OriginBreaker> {
-        self.origins.each(|origin, breaker| OriginBreaker {
-            origin: origin.to_owned(),
+        self.origins.each(|_, breaker| OriginBreaker {
+            origin: breaker.origin.clone(),
+            route: breaker.route,
             state: breaker.state(),
             rejected: breaker.rejected.load(Ordering::Relaxed),
             opened: breaker.opened.load(Ordering::Relaxed),
@@ -140,6 +133,8 @@ impl Drop for Ticket {
 struct Breaker {
     /// `scheme://host:port`.
     origin: String,
+    /// The route whose calls alone it counts, if it is a route's.
+    route: Option<uuid::Uuid>,
     state: Mutex<State>,
     rejected: AtomicU64,
     opened: AtomicU64,
@@ -183,7 +178,7 @@ impl Breaker {
                 state.phase = Phase::Probing;
                 let generation = state.generation;
                 drop(state);
-                logged!(Level::INFO, upstream = %self.origin, "upstream breaker half-open: one call probes the upstream");
+                logged!(Level::INFO, upstream = %self.origin, route = ?self.route, "upstream breaker half-open: one call probes the upstream");
                 Ok((generation, true))
             }
             phase => {
@@ -232,6 +227,7 @@ impl Breaker {
                 logged!(
                     Level::WARN,
                     upstream = %origin,
+                    route = ?self.route,
                     failures = settings.failures,
                     cooldown_ms = settings.cooldown.as_millis() as u64,
                     "upstream breaker opened: calls to this upstream are refused until the cooldown ends"
@@ -239,10 +235,10 @@ impl Breaker {
             }
             Some(Change::Reopened) => {
                 self.opened.fetch_add(1, Ordering::Relaxed);
-                logged!(Level::WARN, upstream = %origin, "upstream breaker opened again: the probe failed");
+                logged!(Level::WARN, upstream = %origin, route = ?self.route, "upstream breaker opened again: the probe failed");
             }
             Some(Change::Closed) => {
-                logged!(Level::INFO, upstream = %origin, "upstream breaker closed: the probe succeeded");
+                logged!(Level::INFO, upstream = %origin, route = ?self.route, "upstream breaker closed: the probe succeeded");
             }
             None => {}
         }
@@ -275,7 +271,7 @@ mod tests {
     }
 
     fn call(breakers: &Breakers, succeeded: bool, now: Instant) -> Result<(), Refused> {
-        let ticket = breakers.admit(ORIGIN, now)?;
+        let ticket = breakers.admit(ORIGIN, None, now)?;
         ticket.report(succeeded, now);
         Ok(())
     }
@@ -299,16 +295,16 @@ mod tests {
         assert_eq!(refused.retry_after, Duration::from_secs(3));
         // After the cooldown one probe goes through; the others are refused while it runs.
         let later = t0 + Duration::from_secs(5);
-        let probe = breakers.admit(ORIGIN, later).expect("the probe");
+        let probe = breakers.admit(ORIGIN, None, later).expect("the probe");
         assert_eq!(state(&breakers), BreakerState::HalfOpen);
         assert_eq!(
-            breakers.admit(ORIGIN, later).err(),
+            breakers.admit(ORIGIN, None, later).err(),
             Some(Refused { retry_after: Duration::from_secs(1) })
         );
         probe.report(false, later);
         assert_eq!(state(&breakers), BreakerState::Open);
         let again = later + Duration::from_secs(5);
-        let probe = breakers.admit(ORIGIN, again).expect("the next probe");
+        let probe = breakers.admit(ORIGIN, None, again).expect("the next probe");
         probe.report(true, again);
         assert_eq!(state(&breakers), BreakerState::Closed);
         let [snapshot] = &breakers.snapshot()[..] else { panic!("one origin") };
@@ -319,8 +315,8 @@ mod tests {
     fn outcomes_of_calls_let_through_in_an_earlier_state_do_not_count() {
         let breakers = breakers();
         let t0 = Instant::now();
-        let early = breakers.admit(ORIGIN, t0).expect("closed");
-        let late = breakers.admit(ORIGIN, t0).expect("closed");
+        let early = breakers.admit(ORIGIN, None, t0).expect("closed");
+        let late = breakers.admit(ORIGIN, None, t0).expect("closed");
         for _ in 0..3 {
             call(&breakers, false, t0).expect("closed");
         }
@@ -341,9 +337,9 @@ mod tests {
             call(&breakers, false, t0).expect("closed");
         }
         let later = t0 + Duration::from_secs(6);
-        drop(breakers.admit(ORIGIN, later).expect("the probe"));
+        drop(breakers.admit(ORIGIN, None, later).expect("the probe"));
         assert_eq!(state(&breakers), BreakerState::Open);
-        let probe = breakers.admit(ORIGIN, Instant::now().max(later)).expect("another probe");
+        let probe = breakers.admit(ORIGIN, None, Instant::now().max(later)).expect("another probe");
         probe.report(true, later);
         assert_eq!(state(&breakers), BreakerState::Closed);
     }
@@ -366,13 +362,37 @@ mod tests {
             call(&breakers, false, t0).expect("closed");
         }
         let other = "http://127.0.0.1:10";
-        let ticket = breakers.admit(other, t0).expect("another origin is not refused");
+        let ticket = breakers.admit(other, None, t0).expect("another origin is not refused");
         ticket.report(true, t0);
         let states: Vec<_> = breakers.snapshot().into_iter().map(|b| (b.origin, b.state)).collect();
         assert_eq!(
             states,
             // By origin, as text.
             [(other.to_owned(), BreakerState::Closed), (ORIGIN.to_owned(), BreakerState::Open)]
+        );
+    }
+
+    #[test]
+    fn a_route_scoped_breaker_counts_its_route_alone() {
+        let breakers = breakers();
+        let t0 = Instant::now();
+        let (noisy, quiet) = (uuid::Uuid::from_u128(1), uuid::Uuid::from_u128(2));
+        // The callers of one route make its upstream fail three times in a row.
+        for _ in 0..3 {
+            breakers.admit(ORIGIN, Some(noisy), t0).expect("closed").report(false, t0);
+        }
+        assert!(breakers.admit(ORIGIN, Some(noisy), t0).is_err(), "its own breaker opened");
+        // Neither the origin's breaker nor another route's saw those failures.
+        breakers.admit(ORIGIN, None, t0).expect("the origin's breaker is closed").report(true, t0);
+        breakers.admit(ORIGIN, Some(quiet), t0).expect("another route's is closed").report(true, t0);
+        let states: Vec<_> = breakers.snapshot().into_iter().map(|b| (b.origin, b.route, b.state)).collect();
+        assert_eq!(
+            states,
+            [
+                (ORIGIN.to_owned(), None, BreakerState::Closed),
+                (ORIGIN.to_owned(), Some(noisy), BreakerState::Open),
+                (ORIGIN.to_owned(), Some(quiet), BreakerState::Closed),
+            ]
         );
     }
 }

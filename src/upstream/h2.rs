@@ -22,13 +22,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 
+use super::UpstreamRequest;
 use super::coding::{Coding, Decoding, Sink};
 use super::tls::CertificateAsked;
 use super::wire::{self, Failed, Stream};
 use super::{Answer, Freshness, Key, UpstreamError};
 use crate::http1;
 use crate::json::PADDING;
-use crate::route::UpstreamRequest;
 
 /// The calls one connection carries at once until the server's first SETTINGS frame says how
 /// many it allows (RFC 9113 §6.5.2 asks servers to allow at least 100).
@@ -249,6 +249,7 @@ impl Connections {
         key: Key,
         stream: Stream,
         certificate_asked: Option<CertificateAsked>,
+        spawner: &super::Spawner,
     ) -> Result<Lease, Failed> {
         let known = {
             let all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
@@ -273,8 +274,9 @@ impl Connections {
                 let why = format!("the HTTP/2 handshake failed: {}", super::error_chain(&e));
                 if super::tls::is_tls_failure(&e) { Failed::Tls(why) } else { Failed::Broken(why) }
             })?;
-        // The connection's frames are read and written by a task of its own until it closes.
-        tokio::spawn(async move {
+        // The connection's frames are read and written by a task of its own until it closes,
+        // away from the workers: every worker's calls may ride it.
+        spawner.spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(error = %super::error_chain(&e), "an upstream HTTP/2 connection ended");
             }

@@ -13,6 +13,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde::{Deserialize, Serialize};
 
 use super::Keyed;
+use crate::metrics::LimiterCounts;
 
 /// The largest `requestsPerSecond` and `burst` a route may give.
 pub const MAX_RATE: f64 = 1_000_000.0;
@@ -95,15 +96,6 @@ struct Limiter {
     /// `route:<uuid>` or `origin:<scheme://host:port>`, for `/metrics`.
     label: String,
     refused: AtomicU64,
-}
-
-/// One limiter as `/metrics` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LimiterCounts {
-    /// `route:<uuid>` or `origin:<scheme://host:port>`.
-    pub limit: String,
-    /// Calls answered 429 without an outbound call.
-    pub refused: u64,
 }
 
 impl Limiters {

@@ -11,6 +11,7 @@ mod freshness;
 mod h2;
 mod limit;
 mod oauth;
+mod request;
 mod retry;
 mod tls;
 mod wire;
@@ -32,15 +33,17 @@ use tower_service::Service as _;
 use tracing::{Instrument as _, Level};
 
 use crate::logging::logged;
+use crate::metrics::{LimiterCounts, OriginBreaker, OriginRetries, PanicSite, TokenCounts};
 use crate::policy::{
     Guarded, Lookup, NotAllowed, OutboundPolicy, PolicyResolver, literal_address, refusal_in,
 };
-use crate::route::UpstreamRequest;
-pub use breaker::{BreakerSettings, BreakerState, Breakers, OriginBreaker};
+use crate::tasks::Tasks;
+pub use breaker::{BreakerScope, BreakerSettings, Breakers};
 pub use freshness::{Freshness, MAX_DELTA_SECONDS};
-pub use limit::{LimitScope, LimiterCounts, MAX_BURST, MAX_RATE, MAX_WAIT_MS, RateLimitSettings};
-pub use oauth::{AuthFailure, ClientAuth, ClientCredentials, FetchReason, TokenCounts, TokenRequest};
-pub use retry::{Failure, MAX_ATTEMPTS, OriginRetries, RetryOn, RetrySettings, retriable_status};
+pub use limit::{LimitScope, MAX_BURST, MAX_RATE, MAX_WAIT_MS, RateLimitSettings};
+pub use oauth::{AuthFailure, ClientAuth, ClientCredentials, TokenRequest};
+pub use request::UpstreamRequest;
+pub use retry::{Failure, MAX_ATTEMPTS, RetryOn, RetrySettings, retriable_status};
 pub use tls::{CertificateAsked, RouteTls, TlsProblem, TlsSettings, read_ca_file};
 
 /// Settings of the upstream client.
@@ -167,6 +170,29 @@ pub struct UpstreamClient {
     /// The nodes alive in the cluster (1 for a node alone): each takes this share of every rate
     /// limit.
     nodes: Arc<AtomicU32>,
+    /// Where the client's own tasks run (HTTP/2 connections, token fetches).
+    spawner: Spawner,
+}
+
+/// Where the client's own tasks run: behind the panic guard, and, once the service gives one, on
+/// a runtime of its own, away from the workers, so that a worker busy with a mapping holds up no
+/// other worker's call on a connection it would have opened.
+#[derive(Clone)]
+struct Spawner {
+    tasks: Tasks,
+    on: Option<tokio::runtime::Handle>,
+}
+
+impl Spawner {
+    fn spawn<F>(&self, future: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        match &self.on {
+            Some(handle) => drop(self.tasks.spawn_on(handle, PanicSite::Background, future)),
+            None => drop(self.tasks.spawn(PanicSite::Background, future)),
+        }
+    }
 }
 
 impl UpstreamClient {
@@ -206,7 +232,15 @@ impl UpstreamClient {
             limiters,
             tokens,
             nodes,
+            spawner: Spawner { tasks: Tasks::new(Arc::default()), on: None },
         }
+    }
+
+    /// The client, its tasks (HTTP/2 connections, token fetches) started through `tasks` on the
+    /// runtime of `handle`.
+    pub fn with_tasks(mut self, tasks: Tasks, handle: tokio::runtime::Handle) -> UpstreamClient {
+        self.spawner = Spawner { tasks, on: Some(handle) };
+        self
     }
 
     /// The client, trusting the certificates of `RECAST_UPSTREAM_CA_FILE` besides Mozilla's roots.
@@ -343,6 +377,7 @@ impl UpstreamClient {
             request,
             origin: &origin,
             tls: outbound.tls,
+            breaker: outbound.breaker,
             h2c: outbound.h2c && self.settings.http2,
             waited_for_failure: AtomicBool::new(false),
         };
@@ -421,7 +456,7 @@ impl UpstreamClient {
     ) -> Result<Answer, UpstreamError> {
         let ticket = self
             .breakers
-            .admit(target.origin, started)
+            .admit(target.origin, target.breaker, started)
             .map_err(|refused| UpstreamError::Unavailable { retry_after: refused.retry_after })?;
         target.waited_for_failure.store(false, Ordering::Relaxed);
         let exchange = self.exchange_pooled(target, authorization, started);
@@ -493,9 +528,8 @@ impl UpstreamClient {
         target: &Target<'_>,
         key: &Key,
     ) -> Result<Fresh<Option<wire::Connection>>, UpstreamError> {
-        // The opener's lock is held until this call's open ends, and waited for in turn: a call
-        // that gives up while it opens lets the next one open, which has no failure to share.
-        let (found, _turn) = match self.h2.find(key) {
+        // The opener's lock is held until the open ends, and waited for in turn.
+        let (found, turn) = match self.h2.find(key) {
             h2::Found::Open(opener) => {
                 let turn = opener.turn.clone().lock_owned().await;
                 (self.h2.after_lock(key, &opener).await, Some(turn))
@@ -509,15 +543,51 @@ impl UpstreamClient {
                 target.waited_for_failure.store(true, Ordering::Relaxed);
                 Err(failure)
             }
-            h2::Found::Open(_) => match self.fresh(target, key).await {
-                Ok(Fresh::Http2(lease)) => Ok(Fresh::Http2(lease)),
-                Ok(Fresh::Http1(connection)) => Ok(Fresh::Http1(Some(connection))),
-                Err(failure) => {
-                    self.h2.open_failed(key, &failure);
-                    Err(failure)
-                }
+            h2::Found::Open(_) => match self.open_shared(target, key, turn).await? {
+                Fresh::Http2(lease) => Ok(Fresh::Http2(lease)),
+                Fresh::Http1(connection) => Ok(Fresh::Http1(Some(connection))),
             },
         }
+    }
+
+    /// Opens a connection to `key`'s upstream that may speak HTTP/2, in a task of its own on the
+    /// client's runtime, which holds the opener's lock (`turn`) until the open ends. A
+    /// connection is driven by the event loop of the runtime that made it: one that every
+    /// worker's calls may ride is made away from the workers, so that a worker busy with a
+    /// mapping holds up none of them. And the open is the upstream's, not the call's: a call
+    /// that gives up while it waits cancels nothing, and its failure is kept for the calls that
+    /// waited. A connection that picked HTTP/1.1 serves the call and is not pooled (its event
+    /// loop is not its worker's).
+    async fn open_shared(
+        &self,
+        target: &Target<'_>,
+        key: &Key,
+        turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+    ) -> Result<Fresh, UpstreamError> {
+        let connector = self.connector_for(target.tls)?;
+        let (client, key, uri) = (self.clone(), key.clone(), target.request.uri.clone());
+        let (h2c, may_speak_h2) = (target.h2c, self.may_speak_h2(target));
+        let (sent, outcome) = tokio::sync::oneshot::channel();
+        // Logged lines of the open name the call that began it.
+        let span = crate::logging::request_span!().unwrap_or_else(tracing::Span::none);
+        self.spawner.spawn(
+            async move {
+                let _turn = turn;
+                let fresh = client.fresh_with(connector, &uri, &key, h2c, may_speak_h2).await;
+                if let Err(failure) = &fresh {
+                    client.h2.open_failed(&key, failure);
+                }
+                let _ = sent.send(fresh);
+            }
+            .instrument(span),
+        );
+        let mut fresh = outcome.await.unwrap_or_else(|_| {
+            Err(UpstreamError::Broken("the connection's open ended without an outcome".to_owned()))
+        })?;
+        if let (Fresh::Http1(connection), true) = (&mut fresh, self.spawner.on.is_some()) {
+            connection.poolable = false;
+        }
+        Ok(fresh)
     }
 
     /// An HTTP/1.1 exchange: on `connection` when given, else on a pooled connection or a new one
@@ -561,7 +631,7 @@ impl UpstreamClient {
                         kept = (reuse == wire::Reuse::Keep),
                         "upstream answered"
                     );
-                    if reuse == wire::Reuse::Keep {
+                    if reuse == wire::Reuse::Keep && connection.poolable {
                         pool.put(key, connection, started);
                     }
                     return Ok(answer);
@@ -628,22 +698,38 @@ impl UpstreamClient {
     /// after), else HTTP/1.1. A connection the upstream's host refuses is tried once more (nothing
     /// was sent).
     async fn fresh(&self, target: &Target<'_>, key: &Key) -> Result<Fresh, UpstreamError> {
-        let uri = &target.request.uri;
-        let (stream, asked) = match self.connect(uri, target.tls).await {
+        let connector = self.connector_for(target.tls)?;
+        self.fresh_with(connector, &target.request.uri, key, target.h2c, self.may_speak_h2(target)).await
+    }
+
+    /// [`UpstreamClient::fresh`] by `connector` to `uri`, in HTTP/2 from the start when `h2c`;
+    /// `may_speak_h2`: the upstream is remembered as one that picked HTTP/1.1 when it does.
+    async fn fresh_with(
+        &self,
+        connector: Connector,
+        uri: &http::Uri,
+        key: &Key,
+        h2c: bool,
+        may_speak_h2: bool,
+    ) -> Result<Fresh, UpstreamError> {
+        let (stream, asked) = match self.connect(connector.clone(), uri).await {
             Err(Connecting::Refused(why)) => {
                 logged!(Level::DEBUG, upstream = %key.1, %why, "the connection was refused; trying once more");
-                self.connect(uri, target.tls).await.map_err(Connecting::into_error)?
+                self.connect(connector, uri).await.map_err(Connecting::into_error)?
             }
             connected => connected.map_err(Connecting::into_error)?,
         };
         let asked = self.certificate_asked(key, asked, &stream);
-        if target.h2c || h2::negotiated(&stream) {
-            let lease =
-                self.h2.add(key.clone(), stream, asked).await.map_err(|failed| self.failure(failed))?;
+        if h2c || h2::negotiated(&stream) {
+            let lease = self
+                .h2
+                .add(key.clone(), stream, asked, &self.spawner)
+                .await
+                .map_err(|failed| self.failure(failed))?;
             logged!(Level::DEBUG, upstream = %key.1, "the upstream speaks HTTP/2");
             return Ok(Fresh::Http2(lease));
         }
-        if self.may_speak_h2(target) {
+        if may_speak_h2 {
             self.h2.picked_http1(key);
         }
         let mut connection = wire::Connection::new(stream);
@@ -701,23 +787,27 @@ impl UpstreamClient {
         }
     }
 
-    /// A new connection to `uri`'s upstream, and whether its TLS handshake asked for a client
-    /// certificate.
-    async fn connect(
-        &self,
-        uri: &http::Uri,
-        tls: Option<&RouteTls>,
-    ) -> Result<(wire::Stream, Option<tls::CertificateAsked>), Connecting> {
-        let mut connector = match tls {
-            None => self.connector.clone(),
+    /// The connector of a route's `tls`, or the default one.
+    fn connector_for(&self, tls: Option<&RouteTls>) -> Result<Connector, UpstreamError> {
+        match tls {
+            None => Ok(self.connector.clone()),
             Some(tls) => {
                 let made = self.route_connectors.get_or(&format!("{:016x}", tls.id()), || {
                     tls.client_config(&self.roots)
                         .map(|config| with_config(self.plain.clone(), config, self.settings.http2))
                 });
-                (*made).clone().map_err(|why| Connecting::Failed(UpstreamError::Tls(why)))?
+                (*made).clone().map_err(UpstreamError::Tls)
             }
-        };
+        }
+    }
+
+    /// A new connection to `uri`'s upstream by `connector`, and whether its TLS handshake asked
+    /// for a client certificate.
+    async fn connect(
+        &self,
+        mut connector: Connector,
+        uri: &http::Uri,
+    ) -> Result<(wire::Stream, Option<tls::CertificateAsked>), Connecting> {
         let connecting = connector.call(uri.clone());
         // The connector logs too (at debug); its lines name the request like ours.
         let logs = tracing::enabled!(target: "hyper_util::client::legacy::connect::http", Level::DEBUG);
@@ -830,14 +920,17 @@ fn connection_refused(error: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// What a route adds to a call: its outbound rate limit (with the route's uuid, which a limit of
-/// the route is kept by), its retries, the token request of its OAuth2 client credentials, and
-/// its TLS.
+/// the route is kept by), its retries, the token request of its OAuth2 client credentials, its
+/// TLS, and its own breaker when it has one.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Outbound<'a> {
     pub rate_limit: Option<(&'a RateLimitSettings, uuid::Uuid)>,
     pub retry: Option<&'a RetrySettings>,
     pub oauth: Option<&'a Arc<TokenRequest>>,
     pub tls: Option<&'a RouteTls>,
+    /// The route whose own breaker counts the call (`"breaker": {"scope": "route"}`); `None`:
+    /// the origin's.
+    pub breaker: Option<uuid::Uuid>,
     /// An `http` upstream spoken to in HTTP/2 from the start (`"http2": "prior-knowledge"`).
     pub h2c: bool,
 }
@@ -847,6 +940,8 @@ struct Target<'a> {
     request: &'a UpstreamRequest,
     origin: &'a str,
     tls: Option<&'a RouteTls>,
+    /// The route whose own breaker counts the attempt; `None`: the origin's.
+    breaker: Option<uuid::Uuid>,
     /// HTTP/2 with prior knowledge, for an `http` upstream.
     h2c: bool,
     /// The attempt's failure was another call's open, which it waited for (and which that call

@@ -31,9 +31,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Level;
 
+use super::UpstreamRequest;
 use super::{Keyed, UpstreamClient, UpstreamError, origin};
 use crate::logging::logged;
-use crate::route::UpstreamRequest;
+use crate::metrics::{FetchReason, TokenCounts};
 
 /// A route's client credentials, as stored (sealed with the rest of the route).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -264,29 +265,6 @@ impl Bearer {
     }
 }
 
-/// Why a token was fetched (the `reason` label in `/metrics`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FetchReason {
-    /// None was held, or the one held ran out.
-    New,
-    /// The one held is near its end (fetched in the background).
-    Renewal,
-    /// An upstream answered 401 to the one held.
-    Rejected,
-}
-
-impl FetchReason {
-    pub const ALL: [FetchReason; 3] = [FetchReason::New, FetchReason::Renewal, FetchReason::Rejected];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            FetchReason::New => "new",
-            FetchReason::Renewal => "renewal",
-            FetchReason::Rejected => "rejected",
-        }
-    }
-}
-
 /// The token of one credential set.
 struct Slot {
     held: RwLock<Option<Held>>,
@@ -328,14 +306,6 @@ impl Drop for Landing {
     fn drop(&mut self) {
         self.0.flights().flight = None;
     }
-}
-
-/// The fetches of one token endpoint origin, as `/metrics` shows them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenCounts {
-    pub origin: String,
-    /// By [`FetchReason`]: fetches that gave a token, and fetches that failed.
-    pub fetched: [[u64; 2]; 3],
 }
 
 /// Every credential set's token.
@@ -493,7 +463,9 @@ impl UpstreamClient {
         let (outcome, flight) = watch::channel(None);
         flights.flight = Some(flight.clone());
         let (client, slot, token) = (self.clone(), slot.clone(), token.clone());
-        tokio::spawn(async move {
+        // A panic drops the channel's sender: its callers are told the fetch ended without an
+        // outcome, and the landing lets the next call fetch.
+        self.spawner.spawn(async move {
             let landing = Landing(slot.clone());
             let deadline = Instant::now() + client.settings.total_timeout;
             let fetched = client.fetch(&slot, &token, reason, deadline).await;
@@ -530,6 +502,7 @@ impl UpstreamClient {
             request: &token.request,
             origin: &token.origin,
             tls: None,
+            breaker: None,
             h2c: false,
             waited_for_failure: Default::default(),
         };

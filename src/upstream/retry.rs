@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Answer, Keyed, UpstreamError};
+use crate::metrics::OriginRetries;
 
 /// The most retries a route may ask for.
 pub const MAX_ATTEMPTS: u8 = 5;
@@ -119,17 +120,6 @@ struct Budget {
     balance: Mutex<f64>,
     retries: AtomicU64,
     refused: AtomicU64,
-}
-
-/// One origin's retries as `/metrics` shows them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OriginRetries {
-    /// `scheme://host:port`.
-    pub origin: String,
-    /// Calls sent again.
-    pub retries: u64,
-    /// Retries not sent because the origin's budget was spent.
-    pub over_budget: u64,
 }
 
 impl Budgets {

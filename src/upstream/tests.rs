@@ -94,11 +94,65 @@ async fn a_post_whose_pooled_connection_takes_no_byte_is_sent_on_a_new_one() {
 async fn a_first_write_refused_on_a_plain_connection_is_known_to_have_sent_nothing() {
     let (url, _, requests) = keeper().await;
     let client = client();
-    let (stream, _) = client.connect(&url.parse().unwrap(), None).await.ok().expect("connected");
+    let connector = client.connector_for(None).unwrap();
+    let (stream, _) = client.connect(connector, &url.parse().unwrap()).await.ok().expect("connected");
     let mut connection = wire::Connection::new(stream);
     connection.stop_writing().await;
     let bytes = wire::encode(&post(&url), None, false);
     let failed = connection.exchange(&bytes, false, 1000).await.expect_err("the send fails");
     assert!(matches!(failed, wire::Failed::Unsent(_)), "{failed:?}");
     assert_eq!(requests.load(Ordering::SeqCst), 0);
+}
+
+/// A runtime of one thread, driven on a thread of its own until the program ends.
+fn runtime_thread() -> tokio::runtime::Handle {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let handle = runtime.handle().clone();
+    std::thread::spawn(move || runtime.block_on(std::future::pending::<()>()));
+    handle
+}
+
+#[test]
+fn an_http2_connection_serves_every_worker_while_the_one_that_opened_it_is_busy() {
+    // An h2c server answering `{}`, on its own thread.
+    let server = runtime_thread();
+    let listener = server.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+    let url = format!("http://{}/x", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
+    server.spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            counted.fetch_add(1, Ordering::SeqCst);
+            let service = hyper::service::service_fn(|_| async {
+                Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(
+                    Bytes::from_static(b"{}"),
+                )))
+            });
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service),
+            );
+        }
+    });
+    // The service's runtime for the client's own tasks, and two workers.
+    let client = client().with_tasks(Tasks::new(Arc::default()), runtime_thread());
+    let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let second = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let outbound = Outbound { h2c: true, ..Outbound::default() };
+    let get = || UpstreamRequest { method: Method::GET, ..post(&url) };
+    // The first worker opens the connection, then is busy: its event loop is not driven again.
+    let answer = first.block_on(client.call_with(&get(), &outbound)).expect("an answer");
+    assert_eq!(answer.body, b"{}");
+    // The second worker's calls ride that connection, whose frames are read elsewhere.
+    for _ in 0..3 {
+        let request = get();
+        let call = async {
+            tokio::time::timeout(Duration::from_secs(2), client.call_with(&request, &outbound)).await
+        };
+        let answer = second.block_on(call).expect("the call is not held up by the busy worker");
+        assert_eq!(answer.expect("an answer").body, b"{}");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection carried every call");
+    drop(first);
 }

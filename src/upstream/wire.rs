@@ -14,11 +14,11 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
+use super::UpstreamRequest;
 use super::coding::{Coding, Decoding, Sink};
 use super::{Answer, Freshness};
 use crate::http1::{self, line};
 use crate::json::PADDING;
-use crate::route::UpstreamRequest;
 
 /// The stream of one upstream connection, plain or TLS.
 pub(super) type Stream = TokioIo<hyper_rustls::MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>>;
@@ -48,6 +48,9 @@ pub(super) struct Connection {
     pub(super) idle_since: Instant,
     /// Whether its upstream asked for a client certificate (told with each answer).
     pub(super) certificate_asked: Option<super::tls::CertificateAsked>,
+    /// Whether it may go back to the pool of the worker that used it: not when it was made on
+    /// another runtime (by a shared open), whose event loop drives it.
+    pub(super) poolable: bool,
 }
 
 /// Why an exchange failed.
@@ -164,6 +167,7 @@ impl Connection {
             buf: Vec::with_capacity(READ_SIZE),
             idle_since: Instant::now(),
             certificate_asked: None,
+            poolable: true,
         }
     }
 

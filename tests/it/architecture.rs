@@ -22,7 +22,7 @@ fn src() -> PathBuf {
 
 #[test]
 fn the_engine_imports_no_server_storage_upstream_or_config() {
-    let engine = ["exec", "expr", "rules", "json", "plan.rs"];
+    let engine = ["exec", "expr", "rules", "json", "plan"];
     let forbidden = [
         "crate::server",
         "crate::config",
@@ -98,4 +98,110 @@ fn the_compiler_refuses_unsafe_code_outside_the_json_writer() {
     let blocks = writer.matches("unsafe {").count();
     let reasons = writer.matches("// SAFETY:").count();
     assert!(reasons >= blocks, "{blocks} unsafe blocks but {reasons} SAFETY comments");
+}
+
+/// The top-level module of `src/` a file belongs to: `upstream` for `upstream/h2/frames.rs`,
+/// `plan` for `plan/mod.rs`, `table` for `table.rs`; `None` for the crate roots.
+fn module_of(file: &Path) -> Option<String> {
+    let first = file.strip_prefix(src()).ok()?.components().next()?.as_os_str().to_str()?.to_owned();
+    let name = first.strip_suffix(".rs").unwrap_or(&first).to_owned();
+    (name != "lib" && name != "main").then_some(name)
+}
+
+/// A file's code without comments, and without the test module its end may hold: what it
+/// builds with, not what its tests or its words mention.
+fn code_of(text: &str) -> String {
+    let text = text.split("#[cfg(test)]\nmod tests {").next().unwrap_or_default();
+    text.lines().map(|line| line.split("//").next().unwrap_or_default()).collect::<Vec<_>>().join("\n")
+}
+
+/// The top-level modules `code` names: `crate::name` anywhere, and each name in a
+/// `crate::{a, b::c}` group.
+fn modules_named(code: &str) -> std::collections::BTreeSet<String> {
+    let ident =
+        |s: &str| s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>();
+    let mut named = std::collections::BTreeSet::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        match rest.strip_prefix('{') {
+            Some(group) => {
+                let group = group.split('}').next().unwrap_or_default();
+                named.extend(group.split(',').map(|part| ident(part.trim())).filter(|n| !n.is_empty()));
+            }
+            None => {
+                named.insert(ident(rest));
+            }
+        }
+    }
+    named.retain(|name| !name.is_empty() && name != "self");
+    named
+}
+
+/// A cycle of `graph` (module → the modules it names, with the files that name each), as the
+/// modules along it, if it has one.
+fn find_cycle(
+    graph: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, Vec<String>>>,
+) -> Option<Vec<String>> {
+    fn visit(
+        graph: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, Vec<String>>>,
+        module: &str,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|m| m == module) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(module.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(module) {
+            return None;
+        }
+        path.push(module.to_owned());
+        for next in graph.get(module).into_iter().flat_map(|edges| edges.keys()) {
+            if let Some(cycle) = visit(graph, next, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(module.to_owned());
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    graph.keys().find_map(|module| visit(graph, module, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_modules_import_each_other_without_a_cycle() {
+    use std::collections::BTreeMap;
+    let mut graph: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    for file in rust_files(&src()).into_iter().filter(|f| !f.ends_with("tests.rs")) {
+        let Some(module) = module_of(&file) else { continue };
+        let code = code_of(&std::fs::read_to_string(&file).expect("source file"));
+        let edges = graph.entry(module.clone()).or_default();
+        for named in modules_named(&code).into_iter().filter(|named| *named != module) {
+            edges.entry(named).or_default().push(file.strip_prefix(src()).unwrap().display().to_string());
+        }
+    }
+    // Names that are not modules of the crate (a macro's `crate::logged!`) are no edges.
+    let modules: Vec<String> = graph.keys().cloned().collect();
+    for edges in graph.values_mut() {
+        edges.retain(|named, _| modules.contains(named));
+    }
+    let edges: usize = graph.values().map(BTreeMap::len).sum();
+    assert!(
+        modules.len() >= 20 && edges >= 50,
+        "{} modules, {edges} imports: the walk found too little",
+        modules.len()
+    );
+    if let Some(cycle) = find_cycle(&graph) {
+        let steps: Vec<String> = cycle
+            .windows(2)
+            .map(|pair| format!("{} → {} (in {})", pair[0], pair[1], graph[&pair[0]][&pair[1]].join(", ")))
+            .collect();
+        panic!("the modules import each other in a circle:\n{}", steps.join("\n"));
+    }
+    // The search finds a circle where there is one.
+    let mut circular = graph.clone();
+    circular.entry("json".to_owned()).or_default().insert("server".to_owned(), vec!["(added)".to_owned()]);
+    assert!(find_cycle(&circular).is_some(), "json → server → ... → json is a circle");
 }

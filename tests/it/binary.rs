@@ -135,6 +135,19 @@ impl Binary {
     }
 }
 
+impl Drop for Binary {
+    /// A test that fails while the binary runs prints what the binary logged.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "---- what the binary (pid {}) logged ----\n{}\n---- end ----",
+                self.child.id(),
+                self.log_text()
+            );
+        }
+    }
+}
+
 fn registration(base: &str, path: &str) -> String {
     format!(
         r#"{{"path":"{path}","originalRoute":{{"originalApi":{{"baseUrl":"{base}"}},"path":"meal","authHeader":{{"type":"Bearer","token":"kept-{path}"}}}},"rulesAsString":{RULES}}}"#

@@ -528,9 +528,9 @@ async fn with_the_cache_off_every_call_goes_upstream_and_says_so() {
 }
 
 #[tokio::test]
-async fn waiters_whose_leader_hangs_up_make_the_call_themselves() {
+async fn a_flight_outlives_the_caller_who_began_it_and_its_waiters_take_its_answer() {
     use tokio::io::AsyncWriteExt as _;
-    let (upstream, count) = counting(Duration::from_millis(2000), none).await;
+    let (upstream, count) = counting(Duration::from_millis(1500), none).await;
     let service = Service::start(config()).await;
     let path = cached_route(&service, &upstream, r#"{"ttlSeconds":60}"#).await;
     // The leader: a client that sends its call and hangs up before the upstream answers.
@@ -541,11 +541,17 @@ async fn waiters_whose_leader_hangs_up_make_the_call_themselves() {
     let waiter = tokio::spawn(get_owned(service.url(&path)));
     coalesced(&service, 1.0).await;
     drop(leader);
+    // The flight's upstream call goes on, and its answer is the waiter's: the request is not
+    // sent a second time.
     let answer = waiter.await.unwrap();
-    assert_eq!((id(&answer), cache_status(&answer)), (3, "recast; fwd=miss; stored; ttl=60"));
+    assert_eq!((id(&answer), cache_status(&answer)), (2, "recast; fwd=miss; stored; ttl=60; collapsed"));
+    assert_eq!(count.load(Ordering::SeqCst), 2, "one call at registration, one flight");
+    // And it was kept.
+    let hit = get(&service.url(&path)).await;
+    assert_eq!(id(&hit), 2);
     let text = metrics(&service).await;
     assert_eq!(sample(&text, "recast_cache_coalesced_total"), 1.0);
-    assert_eq!(sample(&text, "recast_cache_misses_total"), 2.0);
+    assert_eq!(sample(&text, "recast_cache_misses_total"), 1.0);
     service.stop().await;
 }
 

@@ -987,8 +987,11 @@ async fn a_rate_limit_holds_for_the_whole_cluster_and_the_shares_move_when_a_nod
         tokio::time::sleep(Duration::from_secs(1)).await;
         let driven: Vec<&Binary> = nodes.iter().collect();
         let (answered, received) = drive(&driven, &uuid, "limited", run, &upstream).await;
+        // Each node was driven well above the whole limit, so what the upstream received is the
+        // limit's doing. (Ten times it was asked before; a node on a loaded two-core machine
+        // answered 763 and 877 calls in 4 s, six and seven times it.)
         for calls in &answered {
-            assert!(*calls as f64 >= 10.0 * RATE * run.as_secs_f64(), "a node answered only {calls} calls");
+            assert!(*calls as f64 >= 4.0 * RATE * run.as_secs_f64(), "a node answered only {calls} calls");
         }
         let expected = RATE * run.as_secs_f64();
         println!("{alive} nodes: answered {answered:?}, upstream received {received} of {expected}");

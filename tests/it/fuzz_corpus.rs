@@ -156,3 +156,19 @@ fn upstream_answer_h2_corpus_replays_and_the_next_call_gets_its_own_answer() {
         assert!(reached.contains_key(&outcome), "no seed reaches {outcome:?}: {reached:?}");
     }
 }
+
+#[test]
+fn mapping_bounds_corpus_replays_and_meets_each_bound() {
+    use recast::fuzzing::BoundsReached;
+    use recast::plan::Limit;
+    let reached = replay("mapping_bounds", recast::fuzzing::mapping_bounds);
+    // Worth replaying only if seeds map within the bounds and stop at each of them.
+    for wanted in [
+        BoundsReached::Mapped,
+        BoundsReached::Stopped(Limit::Built),
+        BoundsReached::Stopped(Limit::Steps),
+        BoundsReached::Stopped(Limit::Answer),
+    ] {
+        assert!(reached.contains_key(&wanted), "no seed reaches {wanted:?}: {reached:?}");
+    }
+}

@@ -9,6 +9,7 @@ mod support;
 
 mod architecture;
 mod binary;
+mod bounds;
 mod breaker;
 mod cache;
 mod cli;

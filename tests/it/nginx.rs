@@ -4,12 +4,12 @@
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::process::Group;
+use crate::process::{Group, Kept};
 
 /// The ports of the documented configuration: nginx's, then the three nodes'.
 const LISTEN: &str = "listen 8080;";
@@ -52,10 +52,9 @@ impl Nginx {
             .output()
             .expect("nginx runs (Debian's `nginx-light`; ./scripts/test.sh installs it)");
         assert!(test.status.success(), "nginx -t refuses the configuration: {}", words(&test));
-        let group = Group::spawn(
-            nginx(&binary, root, &["-g", "daemon off;"]).stdout(Stdio::null()).stderr(Stdio::null()),
-        )
-        .expect("nginx starts");
+        let group =
+            Group::spawn_logged(&mut nginx(&binary, root, &["-g", "daemon off;"]), "nginx", Kept::Both)
+                .expect("nginx starts");
         let nginx = Nginx { _group: group, dir, port };
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {

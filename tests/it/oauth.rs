@@ -16,7 +16,7 @@ use http::Method;
 use serde_json::Value;
 use tokio::task::JoinSet;
 
-use crate::process::Group;
+use crate::process::{Group, Kept};
 use crate::routes::{MEALS, RULES, register};
 use crate::support::{Json, Reply, Service, Upstream, config, error_locations, free_port, get, send};
 
@@ -60,13 +60,9 @@ impl Node {
         let dir = dir.to_owned();
         tokio::task::spawn_blocking(move || {
             let mut command = Command::new("node");
-            command
-                .current_dir(&dir)
-                .arg("server.mjs")
-                .args(&args)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null());
-            let mut group = Group::spawn(&mut command).expect("node runs");
+            command.current_dir(&dir).arg("server.mjs").args(&args).stdout(Stdio::piped());
+            let mut group = Group::spawn_logged(&mut command, "the token endpoint (node)", Kept::Stderr)
+                .expect("node runs");
             let stdout = group.child().stdout.take().expect("piped stdout");
             let mut line = String::new();
             BufReader::new(stdout).read_line(&mut line).expect("node's first line");

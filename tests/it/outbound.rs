@@ -11,7 +11,7 @@ use std::time::Duration;
 use http::{HeaderMap, Method, StatusCode};
 use recast::config::Config;
 use recast::policy::{AllowList, Lookup, OutboundPolicy};
-use recast::route::UpstreamRequest;
+use recast::upstream::UpstreamRequest;
 use recast::upstream::{UpstreamClient, UpstreamError, UpstreamSettings};
 
 use crate::routes::{MEALS, RULES, register, registered, registration, route_count};

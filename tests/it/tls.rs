@@ -294,7 +294,7 @@ fn s_server(pki: &Pki) -> (crate::process::Group, u16) {
     let www = pki.path("www");
     std::fs::create_dir_all(www.join("api")).unwrap();
     std::fs::write(www.join("api/random.php"), MEALS).unwrap();
-    let group = crate::process::Group::spawn(
+    let group = crate::process::Group::spawn_logged(
         Command::new("openssl")
             .current_dir(&www)
             .args([
@@ -312,9 +312,9 @@ fn s_server(pki: &Pki) -> (crate::process::Group, u16) {
             .arg("-key")
             .arg(pki.path("server.key"))
             .arg("-CAfile")
-            .arg(pki.path("client-ca.pem"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null()),
+            .arg(pki.path("client-ca.pem")),
+        "openssl s_server",
+        crate::process::Kept::Both,
     )
     .expect("openssl s_server starts");
     let deadline = std::time::Instant::now() + crate::support::PATIENCE;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
 use recast::policy::{AllowList, OutboundPolicy, SystemLookup};
-use recast::route::UpstreamRequest;
+use recast::upstream::UpstreamRequest;
 use recast::upstream::{UpstreamClient, UpstreamError, UpstreamSettings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -7,9 +7,12 @@
 
 use std::fmt;
 
+mod wants;
+
 use crate::expr::Program;
+pub(crate) use crate::json::keys::KeyTable;
 use crate::json::write::Words;
-use crate::rules::{KeyEntry, Type};
+pub(crate) use wants::wants;
 
 /// Index of a slot: the tape position of one member value found by a scan.
 pub type SlotId = u32;
@@ -33,11 +36,139 @@ pub struct Plan {
     pub(crate) parts: Vec<SlotId>,
     /// Compiled expressions of [`Op::Expr`] targets and of `each`.
     pub(crate) programs: Vec<Program>,
-    /// Bytes the values built by one call's expressions may take (`RECAST_MAX_EXPR_BYTES`).
-    pub(crate) expr_budget: usize,
+    /// What one call's mapping may spend.
+    pub(crate) bounds: Bounds,
     /// What the plan reads of a document, for reading only that; `None` when an expression may
-    /// read anything ([`crate::exec::wants`]).
+    /// read anything ([`wants`]).
     pub(crate) wants: Option<crate::json::ondemand::Wants>,
+}
+
+/// A target type (SPEC §1.5). `Long` and `Float` are spelled differently but behave as `Int` and
+/// `Double`; the spelling is kept for messages and traces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Type {
+    String,
+    Int,
+    Long,
+    Double,
+    Float,
+    Boolean,
+    Json,
+}
+
+impl Type {
+    pub const NAMES: [&'static str; 7] = ["String", "Int", "Long", "Double", "Float", "Boolean", "Json"];
+
+    /// Reads a type name; a trailing `?` is allowed and changes nothing.
+    pub fn from_name(name: &str) -> Option<Type> {
+        Some(match name.strip_suffix('?').unwrap_or(name) {
+            "String" => Type::String,
+            "Int" => Type::Int,
+            "Long" => Type::Long,
+            "Double" => Type::Double,
+            "Float" => Type::Float,
+            "Boolean" => Type::Boolean,
+            "Json" => Type::Json,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Type::String => "String",
+            Type::Int => "Int",
+            Type::Long => "Long",
+            Type::Double => "Double",
+            Type::Float => "Float",
+            Type::Boolean => "Boolean",
+            Type::Json => "Json",
+        }
+    }
+}
+
+/// One `keys` element: a single field name, or `"a, b"` naming the parts of a concatenation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyEntry {
+    Field(String),
+    Concat(Vec<String>),
+}
+
+impl KeyEntry {
+    pub fn names(&self) -> &[String] {
+        match self {
+            KeyEntry::Field(name) => std::slice::from_ref(name),
+            KeyEntry::Concat(names) => names,
+        }
+    }
+}
+
+/// What one call's mapping may spend (SPEC §1.8, §5; `docs/behaviour.md`): past any of them it
+/// stops, and the call answers `mapping-limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Bytes of the values its expressions build, each charged its expanded size
+    /// (`RECAST_MAX_EXPR_BYTES`).
+    pub built_bytes: usize,
+    /// Bytes of the answer it writes (`RECAST_MAX_RESPONSE_BYTES`).
+    pub answer_bytes: usize,
+    /// Steps of work (`RECAST_MAX_MAPPING_STEPS`).
+    pub steps: u64,
+}
+
+/// Which of a call's [`Bounds`] its mapping ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Limit {
+    Built,
+    Answer,
+    Steps,
+}
+
+impl Bounds {
+    /// The bound `limit` stands at, in bytes or steps.
+    pub fn of(&self, limit: Limit) -> u64 {
+        match limit {
+            Limit::Built => self.built_bytes as u64,
+            Limit::Answer => self.answer_bytes as u64,
+            Limit::Steps => self.steps,
+        }
+    }
+}
+
+impl Limit {
+    /// The setting that holds this bound.
+    pub fn setting(self) -> &'static str {
+        match self {
+            Limit::Built => "RECAST_MAX_EXPR_BYTES",
+            Limit::Answer => "RECAST_MAX_RESPONSE_BYTES",
+            Limit::Steps => "RECAST_MAX_MAPPING_STEPS",
+        }
+    }
+
+    /// What passed it, in words.
+    pub fn what(self) -> &'static str {
+        match self {
+            Limit::Built => "the values its expressions build",
+            Limit::Answer => "the answer it writes",
+            Limit::Steps => "the work it takes",
+        }
+    }
+
+    /// The unit of the bound.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Limit::Built | Limit::Answer => "bytes",
+            Limit::Steps => "steps",
+        }
+    }
+}
+
+impl From<crate::expr::OverBudget> for Limit {
+    fn from(bound: crate::expr::OverBudget) -> Limit {
+        match bound {
+            crate::expr::OverBudget::Built => Limit::Built,
+            crate::expr::OverBudget::Steps => Limit::Steps,
+        }
+    }
 }
 
 /// Where `each` finds its list.
@@ -147,149 +278,15 @@ impl Plan {
         self.targets.len()
     }
 
-    /// Bytes the values built by one call's expressions may take.
-    pub fn expr_budget(&self) -> usize {
-        self.expr_budget
+    /// What one call's mapping may spend.
+    pub fn bounds(&self) -> Bounds {
+        self.bounds
     }
 
     /// Whether the output is a list (the rules have `each`).
     pub fn is_each(&self) -> bool {
         self.each.is_some()
     }
-}
-
-/// Lookup from member name to slot for one scan: open addressing over a power-of-two table,
-/// at most half full, so a name that is not wanted usually costs one hash and one probe.
-///
-/// Each entry keeps the name's length and its first and last eight bytes ([`words`]). Those
-/// determine a name of up to 16 bytes completely, so most comparisons are two integer compares;
-/// longer names are compared in full after the words match.
-#[derive(Clone)]
-pub(crate) struct KeyTable {
-    mask: usize,
-    entries: Box<[Entry]>,
-    /// All names, back to back; entries point into it.
-    names: Box<[u8]>,
-    len: usize,
-}
-
-#[derive(Clone, Copy)]
-struct Entry {
-    head: u64,
-    tail: u64,
-    start: u32,
-    len: u32,
-    /// `EMPTY` for a free entry.
-    slot: SlotId,
-}
-
-const EMPTY: SlotId = SlotId::MAX;
-
-impl KeyTable {
-    /// Builds the table; names must be distinct.
-    pub fn new(names: &[(&str, SlotId)]) -> KeyTable {
-        let size = (names.len() * 2).next_power_of_two().max(4);
-        let free = Entry { head: 0, tail: 0, start: 0, len: 0, slot: EMPTY };
-        let mut table = KeyTable {
-            mask: size - 1,
-            entries: vec![free; size].into_boxed_slice(),
-            names: names.iter().flat_map(|(n, _)| n.bytes()).collect(),
-            len: names.len(),
-        };
-        let mut start = 0;
-        for &(name, slot) in names {
-            let (head, tail) = words(name.as_bytes());
-            let mut i = hash(head, tail, name.len()) & table.mask;
-            while table.entries[i].slot != EMPTY {
-                i = (i + 1) & table.mask;
-            }
-            table.entries[i] = Entry { head, tail, start: start as u32, len: name.len() as u32, slot };
-            start += name.len();
-        }
-        table
-    }
-
-    /// The slot of member `name`, if this scan wants it.
-    #[cfg(test)]
-    pub fn get(&self, name: &[u8]) -> Option<SlotId> {
-        let (head, tail) = words(name);
-        self.get_words(name, head, tail)
-    }
-
-    /// [`KeyTable::get`] for a name whose [`words`] are known.
-    #[inline(always)]
-    pub fn get_words(&self, name: &[u8], head: u64, tail: u64) -> Option<SlotId> {
-        let mut i = hash(head, tail, name.len()) & self.mask;
-        loop {
-            let entry = self.entries.get(i)?;
-            if entry.slot == EMPTY {
-                return None;
-            }
-            if entry.head == head && entry.tail == tail && entry.len as usize == name.len() {
-                if name.len() <= 16 {
-                    return Some(entry.slot);
-                }
-                let start = entry.start as usize;
-                if self.names.get(start..start + name.len()) == Some(name) {
-                    return Some(entry.slot);
-                }
-            }
-            i = (i + 1) & self.mask;
-        }
-    }
-
-    /// Number of names in the table.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// `(name, slot)` pairs in slot order.
-    pub fn names(&self) -> Vec<(&str, SlotId)> {
-        let mut out: Vec<_> = self
-            .entries
-            .iter()
-            .filter(|e| e.slot != EMPTY)
-            .map(|e| {
-                let bytes = &self.names[e.start as usize..(e.start + e.len) as usize];
-                (std::str::from_utf8(bytes).unwrap_or("?"), e.slot)
-            })
-            .collect();
-        out.sort_by_key(|&(_, slot)| slot);
-        out
-    }
-}
-
-impl fmt::Debug for KeyTable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_map().entries(self.names()).finish()
-    }
-}
-
-/// Two words that, with the length, identify a name of up to 16 bytes: the first and the last
-/// eight bytes (overlapping for shorter names; four-byte halves below eight; the bytes themselves
-/// below four).
-#[inline(always)]
-pub(crate) fn words(name: &[u8]) -> (u64, u64) {
-    if let (Some(head), Some(tail)) = (name.first_chunk::<8>(), name.last_chunk::<8>()) {
-        (u64::from_le_bytes(*head), u64::from_le_bytes(*tail))
-    } else if let (Some(head), Some(tail)) = (name.first_chunk::<4>(), name.last_chunk::<4>()) {
-        (u64::from(u32::from_le_bytes(*head)), u64::from(u32::from_le_bytes(*tail)))
-    } else {
-        match *name {
-            [a] => (u64::from(a) * 0x01_01_01, 0),
-            [a, b] => (u64::from(a) | (u64::from(b) * 0x01_01_00), 0),
-            [a, b, c] => (u64::from(a) | (u64::from(b) << 8) | (u64::from(c) << 16), 0),
-            _ => (0, 0),
-        }
-    }
-}
-
-/// Mixes the words and length of a name; distinct for the usual families of API field names
-/// (`strIngredient1`, `strIngredient2`, ...).
-#[inline(always)]
-fn hash(head: u64, tail: u64, len: usize) -> usize {
-    let mixed = (head ^ tail.rotate_left(29) ^ len as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (mixed ^ (mixed >> 29)) as usize
 }
 
 /// A readable listing of the plan, one op per line (used in snapshot tests and `recast check`).
@@ -350,53 +347,5 @@ impl fmt::Display for Plan {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn key_table_finds_every_name_and_nothing_else() {
-        let names: Vec<String> = (1..=20)
-            .flat_map(|i| [format!("strIngredient{i}"), format!("strMeasure{i}")])
-            .chain(["a", "ab", "abc", "", "idMeal", "ünï"].map(String::from))
-            .collect();
-        let pairs: Vec<(&str, SlotId)> =
-            names.iter().enumerate().map(|(i, n)| (n.as_str(), i as SlotId)).collect();
-        let table = KeyTable::new(&pairs);
-        for (name, slot) in &pairs {
-            assert_eq!(table.get(name.as_bytes()), Some(*slot), "{name}");
-        }
-        let long = "a fairly long member name, longer than sixteen bytes";
-        let table = KeyTable::new(&[(long, 0), ("strIngredient1", 1)]);
-        assert_eq!(table.get(long.as_bytes()), Some(0));
-        let same_words = "a fairly long member name. longer than sixteen bytes";
-        assert_eq!(table.get(same_words.as_bytes()), None, "equal head, tail and length, different middle");
-        let table = KeyTable::new(&pairs);
-        for other in ["strIngredient21", "strMeasure0", "b", "abcd", "IdMeal", "x".repeat(100).as_str()] {
-            assert_eq!(table.get(other.as_bytes()), None, "{other}");
-        }
-        assert_eq!(table.len(), pairs.len());
-    }
-
-    #[test]
-    fn names_of_every_short_length_are_told_apart() {
-        // Every string over {a, b} of up to 9 bytes: lengths around each packing boundary.
-        let names: Vec<String> = (0..=9)
-            .flat_map(|n| {
-                (0..1u32 << n)
-                    .map(move |bits| (0..n).map(|i| if bits >> i & 1 == 1 { 'b' } else { 'a' }).collect())
-            })
-            .collect();
-        let pairs: Vec<(&str, SlotId)> =
-            names.iter().enumerate().map(|(i, n)| (n.as_str(), i as SlotId)).collect();
-        let table = KeyTable::new(&pairs);
-        for (name, slot) in &pairs {
-            assert_eq!(table.get(name.as_bytes()), Some(*slot), "{name:?}");
-        }
-        assert_eq!(table.get(b"c"), None);
-        assert_eq!(table.get(b"aaaaaaaaaa"), None);
     }
 }

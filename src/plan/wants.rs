@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 
+use super::{Each, Input, KeyTable, Op, Plan, Read, SlotId};
 use crate::json::ondemand::{Want, Wants};
-use crate::plan::{Each, Input, KeyTable, Op, Plan, Read, SlotId};
 
 /// Wants built above this many nodes make the rest whole: a bound for any rules (it is never
 /// reached by rules within the limits, whose wants are at most a few per target).
