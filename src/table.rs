@@ -15,13 +15,30 @@ use crate::route::Route;
 #[derive(Default)]
 pub struct RouteTable {
     routes: DashMap<Uuid, Arc<Route>>,
-    /// The revision at which each deleted route was deleted, so that a change older than its
-    /// deletion, applied late (a cluster node's own write after the follower applied the
-    /// deletion), cannot bring it back.
+    /// Cluster mode: the revision at which each deleted route was deleted, so that a change
+    /// older than its deletion, applied late (a cluster node's own write after the follower
+    /// applied the deletion), cannot bring it back. A node alone applies its changes one at a
+    /// time, in order, and remembers none: deleted routes leave nothing behind.
     deleted: DashMap<Uuid, u64>,
+    remembers_deletions: bool,
 }
 
 impl RouteTable {
+    /// The table of a node alone: changes come one at a time, in order.
+    pub fn standalone() -> RouteTable {
+        RouteTable::default()
+    }
+
+    /// The table of a cluster node, whose changes may come out of order.
+    pub fn cluster() -> RouteTable {
+        RouteTable { remembers_deletions: true, ..RouteTable::default() }
+    }
+
+    /// How many deletions are remembered.
+    pub fn deletions_remembered(&self) -> usize {
+        self.deleted.len()
+    }
+
     pub fn get(&self, uuid: &Uuid) -> Option<Arc<Route>> {
         self.routes.get(uuid).map(|entry| entry.value().clone())
     }
@@ -69,7 +86,9 @@ impl RouteTable {
     /// it, and remembers the deletion. Returns whether a route was removed.
     pub fn delete(&self, uuid: Uuid, revision: u64) -> bool {
         // Remembered first (and released), then removed: see `apply_shared`.
-        self.deleted.entry(uuid).and_modify(|at| *at = (*at).max(revision)).or_insert(revision);
+        if self.remembers_deletions {
+            self.deleted.entry(uuid).and_modify(|at| *at = (*at).max(revision)).or_insert(revision);
+        }
         self.routes.remove_if(&uuid, |_, route| route.revision < revision).is_some()
     }
 
@@ -116,5 +135,45 @@ impl RouteTable {
 
     pub fn is_empty(&self) -> bool {
         self.routes.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::{Registration, Route};
+    use crate::rules::Limits;
+
+    fn route(n: u128, revision: u64) -> Route {
+        let json = r#"{"path":"p","originalRoute":{"originalApi":{"baseUrl":"https://a.example"},"path":""},
+            "rulesAsString":{"newBodyFields":{"a":{"key":"a","type":"String"}},"oldBodyFields":{"a":{"keys":["a"]}}}}"#;
+        let registration: Registration = serde_json::from_str(json).expect("a registration");
+        let config = registration.validate(false, None).expect("valid");
+        let mut route = Route::new(Uuid::from_u128(n), 0, 0, config, &Limits::default());
+        route.revision = revision;
+        route
+    }
+
+    #[test]
+    fn a_node_alone_remembers_no_deletion_and_a_cluster_node_each_until_it_reloads() {
+        let alone = RouteTable::standalone();
+        let cluster = RouteTable::cluster();
+        for n in 0..100 {
+            for table in [&alone, &cluster] {
+                assert!(table.apply(route(n, 2 * n as u64 + 1)));
+                assert!(table.delete(Uuid::from_u128(n), 2 * n as u64 + 2));
+            }
+        }
+        assert_eq!(
+            (alone.len(), alone.deletions_remembered()),
+            (0, 0),
+            "routes that came and went leave nothing"
+        );
+        assert_eq!((cluster.len(), cluster.deletions_remembered()), (0, 100));
+        // A cluster node's own write applied after the follower applied a later deletion stays
+        // out.
+        assert!(!cluster.apply(route(7, 1)));
+        cluster.forget_deletions();
+        assert_eq!(cluster.deletions_remembered(), 0);
     }
 }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub use self::counts::{Histogram, STATUS_SLOTS, StatusCounts};
 use self::counts::{MAPPING_BOUNDS, UPSTREAM_BOUNDS};
 pub use self::outbound::{
-    BreakerState, FetchReason, LimiterCounts, OriginBreaker, OriginRetries, TokenCounts,
+    BreakerState, FetchReason, KeptCounts, LimiterCounts, OriginBreaker, OriginRetries, TokenCounts,
 };
 pub use self::render::OutboundCounts;
 

@@ -85,3 +85,30 @@ pub struct TokenCounts {
     /// By [`FetchReason`]: fetches that gave a token, and fetches that failed.
     pub fetched: [[u64; 2]; 3],
 }
+
+/// How much the upstream client keeps per key, by kind (`recast_upstream_kept{kind}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeptCounts {
+    pub breakers: usize,
+    pub retry_budgets: usize,
+    pub rate_limiters: usize,
+    pub tls_connectors: usize,
+    pub certificates_asked: usize,
+    pub tokens: usize,
+    pub h2_upstreams: usize,
+}
+
+impl KeptCounts {
+    /// Each count with its `kind` label.
+    pub fn labelled(&self) -> [(&'static str, usize); 7] {
+        [
+            ("breakers", self.breakers),
+            ("retry_budgets", self.retry_budgets),
+            ("rate_limiters", self.rate_limiters),
+            ("tls_connectors", self.tls_connectors),
+            ("certificates_asked", self.certificates_asked),
+            ("tokens", self.tokens),
+            ("h2_upstreams", self.h2_upstreams),
+        ]
+    }
+}

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Endpoint, Gauges, Metrics, PanicSite, RulesSource, StatusCounts, Timeout, UpstreamErrorKind};
-use super::{FetchReason, LimiterCounts, OriginBreaker, OriginRetries, TokenCounts};
+use super::{FetchReason, KeptCounts, LimiterCounts, OriginBreaker, OriginRetries, TokenCounts};
 
 /// What the upstream client counts per origin, limit or token endpoint, for [`Metrics::render`].
 #[derive(Debug, Default, Clone, Copy)]
@@ -13,6 +13,7 @@ pub struct OutboundCounts<'a> {
     pub retries: &'a [OriginRetries],
     pub limits: &'a [LimiterCounts],
     pub tokens: &'a [TokenCounts],
+    pub kept: KeptCounts,
 }
 
 impl Metrics {
@@ -24,7 +25,7 @@ impl Metrics {
         routes: impl IntoIterator<Item = (String, &'a StatusCounts)>,
         outbound: OutboundCounts<'_>,
     ) -> String {
-        let OutboundCounts { breakers, retries, limits, tokens } = outbound;
+        let OutboundCounts { breakers, retries, limits, tokens, kept } = outbound;
         let mut out = String::with_capacity(4096);
         let requests = "recast_requests_total";
         out.push_str(
@@ -183,6 +184,12 @@ impl Metrics {
             );
         }
         write_tokens(&mut out, tokens);
+        out.push_str(
+            "# HELP recast_upstream_kept What the upstream client keeps per key now, by kind; what no call used for ten minutes and holds nothing worth keeping is let go.\n# TYPE recast_upstream_kept gauge\n",
+        );
+        for (kind, count) in kept.labelled() {
+            let _ = writeln!(out, "recast_upstream_kept{{kind=\"{kind}\"}} {count}");
+        }
         let _ = writeln!(
             out,
             "# HELP recast_build_info The running version.\n# TYPE recast_build_info gauge\nrecast_build_info{{version=\"{}\"}} 1",

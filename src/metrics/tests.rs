@@ -113,8 +113,13 @@ fn the_exposition_has_every_family_with_help_and_type() {
         origin: "https://auth.example:443".to_owned(),
         fetched: [[2, 1], [5, 0], [1, 0]],
     }];
-    let outbound =
-        OutboundCounts { breakers: &breakers, retries: &retries, limits: &limits, tokens: &tokens };
+    let outbound = OutboundCounts {
+        breakers: &breakers,
+        retries: &retries,
+        limits: &limits,
+        tokens: &tokens,
+        kept: crate::metrics::KeptCounts { breakers: 2, tokens: 1, ..Default::default() },
+    };
     let text = metrics.render(gauges, [("u-1".to_owned(), &route)], outbound);
     for line in [
         "recast_requests_total{route=\"preview\",status=\"200\"} 1",
@@ -133,6 +138,9 @@ fn the_exposition_has_every_family_with_help_and_type() {
         "recast_upstream_breaker_state{origin=\"http://127.0.0.1:9\"} 1",
         "recast_upstream_breaker_rejections_total{origin=\"http://127.0.0.1:9\"} 4",
         "recast_upstream_breaker_opened_total{origin=\"http://127.0.0.1:9\"} 1",
+        "recast_upstream_kept{kind=\"breakers\"} 2",
+        "recast_upstream_kept{kind=\"tokens\"} 1",
+        "recast_upstream_kept{kind=\"h2_upstreams\"} 0",
         "recast_upstream_breaker_state{origin=\"http://127.0.0.1:9\",route=\"00000000-0000-0000-0000-000000000007\"} 2",
         "recast_upstream_breaker_opened_total{origin=\"http://127.0.0.1:9\",route=\"00000000-0000-0000-0000-000000000007\"} 3",
         "recast_upstream_retries_total{origin=\"http://127.0.0.1:9\"} 7",

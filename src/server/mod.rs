@@ -273,7 +273,7 @@ pub async fn run_with(
         lifecycle: AtomicU8::new(Lifecycle::Idle as u8),
         request_ids: RequestIds::new(),
         store,
-        table: RouteTable::default(),
+        table: if database.is_some() { RouteTable::cluster() } else { RouteTable::standalone() },
         writes: tokio::sync::Mutex::new(()),
     });
     tracing::info!(state = ?Lifecycle::Idle, data = %local.dir().display(), "lifecycle");

@@ -202,6 +202,7 @@ fn metrics(state: &State) -> Response {
             retries: &state.client.retries(),
             limits: &state.client.rate_limits(),
             tokens: &state.client.token_fetches(),
+            kept: state.client.kept(),
         },
     );
     let mut response = http::Response::new(Full::new(Bytes::from(text)));

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Level;
 
-use super::Keyed;
+use super::per_key::PerKey;
 use crate::logging::logged;
 use crate::metrics::{BreakerState, OriginBreaker};
 
@@ -48,7 +48,7 @@ impl BreakerScope {
 /// The breakers of every origin called so far.
 pub struct Breakers {
     settings: BreakerSettings,
-    origins: Keyed<Breaker>,
+    origins: PerKey<String, Breaker>,
 }
 
 /// A call refused by an open breaker: when to try again.
@@ -59,7 +59,7 @@ pub struct Refused {
 
 impl Breakers {
     pub fn new(settings: BreakerSettings) -> Breakers {
-        Breakers { settings, origins: Keyed::default() }
+        Breakers { settings, origins: PerKey::default() }
     }
 
     /// Lets a call to `origin` through (with a ticket to report its outcome on), or refuses it:
@@ -90,6 +90,23 @@ impl Breakers {
             None => self.origins.get_or(origin, make),
             Some(route) => self.origins.get_or(&format!("{origin} route={route}"), make),
         }
+    }
+
+    /// Lets go of the breakers nobody used for a while that are closed with no failure counted
+    /// (or open with their cooldown over, which the next call would probe), one sweep of those
+    /// made `every` so long.
+    pub fn sweep(&self, every: Duration, now: Instant) {
+        self.origins.sweep(every, |breaker, _| breaker.at_rest(now));
+    }
+
+    /// How many breakers are kept.
+    pub fn len(&self) -> usize {
+        self.origins.len()
+    }
+
+    /// Whether no breaker is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Every breaker, by origin (an origin's own first, then its routes').
@@ -161,6 +178,16 @@ enum Phase {
 }
 
 impl Breaker {
+    /// Whether forgetting it loses nothing: closed with no failure counted, or open past its
+    /// cooldown (a new breaker lets the next call through as a probe would).
+    fn at_rest(&self, now: Instant) -> bool {
+        match self.state.lock().unwrap_or_else(PoisonError::into_inner).phase {
+            Phase::Closed { failures } => failures == 0,
+            Phase::Open { until } => until <= now,
+            Phase::Probing => false,
+        }
+    }
+
     fn state(&self) -> BreakerState {
         match self.state.lock().unwrap_or_else(PoisonError::into_inner).phase {
             Phase::Closed { .. } => BreakerState::Closed,

@@ -228,6 +228,11 @@ impl Connections {
     /// Forgets the upstreams that no call looked for since the sweep before (an upstream that
     /// picked HTTP/1.1: in the last [`HTTP1_SWEEPS`] sweeps, as long as its idle pooled
     /// connections may last), that have no open connection and no call at their opener.
+    /// How many upstreams are known.
+    pub(super) fn len(&self) -> usize {
+        self.by_key.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
     pub(super) fn sweep(&self) {
         let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
         all.retain(|_, upstream| {

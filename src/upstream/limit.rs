@@ -12,7 +12,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use serde::{Deserialize, Serialize};
 
-use super::Keyed;
+use super::per_key::PerKey;
 use crate::metrics::LimiterCounts;
 
 /// The largest `requestsPerSecond` and `burst` a route may give.
@@ -88,11 +88,13 @@ impl RateLimitSettings {
 /// Every limiter called so far, by key.
 #[derive(Default)]
 pub struct Limiters {
-    limiters: Keyed<Limiter>,
+    limiters: PerKey<String, Limiter>,
 }
 
 struct Limiter {
     gate: DefaultDirectRateLimiter,
+    /// How long its whole burst takes to come back: unused that long, it is full again.
+    refill: Duration,
     /// `route:<uuid>` or `origin:<scheme://host:port>`, for `/metrics`.
     label: String,
     refused: AtomicU64,
@@ -101,11 +103,26 @@ struct Limiter {
 impl Limiters {
     fn limiter(&self, key: &str, settings: &RateLimitSettings) -> Option<Arc<Limiter>> {
         let quota = settings.quota()?;
-        Some(self.limiters.get_or(key, || Limiter {
-            gate: RateLimiter::direct(quota),
-            label: key.split(' ').next().unwrap_or_default().to_owned(),
-            refused: AtomicU64::new(0),
+        Some(self.limiters.get_or(key, || {
+            Limiter {
+                gate: RateLimiter::direct(quota),
+                refill: Duration::from_secs_f64(f64::from(settings.burst) / settings.requests_per_second)
+                    .min(Duration::from_secs(u64::from(u32::MAX))),
+                label: key.split(' ').next().unwrap_or_default().to_owned(),
+                refused: AtomicU64::new(0),
+            }
         }))
+    }
+
+    /// Lets go of the limiters nobody used for a while whose whole burst has come back (one
+    /// sweep of those made `every` so long): one made anew is full, as they are.
+    pub fn sweep(&self, every: Duration) {
+        self.limiters.sweep(every, |limiter, unused_for| unused_for >= limiter.refill);
+    }
+
+    /// How many limiters are kept.
+    pub fn len(&self) -> usize {
+        self.limiters.len()
     }
 
     /// Takes a slot of the limiter `key`, waiting for it up to `wait` (an attempt that is not the

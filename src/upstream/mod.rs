@@ -11,6 +11,7 @@ mod freshness;
 mod h2;
 mod limit;
 mod oauth;
+mod per_key;
 mod request;
 mod retry;
 mod tls;
@@ -20,7 +21,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
@@ -32,8 +33,9 @@ use tokio::time::Instant;
 use tower_service::Service as _;
 use tracing::{Instrument as _, Level};
 
+use self::per_key::PerKey;
 use crate::logging::logged;
-use crate::metrics::{LimiterCounts, OriginBreaker, OriginRetries, PanicSite, TokenCounts};
+use crate::metrics::{KeptCounts, LimiterCounts, OriginBreaker, OriginRetries, PanicSite, TokenCounts};
 use crate::policy::{
     Guarded, Lookup, NotAllowed, OutboundPolicy, PolicyResolver, literal_address, refusal_in,
 };
@@ -154,11 +156,11 @@ pub struct UpstreamClient {
     /// The roots every TLS connection trusts: Mozilla's, and `RECAST_UPSTREAM_CA_FILE`'s.
     roots: Arc<rustls::RootCertStore>,
     /// The connector of each route `tls` met so far, by its id (or why it cannot be made).
-    route_connectors: Arc<Keyed<Result<Connector, String>>>,
+    route_connectors: Arc<PerKey<String, Result<Connector, String>>>,
     /// The HTTP/2 connections, shared by every worker.
     h2: Arc<h2::Connections>,
-    /// The upstreams that asked for a client certificate in their last full TLS handshake.
-    certificates_asked: Arc<Mutex<HashMap<Key, tls::CertificateAsked>>>,
+    /// Whether each upstream asked for a client certificate in its last full TLS handshake.
+    certificates_asked: Arc<PerKey<Key, tls::CertificateAsked>>,
     pools: Arc<Pools>,
     settings: UpstreamSettings,
     policy: Arc<OutboundPolicy>,
@@ -255,28 +257,56 @@ impl UpstreamClient {
         Ok(self)
     }
 
-    /// Closes idle connections past their time every 30 seconds, also when nothing calls their
-    /// upstream any more, forgets access tokens that ran out a while ago and the upstreams of the
-    /// HTTP/2 connections that no call looked for since the last time; ends once the client is
-    /// gone. Whoever runs the client spawns it.
+    /// Sweeps every 30 seconds ([`UpstreamClient::sweep`]); ends once the client is gone.
+    /// Whoever runs the client spawns it.
     pub fn sweeper(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (pools, tokens, h2) =
-            (Arc::downgrade(&self.pools), Arc::downgrade(&self.tokens), Arc::downgrade(&self.h2));
+        let client = self.downgrade();
         async move {
             let mut every = tokio::time::interval(SWEEP_EVERY);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 every.tick().await;
-                let Some(pools) = pools.upgrade() else { break };
-                let now = Instant::now();
-                pools.0.iter().for_each(|pool| pool.sweep(now));
-                if let Some(tokens) = tokens.upgrade() {
-                    tokens.sweep(now);
-                }
-                if let Some(h2) = h2.upgrade() {
-                    h2.sweep();
+                if !client.sweep(Instant::now()) {
+                    break;
                 }
             }
+        }
+    }
+
+    /// One sweep, as of `now`: closes idle connections past their time, also when nothing calls
+    /// their upstream any more, and lets go of what the client keeps per key (breakers, retry
+    /// budgets, rate limiters, route TLS connectors, what upstreams asked in their handshakes,
+    /// access tokens, the upstreams of HTTP/2 connections) once nothing used it for a while and
+    /// forgetting it loses nothing. So routes that come and go leave nothing behind.
+    pub fn sweep(&self, now: Instant) {
+        self.downgrade().sweep(now);
+    }
+
+    /// How much the client keeps per key now, by kind (`/metrics`, and tests that routes leave
+    /// nothing behind).
+    pub fn kept(&self) -> KeptCounts {
+        KeptCounts {
+            breakers: self.breakers.len(),
+            retry_budgets: self.budgets.len(),
+            rate_limiters: self.limiters.len(),
+            tls_connectors: self.route_connectors.len(),
+            certificates_asked: self.certificates_asked.len(),
+            tokens: self.tokens.len(),
+            h2_upstreams: self.h2.len(),
+        }
+    }
+
+    /// What the client keeps per key, without keeping it alive: its sweeper's hold on it.
+    fn downgrade(&self) -> WeakClient {
+        WeakClient {
+            pools: Arc::downgrade(&self.pools),
+            breakers: Arc::downgrade(&self.breakers),
+            budgets: Arc::downgrade(&self.budgets),
+            limiters: Arc::downgrade(&self.limiters),
+            route_connectors: Arc::downgrade(&self.route_connectors),
+            certificates_asked: Arc::downgrade(&self.certificates_asked),
+            tokens: Arc::downgrade(&self.tokens),
+            h2: Arc::downgrade(&self.h2),
         }
     }
 
@@ -752,13 +782,13 @@ impl UpstreamClient {
             }
             hyper_rustls::MaybeHttpsStream::Http(_) => return None,
         };
-        let mut seen = self.certificates_asked.lock().unwrap_or_else(PoisonError::into_inner);
+        let seen = &self.certificates_asked;
         match asked {
             Some(asked) => {
                 seen.insert(key.clone(), asked);
                 Some(asked)
             }
-            None if resumed => seen.get(key).copied(),
+            None if resumed => seen.get(key).map(|asked| *asked),
             None => {
                 seen.remove(key);
                 None
@@ -844,38 +874,45 @@ impl UpstreamClient {
     }
 }
 
-/// State kept per key (an origin, a limit) for as long as the client: found under a read lock,
-/// made under the write lock the first time its key is met.
-struct Keyed<T>(RwLock<HashMap<String, Arc<T>>>);
-
-impl<T> Default for Keyed<T> {
-    fn default() -> Keyed<T> {
-        Keyed(RwLock::default())
-    }
+/// What the client keeps per key, held by its sweeper without keeping it alive.
+struct WeakClient {
+    pools: std::sync::Weak<Pools>,
+    breakers: std::sync::Weak<Breakers>,
+    budgets: std::sync::Weak<retry::Budgets>,
+    limiters: std::sync::Weak<limit::Limiters>,
+    route_connectors: std::sync::Weak<PerKey<String, Result<Connector, String>>>,
+    certificates_asked: std::sync::Weak<PerKey<Key, tls::CertificateAsked>>,
+    tokens: std::sync::Weak<oauth::Tokens>,
+    h2: std::sync::Weak<h2::Connections>,
 }
 
-impl<T> Keyed<T> {
-    /// The state of `key`, made by `make` when there is none yet.
-    fn get_or(&self, key: &str, make: impl FnOnce() -> T) -> Arc<T> {
-        let known = self.0.read().unwrap_or_else(PoisonError::into_inner).get(key).cloned();
-        known.unwrap_or_else(|| {
-            let mut all = self.0.write().unwrap_or_else(PoisonError::into_inner);
-            all.entry(key.to_owned()).or_insert_with(|| Arc::new(make())).clone()
-        })
-    }
-
-    /// `view` of every key's state, in the order of the keys.
-    fn each<R>(&self, mut view: impl FnMut(&str, &T) -> R) -> Vec<R> {
-        let all = self.0.read().unwrap_or_else(PoisonError::into_inner);
-        let mut keys: Vec<(&String, &Arc<T>)> = all.iter().collect();
-        keys.sort_by(|a, b| a.0.cmp(b.0));
-        keys.into_iter().map(|(key, state)| view(key, state)).collect()
-    }
-
-    /// Forgets the keys whose state `keep` says no to (and that nobody else holds).
-    fn retain(&self, mut keep: impl FnMut(&T) -> bool) {
-        let mut all = self.0.write().unwrap_or_else(PoisonError::into_inner);
-        all.retain(|_, state| Arc::strong_count(state) > 1 || keep(state));
+impl WeakClient {
+    /// One sweep ([`UpstreamClient::sweep`]); `false` once the client is gone.
+    fn sweep(&self, now: Instant) -> bool {
+        let Some(pools) = self.pools.upgrade() else { return false };
+        pools.0.iter().for_each(|pool| pool.sweep(now));
+        if let Some(breakers) = self.breakers.upgrade() {
+            breakers.sweep(SWEEP_EVERY, now);
+        }
+        if let Some(budgets) = self.budgets.upgrade() {
+            budgets.sweep(SWEEP_EVERY);
+        }
+        if let Some(limiters) = self.limiters.upgrade() {
+            limiters.sweep(SWEEP_EVERY);
+        }
+        if let Some(connectors) = self.route_connectors.upgrade() {
+            connectors.sweep(SWEEP_EVERY, |_, _| true);
+        }
+        if let Some(asked) = self.certificates_asked.upgrade() {
+            asked.sweep(SWEEP_EVERY, |_, _| true);
+        }
+        if let Some(tokens) = self.tokens.upgrade() {
+            tokens.sweep(SWEEP_EVERY, now);
+        }
+        if let Some(h2) = self.h2.upgrade() {
+            h2.sweep();
+        }
+        true
     }
 }
 

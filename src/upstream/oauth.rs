@@ -32,7 +32,8 @@ use tokio::time::Instant;
 use tracing::Level;
 
 use super::UpstreamRequest;
-use super::{Keyed, UpstreamClient, UpstreamError, origin};
+use super::per_key::PerKey;
+use super::{UpstreamClient, UpstreamError, origin};
 use crate::logging::logged;
 use crate::metrics::{FetchReason, TokenCounts};
 
@@ -311,7 +312,7 @@ impl Drop for Landing {
 /// Every credential set's token.
 #[derive(Default)]
 pub struct Tokens {
-    slots: Keyed<Slot>,
+    slots: PerKey<String, Slot>,
     /// The fetch counts of the slots forgotten, by origin, so `/metrics` keeps counting.
     forgotten: Mutex<std::collections::HashMap<String, [[u64; 2]; 3]>>,
 }
@@ -338,12 +339,13 @@ impl Tokens {
         held.as_ref().is_none_or(|h| h.serial != rejected || h.sent.elapsed() >= MIN_REPLACE_AGE)
     }
 
-    /// Forgets the slots whose token ran out [`FORGET_AFTER`] before `now` (or that never got one
-    /// and failed as long ago) and have no fetch under way: a token is not kept in memory long
-    /// after anything uses it, and credentials no route holds any more do not pile up.
-    pub(super) fn sweep(&self, now: Instant) {
+    /// Forgets the slots that nothing used for a while whose token ran out [`FORGET_AFTER`]
+    /// before `now` (or that never got one and failed as long ago) and have no fetch under way
+    /// (one sweep of those made `every` so long): a token is not kept in memory long after
+    /// anything uses it, and credentials no route holds any more do not pile up.
+    pub(super) fn sweep(&self, every: Duration, now: Instant) {
         let mut forgotten = self.forgotten.lock().unwrap_or_else(PoisonError::into_inner);
-        self.slots.retain(|slot| {
+        self.slots.sweep(every, |slot, _| {
             let flights = slot.flights();
             let held = slot.held.read().unwrap_or_else(PoisonError::into_inner);
             let last = match (&*held, &flights.last_failure) {
@@ -351,15 +353,20 @@ impl Tokens {
                 (None, Some((at, _))) => Some(*at),
                 (None, None) => None,
             };
-            let keep = flights.flight.is_some() || last.is_none_or(|last| now < last + FORGET_AFTER);
-            if !keep {
+            let at_rest = flights.flight.is_none() && last.is_none_or(|last| now >= last + FORGET_AFTER);
+            if at_rest {
                 let sums = forgotten.entry(slot.origin.clone()).or_default();
                 for (sum, count) in sums.iter_mut().flatten().zip(slot.fetched.iter().flatten()) {
                     *sum += count.load(Ordering::Relaxed);
                 }
             }
-            keep
+            at_rest
         });
+    }
+
+    /// How many credential sets' tokens are kept.
+    pub(super) fn len(&self) -> usize {
+        self.slots.len()
     }
 
     /// Every token endpoint's fetches, by origin (the credential sets of one origin added up,

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Answer, Keyed, UpstreamError};
+use super::per_key::PerKey;
+use super::{Answer, UpstreamError};
 use crate::metrics::OriginRetries;
 
 /// The most retries a route may ask for.
@@ -113,7 +114,7 @@ const PER_CALL: f64 = 0.2;
 /// The retry budget and retry counts of every upstream origin called with retries.
 #[derive(Default)]
 pub struct Budgets {
-    origins: Keyed<Budget>,
+    origins: PerKey<String, Budget>,
 }
 
 struct Budget {
@@ -123,6 +124,18 @@ struct Budget {
 }
 
 impl Budgets {
+    /// Lets go of the budgets of the origins no call went to for a while (one sweep of those
+    /// made `every` so long): a budget made anew has its whole reserve, as one of an origin
+    /// called rarely would have anyway.
+    pub fn sweep(&self, every: Duration) {
+        self.origins.sweep(every, |_, _| true);
+    }
+
+    /// How many origins' budgets are kept.
+    pub fn len(&self) -> usize {
+        self.origins.len()
+    }
+
     fn budget(&self, origin: &str) -> Arc<Budget> {
         self.origins.get_or(origin, || Budget {
             balance: Mutex::new(RESERVE),

@@ -156,3 +156,69 @@ fn an_http2_connection_serves_every_worker_while_the_one_that_opened_it_is_busy(
     assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection carried every call");
     drop(first);
 }
+
+#[tokio::test]
+async fn what_routes_that_came_and_went_left_behind_is_let_go_once_unused() {
+    // Five upstreams, each called by ten routes (made and forgotten, as routes registered and
+    // deleted are), each route with a rate limit, retries and a breaker of its own.
+    let mut upstreams = Vec::new();
+    for _ in 0..5 {
+        upstreams.push(keeper().await.0);
+    }
+    let client = client();
+    let retry = RetrySettings { attempts: 1, on: Vec::new(), allow_unsafe: false };
+    let limit =
+        RateLimitSettings { requests_per_second: 100.0, burst: 10, scope: LimitScope::Route, max_wait_ms: 0 };
+    for (n, url) in upstreams.iter().enumerate() {
+        for route in 0..10 {
+            let route = uuid::Uuid::from_u128((n * 10 + route) as u128);
+            let outbound = Outbound {
+                rate_limit: Some((&limit, route)),
+                retry: Some(&retry),
+                breaker: Some(route),
+                ..Outbound::default()
+            };
+            client.call_with(&post(url), &outbound).await.expect("an answer");
+        }
+    }
+    let kept = client.kept();
+    assert_eq!((kept.breakers, kept.retry_budgets, kept.rate_limiters), (50, 5, 50), "{kept:?}");
+    // Used a moment ago: everything is kept, however many sweeps pass (a sweep counts uses).
+    let now = Instant::now();
+    client.sweep(now);
+    assert_eq!(client.kept(), kept);
+    // Unused for ten minutes of sweeps: let go, back to nothing.
+    for _ in 0..=per_key::UNUSED_SWEEPS {
+        client.sweep(now);
+    }
+    let left = client.kept();
+    assert_eq!((left.breakers, left.retry_budgets, left.rate_limiters), (0, 0, 0), "{left:?}");
+}
+
+#[test]
+fn state_per_key_is_let_go_only_unheld_unused_and_at_rest() {
+    let kept: per_key::PerKey<String, u32> = per_key::PerKey::default();
+    let every = Duration::from_secs(30);
+    let held = kept.get_or("held", || 1);
+    drop(kept.get_or("busy", || 2));
+    drop(kept.get_or("idle", || 3));
+    for _ in 0..per_key::UNUSED_SWEEPS {
+        kept.sweep(every, |_, _| true);
+        drop(kept.get("busy"));
+    }
+    assert_eq!(kept.len(), 3, "none unused for long yet");
+    let mut asked = Vec::new();
+    // "idle" goes unused past the limit; "busy" was used the sweep before; "held" is held.
+    kept.sweep(every, |state, unused_for| {
+        asked.push((*state, unused_for));
+        true
+    });
+    assert_eq!(asked, [(3, every * per_key::UNUSED_SWEEPS as u32)]);
+    assert_eq!(kept.each(|key, _| key.clone()), ["busy", "held"]);
+    // Not at rest: kept, however long unused.
+    drop(held);
+    for _ in 0..=per_key::UNUSED_SWEEPS {
+        kept.sweep(every, |state, _| *state != 1);
+    }
+    assert_eq!(kept.each(|key, _| key.clone()), ["held"]);
+}

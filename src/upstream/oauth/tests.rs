@@ -185,14 +185,21 @@ fn a_token_long_run_out_is_forgotten_and_its_counts_are_kept() {
     let use_until = held.use_until;
     *slot.held.write().unwrap() = Some(held);
     slot.fetched[0][0].fetch_add(2, Ordering::Relaxed);
+    let every = Duration::from_secs(30);
+    let unused_long =
+        |now| (0..=crate::upstream::per_key::UNUSED_SWEEPS).for_each(|_| tokens.sweep(every, now));
     // A slot a call still holds is kept, whatever its age.
-    tokens.sweep(use_until + FORGET_AFTER);
-    assert_eq!(tokens.slots.each(|_, _| ()).len(), 1);
+    unused_long(use_until + FORGET_AFTER);
+    assert_eq!(tokens.len(), 1);
     drop(slot);
-    tokens.sweep(use_until + FORGET_AFTER - Duration::from_secs(1));
-    assert_eq!(tokens.slots.each(|_, _| ()).len(), 1, "ran out, but not long ago");
-    tokens.sweep(use_until + FORGET_AFTER);
-    assert_eq!(tokens.slots.each(|_, _| ()).len(), 0, "forgotten");
+    unused_long(use_until + FORGET_AFTER - Duration::from_secs(1));
+    assert_eq!(tokens.len(), 1, "ran out, but not long ago");
+    // Used again: kept, until it goes unused for long.
+    drop(tokens.slot(&request));
+    tokens.sweep(every, use_until + FORGET_AFTER);
+    assert_eq!(tokens.len(), 1, "used a sweep ago");
+    unused_long(use_until + FORGET_AFTER);
+    assert_eq!(tokens.len(), 0, "forgotten");
     let counts =
         TokenCounts { origin: "https://auth.example:443".to_owned(), fetched: [[2, 0], [0, 0], [0, 0]] };
     assert_eq!(tokens.snapshot(), [counts]);
