@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod config;
 pub mod exec;
 pub mod expr;
+pub mod flight;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -24,7 +24,7 @@
 
 mod status;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -33,10 +33,11 @@ use bytes::Bytes;
 use http::StatusCode;
 use quick_cache::sync::Cache;
 use quick_cache::{DefaultHashBuilder, Lifecycle, OptionsBuilder, Weighter};
-use tokio::sync::watch;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use crate::flight::{self, Flights};
+pub use crate::flight::{TimedOut, Waiter};
 use crate::metrics::CacheGauges;
 use crate::route::{CacheSettings, Route};
 use crate::upstream::UpstreamRequest;
@@ -134,78 +135,40 @@ pub struct Mapped<'a> {
     pub freshness: &'a Freshness,
 }
 
-/// A call's place in the flight of its key; `T` is what the flight's outcome is.
-pub enum Joined<T> {
-    /// This call makes the upstream call, and hands its outcome on with [`Leader::share`].
+/// A call's place in the flight of its key (`crate::flight`); `T` is what the flight's outcome
+/// is.
+pub enum Joined<T: Clone> {
+    /// This call's flight makes the upstream call, and hands its outcome on with
+    /// [`Leader::share`].
     Leader(Leader<T>),
-    /// Another call makes it; wait with [`Waiter::wait`].
+    /// Another call's flight makes it; wait with [`Waiter::wait`].
     Waiter(Waiter<T>),
 }
 
-/// The calls waiting on one upstream call, and where its outcome goes.
-type Flight<T> = Arc<watch::Sender<Option<T>>>;
-
-/// The leader of a flight. Dropped without sharing (its call was cancelled), it takes its
-/// flight away, and its waiters start over.
-pub struct Leader<T> {
+/// The leader of a flight. Dropped without sharing (its call was cancelled, or panicked), it
+/// takes its flight away, and its waiters start over.
+pub struct Leader<T: Clone> {
     cache: Arc<AnswerCache<T>>,
-    key: Key,
-    flight: Flight<T>,
+    flight: flight::Leader<Key, T>,
 }
 
 impl<T: Clone> Leader<T> {
     /// Keeps `mapped` if `settings` and the upstream let it be and the route was not dropped
     /// since the flight began; returns the seconds it is fresh for when kept.
     pub fn store(&self, mapped: Mapped<'_>, settings: CacheSettings) -> Option<u64> {
-        self.cache.store(&self.key, &self.flight, mapped, settings)
+        self.cache.store(&self.flight, mapped, settings)
+    }
+
+    /// A waiter on this very flight, for the call that leads it but lets a task of its own make
+    /// the upstream call.
+    pub fn waiter(&self) -> Waiter<T> {
+        self.flight.waiter()
     }
 
     /// Hands the outcome to every call waiting on this flight; calls that come after it look in
     /// the cache again.
     pub fn share(self, outcome: T) {
-        self.leave();
-        self.flight.send_replace(Some(outcome));
-    }
-}
-
-impl<T> Leader<T> {
-    /// A waiter on this very flight, for the call that leads it but lets a task of its own make
-    /// the upstream call.
-    pub fn waiter(&self) -> Waiter<T> {
-        Waiter(self.flight.subscribe())
-    }
-
-    /// Takes the flight away from its key, unless a drop already did.
-    fn leave(&self) {
-        let mut flights = self.cache.flights.lock().unwrap_or_else(PoisonError::into_inner);
-        if flights.get(&self.key).is_some_and(|current| Arc::ptr_eq(current, &self.flight)) {
-            flights.remove(&self.key);
-        }
-    }
-}
-
-impl<T> Drop for Leader<T> {
-    fn drop(&mut self) {
-        self.leave();
-    }
-}
-
-/// A call waiting on another call's upstream call.
-pub struct Waiter<T>(watch::Receiver<Option<T>>);
-
-/// A waiter's deadline passed before the outcome came.
-#[derive(Debug, PartialEq, Eq)]
-pub struct TimedOut;
-
-impl<T: Clone> Waiter<T> {
-    /// Waits for the leader's outcome until `deadline`; `Ok(None)` when the leader went away
-    /// without one.
-    pub async fn wait(mut self, deadline: Instant) -> Result<Option<T>, TimedOut> {
-        match tokio::time::timeout_at(deadline, self.0.wait_for(Option::is_some)).await {
-            Ok(Ok(outcome)) => Ok(outcome.clone()),
-            Ok(Err(_)) => Ok(None),
-            Err(_) => Err(TimedOut),
-        }
+        self.flight.share(outcome);
     }
 }
 
@@ -236,7 +199,7 @@ pub struct AnswerCache<T> {
     /// `None` when `RECAST_CACHE_BYTES` is 0.
     entries: Option<Cache<Key, Arc<Entry>, EntryBytes, DefaultHashBuilder, Evictions>>,
     evictions: Evictions,
-    flights: Mutex<HashMap<Key, Flight<T>>>,
+    flights: Arc<Flights<Key, T>>,
     /// The routes that have stored entries since their last drop: a change of any other route
     /// (most of them, in a catch-up) has nothing to look for.
     stored: Mutex<HashSet<Uuid>>,
@@ -257,7 +220,7 @@ impl<T: Clone> AnswerCache<T> {
                 .expect("the cache options are in range");
             Cache::with_options(options, EntryBytes, DefaultHashBuilder::default(), evictions.clone())
         });
-        AnswerCache { entries, evictions, flights: Mutex::default(), stored: Mutex::default() }
+        AnswerCache { entries, evictions, flights: Arc::default(), stored: Mutex::default() }
     }
 
     pub fn enabled(&self) -> bool {
@@ -281,21 +244,18 @@ impl<T: Clone> AnswerCache<T> {
 
     /// Joins the flight of `key`, or begins it.
     pub fn join(self: &Arc<Self>, key: &Key) -> Joined<T> {
-        let mut flights = self.flights.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(flight) = flights.get(key) {
-            return Joined::Waiter(Waiter(flight.subscribe()));
+        match self.flights.join(key) {
+            flight::Joined::Leader(flight) => Joined::Leader(Leader { cache: self.clone(), flight }),
+            flight::Joined::Waiter(waiter) => Joined::Waiter(waiter),
         }
-        let flight = Arc::new(watch::Sender::new(None));
-        flights.insert(key.clone(), flight.clone());
-        Joined::Leader(Leader { cache: self.clone(), key: key.clone(), flight })
     }
 
-    /// Stores `mapped` under `key` unless it may not be reused, has no freshness, or `flight` was
-    /// detached by a drop of its route; returns the seconds it is fresh for when stored.
+    /// Stores `mapped` under the key of `flight` unless it may not be reused, has no freshness,
+    /// or `flight` was detached by a drop of its route; returns the seconds it is fresh for when
+    /// stored.
     fn store(
         &self,
-        key: &Key,
-        flight: &Flight<T>,
+        flight: &flight::Leader<Key, T>,
         mapped: Mapped<'_>,
         settings: CacheSettings,
     ) -> Option<u64> {
@@ -303,6 +263,7 @@ impl<T: Clone> AnswerCache<T> {
         if !mapped.status.is_success() {
             return None;
         }
+        let key = flight.key();
         let (fresh, stale) = lifetime(mapped.freshness, settings)?;
         let entry = Entry {
             status: mapped.status,
@@ -312,41 +273,29 @@ impl<T: Clone> AnswerCache<T> {
             fresh: Duration::from_secs(fresh),
             stale: Duration::from_secs(stale),
         };
-        {
-            // Known as stored before it is, under the flights' lock, which a drop holds while it
-            // detaches the flights and takes the route from `stored`: either the drop comes first
-            // and this flight is gone, or it comes after and finds the route.
-            let flights = self.flights.lock().unwrap_or_else(PoisonError::into_inner);
-            if !flights.get(key).is_some_and(|current| Arc::ptr_eq(current, flight)) {
-                return None;
-            }
-            self.stored.lock().unwrap_or_else(PoisonError::into_inner).insert(key.route);
-        }
+        // Known as stored before it is, under the flights' lock, which a drop holds while it
+        // detaches the flights and takes the route from `stored`: either the drop comes first
+        // and this flight is no longer current, or it comes after and finds the route.
+        flight
+            .while_current(|| self.stored.lock().unwrap_or_else(PoisonError::into_inner).insert(key.route))?;
         entries.insert(key.clone(), Arc::new(entry));
         // A drop that detached the flight between the check and the insert may have missed the
         // entry: it goes now.
-        if !self.flies(key, flight) {
+        if flight.while_current(|| ()).is_none() {
             entries.remove(key);
             return None;
         }
         Some(fresh)
     }
 
-    /// Whether `flight` is still the flight of `key` (no drop detached it).
-    fn flies(&self, key: &Key, flight: &Flight<T>) -> bool {
-        let flights = self.flights.lock().unwrap_or_else(PoisonError::into_inner);
-        flights.get(key).is_some_and(|current| Arc::ptr_eq(current, flight))
-    }
-
     /// Drops every entry of route `uuid` and detaches its flights: the calls waiting on them
     /// still get their outcome, but nothing of them is stored, and a call that comes after this
     /// starts a new upstream call.
     pub fn drop_route(&self, uuid: Uuid) {
-        let had = {
-            let mut flights = self.flights.lock().unwrap_or_else(PoisonError::into_inner);
-            flights.retain(|key, _| key.route != uuid);
-            self.stored.lock().unwrap_or_else(PoisonError::into_inner).remove(&uuid)
-        };
+        let had = self.flights.detach(
+            |key| key.route == uuid,
+            || self.stored.lock().unwrap_or_else(PoisonError::into_inner).remove(&uuid),
+        );
         if let (true, Some(entries)) = (had, &self.entries) {
             entries.retain(|key, _| key.route != uuid);
         }

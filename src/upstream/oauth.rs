@@ -27,13 +27,13 @@ use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Method, StatusCode, Uri};
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Level;
 
 use super::UpstreamRequest;
 use super::per_key::PerKey;
 use super::{UpstreamClient, UpstreamError, origin};
+use crate::flight::{self, Flights};
 use crate::logging::logged;
 use crate::metrics::{FetchReason, TokenCounts};
 
@@ -269,8 +269,10 @@ impl Bearer {
 /// The token of one credential set.
 struct Slot {
     held: RwLock<Option<Held>>,
-    /// The fetch under way and the last failure.
-    flights: Mutex<Flights>,
+    /// The fetch under way, one at a time (`crate::flight`, keyed by nothing: a slot has one).
+    fetches: Arc<Flights<(), Fetched>>,
+    /// The last fetch's failure, and when it came; `None` once one gave a token.
+    last_failure: Mutex<Option<(Instant, AuthFailure)>>,
     /// The token endpoint's origin, for `/metrics`.
     origin: String,
     /// Fetches by reason ([`FetchReason`] order), that gave a token and that failed.
@@ -280,14 +282,6 @@ struct Slot {
 /// What a fetch ends with, as every call waiting on it sees it.
 type Fetched = Result<Held, AuthFailure>;
 
-#[derive(Default)]
-struct Flights {
-    /// The fetch under way: its outcome comes on this channel.
-    flight: Option<watch::Receiver<Option<Fetched>>>,
-    /// The last fetch's failure, and when it came; `None` once one gave a token.
-    last_failure: Option<(Instant, AuthFailure)>,
-}
-
 impl Slot {
     /// The token held, if it may still be sent at `now` and is not `rejected`.
     fn usable(&self, now: Instant, rejected: Option<u64>) -> Option<Held> {
@@ -295,17 +289,10 @@ impl Slot {
         held.as_ref().filter(|h| now < h.use_until && Some(h.serial) != rejected).cloned()
     }
 
-    fn flights(&self) -> std::sync::MutexGuard<'_, Flights> {
-        self.flights.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// Clears a slot's fetch under way when the task that made it ends, also by a panic.
-struct Landing(Arc<Slot>);
-
-impl Drop for Landing {
-    fn drop(&mut self) {
-        self.0.flights().flight = None;
+    /// The last fetch's failure, if it came less than [`FAILURE_HOLD`] ago.
+    fn recent_failure(&self) -> Option<AuthFailure> {
+        let last = self.last_failure.lock().unwrap_or_else(PoisonError::into_inner);
+        last.as_ref().filter(|(at, _)| at.elapsed() < FAILURE_HOLD).map(|(_, failure)| failure.clone())
     }
 }
 
@@ -324,7 +311,8 @@ impl Tokens {
     fn slot(&self, token: &TokenRequest) -> Arc<Slot> {
         self.slots.get_or(&token.key, || Slot {
             held: RwLock::new(None),
-            flights: Mutex::default(),
+            fetches: Arc::default(),
+            last_failure: Mutex::default(),
             origin: token.origin.clone(),
             fetched: Default::default(),
         })
@@ -346,14 +334,14 @@ impl Tokens {
     pub(super) fn sweep(&self, every: Duration, now: Instant) {
         let mut forgotten = self.forgotten.lock().unwrap_or_else(PoisonError::into_inner);
         self.slots.sweep(every, |slot, _| {
-            let flights = slot.flights();
+            let last_failure = slot.last_failure.lock().unwrap_or_else(PoisonError::into_inner);
             let held = slot.held.read().unwrap_or_else(PoisonError::into_inner);
-            let last = match (&*held, &flights.last_failure) {
+            let last = match (&*held, &*last_failure) {
                 (Some(held), _) => Some(held.use_until),
                 (None, Some((at, _))) => Some(*at),
                 (None, None) => None,
             };
-            let at_rest = flights.flight.is_none() && last.is_none_or(|last| now >= last + FORGET_AFTER);
+            let at_rest = slot.fetches.is_empty() && last.is_none_or(|last| now >= last + FORGET_AFTER);
             if at_rest {
                 let sums = forgotten.entry(slot.origin.clone()).or_default();
                 for (sum, count) in sums.iter_mut().flatten().zip(slot.fetched.iter().flatten()) {
@@ -412,44 +400,38 @@ impl UpstreamClient {
         let slot = self.tokens.slot(token);
         let now = Instant::now();
         if let Some(held) = slot.usable(now, rejected) {
-            if now >= held.renew_at {
-                let mut flights = slot.flights();
-                if flights.flight.is_none() {
-                    self.launch(&slot, &mut flights, token, FetchReason::Renewal);
-                }
+            if now >= held.renew_at
+                && let flight::Joined::Leader(leader) = slot.fetches.join(&())
+            {
+                self.launch(&slot, leader, token, FetchReason::Renewal);
             }
             return Ok(held.bearer());
         }
-        let mut flight = {
-            let mut flights = slot.flights();
-            // Looked at again under the lock: a fetch may have ended meanwhile.
-            if let Some(held) = slot.usable(Instant::now(), rejected) {
-                return Ok(held.bearer());
-            }
-            match &flights.flight {
-                Some(flight) => flight.clone(),
-                None => {
-                    if let Some((at, failure)) = &flights.last_failure
-                        && at.elapsed() < FAILURE_HOLD
-                    {
-                        return Err(UpstreamError::Auth(failure.clone()));
-                    }
-                    let reason = if rejected.is_some() { FetchReason::Rejected } else { FetchReason::New };
-                    self.launch(&slot, &mut flights, token, reason)
+        let waiter = match slot.fetches.join(&()) {
+            flight::Joined::Waiter(waiter) => waiter,
+            flight::Joined::Leader(leader) => {
+                // Looked at again now that no fetch is under way: one may have ended since (it
+                // keeps its token or its failure before it lets its flight go).
+                if let Some(held) = slot.usable(Instant::now(), rejected) {
+                    return Ok(held.bearer());
                 }
+                if let Some(failure) = slot.recent_failure() {
+                    return Err(UpstreamError::Auth(failure));
+                }
+                let waiter = leader.waiter();
+                let reason = if rejected.is_some() { FetchReason::Rejected } else { FetchReason::New };
+                self.launch(&slot, leader, token, reason);
+                waiter
             }
         };
         let late = || {
             UpstreamError::Auth(AuthFailure::Unreachable("the token endpoint did not answer in time".into()))
         };
-        let landed =
-            tokio::time::timeout_at(deadline, flight.wait_for(Option::is_some)).await.map_err(|_| late())?;
         // The token fetched is taken even when its life is already over (an `expires_in` shorter
         // than the fetch took): it is the newest there is.
-        let fetched = landed.as_deref().ok().and_then(Option::as_ref);
-        match fetched {
+        match waiter.wait(deadline).await.map_err(|_| late())? {
             Some(Ok(held)) => Ok(held.bearer()),
-            Some(Err(failure)) => Err(UpstreamError::Auth(failure.clone())),
+            Some(Err(failure)) => Err(UpstreamError::Auth(failure)),
             // The fetch's task ended without an outcome (it cannot panic, but if it did).
             None => Err(UpstreamError::Auth(AuthFailure::Unreachable(
                 "the token fetch ended without an outcome".into(),
@@ -457,32 +439,29 @@ impl UpstreamClient {
         }
     }
 
-    /// Starts a fetch for `slot` in a task of its own (the caller holds the slot's `flights`),
-    /// and answers the channel its outcome comes on. A renewal that fails is tried again a
-    /// second later, while the token held is still sent.
+    /// Makes the fetch that `leader` leads for `slot`, in a task of its own (`bearer` waits for
+    /// its outcome up to its own deadline; the fetch takes the whole upstream timeout, whoever
+    /// waits). A renewal that fails is tried again a second later, while the token held is
+    /// still sent.
     fn launch(
         &self,
         slot: &Arc<Slot>,
-        flights: &mut Flights,
+        leader: flight::Leader<(), Fetched>,
         token: &Arc<TokenRequest>,
         reason: FetchReason,
-    ) -> watch::Receiver<Option<Fetched>> {
-        let (outcome, flight) = watch::channel(None);
-        flights.flight = Some(flight.clone());
+    ) {
         let (client, slot, token) = (self.clone(), slot.clone(), token.clone());
-        // A panic drops the channel's sender: its callers are told the fetch ended without an
-        // outcome, and the landing lets the next call fetch.
+        // A panic drops the leader, which hands its waiters nothing and lets the next call fetch.
         self.spawner.spawn(async move {
-            let landing = Landing(slot.clone());
             let deadline = Instant::now() + client.settings.total_timeout;
             let fetched = client.fetch(&slot, &token, reason, deadline).await;
             {
-                let mut flights = slot.flights();
+                let mut last_failure = slot.last_failure.lock().unwrap_or_else(PoisonError::into_inner);
                 match &fetched {
-                    Ok(_) => flights.last_failure = None,
+                    Ok(_) => *last_failure = None,
                     Err(failure) => {
                         let now = Instant::now();
-                        flights.last_failure = Some((now, failure.clone()));
+                        *last_failure = Some((now, failure.clone()));
                         if let Some(held) = slot.held.write().unwrap_or_else(PoisonError::into_inner).as_mut()
                         {
                             held.renew_at = held.renew_at.max(now + FAILURE_HOLD).min(held.use_until);
@@ -490,10 +469,8 @@ impl UpstreamClient {
                     }
                 }
             }
-            drop(landing);
-            outcome.send_replace(Some(fetched));
+            leader.share(fetched);
         });
-        flight
     }
 
     /// Asks the token endpoint for a token and keeps it.

@@ -1,9 +1,12 @@
-//! The pool's resends against a real server on 127.0.0.1 that keeps every connection open.
+//! The upstream client against real servers on 127.0.0.1: the pool's resends on a server that
+//! keeps every connection open, HTTP/2 connections shared by busy workers, and what routes that
+//! came and went leave behind.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use http::HeaderMap;
+use http::{HeaderMap, Method};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
