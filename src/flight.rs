@@ -137,6 +137,12 @@ impl<K: Hash + Eq + Clone, T> Drop for Leader<K, T> {
 }
 
 impl<T: Clone> Waiter<T> {
+    /// Waits for the flight's outcome, however long it takes (the caller bounds its own time);
+    /// `None` when its leader went without one.
+    pub async fn outcome(mut self) -> Option<T> {
+        self.0.wait_for(Option::is_some).await.ok().and_then(|outcome| outcome.clone())
+    }
+
     /// Waits for the flight's outcome until `deadline`; `Ok(None)` when its leader went without
     /// one.
     pub async fn wait(mut self, deadline: Instant) -> Result<Option<T>, TimedOut> {

@@ -121,7 +121,7 @@ pub fn lifetime(freshness: &Freshness, settings: CacheSettings) -> Option<(u64, 
 }
 
 /// What a lookup found.
-pub enum Found {
+pub enum Lookup {
     Fresh(Arc<Entry>),
     /// Past its freshness, within its stale window.
     Stale(Arc<Entry>),
@@ -228,17 +228,17 @@ impl<T: Clone> AnswerCache<T> {
     }
 
     /// The entry for `key` now.
-    pub fn find(&self, key: &Key) -> Found {
+    pub fn find(&self, key: &Key) -> Lookup {
         let Some(entry) = self.entries.as_ref().and_then(|entries| entries.get(key)) else {
-            return Found::Nothing;
+            return Lookup::Nothing;
         };
         let lived = Instant::now().saturating_duration_since(entry.stored);
         if lived < entry.fresh {
-            Found::Fresh(entry)
+            Lookup::Fresh(entry)
         } else if lived < entry.fresh.saturating_add(entry.stale) {
-            Found::Stale(entry)
+            Lookup::Stale(entry)
         } else {
-            Found::Nothing
+            Lookup::Nothing
         }
     }
 

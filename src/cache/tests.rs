@@ -44,9 +44,9 @@ fn store(
 /// What a lookup finds, in words.
 fn found(cache: &AnswerCache<u32>, key: &Key) -> &'static str {
     match cache.find(key) {
-        Found::Fresh(_) => "fresh",
-        Found::Stale(_) => "stale",
-        Found::Nothing => "nothing",
+        Lookup::Fresh(_) => "fresh",
+        Lookup::Stale(_) => "stale",
+        Lookup::Nothing => "nothing",
     }
 }
 
@@ -59,7 +59,7 @@ async fn an_answer_is_fresh_for_its_ttl_then_stale_for_its_window_then_gone() {
     let cache = Arc::new(AnswerCache::new(1 << 20));
     let key = key(Uuid::new_v4(), 1);
     assert_eq!(store(&cache, &key, "{}", &[], settings(10, 5)), Some(10));
-    let Found::Fresh(entry) = cache.find(&key) else { panic!("fresh") };
+    let Lookup::Fresh(entry) = cache.find(&key) else { panic!("fresh") };
     assert_eq!((entry.ttl(Instant::now()), entry.age(Instant::now())), (10, 0));
     advance(9.5).await;
     assert_eq!(found(&cache, &key), "fresh");
@@ -125,7 +125,7 @@ async fn an_age_of_any_size_counts_as_two_to_the_31_and_never_overflows() {
     let key = key(Uuid::new_v4(), 1);
     assert_eq!(store(&cache, &key, "{}", &[("age", "18446744073709551615")], settings(60, 0)), Some(60));
     advance(5.0).await;
-    let Found::Fresh(entry) = cache.find(&key) else { panic!("fresh: the route's TTL counts") };
+    let Lookup::Fresh(entry) = cache.find(&key) else { panic!("fresh: the route's TTL counts") };
     assert_eq!(entry.age(Instant::now()), MAX_DELTA_SECONDS);
     assert_eq!(entry.ttl(Instant::now()), 55);
 }

@@ -129,7 +129,7 @@ impl Feed<'_> {
         let pruned_through = row.get::<_, i64>(2) as u64;
         let target = Position { epoch, revision, history: row.get(3) };
         let history_at_position: Option<Uuid> = row.get(4);
-        let standing = Standing { epoch, revision, pruned_through, history_at_position };
+        let standing = DatabaseState { epoch, revision, pruned_through, history_at_position };
         let plan = plan(position, &standing);
         let next = match (plan, position) {
             (Plan::Changes, Some(p)) => Next::After(p.revision),
@@ -250,7 +250,7 @@ impl Reading<'_> {
 }
 
 /// Where the database stands, as [`plan`] compares it with a node's position.
-struct Standing {
+struct DatabaseState {
     epoch: Uuid,
     revision: u64,
     pruned_through: u64,
@@ -259,7 +259,7 @@ struct Standing {
 }
 
 /// What a node at `position` must read, the database standing as `now` says.
-fn plan(position: Option<Position>, now: &Standing) -> Plan {
+fn plan(position: Option<Position>, now: &DatabaseState) -> Plan {
     match position {
         None => Plan::Reload { why: "this node has no snapshot yet", comparable: false },
         Some(p) if p.epoch != now.epoch => {
@@ -319,7 +319,7 @@ mod tests {
         let (epoch, other_epoch) = (Uuid::new_v4(), Uuid::new_v4());
         let (followed, other) = (Some(Uuid::new_v4()), Some(Uuid::new_v4()));
         let at = |revision, history| Some(Position { epoch, revision, history });
-        let now = |revision, pruned_through, history_at_position| Standing {
+        let now = |revision, pruned_through, history_at_position| DatabaseState {
             epoch,
             revision,
             pruned_through,
@@ -329,7 +329,7 @@ mod tests {
             Plan::Reload { comparable, .. } => Some(comparable),
             Plan::Changes => None,
         };
-        let cases: [(&str, Option<Position>, Standing, Option<bool>); 11] = [
+        let cases: [(&str, Option<Position>, DatabaseState, Option<bool>); 11] = [
             ("no snapshot", None, now(9, 0, None), Some(false)),
             ("the same history, further on", at(6, followed), now(9, 0, followed), None),
             ("the same history, where it stands", at(6, followed), now(6, 0, followed), None),

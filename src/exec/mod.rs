@@ -105,13 +105,13 @@ const SHAPE_SCANS: usize = 8;
 #[derive(Clone, Copy)]
 struct Shape {
     known: usize,
-    members: [Seen; SHAPE_MEMBERS],
+    members: [RememberedMember; SHAPE_MEMBERS],
 }
 
 /// A member name at some position, by the words that identify it (names of up to 16 bytes), and
 /// the slot it filled.
 #[derive(Clone, Copy)]
-struct Seen {
+struct RememberedMember {
     head: u64,
     tail: u64,
     len: u32,
@@ -121,11 +121,13 @@ struct Seen {
 
 impl Shape {
     /// Nothing known. The placeholder entries are never read: only the first `known` are.
-    const EMPTY: Shape =
-        Shape { known: 0, members: [Seen { head: 0, tail: 0, len: 0, slot: NOT_TAKEN }; SHAPE_MEMBERS] };
+    const EMPTY: Shape = Shape {
+        known: 0,
+        members: [RememberedMember { head: 0, tail: 0, len: 0, slot: NOT_TAKEN }; SHAPE_MEMBERS],
+    };
 }
 
-/// [`Seen::slot`] of a member that filled no slot.
+/// [`RememberedMember::slot`] of a member that filled no slot.
 const NOT_TAKEN: SlotId = SlotId::MAX;
 
 impl<'a> Scratch<'a> {
@@ -597,7 +599,7 @@ struct Walk {
 /// slot it filled last time. Returns whether the walk goes on: it stops early when every wanted
 /// member is found (or the tape is not an object's).
 #[inline(never)]
-fn follow(nodes: &[Node<'_>], remembered: &[Seen], slots: &mut [usize], walk: &mut Walk) -> bool {
+fn follow(nodes: &[Node<'_>], remembered: &[RememberedMember], slots: &mut [usize], walk: &mut Walk) -> bool {
     // Locals rather than the fields: the loop keeps them in registers.
     let mut at = walk.at;
     let mut wanted = walk.wanted;
@@ -637,7 +639,7 @@ fn look_up(
     table: &KeyTable,
     slots: &mut [usize],
     walk: &Walk,
-    remember: &mut [Seen],
+    remember: &mut [RememberedMember],
 ) -> usize {
     let Walk { mut at, mut position, mut wanted } = *walk;
     let mut known = position;
@@ -660,7 +662,7 @@ fn look_up(
             && name.len() <= 16
             && let Some(seen) = remember.get_mut(position)
         {
-            *seen = Seen { head, tail, len: name.len() as u32, slot: taken };
+            *seen = RememberedMember { head, tail, len: name.len() as u32, slot: taken };
             known += 1;
         }
         if wanted == 0 {

@@ -187,7 +187,7 @@ const RETAIN_SCRATCH_BYTES: usize = 4 << 20;
 struct Scratch {
     index: Vec<u32>,
     escapes: Vec<u32>,
-    shapes: Vec<Seen>,
+    shapes: Vec<RememberedName>,
     /// The [`Wants::id`] `shapes` were remembered under (0: none).
     shapes_of: u64,
     nodes: Vec<Node<'static>>,
@@ -233,18 +233,18 @@ const SHAPE_WANTS: usize = 32;
 /// A member name at some position of the last object read under a want, by the words that
 /// identify it (names of up to 16 bytes), and the want it has there ([`SKIP`]: none).
 #[derive(Clone, Copy)]
-struct Seen {
+struct RememberedName {
     head: u64,
     tail: u64,
     len: u32,
     want: u32,
 }
 
-/// [`Seen::want`] of a member nobody reads.
+/// [`RememberedName::want`] of a member nobody reads.
 const SKIP: u32 = u32::MAX;
 
 /// A position nothing is remembered at: no name has this length.
-const UNSEEN: Seen = Seen { head: 0, tail: 0, len: u32::MAX, want: SKIP };
+const UNSEEN: RememberedName = RememberedName { head: 0, tail: 0, len: u32::MAX, want: SKIP };
 
 /// The walk over the tokens, checking their order and the text of numbers and literals (the
 /// characters of strings were checked by the index), writing the nodes that are wanted.
@@ -259,7 +259,7 @@ struct Walk<'s, 'w> {
     /// Per want (the first [`SHAPE_WANTS`]), the names of the members of the object it read last,
     /// [`SHAPE_MEMBERS`] apiece. A member's want depends on its name alone, so a name found at
     /// the same position again needs no lookup: objects of a list usually share their members.
-    shapes: &'w mut [Seen],
+    shapes: &'w mut [RememberedName],
     nodes: &'w mut Vec<Node<'s>>,
     unescaped: &'w mut String,
     /// Strings with escapes: the node that gets each, and where it is in `unescaped`.
@@ -411,7 +411,7 @@ impl<'s, 'w> Walk<'s, 'w> {
             }
             Some(seen) => {
                 let found = want.members.get_words(bytes, head, tail).unwrap_or(SKIP);
-                *seen = Seen { head, tail, len: bytes.len() as u32, want: found };
+                *seen = RememberedName { head, tail, len: bytes.len() as u32, want: found };
                 found
             }
             None => want.members.get_words(bytes, head, tail).unwrap_or(SKIP),

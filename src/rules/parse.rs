@@ -24,7 +24,7 @@ pub fn parse(nodes: &Nodes<'_>, root: usize, problems: &mut Vec<Problem>) -> Rul
         ));
         return rules;
     };
-    let mut seen = Seen::default();
+    let mut seen = MemberNames::default();
     let (mut has_new, mut has_old) = (false, false);
     for (name, value) in top {
         let at = At::Member(&At::Root, name);
@@ -74,7 +74,7 @@ fn entries<T>(
         problems.push(must_be(at, "an object of rule ids", nodes, i));
         return Vec::new();
     };
-    let mut seen = Seen::default();
+    let mut seen = MemberNames::default();
     let mut out = Vec::new();
     for (id, value) in members {
         let at = At::Member(at, id);
@@ -102,7 +102,7 @@ fn new_field(
     };
     let mut field = NewField { id, key: None, ty: None, position: None };
     let (mut has_key, mut has_type) = (false, false);
-    let mut seen = Seen::default();
+    let mut seen = MemberNames::default();
     for (name, value) in members {
         let at = At::Member(at, name);
         if !first_time(&mut seen, name, &at, problems) {
@@ -157,7 +157,7 @@ fn old_field(
     };
     let mut field = OldField { id, keys: Vec::new(), parents: Vec::new(), expr: None };
     let (mut has_keys, mut has_parents) = (false, false);
-    let mut seen = Seen::default();
+    let mut seen = MemberNames::default();
     for (name, value) in members {
         let at = At::Member(at, name);
         if !first_time(&mut seen, name, &at, problems) {
@@ -291,7 +291,12 @@ fn type_name(nodes: &Nodes<'_>, i: usize, at: &At<'_>, problems: &mut Vec<Proble
 }
 
 /// Records `name` as seen in one object; a second occurrence is a problem.
-fn first_time<'a>(seen: &mut Seen<'a>, name: &'a str, at: &At<'_>, problems: &mut Vec<Problem>) -> bool {
+fn first_time<'a>(
+    seen: &mut MemberNames<'a>,
+    name: &'a str,
+    at: &At<'_>,
+    problems: &mut Vec<Problem>,
+) -> bool {
     if !seen.insert(name) {
         problems.push(Problem::new(at.pointer(), format!("duplicate member `{name}`")));
         return false;
@@ -303,15 +308,15 @@ fn first_time<'a>(seen: &mut Seen<'a>, name: &'a str, at: &At<'_>, problems: &mu
 /// they are compared in a list, which costs less than hashing each name; past `LISTED` of them
 /// they go in a hash set, so a document with thousands of members in one object stays linear.
 #[derive(Default)]
-struct Seen<'a> {
+struct MemberNames<'a> {
     listed: SmallVec<[&'a str; LISTED]>,
     hashed: HashSet<&'a str>,
 }
 
-/// Names [`Seen`] compares in its list before it hashes them.
+/// Names [`MemberNames`] compares in its list before it hashes them.
 const LISTED: usize = 16;
 
-impl<'a> Seen<'a> {
+impl<'a> MemberNames<'a> {
     /// False when `name` was seen before.
     fn insert(&mut self, name: &'a str) -> bool {
         if self.listed.len() < LISTED {

@@ -13,7 +13,7 @@ use super::connection::RequestBody;
 use super::problem::UpstreamFailure;
 use super::reply::{json, read_body, timing};
 use super::{ApiError, Response, SERVER_TIMING, State};
-use crate::cache::{self, CacheStatus, Found, Joined, Key, Leader, TimedOut};
+use crate::cache::{self, CacheStatus, Joined, Key, Leader, Lookup, TimedOut};
 use crate::exec;
 use crate::metrics::{CacheCounts, Endpoint, Metrics, PanicSite, UpstreamErrorKind};
 use crate::route::{CacheSettings, CallError, FromClient, Route};
@@ -149,18 +149,18 @@ async fn cached(
     let counts = &state.metrics.cache;
     loop {
         let (entry, fresh) = match state.cache.find(&key) {
-            Found::Fresh(entry) => {
+            Lookup::Fresh(entry) => {
                 CacheCounts::count(&counts.hits);
                 (entry, true)
             }
-            Found::Stale(entry) => {
+            Lookup::Stale(entry) => {
                 CacheCounts::count(&counts.stale);
                 if let Joined::Leader(leader) = state.cache.join(&key) {
                     refresh(state, route, settings, upstream, leader);
                 }
                 (entry, false)
             }
-            Found::Nothing => match state.cache.join(&key) {
+            Lookup::Nothing => match state.cache.join(&key) {
                 Joined::Leader(leader) => {
                     CacheCounts::count(&counts.misses);
                     // The upstream call is the flight's, not this call's: it runs in a task of

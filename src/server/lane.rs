@@ -27,7 +27,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::connection::{Activity, Framed, Graceful, RequestBody, Watched};
+use super::connection::{Activity, ActivityStream, Framed, Graceful, RequestBody};
 use super::router::{answered, endpoint, handle, segments, stamped};
 use super::{Response, State, call};
 use crate::http1::{self, line};
@@ -50,7 +50,7 @@ pub(super) struct Lane {
 impl Lane {
     pub(super) fn new(
         state: Arc<State>,
-        stream: Watched<TcpStream>,
+        stream: ActivityStream<TcpStream>,
         activity: Arc<Activity>,
         http: Arc<Builder>,
     ) -> Lane {
@@ -95,7 +95,7 @@ enum Parsed {
 
 async fn run_connection(
     state: Arc<State>,
-    mut stream: Watched<TcpStream>,
+    mut stream: ActivityStream<TcpStream>,
     activity: Arc<Activity>,
     http: Arc<Builder>,
     closing: Arc<AtomicBool>,
@@ -162,7 +162,7 @@ async fn run_connection(
 async fn watching(
     call: impl Future<Output = Response>,
     buffer: &mut Buffer,
-    stream: &mut Watched<TcpStream>,
+    stream: &mut ActivityStream<TcpStream>,
 ) -> Option<Response> {
     let mut call = std::pin::pin!(call);
     poll_fn(|cx| {
@@ -394,7 +394,7 @@ impl Buffer {
 /// ([`Framed`]), and serves it there to its end.
 async fn hand_off(
     state: Arc<State>,
-    stream: Watched<TcpStream>,
+    stream: ActivityStream<TcpStream>,
     activity: Arc<Activity>,
     http: &Builder,
     closing: Arc<AtomicBool>,

@@ -410,7 +410,7 @@ pub async fn run_with(
                             Ok(stream) => stream,
                             Err(e) => return tracing::warn!(error = %e, "accepted connection dropped"),
                         };
-                        let stream = connection::Watched::new(stream, activity.clone());
+                        let stream = connection::ActivityStream::new(stream, activity.clone());
                         let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http);
                         let driven = connection::drive(connection, activity, timeouts).await;
                         if let Some(timeout) = driven.timed_out {

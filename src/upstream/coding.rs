@@ -86,6 +86,80 @@ impl Sink for Vec<u8> {
     }
 }
 
+/// Where an answer's body goes as it is read, whatever brings it (HTTP/1.1's framing in `wire`,
+/// HTTP/2's data frames in `h2`): into the answer's buffer as it is, or through the decoder of
+/// its coding, bounded on the decoded size; [`Body::finish`] hands it over with the room the
+/// parser's padding takes. The one reader of bounded bodies.
+pub(super) enum Body {
+    Plain(Vec<u8>),
+    Decoded(Decoding),
+}
+
+impl Body {
+    /// Where the body of an answer in `coding` goes: decoded when `decode` (a body recast reads;
+    /// one read only to keep the framing is taken as it is, whatever its coding), within `limit`
+    /// decoded bytes. A coding recast does not decode is refused.
+    pub(super) fn new(coding: &Coding, decode: bool, limit: usize) -> Result<Body, Failed> {
+        Ok(match coding {
+            Coding::Identity => Body::Plain(Vec::new()),
+            _ if !decode => Body::Plain(Vec::new()),
+            Coding::Unknown(name) => return Err(Failed::UnknownCoding(name.clone())),
+            coding => Decoding::new(coding, limit).map_or(Body::Plain(Vec::new()), Body::Decoded),
+        })
+    }
+
+    /// Takes `bytes` that arrived, refused once the body would pass `limit` bytes as they come.
+    pub(super) fn take_within(&mut self, bytes: &[u8], limit: usize) -> Result<(), Failed> {
+        if self.taken() + bytes.len() > limit {
+            return Err(Failed::TooLarge);
+        }
+        self.reserve(bytes.len() + PADDING, limit + PADDING);
+        self.take_slice(bytes)
+    }
+
+    /// The body, decoded, with room for the parser's padding after it.
+    pub(super) fn finish(self) -> Result<Vec<u8>, Failed> {
+        match self {
+            Body::Plain(mut body) => {
+                let most = body.len() + PADDING;
+                http1::reserve_within(&mut body, PADDING, most);
+                Ok(body)
+            }
+            Body::Decoded(decoding) => decoding.finish(),
+        }
+    }
+}
+
+impl Sink for Body {
+    fn taken(&self) -> usize {
+        match self {
+            Body::Plain(body) => body.taken(),
+            Body::Decoded(decoding) => decoding.taken(),
+        }
+    }
+
+    fn reserve(&mut self, additional: usize, most: usize) {
+        match self {
+            Body::Plain(body) => Sink::reserve(body, additional, most),
+            Body::Decoded(decoding) => decoding.reserve(additional, most),
+        }
+    }
+
+    fn take_slice(&mut self, bytes: &[u8]) -> Result<(), Failed> {
+        match self {
+            Body::Plain(body) => body.take_slice(bytes),
+            Body::Decoded(decoding) => decoding.take_slice(bytes),
+        }
+    }
+
+    async fn read_from(&mut self, stream: &mut Stream, wanted: usize) -> Result<usize, Failed> {
+        match self {
+            Body::Plain(body) => body.read_from(stream, wanted).await,
+            Body::Decoded(decoding) => decoding.read_from(stream, wanted).await,
+        }
+    }
+}
+
 /// A coded body: each read goes through the decoder into a buffer of at most `limit` decoded
 /// bytes.
 pub(super) struct Decoding {

@@ -233,7 +233,7 @@ pub(super) struct Bearer {
 
 /// A token held: its `Authorization` value, when it is renewed and until when it is sent.
 #[derive(Clone)]
-struct Held {
+struct HeldToken {
     value: HeaderValue,
     serial: u64,
     /// When the request that brought it was sent.
@@ -242,17 +242,17 @@ struct Held {
     use_until: Instant,
 }
 
-impl Held {
+impl HeldToken {
     /// A token obtained by a request sent at `sent` that lives `expires_in`: renewed after three
     /// quarters of its life (at most a minute before its end), sent until a tenth of its life (at
     /// most 5 seconds) before its end. Its life is taken as a second shorter than `expires_in`
     /// says: servers count it in whole seconds from a time they round down.
-    fn new(value: HeaderValue, serial: u64, sent: Instant, expires_in: Option<Duration>) -> Held {
+    fn new(value: HeaderValue, serial: u64, sent: Instant, expires_in: Option<Duration>) -> HeldToken {
         let life =
             expires_in.unwrap_or(DEFAULT_LIFETIME).min(MAX_LIFETIME).saturating_sub(Duration::from_secs(1));
         let renew_at = sent + life - (life / 4).min(Duration::from_secs(60));
         let use_until = sent + life - (life / 10).min(Duration::from_secs(5));
-        Held { value, serial, sent, renew_at, use_until }
+        HeldToken { value, serial, sent, renew_at, use_until }
     }
 
     fn bearer(&self) -> Bearer {
@@ -268,7 +268,7 @@ impl Bearer {
 
 /// The token of one credential set.
 struct Slot {
-    held: RwLock<Option<Held>>,
+    held: RwLock<Option<HeldToken>>,
     /// The fetch under way, one at a time (`crate::flight`, keyed by nothing: a slot has one).
     fetches: Arc<Flights<(), Fetched>>,
     /// The last fetch's failure, and when it came; `None` once one gave a token.
@@ -280,11 +280,11 @@ struct Slot {
 }
 
 /// What a fetch ends with, as every call waiting on it sees it.
-type Fetched = Result<Held, AuthFailure>;
+type Fetched = Result<HeldToken, AuthFailure>;
 
 impl Slot {
     /// The token held, if it may still be sent at `now` and is not `rejected`.
-    fn usable(&self, now: Instant, rejected: Option<u64>) -> Option<Held> {
+    fn usable(&self, now: Instant, rejected: Option<u64>) -> Option<HeldToken> {
         let held = self.held.read().unwrap_or_else(PoisonError::into_inner);
         held.as_ref().filter(|h| now < h.use_until && Some(h.serial) != rejected).cloned()
     }
@@ -501,7 +501,7 @@ impl UpstreamClient {
                 let new = {
                     let mut held = slot.held.write().unwrap_or_else(PoisonError::into_inner);
                     let serial = held.as_ref().map_or(1, |h| h.serial + 1);
-                    let new = Held::new(value, serial, sent, expires_in);
+                    let new = HeldToken::new(value, serial, sent, expires_in);
                     *held = Some(new.clone());
                     new
                 };

@@ -9,51 +9,64 @@ use tracing::{Instrument as _, Level};
 
 use super::connect::Connecting;
 use super::{Connector, Key, Target, UpstreamClient, UpstreamError, h2, tls, wire};
+use crate::flight;
 use crate::logging::logged;
 
 impl UpstreamClient {
     /// How a call reaches `key`'s upstream that may speak HTTP/2: a stream on a connection to it
     /// with one free, else HTTP/1.1 when the upstream picked that (with the new connection that
-    /// found it out, if this call made it). When every connection is full, none is open, or the
-    /// upstream was not met yet, one call opens a connection and the others wait for it (and
-    /// for its server to say how many streams it allows), then take a stream on it, or go on in
-    /// HTTP/1.1, or answer the open's failure.
+    /// found it out, if this call's open made it). When every connection is full, none is open,
+    /// or the upstream was not met yet, one call's open makes a connection and the others wait
+    /// for it (`crate::flight`), and for its server to say how many streams it allows, then look
+    /// again: a stream on it, HTTP/1.1, or the open's failure, which is theirs too (and not
+    /// counted again by the breaker).
     pub(super) async fn way_to(&self, target: &Target<'_>, key: &Key) -> Result<Way, UpstreamError> {
-        // The opener's lock is held until the open ends, and waited for in turn.
-        let (found, turn) = match self.h2.find(key) {
-            h2::Found::Open(opener) => {
-                let turn = opener.turn.clone().lock_owned().await;
-                (self.h2.after_lock(key, &opener).await, Some(turn))
+        loop {
+            match self.h2.available(key) {
+                h2::Availability::Lease(lease) => return Ok(Way::Http2(lease)),
+                h2::Availability::Http1 => return Ok(Way::Http1(None)),
+                h2::Availability::Settling(peer) => {
+                    h2::settled(&peer).await;
+                    continue;
+                }
+                h2::Availability::Nothing => {}
             }
-            found => (found, None),
-        };
-        match found {
-            h2::Found::Lease(lease) => Ok(Way::Http2(lease)),
-            h2::Found::Http1 => Ok(Way::Http1(None)),
-            h2::Found::Failed(failure) => {
-                target.waited_for_failure.store(true, Ordering::Relaxed);
-                Err(failure)
+            match self.h2.opens.join(key) {
+                flight::Joined::Waiter(waiter) => match waiter.outcome().await {
+                    // Opened, or its task went without an outcome: look again.
+                    Some(Ok(())) | None => continue,
+                    Some(Err(failure)) => {
+                        target.waited_for_failure.store(true, Ordering::Relaxed);
+                        return Err(failure);
+                    }
+                },
+                flight::Joined::Leader(open) => {
+                    // Looked at again now that this call leads: an open may have ended since.
+                    if !matches!(self.h2.available(key), h2::Availability::Nothing) {
+                        continue;
+                    }
+                    return match self.open_shared(target, key, open).await? {
+                        Opened::Http2(lease) => Ok(Way::Http2(lease)),
+                        Opened::Http1(connection) => Ok(Way::Http1(Some(connection))),
+                    };
+                }
             }
-            h2::Found::Open(_) => match self.open_shared(target, key, turn).await? {
-                Opened::Http2(lease) => Ok(Way::Http2(lease)),
-                Opened::Http1(connection) => Ok(Way::Http1(Some(connection))),
-            },
         }
     }
 
-    /// Opens a connection to `key`'s upstream that may speak HTTP/2, in a task of its own on the
-    /// client's runtime, which holds the opener's lock (`turn`) until the open ends. A
-    /// connection is driven by the event loop of the runtime that made it: one that every
-    /// worker's calls may ride is made away from the workers, so that a worker busy with a
-    /// mapping holds up none of them. And the open is the upstream's, not the call's: a call
-    /// that gives up while it waits cancels nothing, and its failure is kept for the calls that
-    /// waited. A connection that picked HTTP/1.1 serves the call and is not pooled (its event
-    /// loop is not its worker's).
+    /// Opens a connection to `key`'s upstream that may speak HTTP/2, for the flight `open`
+    /// leads, in a task of its own on the client's runtime, which shares the open's outcome with
+    /// the calls that waited for it. A connection is driven by the event loop of the runtime
+    /// that made it: one that every worker's calls may ride is made away from the workers, so
+    /// that a worker busy with a mapping holds up none of them. And the open is the upstream's,
+    /// not the call's: a call that gives up while it waits cancels nothing, and the calls waiting
+    /// still get its outcome. A connection that picked HTTP/1.1 serves the call and is not
+    /// pooled (its event loop is not its worker's).
     pub(super) async fn open_shared(
         &self,
         target: &Target<'_>,
         key: &Key,
-        turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+        open: flight::Leader<Key, Result<(), UpstreamError>>,
     ) -> Result<Opened, UpstreamError> {
         let connector = self.connector_for(target.tls)?;
         let (client, key, uri) = (self.clone(), key.clone(), target.request.uri.clone());
@@ -63,22 +76,19 @@ impl UpstreamClient {
         let span = crate::logging::request_span!().unwrap_or_else(tracing::Span::none);
         self.spawner.spawn(
             async move {
-                let _turn = turn;
-                let fresh = client.open_with(connector, &uri, &key, h2c, may_speak_h2).await;
-                if let Err(failure) = &fresh {
-                    client.h2.open_failed(&key, failure);
-                }
-                let _ = sent.send(fresh);
+                let opened = client.open_with(connector, &uri, &key, h2c, may_speak_h2).await;
+                open.share(opened.as_ref().map(|_| ()).map_err(UpstreamError::clone));
+                let _ = sent.send(opened);
             }
             .instrument(span),
         );
-        let mut fresh = outcome.await.unwrap_or_else(|_| {
+        let mut opened = outcome.await.unwrap_or_else(|_| {
             Err(UpstreamError::Broken("the connection's open ended without an outcome".to_owned()))
         })?;
-        if let (Opened::Http1(connection), true) = (&mut fresh, self.spawner.on.is_some()) {
+        if let (Opened::Http1(connection), true) = (&mut opened, self.spawner.on.is_some()) {
             connection.poolable = false;
         }
-        Ok(fresh)
+        Ok(opened)
     }
 
     /// A new connection to `key`'s upstream: HTTP/2 when its TLS picked `h2` (kept for the calls

@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
 use super::UpstreamRequest;
-use super::coding::{Coding, Decoding, Sink};
+use super::coding::{Body, Coding, Sink};
 use super::{Answer, Freshness};
 use crate::http1::{self, line};
 use crate::json::PADDING;
@@ -193,25 +193,10 @@ impl Connection {
         let head = self.read_head(head_only).await?;
         // Only a 2xx answer's body is ever read by recast; any other is read to keep the framing
         // and dropped, whatever its coding.
-        let decoding = match &head.coding {
-            Coding::Identity => None,
-            _ if !head.status.is_success() || head.framing == Framing::Length(0) => None,
-            Coding::Unknown(name) => return Err(Failed::UnknownCoding(name.clone())),
-            coding => Decoding::new(coding, limit),
-        };
-        let (body, clean) = match decoding {
-            None => {
-                let mut body = Vec::new();
-                let clean = self.read_body(&mut body, &head, limit).await?;
-                let most = body.len() + PADDING;
-                http1::reserve_within(&mut body, PADDING, most);
-                (body, clean)
-            }
-            Some(mut decoding) => {
-                let clean = self.read_body(&mut decoding, &head, limit).await?;
-                (decoding.finish()?, clean)
-            }
-        };
+        let decode = head.status.is_success() && head.framing != Framing::Length(0);
+        let mut body = Body::new(&head.coding, decode, limit)?;
+        let clean = self.read_body(&mut body, &head, limit).await?;
+        let body = body.finish()?;
         if self.buf.capacity() > KEEP_BUFFER {
             self.buf = Vec::with_capacity(READ_SIZE);
         }

@@ -5,7 +5,7 @@
 //!   byte: a slow client (slowloris);
 //! - when the service stops.
 //!
-//! The driver tells the two waits apart by watching the bytes the connection reads ([`Watched`]):
+//! The driver tells the two waits apart by watching the bytes the connection reads ([`ActivityStream`]):
 //! bytes read while no request is in flight begin a head, and so do bytes read while one is
 //! served once its body has been read to its end ([`RequestBody`]): the client pipelines its next
 //! request.
@@ -172,18 +172,18 @@ impl Activity {
 }
 
 /// The client's stream, reporting reads to the connection's [`Activity`].
-pub(super) struct Watched<T> {
+pub(super) struct ActivityStream<T> {
     inner: T,
     activity: Arc<Activity>,
 }
 
-impl<T> Watched<T> {
-    pub(super) fn new(inner: T, activity: Arc<Activity>) -> Watched<T> {
-        Watched { inner, activity }
+impl<T> ActivityStream<T> {
+    pub(super) fn new(inner: T, activity: Arc<Activity>) -> ActivityStream<T> {
+        ActivityStream { inner, activity }
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+impl<T: AsyncRead + Unpin> AsyncRead for ActivityStream<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -198,7 +198,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
     }
 }
 
-crate::http1::write_through!(Watched, inner);
+crate::http1::write_through!(ActivityStream, inner);
 
 /// A hyper connection that can be asked to finish its current request and close.
 pub(super) trait Graceful: Future {

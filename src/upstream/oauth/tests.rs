@@ -147,18 +147,18 @@ fn a_refusal_keeps_the_error_code_and_nothing_else_of_the_body() {
 fn a_token_is_renewed_before_it_is_last_sent() {
     let sent = Instant::now();
     let value = HeaderValue::from_static("Bearer t");
-    let held = Held::new(value.clone(), 1, sent, Some(Duration::from_secs(3600)));
+    let held = HeldToken::new(value.clone(), 1, sent, Some(Duration::from_secs(3600)));
     // A second off for the server's rounding, then a minute (renewal) or 5 seconds (last send).
     assert_eq!(held.renew_at - sent, Duration::from_secs(3539));
     assert_eq!(held.use_until - sent, Duration::from_secs(3594));
     // 3 seconds of life: renewed after 2.25, sent until 2.7.
-    let short = Held::new(value.clone(), 1, sent, Some(Duration::from_secs(4)));
+    let short = HeldToken::new(value.clone(), 1, sent, Some(Duration::from_secs(4)));
     assert_eq!(short.renew_at - sent, Duration::from_millis(2250));
     assert_eq!(short.use_until - sent, Duration::from_millis(2700));
-    let unknown = Held::new(value.clone(), 1, sent, None);
+    let unknown = HeldToken::new(value.clone(), 1, sent, None);
     assert_eq!(unknown.use_until - sent, DEFAULT_LIFETIME - Duration::from_secs(6));
     for expires_in in [Duration::ZERO, Duration::from_millis(900)] {
-        let none = Held::new(value.clone(), 1, sent, Some(expires_in));
+        let none = HeldToken::new(value.clone(), 1, sent, Some(expires_in));
         assert_eq!((none.renew_at, none.use_until), (sent, sent));
     }
 }
@@ -181,7 +181,7 @@ fn a_token_long_run_out_is_forgotten_and_its_counts_are_kept() {
     let request = TokenRequest::new(&credentials(ClientAuth::Basic)).unwrap();
     let slot = tokens.slot(&request);
     let sent = Instant::now();
-    let held = Held::new(HeaderValue::from_static("Bearer t"), 1, sent, Some(Duration::from_secs(11)));
+    let held = HeldToken::new(HeaderValue::from_static("Bearer t"), 1, sent, Some(Duration::from_secs(11)));
     let use_until = held.use_until;
     *slot.held.write().unwrap() = Some(held);
     slot.fetched[0][0].fetch_add(2, Ordering::Relaxed);
