@@ -17,13 +17,26 @@ pub const ANSWER_BYTES: usize = 256 << 10;
 /// Steps of work one mapping may take.
 pub const STEPS: u64 = 200_000;
 
-/// The most a mapping of a document of `input` bytes may hold at once, in bytes: a few times
-/// each budget (lists grow by doubling and keep their old buffers in the arena; the answer
-/// grows by doubling too; a traced run copies each value once more), and the document's tape
-/// (a node of 24 bytes per byte of text at most), parsed once more for an `each` whose elements
-/// were built.
-pub fn memory_bound(input: usize) -> usize {
-    4 * BUILT_BYTES + 4 * ANSWER_BYTES + 64 * input + (1 << 20)
+/// The most [`Prepared::map`] of a document of `input` bytes by rules with `patterns` patterns
+/// may hold at once, in bytes: the values built, up to four times their budget (lists grow by
+/// doubling and keep their old buffers in the arena; text is made, then copied into it); the
+/// answers, up to eight times theirs (the plain one is held while the traced one is written,
+/// each growing by doubling, and the trace copies the values once more); the document's tape (a
+/// node of 24 bytes per byte of text at most), parsed once more for an `each` whose elements were
+/// built; and the search caches of each pattern (its lazy DFA's, at most 2 MiB, and its
+/// backtracker's).
+pub fn memory_bound(input: usize, patterns: usize) -> usize {
+    4 * BUILT_BYTES + 8 * ANSWER_BYTES + 64 * input + (1 << 20) + patterns * (3 << 20)
+}
+
+/// Rules and a document read from an input, ready to be mapped ([`Prepared::map`]): compiling
+/// is not mapping, and the harness measures the mapping alone.
+pub struct Prepared {
+    rules: String,
+    plan: crate::plan::Plan,
+    document: Vec<u8>,
+    /// Patterns of `regex_*` functions in the rules.
+    pub patterns: usize,
 }
 
 /// What one input reached.
@@ -45,6 +58,14 @@ pub enum BoundsReached {
 /// panics; both runs stop at the same bound or write the same output; an output is valid JSON
 /// no longer than the answer's bound. (The harness checks the memory held and the time taken.)
 pub fn mapping_bounds(data: &[u8]) -> BoundsReached {
+    match prepare(data) {
+        Ok(prepared) => prepared.map(),
+        Err(reached) => reached,
+    }
+}
+
+/// Reads and compiles an input of [`mapping_bounds`]; what it reached when it is not mapped.
+pub fn prepare(data: &[u8]) -> Result<Prepared, BoundsReached> {
     let (first, rest) = super::expr::split(data);
     let (each, document) = match rest.strip_prefix(b"each:") {
         Some(line) => {
@@ -55,7 +76,7 @@ pub fn mapping_bounds(data: &[u8]) -> BoundsReached {
     };
     let (Ok(first), Ok(each)) = (std::str::from_utf8(first), each.map(std::str::from_utf8).transpose())
     else {
-        return BoundsReached::Refused;
+        return Err(BoundsReached::Refused);
     };
     let types = ["Json", "String", "Int"];
     let (mut new, mut old) = (Vec::new(), Vec::new());
@@ -78,23 +99,36 @@ pub fn mapping_bounds(data: &[u8]) -> BoundsReached {
         max_response_bytes: ANSWER_BYTES,
         max_mapping_steps: STEPS,
     };
-    let Ok(compiled) = compile_json(rules.as_bytes(), &limits) else { return BoundsReached::Refused };
-    let mut text = document.to_vec();
-    let mapped = json::with_parsed(&mut text, 16, |doc| {
-        let mut plain = Vec::new();
-        let outcome = exec::execute(&compiled.plan, doc, 0, &mut plain);
-        let mut traced = Vec::new();
-        let trace = exec::execute_traced(&compiled.plan, doc, 0, &mut traced);
-        assert_eq!(outcome.limit, trace.outcome.limit, "{rules}: a traced run stops where a plain one does");
-        if let Some(limit) = outcome.limit {
-            return BoundsReached::Stopped(limit);
-        }
-        assert_eq!(plain, traced, "{rules}: a traced run writes the same bytes");
-        assert!(plain.len() <= ANSWER_BYTES, "{rules}: {} bytes written", plain.len());
-        if let Err(e) = serde_json::from_slice::<serde_json::Value>(&plain) {
-            panic!("{rules} wrote invalid JSON ({e}): {}", String::from_utf8_lossy(&plain));
-        }
-        BoundsReached::Mapped
-    });
-    mapped.unwrap_or(BoundsReached::DocumentRefused)
+    let Ok(compiled) = compile_json(rules.as_bytes(), &limits) else { return Err(BoundsReached::Refused) };
+    let patterns =
+        compiled.plan.programs.iter().map(|p| p.natives.iter().filter(|n| n.regex.is_some()).count()).sum();
+    Ok(Prepared { rules, plan: compiled.plan, document: document.to_vec(), patterns })
+}
+
+impl Prepared {
+    /// Maps the document plainly and traced; see [`mapping_bounds`].
+    pub fn map(&self) -> BoundsReached {
+        let (rules, plan) = (&self.rules, &self.plan);
+        let mut text = self.document.clone();
+        let mapped = json::with_parsed(&mut text, 16, |doc| {
+            let mut plain = Vec::new();
+            let outcome = exec::execute(plan, doc, 0, &mut plain);
+            let mut traced = Vec::new();
+            let trace = exec::execute_traced(plan, doc, 0, &mut traced);
+            assert_eq!(
+                outcome.limit, trace.outcome.limit,
+                "{rules}: a traced run stops where a plain one does"
+            );
+            if let Some(limit) = outcome.limit {
+                return BoundsReached::Stopped(limit);
+            }
+            assert_eq!(plain, traced, "{rules}: a traced run writes the same bytes");
+            assert!(plain.len() <= ANSWER_BYTES, "{rules}: {} bytes written", plain.len());
+            if let Err(e) = serde_json::from_slice::<serde_json::Value>(&plain) {
+                panic!("{rules} wrote invalid JSON ({e}): {}", String::from_utf8_lossy(&plain));
+            }
+            BoundsReached::Mapped
+        });
+        mapped.unwrap_or(BoundsReached::DocumentRefused)
+    }
 }

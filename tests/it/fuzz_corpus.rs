@@ -1,19 +1,27 @@
-//! Replays the fuzz targets' seed corpora (`fuzz/corpus/<target>/`), so a regression that the
+//! Replays the fuzz targets' seed corpora (`fuzz/corpus/<target>.tar.gz`, one archive per
+//! target; `fuzz/corpus.sh` unpacks, runs, merges and packs them), so a regression that the
 //! fuzzers once covered fails `cargo test` without a fuzzer installed.
 
 use std::collections::HashMap;
+use std::io::Read as _;
 use std::path::Path;
 
 use recast::fuzzing::{Reached, rules_then_execute};
 
+/// Every input of `target`'s seed corpus, by name.
 fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target);
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(format!("{target}.tar.gz"));
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    let mut files: Vec<(String, Vec<u8>)> = archive
+        .entries()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .map(|entry| {
-            let path = entry.expect("corpus entry").path();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read(&path).expect("corpus file"))
+            let mut entry = entry.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let name = entry.path().expect("an input's name").display().to_string();
+            let mut data = Vec::new();
+            entry.read_to_end(&mut data).expect("an input");
+            (name, data)
         })
         .collect();
     files.sort();
