@@ -57,6 +57,20 @@ fn cases() -> Vec<Case> {
         .collect();
     let objects = format!(r#"{{"items":[{}]}}"#, objects.join(","));
     let keys = r#"{"each":["items"],"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"},"price":{"key":"price","type":"Double"},"stock":{"key":"stock","type":"Int"}},"oldBodyFields":{"id":{"keys":["id"]},"name":{"keys":["name"]},"price":{"keys":["price"]},"stock":{"keys":["stock"]}}}"#;
+    let letters = format!(r#"{{"s":"{}"}}"#, "A".repeat(500_000));
+    let blank = format!(r#"{{"b":"{}","blank":"{}"}}"#, "y".repeat(500_000), " ".repeat(500_000));
+    let entries = |name: &str, times: usize, ignore: bool| {
+        let keys = vec![format!(r#""{name}""#); times].join(",");
+        format!(
+            r#"{{"ignoreEmptyValues":{ignore},"newBodyFields":{{"t":{{"key":"t","type":"String"}}}},"oldBodyFields":{{"t":{{"keys":[{keys}]}}}}}}"#
+        )
+    };
+    let targets: Vec<String> = (0..300).map(|i| format!(r#""t{i}":{{"key":"t{i}","type":"Int"}}"#)).collect();
+    let sources: Vec<String> =
+        (0..300).map(|i| format!(r#""t{i}":{{"expr":"xs[{}]"}}"#, 149_999 - i)).collect();
+    let indexes =
+        format!(r#"{{"newBodyFields":{{{}}},"oldBodyFields":{{{}}}}}"#, targets.join(","), sources.join(","));
+    let xs_again = xs.clone();
     vec![
         case("baseline: each over 9,000 objects by keys", objects.clone(), keys),
         case("doubling a list, written", small.clone(), &rules(&doubled, "Json")),
@@ -97,6 +111,29 @@ fn cases() -> Vec<Case> {
                 serde_json::to_string(&"xs | [@, @] | [@, @] | [@, @] | [@, @] | [@, @] | [@, @]").unwrap()
             ),
         ),
+        case(
+            "a pattern that matches any length, replaced in 500 KB",
+            letters.clone(),
+            &rules("length(regex_replace(s, '.*[^A-Z]|[A-Z]', ''))", "Int"),
+        ),
+        case(
+            "a bounded pattern replaced in 500 KB",
+            letters.clone(),
+            &rules("length(regex_replace(s, 'A{1,3}', 'b'))", "Int"),
+        ),
+        case(
+            "a needle of 500 KB per element",
+            text.clone(),
+            &rules("length(xs[?replace('ab', $.s, '') == 'ab'])", "Int"),
+        ),
+        case(
+            "a trim of 500 KB per element",
+            text.clone(),
+            &rules("length(xs[?trim($.s, 'ba') == ''])", "Int"),
+        ),
+        case("a 500 KB text named by 10,000 keys entries", blank.clone(), &entries("b", 10_000, false)),
+        case("a blank 500 KB text left out 10,000 times", blank, &entries("blank", 10_000, true)),
+        case("300 indexes near the end of 150,000", xs_again, &indexes),
         case(
             "the objects by expressions",
             objects,

@@ -60,8 +60,29 @@ cases = [
     ("contains-filter-20k", numbers, "length(xs[?contains($.xs, @)])", "Int", ""),
     ("from_items-40k", pairs, "length(keys(from_items(p)))", "Int", ""),
     ("slice-step-max", slices, "xs[1::9223372036854775807]", "Json", ""),
+    ("regex-any-length-200k", {"s": "A" * 200000}, "regex_replace(s, '.*[^A-Z]|[A-Z]', '')", "String", ""),
+    ("needle-500k-per-element", {"s": "ab" * 250000, "xs": ["ab"] * 20000},
+     "length(xs[?replace(@, $.s, '') == 'ab'])", "Int", ""),
+]
+# Rules that read and write with `keys` alone.
+big = {"b": "y" * 100000, "blank": " " * 200000}
+def keys_rules(names, ignore=False, parents=None):
+    old = {"keys": names}
+    if parents:
+        old["parents"] = parents
+    return {"ignoreEmptyValues": ignore, "newBodyFields": {"v": {"key": "v", "type": "String"}},
+            "oldBodyFields": {"v": old}}
+long_name = "n" * 100000
+ruled = [
+    ("keys-repeated-1500", big, keys_rules(["b"] * 1500), ""),
+    ("keys-blank-20000", big, keys_rules(["blank"] * 20000, ignore=True), ""),
+    ("trace-long-name-5000", {long_name: {"x": 1}}, keys_rules(["x"] * 5000, parents=[long_name]), "?trace=true"),
 ]
 with open(f"{work}/cases", "w") as listing:
+    for name, sample, rules, query in ruled:
+        with open(f"{work}/{name}.json", "w") as f:
+            json.dump({"originalResponse": sample, "mappingRules": rules}, f)
+        listing.write(f"{name} {query}\n")
     for name, sample, expr, ty, query in cases:
         body = {"originalResponse": sample, "mappingRules": {
             "newBodyFields": {"v": {"key": "v", "type": ty}},

@@ -373,8 +373,8 @@ fn object<O: Observer>(
     let tape: &Nodes<'_> = nodes;
     let answer_end = scratch.answer_end;
     let Scratch { slots, shapes, outcome, .. } = scratch;
-    // A step per op of each object mapped.
-    if let Err(bound) = context.arena.step(plan.ops.len() as u64) {
+    // A step per op of each object mapped, and per `keys` entry and part of a concatenation.
+    if let Err(bound) = context.arena.step(plan.object_steps) {
         outcome.stopped(bound.into());
         return false;
     }
@@ -408,7 +408,11 @@ fn object<O: Observer>(
                 }
             }
             Op::Index { input, index, slot } => {
-                if let Some(found) = element(nodes, input_at(*input, root, slots), *index)
+                // A step per element passed on the way.
+                let found = element(nodes, input_at(*input, root, slots), *index, |passed| {
+                    context.arena.step(passed as u64).map_err(|bound| outcome.stopped(bound.into())).is_ok()
+                });
+                if let Some(found) = found
                     && let Some(at) = slots.get_mut(*slot as usize)
                 {
                     *at = found;
@@ -416,6 +420,10 @@ fn object<O: Observer>(
             }
             Op::Text { target: id, slot, member } => {
                 let at = slot_at(slots, *slot);
+                if let Err(bound) = context.arena.step(read_steps(nodes, at)) {
+                    outcome.stopped(bound.into());
+                    break;
+                }
                 match nodes.get(at) {
                     Some(Node::String(text)) if !(ignore && coerce::is_blank(text)) => {
                         target.write(*id, member, |out| {
@@ -428,6 +436,12 @@ fn object<O: Observer>(
                     _ => target.write(*id, member, |out| value(nodes, Type::String, at, ignore, out)),
                 }
             }
+            Op::Concat { parts, .. }
+                if context.arena.step(parts_bytes(plan, nodes, *parts, slots)).is_err() =>
+            {
+                outcome.stopped(Limit::Steps);
+                break;
+            }
             Op::Concat { target: id, parts, member } => match text_pair(plan, nodes, *parts, slots) {
                 // The usual concatenation, two pieces of text, is written in one step.
                 Some((a, b)) if !ignore || !a.is_empty() || !b.is_empty() => {
@@ -437,16 +451,31 @@ fn object<O: Observer>(
                     });
                 }
                 Some(_) => target.left_out(*id),
-                None => target.write(*id, member, |out| concat(plan, nodes, *parts, slots, ignore, out)),
+                None => target
+                    .write(*id, member, |out| concat(plan, nodes, *parts, slots, ignore, answer_end, out)),
             },
+            Op::Field { slot, .. }
+                if context.arena.step(read_steps(nodes, slot_at(slots, *slot))).is_err() =>
+            {
+                outcome.stopped(Limit::Steps);
+                break;
+            }
             Op::Field { target: id, slot, .. } if ignore && slot_at(slots, *slot) == MISSING => {
                 target.left_out(*id);
             }
             Op::Field { target: id, ty, slot, member } => {
                 target.write(*id, member, |out| value(nodes, *ty, slot_at(slots, *slot), ignore, out));
             }
+            Op::Array { reads, .. }
+                if context.arena.step(reads_bytes(plan, nodes, *reads, slots)).is_err() =>
+            {
+                outcome.stopped(Limit::Steps);
+                break;
+            }
             Op::Array { target: id, ty, member, reads } => {
-                target.write(*id, member, |out| array(plan, nodes, *ty, *reads, slots, ignore, out));
+                target.write(*id, member, |out| {
+                    array(plan, nodes, *ty, *reads, slots, ignore, answer_end, out)
+                });
             }
             Op::Expr { target: id, ty, program, member } => {
                 let value = match expr::run(&plan.programs[*program as usize], tape, context, cur) {
@@ -550,11 +579,47 @@ fn input_at(input: Input, root: usize, slots: &[usize]) -> usize {
 
 /// The tape position of the element at `index` (from the end when negative) of the list at
 /// `list`, if it is a list that has one.
-fn element(nodes: &Nodes<'_>, list: usize, index: i64) -> Option<usize> {
+fn element(nodes: &Nodes<'_>, list: usize, index: i64, pass: impl FnOnce(usize) -> bool) -> Option<usize> {
     let Some(&Node::Array { len, .. }) = nodes.get(list) else { return None };
     let at = if index < 0 { (len as i64).checked_add(index)? } else { index };
     let at = usize::try_from(at).ok().filter(|&at| at < len)?;
+    if !pass(at) {
+        return None;
+    }
     json::elements(nodes, list)?.nth(at)
+}
+
+/// Steps of reading the texts of a concatenation's `parts` (trimmed, told blank or not): one per
+/// 64 bytes of each.
+fn parts_bytes(plan: &Plan, nodes: &Nodes<'_>, parts: Span, slots: &[usize]) -> u64 {
+    plan.parts
+        .get(parts.range())
+        .unwrap_or_default()
+        .iter()
+        .fold(0u64, |sum, &slot| sum.saturating_add(read_steps(nodes, slot_at(slots, slot))))
+}
+
+/// Steps of reading the texts of several `keys` entries ([`parts_bytes`]).
+fn reads_bytes(plan: &Plan, nodes: &Nodes<'_>, reads: Span, slots: &[usize]) -> u64 {
+    plan.reads.get(reads.range()).unwrap_or_default().iter().fold(0u64, |sum, read| {
+        sum.saturating_add(match *read {
+            Read::Slot(slot) => read_steps(nodes, slot_at(slots, slot)),
+            Read::Concat(parts) => parts_bytes(plan, nodes, parts, slots),
+        })
+    })
+}
+
+/// Steps of reading the value at `at` as a target does (a text trimmed or told blank, each
+/// element of a list converted): one per 64 bytes of a text, one per value inside a list or an
+/// object. What is written is bounded by the answer's bytes; this bounds what is read and
+/// left out.
+#[inline]
+fn read_steps(nodes: &Nodes<'_>, at: usize) -> u64 {
+    match nodes.get(at) {
+        Some(Node::String(text)) => crate::expr::steps_of_bytes(text.len()),
+        Some(Node::Array { count, .. } | Node::Object { count, .. }) => *count as u64,
+        _ => 0,
+    }
 }
 
 /// Records the slots of the members of `object` that `table` names. The first occurrence of a
@@ -684,6 +749,7 @@ fn skip(value: &Node<'_>) -> usize {
 }
 
 /// One `keys` entry of an array target; `false` when it is empty and left out.
+#[allow(clippy::too_many_arguments)]
 fn read(
     plan: &Plan,
     nodes: &Doc<'_, '_>,
@@ -691,11 +757,12 @@ fn read(
     read: Read,
     slots: &[usize],
     ignore: bool,
+    answer_end: usize,
     out: &mut Vec<u8>,
 ) -> bool {
     match read {
         Read::Slot(slot) => value(nodes, ty, slot_at(slots, slot), ignore, out),
-        Read::Concat(parts) => concat(plan, nodes, parts, slots, ignore, out),
+        Read::Concat(parts) => concat(plan, nodes, parts, slots, ignore, answer_end, out),
     }
 }
 
@@ -761,11 +828,16 @@ fn concat(
     parts: Span,
     slots: &[usize],
     ignore: bool,
+    answer_end: usize,
     out: &mut Vec<u8>,
 ) -> bool {
     out.push(b'"');
     let empty = out.len();
     for &slot in plan.parts.get(parts.range()).unwrap_or_default() {
+        // Past the answer's bound: the op stops, and the run after it.
+        if out.len() > answer_end {
+            break;
+        }
         match nodes.get(slot_at(slots, slot)) {
             // Text, the usual part, is written with its separator in one step: the string case
             // of `text` written out here, so the usual part skips its dispatch.
@@ -816,6 +888,7 @@ fn text_pair<'n>(
 }
 
 /// Several `keys` entries: a JSON array in entry order; empty entries dropped when ignoring.
+#[allow(clippy::too_many_arguments)]
 fn array(
     plan: &Plan,
     nodes: &Doc<'_, '_>,
@@ -823,16 +896,21 @@ fn array(
     reads: Span,
     slots: &[usize],
     ignore: bool,
+    answer_end: usize,
     out: &mut Vec<u8>,
 ) -> bool {
     out.push(b'[');
     let mut written = 0;
     for &entry in plan.reads.get(reads.range()).unwrap_or_default() {
+        // Past the answer's bound: the op stops, and the run after it.
+        if out.len() > answer_end {
+            break;
+        }
         let mark = out.len();
         if written > 0 {
             out.push(b',');
         }
-        if read(plan, nodes, ty, entry, slots, ignore, out) {
+        if read(plan, nodes, ty, entry, slots, ignore, answer_end, out) {
             written += 1;
         } else {
             out.truncate(mark);

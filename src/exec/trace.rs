@@ -3,13 +3,17 @@
 //! from where, and why a value is null or left out.
 //!
 //! Explanations re-walk the target's path slowly with JSON pointers; the output itself is always
-//! the one the real executor wrote.
+//! the one the real executor wrote. The trace is part of the answer and has the mapping's bounds
+//! too: its walks cost steps (a step per member passed, and per 64 bytes of a pointer built),
+//! counted apart from the run's and up to the same number, and its entries count against the
+//! answer's bytes. A trace that would pass either stops the preview with `mapping-limit`.
 
 use super::coerce::{Coerced, coerce};
 use super::{Observer, Outcome, Scratch, document, with_arena};
 use crate::expr::EvalError;
+use crate::expr::steps_of_bytes;
 use crate::json::{self, Doc, Node, Nodes, write};
-use crate::plan::{Each, Plan, Target};
+use crate::plan::{Each, Limit, Plan, Target};
 use crate::plan::{KeyEntry, Type};
 use crate::rules::Problem;
 
@@ -43,10 +47,18 @@ pub struct TraceEntry {
     pub note: String,
 }
 
+impl TraceEntry {
+    /// Bytes it takes, about as written (its text, and the members' names around it).
+    fn bytes(&self) -> usize {
+        self.id.len() + self.key.len() + self.value.as_ref().map_or(4, Vec::len) + self.note.len() + 96
+    }
+}
+
 impl Trace {
-    /// Bytes of the values the entries hold.
-    pub fn value_bytes(&self) -> usize {
-        self.entries.iter().map(|e| e.value.as_ref().map_or(0, Vec::len)).sum()
+    /// Bytes the entries and notes take, about as written.
+    pub fn bytes(&self) -> usize {
+        let notes: usize = self.notes.iter().map(|n| n.location.len() + n.message.len() + 32).sum();
+        self.entries.iter().map(TraceEntry::bytes).sum::<usize>() + notes
     }
 
     /// Appends the entries as a JSON array.
@@ -80,6 +92,7 @@ impl Trace {
 
 /// Like [`execute`](super::execute), and also returns a [`Trace`].
 pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut Vec<u8>) -> Trace {
+    let bounds = plan.bounds();
     let mut tracer = Tracer {
         plan,
         nodes,
@@ -89,13 +102,16 @@ pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut V
         entries: Vec::new(),
         failure: None,
         failed: Vec::new(),
+        steps_left: bounds.steps,
+        bytes_left: bounds.answer_bytes,
+        stopped: None,
     };
     let mut notes = Vec::new();
     if let Some(Each::Expr(_)) = &plan.each {
         tracer.each = Some(("(each)".to_owned(), true));
     }
     if let Some(Each::Path(path)) = &plan.each {
-        match locate(nodes, root, String::new(), path.iter().map(|p| &**p)) {
+        match locate(nodes, root, String::new(), path.iter().map(|p| &**p), &mut tracer.steps_left) {
             Ok((at, pointer)) => match nodes.get(at) {
                 Some(Node::Array { .. }) => tracer.each = Some((pointer, true)),
                 Some(Node::Object { .. }) => tracer.each = Some((pointer, false)),
@@ -108,17 +124,21 @@ pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut V
                     ),
                 )),
             },
+            Err(_) if tracer.steps_left == 0 => tracer.stopped = Some(Limit::Steps),
             Err(why) => notes.push(Problem::new(
                 "/each",
                 format!("`each` leads nowhere ({why}): the output is an empty list"),
             )),
         }
     }
-    let outcome = with_arena(|arena| {
+    let mut outcome = with_arena(|arena| {
         let mut scratch = Scratch::new(arena, plan);
         document(plan, nodes, root, &mut scratch, out, &mut tracer);
         scratch.outcome
     });
+    if let Some(limit) = tracer.stopped {
+        outcome.stopped(limit);
+    }
     notes.append(&mut tracer.failed);
     if tracer.elements > TRACE_ELEMENTS {
         notes.push(Problem::new(
@@ -145,6 +165,12 @@ struct Tracer<'r, 'a> {
     failure: Option<String>,
     /// A warning per expression that failed (its first failure).
     failed: Vec<Problem>,
+    /// Steps the trace's own walks may still take (as many as the run's).
+    steps_left: u64,
+    /// Bytes its entries may still take (the answer's bound).
+    bytes_left: usize,
+    /// The bound the trace ran into: it describes nothing more, and the preview fails.
+    stopped: Option<Limit>,
 }
 
 impl Observer for Tracer<'_, '_> {
@@ -175,7 +201,7 @@ impl Observer for Tracer<'_, '_> {
 
     fn target(&mut self, target: u32, root: usize, value: Option<&[u8]>) {
         let failure = self.failure.take();
-        if self.element.is_some_and(|e| e >= TRACE_ELEMENTS) {
+        if self.element.is_some_and(|e| e >= TRACE_ELEMENTS) || self.stopped.is_some() {
             return;
         }
         let Some(t) = self.plan.targets.get(target as usize) else { return };
@@ -188,7 +214,7 @@ impl Observer for Tracer<'_, '_> {
                 (None, Some(_)) => format!("expression `{source}` read as {}", t.ty.name()),
                 (None, None) => format!("expression `{source}` gave nothing to keep; {fate}"),
             };
-            self.entries.push(TraceEntry {
+            self.push(TraceEntry {
                 element: self.element,
                 id: t.id.to_string(),
                 key: t.key.to_string(),
@@ -204,25 +230,43 @@ impl Observer for Tracer<'_, '_> {
             (Some((object, false)), _) => object.clone(),
             _ => String::new(),
         };
-        let found: Vec<Found> = t
-            .keys
-            .iter()
-            .flat_map(KeyEntry::names)
-            .map(|name| {
-                let path = t.parents.iter().map(|p| &**p).chain([name.as_str()]);
-                locate(self.nodes, root, start.clone(), path)
-            })
-            .collect();
         let included = value.is_some();
-        let note = match (&*t.keys, found.as_slice()) {
-            ([KeyEntry::Field(_)], [one]) => self.single_note(t, one, value),
-            _ => several_note(&found, included),
+        let mut names = t.keys.iter().flat_map(KeyEntry::names);
+        let (resolved, note) = match (&*t.keys, names.next()) {
+            ([KeyEntry::Field(_)], Some(name)) => {
+                let path = t.parents.iter().map(|p| &**p).chain([name.as_str()]);
+                let found = locate(self.nodes, root, start, path, &mut self.steps_left);
+                (found.is_ok(), self.single_note(t, &found, value))
+            }
+            (_, first) => {
+                // Only how many were found and the first miss are told: no pointer is kept for
+                // the others.
+                let (mut hits, mut all, mut missing) = (0, 0, None);
+                for name in first.into_iter().chain(names) {
+                    let path = t.parents.iter().map(|p| &**p).chain([name.as_str()]);
+                    match locate(self.nodes, root, start.clone(), path, &mut self.steps_left) {
+                        Ok(_) => hits += 1,
+                        Err(why) => {
+                            missing.get_or_insert(why);
+                        }
+                    }
+                    all += 1;
+                    if self.steps_left == 0 {
+                        break;
+                    }
+                }
+                (hits > 0, several_note(hits, all, missing, included))
+            }
         };
-        self.entries.push(TraceEntry {
+        if self.steps_left == 0 {
+            self.stopped = Some(Limit::Steps);
+            return;
+        }
+        self.push(TraceEntry {
             element: self.element,
             id: t.id.to_string(),
             key: t.key.to_string(),
-            resolved: found.iter().any(Result::is_ok),
+            resolved,
             included,
             value: value.map(<[u8]>::to_vec),
             note,
@@ -234,6 +278,17 @@ impl Observer for Tracer<'_, '_> {
 type Found = Result<(usize, String), String>;
 
 impl Tracer<'_, '_> {
+    /// Keeps `entry` if the answer's bound leaves room for it; else the trace stops there.
+    fn push(&mut self, entry: TraceEntry) {
+        match self.bytes_left.checked_sub(entry.bytes()) {
+            Some(left) => {
+                self.bytes_left = left;
+                self.entries.push(entry);
+            }
+            None => self.stopped = Some(Limit::Answer),
+        }
+    }
+
     fn single_note(&self, t: &Target, found: &Found, value: Option<&[u8]>) -> String {
         let fate = if value.is_some() { "written as null" } else { "left out (ignoreEmptyValues)" };
         let (at, pointer) = match found {
@@ -263,11 +318,11 @@ impl Tracer<'_, '_> {
     }
 }
 
-/// A note for a concatenation or a target with several `keys` entries.
-fn several_note(found: &[Found], included: bool) -> String {
-    let hits = found.iter().filter(|f| f.is_ok()).count();
-    let mut note = format!("found {hits} of {} fields", found.len());
-    if let Some(Err(why)) = found.iter().find(|f| f.is_err()) {
+/// A note for a concatenation or a target with several `keys` entries: `hits` of `all` names
+/// found, the first one missing and why.
+fn several_note(hits: usize, all: usize, missing: Option<String>, included: bool) -> String {
+    let mut note = format!("found {hits} of {all} fields");
+    if let Some(why) = missing {
         note.push_str(&format!("; first missing: {why}"));
     }
     if !included {
@@ -276,16 +331,30 @@ fn several_note(found: &[Found], included: bool) -> String {
     note
 }
 
-/// Walks `path` from `root` (whose pointer is `pointer`) as SPEC §1.2 reads values (lists are followed to their first element
-/// before each step) and returns the value found with its JSON pointer, or why there is none.
+/// Walks `path` from `root` (whose pointer is `pointer`) as SPEC §1.2 reads values (lists are
+/// followed to their first element before each step) and returns the value found with its JSON
+/// pointer, or why there is none. Takes a step from `steps` per member passed and per 64 bytes of
+/// pointer; with none left it stops, and what it answers is not told.
 fn locate<'p>(
     nodes: &Nodes<'_>,
     root: usize,
     mut pointer: String,
     path: impl IntoIterator<Item = &'p str>,
+    steps: &mut u64,
 ) -> Found {
     let mut at = root;
     for step in path {
+        let members = match nodes.get(at) {
+            Some(Node::Object { len, .. }) => *len as u64,
+            _ => 0,
+        };
+        match steps.checked_sub(members + steps_of_bytes(pointer.len() + step.len())) {
+            Some(left) => *steps = left,
+            None => {
+                *steps = 0;
+                return Err(String::new());
+            }
+        }
         while let Some(Node::Array { len, .. }) = nodes.get(at) {
             if *len == 0 {
                 return Err(format!("{} is an empty list", shown(&pointer)));

@@ -326,9 +326,9 @@ impl<'v> Evaluator<'v> {
         match cur {
             Val::String(s) => {
                 self.arena.step(super::value::steps_of_bytes(s.len()))?;
+                // Its characters, four bytes each, and the text cut from it, no longer than it.
+                self.arena.charge((s.len() as u64).saturating_mul(5))?;
                 let chars: smallvec::SmallVec<[char; 64]> = s.chars().collect();
-                // No longer than the text it is cut from.
-                self.arena.charge(s.len() as u64)?;
                 let mut out = String::new();
                 for i in slice_indexes(chars.len(), start, stop, step) {
                     if let Some(&c) = chars.get(i) {

@@ -11,7 +11,7 @@ use super::eval::{EvalError, Evaluator, Result, negate};
 use super::value::{
     Arena, Doc, INDEXED, Kind, Number, ObjectBuilder, Val, cost, steps_of_bytes, steps_of_writing,
 };
-use super::{Range, Step, StepId};
+use super::{Pattern, Range, Step, StepId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Function {
@@ -267,10 +267,9 @@ impl<'v> Evaluator<'v> {
         let native = program.natives.get(native as usize);
         let regex =
             || native.and_then(|n| n.regex.as_ref()).ok_or_else(|| EvalError::invalid_value("no pattern"));
-        // A pattern reads its text once, with as many states at a time as it has parts.
-        let regex_steps = |re: &regex::Regex, text: &str| {
-            steps_of_bytes(text.len()).saturating_mul(steps_of_bytes(re.as_str().len()))
-        };
+        // A search reads its text, at the pattern's cost per byte (`Pattern::weight`).
+        let regex_steps =
+            |pattern: &Pattern, text: &str| steps_of_bytes(text.len()).saturating_mul(pattern.weight);
         let zone = || native.and_then(|n| n.zone.clone()).unwrap_or(jiff::tz::TimeZone::UTC);
 
         Ok(match f {
@@ -561,10 +560,23 @@ impl<'v> Evaluator<'v> {
             Function::Trim | Function::TrimLeft | Function::TrimRight => {
                 let s = string(0)?;
                 let chars = if values.len() > 1 { string(1)? } else { "" };
-                arena.step(steps_of_bytes(s.len()).saturating_add(steps_of_bytes(chars.len())))?;
-                // Many characters to strip are looked up in order, not one after another.
+                // Characters to strip are looked up in a table when they are ASCII, else in
+                // order: a few steps a character.
+                let ascii = chars.is_ascii();
+                let per_byte = if chars.is_empty() || ascii { 1 } else { 4 };
+                arena.step(
+                    steps_of_bytes(s.len())
+                        .saturating_mul(per_byte)
+                        .saturating_add(steps_of_bytes(chars.len())),
+                )?;
+                let mut table = [false; 128];
                 let mut set: Vec<char> = Vec::new();
-                if chars.len() > 64 {
+                if ascii {
+                    for b in chars.bytes() {
+                        table[usize::from(b)] = true;
+                    }
+                } else {
+                    arena.charge((chars.len() * std::mem::size_of::<char>()) as u64)?;
                     set = chars.chars().collect();
                     set.sort_unstable();
                     set.dedup();
@@ -572,8 +584,8 @@ impl<'v> Evaluator<'v> {
                 let strip = |c: char| {
                     if chars.is_empty() {
                         c.is_whitespace()
-                    } else if set.is_empty() {
-                        chars.contains(c)
+                    } else if ascii {
+                        c.is_ascii() && table[c as usize]
                     } else {
                         set.binary_search(&c).is_ok()
                     }
@@ -621,7 +633,11 @@ impl<'v> Evaluator<'v> {
             Function::Replace => {
                 let (s, old, new) = (string(0)?, string(1)?, string(2)?);
                 let limit = count(3)?;
-                arena.step(steps_of_bytes(s.len()))?;
+                // Searching reads the text and `old` (the searcher is made from it).
+                arena.step(steps_of_bytes(s.len()).saturating_add(steps_of_bytes(old.len())))?;
+                if old.len() > s.len() {
+                    return Ok(Val::String(s));
+                }
                 // Counted first, so that the text is charged before it is made: `old` empty is
                 // found between every two characters and at both ends.
                 let times = s.matches(old).count().min(limit.unwrap_or(usize::MAX)) as u64;
@@ -638,7 +654,7 @@ impl<'v> Evaluator<'v> {
             Function::Split => {
                 let (s, separator) = (string(0)?, string(1)?);
                 let limit = count(2)?;
-                arena.step(steps_of_bytes(s.len()))?;
+                arena.step(steps_of_bytes(s.len()).saturating_add(steps_of_bytes(separator.len())))?;
                 let mut out = arena.list();
                 if separator.is_empty() {
                     let mut rest = s;
@@ -747,14 +763,15 @@ impl<'v> Evaluator<'v> {
                 Val::Number(seconds_of(time))
             }
             Function::RegexMatch => {
-                let (s, re) = (string(0)?, regex()?);
-                arena.step(regex_steps(re, s))?;
-                Val::Bool(re.is_match(s))
+                let (s, pattern) = (string(0)?, regex()?);
+                arena.step(regex_steps(pattern, s))?;
+                Val::Bool(pattern.regex.is_match(s))
             }
             Function::RegexExtract => {
-                let (s, re) = (string(0)?, regex()?);
-                arena.step(regex_steps(re, s))?;
-                match re.captures(s) {
+                let (s, pattern) = (string(0)?, regex()?);
+                // Found, then read again for its groups.
+                arena.step(regex_steps(pattern, s).saturating_mul(2))?;
+                match pattern.regex.captures(s) {
                     None => Val::Null,
                     Some(found) => {
                         let group = if found.len() > 1 { found.get(1) } else { found.get(0) };
@@ -763,13 +780,22 @@ impl<'v> Evaluator<'v> {
                 }
             }
             Function::RegexReplace => {
-                let (s, replacement, re) = (string(0)?, string(2)?, regex()?);
-                arena.step(regex_steps(re, s).saturating_add(steps_of_bytes(replacement.len())))?;
+                let (s, replacement, pattern) = (string(0)?, string(2)?, regex()?);
+                arena.step(
+                    regex_steps(pattern, s)
+                        .saturating_mul(2)
+                        .saturating_add(steps_of_bytes(replacement.len())),
+                )?;
                 let template = Template::read(replacement);
                 let mut out = String::new();
                 let mut last = 0;
-                for found in re.captures_iter(s) {
+                for found in pattern.regex.captures_iter(s) {
                     let Some(whole) = found.get(0) else { continue };
+                    // The next search is paid for before it is made: a pattern that can match
+                    // text of any length may read to the end of the text each time.
+                    if pattern.unbounded {
+                        arena.step(regex_steps(pattern, &s[whole.end()..]))?;
+                    }
                     // Each replacement is charged before it is written: a short text with many
                     // matches and a long replacement makes a long answer.
                     let len = template.len(&found);

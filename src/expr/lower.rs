@@ -3,13 +3,16 @@
 
 use super::functions::{Function, Literal};
 use super::parse::Ast;
-use super::{CompileError, CompileErrorKind, Const, Native, Program, Range, Step, StepId, functions};
+use super::{
+    CompileError, CompileErrorKind, Const, Native, Patterns, Program, Range, Step, StepId, functions,
+};
 
 /// [`Step::Call`]'s native index for a function without compiled literals.
 pub(crate) const NO_NATIVE: u32 = u32::MAX;
 
-pub fn lower(ast: &Ast, source: &str) -> Result<Program, Vec<CompileError>> {
+pub fn lower(ast: &Ast, source: &str, patterns: &mut Patterns) -> Result<Program, Vec<CompileError>> {
     let mut lowering = Lowering {
+        patterns,
         program: Program {
             steps: Vec::new(),
             kids: Vec::new(),
@@ -33,14 +36,16 @@ pub fn lower(ast: &Ast, source: &str) -> Result<Program, Vec<CompileError>> {
     Ok(lowering.program)
 }
 
-struct Lowering {
+struct Lowering<'p> {
+    /// The patterns of the rules document's expressions.
+    patterns: &'p mut Patterns,
     program: Program,
     /// Variables in scope, innermost last, with their slots.
     scope: Vec<(Box<str>, u32)>,
     errors: Vec<CompileError>,
 }
 
-impl Lowering {
+impl Lowering<'_> {
     fn push(&mut self, step: Step) -> StepId {
         self.program.steps.push(step);
         (self.program.steps.len() - 1) as StepId
@@ -78,19 +83,10 @@ impl Lowering {
                 continue;
             };
             match kind {
-                Literal::Pattern => {
-                    match regex::RegexBuilder::new(text).size_limit(1 << 20).nest_limit(32).build() {
-                        Ok(regex) => native.regex = Some(regex),
-                        Err(e) => self.error(
-                            CompileErrorKind::InvalidLiteral,
-                            at,
-                            format!(
-                                "{name}(): the pattern {text:?} does not compile: {}",
-                                one_line(&e.to_string())
-                            ),
-                        ),
-                    }
-                }
+                Literal::Pattern => match self.patterns.get(text) {
+                    Ok(pattern) => native.regex = Some(pattern),
+                    Err(why) => self.error(CompileErrorKind::InvalidLiteral, at, format!("{name}(): {why}")),
+                },
                 Literal::Zone => match jiff::tz::TimeZone::get(text) {
                     Ok(zone) => native.zone = Some(zone),
                     Err(_) => self.error(
@@ -290,6 +286,6 @@ fn path(ast: &Ast) -> Option<Vec<&str>> {
 }
 
 /// A message on one line (a pattern's error spans several, pointing at the place).
-fn one_line(text: &str) -> String {
+pub(super) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -118,7 +118,7 @@ pub(crate) enum Step {
 /// pattern, a time zone (SPEC §1.8).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Native {
-    pub regex: Option<regex::Regex>,
+    pub regex: Option<Pattern>,
     pub zone: Option<jiff::tz::TimeZone>,
 }
 
@@ -189,6 +189,16 @@ impl SyntaxError {
 /// Compiles `source`; `max_depth` bounds its nesting. Every problem found is returned, each with
 /// its offset (a syntax error ends the search: what follows it cannot be read).
 pub fn compile(source: &str, max_depth: usize) -> Result<Program, Vec<CompileError>> {
+    compile_with(source, max_depth, &mut Patterns::default())
+}
+
+/// [`compile`], with the patterns (`regex_*`) of the other expressions of its rules document:
+/// each distinct pattern is compiled once, and a document has at most [`MAX_PATTERNS`].
+pub fn compile_with(
+    source: &str,
+    max_depth: usize,
+    patterns: &mut Patterns,
+) -> Result<Program, Vec<CompileError>> {
     let syntax = |e: SyntaxError| {
         vec![CompileError {
             kind: CompileErrorKind::Syntax,
@@ -205,7 +215,61 @@ pub fn compile(source: &str, max_depth: usize) -> Result<Program, Vec<CompileErr
     }
     let tokens = lex::tokens(source, max_depth).map_err(syntax)?;
     let ast = parse::parse(tokens, max_depth).map_err(syntax)?;
-    lower::lower(&ast, source)
+    lower::lower(&ast, source, patterns)
+}
+
+/// Distinct patterns one rules document's expressions may have: each costs up to
+/// [`PATTERN_BYTES`] compiled, twice (a pattern is searched forwards and backwards), and its
+/// search caches.
+pub const MAX_PATTERNS: usize = 32;
+
+/// How large one compiled pattern may be.
+pub const PATTERN_BYTES: usize = 1 << 20;
+
+/// The patterns of one rules document's expressions, by their text.
+#[derive(Default)]
+pub struct Patterns {
+    compiled: std::collections::HashMap<Box<str>, Pattern>,
+}
+
+/// A compiled pattern, with what searching with it costs.
+#[derive(Debug, Clone)]
+pub(crate) struct Pattern {
+    pub regex: regex::Regex,
+    /// Steps per 64 bytes of text searched: four (a search reads a byte about four times slower
+    /// than a plain scan), and one more per 4 KiB of its compiled automaton (a search that can
+    /// no longer keep its states in cache steps through the automaton).
+    pub weight: u64,
+    /// Whether it can match text of any length (`+`, `*`, `{n,}`): each search may then read up
+    /// to the end of the text, whatever it finds.
+    pub unbounded: bool,
+}
+
+impl Patterns {
+    /// The pattern `text`, compiled now or earlier in the document.
+    pub(crate) fn get(&mut self, text: &str) -> Result<Pattern, String> {
+        if let Some(pattern) = self.compiled.get(text) {
+            return Ok(pattern.clone());
+        }
+        if self.compiled.len() >= MAX_PATTERNS {
+            return Err(format!("a rules document has at most {MAX_PATTERNS} distinct patterns"));
+        }
+        let regex =
+            regex::RegexBuilder::new(text).size_limit(PATTERN_BYTES).nest_limit(32).build().map_err(|e| {
+                format!("the pattern {text:?} does not compile: {}", lower::one_line(&e.to_string()))
+            })?;
+        // Parsed again (it compiled, so it parses) for its size and its longest match.
+        let hir = regex_syntax::ParserBuilder::new().nest_limit(32).build().parse(text).ok();
+        let unbounded = hir.as_ref().is_none_or(|hir| hir.properties().maximum_len().is_none());
+        let automaton = regex_automata::nfa::thompson::NFA::compiler()
+            .configure(regex_automata::nfa::thompson::Config::new().nfa_size_limit(Some(PATTERN_BYTES)))
+            .build(text)
+            .map_or(PATTERN_BYTES, |nfa| nfa.memory_usage());
+        let weight = 4 + (automaton / 4096) as u64;
+        let pattern = Pattern { regex, weight, unbounded };
+        self.compiled.insert(text.into(), pattern.clone());
+        Ok(pattern)
+    }
 }
 
 impl Program {

@@ -247,6 +247,24 @@ const OWN: &[(&str, &str, &str)] = &[
     ("{\"s\":\"subject string\"}", "find_last(s, 's', `0`, `-7`)", "0"),
     ("{\"s\":\"subject string\"}", "find_last(s, 't', `-99`, `-6`)", "6"),
     ("{\"s\":\"héhé\"}", "find_first(s, 'é', `-1`)", "3"),
+    // Integers and floats compare exactly (through the float, 2^53 + 1 would equal 2^53.0 and
+    // sorting would see no total order),
+    ("{}", "`9007199254740993` > `9007199254740992.0`", "true"),
+    ("{}", "`9007199254740993` == `9007199254740992.0`", "false"),
+    ("{}", "`9007199254740992` == `9007199254740992.0`", "true"),
+    ("{}", "`-2` > `-2.5`", "true"),
+    ("{}", "`18446744073709551615` < `1e30`", "true"),
+    (
+        "{}",
+        "sort([`9007199254740993`, `9007199254740992.0`, `9007199254740992`, `9007199254740992.5`])",
+        "[9007199254740992.0,9007199254740992,9007199254740992.0,9007199254740993]",
+    ),
+    // text to strip is found in a table for ASCII and in order for the rest,
+    ("{\"s\":\"xxéaéxx\"}", "trim(s, 'x')", "\"éaé\""),
+    ("{\"s\":\"xxéaéxx\"}", "trim(s, 'éx')", "\"a\""),
+    ("{\"s\":\"xxéaéxx\"}", "trim_left(s, 'xé')", "\"aéxx\""),
+    // and an `old` longer than the text is not looked for.
+    ("{}", "replace('ab', 'abc', '-')", "\"ab\""),
     // Steps and indexes far beyond a list are no error, and no wrapped arithmetic.
     ("{\"a\":[0,1,2,3]}", "a[1::`9223372036854775807`]", "error:syntax"),
     ("{\"a\":[0,1,2,3]}", "a[1::9223372036854775807]", "[1]"),

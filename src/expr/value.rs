@@ -54,7 +54,11 @@ impl Number {
             (Number::UInt(a), Number::Int(b)) => {
                 Some(if b < 0 { Ordering::Greater } else { a.cmp(&(b as u64)) })
             }
-            (a, b) => a.as_f64().partial_cmp(&b.as_f64()),
+            (Number::Float(a), Number::Float(b)) => a.partial_cmp(&b),
+            (Number::Int(a), Number::Float(b)) => integer_and_float(i128::from(a), b),
+            (Number::UInt(a), Number::Float(b)) => integer_and_float(i128::from(a), b),
+            (Number::Float(a), Number::Int(b)) => integer_and_float(i128::from(b), a).map(Ordering::reverse),
+            (Number::Float(a), Number::UInt(b)) => integer_and_float(i128::from(b), a).map(Ordering::reverse),
         }
     }
 
@@ -791,5 +795,25 @@ fn number_size(n: Number) -> u64 {
         Number::Int(n) => itoa::Buffer::new().format(n).len() as u64,
         Number::UInt(n) => itoa::Buffer::new().format(n).len() as u64,
         Number::Float(_) => 24,
+    }
+}
+
+/// Compares integer `a` with float `b` exactly (not through `a`'s nearest float, which would
+/// make 2^53 + 1 equal to 2^53 as a float and so not a total order for sorting).
+fn integer_and_float(a: i128, b: f64) -> Option<Ordering> {
+    if b.is_nan() {
+        return None;
+    }
+    // Beyond every 64-bit integer either way.
+    if b >= 1e20 {
+        return Some(Ordering::Less);
+    }
+    if b <= -1e20 {
+        return Some(Ordering::Greater);
+    }
+    let whole = b.trunc();
+    match a.cmp(&(whole as i128)) {
+        Ordering::Equal => 0.0f64.partial_cmp(&(b - whole)),
+        unequal => Some(unequal),
     }
 }

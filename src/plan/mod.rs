@@ -38,6 +38,9 @@ pub struct Plan {
     pub(crate) programs: Vec<Program>,
     /// What one call's mapping may spend.
     pub(crate) bounds: Bounds,
+    /// Steps of mapping one object, charged before it is mapped: one per op, and one per entry
+    /// of a target with several `keys` entries and per part of a concatenation.
+    pub(crate) object_steps: u64,
     /// What the plan reads of a document, for reading only that; `None` when an expression may
     /// read anything ([`wants`]).
     pub(crate) wants: Option<crate::json::ondemand::Wants>,
@@ -281,6 +284,28 @@ impl Plan {
     /// What one call's mapping may spend.
     pub fn bounds(&self) -> Bounds {
         self.bounds
+    }
+
+    /// The steps of mapping one object by `ops`, `reads` and `parts` ([`Plan::object_steps`]).
+    pub(crate) fn steps_per_object(&self) -> u64 {
+        let entries = |span: &Span| u64::from(span.end.saturating_sub(span.start));
+        let reads = |span: &Span| {
+            self.reads.get(span.range()).unwrap_or_default().iter().fold(
+                entries(span),
+                |sum, read| match read {
+                    Read::Concat(parts) => sum.saturating_add(entries(parts)),
+                    Read::Slot(_) => sum,
+                },
+            )
+        };
+        self.ops.iter().fold(0u64, |sum, op| {
+            let more = match op {
+                Op::Concat { parts, .. } => entries(parts),
+                Op::Array { reads: span, .. } => reads(span),
+                _ => 0,
+            };
+            sum.saturating_add(1).saturating_add(more)
+        })
     }
 
     /// Whether the output is a list (the rules have `each`).

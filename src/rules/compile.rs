@@ -46,7 +46,7 @@ pub fn compile(rules: &Rules, limits: &Limits) -> Result<Compiled, Vec<Problem>>
 /// building a plan: for tools that work on the rules themselves.
 pub fn read_json(text: &[u8], limits: &Limits) -> Result<Rules, Vec<Problem>> {
     let (rules, mut problems) = read_text(text, true)?;
-    check(&rules, limits, &mut problems);
+    check(&rules, limits, &mut expr::Patterns::default(), &mut problems);
     if problems.is_empty() { Ok(rules) } else { Err(problems) }
 }
 
@@ -71,17 +71,25 @@ fn read_text(text: &[u8], unwrap_string: bool) -> Result<(Rules, Vec<Problem>), 
 }
 
 fn finish(rules: &Rules, mut problems: Vec<Problem>, limits: &Limits) -> Result<Compiled, Vec<Problem>> {
-    let warnings = check(rules, limits, &mut problems);
+    // The patterns of the document's expressions, each compiled once for both passes.
+    let mut patterns = expr::Patterns::default();
+    let warnings = check(rules, limits, &mut patterns, &mut problems);
     if !problems.is_empty() {
         return Err(problems);
     }
-    Ok(Compiled { plan: lower(rules, limits), warnings })
+    Ok(Compiled { plan: lower(rules, limits, &mut patterns), warnings })
 }
 
 /// Compiles the expression `source` found at `at`; its problems are appended, each located at
 /// the member with the character offset in the message.
-fn expression(source: &str, at: &str, limits: &Limits, problems: &mut Vec<Problem>) -> Option<Program> {
-    match expr::compile(source, limits.max_depth) {
+fn expression(
+    source: &str,
+    at: &str,
+    limits: &Limits,
+    patterns: &mut expr::Patterns,
+    problems: &mut Vec<Problem>,
+) -> Option<Program> {
+    match expr::compile_with(source, limits.max_depth, patterns) {
         Ok(program) => Some(program),
         Err(errors) => {
             problems.extend(
@@ -95,7 +103,12 @@ fn expression(source: &str, at: &str, limits: &Limits, problems: &mut Vec<Proble
 }
 
 /// Whole-document checks. Returns the warnings; problems are appended.
-fn check(rules: &Rules, limits: &Limits, problems: &mut Vec<Problem>) -> Vec<Problem> {
+fn check(
+    rules: &Rules,
+    limits: &Limits,
+    patterns: &mut expr::Patterns,
+    problems: &mut Vec<Problem>,
+) -> Vec<Problem> {
     let targets = rules.new_body_fields.len();
     if targets > limits.max_rules {
         problems.push(Problem::new(
@@ -108,7 +121,7 @@ fn check(rules: &Rules, limits: &Limits, problems: &mut Vec<Problem>) -> Vec<Pro
             problems.push(too_deep("/each", each.len(), limits));
         }
         Some(Each::Expr(source)) => {
-            expression(source, "/each", limits, problems);
+            expression(source, "/each", limits, patterns, problems);
         }
         _ => {}
     }
@@ -161,7 +174,7 @@ fn check(rules: &Rules, limits: &Limits, problems: &mut Vec<Problem>) -> Vec<Pro
             ));
         }
         if let Some(source) = &old.expr {
-            expression(source, &pointer(&["oldBodyFields", &old.id, "expr"]), limits, problems);
+            expression(source, &pointer(&["oldBodyFields", &old.id, "expr"]), limits, patterns, problems);
         }
         if !used.contains(old.id.as_str()) {
             warnings.push(Problem::new(
@@ -174,7 +187,7 @@ fn check(rules: &Rules, limits: &Limits, problems: &mut Vec<Problem>) -> Vec<Pro
 }
 
 /// Builds the plan from rules that passed every check.
-fn lower(rules: &Rules, limits: &Limits) -> Plan {
+fn lower(rules: &Rules, limits: &Limits, patterns: &mut expr::Patterns) -> Plan {
     // Output order (SPEC §1.7): by position, targets without one last; the sort is stable, so ties
     // keep the client's order.
     let mut order: Vec<usize> = (0..rules.new_body_fields.len()).collect();
@@ -200,11 +213,12 @@ fn lower(rules: &Rules, limits: &Limits) -> Plan {
             answer_bytes: limits.max_response_bytes,
             steps: limits.max_mapping_steps,
         },
+        object_steps: 0,
         wants: None,
     };
     // Expressions compiled in `check` compile again here; they cannot fail now.
-    let program = |plan: &mut Plan, source: &str| {
-        let program = expr::compile(source, limits.max_depth).ok()?;
+    let mut program = |plan: &mut Plan, source: &str| {
+        let program = expr::compile_with(source, limits.max_depth, patterns).ok()?;
         plan.programs.push(program);
         Some((plan.programs.len() - 1) as u32)
     };
@@ -220,7 +234,7 @@ fn lower(rules: &Rules, limits: &Limits) -> Plan {
             continue; // Unreachable after `check`; a target without source or key is skipped.
         };
         if let Some(source) = &old.expr {
-            let Ok(compiled) = expr::compile(source, limits.max_depth) else { continue };
+            let Ok(compiled) = expr::compile_with(source, limits.max_depth, patterns) else { continue };
             let target = plan.targets.len() as u32;
             plan.targets.push(Target {
                 id: new.id.as_str().into(),
@@ -295,6 +309,7 @@ fn lower(rules: &Rules, limits: &Limits) -> Plan {
         .collect();
     plan.scan_count = plan.ops.iter().filter(|op| matches!(op, Op::Scan { .. })).count();
     plan.wants = crate::plan::wants(&plan);
+    plan.object_steps = plan.steps_per_object();
     plan
 }
 

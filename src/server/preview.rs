@@ -67,8 +67,9 @@ pub fn preview_output(
     if let Some(limit) = trace.outcome.limit {
         return Err(stopped(limit));
     }
-    // The trace repeats values of the output: the whole answer stays within the bound.
-    if out.len().saturating_add(trace.value_bytes()) > bounds.answer_bytes {
+    // The trace repeats values of the output and tells of each: the whole answer stays within
+    // the bound.
+    if out.len().saturating_add(trace.bytes()) > bounds.answer_bytes {
         return Err(stopped(Limit::Answer));
     }
     out.extend_from_slice(b",\"trace\":");

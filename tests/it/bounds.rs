@@ -276,3 +276,116 @@ async fn sigterm_ends_the_process_within_the_grace_period_while_a_mapping_runs()
     assert!(log.contains("grace period over"), "{log}");
     running.abort();
 }
+
+/// A preview of `sample` by the rules `rules` (a JSON object's text).
+fn preview_of(sample: &str, rules: &str) -> String {
+    format!(r#"{{"originalResponse":{sample},"mappingRules":{rules}}}"#)
+}
+
+#[tokio::test]
+async fn what_the_rules_themselves_read_and_write_is_bounded_like_expressions() {
+    let service = Service::start(Config { max_response_bytes: 1 << 20, ..config() }).await;
+    let url = service.url("/v1/preview");
+    let long = format!(r#"{{"b":"{}","blank":"{}"}}"#, "y".repeat(100_000), " ".repeat(200_000));
+    let one = |keys: &str, ignore: bool| {
+        format!(
+            r#"{{"ignoreEmptyValues":{ignore},"newBodyFields":{{"t":{{"key":"t","type":"String"}}}},"oldBodyFields":{{"t":{{"keys":[{keys}]}}}}}}"#
+        )
+    };
+    // One target naming the same 100 KB text 1,500 times, as entries or as the parts of one
+    // concatenation: 150 MB of answer from a single op, stopped as it passes the bound.
+    let entries = vec![r#""b""#; 1500].join(",");
+    let parts = format!(r#""{}""#, vec!["b"; 1500].join(", "));
+    for keys in [&entries, &parts] {
+        let answer = post_json(&url, preview_of(&long, &one(keys, false))).await;
+        answer.assert_problem(422, "mapping-limit");
+        assert!(detail(&answer).contains("(RECAST_MAX_RESPONSE_BYTES)"), "{}", detail(&answer));
+    }
+    // Left out when blank, 20,000 times: nothing is written, but each time 200 KB are read.
+    let blanks = vec![r#""blank""#; 20_000].join(",");
+    let answer = post_json(&url, preview_of(&long, &one(&blanks, true))).await;
+    answer.assert_problem(422, "mapping-limit");
+    assert!(detail(&answer).contains("(RECAST_MAX_MAPPING_STEPS)"), "{}", detail(&answer));
+    // An index of a plain path passes the elements before it: 300 targets each reading one of
+    // the last 300 of 20,000.
+    let sample = numbers(20_000);
+    let targets: Vec<String> = (0..300).map(|i| format!(r#""t{i}":{{"key":"t{i}","type":"Int"}}"#)).collect();
+    let sources: Vec<String> =
+        (0..300).map(|i| format!(r#""t{i}":{{"expr":"xs[{}]"}}"#, 19_999 - i)).collect();
+    let rules =
+        format!(r#"{{"newBodyFields":{{{}}},"oldBodyFields":{{{}}}}}"#, targets.join(","), sources.join(","));
+    let answer = post_json(&url, preview_of(&sample, &rules)).await;
+    answer.assert_problem(422, "mapping-limit");
+    assert!(detail(&answer).contains("(RECAST_MAX_MAPPING_STEPS)"), "{}", detail(&answer));
+    // Within the bounds, the same rules answer.
+    let answer = post_json(&url, preview_of(&long, &one(r#""b", "b""#, false))).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.json().get("t").map(|t| t.as_array().len()), Some(2));
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_trace_is_bounded_like_the_answer_it_is_part_of() {
+    let service = Service::start(config()).await;
+    // A 100 KB member name, and a target that names 5,000 members below it: each explained
+    // by a walk from the root and a pointer that holds the long name.
+    let name = "n".repeat(100_000);
+    let sample = format!(r#"{{"{name}":{{"x":1}}}}"#);
+    let keys = vec![r#""x""#; 5000].join(",");
+    let rules = format!(
+        r#"{{"newBodyFields":{{"t":{{"key":"t","type":"Int"}}}},"oldBodyFields":{{"t":{{"parents":["{name}"],"keys":[{keys}]}}}}}}"#
+    );
+    let answer = post_json(&service.url("/v1/preview"), preview_of(&sample, &rules)).await;
+    assert_eq!(answer.status, 200);
+    let answer = post_json(&service.url("/v1/preview?trace=true"), preview_of(&sample, &rules)).await;
+    answer.assert_problem(422, "mapping-limit");
+    assert!(detail(&answer).contains("(RECAST_MAX_MAPPING_STEPS)"), "{}", detail(&answer));
+    // A trace within its bounds tells how many were found.
+    let few = format!(
+        r#"{{"newBodyFields":{{"t":{{"key":"t","type":"Int"}}}},"oldBodyFields":{{"t":{{"parents":["{name}"],"keys":["x","y"]}}}}}}"#
+    );
+    let answer = post_json(&service.url("/v1/preview?trace=true"), preview_of(&sample, &few)).await;
+    assert_eq!(answer.status, 200);
+    let traced = answer.json();
+    let trace = traced.get("trace").expect("a trace").as_array();
+    let note = trace[0].get("note").and_then(Json::as_str).unwrap_or_default().to_owned();
+    assert!(note.starts_with("found 1 of 2 fields; first missing:"), "{note}");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn patterns_are_bounded_in_number_and_paid_for_by_what_a_search_may_read() {
+    let service = Service::start(config()).await;
+    let url = service.url("/v1/preview");
+    // Thirty-three distinct patterns in one document: refused at compile time.
+    let targets: Vec<String> =
+        (0..33).map(|i| format!(r#""t{i}":{{"key":"t{i}","type":"Boolean"}}"#)).collect();
+    let sources: Vec<String> =
+        (0..33).map(|i| format!(r#""t{i}":{{"expr":"regex_match(s, 'a{{{i}}}')"}}"#)).collect();
+    let rules =
+        format!(r#"{{"newBodyFields":{{{}}},"oldBodyFields":{{{}}}}}"#, targets.join(","), sources.join(","));
+    let answer = post_json(&url, preview_of(r#"{"s":"a"}"#, &rules)).await;
+    assert_eq!(answer.status, 400, "{}", String::from_utf8_lossy(&answer.body));
+    assert!(String::from_utf8_lossy(&answer.body).contains("at most 32 distinct patterns"));
+    // The same pattern many times is compiled once and is no problem.
+    let sources: Vec<String> =
+        (0..33).map(|i| format!(r#""t{i}":{{"expr":"regex_match(s, 'a+')"}}"#)).collect();
+    let rules =
+        format!(r#"{{"newBodyFields":{{{}}},"oldBodyFields":{{{}}}}}"#, targets.join(","), sources.join(","));
+    let answer = post_json(&url, preview_of(r#"{"s":"a"}"#, &rules)).await;
+    assert_eq!(answer.status, 200);
+    // Each search of a pattern that can match any length may read to the end of the text: the
+    // regex crate's own example of quadratic iteration (200,000 searches of up to 200 KB here,
+    // hours of this test's unoptimised build) stops at its budget.
+    let sample = format!(r#"{{"s":"{}","xs":[{}]}}"#, "A".repeat(200_000), vec!["\"a\""; 20_000].join(","));
+    let answer = post_json(&url, preview(&sample, "regex_replace(s, '.*[^A-Z]|[A-Z]', '')", "String")).await;
+    answer.assert_problem(422, "mapping-limit");
+    assert!(detail(&answer).contains("(RECAST_MAX_MAPPING_STEPS)"), "{}", detail(&answer));
+    // A needle longer than the text is paid for by its length (its searcher is made from it).
+    let answer = post_json(&url, preview(&sample, "length(xs[?replace(@, $.s, '') == 'a'])", "Int")).await;
+    answer.assert_problem(422, "mapping-limit");
+    // A bounded pattern is paid for once per text.
+    let answer = post_json(&url, preview(&sample, "length(regex_replace(s, 'A{1,3}', 'b'))", "Int")).await;
+    assert_eq!(&answer.body[..], br#"{"v":66667}"#);
+    service.stop().await;
+}
