@@ -113,6 +113,22 @@ impl<K: Hash + Eq + Clone, T> Leader<K, T> {
         by_key.get(&self.key).is_some_and(|current| Arc::ptr_eq(current, &self.flight)).then(work)
     }
 
+    /// Resolves once no call waits for the flight's outcome any more, and then takes the flight
+    /// away from its key (under the flights' lock, so that no call joins it after): the work may
+    /// be called off, and the next call of the key begins a new flight.
+    pub async fn unwaited(&self) {
+        loop {
+            self.flight.closed().await;
+            let mut by_key = self.flights.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+            if self.flight.receiver_count() == 0 {
+                if by_key.get(&self.key).is_some_and(|current| Arc::ptr_eq(current, &self.flight)) {
+                    by_key.remove(&self.key);
+                }
+                return;
+            }
+        }
+    }
+
     /// Hands `outcome` to every call waiting on this flight; a call that joins after this begins
     /// a new one.
     pub fn share(self, outcome: T) {

@@ -4,8 +4,8 @@
 //! fewest open ones, and the connection stays there: every request on it is read, sent upstream
 //! (over that worker's own HTTP/1.1 upstream connections, see [`crate::upstream`]), mapped and
 //! answered on one thread, with no task moving between threads and no wake-up crossing them. (An
-//! HTTP/2 upstream connection is shared by every worker: its frames are handled on the worker
-//! that opened it.)
+//! HTTP/2 upstream connection is shared by every worker: it is made, and its frames handled, on
+//! the main runtime, so that a worker busy with a mapping holds up no other worker's calls.)
 
 use std::cell::Cell;
 use std::sync::Arc;

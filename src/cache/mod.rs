@@ -10,10 +10,11 @@
 //! - **The key** ([`Key`]): the route version and the digest of the whole upstream request
 //!   ([`UpstreamRequest::digest`]), so a call shares only answers to the very request it would
 //!   send itself.
-//! - **Coalescing**: the first call that misses a key makes the upstream call (the *leader*);
-//!   calls for the same key meanwhile wait for its outcome, within their own deadline, and get
-//!   the same answer or the same error. A leader that goes away (its client hung up) hands
-//!   nothing on: its waiters start over, and one of them leads.
+//! - **Coalescing**: the first call that misses a key begins the upstream call (the *flight*,
+//!   in a task of its own); it and the calls for the same key meanwhile wait for its outcome,
+//!   within their own deadline, and get the same answer or the same error. The caller who began
+//!   it may hang up: the flight goes on while any call waits for it, and is called off when none
+//!   does.
 //! - **Dropping**: an update, a delete or a purge drops a route's entries and detaches its
 //!   flights: a call that comes after it starts a new upstream call, and the calls under way
 //!   store nothing.
@@ -145,8 +146,8 @@ pub enum Joined<T: Clone> {
     Waiter(Waiter<T>),
 }
 
-/// The leader of a flight. Dropped without sharing (its call was cancelled, or panicked), it
-/// takes its flight away, and its waiters start over.
+/// The leader of a flight. Dropped without sharing (its call panicked, or every call waiting
+/// for it left), it takes its flight away, and its waiters get nothing.
 pub struct Leader<T: Clone> {
     cache: Arc<AnswerCache<T>>,
     flight: flight::Leader<Key, T>,
@@ -163,6 +164,12 @@ impl<T: Clone> Leader<T> {
     /// the upstream call.
     pub fn waiter(&self) -> Waiter<T> {
         self.flight.waiter()
+    }
+
+    /// Resolves once no call waits for this flight's outcome, and takes it away from its key
+    /// then ([`flight::Leader::unwaited`]).
+    pub async fn unwaited(&self) {
+        self.flight.unwaited().await;
     }
 
     /// Hands the outcome to every call waiting on this flight; calls that come after it look in

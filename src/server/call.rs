@@ -144,23 +144,23 @@ async fn cached(
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let key = Key::new(route, &upstream);
-    // A waiter waits no longer than its own upstream call could have taken.
-    let deadline = tokio::time::Instant::now() + state.client.settings().total_timeout;
+    // A waiter waits no longer than its own upstream call could have taken, and its mapping.
+    let deadline = tokio::time::Instant::now() + state.client.settings().total_timeout + MAPPING_TIME;
     let counts = &state.metrics.cache;
-    loop {
-        let (entry, fresh) = match state.cache.find(&key) {
-            Lookup::Fresh(entry) => {
-                CacheCounts::count(&counts.hits);
-                (entry, true)
+    let (entry, fresh) = match state.cache.find(&key) {
+        Lookup::Fresh(entry) => {
+            CacheCounts::count(&counts.hits);
+            (entry, true)
+        }
+        Lookup::Stale(entry) => {
+            CacheCounts::count(&counts.stale);
+            if let Joined::Leader(leader) = state.cache.join(&key) {
+                refresh(state, route, settings, upstream, leader);
             }
-            Lookup::Stale(entry) => {
-                CacheCounts::count(&counts.stale);
-                if let Joined::Leader(leader) = state.cache.join(&key) {
-                    refresh(state, route, settings, upstream, leader);
-                }
-                (entry, false)
-            }
-            Lookup::Nothing => match state.cache.join(&key) {
+            (entry, false)
+        }
+        Lookup::Nothing => {
+            let (waiter, collapsed) = match state.cache.join(&key) {
                 Joined::Leader(leader) => {
                     CacheCounts::count(&counts.misses);
                     // The upstream call is the flight's, not this call's: it runs in a task of
@@ -169,59 +169,53 @@ async fn cached(
                     // the request again, a second `POST` behind a `GET` route).
                     let waiter = leader.waiter();
                     fly(state, route, settings, upstream.clone(), leader);
-                    match waiter.wait(deadline).await {
-                        Ok(Some(outcome)) => {
-                            record.cache = Some(miss(&outcome, false));
-                            return answer(outcome, record);
-                        }
-                        // The flight's task ended without an outcome (a panic, counted): this
-                        // call tries again while it has time.
-                        Ok(None) if tokio::time::Instant::now() < deadline => continue,
-                        Ok(None) | Err(TimedOut) => {
-                            record.cache = Some(CacheStatus::Miss { stored: None, collapsed: false });
-                            return Err(ApiError::Upstream {
-                                failure: UpstreamFailure::Timeout,
-                                validating: false,
-                            });
-                        }
-                    }
+                    (waiter, false)
                 }
                 Joined::Waiter(waiter) => {
                     CacheCounts::count(&counts.coalesced);
-                    match waiter.wait(deadline).await {
-                        Ok(Some(outcome)) if outcome.mapped.as_ref().is_ok_and(|m| m.freshness.no_store) => {
-                            // The upstream said this answer is not to be reused: this call
-                            // makes its own.
-                            let outcome = fetch(state, route, upstream).await;
-                            record.cache = Some(miss(&outcome, false));
-                            return answer(outcome, record);
-                        }
-                        Ok(Some(outcome)) => {
-                            record.cache = Some(miss(&outcome, true));
-                            return answer(outcome, record);
-                        }
-                        // The flight's task ended without an outcome (a panic, counted).
-                        Ok(None) if tokio::time::Instant::now() < deadline => continue,
-                        Ok(None) | Err(TimedOut) => {
-                            record.cache = Some(CacheStatus::Miss { stored: None, collapsed: true });
-                            return Err(ApiError::Upstream {
-                                failure: UpstreamFailure::Timeout,
-                                validating: false,
-                            });
-                        }
-                    }
+                    (waiter, true)
                 }
-            },
-        };
-        let now = tokio::time::Instant::now();
-        record.lookup = Some(started.elapsed());
-        let ttl = entry.ttl(now);
-        record.cache = Some(if fresh { CacheStatus::Hit { ttl } } else { CacheStatus::Stale { ttl } });
-        let mut response = json(entry.status, entry.body.clone());
-        response.headers_mut().insert(http::header::AGE, HeaderValue::from(entry.age(now)));
-        return Ok(response);
-    }
+            };
+            return match waiter.wait(deadline).await {
+                Ok(Some(outcome))
+                    if collapsed && outcome.mapped.as_ref().is_ok_and(|m| m.freshness.no_store) =>
+                {
+                    // The upstream said this answer is not to be reused: this call makes its
+                    // own.
+                    let outcome = fetch(state, route, upstream).await;
+                    record.cache = Some(miss(&outcome, false));
+                    answer(outcome, record)
+                }
+                Ok(Some(outcome)) => {
+                    record.cache = Some(miss(&outcome, collapsed));
+                    answer(outcome, record)
+                }
+                // The flight's task ended without an outcome: it panicked (counted and logged),
+                // and a panic answers 500 as it would have in this call's own task. (Leading
+                // again would send the request again, as often as it panics.)
+                Ok(None) => {
+                    record.cache = Some(CacheStatus::Miss { stored: None, collapsed });
+                    Err(ApiError::Internal)
+                }
+                Err(TimedOut) => {
+                    record.cache = Some(CacheStatus::Miss { stored: None, collapsed });
+                    Err(ApiError::Upstream { failure: UpstreamFailure::Timeout, validating: false })
+                }
+            };
+        }
+    };
+    let now = tokio::time::Instant::now();
+    record.lookup = Some(started.elapsed());
+    let ttl = entry.ttl(now);
+    record.cache = Some(if fresh { CacheStatus::Hit { ttl } } else { CacheStatus::Stale { ttl } });
+    let mut response = json(entry.status, entry.body.clone());
+    response.headers_mut().insert(http::header::AGE, HeaderValue::from(entry.age(now)));
+    Ok(response)
 }
+
+/// What a call waiting on a flight allows beyond the upstream call's own timeout: the mapping of
+/// its answer, bounded by `RECAST_MAX_MAPPING_STEPS` to tens of milliseconds.
+const MAPPING_TIME: Duration = Duration::from_secs(1);
 
 /// A leader's outcome: kept when the route and the upstream allow, then handed to the calls
 /// waiting on its flight. Returns it with `stored` filled in.
@@ -267,10 +261,19 @@ fn fly_at(
     leader: Leader<Outcome>,
 ) {
     let (Some(state), route) = (state.me.upgrade(), route.clone()) else { return };
-    // A panic drops the leader, which hands nothing on: its waiters try again.
+    // A panic drops the leader, which hands nothing on: its waiters answer 500. A miss's flight
+    // that every caller waiting for has left is called off: the calls admitted bound the work
+    // under way (`RECAST_MAX_INFLIGHT`), and no one would take its answer. A refresh has no
+    // caller waiting and runs to its end.
+    let may_be_orphaned = site == PanicSite::Flight;
     state.tasks.clone().spawn(site, async move {
-        let outcome = fetch(&state, &route, request).await;
-        lead(leader, outcome, settings);
+        let fetched = tokio::select! {
+            outcome = fetch(&state, &route, request) => Some(outcome),
+            () = leader.unwaited(), if may_be_orphaned => None,
+        };
+        if let Some(outcome) = fetched {
+            lead(leader, outcome, settings);
+        }
     });
 }
 

@@ -504,16 +504,24 @@ pub async fn run_with(
         }
         Ok(_) => {}
     }
-    // Every connection task is gone, so these are the last references: dropping them closes the
-    // store.
-    drop(state);
-    drop(local);
-    tracing::info!("stopped; storage closed");
+    // Dropping these closes the store (its memory table is written out) once the background
+    // tasks' references go with the runtime; done off this thread and waited for within the
+    // grace period: what the store acknowledged is in its synced log either way.
+    let closing = tokio::task::spawn_blocking(move || {
+        drop(state);
+        drop(local);
+    });
+    match tokio::time::timeout_at(stop_by.max(tokio::time::Instant::now() + LEAVING), closing).await {
+        Ok(_) => tracing::info!("stopped; storage closed"),
+        Err(_) => tracing::warn!(
+            "stopped while the store was still closing; what it acknowledged is in its synced log"
+        ),
+    }
     fatal.map_or(Ok(()), |why| Err(RunError::Config(why)))
 }
 
-/// How long a stopping cluster node waits for the database to take its row off, when the grace
-/// period has less left.
+/// How long a stopping cluster node waits for the database to take its row off, and a stopping
+/// node for its store to close, when the grace period has less left.
 const LEAVING: Duration = Duration::from_millis(500);
 
 /// Turns the store's background compactions back on (they are held while routes load).

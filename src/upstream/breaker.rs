@@ -92,8 +92,8 @@ impl Breakers {
         }
     }
 
-    /// Lets go of the breakers nobody used for a while that are closed with no failure counted
-    /// (or open with their cooldown over, which the next call would probe), one sweep of those
+    /// Lets go of the breakers nobody used for a while that are closed (or open with their
+    /// cooldown over, which the next call would probe), one sweep of those
     /// made `every` so long.
     pub fn sweep(&self, every: Duration, now: Instant) {
         self.origins.sweep(every, |breaker, _| breaker.at_rest(now));
@@ -178,11 +178,12 @@ enum Phase {
 }
 
 impl Breaker {
-    /// Whether forgetting it loses nothing: closed with no failure counted, or open past its
-    /// cooldown (a new breaker lets the next call through as a probe would).
+    /// Whether forgetting it loses nothing that matters: closed (failures counted before the
+    /// many sweeps it went unused are no run of failures now), or open past its cooldown (a new
+    /// breaker lets the next call through as a probe would).
     fn at_rest(&self, now: Instant) -> bool {
         match self.state.lock().unwrap_or_else(PoisonError::into_inner).phase {
-            Phase::Closed { failures } => failures == 0,
+            Phase::Closed { .. } => true,
             Phase::Open { until } => until <= now,
             Phase::Probing => false,
         }

@@ -407,35 +407,40 @@ impl UpstreamClient {
             }
             return Ok(held.bearer());
         }
-        let waiter = match slot.fetches.join(&()) {
-            flight::Joined::Waiter(waiter) => waiter,
-            flight::Joined::Leader(leader) => {
-                // Looked at again now that no fetch is under way: one may have ended since (it
-                // keeps its token or its failure before it lets its flight go).
-                if let Some(held) = slot.usable(Instant::now(), rejected) {
-                    return Ok(held.bearer());
-                }
-                if let Some(failure) = slot.recent_failure() {
-                    return Err(UpstreamError::Auth(failure));
-                }
-                let waiter = leader.waiter();
-                let reason = if rejected.is_some() { FetchReason::Rejected } else { FetchReason::New };
-                self.launch(&slot, leader, token, reason);
-                waiter
-            }
-        };
         let late = || {
             UpstreamError::Auth(AuthFailure::Unreachable("the token endpoint did not answer in time".into()))
         };
-        // The token fetched is taken even when its life is already over (an `expires_in` shorter
-        // than the fetch took): it is the newest there is.
-        match waiter.wait(deadline).await.map_err(|_| late())? {
-            Some(Ok(held)) => Ok(held.bearer()),
-            Some(Err(failure)) => Err(UpstreamError::Auth(failure)),
-            // The fetch's task ended without an outcome (it cannot panic, but if it did).
-            None => Err(UpstreamError::Auth(AuthFailure::Unreachable(
-                "the token fetch ended without an outcome".into(),
-            ))),
+        loop {
+            let waiter = match slot.fetches.join(&()) {
+                flight::Joined::Waiter(waiter) => waiter,
+                flight::Joined::Leader(leader) => {
+                    // Looked at again now that no fetch is under way: one may have ended since
+                    // (it keeps its token or its failure before it lets its flight go). The
+                    // calls that joined meanwhile take the same.
+                    if let Some(held) = slot.usable(Instant::now(), rejected) {
+                        let bearer = held.bearer();
+                        leader.share(Ok(held));
+                        return Ok(bearer);
+                    }
+                    if let Some(failure) = slot.recent_failure() {
+                        leader.share(Err(failure.clone()));
+                        return Err(UpstreamError::Auth(failure));
+                    }
+                    let waiter = leader.waiter();
+                    let reason = if rejected.is_some() { FetchReason::Rejected } else { FetchReason::New };
+                    self.launch(&slot, leader, token, reason);
+                    waiter
+                }
+            };
+            // The token fetched is taken even when its life is already over (an `expires_in`
+            // shorter than the fetch took): it is the newest there is. One this call's upstream
+            // rejected, or no outcome at all, and it looks again while it has time.
+            match waiter.wait(deadline).await.map_err(|_| late())? {
+                Some(Ok(held)) if Some(held.serial) != rejected => return Ok(held.bearer()),
+                Some(Err(failure)) => return Err(UpstreamError::Auth(failure)),
+                Some(Ok(_)) | None if Instant::now() < deadline => tokio::task::yield_now().await,
+                Some(Ok(_)) | None => return Err(late()),
+            }
         }
     }
 

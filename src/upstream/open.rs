@@ -8,7 +8,7 @@ use http::uri::Scheme;
 use tracing::{Instrument as _, Level};
 
 use super::connect::Connecting;
-use super::{Connector, Key, Target, UpstreamClient, UpstreamError, h2, tls, wire};
+use super::{Connector, Key, Spawner, Target, UpstreamClient, UpstreamError, h2, tls, wire};
 use crate::flight;
 use crate::logging::logged;
 
@@ -94,9 +94,14 @@ impl UpstreamClient {
     /// A new connection to `key`'s upstream: HTTP/2 when its TLS picked `h2` (kept for the calls
     /// after), else HTTP/1.1. A connection the upstream's host refuses is tried once more (nothing
     /// was sent).
+    ///
+    /// Made by the calling worker for HTTP/1.1: one that picks `h2` anyway serves this call alone
+    /// ([`h2::Connections::one_call`]) when there are several workers, since its event loop is
+    /// this worker's.
     pub(super) async fn open(&self, target: &Target<'_>, key: &Key) -> Result<Opened, UpstreamError> {
         let connector = self.connector_for(target.tls)?;
-        self.open_with(connector, &target.request.uri, key, target.h2c, self.may_speak_h2(target)).await
+        let (uri, h2c, may_speak_h2) = (&target.request.uri, target.h2c, self.may_speak_h2(target));
+        self.open_made(connector, uri, key, h2c, may_speak_h2, self.spawner.on.is_none()).await
     }
 
     /// [`UpstreamClient::open`] by `connector` to `uri`, in HTTP/2 from the start when `h2c`;
@@ -109,6 +114,20 @@ impl UpstreamClient {
         h2c: bool,
         may_speak_h2: bool,
     ) -> Result<Opened, UpstreamError> {
+        self.open_made(connector, uri, key, h2c, may_speak_h2, true).await
+    }
+
+    /// [`UpstreamClient::open_with`]; an HTTP/2 connection is kept for every call when
+    /// `shared`, else it serves this one alone.
+    async fn open_made(
+        &self,
+        connector: Connector,
+        uri: &http::Uri,
+        key: &Key,
+        h2c: bool,
+        may_speak_h2: bool,
+        shared: bool,
+    ) -> Result<Opened, UpstreamError> {
         let (stream, asked) = match self.connect(connector.clone(), uri).await {
             Err(Connecting::Refused(why)) => {
                 logged!(Level::DEBUG, upstream = %key.1, %why, "the connection was refused; trying once more");
@@ -118,11 +137,13 @@ impl UpstreamClient {
         };
         let asked = self.certificate_asked(key, asked, &stream);
         if h2c || h2::negotiated(&stream) {
-            let lease = self
-                .h2
-                .add(key.clone(), stream, asked, &self.spawner)
-                .await
-                .map_err(|failed| self.failure(failed))?;
+            let lease = if shared {
+                self.h2.add(key.clone(), stream, asked, &self.spawner).await
+            } else {
+                let here = Spawner { tasks: self.spawner.tasks.clone(), on: None };
+                self.h2.one_call(key.clone(), stream, asked, &here).await
+            }
+            .map_err(|failed| self.failure(failed))?;
             logged!(Level::DEBUG, upstream = %key.1, "the upstream speaks HTTP/2");
             return Ok(Opened::Http2(lease));
         }

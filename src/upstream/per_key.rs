@@ -94,7 +94,8 @@ impl<K: Hash + Eq, T> PerKey<K, T> {
         let mut all = self.all.write().unwrap_or_else(PoisonError::into_inner);
         all.retain(|_, kept| {
             let unused = now.saturating_sub(kept.used.load(Ordering::Relaxed));
-            let unused_for = every.saturating_mul(u32::try_from(unused - 1).unwrap_or(u32::MAX));
+            let unused_for =
+                every.saturating_mul(u32::try_from(unused.saturating_sub(1)).unwrap_or(u32::MAX));
             Arc::strong_count(&kept.state) > 1 || unused <= UNUSED_SWEEPS || !at_rest(&kept.state, unused_for)
         });
     }

@@ -115,9 +115,8 @@ fn runtime_thread() -> tokio::runtime::Handle {
     handle
 }
 
-#[test]
-fn an_http2_connection_serves_every_worker_while_the_one_that_opened_it_is_busy() {
-    // An h2c server answering `{}`, on its own thread.
+/// An h2c server answering `{}`, on a thread of its own; its URL and its count of connections.
+fn h2c_server() -> (String, Arc<AtomicUsize>) {
     let server = runtime_thread();
     let listener = server.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
     let url = format!("http://{}/x", listener.local_addr().unwrap());
@@ -138,6 +137,12 @@ fn an_http2_connection_serves_every_worker_while_the_one_that_opened_it_is_busy(
             );
         }
     });
+    (url, accepted)
+}
+
+#[test]
+fn an_http2_connection_serves_every_worker_while_the_one_that_opened_it_is_busy() {
+    let (url, accepted) = h2c_server();
     // The service's runtime for the client's own tasks, and two workers.
     let client = client().with_tasks(Tasks::new(Arc::default()), runtime_thread());
     let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -157,6 +162,34 @@ fn an_http2_connection_serves_every_worker_while_the_one_that_opened_it_is_busy(
         assert_eq!(answer.expect("an answer").body, b"{}");
     }
     assert_eq!(accepted.load(Ordering::SeqCst), 1, "one connection carried every call");
+    drop(first);
+}
+
+#[test]
+fn an_http2_connection_a_worker_made_for_http1_serves_its_call_alone() {
+    let (url, accepted) = h2c_server();
+    let client = client().with_tasks(Tasks::new(Arc::default()), runtime_thread());
+    let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let second = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let outbound = Outbound { h2c: true, ..Outbound::default() };
+    let get = || UpstreamRequest { method: Method::GET, ..post(&url) };
+    // The upstream picked HTTP/1.1 last: the first worker makes a connection of its own, which
+    // speaks HTTP/2 anyway.
+    let key = Key::of(&url.parse().unwrap(), None).unwrap();
+    client.h2.picked_http1(&key);
+    let answer = first.block_on(client.call_with(&get(), &outbound)).expect("an answer");
+    assert_eq!(answer.body, b"{}");
+    // That worker is busy from now on. Its connection served its call alone: the second
+    // worker's calls open one shared by every worker, and are not held up.
+    for _ in 0..3 {
+        let request = get();
+        let call = async {
+            tokio::time::timeout(Duration::from_secs(2), client.call_with(&request, &outbound)).await
+        };
+        let answer = second.block_on(call).expect("the call is not held up by the busy worker");
+        assert_eq!(answer.expect("an answer").body, b"{}");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 2, "the first worker's connection, and one shared");
     drop(first);
 }
 

@@ -556,6 +556,63 @@ async fn a_flight_outlives_the_caller_who_began_it_and_its_waiters_take_its_answ
 }
 
 #[tokio::test]
+async fn a_flight_no_caller_waits_for_any_more_is_called_off() {
+    use tokio::io::AsyncWriteExt as _;
+    let (upstream, count) = counting(Duration::from_millis(1500), none).await;
+    let service = Service::start(config()).await;
+    let path = cached_route(&service, &upstream, r#"{"ttlSeconds":60}"#).await;
+    // The only caller sends its call and hangs up before the upstream answers.
+    let mut caller = tokio::net::TcpStream::connect(service.addr).await.unwrap();
+    caller.write_all(format!("GET {path} HTTP/1.1\r\nhost: recast\r\n\r\n").as_bytes()).await.unwrap();
+    crate::support::reached(&count, 2, "the call did not reach the upstream").await;
+    drop(caller);
+    // No one waits for the flight: it is called off, so the next call begins its own (it does
+    // not wait on the one no admitted call holds).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let answer = get(&service.url(&path)).await;
+    assert_eq!((id(&answer), cache_status(&answer)), (3, "recast; fwd=miss; stored; ttl=60"));
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_flight_that_panics_answers_500_to_its_callers_and_is_not_sent_again() {
+    let count = Arc::new(AtomicUsize::new(0));
+    let upstream = {
+        let count = count.clone();
+        Upstream::start(move |_| {
+            let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+            Reply { headers: vec![("connection", "close".to_owned())], ..Reply::json(&meal(n, "Soup")) }
+        })
+        .await
+    };
+    let panicking = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let allow: recast::policy::AllowList = "127.0.0.0/8".parse().unwrap();
+    let outbound = recast::server::Outbound {
+        policy: Arc::new(recast::policy::OutboundPolicy::new(&allow)),
+        lookup: Arc::new(PanicsWhenTold(panicking.clone())),
+    };
+    let service = Service::start_with(config(), outbound).await;
+    let base = format!("http://upstream.test:{}/", upstream.addr.port());
+    let path = registered(&service, &registration(&base, "", r#","cache":{"ttlSeconds":60}"#), &[]).await;
+    // A miss whose flight panics (resolving the upstream's name): each caller gets 500, once,
+    // and the flight is not led again (as often as it panics, until the deadline).
+    panicking.store(true, Ordering::SeqCst);
+    let url = service.url(&path);
+    let calls: Vec<_> = (0..3).map(|_| tokio::spawn(get_owned(url.clone()))).collect();
+    for call in calls {
+        call.await.unwrap().assert_problem(500, "internal-error");
+    }
+    let text = metrics(&service).await;
+    let flights = sample(&text, r#"recast_panics_total{site="flight"}"#);
+    assert!((1.0..=3.0).contains(&flights), "{flights} flights panicked for three calls");
+    panicking.store(false, Ordering::SeqCst);
+    let answer = get(&url).await;
+    assert_eq!(answer.status, 200);
+    service.stop().await;
+}
+
+#[tokio::test]
 async fn the_registration_in_the_caching_doc_registers_a_cached_route() {
     let doc = include_str!("../../docs/caching.md");
     let start = doc.find("```json\n").expect("a json block") + "```json\n".len();

@@ -39,6 +39,10 @@ const MOST_STREAMS: usize = 1000;
 /// for it: longer than its idle pooled connections are kept (90 s).
 const HTTP1_SWEEPS: u8 = 4;
 
+/// How many sweeps (of 30 s) an upstream's HTTP/2 connections are kept with no call looking for
+/// it: as long as idle pooled HTTP/1.1 connections (90 s).
+const IDLE_SWEEPS: u8 = 3;
+
 /// How long a call waits for a new connection's first SETTINGS frame (about one round trip)
 /// before it takes a stream on it by [`STREAMS_BEFORE_SETTINGS`].
 const SETTINGS_WAIT: Duration = Duration::from_secs(1);
@@ -176,6 +180,11 @@ impl Connections {
         all.retain(|key, upstream| {
             upstream.connections.retain(|c| c.open());
             upstream.untouched = upstream.untouched.saturating_add(1);
+            // No call looked for it in IDLE_SWEEPS sweeps: its connections that carry no call
+            // are let go, and each closes (an upstream's server may keep them open forever).
+            if upstream.untouched > IDLE_SWEEPS {
+                upstream.connections.retain(|c| c.in_flight.load(Ordering::Acquire) > 0);
+            }
             let kept_for = if upstream.http1 { HTTP1_SWEEPS } else { 1 };
             upstream.untouched <= kept_for || !upstream.connections.is_empty() || self.opens.flying(key)
         });
@@ -193,9 +202,44 @@ impl Connections {
         certificate_asked: Option<CertificateAsked>,
         spawner: &Spawner,
     ) -> Result<Lease, Failed> {
+        let shared = self.handshake(&key, stream, certificate_asked, spawner).await?;
+        let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        let upstream = all.entry(key).or_default();
+        upstream.http1 = false;
+        upstream.connections.push(shared.clone());
+        Ok(Lease(shared))
+    }
+
+    /// Makes an HTTP/2 connection of `stream` for one call, not kept for others: a connection
+    /// that a worker made for HTTP/1.1 (its upstream picked that last) and that picked `h2`. It
+    /// is driven by that worker's event loop, which no other worker's calls may depend on; it
+    /// closes once the call ends, and the calls after open one shared by every worker (the
+    /// upstream is no longer taken for one that picked HTTP/1.1).
+    pub(super) async fn one_call(
+        &self,
+        key: Key,
+        stream: Stream,
+        certificate_asked: Option<CertificateAsked>,
+        spawner: &Spawner,
+    ) -> Result<Lease, Failed> {
+        let shared = self.handshake(&key, stream, certificate_asked, spawner).await?;
+        let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        all.entry(key).or_default().http1 = false;
+        Ok(Lease(shared))
+    }
+
+    /// The HTTP/2 handshake on `stream`, whose frames a task of its own on `spawner`'s runtime
+    /// then reads and writes; the connection holds one call's place.
+    async fn handshake(
+        &self,
+        key: &Key,
+        stream: Stream,
+        certificate_asked: Option<CertificateAsked>,
+        spawner: &Spawner,
+    ) -> Result<Arc<Shared>, Failed> {
         let known = {
             let all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-            let said = all.get(&key).and_then(|upstream| {
+            let said = all.get(key).and_then(|upstream| {
                 let said = |c: &&Arc<Shared>| c.open() && c.peer.said.load(Ordering::Acquire);
                 upstream.connections.iter().find(said).cloned()
             });
@@ -221,12 +265,7 @@ impl Connections {
                 tracing::debug!(error = %error_chain(&e), "an upstream HTTP/2 connection ended");
             }
         });
-        let shared = Arc::new(Shared { sender, in_flight: AtomicUsize::new(1), peer, certificate_asked });
-        let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-        let upstream = all.entry(key).or_default();
-        upstream.http1 = false;
-        upstream.connections.push(shared.clone());
-        Ok(Lease(shared))
+        Ok(Arc::new(Shared { sender, in_flight: AtomicUsize::new(1), peer, certificate_asked }))
     }
 }
 
