@@ -7,6 +7,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 
 use tokio::runtime::Handle;
@@ -18,6 +19,8 @@ use crate::metrics::{Metrics, PanicSite};
 #[derive(Clone)]
 pub struct Tasks {
     metrics: Arc<Metrics>,
+    /// Blocking work given to [`Tasks::blocking`] that has not ended (queued or running).
+    blocking_now: Arc<AtomicUsize>,
 }
 
 /// A guarded task panicked (its message, already logged and counted), or a blocking one was
@@ -34,7 +37,7 @@ impl std::fmt::Display for Panicked {
 impl Tasks {
     /// Tasks whose panics are counted in `metrics`.
     pub fn new(metrics: Arc<Metrics>) -> Tasks {
-        Tasks { metrics }
+        Tasks { metrics, blocking_now: Arc::default() }
     }
 
     /// `future`, guarded: its output, or [`Panicked`] once a panic while polling it was caught,
@@ -83,6 +86,12 @@ impl Tasks {
         site: PanicSite,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, Panicked> {
+        self.blocking_now.fetch_add(1, Ordering::AcqRel);
+        let counted = Counted(self.blocking_now.clone());
+        let work = move || {
+            let _counted = counted;
+            work()
+        };
         match tokio::task::spawn_blocking(work).await {
             Ok(done) => Ok(done),
             // Not a bug: the runtime is going away.
@@ -96,9 +105,34 @@ impl Tasks {
         }
     }
 
+    /// Waits until no blocking work given to [`Tasks::blocking`] is left, or until `by`; whether
+    /// none is left. (Work is not cancelled by its caller going away: store writes begun before a
+    /// stop end before the store is closed, as a process that exits while the storage library
+    /// works may crash in it.)
+    pub async fn blocking_ended(&self, by: tokio::time::Instant) -> bool {
+        loop {
+            if self.blocking_now.load(Ordering::Acquire) == 0 {
+                return true;
+            }
+            if tokio::time::Instant::now() >= by {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
     /// The metrics panics are counted in.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+}
+
+/// Counts one piece of blocking work until it ends, run or not.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

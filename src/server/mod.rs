@@ -504,6 +504,12 @@ pub async fn run_with(
         }
         Ok(_) => {}
     }
+    // Blocking work begun before the stop (a new node's snapshot, written after it became
+    // ready; a store write whose caller went away) ends before the store is closed and the
+    // process exits: the storage library may crash when the process exits under it.
+    if !tasks.blocking_ended(stop_by.max(tokio::time::Instant::now() + LEAVING)).await {
+        tracing::warn!("blocking work was still running when the grace period ended; not waiting for it");
+    }
     // Dropping these closes the store (its memory table is written out) once the background
     // tasks' references go with the runtime; done off this thread and waited for within the
     // grace period: what the store acknowledged is in its synced log either way.

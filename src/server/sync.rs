@@ -215,7 +215,13 @@ impl Follower {
             }
             snapshot.retain(|uuid| seen.contains(&uuid))?;
             // Written a page at a time from the end, each page's memory freed once it is written.
+            // A stop ends it between pages: the snapshot is still marked loading, so the next
+            // start loads everything again, and the stop does not wait for the rest.
             while !held.is_empty() {
+                if loaded.lifecycle() == Lifecycle::Stopped {
+                    tracing::info!("stopping: the snapshot is left to the next start, which loads again");
+                    return Ok(());
+                }
                 let page = held.split_off(held.len().saturating_sub(SNAPSHOT_PAGE));
                 snapshot.apply(&page, None)?;
             }
