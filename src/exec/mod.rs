@@ -85,7 +85,18 @@ pub(crate) struct Scratch<'a> {
     outcome: Outcome,
     /// The length the output may reach (`RECAST_MAX_RESPONSE_BYTES` past where it began).
     answer_end: usize,
+    /// The length of output paid for: as long as the document's text for free, then a step per
+    /// [`WRITTEN_BY_KEYS`] bytes as targets write (an expression's value is paid for by its
+    /// own charge).
+    paid_until: usize,
 }
+
+/// Bytes per step of the output written past the document's own length by targets that read
+/// it by `keys`: text copied out with its escapes checked, a little faster than an expression's
+/// value is written. A mapping that writes about as much as it reads pays nothing for writing;
+/// one that writes many times what it reads stops at the step budget (at about 16 MiB past its
+/// document by default), not only at the answer's bound.
+const WRITTEN_BY_KEYS: u64 = 4;
 
 /// Members per object whose names a scan remembers from one `each` element to the next.
 const SHAPE_MEMBERS: usize = 64;
@@ -138,6 +149,7 @@ impl<'a> Scratch<'a> {
             shapes: &mut [],
             outcome: Outcome::default(),
             answer_end: usize::MAX,
+            paid_until: usize::MAX,
         }
     }
 
@@ -201,6 +213,7 @@ pub(crate) fn document<O: Observer>(
     let arena = Arena::new(bump, &budget);
     let context = expr::Context { top: Val::from_tape(tape, root), arena: &arena };
     scratch.answer_end = out.len().saturating_add(plan.bounds.answer_bytes);
+    scratch.paid_until = out.len().saturating_add(nodes.backing().text_len());
     mapped(plan, nodes, root, &context, scratch, out, observer);
     scratch.outcome.steps = plan.bounds.steps - budget.steps_left();
 }
@@ -372,7 +385,7 @@ fn object<O: Observer>(
     let ignore = plan.ignore_empty;
     let tape: &Nodes<'_> = nodes;
     let answer_end = scratch.answer_end;
-    let Scratch { slots, shapes, outcome, .. } = scratch;
+    let Scratch { slots, shapes, outcome, paid_until, .. } = scratch;
     // A step per op of each object mapped, and per `keys` entry and part of a concatenation.
     if let Err(bound) = context.arena.step(plan.object_steps) {
         outcome.stopped(bound.into());
@@ -387,9 +400,20 @@ fn object<O: Observer>(
         if out.len() > answer_end {
             outcome.stopped(Limit::Answer);
         }
+        if let Err(bound) = pay_for_writing(out.len(), paid_until, context) {
+            outcome.stopped(bound);
+        }
         if outcome.limit.is_some() {
             break;
         }
+        // Where what an op writes by `keys` must stop: the answer's bound, or the output the
+        // steps left pay for.
+        let write_end = answer_end.min(
+            paid_until.saturating_add(
+                usize::try_from(context.arena.budget().steps_left().saturating_mul(WRITTEN_BY_KEYS))
+                    .unwrap_or(usize::MAX),
+            ),
+        );
         let target = MemberOut { out: &mut *out, first: &mut first, root, observer: &mut *observer };
         match op {
             Op::Scan { input, strict, table } => {
@@ -452,7 +476,7 @@ fn object<O: Observer>(
                 }
                 Some(_) => target.left_out(*id),
                 None => target
-                    .write(*id, member, |out| concat(plan, nodes, *parts, slots, ignore, answer_end, out)),
+                    .write(*id, member, |out| concat(plan, nodes, *parts, slots, ignore, write_end, out)),
             },
             Op::Field { slot, .. }
                 if context.arena.step(read_steps(nodes, slot_at(slots, *slot))).is_err() =>
@@ -473,9 +497,8 @@ fn object<O: Observer>(
                 break;
             }
             Op::Array { target: id, ty, member, reads } => {
-                target.write(*id, member, |out| {
-                    array(plan, nodes, *ty, *reads, slots, ignore, answer_end, out)
-                });
+                target
+                    .write(*id, member, |out| array(plan, nodes, *ty, *reads, slots, ignore, write_end, out));
             }
             Op::Expr { target: id, ty, program, member } => {
                 let value = match expr::run(&plan.programs[*program as usize], tape, context, cur) {
@@ -515,14 +538,30 @@ fn object<O: Observer>(
                 } else {
                     target.write(*id, member, |out| expr::write_value(nodes, value, *ty, ignore, out));
                 }
+                // Paid for by the charge of its writing above.
+                *paid_until = (*paid_until).max(out.len());
             }
         }
     }
     if out.len() > answer_end {
         outcome.stopped(Limit::Answer);
     }
+    if let Err(bound) = pay_for_writing(out.len(), paid_until, context) {
+        outcome.stopped(bound);
+    }
     out.push(b'}');
     !first
+}
+
+/// Charges the output written past `paid_until` (a step per [`WRITTEN_BY_KEYS`] bytes) and moves
+/// it to `written`.
+fn pay_for_writing(written: usize, paid_until: &mut usize, context: &expr::Context<'_>) -> Result<(), Limit> {
+    if written <= *paid_until {
+        return Ok(());
+    }
+    let steps = ((written - *paid_until) as u64).div_ceil(WRITTEN_BY_KEYS);
+    *paid_until = written;
+    context.arena.step(steps).map_err(Limit::from)
 }
 
 /// Where one target is written: a member of the output object being built.

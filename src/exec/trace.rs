@@ -4,9 +4,10 @@
 //!
 //! Explanations re-walk the target's path slowly with JSON pointers; the output itself is always
 //! the one the real executor wrote. The trace is part of the answer and has the mapping's bounds
-//! too: its walks cost steps (a step per member passed, and per 64 bytes of a pointer built),
-//! counted apart from the run's and up to the same number, and its entries count against the
-//! answer's bytes. A trace that would pass either stops the preview with `mapping-limit`.
+//! too: its walks cost steps (a step per member passed and 64 bytes of the name looked for, four
+//! per 64 bytes of a pointer built), counted apart from the run's and up to the same number, and
+//! its entries count against the answer's bytes. A trace that would pass either stops the
+//! preview with `mapping-limit`.
 
 use super::coerce::{Coerced, coerce};
 use super::{Observer, Outcome, Scratch, document, with_arena};
@@ -111,7 +112,7 @@ pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut V
         tracer.each = Some(("(each)".to_owned(), true));
     }
     if let Some(Each::Path(path)) = &plan.each {
-        match locate(nodes, root, String::new(), path.iter().map(|p| &**p), &mut tracer.steps_left) {
+        match locate(nodes, root, Some(String::new()), path.iter().map(|p| &**p), &mut tracer.steps_left) {
             Ok((at, pointer)) => match nodes.get(at) {
                 Some(Node::Array { .. }) => tracer.each = Some((pointer, true)),
                 Some(Node::Object { .. }) => tracer.each = Some((pointer, false)),
@@ -235,20 +236,23 @@ impl Observer for Tracer<'_, '_> {
         let (resolved, note) = match (&*t.keys, names.next()) {
             ([KeyEntry::Field(_)], Some(name)) => {
                 let path = t.parents.iter().map(|p| &**p).chain([name.as_str()]);
-                let found = locate(self.nodes, root, start, path, &mut self.steps_left);
+                let found = locate(self.nodes, root, Some(start), path, &mut self.steps_left);
                 (found.is_ok(), self.single_note(t, &found, value))
             }
             (_, first) => {
-                // Only how many were found and the first miss are told: no pointer is kept for
-                // the others.
+                // Only how many were found and why the first miss is missing are told: no
+                // pointer is built for the others.
                 let (mut hits, mut all, mut missing) = (0, 0, None);
                 for name in first.into_iter().chain(names) {
-                    let path = t.parents.iter().map(|p| &**p).chain([name.as_str()]);
-                    match locate(self.nodes, root, start.clone(), path, &mut self.steps_left) {
+                    let path = || t.parents.iter().map(|p| &**p).chain([name.as_str()]);
+                    match locate(self.nodes, root, None, path(), &mut self.steps_left) {
                         Ok(_) => hits += 1,
-                        Err(why) => {
-                            missing.get_or_insert(why);
+                        Err(_) if missing.is_none() && self.steps_left > 0 => {
+                            let told =
+                                locate(self.nodes, root, Some(start.clone()), path(), &mut self.steps_left);
+                            missing = told.err();
                         }
+                        Err(_) => {}
                     }
                     all += 1;
                     if self.steps_left == 0 {
@@ -333,43 +337,51 @@ fn several_note(hits: usize, all: usize, missing: Option<String>, included: bool
 
 /// Walks `path` from `root` (whose pointer is `pointer`) as SPEC §1.2 reads values (lists are
 /// followed to their first element before each step) and returns the value found with its JSON
-/// pointer, or why there is none. Takes a step from `steps` per member passed and per 64 bytes of
-/// pointer; with none left it stops, and what it answers is not told.
+/// pointer, or why there is none; with no `pointer`, only whether it is found (both empty).
+/// Takes from `steps` a step per member passed (per 64 bytes of the name looked for, for each),
+/// and four per 64 bytes of pointer built; with none left it stops, and what it answers is not
+/// told.
 fn locate<'p>(
     nodes: &Nodes<'_>,
     root: usize,
-    mut pointer: String,
+    mut pointer: Option<String>,
     path: impl IntoIterator<Item = &'p str>,
     steps: &mut u64,
 ) -> Found {
     let mut at = root;
+    let shown_at = |pointer: &Option<String>| pointer.as_deref().map(shown).unwrap_or_default();
     for step in path {
+        while let Some(Node::Array { len, .. }) = nodes.get(at) {
+            if *len == 0 {
+                return Err(format!("{} is an empty list", shown_at(&pointer)));
+            }
+            at += 1;
+            if let Some(pointer) = &mut pointer {
+                pointer.push_str("/0");
+            }
+        }
         let members = match nodes.get(at) {
             Some(Node::Object { len, .. }) => *len as u64,
             _ => 0,
         };
-        match steps.checked_sub(members + steps_of_bytes(pointer.len() + step.len())) {
+        let built = pointer.as_ref().map_or(0, |p| 4 * steps_of_bytes(p.len() + step.len()));
+        match steps.checked_sub(members.saturating_mul(steps_of_bytes(step.len())).saturating_add(built)) {
             Some(left) => *steps = left,
             None => {
                 *steps = 0;
                 return Err(String::new());
             }
         }
-        while let Some(Node::Array { len, .. }) = nodes.get(at) {
-            if *len == 0 {
-                return Err(format!("{} is an empty list", shown(&pointer)));
-            }
-            at += 1;
-            pointer.push_str("/0");
-        }
         if !matches!(nodes.get(at), Some(Node::Object { .. })) {
-            return Err(format!("{} is {}, not an object", shown(&pointer), json::kind(nodes, at)));
+            return Err(format!("{} is {}, not an object", shown_at(&pointer), json::kind(nodes, at)));
         }
         at = json::member(nodes, at, step)
-            .ok_or_else(|| format!("{} has no member `{step}`", shown(&pointer)))?;
-        json::push_pointer(&mut pointer, step);
+            .ok_or_else(|| format!("{} has no member `{step}`", shown_at(&pointer)))?;
+        if let Some(pointer) = &mut pointer {
+            json::push_pointer(pointer, step);
+        }
     }
-    Ok((at, pointer))
+    Ok((at, pointer.unwrap_or_default()))
 }
 
 fn pointer_escaped(name: &str) -> String {

@@ -236,9 +236,9 @@ pub struct Patterns {
 #[derive(Debug, Clone)]
 pub(crate) struct Pattern {
     pub regex: regex::Regex,
-    /// Steps per 64 bytes of text searched: four (a search reads a byte about four times slower
-    /// than a plain scan), and one more per 4 KiB of its compiled automaton (a search that can
-    /// no longer keep its states in cache steps through the automaton).
+    /// Steps per 64 bytes of text searched: eight (a search reads a byte about eight times
+    /// slower than a plain scan), and one more per 4 KiB of its compiled automaton (a search that
+    /// can no longer keep its states in cache steps through the automaton).
     pub weight: u64,
     /// Whether it can match text of any length (`+`, `*`, `{n,}`): each search may then read up
     /// to the end of the text, whatever it finds.
@@ -265,7 +265,7 @@ impl Patterns {
             .configure(regex_automata::nfa::thompson::Config::new().nfa_size_limit(Some(PATTERN_BYTES)))
             .build(text)
             .map_or(PATTERN_BYTES, |nfa| nfa.memory_usage());
-        let weight = 4 + (automaton / 4096) as u64;
+        let weight = 8 + (automaton / 4096) as u64;
         let pattern = Pattern { regex, weight, unbounded };
         self.compiled.insert(text.into(), pattern.clone());
         Ok(pattern)

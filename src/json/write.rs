@@ -30,6 +30,11 @@ pub struct Backing<'a> {
 }
 
 impl<'a> Backing<'a> {
+    /// The length of the text the document was read from.
+    pub fn text_len(&self) -> usize {
+        self.len
+    }
+
     /// No buffer: every string is written by the general path.
     pub const NONE: Backing<'static> = Backing {
         start: std::ptr::null(),

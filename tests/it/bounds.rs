@@ -322,6 +322,13 @@ async fn what_the_rules_themselves_read_and_write_is_bounded_like_expressions() 
     assert_eq!(answer.status, 200);
     assert_eq!(answer.json().get("t").map(|t| t.as_array().len()), Some(2));
     service.stop().await;
+    // Under the default bounds, writing hundreds of times what the document holds stops at the
+    // step budget (about 16 MiB past the document), well before the answer's 64 MiB.
+    let service = Service::start(config()).await;
+    let answer = post_json(&service.url("/v1/preview"), preview_of(&long, &one(&entries, false))).await;
+    answer.assert_problem(422, "mapping-limit");
+    assert!(detail(&answer).contains("(RECAST_MAX_MAPPING_STEPS)"), "{}", detail(&answer));
+    service.stop().await;
 }
 
 #[tokio::test]
