@@ -76,7 +76,7 @@ impl UpstreamClient {
         let span = crate::logging::request_span!().unwrap_or_else(tracing::Span::none);
         self.spawner.spawn(
             async move {
-                let opened = client.open_with(connector, &uri, &key, h2c, may_speak_h2).await;
+                let opened = client.open_with(connector, &uri, &key, h2c, may_speak_h2, true).await;
                 open.share(opened.as_ref().map(|_| ()).map_err(UpstreamError::clone));
                 let _ = sent.send(opened);
             }
@@ -96,30 +96,18 @@ impl UpstreamClient {
     /// was sent).
     ///
     /// Made by the calling worker for HTTP/1.1: one that picks `h2` anyway serves this call alone
-    /// ([`h2::Connections::one_call`]) when there are several workers, since its event loop is
+    /// ([`h2::Connections::add`]) when there are several workers, since its event loop is
     /// this worker's.
     pub(super) async fn open(&self, target: &Target<'_>, key: &Key) -> Result<Opened, UpstreamError> {
         let connector = self.connector_for(target.tls)?;
         let (uri, h2c, may_speak_h2) = (&target.request.uri, target.h2c, self.may_speak_h2(target));
-        self.open_made(connector, uri, key, h2c, may_speak_h2, self.spawner.on.is_none()).await
+        self.open_with(connector, uri, key, h2c, may_speak_h2, self.spawner.on.is_none()).await
     }
 
     /// [`UpstreamClient::open`] by `connector` to `uri`, in HTTP/2 from the start when `h2c`;
-    /// `may_speak_h2`: the upstream is remembered as one that picked HTTP/1.1 when it does.
+    /// `may_speak_h2`: the upstream is remembered as one that picked HTTP/1.1 when it does. An
+    /// HTTP/2 connection is kept for every call when `shared`, else it serves this one alone.
     pub(super) async fn open_with(
-        &self,
-        connector: Connector,
-        uri: &http::Uri,
-        key: &Key,
-        h2c: bool,
-        may_speak_h2: bool,
-    ) -> Result<Opened, UpstreamError> {
-        self.open_made(connector, uri, key, h2c, may_speak_h2, true).await
-    }
-
-    /// [`UpstreamClient::open_with`]; an HTTP/2 connection is kept for every call when
-    /// `shared`, else it serves this one alone.
-    async fn open_made(
         &self,
         connector: Connector,
         uri: &http::Uri,
@@ -137,13 +125,14 @@ impl UpstreamClient {
         };
         let asked = self.certificate_asked(key, asked, &stream);
         if h2c || h2::negotiated(&stream) {
-            let lease = if shared {
-                self.h2.add(key.clone(), stream, asked, &self.spawner).await
-            } else {
-                let here = Spawner { tasks: self.spawner.tasks.clone(), on: None };
-                self.h2.one_call(key.clone(), stream, asked, &here).await
-            }
-            .map_err(|failed| self.failure(failed))?;
+            // A connection for this call alone is driven here, where it was made.
+            let here = Spawner { tasks: self.spawner.tasks.clone(), on: None };
+            let spawner = if shared { &self.spawner } else { &here };
+            let lease = self
+                .h2
+                .add(key.clone(), stream, asked, spawner, shared)
+                .await
+                .map_err(|failed| self.failure(failed))?;
             logged!(Level::DEBUG, upstream = %key.1, "the upstream speaks HTTP/2");
             return Ok(Opened::Http2(lease));
         }

@@ -577,24 +577,7 @@ async fn a_flight_no_caller_waits_for_any_more_is_called_off() {
 
 #[tokio::test]
 async fn a_flight_that_panics_answers_500_to_its_callers_and_is_not_sent_again() {
-    let count = Arc::new(AtomicUsize::new(0));
-    let upstream = {
-        let count = count.clone();
-        Upstream::start(move |_| {
-            let n = count.fetch_add(1, Ordering::SeqCst) + 1;
-            Reply { headers: vec![("connection", "close".to_owned())], ..Reply::json(&meal(n, "Soup")) }
-        })
-        .await
-    };
-    let panicking = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let allow: recast::policy::AllowList = "127.0.0.0/8".parse().unwrap();
-    let outbound = recast::server::Outbound {
-        policy: Arc::new(recast::policy::OutboundPolicy::new(&allow)),
-        lookup: Arc::new(PanicsWhenTold(panicking.clone())),
-    };
-    let service = Service::start_with(config(), outbound).await;
-    let base = format!("http://upstream.test:{}/", upstream.addr.port());
-    let path = registered(&service, &registration(&base, "", r#","cache":{"ttlSeconds":60}"#), &[]).await;
+    let (service, _upstream, panicking, path) = panicking_service(r#"{"ttlSeconds":60}"#).await;
     // A miss whose flight panics (resolving the upstream's name): each caller gets 500, once,
     // and the flight is not led again (as often as it panics, until the deadline).
     panicking.store(true, Ordering::SeqCst);
@@ -687,18 +670,17 @@ impl recast::policy::Lookup for PanicsWhenTold {
     }
 }
 
-#[tokio::test]
-async fn a_panic_in_a_background_refresh_is_counted_and_the_next_stale_call_refreshes_again() {
-    // Every answer closes its connection, so each upstream call resolves the name again.
+/// A service whose upstream's name resolves through [`PanicsWhenTold`] (panicking once told), and
+/// a route to it registered with `cache`; each answer, numbered, closes its connection, so each
+/// upstream call resolves the name again. Returns the service, the upstream, the switch and the
+/// route's path.
+async fn panicking_service(cache: &str) -> (Service, Upstream, Arc<std::sync::atomic::AtomicBool>, String) {
     let count = Arc::new(AtomicUsize::new(0));
-    let upstream = {
-        let count = count.clone();
-        Upstream::start(move |_| {
-            let n = count.fetch_add(1, Ordering::SeqCst) + 1;
-            Reply { headers: vec![("connection", "close".to_owned())], ..Reply::json(&meal(n, "Soup")) }
-        })
-        .await
-    };
+    let upstream = Upstream::start(move |_| {
+        let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+        Reply { headers: vec![("connection", "close".to_owned())], ..Reply::json(&meal(n, "Soup")) }
+    })
+    .await;
     let panicking = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let allow: recast::policy::AllowList = "127.0.0.0/8".parse().unwrap();
     let outbound = recast::server::Outbound {
@@ -707,12 +689,14 @@ async fn a_panic_in_a_background_refresh_is_counted_and_the_next_stale_call_refr
     };
     let service = Service::start_with(config(), outbound).await;
     let base = format!("http://upstream.test:{}/", upstream.addr.port());
-    let path = registered(
-        &service,
-        &registration(&base, "", r#","cache":{"ttlSeconds":1,"staleWhileRevalidateSeconds":60}"#),
-        &[],
-    )
-    .await;
+    let path = registered(&service, &registration(&base, "", &format!(r#","cache":{cache}"#)), &[]).await;
+    (service, upstream, panicking, path)
+}
+
+#[tokio::test]
+async fn a_panic_in_a_background_refresh_is_counted_and_the_next_stale_call_refreshes_again() {
+    let (service, _upstream, panicking, path) =
+        panicking_service(r#"{"ttlSeconds":1,"staleWhileRevalidateSeconds":60}"#).await;
     let url = service.url(&path);
     assert_eq!(id(&get(&url).await), 2);
     tokio::time::sleep(Duration::from_millis(1100)).await;

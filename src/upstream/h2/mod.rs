@@ -190,42 +190,31 @@ impl Connections {
         });
     }
 
-    /// Makes an HTTP/2 connection of `stream` (whose TLS picked `h2`), keeps it for `key`, and
-    /// answers a place on it (taken at once). Its frames are read and written by a task of its
-    /// own on `spawner`'s runtime, whose event loop drives `stream` (it was made there). Until
-    /// its server's first SETTINGS come the others take it at the limit its other connections'
-    /// server set, or wait for them when there are none.
+    /// Makes an HTTP/2 connection of `stream` (whose TLS picked `h2`) and answers a place on it
+    /// (taken at once). Its frames are read and written by a task of its own on `spawner`'s
+    /// runtime, whose event loop drives `stream` (it was made there). When `shared`, it is kept
+    /// for `key`'s other calls: until its server's first SETTINGS come they take it at the limit
+    /// its other connections' server set, or wait for them when there are none. Otherwise it
+    /// serves this call alone and closes once the call ends: a connection a worker made for
+    /// HTTP/1.1 that picked `h2` anyway, driven by that worker's event loop, which no other
+    /// worker's calls may depend on. Either way `key` is no longer taken for an upstream that
+    /// picked HTTP/1.1, so the calls after it look for (or open) a shared connection.
     pub(super) async fn add(
         &self,
         key: Key,
         stream: Stream,
         certificate_asked: Option<CertificateAsked>,
         spawner: &Spawner,
+        shared: bool,
     ) -> Result<Lease, Failed> {
-        let shared = self.handshake(&key, stream, certificate_asked, spawner).await?;
+        let connection = self.handshake(&key, stream, certificate_asked, spawner).await?;
         let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
         let upstream = all.entry(key).or_default();
         upstream.http1 = false;
-        upstream.connections.push(shared.clone());
-        Ok(Lease(shared))
-    }
-
-    /// Makes an HTTP/2 connection of `stream` for one call, not kept for others: a connection
-    /// that a worker made for HTTP/1.1 (its upstream picked that last) and that picked `h2`. It
-    /// is driven by that worker's event loop, which no other worker's calls may depend on; it
-    /// closes once the call ends, and the calls after open one shared by every worker (the
-    /// upstream is no longer taken for one that picked HTTP/1.1).
-    pub(super) async fn one_call(
-        &self,
-        key: Key,
-        stream: Stream,
-        certificate_asked: Option<CertificateAsked>,
-        spawner: &Spawner,
-    ) -> Result<Lease, Failed> {
-        let shared = self.handshake(&key, stream, certificate_asked, spawner).await?;
-        let mut all = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-        all.entry(key).or_default().http1 = false;
-        Ok(Lease(shared))
+        if shared {
+            upstream.connections.push(connection.clone());
+        }
+        Ok(Lease(connection))
     }
 
     /// The HTTP/2 handshake on `stream`, whose frames a task of its own on `spawner`'s runtime
