@@ -49,11 +49,26 @@ impl Outcome {
     }
 }
 
+/// The whole of the file `path`, or of standard input when `path` is `-` (as every command that
+/// reads a file takes it).
 fn read(path: &Path, what: &str) -> Result<Vec<u8>, Outcome> {
+    if path == Path::new(STDIN) {
+        let mut text = Vec::new();
+        return match std::io::Read::read_to_end(&mut std::io::stdin(), &mut text) {
+            Ok(_) => Ok(text),
+            Err(e) => Err(Outcome::failed(
+                Exit::Unavailable,
+                format!("cannot read the {what} from standard input: {e}\n"),
+            )),
+        };
+    }
     std::fs::read(path).map_err(|e| {
         Outcome::failed(Exit::Unavailable, format!("cannot read the {what} {}: {e}\n", path.display()))
     })
 }
+
+/// The file name that means standard input.
+const STDIN: &str = "-";
 
 /// `recast check --rules FILE`: compiles the rules and lists every problem (exit 1) or says that
 /// they compile (exit 0); warnings are listed either way.
@@ -86,6 +101,12 @@ pub fn check(rules: &Path, limits: &Limits) -> Outcome {
 /// `recast preview --rules FILE --input FILE [--trace]`: maps the input with the rules, as
 /// `POST /v1/preview` does, and prints the same JSON.
 pub fn preview(rules: &Path, input: &Path, traced: bool, limits: &Limits) -> Outcome {
+    if rules == Path::new(STDIN) && input == Path::new(STDIN) {
+        return Outcome::failed(
+            Exit::Unavailable,
+            "only one of --rules and --input can be standard input (-)\n".to_owned(),
+        );
+    }
     let (rules_text, mut input_text) = match (read(rules, "rules file"), read(input, "input file")) {
         (Ok(rules), Ok(input)) => (rules, input),
         (Err(outcome), _) | (_, Err(outcome)) => return outcome,
@@ -100,6 +121,14 @@ pub fn preview(rules: &Path, input: &Path, traced: bool, limits: &Limits) -> Out
             );
         }
     };
+    // A sample that is not JSON is told by line and column, from the text as written.
+    if let Err(e) = json::diagnose(&input_text, limits.max_depth) {
+        let why = json::place::described(&input_text, &e);
+        return Outcome::failed(
+            Exit::Problems,
+            format!("{}: the input is not valid JSON: {why}\n", input.display()),
+        );
+    }
     let mapped = json::with_parsed(&mut input_text, limits.max_depth, |nodes| {
         let mut out = preview_output(compiled, nodes, 0, traced)?;
         out.push(b'\n');
@@ -156,7 +185,7 @@ pub enum RoutesCommand {
     /// gets a revision); routes the database already has are skipped. The key must be the one
     /// they were sealed with, and the database's.
     Import {
-        /// The exported records; standard input when not given.
+        /// The exported records; standard input when not given or `-`.
         file: Option<std::path::PathBuf>,
         /// The cluster's database.
         #[arg(long, env = crate::config::DATABASE_URL, hide_env_values = true)]
@@ -210,18 +239,9 @@ pub async fn import(
     url: &crate::secrets::Secret,
     key: &crate::secrets::Secret,
 ) -> Outcome {
-    let text = match file {
-        Some(file) => match read(file, "export file") {
-            Ok(text) => text,
-            Err(outcome) => return outcome,
-        },
-        None => {
-            let mut text = Vec::new();
-            if let Err(e) = std::io::Read::read_to_end(&mut std::io::stdin(), &mut text) {
-                return Outcome::failed(Exit::Unavailable, format!("cannot read standard input: {e}\n"));
-            }
-            text
-        }
+    let text = match read(file.unwrap_or(Path::new(STDIN)), "export file") {
+        Ok(text) => text,
+        Err(outcome) => return outcome,
     };
     let records: Vec<Vec<u8>> = text
         .split(|b| *b == b'\n')

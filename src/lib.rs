@@ -27,6 +27,7 @@ pub mod secrets;
 pub mod server;
 pub mod storage;
 pub mod store;
+pub mod suggest;
 pub mod table;
 pub mod tasks;
 pub mod upstream;

@@ -35,7 +35,8 @@ enum Command {
     Serve(Box<Config>),
     /// Compile a rules file and list every problem (exit 1 when there is one).
     Check {
-        /// The rules: a JSON file holding the rules object, or a JSON string holding it.
+        /// The rules: a JSON file holding the rules object, or a JSON string holding it (`-`:
+        /// standard input).
         #[arg(long)]
         rules: PathBuf,
         #[command(flatten)]
@@ -43,10 +44,11 @@ enum Command {
     },
     /// Map a sample upstream answer with a rules file, offline, as POST /v1/preview does.
     Preview {
-        /// The rules: a JSON file holding the rules object, or a JSON string holding it.
+        /// The rules: a JSON file holding the rules object, or a JSON string holding it (`-`:
+        /// standard input).
         #[arg(long)]
         rules: PathBuf,
-        /// The sample upstream answer (JSON).
+        /// The sample upstream answer (JSON; `-`: standard input).
         #[arg(long)]
         input: PathBuf,
         /// Print {"output", "trace", "warnings"}: what each target read and why.
@@ -55,7 +57,8 @@ enum Command {
         #[command(flatten)]
         limits: LimitArgs,
     },
-    /// List, show or delete the routes of a running service.
+    /// List, show, delete or purge the routes of a running service; export and import routes
+    /// between a data directory and a cluster's database.
     Routes {
         /// The service's address.
         #[arg(long, global = true, env = "RECAST_URL", default_value = "http://127.0.0.1:8080")]

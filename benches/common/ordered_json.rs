@@ -96,6 +96,31 @@ impl Json {
 }
 
 /// Compact JSON text, members in order.
+/// `json["member"]`: the first member of that name; panics, showing the value, when there is none.
+impl std::ops::Index<&str> for Json {
+    type Output = Json;
+
+    fn index(&self, name: &str) -> &Json {
+        self.get(name).unwrap_or_else(|| panic!("no member `{name}` in {self}"))
+    }
+}
+
+/// `json[i]`: the element `i` of a list.
+impl std::ops::Index<usize> for Json {
+    type Output = Json;
+
+    fn index(&self, i: usize) -> &Json {
+        &self.as_array()[i]
+    }
+}
+
+/// A string value compares equal to its text.
+impl PartialEq<&str> for Json {
+    fn eq(&self, text: &&str) -> bool {
+        self.as_str() == Some(*text)
+    }
+}
+
 impl fmt::Display for Json {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut text = Vec::new();

@@ -186,6 +186,9 @@ pub(crate) trait Observer {
     /// The expression of `target` (of `each` for `None`) was run, and failed with `error` if any.
     /// For a target, this comes just before [`Observer::target`].
     fn expression(&mut self, _target: Option<u32>, _error: Option<&EvalError>) {}
+    /// The expression of `target` (of `each` for `None`) left `count` elements out of a value it
+    /// built (`group_by`'s null keys). Comes just before [`Observer::expression`].
+    fn left_out(&mut self, _target: Option<u32>, _count: u64) {}
 }
 
 struct Silent;
@@ -248,7 +251,12 @@ fn mapped<O: Observer>(
             _ => {}
         },
         Each::Expr(program) => {
-            match expr::run(&plan.programs[*program as usize], tape, context, context.top) {
+            let ran = expr::run(&plan.programs[*program as usize], tape, context, context.top);
+            let left_out = context.arena.take_left_out();
+            if O::ACTIVE && left_out > 0 {
+                observer.left_out(None, left_out);
+            }
+            match ran {
                 Err(error) => {
                     scratch.outcome.failed(&error);
                     observer.expression(None, Some(&error));
@@ -501,7 +509,12 @@ fn object<O: Observer>(
                     .write(*id, member, |out| array(plan, nodes, *ty, *reads, slots, ignore, write_end, out));
             }
             Op::Expr { target: id, ty, program, member } => {
-                let value = match expr::run(&plan.programs[*program as usize], tape, context, cur) {
+                let ran = expr::run(&plan.programs[*program as usize], tape, context, cur);
+                let left_out = context.arena.take_left_out();
+                if O::ACTIVE && left_out > 0 {
+                    target.observer.left_out(Some(*id), left_out);
+                }
+                let value = match ran {
                     Ok(value) => {
                         target.observer.expression(Some(*id), None);
                         value

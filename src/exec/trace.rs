@@ -103,6 +103,8 @@ pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut V
         entries: Vec::new(),
         failure: None,
         failed: Vec::new(),
+        seen: vec![Seen::default(); plan.targets.len()],
+        left_out: Vec::new(),
         steps_left: bounds.steps,
         bytes_left: bounds.answer_bytes,
         stopped: None,
@@ -141,6 +143,22 @@ pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut V
         outcome.stopped(limit);
     }
     notes.append(&mut tracer.failed);
+    for (location, count) in tracer.left_out.drain(..) {
+        let elements = if count == 1 { "1 element" } else { &format!("{count} elements") };
+        notes.push(Problem::new(
+            location,
+            format!("group_by() left out {elements} whose key is null (counted over every run of the expression): they are in no group of the output"),
+        ));
+    }
+    // A name no element has is most likely misspelt: its value is lost without a word else.
+    for (t, seen) in plan.targets.iter().zip(&tracer.seen) {
+        if let (false, Some(why)) = (seen.found, &seen.absent) {
+            notes.push(Problem::new(
+                format!("/oldBodyFields/{}", pointer_escaped(&t.id)),
+                format!("`{}` found no value in the document: {why}", t.id),
+            ));
+        }
+    }
     if tracer.elements > TRACE_ELEMENTS {
         notes.push(Problem::new(
             "",
@@ -166,6 +184,10 @@ struct Tracer<'r, 'a> {
     failure: Option<String>,
     /// A warning per expression that failed (its first failure).
     failed: Vec<Problem>,
+    /// By target, what was seen of those that read names.
+    seen: Vec<Seen>,
+    /// Elements `group_by` left out, by the expression's location, in the order first seen.
+    left_out: Vec<(String, u64)>,
     /// Steps the trace's own walks may still take (as many as the run's).
     steps_left: u64,
     /// Bytes its entries may still take (the answer's bound).
@@ -182,12 +204,17 @@ impl Observer for Tracer<'_, '_> {
         self.elements = index + 1;
     }
 
+    fn left_out(&mut self, target: Option<u32>, count: u64) {
+        let location = self.expression_at(target);
+        match self.left_out.iter_mut().find(|(at, _)| *at == location) {
+            Some((_, total)) => *total = total.saturating_add(count),
+            None => self.left_out.push((location, count)),
+        }
+    }
+
     fn expression(&mut self, target: Option<u32>, error: Option<&EvalError>) {
         let failure = error.map(|e| format!("{} ({})", e.message, e.kind.name()));
-        let location = match target.and_then(|t| self.plan.targets.get(t as usize)) {
-            Some(t) => format!("/oldBodyFields/{}/expr", pointer_escaped(&t.id)),
-            None => "/each".to_owned(),
-        };
+        let location = self.expression_at(target);
         if let Some(why) = &failure
             && !self.failed.iter().any(|p| p.location == location)
         {
@@ -237,6 +264,7 @@ impl Observer for Tracer<'_, '_> {
             ([KeyEntry::Field(_)], Some(name)) => {
                 let path = t.parents.iter().map(|p| &**p).chain([name.as_str()]);
                 let found = locate(self.nodes, root, Some(start), path, &mut self.steps_left);
+                self.saw(target, found.as_ref().err());
                 (found.is_ok(), self.single_note(t, &found, value))
             }
             (_, first) => {
@@ -259,6 +287,7 @@ impl Observer for Tracer<'_, '_> {
                         break;
                     }
                 }
+                self.saw(target, if hits > 0 { None } else { missing.as_ref() });
                 (hits > 0, several_note(hits, all, missing, included))
             }
         };
@@ -279,9 +308,55 @@ impl Observer for Tracer<'_, '_> {
 }
 
 /// A value found (its tape position and JSON pointer), or why there is none.
-type Found = Result<(usize, String), String>;
+type Found = Result<(usize, String), Miss>;
+
+/// Why a value is missing, and whether because an object lacks a member the rules name (the
+/// mark of a misspelt name, when no element has it).
+#[derive(Debug, Clone, Default)]
+struct Miss {
+    why: String,
+    absent: bool,
+}
+
+impl Miss {
+    fn other(why: String) -> Miss {
+        Miss { why, absent: false }
+    }
+}
+
+impl std::fmt::Display for Miss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
+/// What the trace saw of one target whose value is read by names: whether any element had a
+/// value for it, and the first member found missing.
+#[derive(Default, Clone)]
+struct Seen {
+    found: bool,
+    absent: Option<String>,
+}
 
 impl Tracer<'_, '_> {
+    /// Where the expression of `target` (of `each` for `None`) is in the rules.
+    fn expression_at(&self, target: Option<u32>) -> String {
+        match target.and_then(|t| self.plan.targets.get(t as usize)) {
+            Some(t) => format!("/oldBodyFields/{}/expr", pointer_escaped(&t.id)),
+            None => "/each".to_owned(),
+        }
+    }
+
+    /// Records what the walk of `target`'s names found: a value (no `miss`), or why not.
+    fn saw(&mut self, target: u32, miss: Option<&Miss>) {
+        let Some(seen) = self.seen.get_mut(target as usize) else { return };
+        match miss {
+            None => seen.found = true,
+            Some(miss) if miss.absent && seen.absent.is_none() => seen.absent = Some(miss.why.clone()),
+            Some(_) => {}
+        }
+    }
+
     /// Keeps `entry` if the answer's bound leaves room for it; else the trace stops there.
     fn push(&mut self, entry: TraceEntry) {
         match self.bytes_left.checked_sub(entry.bytes()) {
@@ -324,7 +399,7 @@ impl Tracer<'_, '_> {
 
 /// A note for a concatenation or a target with several `keys` entries: `hits` of `all` names
 /// found, the first one missing and why.
-fn several_note(hits: usize, all: usize, missing: Option<String>, included: bool) -> String {
+fn several_note(hits: usize, all: usize, missing: Option<Miss>, included: bool) -> String {
     let mut note = format!("found {hits} of {all} fields");
     if let Some(why) = missing {
         note.push_str(&format!("; first missing: {why}"));
@@ -353,7 +428,7 @@ fn locate<'p>(
     for step in path {
         while let Some(Node::Array { len, .. }) = nodes.get(at) {
             if *len == 0 {
-                return Err(format!("{} is an empty list", shown_at(&pointer)));
+                return Err(Miss::other(format!("{} is an empty list", shown_at(&pointer))));
             }
             at += 1;
             if let Some(pointer) = &mut pointer {
@@ -369,14 +444,29 @@ fn locate<'p>(
             Some(left) => *steps = left,
             None => {
                 *steps = 0;
-                return Err(String::new());
+                return Err(Miss::default());
             }
         }
         if !matches!(nodes.get(at), Some(Node::Object { .. })) {
-            return Err(format!("{} is {}, not an object", shown_at(&pointer), json::kind(nodes, at)));
+            return Err(Miss::other(format!(
+                "{} is {}, not an object",
+                shown_at(&pointer),
+                json::kind(nodes, at)
+            )));
         }
-        at = json::member(nodes, at, step)
-            .ok_or_else(|| format!("{} has no member `{step}`", shown_at(&pointer)))?;
+        let object = at;
+        at = json::member(nodes, object, step).ok_or_else(|| {
+            let mut why = format!("{} has no member `{step}`", shown_at(&pointer));
+            // The name probably meant, when only names are asked for no pointer is built: the
+            // members were counted in the steps taken above.
+            if pointer.is_some()
+                && let Some(names) = json::members(nodes, object)
+                && let Some(meant) = crate::suggest::closest(step, names.map(|(name, _)| name))
+            {
+                why.push_str(&format!(" (did you mean `{meant}`?)"));
+            }
+            Miss { why, absent: true }
+        })?;
         if let Some(pointer) = &mut pointer {
             json::push_pointer(pointer, step);
         }

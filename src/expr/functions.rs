@@ -135,6 +135,11 @@ pub fn lookup(name: &str) -> Option<(Function, usize, Option<usize>)> {
     TABLE.iter().find(|(n, ..)| *n == name).map(|&(_, f, least, most)| (f, least, most))
 }
 
+/// The known function whose name is closest to `name`, when one is close enough to be meant.
+pub fn closest(name: &str) -> Option<&'static str> {
+    crate::suggest::closest(name, TABLE.iter().map(|(n, ..)| *n))
+}
+
 impl Function {
     pub fn name(self) -> &'static str {
         TABLE.iter().find(|(_, f, ..)| *f == self).map_or("?", |(n, ..)| n)
@@ -527,7 +532,10 @@ impl<'v> Evaluator<'v> {
                 for item in elements {
                     let key = match self.eval(body, item)? {
                         Val::String(k) => k,
-                        Val::Null => continue,
+                        Val::Null => {
+                            arena.left_out();
+                            continue;
+                        }
                         v => {
                             return Err(EvalError::invalid_type(format!(
                                 "group_by() groups by strings, not {}",

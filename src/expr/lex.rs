@@ -196,6 +196,32 @@ fn raw_string(text: &str, start: usize) -> Result<(String, usize), SyntaxError> 
     Err(SyntaxError::new(start, "a raw string without its closing '"))
 }
 
+/// Why the literal `` `text` `` is refused: a literal is JSON, so bare text (the legacy form
+/// recast does not take, SPEC §1.8) is told how to write it.
+fn not_json(text: &str, start: usize, error: &crate::json::JsonError) -> String {
+    let trimmed = text.trim();
+    let bare_text = !trimmed.is_empty()
+        && !trimmed.starts_with(['"', '{', '[', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'])
+        && !matches!(trimmed, "true" | "false" | "null");
+    if bare_text {
+        let quoted = serde_json::to_string(trimmed).unwrap_or_default();
+        let raw = trimmed.replace('\\', "\\\\").replace('\'', "\\'");
+        format!(
+            "`{trimmed}` is not JSON: a literal in backticks is a JSON value, so text is written with quotes, `{quoted}`, or as the raw string '{raw}'"
+        )
+    } else {
+        match error {
+            crate::json::JsonError::Syntax { at: Some(at), .. } if *at >= text.len() => {
+                format!("the literal `{text}` is not JSON: it ends before its value is complete")
+            }
+            crate::json::JsonError::Syntax { what, at: Some(at) } => {
+                format!("the literal is not JSON: {what} at character {}", start + 1 + at)
+            }
+            other => format!("the literal is not JSON: {other}"),
+        }
+    }
+}
+
 /// A JSON literal from `start` (its opening backtick): `` \` `` is a backtick; the rest must be
 /// one JSON value.
 fn json_literal(text: &str, start: usize, max_depth: usize) -> Result<(Const, usize), SyntaxError> {
@@ -209,9 +235,13 @@ fn json_literal(text: &str, start: usize, max_depth: usize) -> Result<(Const, us
                 i += 2;
             }
             b'`' => {
-                let parsed =
-                    crate::json::with_parsed(&mut json, max_depth, |doc| Const::from_tape(doc, 0))
-                        .map_err(|e| SyntaxError::new(start, format!("a literal that is not JSON: {e}")))?;
+                let literal = String::from_utf8_lossy(&json).into_owned();
+                let parsed = crate::json::with_parsed(&mut json, max_depth, |doc| Const::from_tape(doc, 0))
+                    .map_err(|e| {
+                    // Told from the literal as written (the parser rewrote its copy).
+                    let e = crate::json::diagnose(literal.as_bytes(), max_depth).err().unwrap_or(e);
+                    SyntaxError::new(start, not_json(&literal, start, &e))
+                })?;
                 return Ok((parsed, i + 1 - start));
             }
             b => {

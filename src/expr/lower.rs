@@ -237,7 +237,10 @@ impl Lowering<'_> {
                         self.error(
                             CompileErrorKind::UnknownFunction,
                             *at,
-                            format!("unknown function {name}()"),
+                            match functions::closest(name) {
+                                Some(meant) => format!("unknown function {name}(); did you mean {meant}()?"),
+                                None => format!("unknown function {name}()"),
+                            },
                         );
                         self.push(Step::Current)
                     }

@@ -214,8 +214,44 @@ pub fn compile_with(
         }]);
     }
     let tokens = lex::tokens(source, max_depth).map_err(syntax)?;
-    let ast = parse::parse(tokens, max_depth).map_err(syntax)?;
+    let unbalanced = parse::unbalanced(&tokens, source.len());
+    let ast = parse::parse(tokens, max_depth).map_err(|e| {
+        // A bracket left open or closed wrongly explains the parser's complaint at or past it.
+        syntax(match unbalanced {
+            Some((bracket, shows_at)) if e.at >= shows_at => bracket,
+            _ => e,
+        })
+    })?;
     lower::lower(&ast, source, patterns)
+}
+
+/// Mistakes an expression that compiles may still hold, each with its byte offset: a name in
+/// double quotes beside a comparison (`a[?b == "x"]` compares `b` with the field `x`, never with
+/// the text `x`: the most common JMESPath mistake after bare numbers). A name that needs its
+/// quotes (`"first name"`) is taken as meant.
+pub fn lint(source: &str, max_depth: usize) -> Vec<(usize, String)> {
+    let Ok(tokens) = lex::tokens(source, max_depth) else { return Vec::new() };
+    let compares = |tok: &lex::Tok| {
+        use lex::Tok::{Eq, Ge, Gt, Le, Lt, Ne};
+        matches!(tok, Eq | Ne | Lt | Le | Gt | Ge)
+    };
+    let mut found = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let lex::Tok::Quoted(name) = &token.tok else { continue };
+        let beside =
+            (i > 0 && compares(&tokens[i - 1].tok)) || tokens.get(i + 1).is_some_and(|t| compares(&t.tok));
+        let bare = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if beside && bare {
+            found.push((
+                token.at,
+                format!(
+                    "\"{name}\" is the field named {name}, not the text {name}: text is written '{name}' (or `\"{name}\"`)"
+                ),
+            ));
+        }
+    }
+    found
 }
 
 /// Distinct patterns one rules document's expressions may have: each costs up to

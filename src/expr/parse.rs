@@ -81,6 +81,50 @@ pub fn parse(tokens: Vec<Token>, max_depth: usize) -> Result<Ast, SyntaxError> {
     }
 }
 
+/// The first bracket of `tokens` that is not closed, or closed by the wrong one, or closes
+/// nothing: the mistake, and the offset where it shows (a closer, or the end). A parse error
+/// at or past that offset is better told by this.
+pub fn unbalanced(tokens: &[Token], source_len: usize) -> Option<(SyntaxError, usize)> {
+    let mut open: Vec<(&'static str, &'static str, usize)> = Vec::new();
+    for token in tokens {
+        let (opener, closer) = match token.tok {
+            Tok::Lparen => ("(", ")"),
+            Tok::Lbracket => ("[", "]"),
+            Tok::Filter => ("[?", "]"),
+            Tok::Lbrace => ("{", "}"),
+            Tok::Rparen | Tok::Rbracket | Tok::Rbrace => {
+                let found = match token.tok {
+                    Tok::Rparen => ")",
+                    Tok::Rbracket => "]",
+                    _ => "}",
+                };
+                let message = match open.pop() {
+                    Some((_, closer, _)) if closer == found => continue,
+                    Some((opener, closer, at)) => format!(
+                        "`{found}` does not close the `{opener}` at character {at}, which needs `{closer}` first"
+                    ),
+                    None => format!("`{found}` closes nothing: no `{}` is open before it", opening(found)),
+                };
+                return Some((SyntaxError::new(token.at, message), token.at));
+            }
+            _ => continue,
+        };
+        open.push((opener, closer, token.at));
+    }
+    let (opener, closer, at) = open.pop()?;
+    let message =
+        format!("the expression ends before the `{opener}` at character {at} is closed with `{closer}`");
+    Some((SyntaxError::new(source_len, message), source_len))
+}
+
+fn opening(closer: &str) -> &'static str {
+    match closer {
+        ")" => "(",
+        "]" => "[",
+        _ => "{",
+    }
+}
+
 struct Parser {
     tokens: Vec<Token>,
     next: usize,
@@ -137,6 +181,11 @@ impl Parser {
             self.next += 1;
         }
         token
+    }
+
+    /// Steps back over `tok`, just read by [`Parser::advance`] (which does not move past the end).
+    fn back(&mut self, tok: &Tok) {
+        self.next -= usize::from(*tok != Tok::Eof);
     }
 
     fn unexpected(&self) -> SyntaxError {
@@ -229,6 +278,15 @@ impl Parser {
                 inner
             }
             Tok::Ampersand => Ast::Expref(Box::new(self.expression(0)?)),
+            // The most common mistake of all: a bare number is an index (`a[0]`), never a value.
+            Tok::Number(n) => {
+                return Err(SyntaxError::new(
+                    token.at,
+                    format!(
+                        "a number as a value is a JSON literal, written in backticks: `{n}` (a bare {n} is only an index, as in `a[{n}]`)"
+                    ),
+                ));
+            }
             _ => {
                 self.next -= usize::from(token.tok != Tok::Eof);
                 return Err(self.unexpected());
@@ -383,8 +441,8 @@ impl Parser {
         loop {
             let name = match self.advance().tok {
                 Tok::Name(name) | Tok::Quoted(name) => name,
-                _ => {
-                    self.next -= 1;
+                other => {
+                    self.back(&other);
                     return Err(self.unexpected().expecting("a member name"));
                 }
             };
@@ -393,8 +451,8 @@ impl Parser {
             match self.advance().tok {
                 Tok::Comma => {}
                 Tok::Rbrace => return Ok(Ast::MultiHash(members)),
-                _ => {
-                    self.next -= 1;
+                other => {
+                    self.back(&other);
                     return Err(self.unexpected().expecting("`,` or `}`"));
                 }
             }
@@ -413,8 +471,8 @@ impl Parser {
             match self.advance().tok {
                 Tok::Comma => {}
                 Tok::Rparen => return Ok(args),
-                _ => {
-                    self.next -= 1;
+                other => {
+                    self.back(&other);
                     return Err(self.unexpected().expecting("`,` or `)`"));
                 }
             }

@@ -395,3 +395,78 @@ fn deep_expressions_are_refused_at_the_depth_bound() {
     }
     compile(&format!("{}a", "a.".repeat(40)), DEPTH).expect("40 levels compile");
 }
+
+/// The text of each compile error a user meets most, as the user reads it: the cases of the
+/// first afternoon with recast, and the common mistakes of the JMESPath community.
+#[test]
+fn compile_errors_are_told_in_the_users_words() {
+    let told = |source: &str| match super::compile(source, 64) {
+        Ok(_) => super::lint(source, 64)
+            .into_iter()
+            .map(|(at, message)| format!("warning at {at}: {message}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Err(errors) => {
+            errors.iter().map(|e| format!("at {}: {}", e.at, e.message)).collect::<Vec<_>>().join("\n")
+        }
+    };
+    let cases = [
+        // An argument list left open: not "unexpected `)`, expecting `,` or `)`".
+        (
+            "sum(to_number(price)",
+            "at 20: syntax error: the expression ends before the `(` at character 3 is closed with `)`",
+        ),
+        (
+            "length(foo",
+            "at 10: syntax error: the expression ends before the `(` at character 6 is closed with `)`",
+        ),
+        // Bare numbers: JMESPath's numbers are JSON literals.
+        (
+            "items[?price > 10]",
+            "at 15: syntax error: a number as a value is a JSON literal, written in backticks: `10` (a bare 10 is only an index, as in `a[10]`)",
+        ),
+        // A literal without JSON quotes (the legacy form).
+        (
+            "`foo`",
+            "at 0: syntax error: `foo` is not JSON: a literal in backticks is a JSON value, so text is written with quotes, `\"foo\"`, or as the raw string 'foo'",
+        ),
+        (
+            "name == `it's`",
+            "at 8: syntax error: `it's` is not JSON: a literal in backticks is a JSON value, so text is written with quotes, `\"it's\"`, or as the raw string 'it\\'s'",
+        ),
+        (
+            "`[1, 2`",
+            "at 0: syntax error: the literal `[1, 2` is not JSON: it ends before its value is complete",
+        ),
+        ("`{\"a\": }`", "at 0: syntax error: the literal is not JSON: not a value at character 7"),
+        // `==` with a double-quoted name compiles, and compares with a field: a warning.
+        (
+            "a[?b == \"x\"]",
+            "warning at 8: \"x\" is the field named x, not the text x: text is written 'x' (or `\"x\"`)",
+        ),
+        ("a[?\"first name\" == 'x']", ""),
+        // Brackets left open, closed wrongly, or closing nothing.
+        ("a[0", "at 3: syntax error: the expression ends before the `[` at character 1 is closed with `]`"),
+        (
+            "items[?a == 'x'",
+            "at 15: syntax error: the expression ends before the `[?` at character 5 is closed with `]`",
+        ),
+        ("{a: b", "at 5: syntax error: the expression ends before the `{` at character 0 is closed with `}`"),
+        ("a[0}", "at 3: syntax error: `}` does not close the `[` at character 1, which needs `]` first"),
+        ("a)", "at 1: syntax error: `)` closes nothing: no `(` is open before it"),
+        // A trailing dot or pipe.
+        ("a.", "at 2: syntax error: the expression ends too early, expecting a name, *, [ or {"),
+        ("a | ", "at 4: syntax error: the expression ends too early"),
+        // A misspelt function.
+        ("lenght(@)", "at 0: unknown function lenght(); did you mean length()?"),
+        ("to_numbr(price)", "at 0: unknown function to_numbr(); did you mean to_number()?"),
+    ];
+    let mut wrong = Vec::new();
+    for (source, expected) in cases {
+        let got = told(source);
+        if got != expected {
+            wrong.push(format!("{source}\n  expected: {expected}\n  got:      {got}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -502,6 +502,9 @@ pub fn steps_of_writing(bytes: u64) -> u64 {
 pub struct Budget {
     bytes: Cell<u64>,
     steps: Cell<u64>,
+    /// Elements `group_by` left out (their key is null) since [`Budget::take_left_out`] last
+    /// asked: told in a preview's trace, not lost without a word.
+    left_out: Cell<u64>,
 }
 
 /// A bound of [`Budget`] that a call ran into.
@@ -515,7 +518,7 @@ pub enum OverBudget {
 
 impl Budget {
     pub fn new(bytes: usize, steps: u64) -> Budget {
-        Budget { bytes: Cell::new(bytes as u64), steps: Cell::new(steps) }
+        Budget { bytes: Cell::new(bytes as u64), steps: Cell::new(steps), left_out: Cell::new(0) }
     }
 
     /// Takes `bytes` of the budget of built values.
@@ -587,6 +590,16 @@ impl<'v> ObjectBuilder<'v> {
 impl<'v> Arena<'v> {
     pub fn new(bump: &'v Bump, budget: &'v Budget) -> Arena<'v> {
         Arena { bump, budget, sizes: RefCell::new((0, HashMap::new())) }
+    }
+
+    /// Records that a function left an element out of what it built (`group_by`: a null key).
+    pub fn left_out(&self) {
+        self.budget.left_out.set(self.budget.left_out.get().saturating_add(1));
+    }
+
+    /// The elements left out since the last call, and starts counting again.
+    pub fn take_left_out(&self) -> u64 {
+        self.budget.left_out.replace(0)
     }
 
     /// The call's budget.

@@ -55,7 +55,7 @@ pub fn rules_then_execute(data: &[u8]) -> Reached {
             "reading only what is read maps otherwise than the whole parse"
         ),
         (Err(json::JsonError::TooDeep { .. }), Err(json::JsonError::TooDeep { .. }))
-        | (Err(json::JsonError::Syntax(_)), Err(json::JsonError::Syntax(_))) => {}
+        | (Err(json::JsonError::Syntax { .. }), Err(json::JsonError::Syntax { .. })) => {}
         (Err(_), Err(_)) => assert!(
             json::index::agrees_with_parser(&document, document.len() + 1) == Ok(false),
             "refused for different reasons: {whole:?}, {read:?}"

@@ -14,10 +14,10 @@ use super::JsonError;
 pub fn build(input: &[u8], out: &mut Vec<u32>) -> Result<(), JsonError> {
     out.clear();
     if input.len() >= u32::MAX as usize {
-        return Err(JsonError::Syntax("the text is longer than 4 GiB".to_owned()));
+        return Err(JsonError::whole("the text is longer than 4 GiB"));
     }
     if simdutf8::basic::from_utf8(input).is_err() {
-        return Err(JsonError::Syntax("the text is not UTF-8".to_owned()));
+        return Err(JsonError::whole("the text is not UTF-8"));
     }
     let count = tokens(input, out, &mut Vec::new())?;
     out.truncate(count);
@@ -31,7 +31,7 @@ pub fn build(input: &[u8], out: &mut Vec<u32>) -> Result<(), JsonError> {
 pub(super) fn build_str(input: &str, out: &mut Vec<u32>, escapes: &mut Vec<u32>) -> Result<usize, JsonError> {
     escapes.clear();
     if input.len() >= u32::MAX as usize {
-        return Err(JsonError::Syntax("the text is longer than 4 GiB".to_owned()));
+        return Err(JsonError::whole("the text is longer than 4 GiB"));
     }
     tokens(input.as_bytes(), out, escapes)
 }
@@ -67,7 +67,7 @@ fn tokens(input: &[u8], out: &mut Vec<u32>, escapes: &mut Vec<u32>) -> Result<us
 }
 
 pub(super) fn syntax(what: &str, at: usize) -> JsonError {
-    JsonError::Syntax(format!("{what} at byte {at}"))
+    JsonError::Syntax { what: what.to_owned(), at: Some(at) }
 }
 
 /// What one block leaves to the next.
@@ -417,9 +417,9 @@ pub fn agrees_with_parser(text: &[u8], max_depth: usize) -> Result<bool, String>
         (Ok(()), Ok(())) if index == reference(text) => Ok(true),
         (Ok(()), Ok(())) => Err(format!("{:?}: tokens {index:?}", String::from_utf8_lossy(text))),
         (Err(JsonError::TooDeep { .. }), Err(JsonError::TooDeep { .. }))
-        | (Err(JsonError::Syntax(_)), Err(JsonError::Syntax(_))) => Ok(false),
+        | (Err(JsonError::Syntax { .. }), Err(JsonError::Syntax { .. })) => Ok(false),
         (Err(_), Err(_)) => match verdicts(text.len() + 1) {
-            (Err(JsonError::Syntax(_)), Err(JsonError::Syntax(_)), _) => Ok(false),
+            (Err(JsonError::Syntax { .. }), Err(JsonError::Syntax { .. }), _) => Ok(false),
             _ => Err(differ()),
         },
         _ => Err(differ()),

@@ -12,6 +12,7 @@ pub mod write;
 pub mod index;
 pub mod keys;
 pub mod ondemand;
+pub mod place;
 
 use std::cell::RefCell;
 
@@ -60,20 +61,58 @@ impl<'a> std::ops::Deref for Doc<'_, 'a> {
 /// Why a byte string is not a document recast accepts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JsonError {
-    /// Not JSON at all (syntax, encoding), with the parser's description.
-    Syntax(String),
+    /// Not JSON at all (syntax, encoding): what is wrong, in words, and at which byte when it
+    /// is at one.
+    Syntax { what: String, at: Option<usize> },
     /// Valid JSON nested deeper than the configured limit.
     TooDeep { limit: usize },
+}
+
+impl JsonError {
+    /// A syntax error of no one byte (the encoding, the length).
+    pub fn whole(what: &str) -> JsonError {
+        JsonError::Syntax { what: what.to_owned(), at: None }
+    }
 }
 
 impl std::fmt::Display for JsonError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            JsonError::Syntax(why) => f.write_str(why),
+            JsonError::Syntax { what, at: Some(at) } => write!(f, "{what} at byte {at}"),
+            JsonError::Syntax { what, at: None } => f.write_str(what),
             JsonError::TooDeep { limit } => {
                 write!(f, "JSON nested deeper than {limit} levels")
             }
         }
+    }
+}
+
+/// Checks that `input` is one JSON text nested at most `max_depth` deep, as [`with_parsed`]
+/// would take it, and says in words what is wrong and where when it is not: for texts a user
+/// wrote, whose mistakes are worth a precise answer.
+pub fn diagnose(input: &[u8], max_depth: usize) -> Result<(), JsonError> {
+    let mut index = Vec::new();
+    index::build(input, &mut index)?;
+    index::validate(input, &index, max_depth)
+}
+
+/// The parser's reason for refusing a text, in words (its own names for them are not for users).
+fn parser_words(error: &simd_json::ErrorType) -> &'static str {
+    use simd_json::ErrorType as E;
+    match error {
+        E::Eof => "the text ends where a value should be",
+        E::InvalidUtf8 => "the text is not UTF-8",
+        E::InvalidEscape | E::InvalidUnicodeEscape | E::InvalidUnicodeCodepoint => {
+            "a string has an escape sequence that is not JSON"
+        }
+        E::InvalidNumber | E::InvalidExponent | E::Overflow => "a number that is not JSON",
+        E::UnterminatedString => "the string is not closed",
+        E::TrailingData => "text after the JSON value",
+        E::ExpectedObjectKey | E::KeyMustBeAString | E::BadKeyType => "expected a member name",
+        E::ExpectedObjectColon => "expected ':'",
+        E::ExpectedMapComma | E::ExpectedMapEnd | E::ExpectedObjectContent => "expected ',' or '}'",
+        E::ExpectedArrayComma | E::ExpectedArrayContent => "expected ',' or ']'",
+        _ => "not a value",
     }
 }
 
@@ -108,7 +147,7 @@ pub fn with_parsed<R>(
         Err(e) if matches!(e.error(), simd_json::ErrorType::DepthLimitExceeded) => {
             Err(JsonError::TooDeep { limit: max_depth })
         }
-        Err(e) => Err(JsonError::Syntax(e.to_string())),
+        Err(e) => Err(JsonError::Syntax { what: parser_words(e.error()).to_owned(), at: Some(e.index()) }),
     };
     // Emptying the tape ends its borrow of the input.
     let tape = tape.reset();
@@ -293,7 +332,7 @@ mod tests {
     fn syntax_errors_and_bad_utf8_are_errors() {
         for bad in [&b"{"[..], b"{\"a\":}", b"\"\xff\"", b"", b"nul", b"[1,]"] {
             let mut buf = bad.to_vec();
-            assert!(matches!(with_parsed(&mut buf, 64, |_| ()), Err(JsonError::Syntax(_))), "{bad:?}");
+            assert!(matches!(with_parsed(&mut buf, 64, |_| ()), Err(JsonError::Syntax { .. })), "{bad:?}");
         }
     }
 

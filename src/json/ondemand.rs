@@ -91,7 +91,7 @@ fn read_padded<R>(
     f: impl FnOnce(&Doc<'_, '_>) -> R,
 ) -> Result<R, JsonError> {
     let Ok(source) = simdutf8::basic::from_utf8(padded) else {
-        return Err(JsonError::Syntax("the text is not UTF-8".to_owned()));
+        return Err(JsonError::whole("the text is not UTF-8"));
     };
     let mut scratch = SCRATCH.with_borrow_mut(std::mem::take);
     let mut unescaped = std::mem::take(&mut scratch.unescaped);
@@ -161,7 +161,7 @@ fn read_padded<R>(
 /// wanting nothing ([`index::validate`]).
 pub(super) fn check(input: &[u8], index: &[u32], max_depth: usize) -> Result<(), JsonError> {
     let Ok(source) = simdutf8::basic::from_utf8(input) else {
-        return Err(JsonError::Syntax("the text is not UTF-8".to_owned()));
+        return Err(JsonError::whole("the text is not UTF-8"));
     };
     let mut walk = Walk {
         source,
@@ -212,7 +212,12 @@ impl Stop {
     fn error(self, len: usize, max_depth: usize) -> JsonError {
         match self {
             Stop::TooDeep => JsonError::TooDeep { limit: max_depth },
-            Stop::Syntax { at, .. } if at >= len => syntax("the text ends where a value should be", len),
+            Stop::Syntax { what: "not a value", at } if at >= len => {
+                syntax("the text ends where a value should be", len)
+            }
+            Stop::Syntax { what, at } if at >= len => {
+                JsonError::Syntax { what: format!("the text ends early: {what}"), at: Some(len) }
+            }
             Stop::Syntax { what, at } => syntax(what, at),
         }
     }

@@ -5,6 +5,7 @@
 
 mod registration;
 mod request;
+pub mod shape;
 #[cfg(test)]
 mod tests;
 
@@ -20,7 +21,7 @@ use crate::metrics::StatusCounts;
 use crate::rules::{Compiled, Limits, Problem, compile_json};
 use crate::storage::{SCHEMA_VERSION, StoredRoute};
 use crate::upstream::{BreakerScope, ClientCredentials, RateLimitSettings, RetrySettings, TlsSettings};
-pub use registration::{AuthHeader, OriginalApi, OriginalRoute, Registration};
+pub use registration::{AuthHeader, OriginalApi, OriginalRoute, Registration, SampleRequest};
 pub use request::{CallError, FromClient, MAPPED_AUTH};
 
 /// A validated route configuration: what is stored, and what [`Route`] is compiled from.

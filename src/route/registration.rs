@@ -56,6 +56,39 @@ pub struct Registration {
     /// hand.
     #[serde(default)]
     pub breaker: Option<serde_json::Value>,
+    /// The caller's request the live call is made as (SPEC §2.1); never stored.
+    #[serde(default)]
+    pub sample_request: Option<SampleRequest>,
+}
+
+/// `sampleRequest`: the query and the body of the caller's request a registration's live call
+/// is made as, for an upstream that needs them (a `POST` whose body comes from its callers).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SampleRequest {
+    #[serde(default)]
+    pub query: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub body: Option<Box<RawValue>>,
+}
+
+impl SampleRequest {
+    /// The query as a caller would send it (`a=1&b=2`), encoded.
+    pub fn query_string(&self) -> String {
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        for (name, value) in self.query.iter().flatten() {
+            query.append_pair(name, value);
+        }
+        query.finish()
+    }
+
+    /// The body as a caller would send it: its JSON text (none for `null` or no body).
+    pub fn body_bytes(&self) -> bytes::Bytes {
+        match self.body.as_deref().map(RawValue::get) {
+            None | Some("null") => bytes::Bytes::new(),
+            Some(text) => bytes::Bytes::copy_from_slice(text.as_bytes()),
+        }
+    }
 }
 
 /// Only where the route goes is printed: a registration holds secrets (tokens, client

@@ -67,7 +67,14 @@ fn read_text(text: &[u8], unwrap_string: bool) -> Result<(Rules, Vec<Problem>), 
             Ok((rules, problems))
         }
     })
-    .unwrap_or_else(|e| Err(vec![Problem::new("", format!("the rules are not valid JSON: {e}"))]))
+    .unwrap_or_else(|e| {
+        // Told in words and by place, from the text as written (the parser rewrites its copy).
+        let e = json::diagnose(text, RULES_DEPTH).err().unwrap_or(e);
+        Err(vec![Problem::new(
+            "",
+            format!("the rules are not valid JSON: {}", json::place::described(text, &e)),
+        )])
+    })
 }
 
 fn finish(rules: &Rules, mut problems: Vec<Problem>, limits: &Limits) -> Result<Compiled, Vec<Problem>> {
@@ -125,6 +132,21 @@ fn check(
         }
         _ => {}
     }
+    let mut warnings = Vec::new();
+    let mut lint = |source: &str, at: String| {
+        for (offset, message) in expr::lint(source, limits.max_depth) {
+            let character = source[..offset].chars().count();
+            warnings.push(Problem::new(at.clone(), format!("at character {character}: {message}")));
+        }
+    };
+    if let Some(Each::Expr(source)) = &rules.each {
+        lint(source, "/each".to_owned());
+    }
+    for old in &rules.old_body_fields {
+        if let Some(source) = &old.expr {
+            lint(source, pointer(&["oldBodyFields", &old.id, "expr"]));
+        }
+    }
     let sources: HashMap<&str, _> = rules.old_body_fields.iter().map(|old| (old.id.as_str(), old)).collect();
     let mut keys: HashMap<&str, &str> = HashMap::new();
     for new in &rules.new_body_fields {
@@ -164,7 +186,6 @@ fn check(
         }
     }
     let used: HashSet<&str> = rules.new_body_fields.iter().map(|new| new.id.as_str()).collect();
-    let mut warnings = Vec::new();
     for old in &rules.old_body_fields {
         if old.parents.len() > limits.max_depth {
             problems.push(too_deep(
@@ -503,10 +524,10 @@ mod tests {
             expect![[r#"
                 /ignoreEmptyValues: must be true or false, found a string
                 /each/0: a field name must not be empty
-                /extra: unknown member `extra` (expected one of: ignoreEmptyValues, each, newBodyFields, oldBodyFields)
+                /extra: unknown member `extra`; the known members are ignoreEmptyValues, each, newBodyFields, oldBodyFields
                 /newBodyFields/a/type: unknown type `Integer`; the known types are String, Int, Long, Double, Float, Boolean, Json (a trailing `?` is allowed)
                 /newBodyFields/b/position: must be an integer, found a number
-                /newBodyFields/c/colour: unknown member `colour` (expected one of: key, type, position)
+                /newBodyFields/c/colour: unknown member `colour`; the known members are key, type, position
                 /newBodyFields/c: missing required member `key`
                 /newBodyFields/e: must be an object with `key` and `type`, found a string
                 /oldBodyFields/a/keys/0: a field name must not be empty
@@ -548,7 +569,9 @@ mod tests {
         problems(
             r#""{\"newBodyFields\": 1""#,
             Limits::default(),
-            expect!["(document): the rules are not valid JSON: Syntax at character 18 ('1')"],
+            expect![
+                "(document): the rules are not valid JSON: line 1, column 20 (in `newBodyFields`): the text ends early: expected ',' or '}'"
+            ],
         );
         problems(
             r#""\"nested\"""#,
@@ -674,7 +697,7 @@ mod tests {
             expect![[r#"
                 /oldBodyFields/c: a source reads its value by `keys` (with `parents`) or by `expr`, not both
                 /oldBodyFields/d: missing required member `keys`
-                /each: at character 7: syntax error: the expression ends too early
+                /each: at character 7: syntax error: the expression ends before the `[?` at character 5 is closed with `]`
                 /oldBodyFields/a/expr: at character 0: syntax error: unexpected character 'é'
                 /oldBodyFields/b/expr: at character 0: sum() takes 1 argument, not 2
                 /oldBodyFields/e/expr: at character 0: undefined variable $undefined"#]],
@@ -683,14 +706,14 @@ mod tests {
             r#"{"newBodyFields":{"a":{"key":"a","type":"Int"}},"oldBodyFields":{"a":{"expr":"a.lenth(@) + nope(@, `[`)"}}}"#,
             Limits::default(),
             expect![
-                "/oldBodyFields/a/expr: at character 21: syntax error: a literal that is not JSON: Syntax at character 0 ('[')"
+                "/oldBodyFields/a/expr: at character 21: syntax error: the literal `[` is not JSON: it ends before its value is complete"
             ],
         );
         problems(
             r#"{"newBodyFields":{"a":{"key":"a","type":"Int"}},"oldBodyFields":{"a":{"expr":"a.lenth(@) + nope(@)"}}}"#,
             Limits::default(),
             expect![[r#"
-                /oldBodyFields/a/expr: at character 2: unknown function lenth()
+                /oldBodyFields/a/expr: at character 2: unknown function lenth(); did you mean length()?
                 /oldBodyFields/a/expr: at character 13: unknown function nope()"#]],
         );
     }

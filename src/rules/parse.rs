@@ -8,10 +8,11 @@ use smallvec::SmallVec;
 
 use super::{Each, KeyEntry, NewField, OldField, Problem, Rules, Type};
 use crate::json::{self, Node, Nodes, StaticNode};
+use crate::suggest;
 
-const TOP_MEMBERS: &str = "ignoreEmptyValues, each, newBodyFields, oldBodyFields";
-const NEW_MEMBERS: &str = "key, type, position";
-const OLD_MEMBERS: &str = "keys, parents, expr, type";
+const TOP_MEMBERS: &[&str] = &["ignoreEmptyValues", "each", "newBodyFields", "oldBodyFields"];
+const NEW_MEMBERS: &[&str] = &["key", "type", "position"];
+const OLD_MEMBERS: &[&str] = &["keys", "parents", "expr", "type"];
 
 /// Reads the rules document at `root`. Problems are appended to `problems`; the returned
 /// [`Rules`] holds everything that could be read, so compilation can find further problems.
@@ -157,6 +158,8 @@ fn old_field(
     };
     let mut field = OldField { id, keys: Vec::new(), parents: Vec::new(), expr: None };
     let (mut has_keys, mut has_parents) = (false, false);
+    // A misspelt `keys`, `parents` or `expr` is reported as such, not also as missing.
+    let mut misspelt = false;
     let mut seen = MemberNames::default();
     for (name, value) in members {
         let at = At::Member(at, name);
@@ -182,7 +185,13 @@ fn old_field(
                     type_name(nodes, value, &at, problems);
                 }
             }
-            _ => problems.push(unknown(&at, name, OLD_MEMBERS)),
+            _ => {
+                misspelt |= matches!(
+                    suggest::closest(name, OLD_MEMBERS.iter().copied()),
+                    Some("keys" | "parents" | "expr")
+                );
+                problems.push(unknown(&at, name, OLD_MEMBERS));
+            }
         }
     }
     match (has_keys || has_parents, field.expr.is_some()) {
@@ -190,10 +199,12 @@ fn old_field(
             at.pointer(),
             "a source reads its value by `keys` (with `parents`) or by `expr`, not both",
         )),
-        (false, false) => {
-            problems.push(Problem::new(at.pointer(), "missing required member `keys` (or `expr`)"))
-        }
-        (true, false) if !has_keys => {
+        (false, false) if misspelt => {}
+        (false, false) => problems.push(Problem::new(
+            at.pointer(),
+            "missing required member: a source reads its value by `keys` (with `parents`) or by `expr`",
+        )),
+        (true, false) if !has_keys && !misspelt => {
             problems.push(Problem::new(at.pointer(), "missing required member `keys`"))
         }
         _ => {}
@@ -281,10 +292,7 @@ fn type_name(nodes: &Nodes<'_>, i: usize, at: &At<'_>, problems: &mut Vec<Proble
     if ty.is_none() {
         problems.push(Problem::new(
             at.pointer(),
-            format!(
-                "unknown type `{name}`; the known types are {} (a trailing `?` is allowed)",
-                Type::NAMES.join(", ")
-            ),
+            format!("{} (a trailing `?` is allowed)", suggest::unknown("type", name, &Type::NAMES)),
         ));
     }
     ty
@@ -368,6 +376,6 @@ fn must_be(at: &At<'_>, what: &str, nodes: &Nodes<'_>, i: usize) -> Problem {
     Problem::new(at.pointer(), format!("must be {what}, found {}", json::kind(nodes, i)))
 }
 
-fn unknown(at: &At<'_>, name: &str, expected: &str) -> Problem {
-    Problem::new(at.pointer(), format!("unknown member `{name}` (expected one of: {expected})"))
+fn unknown(at: &At<'_>, name: &str, expected: &[&str]) -> Problem {
+    Problem::new(at.pointer(), suggest::unknown("member", name, expected))
 }

@@ -15,9 +15,10 @@ use super::reply::{json, read_body, timing};
 use super::{ApiError, Response, SERVER_TIMING, State};
 use crate::cache::{self, CacheStatus, Joined, Key, Leader, Lookup, TimedOut};
 use crate::exec;
+use crate::json::JsonError;
 use crate::metrics::{CacheCounts, Endpoint, Metrics, PanicSite, UpstreamErrorKind};
 use crate::route::{CacheSettings, CallError, FromClient, Route};
-use crate::upstream::{Answer, BreakerScope, Freshness, Outbound, UpstreamRequest};
+use crate::upstream::{Answer, BreakerScope, Freshness, MediaType, Outbound, UpstreamRequest};
 
 /// A route call's request, as the router or the lane read it.
 pub(super) struct RouteCall<'a> {
@@ -58,6 +59,16 @@ pub(super) async fn call(state: &State, request: RouteCall<'_>, uuid: &str, rout
         None => state.metrics.endpoint(Endpoint::Call, status),
     }
     response
+}
+
+/// Whether the path a call came with is the route's: as registered, or percent-encoded (clients
+/// made from an OpenAPI description send `shop%2Forders%2F1042` for `shop/orders/1042`).
+fn same_path(called: &str, registered: &str) -> bool {
+    called == registered
+        || called.contains('%')
+            && percent_encoding::percent_decode_str(called)
+                .decode_utf8()
+                .is_ok_and(|decoded| decoded == registered)
 }
 
 /// What a call did, for its headers and metrics.
@@ -105,7 +116,7 @@ async fn forward(
     state.loaded()?;
     let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
     let route = &*called.insert(route);
-    if route_path != route.config.path {
+    if !same_path(route_path, &route.config.path) {
         return Err(ApiError::NotFound);
     }
     if let Some(why) = route.broken() {
@@ -368,6 +379,7 @@ fn map_success(
     };
     let started = Instant::now();
     let mut out = Vec::with_capacity(answer.body.len() / 2 + 64);
+    let empty = answer.body.is_empty();
     let parsed = exec::map_text(&compiled.plan, &mut answer.body, max_depth, &mut out);
     let took = started.elapsed();
     if let Ok(outcome) = &parsed
@@ -380,9 +392,32 @@ fn map_success(
             Err(UpstreamFailure::MappingLimit { limit, bound: compiled.plan.bounds().of(limit) })
         }
         Ok(_) => Ok(out),
-        Err(e) => Err(UpstreamFailure::NotJson(e.to_string())),
+        Err(e) => Err(UpstreamFailure::NotJson(not_json(empty, answer.content_type, &e))),
     };
     (mapped, took)
+}
+
+/// What an upstream's 2xx answer that is not JSON was, in words: what its `Content-Type` said
+/// and what is wrong, never the body itself.
+pub(super) fn not_json(empty: bool, content_type: MediaType, error: &JsonError) -> String {
+    if empty {
+        return "the upstream answered with an empty body, not JSON".to_owned();
+    }
+    match (content_type.as_str(), error) {
+        (_, JsonError::TooDeep { limit }) => {
+            format!("the upstream's JSON nests deeper than {limit} levels (RECAST_MAX_DEPTH)")
+        }
+        (Some(_), error) if content_type.is_json() => {
+            format!(
+                "the upstream's answer says it is JSON (`{}`) but is not valid JSON: {error}",
+                content_type.as_str().unwrap_or_default()
+            )
+        }
+        (Some(kind), _) => format!("the upstream answered with `{kind}`, not JSON"),
+        (None, error) => {
+            format!("the upstream answered with something that is not JSON (no Content-Type): {error}")
+        }
+    }
 }
 
 impl UpstreamFailure {
@@ -415,5 +450,23 @@ fn method_name(method: &Method) -> &'static str {
         Method::PATCH => "PATCH",
         Method::DELETE => "DELETE",
         _ => "GET",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_path;
+
+    #[test]
+    fn a_path_matches_as_registered_or_percent_encoded() {
+        assert!(same_path("shop/orders/1042", "shop/orders/1042"));
+        assert!(same_path("shop%2Forders%2F1042", "shop/orders/1042"));
+        assert!(same_path("shop%2forders/1042", "shop/orders/1042"));
+        assert!(same_path("caf%C3%A9", "café"));
+        assert!(!same_path("shop%2Forders", "shop/orders/1042"));
+        assert!(!same_path("shop%2", "shop/orders"));
+        // A registered path with a `%` of its own is matched as written.
+        assert!(same_path("100%25", "100%25"));
+        assert!(!same_path("%FF", "\u{FFFD}"));
     }
 }

@@ -28,12 +28,12 @@ pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response,
         match &*name {
             "limit" => {
                 limit = value.parse().ok().filter(|n| (1..=MAX_LIMIT).contains(n)).ok_or_else(|| {
-                    ApiError::InvalidRequest(format!("`limit` must be a number from 1 to {MAX_LIMIT}"))
+                    ApiError::InvalidQuery(format!("`limit` must be a number from 1 to {MAX_LIMIT}"))
                 })?
             }
             "cursor" => {
                 cursor = Some(Cursor::parse(&value).ok_or_else(|| {
-                    ApiError::InvalidRequest("`cursor` must be a `nextCursor` of an earlier page".to_owned())
+                    ApiError::InvalidQuery("`cursor` must be a `nextCursor` of an earlier page".to_owned())
                 })?)
             }
             _ => {}

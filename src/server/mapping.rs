@@ -10,27 +10,29 @@ use super::call::{call_upstream, map_answer};
 use super::problem::{UpstreamFailure, write_problems};
 use super::reply::{json, now_ms, read_body};
 use super::{ApiError, Request, Response, State};
-use crate::json::{JsonError, write};
+use crate::exec;
+use crate::json::{self, JsonError, write};
 use crate::logging::logged;
 use crate::metrics::RulesSource;
-use crate::route::{CallError, FromClient, MAPPED_AUTH, Registration, Route};
+use crate::route::{
+    CallError, FromClient, MAPPED_AUTH, Registration, Route, RouteConfig, SampleRequest, shape,
+};
+use crate::rules::{Problem, compile_json};
 use crate::upstream::UpstreamError;
 
 pub(super) async fn register(state: &State, request: Request) -> Result<Response, ApiError> {
     state.loaded()?;
     let (parts, body) = request.into_parts();
     let body = read_body(state, &parts.headers, body).await?;
-    let config = registration(&body)?
-        .validate(parts.headers.contains_key(&MAPPED_AUTH), None)
-        .map_err(ApiError::InvalidRegistration)?;
+    let (config, sample) = validated(state, &body, &parts.headers, None)?;
     let now = now_ms();
     let mut route = Route::new(Uuid::new_v4(), now, now, config, &state.config.limits());
-    let preview = live_call(state, &route, &parts.headers).await?;
+    let live = live_call(state, &route, &parts.headers, &sample).await?;
     route.revision = state.stored(state.store.create(route.to_stored()).await)?;
     let route = Arc::new(route);
     state.table.apply_shared(route.clone());
     logged!(tracing::Level::INFO, uuid = %route.uuid, path = %route.config.path, "route registered");
-    let mut response = registered(StatusCode::CREATED, &route, &preview);
+    let mut response = registered(StatusCode::CREATED, &route, &live);
     if let Ok(location) = HeaderValue::try_from(route.public_path()) {
         response.headers_mut().insert(header::LOCATION, location);
     }
@@ -42,14 +44,12 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     let existing = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
     let (parts, body) = request.into_parts();
     let body = read_body(state, &parts.headers, body).await?;
-    let config = registration(&body)?
-        .validate(parts.headers.contains_key(&MAPPED_AUTH), Some(&existing.config.path))
-        .map_err(ApiError::InvalidRegistration)?;
+    let (config, sample) = validated(state, &body, &parts.headers, Some(&existing.config.path))?;
     let mut route = Route::new(uuid, existing.created_at, now_ms(), config, &state.config.limits());
     // The route's answer counts go on across the change.
     route.statuses = existing.statuses.clone();
     // Validated like a registration; until it passes, the old route keeps serving.
-    let preview = live_call(state, &route, &parts.headers).await?;
+    let live = live_call(state, &route, &parts.headers, &sample).await?;
     let _writing = state.writes.lock().await;
     if state.table.get(&uuid).is_none() {
         return Err(ApiError::NotFound);
@@ -61,26 +61,86 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     state.table.apply_shared(route.clone());
     state.cache.drop_route(uuid);
     logged!(tracing::Level::INFO, uuid = %uuid, "route updated");
-    Ok(registered(StatusCode::OK, &route, &preview))
+    Ok(registered(StatusCode::OK, &route, &live))
 }
 
-fn registration(body: &[u8]) -> Result<Registration, ApiError> {
-    serde_json::from_slice(body).map_err(|e| {
-        if e.is_syntax() || e.is_eof() {
-            ApiError::InvalidJson(JsonError::Syntax(e.to_string()))
-        } else {
-            ApiError::InvalidRequest(format!("the registration is not valid: {e}"))
+/// Deepest a registration body may nest (the reader's own bound).
+const REGISTRATION_DEPTH: usize = 128;
+
+/// Where a registration's rules are in its body: their problems are located from there.
+const RULES_MEMBER: &str = "/rulesAsString";
+
+/// Reads and checks a registration body: its configuration and the sample request of its live
+/// call, or every problem of the body (its shape, its settings and its rules) at its location.
+/// An update passes the route's path.
+fn validated(
+    state: &State,
+    body: &[u8],
+    headers: &HeaderMap,
+    fixed_path: Option<&str>,
+) -> Result<(RouteConfig, SampleRequest), ApiError> {
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
+        // Told in words and by place; the reader's only other refusal is depth.
+        let error = json::diagnose(body, REGISTRATION_DEPTH)
+            .err()
+            .unwrap_or(JsonError::TooDeep { limit: REGISTRATION_DEPTH });
+        ApiError::bad_body(body, &error, |limit| format!("the body nests deeper than {limit} levels"))
+    })?;
+    let mut problems = shape::check(&value);
+    // The rules are compiled whatever else is wrong, so that all problems come in one answer,
+    // each located in the body.
+    let mut rule_problems = Vec::new();
+    // (From the text as sent: the order of its members and any name given twice matter.)
+    #[derive(serde::Deserialize)]
+    struct RulesOnly<'a> {
+        #[serde(rename = "rulesAsString", borrow, default)]
+        rules: Option<&'a serde_json::value::RawValue>,
+    }
+    let rules = serde_json::from_slice::<RulesOnly<'_>>(body).ok().and_then(|r| r.rules);
+    if let Some(rules) = rules.filter(|rules| rules.get() != "null")
+        && let Err(found) = compile_json(rules.get().as_bytes(), &state.config.limits())
+    {
+        state.metrics.compile_failure(RulesSource::Registration);
+        rule_problems = found
+            .into_iter()
+            .map(|p| Problem::new(format!("{RULES_MEMBER}{}", p.location), p.message))
+            .collect();
+    }
+    if problems.is_empty() {
+        let mut registration: Registration = serde_json::from_slice(body)
+            .map_err(|e| ApiError::InvalidBody(vec![Problem::new("", e.to_string())]))?;
+        let sample = registration.sample_request.take().unwrap_or_default();
+        match registration.validate(headers.contains_key(&MAPPED_AUTH), fixed_path) {
+            Ok(config) if rule_problems.is_empty() => return Ok((config, sample)),
+            Ok(_) => return Err(ApiError::InvalidRules(rule_problems)),
+            Err(found) => problems = found,
         }
-    })
+    }
+    problems.extend(rule_problems);
+    Err(ApiError::InvalidBody(problems))
 }
 
-/// Checks that the route compiles and makes its live call; returns the mapped output.
-async fn live_call(state: &State, route: &Route, headers: &HeaderMap) -> Result<Vec<u8>, ApiError> {
+/// Checks that the route compiles and makes its live call; returns the mapped output and the
+/// warnings of its trace.
+async fn live_call(
+    state: &State,
+    route: &Route,
+    headers: &HeaderMap,
+    sample: &SampleRequest,
+) -> Result<Live, ApiError> {
     if let Err(problems) = &route.rules {
+        // Checked already; a route's rules compile as the registration's did.
         state.metrics.compile_failure(RulesSource::Registration);
         return Err(ApiError::InvalidRules(problems.clone()));
     }
-    let client = FromClient { query: None, headers: Some(headers), body: Default::default() };
+    // As called by the request `sampleRequest` describes: its query, and its body as JSON.
+    let query = sample.query_string();
+    let body = sample.body_bytes();
+    let mut headers = headers.clone();
+    if !body.is_empty() {
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    let client = FromClient { query: Some(&query), headers: Some(&headers), body };
     let request = route.upstream_request(&client).map_err(|e| match e {
         CallError::AuthRequired => ApiError::AuthRequired,
         CallError::Broken(why) => ApiError::InvalidRequest(why),
@@ -102,11 +162,48 @@ async fn live_call(state: &State, route: &Route, headers: &HeaderMap) -> Result<
         return Err(failed(failure));
     }
     let mut answer = call_upstream(state, &request, route).await.0.map_err(failed)?;
-    map_answer(state, route, &mut answer).0.map_err(failed)
+    // The answer as it came, for the trace below (mapping may rewrite the text it reads).
+    let document = answer.body.clone();
+    let preview = map_answer(state, route, &mut answer).0.map_err(failed)?;
+    let warnings = live_warnings(route, document, state.config.max_depth);
+    Ok(Live { preview, warnings })
+}
+
+/// What a registration's live call gave: the mapped answer, and the warnings of its trace.
+struct Live {
+    preview: Vec<u8>,
+    warnings: Vec<Problem>,
+}
+
+/// The warnings a traced run of the live call's answer gives (SPEC §1.8: expressions that failed;
+/// names no element has, with the one probably meant), and one when the rules map nothing of it:
+/// a route whose every target is null or left out is most likely reading the wrong names.
+fn live_warnings(route: &Route, mut document: Vec<u8>, max_depth: usize) -> Vec<Problem> {
+    let Ok(compiled) = &route.rules else { return Vec::new() };
+    let plan = &compiled.plan;
+    let traced = json::with_parsed(&mut document, max_depth, |doc| {
+        let mut out = Vec::new();
+        let trace = exec::execute_traced(plan, doc, 0, &mut out);
+        (trace, out)
+    });
+    let Ok((trace, out)) = traced else { return Vec::new() };
+    if trace.outcome.limit.is_some() {
+        return Vec::new();
+    }
+    let mut warnings = trace.notes;
+    let nothing = |e: &exec::TraceEntry| e.value.as_deref().is_none_or(|v| v == b"null");
+    if !plan.targets.is_empty() && (trace.entries.iter().all(nothing) || out == b"{}" || out == b"[]") {
+        warnings.push(Problem::new(
+            "",
+            "the live call's answer maps to nothing: every target is null or left out, so the rules may not fit this upstream's answer (see `preview`)",
+        ));
+    }
+    warnings
 }
 
 /// The answer to a registration or update: `{"uuid", "path", "method", "preview", "warnings"}`.
-fn registered(status: StatusCode, route: &Route, preview: &[u8]) -> Response {
+fn registered(status: StatusCode, route: &Route, live: &Live) -> Response {
+    let preview = &live.preview;
     let mut body = Vec::with_capacity(preview.len() + 256);
     body.extend_from_slice(b"{\"uuid\":");
     write::string(&mut body, &route.uuid.to_string());
@@ -117,8 +214,14 @@ fn registered(status: StatusCode, route: &Route, preview: &[u8]) -> Response {
     body.extend_from_slice(b",\"preview\":");
     body.extend_from_slice(preview);
     body.extend_from_slice(b",\"warnings\":");
-    let warnings = route.rules.as_ref().map(|c| c.warnings.as_slice()).unwrap_or_default();
-    write_problems(&mut body, warnings);
+    // Located in the registration, as its problems are: the rules' under `rulesAsString`.
+    let compiled = route.rules.as_ref().map(|c| c.warnings.as_slice()).unwrap_or_default();
+    let warnings: Vec<Problem> = compiled
+        .iter()
+        .chain(&live.warnings)
+        .map(|w| Problem::new(format!("{RULES_MEMBER}{}", w.location), w.message.clone()))
+        .collect();
+    write_problems(&mut body, &warnings);
     if route.revision != 0 {
         // Cluster mode: the revision of the database change that stored it.
         body.extend_from_slice(b",\"revision\":");

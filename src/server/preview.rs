@@ -11,7 +11,8 @@ use crate::exec;
 use crate::json::{self as tape};
 use crate::metrics::RulesSource;
 use crate::plan::Limit;
-use crate::rules::{Compiled, compile_value};
+use crate::rules::{Compiled, Problem, compile_value};
+use crate::suggest;
 
 /// Members of a preview body.
 const SAMPLE: &str = "originalResponse";
@@ -22,10 +23,21 @@ pub(super) async fn preview(state: &State, request: Request) -> Result<Response,
     let (parts, body) = request.into_parts();
     let mut body = read_body(state, &parts.headers, body).await?;
     let started = Instant::now();
-    // The sample sits one level inside the body, so the body may nest one level more.
-    let out =
-        tape::with_parsed(&mut body, state.config.max_depth + 1, |nodes| map_sample(state, nodes, traced))
-            .map_err(ApiError::InvalidJson)??;
+    // The sample sits one level inside the body, so the body may nest one level more. A body
+    // that is not JSON is told where its mistake is, in words (a check of its own: the parser
+    // rewrites the text it reads).
+    let depth = state.config.max_depth + 1;
+    let refused = |e: &tape::JsonError| {
+        ApiError::bad_body(&body, e, |limit| {
+            format!(
+                "the body nests deeper than {limit} levels: the sample (`{SAMPLE}`) may nest at most {} (RECAST_MAX_DEPTH)",
+                limit - 1
+            )
+        })
+    };
+    tape::diagnose(&body, depth).map_err(|e| refused(&e))?;
+    let out = tape::with_parsed(&mut body, depth, |nodes| map_sample(state, nodes, traced))
+        .map_err(|e| ApiError::InvalidJson(e.to_string()))??;
     let mut response = json(StatusCode::OK, out);
     response.headers_mut().insert(SERVER_TIMING, timing(&[("map", started.elapsed())]));
     Ok(response)
@@ -90,7 +102,7 @@ fn trace_flag(query: Option<&str>) -> Result<bool, ApiError> {
             ("trace", "" | "true" | "1") => traced = true,
             ("trace", "false" | "0") => traced = false,
             ("trace", _) => {
-                return Err(ApiError::InvalidRequest(format!("`trace` takes true or false, not `{value}`")));
+                return Err(ApiError::InvalidQuery(format!("`trace` takes true or false, not `{value}`")));
             }
             _ => {}
         }
@@ -98,27 +110,40 @@ fn trace_flag(query: Option<&str>) -> Result<bool, ApiError> {
     Ok(traced)
 }
 
-/// Finds the sample and the rules in the body, which must hold exactly those two members.
+/// Finds the sample and the rules in the body, which must hold exactly those two members;
+/// every problem with the body's shape is listed, at its location.
 fn members(nodes: &tape::Nodes<'_>) -> Result<(usize, usize), ApiError> {
     let shape = || format!("the body must be a JSON object with `{SAMPLE}` and `{RULES}`");
-    let members = tape::members(nodes, 0).ok_or_else(|| ApiError::InvalidRequest(shape()))?;
+    let members =
+        tape::members(nodes, 0).ok_or_else(|| ApiError::InvalidBody(vec![Problem::new("", shape())]))?;
     let (mut sample, mut rules) = (None, None);
+    let mut problems = Vec::new();
+    // Members named for one that is missing: reported as misspelt, not also as missing.
+    let mut meant = Vec::new();
     for (name, at) in members {
         let slot = match name {
             SAMPLE => &mut sample,
             RULES => &mut rules,
             other => {
-                return Err(ApiError::InvalidRequest(format!("unknown member `{other}`; {}", shape())));
+                let mut at = String::new();
+                tape::push_pointer(&mut at, other);
+                problems.push(Problem::new(at, suggest::unknown("member", other, &[SAMPLE, RULES])));
+                meant.extend(suggest::closest(other, [SAMPLE, RULES]));
+                continue;
             }
         };
         if slot.replace(at).is_some() {
-            return Err(ApiError::InvalidRequest(format!("member `{name}` is given twice")));
+            problems.push(Problem::new(format!("/{name}"), format!("member `{name}` is given twice")));
+        }
+    }
+    for (name, found) in [(SAMPLE, sample), (RULES, rules)] {
+        if found.is_none() && !meant.contains(&name) {
+            problems.push(Problem::new(format!("/{name}"), format!("missing required member `{name}`")));
         }
     }
     match (sample, rules) {
-        (Some(sample), Some(rules)) => Ok((sample, rules)),
-        (None, _) => Err(ApiError::InvalidRequest(format!("missing `{SAMPLE}`; {}", shape()))),
-        (_, None) => Err(ApiError::InvalidRequest(format!("missing `{RULES}`; {}", shape()))),
+        (Some(sample), Some(rules)) if problems.is_empty() => Ok((sample, rules)),
+        _ => Err(ApiError::InvalidBody(problems)),
     }
 }
 

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use http_body_util::Full;
 
-use crate::json::{JsonError, write};
+use crate::json::{JsonError, place, write};
 use crate::plan::Limit;
 use crate::rules::Problem;
 use crate::upstream::{CertificateAsked, UpstreamError};
@@ -15,8 +15,10 @@ use crate::upstream::{CertificateAsked, UpstreamError};
 pub const TYPE_BASE: &str = "https://recast.dev/problems/";
 
 /// The last segment of every problem type recast answers with (see [`ApiError::slug`]).
-pub const SLUGS: [&str; 30] = [
+pub const SLUGS: [&str; 32] = [
     "invalid-json",
+    "body-too-deep",
+    "invalid-query",
     "invalid-request",
     "invalid-rules",
     "body-too-large",
@@ -55,12 +57,16 @@ const MAX_LISTED: usize = 200;
 #[derive(Debug)]
 pub enum ApiError {
     // From the client.
-    /// The client's body is not JSON (or nests deeper than allowed).
-    InvalidJson(JsonError),
+    /// The client's body is not JSON: why, and where (its line, column and member).
+    InvalidJson(String),
+    /// The client's body nests deeper than allowed: what may nest how deep.
+    TooDeep(String),
     /// The client's body is JSON but not the expected shape.
     InvalidRequest(String),
+    /// A query parameter is not one the endpoint takes (which, and why).
+    InvalidQuery(String),
     /// Problems in a registration, each located in the body.
-    InvalidRegistration(Vec<Problem>),
+    InvalidBody(Vec<Problem>),
     /// The rules do not compile; every problem is listed.
     InvalidRules(Vec<Problem>),
     /// A preview's mapping ran into one of its bounds (`limit`, which stands at `bound`).
@@ -121,7 +127,7 @@ pub enum UpstreamFailure {
     TooLarge {
         limit: usize,
     },
-    /// A 2xx answer whose body is not JSON (the parser's reason).
+    /// A 2xx answer whose body is not JSON (what it was, in words).
     NotJson(String),
     /// A 2xx answer in a content coding recast does not decode, or a coded body that does not
     /// decode (which, and why).
@@ -214,11 +220,22 @@ fn mapping_limit(limit: Limit, bound: u64) -> String {
 }
 
 impl ApiError {
+    /// The answer to a client's body that `error` refuses: where the mistake is, or, for a body
+    /// that nests too deeply, `depth` (what may nest how deep).
+    pub fn bad_body(body: &[u8], error: &JsonError, depth: impl FnOnce(usize) -> String) -> ApiError {
+        match error {
+            JsonError::TooDeep { limit } => ApiError::TooDeep(depth(*limit)),
+            syntax => ApiError::InvalidJson(place::described(body, syntax)),
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::InvalidJson(_)
+            | ApiError::TooDeep(_)
+            | ApiError::InvalidQuery(_)
             | ApiError::InvalidRequest(_)
-            | ApiError::InvalidRegistration(_)
+            | ApiError::InvalidBody(_)
             | ApiError::InvalidRules(_)
             | ApiError::BodyUnreadable => StatusCode::BAD_REQUEST,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -250,7 +267,9 @@ impl ApiError {
     pub fn slug(&self) -> &'static str {
         match self {
             ApiError::InvalidJson(_) => "invalid-json",
-            ApiError::InvalidRequest(_) | ApiError::InvalidRegistration(_) => "invalid-request",
+            ApiError::TooDeep(_) => "body-too-deep",
+            ApiError::InvalidQuery(_) => "invalid-query",
+            ApiError::InvalidRequest(_) | ApiError::InvalidBody(_) => "invalid-request",
             ApiError::InvalidRules(_) => "invalid-rules",
             ApiError::PreviewLimit { .. } => "mapping-limit",
             ApiError::BodyTooLarge { .. } => "body-too-large",
@@ -288,7 +307,9 @@ impl ApiError {
     fn title(&self) -> &'static str {
         match self {
             ApiError::InvalidJson(_) => "The request body is not valid JSON",
-            ApiError::InvalidRequest(_) | ApiError::InvalidRegistration(_) => {
+            ApiError::TooDeep(_) => "The request body nests too deeply",
+            ApiError::InvalidQuery(_) => "The query is not what this endpoint takes",
+            ApiError::InvalidRequest(_) | ApiError::InvalidBody(_) => {
                 "The request body is not what this endpoint takes"
             }
             ApiError::InvalidRules(_) => "The mapping rules are invalid",
@@ -333,16 +354,15 @@ impl ApiError {
 
     fn detail(&self) -> String {
         match self {
-            ApiError::InvalidJson(JsonError::TooDeep { limit }) => {
-                format!("the body nests deeper than {limit} levels (RECAST_MAX_DEPTH)")
-            }
-            ApiError::InvalidJson(e) => e.to_string(),
-            ApiError::InvalidRequest(why)
+            ApiError::InvalidJson(why)
+            | ApiError::TooDeep(why)
+            | ApiError::InvalidQuery(why)
+            | ApiError::InvalidRequest(why)
             | ApiError::RouteUnavailable(why)
             | ApiError::Storage(why)
             | ApiError::StoreUnavailable(why)
             | ApiError::Conflict(why) => why.clone(),
-            ApiError::InvalidRegistration(problems) | ApiError::InvalidRules(problems) => {
+            ApiError::InvalidBody(problems) | ApiError::InvalidRules(problems) => {
                 match problems.len() {
                     1 => "1 problem; see `errors`".to_owned(),
                     n if n > MAX_LISTED => format!("{n} problems; the first {MAX_LISTED} are listed in `errors`"),
@@ -378,7 +398,7 @@ impl ApiError {
                 UpstreamFailure::TooLarge { limit } => {
                     format!("the answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
                 }
-                UpstreamFailure::NotJson(why) => format!("the upstream answered with something that is not JSON: {why}"),
+                UpstreamFailure::NotJson(why) => why.clone(),
                 // Route callers need no token: they are not told the upstream's addresses.
                 UpstreamFailure::NotAllowed(_) if !validating => {
                     "the route's upstream resolves to an address the outbound policy refuses; nothing was sent"
@@ -414,7 +434,7 @@ impl ApiError {
         body.extend_from_slice(b",\"instance\":");
         write::string(&mut body, instance);
         match self {
-            ApiError::InvalidRules(problems) | ApiError::InvalidRegistration(problems) => {
+            ApiError::InvalidRules(problems) | ApiError::InvalidBody(problems) => {
                 body.extend_from_slice(b",\"errors\":");
                 write_problems(&mut body, &problems[..problems.len().min(MAX_LISTED)]);
             }
@@ -516,9 +536,11 @@ mod tests {
             ]
         };
         let mut all = vec![
-            ApiError::InvalidJson(JsonError::TooDeep { limit: 1 }),
+            ApiError::InvalidJson(String::new()),
+            ApiError::TooDeep(String::new()),
+            ApiError::InvalidQuery(String::new()),
             ApiError::InvalidRequest(String::new()),
-            ApiError::InvalidRegistration(Vec::new()),
+            ApiError::InvalidBody(Vec::new()),
             ApiError::InvalidRules(Vec::new()),
             ApiError::PreviewLimit { limit: Limit::Steps, bound: 1 },
             ApiError::BodyTooLarge { limit: 1 },

@@ -203,6 +203,7 @@ mod tests {
             freshness: Freshness::default(),
             retry_after: retry_after.map(Duration::from_secs),
             certificate_asked: None,
+            content_type: Default::default(),
         })
     }
 

@@ -99,6 +99,7 @@ struct AnswerHead {
     coding: Coding,
     freshness: Freshness,
     retry_after: Option<Duration>,
+    content_type: super::MediaType,
 }
 
 /// A `Retry-After` value (RFC 9110 §10.2.3): whole seconds, or a date, as the time from now
@@ -211,6 +212,7 @@ impl Connection {
             freshness: head.freshness,
             retry_after: head.retry_after,
             certificate_asked: self.certificate_asked,
+            content_type: head.content_type,
         };
         Ok((answer, reuse))
     }
@@ -327,6 +329,7 @@ impl Connection {
         let mut coding = Coding::Identity;
         let mut freshness = Freshness::default();
         let mut retry_after = None;
+        let mut content_type = super::MediaType::default();
         for line in answer.headers.iter() {
             let name = line.name.as_bytes();
             if name.eq_ignore_ascii_case(b"content-length") {
@@ -358,6 +361,8 @@ impl Connection {
                 }
             } else if name.eq_ignore_ascii_case(b"retry-after") {
                 retry_after = retry_after_of(line.value);
+            } else if name.eq_ignore_ascii_case(b"content-type") {
+                content_type = super::MediaType::of(line.value);
             } else {
                 freshness.line(name, line.value);
             }
@@ -382,7 +387,16 @@ impl Connection {
             (false, None, Some(n)) => Framing::Length(n),
             (false, None, None) => Framing::UntilClose,
         };
-        Ok(Some(AnswerHead { status, length, framing, keep_alive, coding, freshness, retry_after }))
+        Ok(Some(AnswerHead {
+            status,
+            length,
+            framing,
+            keep_alive,
+            coding,
+            freshness,
+            retry_after,
+            content_type,
+        }))
     }
 
     /// Reads the body the head announces into `body`; true when nothing followed it.

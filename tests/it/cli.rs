@@ -202,3 +202,69 @@ async fn check_and_preview_take_expressions() {
         "{report}"
     );
 }
+
+/// Runs `recast ARGS` with `input` on its standard input.
+async fn recast_with_input(args: &[&str], input: &str) -> Output {
+    use std::io::Write;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_recast"));
+    command.args(args).stdin(std::process::Stdio::piped());
+    command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("RECAST_")) {
+        command.env_remove(name);
+    }
+    let input = input.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut child = command.spawn().expect("the binary runs");
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_dash_reads_standard_input_wherever_a_file_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = file(dir.path(), "rules.json", RULES);
+    let sample = file(dir.path(), "sample.json", SAMPLE);
+    let from_file = recast(&["preview", "--rules", &rules, "--input", &sample]).await;
+    let from_stdin = recast_with_input(&["preview", "--rules", &rules, "--input", "-"], SAMPLE).await;
+    assert_eq!(code(&from_stdin), 0, "{}", text(&from_stdin.stderr));
+    assert_eq!(from_stdin.stdout, from_file.stdout);
+    let rules_from_stdin = recast_with_input(&["preview", "--rules", "-", "--input", &sample], RULES).await;
+    assert_eq!(rules_from_stdin.stdout, from_file.stdout);
+    let checked = recast_with_input(&["check", "--rules", "-"], RULES).await;
+    assert_eq!(code(&checked), 0, "{}", text(&checked.stderr));
+    let both = recast_with_input(&["preview", "--rules", "-", "--input", "-"], RULES).await;
+    assert!(text(&both.stderr).contains("only one of --rules and --input can be standard input"));
+    // A sample that is not JSON is told by line and column, in words.
+    let broken =
+        recast_with_input(&["preview", "--rules", &rules, "--input", "-"], "{\n  \"meals\": [1,]\n}").await;
+    assert_eq!(code(&broken), 1);
+    assert_eq!(
+        text(&broken.stderr),
+        "-: the input is not valid JSON: line 2, column 15 (in `meals`): not a value, found `]`\n"
+    );
+}
+
+#[tokio::test]
+async fn the_help_names_every_command_the_docs_describe() {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md")).unwrap();
+    let top = text(&recast(&["--help"]).await.stdout);
+    let routes = text(&recast(&["routes", "--help"]).await.stdout);
+    let line = top.lines().find(|l| l.trim_start().starts_with("routes")).expect("routes in the help");
+    for command in ["list", "get", "delete", "purge", "export", "import"] {
+        assert!(
+            docs.contains(&format!("routes [--url URL] [--token TOKEN] {command}"))
+                || docs.contains(&format!("`recast routes {command}")),
+            "docs/cli.md: {command}"
+        );
+        assert!(
+            routes.lines().any(|l| l.trim_start().starts_with(command)),
+            "recast routes --help: {command}\n{routes}"
+        );
+    }
+    for word in ["list", "show", "delete", "purge", "export", "import"] {
+        assert!(line.to_lowercase().contains(word), "recast --help says of routes: {line}");
+    }
+}

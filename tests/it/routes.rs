@@ -51,7 +51,10 @@ async fn registration_makes_one_live_call_stores_and_answers_201() {
     assert_eq!(body.get("method").and_then(Json::as_str), Some("GET"));
     assert_eq!(body.get("preview").unwrap().to_string(), r#"{"id":52772,"name":"Teriyaki Chicken"}"#);
     let warnings = body.get("warnings").unwrap().as_array();
-    assert_eq!(warnings[0].get("location").and_then(Json::as_str), Some("/oldBodyFields/unused"));
+    assert_eq!(
+        warnings[0].get("location").and_then(Json::as_str),
+        Some("/rulesAsString/oldBodyFields/unused")
+    );
     let calls = upstream.received();
     assert_eq!(calls.len(), 1, "one live call");
     assert_eq!(calls[0].uri.path(), "/api/random.php");
@@ -363,8 +366,9 @@ async fn routes_are_listed_newest_first_with_secrets_masked() {
     let one = get(&service.url(&format!("/v1/routes/{}", &paths[0][4..40]))).await;
     assert_eq!(one.status, 200);
     assert!(!String::from_utf8_lossy(&one.body).contains("canary-token-123"));
-    get(&service.url("/v1/routes?limit=0")).await.assert_problem(400, "invalid-request");
-    get(&service.url("/v1/routes?cursor=nope")).await.assert_problem(400, "invalid-request");
+    let problem = get(&service.url("/v1/routes?limit=0")).await.assert_problem(400, "invalid-query");
+    assert_eq!(problem["title"], "The query is not what this endpoint takes");
+    get(&service.url("/v1/routes?cursor=nope")).await.assert_problem(400, "invalid-query");
     service.stop().await;
 }
 
@@ -492,5 +496,173 @@ async fn preview_still_works_without_routes() {
     )
     .await;
     assert_eq!(&answer.body[..], br#"{"id":52772,"name":"Teriyaki Chicken"}"#);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn every_problem_of_a_registration_is_listed_at_its_location_in_the_body() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(config()).await;
+    // A misspelt member, a member of the wrong kind, a rule problem and a misspelt `keys`: all
+    // in one answer, each located in the registration, with the name probably meant.
+    let body = registration(&upstream.url("/"), r#","headers":{"a":1}"#, "")
+        .replace("originalApi", "originalAPI")
+        .replace(r#""type":"Int""#, r#""type":"Itn""#)
+        .replace(r#""keys":["strMeal"]"#, r#""kyes":["strMeal"]"#);
+    let problem = register(&service, &body, &[]).await.assert_problem(400, "invalid-request");
+    let errors: Vec<(String, String)> = problem["errors"]
+        .as_array()
+        .iter()
+        .map(|e| (e["location"].as_str().unwrap().to_owned(), e["message"].as_str().unwrap().to_owned()))
+        .collect();
+    let at = |location: &str| {
+        errors
+            .iter()
+            .find(|(l, _)| l == location)
+            .map(|(_, m)| m.as_str())
+            .unwrap_or_else(|| panic!("{location} in {errors:?}"))
+    };
+    assert!(
+        at("/originalRoute/originalAPI")
+            .starts_with("unknown member `originalAPI`; did you mean `originalApi`?")
+    );
+    assert_eq!(at("/originalRoute/headers/a"), "must be a string, found a number");
+    assert!(
+        at("/rulesAsString/newBodyFields/id/type").starts_with("unknown type `Itn`; did you mean `Int`?")
+    );
+    assert!(
+        at("/rulesAsString/oldBodyFields/name/kyes")
+            .starts_with("unknown member `kyes`; did you mean `keys`?")
+    );
+    assert_eq!(errors.len(), 4, "{errors:?}: a misspelt member is not also reported missing");
+    // Rules problems alone are `invalid-rules`, located in the body too.
+    let body = registration(&upstream.url("/"), "", "").replace(r#""type":"Int""#, r#""type":"Itn""#);
+    let problem = register(&service, &body, &[]).await.assert_problem(400, "invalid-rules");
+    assert_eq!(problem["errors"][0]["location"], "/rulesAsString/newBodyFields/id/type");
+    // Bad JSON: line, column and member.
+    let body =
+        registration(&upstream.url("/"), "", "").replace(r#""path":"api/random.php""#, "\n\"path\":api");
+    let problem = register(&service, &body, &[]).await.assert_problem(400, "invalid-json");
+    assert_eq!(problem["detail"], "line 2, column 8 (in `originalRoute`): not a value, found `a`");
+    assert!(upstream.received().is_empty(), "invalid registrations make no live call");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn the_live_call_is_made_as_the_sample_request_and_the_sample_is_not_stored() {
+    // An upstream that needs a body and a query: without them it answers 400.
+    let upstream = Upstream::start(|r| {
+        let query = r.uri.query().unwrap_or_default().to_owned();
+        if r.body.is_empty() || !query.contains("page=2") {
+            return Reply::with(400, "{}");
+        }
+        Reply::json(MEALS)
+    })
+    .await;
+    let service = Service::start(config()).await;
+    let plain = registration(&upstream.url("/"), r#","method":"POST""#, r#","method":"POST""#);
+    register(&service, &plain, &[]).await.assert_problem(502, "upstream-validation-failed");
+    let sampled = registration(
+        &upstream.url("/"),
+        r#","method":"POST""#,
+        r#","method":"POST","sampleRequest":{"query":{"page":"2","q":"a b"},"body":{"order":1042}}"#,
+    );
+    let answer = register(&service, &sampled, &[]).await;
+    assert_eq!(answer.status, 201, "{}", String::from_utf8_lossy(&answer.body));
+    let live = upstream.received().pop().unwrap();
+    assert_eq!(live.body, r#"{"order":1042}"#);
+    assert_eq!(live.uri.query(), Some("page=2&q=a+b"));
+    assert_eq!(live.headers.get("content-type").unwrap(), "application/json");
+    // Never stored: the listing and the route show nothing of it.
+    let uuid = answer.json()["uuid"].as_str().unwrap().to_owned();
+    let shown = get(&service.url(&format!("/v1/routes/{uuid}"))).await;
+    assert!(!String::from_utf8_lossy(&shown.body).contains("sampleRequest"));
+    assert!(!String::from_utf8_lossy(&shown.body).contains("1042"));
+    // An update takes one too.
+    let update = send(
+        Method::PUT,
+        &service.url(&format!("/v1/routes/{uuid}")),
+        &[("content-type", "application/json")],
+        sampled.clone(),
+    )
+    .await;
+    assert_eq!(update.status, 200, "{}", String::from_utf8_lossy(&update.body));
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_registration_warns_of_names_no_element_has_and_of_a_mapping_to_nothing() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(config()).await;
+    let misspelt =
+        registration(&upstream.url("/"), "", "").replace("strMeal", "strMeall").replace("idMeal", "idMea");
+    let answer = register(&service, &misspelt, &[]).await;
+    assert_eq!(answer.status, 201, "{}", String::from_utf8_lossy(&answer.body));
+    let warnings = answer.json()["warnings"].clone();
+    let told: Vec<String> = warnings
+        .as_array()
+        .iter()
+        .map(|w| format!("{}: {}", w["location"].as_str().unwrap(), w["message"].as_str().unwrap()))
+        .collect();
+    assert!(
+        told.contains(&"/rulesAsString/oldBodyFields/name: `name` found no value in the document: /meals/0 has no member `strMeall` (did you mean `strMeal`?)".to_owned()),
+        "{told:?}"
+    );
+    assert!(
+        told.iter().any(|w| w.starts_with("/rulesAsString/oldBodyFields/id: `id` found no value")),
+        "{told:?}"
+    );
+    assert!(
+        told.iter().any(|w| w.starts_with("/rulesAsString: the live call's answer maps to nothing")),
+        "{told:?}"
+    );
+    // Rules that find their values get neither warning.
+    let answer = register(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
+    let warnings = answer.json()["warnings"].to_string();
+    assert!(!warnings.contains("found no value") && !warnings.contains("maps to nothing"), "{warnings}");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn an_upstream_answer_that_is_not_json_is_told_by_what_it_said_it_is() {
+    let upstream = Upstream::start(|r| match r.uri.path() {
+        "/html/api/random.php" => {
+            Reply { content_type: "text/html; charset=utf-8", ..Reply::json("<html>hi</html>") }
+        }
+        "/empty/api/random.php" => Reply::json(""),
+        _ => Reply::json(r#"{"meals": [1,}"#),
+    })
+    .await;
+    let service = Service::start(config()).await;
+    let detail = |base: &str| {
+        let body = registration(&upstream.url(base), "", "");
+        let service = &service;
+        async move {
+            let problem =
+                register(service, &body, &[]).await.assert_problem(502, "upstream-validation-failed");
+            problem["detail"].as_str().unwrap().to_owned()
+        }
+    };
+    assert_eq!(detail("/html/").await, "the upstream answered with `text/html`, not JSON");
+    assert_eq!(detail("/empty/").await, "the upstream answered with an empty body, not JSON");
+    assert_eq!(
+        detail("/broken/").await,
+        "the upstream's answer says it is JSON (`application/json`) but is not valid JSON: not a value at byte 13"
+    );
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_route_answers_at_its_path_percent_encoded() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(config()).await;
+    let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
+    let encoded = path.replace("meals/random", "meals%2Frandom");
+    let answer = get(&service.url(&encoded)).await;
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    assert_eq!(answer.body, get(&service.url(&path)).await.body);
+    get(&service.url(&path.replace("meals/random", "meals%2Frandom%2Fx")))
+        .await
+        .assert_problem(404, "not-found");
     service.stop().await;
 }

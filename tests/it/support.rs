@@ -389,7 +389,91 @@ pub async fn try_send(
     let response = client().request(request).await.ok()?;
     let (parts, body) = response.into_parts();
     let body = body.collect().await.ok()?.to_bytes();
-    Some(Answer { status: parts.status, headers: parts.headers, body })
+    let answer = Answer { status: parts.status, headers: parts.headers, body };
+    assert_plain_words(&answer);
+    Some(answer)
+}
+
+/// The JSON parser's names for what it refuses (its error kinds): no answer may show one to a
+/// user, who reads them as a crash.
+const PARSER_WORDS: [&str; 44] = [
+    "Unexpected(",
+    "InputTooLarge",
+    "InsufficientPadding",
+    "BadKeyType",
+    "ExpectedArray",
+    "ExpectedArrayComma",
+    "ExpectedBoolean",
+    "ExpectedEnum",
+    "ExpectedFloat",
+    "ExpectedInteger",
+    "ExpectedMap",
+    "ExpectedObjectColon",
+    "ExpectedMapComma",
+    "ExpectedMapEnd",
+    "ExpectedNull",
+    "ExpectedTrue",
+    "ExpectedFalse",
+    "ExpectedNumber",
+    "ExpectedSigned",
+    "ExpectedString",
+    "ExpectedUnsigned",
+    "InternalError",
+    "InvalidEscape",
+    "InvalidExponent",
+    "InvalidNumber",
+    "InvalidUtf8",
+    "InvalidUnicodeEscape",
+    "InvalidUnicodeCodepoint",
+    "KeyMustBeAString",
+    "NoStructure",
+    "Parser",
+    "Eof",
+    "Serde(",
+    "Syntax",
+    "TrailingData",
+    "UnexpectedCharacter",
+    "UnterminatedString",
+    "ExpectedArrayContent",
+    "ExpectedObjectContent",
+    "ExpectedObjectKey",
+    "Overflow",
+    "DepthLimitExceeded",
+    "SimdUnsupported",
+    "Io(",
+];
+
+/// The parser words in `text`, as whole words.
+pub fn parser_words(text: &str) -> Vec<&'static str> {
+    let whole = |word: &str| {
+        text.match_indices(word).any(|(at, _)| {
+            let before = text[..at].chars().next_back();
+            let after = text[at + word.len()..].chars().next();
+            let part_of_word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            !part_of_word(before) && (word.ends_with('(') || !part_of_word(after))
+        })
+    };
+    PARSER_WORDS.iter().copied().filter(|word| whole(word)).collect()
+}
+
+/// Every problem answer, and every answer with `warnings` (a traced preview, a registration),
+/// that the tests receive is in the user's words: none names a parser error kind.
+fn assert_plain_words(answer: &Answer) {
+    let problem = answer.header("content-type") == Some("application/problem+json");
+    let text = String::from_utf8_lossy(&answer.body);
+    if problem || text.contains("\"warnings\":") {
+        let found = parser_words(&text);
+        assert!(found.is_empty(), "the answer names the parser's {found:?}: {text}");
+    }
+}
+
+#[test]
+fn parser_words_are_found_as_whole_words_only() {
+    assert_eq!(parser_words("InternalError at character 0 ('<')"), ["InternalError"]);
+    assert_eq!(parser_words("a literal that is not JSON: ExpectedFalse at 3"), ["ExpectedFalse"]);
+    assert_eq!(parser_words("Eof at character 0; Syntax at character 18"), ["Eof", "Syntax"]);
+    assert!(parser_words("syntax error: the text ends where a value should be; an overflow").is_empty());
+    assert!(parser_words("EofMarker and myParser").is_empty());
 }
 
 pub async fn post_json(url: &str, body: impl Into<Bytes>) -> Answer {

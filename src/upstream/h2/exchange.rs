@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Full};
 use super::Lease;
 use crate::upstream::coding::{Body, Coding};
 use crate::upstream::wire::{self, Failed};
-use crate::upstream::{Answer, Freshness, UpstreamRequest, error_chain, tls};
+use crate::upstream::{Answer, Freshness, MediaType, UpstreamRequest, error_chain, tls};
 
 /// Headers HTTP/2 forbids (RFC 9113 §8.2.2), or that recast sets itself.
 const NOT_SENT: [HeaderName; 6] = [
@@ -55,6 +55,7 @@ pub(in crate::upstream) async fn exchange(
     let mut freshness = Freshness::default();
     let mut coding = Coding::Identity;
     let mut retry_after = None;
+    let mut content_type = MediaType::default();
     for (name, value) in &head.headers {
         freshness.line(name.as_str().as_bytes(), value.as_bytes());
         if name == header::CONTENT_ENCODING {
@@ -67,13 +68,22 @@ pub(in crate::upstream) async fn exchange(
             };
         } else if name == header::RETRY_AFTER {
             retry_after = wire::retry_after_of(value.as_bytes());
+        } else if name == header::CONTENT_TYPE {
+            content_type = MediaType::of(value.as_bytes());
         }
     }
     let status = head.status;
     if !status.is_success() {
         // Never read: dropping it resets the stream.
         let certificate_asked = lease.certificate_asked();
-        return Ok(Answer { status, body: Vec::new(), freshness, retry_after, certificate_asked });
+        return Ok(Answer {
+            status,
+            body: Vec::new(),
+            freshness,
+            retry_after,
+            certificate_asked,
+            content_type,
+        });
     }
     let mut taken = Body::new(&coding, true, limit)?;
     while let Some(frame) = body.frame().await {
@@ -86,7 +96,14 @@ pub(in crate::upstream) async fn exchange(
         taken.take_within(&data, limit)?;
     }
     let body = taken.finish()?;
-    Ok(Answer { status, body, freshness, retry_after, certificate_asked: lease.certificate_asked() })
+    Ok(Answer {
+        status,
+        body,
+        freshness,
+        retry_after,
+        certificate_asked: lease.certificate_asked(),
+        content_type,
+    })
 }
 
 /// How an HTTP/2 exchange that failed before the answer's head is reported. A stream the
