@@ -429,6 +429,16 @@ async function run() {
   await page.getByLabel('Upstream base URL').fill(upstream.url);
   await page.getByLabel('Upstream path').fill('api/json/v1/1/random.php');
   await page.getByLabel('Upstream Bearer token (optional)').fill('playground-token');
+  // A sample body that is not JSON is refused with a clear line, and nothing is copied.
+  await page.locator('#sample-body').fill('{"order": ');
+  await page.getByRole('button', { name: 'Copy the registration body' }).click();
+  await waitFor(
+    'a sample body that is not JSON is refused',
+    () => page.locator('#copy-status').textContent(),
+    (text) => text.startsWith('The sample body is not JSON'),
+  );
+  await page.locator('#sample-query').fill('page=2&q=soup');
+  await page.locator('#sample-body').fill('{"order": 1042}');
   await page.getByRole('button', { name: 'Copy the registration body' }).click();
   const shown = await waitFor(
     'the registration body is shown',
@@ -449,7 +459,8 @@ async function run() {
       body.originalRoute?.originalApi?.baseUrl === upstream.url &&
       body.originalRoute?.path === 'api/json/v1/1/random.php' &&
       body.authHeader?.type === 'Bearer' &&
-      body.authHeader?.token === 'playground-token',
+      body.authHeader?.token === 'playground-token' &&
+      isDeepStrictEqual(body.sampleRequest, { query: { page: '2', q: 'soup' }, body: { order: 1042 } }),
     'the body holds the route form',
     shown,
   );

@@ -3,7 +3,8 @@
 //! pasted, the trace shown must be the trace recast gives, and the rules and settings tables must
 //! say what recast does.
 
-use crate::support::{Json, Reply, Service, Upstream, config, post_json};
+use crate::process::{Group, Kept};
+use crate::support::{Json, Service, config, free_port, post_json};
 
 const README: &str = include_str!("../../README.md");
 
@@ -105,23 +106,50 @@ async fn the_trace_shown_is_the_trace_recast_gives() {
     service.stop().await;
 }
 
-/// The README's walk-through, run as written with bash and curl, against the service and a local
-/// upstream standing in for the public API.
-#[tokio::test]
-async fn the_walk_through_works_as_pasted() {
-    const MEAL: &str = r#"{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken Casserole","strArea":"Japanese","strMeasure1":"3/4 cup","strIngredient1":"soy sauce","strMeasure2":"1/2 cup","strIngredient2":"water","strMeasure3":"","strIngredient3":""}]}"#;
-    let upstream = Upstream::start(|received| match received.uri.path() {
-        "/api/json/v1/1/random.php" => Reply::json(MEAL),
-        _ => Reply::with(404, "{}"),
-    })
-    .await;
-    let service = Service::start(config()).await;
-    let start =
-        README.find("### Register, call, list, update and delete a route").expect("a walk-through section");
+/// The walk-through's script: the README's first sh block after `heading`.
+fn sh_block_after(heading: &str) -> &'static str {
+    let start = README.find(heading).unwrap_or_else(|| panic!("{heading} in the README"));
     let block_start = README[start..].find("```sh\n").expect("its sh block") + start + "```sh\n".len();
     let block_end = README[block_start..].find("```").expect("closed") + block_start;
-    let script = README[block_start..block_end].replace("https://www.themealdb.com/", &upstream.url("/"));
-    let (stdout, stderr) = run_pasted(&service, &script).await;
+    &README[block_start..block_end]
+}
+
+/// Runs `script` with bash (the README's address replaced by `service`'s), and returns its exit
+/// status and what it printed, whatever the status.
+async fn run_script(service: &Service, script: &str) -> (bool, String, String) {
+    let script = script.replace("http://127.0.0.1:8080", &format!("http://{}", service.addr));
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("bash").arg("-c").arg(script).output().expect("bash runs")
+    })
+    .await
+    .unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.success(), text(&output.stdout), text(&output.stderr))
+}
+
+/// The README's walk-through, run as written with bash and curl, offline: against the stand-in
+/// upstream the README starts with one command (on a free port and in a temporary directory),
+/// with `BASE` exported as the README says.
+#[tokio::test]
+async fn the_walk_through_works_as_pasted_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let stand_in = sh_block_after("**Offline**")
+        .trim()
+        .replace("8099", &port.to_string())
+        .replace("/tmp/mealdb", dir.path().to_str().unwrap());
+    let upstream = Group::spawn_logged(
+        std::process::Command::new("bash").arg("-c").arg(&stand_in),
+        "the README's stand-in upstream",
+        Kept::Both,
+    )
+    .expect("bash runs");
+    wait_for_port(port).await;
+    let service = Service::start(config()).await;
+    let tour = sh_block_after("### Register, call, list, update and delete a route");
+    let script = format!("export BASE=http://127.0.0.1:{port}/\n{tour}");
+    let (ok, stdout, stderr) = run_script(&service, &script).await;
+    assert!(ok, "{stdout}\n{stderr}\n{}", upstream.output());
     let preview = r#""preview":{"id":52772,"name":"Teriyaki Chicken Casserole","ingredients":["3/4 cup soy sauce","1/2 cup water"]}"#;
     assert!(stderr.contains(preview), "registration: {stderr}");
     let lines: Vec<&str> = stdout.lines().filter(|l| !l.is_empty()).collect();
@@ -144,7 +172,37 @@ async fn the_walk_through_works_as_pasted() {
     assert_eq!(lines[5], "204");
     assert!(lines[6].contains(r#""status":404"#), "{}", lines[6]);
     assert_eq!(lines.len(), 7, "{stdout}");
+    drop(upstream);
     service.stop().await;
+}
+
+/// Where the public API cannot be reached, the tour stops at the registration with a line that
+/// says why, and calls nothing with an empty route.
+#[tokio::test]
+async fn the_walk_through_stops_at_the_first_failure_with_a_line_that_says_why() {
+    let service = Service::start(config()).await;
+    // Nothing listens there.
+    let base = format!("http://127.0.0.1:{}/", free_port());
+    let tour = sh_block_after("### Register, call, list, update and delete a route");
+    let (ok, stdout, stderr) = run_script(&service, &format!("export BASE={base}\n{tour}")).await;
+    assert!(!ok, "{stdout}");
+    assert!(stderr.contains("upstream-validation-failed"), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    assert!(lines[0].starts_with("The registration stored nothing: its problem is printed above."), "{stdout}");
+    assert!(lines[0].contains(&base), "{stdout}");
+    service.stop().await;
+}
+
+/// Waits (at most ten seconds) until something listens on the loopback `port`.
+async fn wait_for_port(port: u16) {
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("nothing listens on 127.0.0.1:{port} after 10 s");
 }
 
 /// Every setting of `recast serve`: its variable, its flag and its default (`None` when it has none).

@@ -575,6 +575,22 @@ $('route-form').addEventListener('submit', async (event) => {
   };
   const token = $('upstream-token').value.trim();
   if (token) head.authHeader = { type: 'Bearer', token };
+  // The caller's request the registration's live call is made as (never stored).
+  const sampleQuery = $('sample-query').value.trim().replace(/^\?/, '');
+  const sampleBody = $('sample-body').value.trim();
+  if (sampleQuery || sampleBody) {
+    head.sampleRequest = {};
+    if (sampleQuery) head.sampleRequest.query = Object.fromEntries(new URLSearchParams(sampleQuery));
+    if (sampleBody) {
+      try {
+        head.sampleRequest.body = JSON.parse(sampleBody);
+      } catch (e) {
+        status.textContent = `The sample body is not JSON: ${e.message}`;
+        status.className = 'error';
+        return;
+      }
+    }
+  }
   // The rules go in as written, so ids keep their order.
   const body = `${JSON.stringify(head).slice(0, -1)},"rulesAsString":${compact(rules.area.value)}}`;
   const shown = pretty(body);
