@@ -97,16 +97,13 @@ pub struct Store {
     revision: AtomicU64,
     /// Version 1 records sealed when the store was opened.
     pub migrated: usize,
+    /// Whether [`Store::close`] ran.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Store {
-    /// A clean close writes the memtables to table files, so the next start reads them instead of
-    /// replaying the write-ahead log. (Every acknowledged write is already synced in the log; a
-    /// crash only makes the next start replay it.)
     fn drop(&mut self) {
-        if let Err(e) = self.db.flush() {
-            tracing::warn!(error = %e, "the store could not be flushed on close; the next start replays its log");
-        }
+        self.close();
     }
 }
 
@@ -118,6 +115,23 @@ pub struct Page {
 }
 
 impl Store {
+    /// Closes the store for good, once: writes the memtables to table files, so the next start
+    /// reads them instead of replaying the write-ahead log (every acknowledged write is already
+    /// synced in the log; a crash only makes the next start replay it), and stops the storage
+    /// library's background work (a compaction under way stops at its next check rather than
+    /// running on into the process's exit, which waited for it). Nothing may be written after.
+    /// Done by a stopping node before it says that storage is closed, whatever still holds the
+    /// store, and by the drop of the last handle otherwise.
+    pub fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Err(e) = self.db.flush() {
+            tracing::warn!(error = %e, "the store could not be flushed on close; the next start replays its log");
+        }
+        self.db.cancel_all_background_work(true);
+    }
+
     /// Opens (creating if needed) the store in `dir`, with the secret key from `secret` or the key
     /// file in `dir`. Fails when the key is not the one the records were sealed with.
     pub fn open(dir: &Path, secret: Option<&Secret>) -> Result<Store, StorageError> {
@@ -152,7 +166,14 @@ impl Store {
         let sealed_before = db.get(KEY_CHECK).map_err(io)?.is_some();
         let key = SecretKey::load(secret, dir, !sealed_before).map_err(StorageError::Key)?;
         let revision = AtomicU64::new(last_revision(&db)?);
-        let mut store = Store { db, dir: dir.to_owned(), key, revision, migrated: 0 };
+        let mut store = Store {
+            db,
+            dir: dir.to_owned(),
+            key,
+            revision,
+            migrated: 0,
+            closed: std::sync::atomic::AtomicBool::new(false),
+        };
         if store.check_key()? {
             store.migrated = store.seal_v1_records()?;
         }

@@ -228,3 +228,26 @@ fn changes_written_at_once_get_distinct_revisions_and_a_restart_goes_on_past_the
         .count();
     assert_eq!(keys, 1);
 }
+
+#[test]
+fn a_closed_store_has_its_writes_in_table_files_and_stops_its_background_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let uuid = Uuid::new_v4();
+    let store = std::sync::Arc::new(Store::open(dir.path(), None).unwrap());
+    store.put(&route(uuid, "t")).unwrap();
+    // Something else still holds the store (as a background task may when a node stops): closing
+    // does not wait for it.
+    let held = store.clone();
+    store.close();
+    assert_eq!(
+        held.db.property_int_value("rocksdb.num-entries-active-mem-table").unwrap(),
+        Some(0),
+        "the memtable was written out"
+    );
+    // Closing again (and the drops) do nothing more.
+    held.close();
+    drop(store);
+    drop(held);
+    let store = Store::open(dir.path(), None).unwrap();
+    assert_eq!(store.get(uuid).unwrap(), Some(route(uuid, "t")));
+}

@@ -226,3 +226,25 @@ async fn sigterm_stops_cleanly_and_logs_each_state() {
     assert!(binary.wait_for_line("state=Stopped").is_some(), "the stop is logged");
     assert!(binary.wait_for_line("storage closed").is_some(), "storage is closed");
 }
+
+/// A client that sent half a request head and waits holds nothing up: no work has begun for it,
+/// and the process exits at once on SIGTERM rather than when the client goes away (it waited for
+/// the client, up to the whole grace period). The store is closed before the log says so.
+#[tokio::test]
+async fn sigterm_does_not_wait_for_a_client_that_sent_half_a_head() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::TempDir::new().unwrap();
+    let mut binary = Binary::start_with(dir.path(), &[("RECAST_SHUTDOWN_GRACE_MS", "30000")]).await;
+    let mut half = tokio::net::TcpStream::connect(binary.addr).await.unwrap();
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    // And one that sent nothing yet.
+    let idle = tokio::net::TcpStream::connect(binary.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    binary.child.signal("TERM");
+    // (Blocks this test's runtime, which has nothing else to run: the log is read by a thread.)
+    let status = binary.exit_status().expect("exited within 10 s, not 30");
+    assert!(status.success(), "{status}");
+    let closed = binary.wait_for_line("storage closed").expect("storage is closed");
+    assert!(closed.contains("took_ms="), "{closed}");
+    drop((half, idle));
+}

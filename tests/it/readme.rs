@@ -189,7 +189,10 @@ async fn the_walk_through_stops_at_the_first_failure_with_a_line_that_says_why()
     assert!(stderr.contains("upstream-validation-failed"), "{stderr}");
     let lines: Vec<&str> = stdout.lines().filter(|l| !l.is_empty()).collect();
     assert_eq!(lines.len(), 1, "{stdout}");
-    assert!(lines[0].starts_with("The registration stored nothing: its problem is printed above."), "{stdout}");
+    assert!(
+        lines[0].starts_with("The registration stored nothing: its problem is printed above."),
+        "{stdout}"
+    );
     assert!(lines[0].contains(&base), "{stdout}");
     service.stop().await;
 }

@@ -34,6 +34,9 @@ pub(super) use self::framed::{Framed, RequestBody};
 use crate::metrics::Timeout;
 
 const NONE: u64 = u64::MAX;
+/// How long a connection serving no request is kept after the service stops: the moment between
+/// a head's last byte and the request being served.
+const STOPPING_HEAD: Duration = Duration::from_millis(50);
 /// [`Activity::body_length`] before a request says its body's length.
 const UNSET: u64 = u64::MAX;
 /// [`Activity::body_length`] of a body without a declared length (chunked).
@@ -94,6 +97,11 @@ impl Activity {
 
     fn elapsed_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
+    }
+
+    /// Whether a request on the connection is being served.
+    fn serving(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
     }
 
     /// A request's head is complete and it is being served.
@@ -242,6 +250,11 @@ where
     let mut closing = false;
     let mut drop_at = None;
     let mut timed_out = None;
+    // Set when the service stops: a connection that is then serving no request (idle, or
+    // reading a head that may never be finished) is dropped at this time, unless a request has
+    // begun meanwhile. A half-sent head must not hold the process's exit until its client
+    // goes away (it did, for as long as the client waited).
+    let mut idle_drop_at: Option<Instant> = None;
     loop {
         tokio::select! {
             biased;
@@ -249,9 +262,21 @@ where
             () = stopped.as_mut(), if !closing => {
                 connection.as_mut().graceful_shutdown();
                 closing = true;
+                let at = *idle_drop_at.insert(Instant::now() + STOPPING_HEAD);
+                timer.as_mut().reset(at);
             }
             () = timer.as_mut() => {
                 let now = Instant::now();
+                if let Some(at) = idle_drop_at
+                    && at <= now
+                {
+                    if !activity.serving() {
+                        return Driven { output: None, timed_out };
+                    }
+                    // A request is served: it ends within the grace period, and the connection
+                    // with it.
+                    idle_drop_at = None;
+                }
                 let next = match drop_at {
                     Some(at) if at <= now => return Driven { output: None, timed_out },
                     Some(at) => at,
@@ -268,7 +293,7 @@ where
                         None => now + check,
                     },
                 };
-                timer.as_mut().reset(next);
+                timer.as_mut().reset(idle_drop_at.map_or(next, |at| next.min(at)));
             }
         }
     }
