@@ -21,11 +21,23 @@ pub fn closest<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> Opti
     let lower = name.to_lowercase();
     let mut best: Option<(usize, &str)> = None;
     for candidate in known {
-        if candidate == name || candidate.chars().count() > MAX_LEN {
+        // Lengths that differ by more edits than allowed rule a candidate out before any work
+        // (bytes first: a character takes at most four).
+        if candidate == name
+            || candidate.len() > 4 * MAX_LEN
+            || candidate.len().abs_diff(name.len()) > 4 * allowed
+        {
             continue;
         }
-        let d =
-            if candidate.to_lowercase() == lower { 0 } else { distance(&lower, &candidate.to_lowercase()) };
+        let candidate_len = candidate.chars().count();
+        if candidate_len > MAX_LEN || candidate_len.abs_diff(len) > allowed {
+            continue;
+        }
+        let d = if candidate.eq_ignore_ascii_case(name) || candidate.to_lowercase() == lower {
+            0
+        } else {
+            distance(&lower, &candidate.to_lowercase())
+        };
         if d <= allowed && best.is_none_or(|(b, _)| d < b) {
             best = Some((d, candidate));
         }

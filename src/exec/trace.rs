@@ -18,6 +18,13 @@ use crate::plan::{Each, Limit, Plan, Target};
 use crate::plan::{KeyEntry, Type};
 use crate::rules::Problem;
 
+/// Most members of an object among which a missing name's likely meaning is looked for.
+const SUGGESTED_AMONG: u64 = 256;
+
+/// Steps a comparison of a missing name with one member's takes (two names of up to 64
+/// characters: a table of up to 64 × 64 cells).
+const SUGGESTION_STEPS: u64 = 64;
+
 /// How many `each` elements a trace describes; the output always has all of them.
 pub const TRACE_ELEMENTS: usize = 50;
 
@@ -29,6 +36,9 @@ pub struct Trace {
     /// an expression that failed), located in the rules document like compile warnings.
     pub notes: Vec<Problem>,
     pub outcome: Outcome,
+    /// Whether any target wrote a value other than null, in any element (also past those the
+    /// entries describe).
+    pub wrote: bool,
 }
 
 /// One target evaluated once.
@@ -105,6 +115,7 @@ pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut V
         failed: Vec::new(),
         seen: vec![Seen::default(); plan.targets.len()],
         left_out: Vec::new(),
+        wrote: false,
         steps_left: bounds.steps,
         bytes_left: bounds.answer_bytes,
         stopped: None,
@@ -168,7 +179,7 @@ pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut V
             ),
         ));
     }
-    Trace { entries: tracer.entries, notes, outcome }
+    Trace { entries: tracer.entries, notes, outcome, wrote: tracer.wrote }
 }
 
 struct Tracer<'r, 'a> {
@@ -188,6 +199,8 @@ struct Tracer<'r, 'a> {
     seen: Vec<Seen>,
     /// Elements `group_by` left out, by the expression's location, in the order first seen.
     left_out: Vec<(String, u64)>,
+    /// Whether any target wrote a value other than null, in any element.
+    wrote: bool,
     /// Steps the trace's own walks may still take (as many as the run's).
     steps_left: u64,
     /// Bytes its entries may still take (the answer's bound).
@@ -229,6 +242,16 @@ impl Observer for Tracer<'_, '_> {
 
     fn target(&mut self, target: u32, root: usize, value: Option<&[u8]>) {
         let failure = self.failure.take();
+        // Past the elements described, what was written still counts: a name found only there
+        // is found, and the mapping wrote something.
+        if let Some(written) = value
+            && written != b"null"
+        {
+            self.wrote = true;
+            if let Some(seen) = self.seen.get_mut(target as usize) {
+                seen.found = true;
+            }
+        }
         if self.element.is_some_and(|e| e >= TRACE_ELEMENTS) || self.stopped.is_some() {
             return;
         }
@@ -459,11 +482,17 @@ fn locate<'p>(
             let mut why = format!("{} has no member `{step}`", shown_at(&pointer));
             // The name probably meant, when only names are asked for no pointer is built: the
             // members were counted in the steps taken above.
+            // Looked for among the first members only, and paid for: comparing two names takes
+            // up to a table of their lengths.
             if pointer.is_some()
+                && members <= SUGGESTED_AMONG
+                && let Some(left) = steps.checked_sub(members * SUGGESTION_STEPS)
                 && let Some(names) = json::members(nodes, object)
-                && let Some(meant) = crate::suggest::closest(step, names.map(|(name, _)| name))
             {
-                why.push_str(&format!(" (did you mean `{meant}`?)"));
+                *steps = left;
+                if let Some(meant) = crate::suggest::closest(step, names.map(|(name, _)| name)) {
+                    why.push_str(&format!(" (did you mean `{meant}`?)"));
+                }
             }
             Miss { why, absent: true }
         })?;

@@ -198,7 +198,8 @@ fn raw_string(text: &str, start: usize) -> Result<(String, usize), SyntaxError> 
 
 /// Why the literal `` `text` `` is refused: a literal is JSON, so bare text (the legacy form
 /// recast does not take, SPEC §1.8) is told how to write it.
-fn not_json(text: &str, start: usize, error: &crate::json::JsonError) -> String {
+/// `before`: the characters of the expression before the literal's backtick.
+fn not_json(text: &str, before: usize, error: &crate::json::JsonError) -> String {
     let trimmed = text.trim();
     let bare_text = !trimmed.is_empty()
         && !trimmed.starts_with(['"', '{', '[', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'])
@@ -215,7 +216,8 @@ fn not_json(text: &str, start: usize, error: &crate::json::JsonError) -> String 
                 format!("the literal `{text}` is not JSON: it ends before its value is complete")
             }
             crate::json::JsonError::Syntax { what, at: Some(at) } => {
-                format!("the literal is not JSON: {what} at character {}", start + 1 + at)
+                let within = text.get(..*at).map_or(*at, |t| t.chars().count());
+                format!("the literal is not JSON: {what} at character {}", before + 1 + within)
             }
             other => format!("the literal is not JSON: {other}"),
         }
@@ -240,7 +242,7 @@ fn json_literal(text: &str, start: usize, max_depth: usize) -> Result<(Const, us
                     .map_err(|e| {
                     // Told from the literal as written (the parser rewrote its copy).
                     let e = crate::json::diagnose(literal.as_bytes(), max_depth).err().unwrap_or(e);
-                    SyntaxError::new(start, not_json(&literal, start, &e))
+                    SyntaxError::new(start, not_json(&literal, text[..start].chars().count(), &e))
                 })?;
                 return Ok((parsed, i + 1 - start));
             }

@@ -173,11 +173,13 @@ impl std::fmt::Display for CompileError {
 pub struct SyntaxError {
     pub at: usize,
     pub message: String,
+    /// A number where a value was expected (told with its text by [`compile_with`]).
+    pub(crate) bare_number: bool,
 }
 
 impl SyntaxError {
     pub(crate) fn new(at: usize, message: impl Into<String>) -> SyntaxError {
-        SyntaxError { at, message: message.into() }
+        SyntaxError { at, message: message.into(), bare_number: false }
     }
 
     pub(crate) fn expecting(mut self, what: impl std::fmt::Display) -> SyntaxError {
@@ -214,11 +216,12 @@ pub fn compile_with(
         }]);
     }
     let tokens = lex::tokens(source, max_depth).map_err(syntax)?;
-    let unbalanced = parse::unbalanced(&tokens, source.len());
+    let unbalanced = parse::unbalanced(&tokens, source);
     let ast = parse::parse(tokens, max_depth).map_err(|e| {
         // A bracket left open or closed wrongly explains the parser's complaint at or past it.
         syntax(match unbalanced {
             Some((bracket, shows_at)) if e.at >= shows_at => bracket,
+            _ if e.bare_number => bare_number(source, e.at),
             _ => e,
         })
     })?;
@@ -226,20 +229,25 @@ pub fn compile_with(
 }
 
 /// Mistakes an expression that compiles may still hold, each with its byte offset: a name in
-/// double quotes beside a comparison (`a[?b == "x"]` compares `b` with the field `x`, never with
-/// the text `x`: the most common JMESPath mistake after bare numbers). A name that needs its
-/// quotes (`"first name"`) is taken as meant.
+/// double quotes compared with a field (`a[?b == "x"]` compares `b` with the field `x`, never
+/// with the text `x`: the most common JMESPath mistake after bare numbers). A name that needs
+/// its quotes (`"first name"`), or compared with a literal (`"status" == 'on'`), is taken as
+/// meant.
 pub fn lint(source: &str, max_depth: usize) -> Vec<(usize, String)> {
     let Ok(tokens) = lex::tokens(source, max_depth) else { return Vec::new() };
     let compares = |tok: &lex::Tok| {
         use lex::Tok::{Eq, Ge, Gt, Le, Lt, Ne};
         matches!(tok, Eq | Ne | Lt | Le | Gt | Ge)
     };
+    // The operand on a comparison's other side: a field too means two fields are compared
+    // (`b == "x"`); a literal (`"status" == 'active'`) means the quotes name a field on purpose.
+    let field =
+        |t: Option<&lex::Token>| matches!(t.map(|t| &t.tok), Some(lex::Tok::Name(_) | lex::Tok::Quoted(_)));
     let mut found = Vec::new();
     for (i, token) in tokens.iter().enumerate() {
         let lex::Tok::Quoted(name) = &token.tok else { continue };
-        let beside =
-            (i > 0 && compares(&tokens[i - 1].tok)) || tokens.get(i + 1).is_some_and(|t| compares(&t.tok));
+        let beside = (i > 1 && compares(&tokens[i - 1].tok) && field(tokens.get(i - 2)))
+            || (tokens.get(i + 1).is_some_and(|t| compares(&t.tok)) && field(tokens.get(i + 2)));
         let bare = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if beside && bare {
@@ -252,6 +260,24 @@ pub fn lint(source: &str, max_depth: usize) -> Vec<(usize, String)> {
         }
     }
     found
+}
+
+/// The error of a number used as a value at byte `at` of `source`, showing the number as written.
+fn bare_number(source: &str, at: usize) -> SyntaxError {
+    let rest = source.get(at..).unwrap_or_default();
+    let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let mut len = usize::from(rest.starts_with('-'));
+    len += digits(&rest[len..]);
+    if rest[len..].starts_with('.') && digits(&rest[len + 1..]) > 0 {
+        len += 1 + digits(&rest[len + 1..]);
+    }
+    let number = &rest[..len];
+    SyntaxError::new(
+        at,
+        format!(
+            "a number as a value is a JSON literal, with backticks around it: `` `{number}` `` (a bare number is only an index, as in `a[0]`)"
+        ),
+    )
 }
 
 /// Distinct patterns one rules document's expressions may have: each costs up to

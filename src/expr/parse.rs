@@ -84,7 +84,9 @@ pub fn parse(tokens: Vec<Token>, max_depth: usize) -> Result<Ast, SyntaxError> {
 /// The first bracket of `tokens` that is not closed, or closed by the wrong one, or closes
 /// nothing: the mistake, and the offset where it shows (a closer, or the end). A parse error
 /// at or past that offset is better told by this.
-pub fn unbalanced(tokens: &[Token], source_len: usize) -> Option<(SyntaxError, usize)> {
+pub fn unbalanced(tokens: &[Token], source: &str) -> Option<(SyntaxError, usize)> {
+    // Offsets in messages count characters, as the offset before them does.
+    let character = |at: usize| source.get(..at).map_or(at, |s| s.chars().count());
     let mut open: Vec<(&'static str, &'static str, usize)> = Vec::new();
     for token in tokens {
         let (opener, closer) = match token.tok {
@@ -101,7 +103,8 @@ pub fn unbalanced(tokens: &[Token], source_len: usize) -> Option<(SyntaxError, u
                 let message = match open.pop() {
                     Some((_, closer, _)) if closer == found => continue,
                     Some((opener, closer, at)) => format!(
-                        "`{found}` does not close the `{opener}` at character {at}, which needs `{closer}` first"
+                        "`{found}` does not close the `{opener}` at character {}, which needs `{closer}` first",
+                        character(at)
                     ),
                     None => format!("`{found}` closes nothing: no `{}` is open before it", opening(found)),
                 };
@@ -112,9 +115,11 @@ pub fn unbalanced(tokens: &[Token], source_len: usize) -> Option<(SyntaxError, u
         open.push((opener, closer, token.at));
     }
     let (opener, closer, at) = open.pop()?;
-    let message =
-        format!("the expression ends before the `{opener}` at character {at} is closed with `{closer}`");
-    Some((SyntaxError::new(source_len, message), source_len))
+    let message = format!(
+        "the expression ends before the `{opener}` at character {} is closed with `{closer}`",
+        character(at)
+    );
+    Some((SyntaxError::new(source.len(), message), source.len()))
 }
 
 fn opening(closer: &str) -> &'static str {
@@ -279,13 +284,10 @@ impl Parser {
             }
             Tok::Ampersand => Ast::Expref(Box::new(self.expression(0)?)),
             // The most common mistake of all: a bare number is an index (`a[0]`), never a value.
-            Tok::Number(n) => {
-                return Err(SyntaxError::new(
-                    token.at,
-                    format!(
-                        "a number as a value is a JSON literal, written in backticks: `{n}` (a bare {n} is only an index, as in `a[{n}]`)"
-                    ),
-                ));
+            Tok::Number(_) => {
+                let mut error = SyntaxError::new(token.at, "a number as a value");
+                error.bare_number = true;
+                return Err(error);
             }
             _ => {
                 self.next -= usize::from(token.tok != Tok::Eof);

@@ -423,7 +423,15 @@ fn compile_errors_are_told_in_the_users_words() {
         // Bare numbers: JMESPath's numbers are JSON literals.
         (
             "items[?price > 10]",
-            "at 15: syntax error: a number as a value is a JSON literal, written in backticks: `10` (a bare 10 is only an index, as in `a[10]`)",
+            "at 15: syntax error: a number as a value is a JSON literal, with backticks around it: `` `10` `` (a bare number is only an index, as in `a[0]`)",
+        ),
+        (
+            "items[?price > 1.05]",
+            "at 15: syntax error: a number as a value is a JSON literal, with backticks around it: `` `1.05` `` (a bare number is only an index, as in `a[0]`)",
+        ),
+        (
+            "total * -2",
+            "at 9: syntax error: a number as a value is a JSON literal, with backticks around it: `` `2` `` (a bare number is only an index, as in `a[0]`)",
         ),
         // A literal without JSON quotes (the legacy form).
         (
@@ -445,8 +453,16 @@ fn compile_errors_are_told_in_the_users_words() {
             "warning at 8: \"x\" is the field named x, not the text x: text is written 'x' (or `\"x\"`)",
         ),
         ("a[?\"first name\" == 'x']", ""),
+        // Quotes that name a field compared with a literal are meant.
+        ("a[?\"status\" == 'active']", ""),
+        ("a[?'active' != \"status\"]", ""),
         // Brackets left open, closed wrongly, or closing nothing.
         ("a[0", "at 3: syntax error: the expression ends before the `[` at character 1 is closed with `]`"),
+        // Characters, not bytes: `é` is two bytes (the outer offset is in bytes here).
+        (
+            "\"é\"[0",
+            "at 6: syntax error: the expression ends before the `[` at character 3 is closed with `]`",
+        ),
         (
             "items[?a == 'x'",
             "at 15: syntax error: the expression ends before the `[?` at character 5 is closed with `]`",

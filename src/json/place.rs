@@ -70,7 +70,13 @@ fn member_at(before: &[u8]) -> Option<String> {
         match b {
             b'"' => string = Some(i),
             b'{' | b'[' => depth += 1,
-            b'}' | b']' => depth = depth.saturating_sub(1),
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                // Past the top-level object: in no member of it.
+                if depth == 0 {
+                    member = None;
+                }
+            }
             b':' if depth == 1 => member = name.take(),
             b',' if depth == 1 => member = None,
             _ => {}
@@ -123,6 +129,7 @@ mod tests {
         let text = br#"{"a,b:c": 1, "d\"e": [tru"#;
         assert_eq!(place(text, text.len()).member.as_deref(), Some(r#"d\"e"#));
         assert_eq!(place(b"[1, 2", 5).member, None);
+        assert_eq!(place(br#"{"a": 1} x"#, 9).member, None, "after the object");
     }
 
     #[test]

@@ -66,12 +66,35 @@ const REGISTRATION: Shape = Shape::Object(&[
     ("sampleRequest", SAMPLE_REQUEST, false),
 ]);
 
-/// Every problem with the shape of the registration `body`.
+/// Most problems listed one by one (as many as an answer shows); the rest are counted.
+const MAX_LISTED: usize = 200;
+
+/// Every problem with the shape of the registration `body` (past [`MAX_LISTED`], how many more).
 pub fn check(body: &Value) -> Vec<Problem> {
-    let mut problems = Vec::new();
+    let mut problems = Problems { listed: Vec::new(), unlisted: 0 };
     let mut at = String::new();
     walk(body, REGISTRATION, &mut at, &mut problems);
-    problems
+    let Problems { mut listed, unlisted } = problems;
+    if unlisted > 0 {
+        listed.push(Problem::new("", format!("{unlisted} more problems of the body's shape are not listed")));
+    }
+    listed
+}
+
+/// Problems found so far: listed up to [`MAX_LISTED`], counted past it.
+struct Problems {
+    listed: Vec<Problem>,
+    unlisted: usize,
+}
+
+impl Problems {
+    fn push(&mut self, problem: impl FnOnce() -> Problem) {
+        if self.listed.len() < MAX_LISTED {
+            self.listed.push(problem());
+        } else {
+            self.unlisted += 1;
+        }
+    }
 }
 
 fn kind(value: &Value) -> &'static str {
@@ -85,27 +108,30 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
-fn walk(value: &Value, shape: Shape, at: &mut String, problems: &mut Vec<Problem>) {
+fn walk(value: &Value, shape: Shape, at: &mut String, problems: &mut Problems) {
     match (shape, value) {
         (Shape::Any, _) | (Shape::Text, Value::String(_)) => {}
         (Shape::Text, other) => {
-            problems.push(Problem::new(at.clone(), format!("must be a string, found {}", kind(other))))
+            problems.push(|| Problem::new(at.clone(), format!("must be a string, found {}", kind(other))))
         }
         (Shape::TextMap, Value::Object(members)) => {
             for (name, value) in members {
                 if !value.is_string() {
                     let len = at.len();
                     push_pointer(at, name);
-                    problems
-                        .push(Problem::new(at.clone(), format!("must be a string, found {}", kind(value))));
+                    problems.push(|| {
+                        Problem::new(at.clone(), format!("must be a string, found {}", kind(value)))
+                    });
                     at.truncate(len);
                 }
             }
         }
-        (Shape::TextMap, other) => problems.push(Problem::new(
-            at.clone(),
-            format!("must be an object of names and string values, found {}", kind(other)),
-        )),
+        (Shape::TextMap, other) => problems.push(|| {
+            Problem::new(
+                at.clone(),
+                format!("must be an object of names and string values, found {}", kind(other)),
+            )
+        }),
         (Shape::Object(known), Value::Object(members)) => {
             let names = || known.iter().map(|(name, _, _)| *name);
             for (name, value) in members {
@@ -117,7 +143,8 @@ fn walk(value: &Value, shape: Shape, at: &mut String, problems: &mut Vec<Problem
                     Some((_, shape, _)) => walk(value, *shape, at, problems),
                     None => {
                         let expected: Vec<&str> = names().collect();
-                        problems.push(Problem::new(at.clone(), suggest::unknown("member", name, &expected)));
+                        problems
+                            .push(|| Problem::new(at.clone(), suggest::unknown("member", name, &expected)));
                     }
                 }
                 at.truncate(len);
@@ -130,16 +157,18 @@ fn walk(value: &Value, shape: Shape, at: &mut String, problems: &mut Vec<Problem
                     })
                 };
                 if *required && members.get(*name).is_none_or(Value::is_null) && !misspelt() {
-                    problems.push(Problem::new(at.clone(), format!("missing required member `{name}`")));
+                    problems.push(|| Problem::new(at.clone(), format!("missing required member `{name}`")));
                 }
             }
         }
         (Shape::Object(known), other) => {
             let listed: Vec<&str> = known.iter().map(|(name, _, _)| *name).collect();
-            problems.push(Problem::new(
-                at.clone(),
-                format!("must be an object (with {}), found {}", listed.join(", "), kind(other)),
-            ));
+            problems.push(|| {
+                Problem::new(
+                    at.clone(),
+                    format!("must be an object (with {}), found {}", listed.join(", "), kind(other)),
+                )
+            });
         }
     }
 }

@@ -72,7 +72,7 @@ fn read_text(text: &[u8], unwrap_string: bool) -> Result<(Rules, Vec<Problem>), 
         let e = json::diagnose(text, RULES_DEPTH).err().unwrap_or(e);
         Err(vec![Problem::new(
             "",
-            format!("the rules are not valid JSON: {}", json::place::described(text, &e)),
+            format!("the rules text is not valid JSON: {}", json::place::described(text, &e)),
         )])
     })
 }
@@ -570,7 +570,7 @@ mod tests {
             r#""{\"newBodyFields\": 1""#,
             Limits::default(),
             expect![
-                "(document): the rules are not valid JSON: line 1, column 20 (in `newBodyFields`): the text ends early: expected ',' or '}'"
+                "(document): the rules text is not valid JSON: line 1, column 20 (in `newBodyFields`): the text ends early: expected ',' or '}'"
             ],
         );
         problems(

@@ -141,13 +141,14 @@ async fn run_connection(
             tracing::debug!("the client went away during a route call; the call was dropped unanswered");
             return Ok(());
         };
-        drop(busy);
         // Closing after this answer: say so, as hyper does.
         if closing.load(Ordering::Relaxed) {
             response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         encode(&mut out, response);
         stream.write_all(&out).await?;
+        // Served once its answer is written: a stop leaves a connection writing one alone.
+        drop(busy);
         if closing.load(Ordering::Relaxed) {
             return Ok(());
         }

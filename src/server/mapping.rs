@@ -64,8 +64,8 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     Ok(registered(StatusCode::OK, &route, &live))
 }
 
-/// Deepest a registration body may nest (the reader's own bound).
-const REGISTRATION_DEPTH: usize = 128;
+/// Deepest a registration body may nest (the reader's own bound: it refuses 128 levels).
+const REGISTRATION_DEPTH: usize = 127;
 
 /// Where a registration's rules are in its body: their problems are located from there.
 const RULES_MEMBER: &str = "/rulesAsString";
@@ -165,14 +165,35 @@ async fn live_call(
     // The answer as it came, for the trace below (mapping may rewrite the text it reads).
     let document = answer.body.clone();
     let preview = map_answer(state, route, &mut answer).0.map_err(failed)?;
-    let warnings = live_warnings(route, document, state.config.max_depth);
-    Ok(Live { preview, warnings })
+    let rules_warnings = live_warnings(route, document, state.config.max_depth);
+    Ok(Live { preview, rules_warnings, sample_warnings: unsent_sample(route, sample) })
 }
 
-/// What a registration's live call gave: the mapped answer, and the warnings of its trace.
+/// What a registration's live call gave: the mapped answer, the warnings of its trace (located
+/// in the rules), and those of its sample request (located in the registration).
 struct Live {
     preview: Vec<u8>,
-    warnings: Vec<Problem>,
+    rules_warnings: Vec<Problem>,
+    sample_warnings: Vec<Problem>,
+}
+
+/// A warning when `sampleRequest` has a body the live call did not send: the upstream is called
+/// with a method that carries none, or the route sends a body of its own (as it will on every
+/// call).
+fn unsent_sample(route: &Route, sample: &SampleRequest) -> Vec<Problem> {
+    if sample.body_bytes().is_empty() {
+        return Vec::new();
+    }
+    let method = route.config.upstream_method.as_str();
+    let why = if !matches!(method, "POST" | "PUT" | "PATCH") {
+        format!("the upstream is called with {method}, which carries no body (POST, PUT and PATCH do)")
+    } else if route.config.pre_body.is_some() || route.config.body.is_some() {
+        "the route's own body (`preConfiguredBody` or `originalRoute.body`) is sent instead, on every call"
+            .to_owned()
+    } else {
+        return Vec::new();
+    };
+    vec![Problem::new("/sampleRequest/body", format!("not sent by the live call: {why}"))]
 }
 
 /// The warnings a traced run of the live call's answer gives (SPEC §1.8: expressions that failed;
@@ -191,8 +212,7 @@ fn live_warnings(route: &Route, mut document: Vec<u8>, max_depth: usize) -> Vec<
         return Vec::new();
     }
     let mut warnings = trace.notes;
-    let nothing = |e: &exec::TraceEntry| e.value.as_deref().is_none_or(|v| v == b"null");
-    if !plan.targets.is_empty() && (trace.entries.iter().all(nothing) || out == b"{}" || out == b"[]") {
+    if !plan.targets.is_empty() && (!trace.wrote || out == b"{}" || out == b"[]") {
         warnings.push(Problem::new(
             "",
             "the live call's answer maps to nothing: every target is null or left out, so the rules may not fit this upstream's answer (see `preview`)",
@@ -218,8 +238,9 @@ fn registered(status: StatusCode, route: &Route, live: &Live) -> Response {
     let compiled = route.rules.as_ref().map(|c| c.warnings.as_slice()).unwrap_or_default();
     let warnings: Vec<Problem> = compiled
         .iter()
-        .chain(&live.warnings)
+        .chain(&live.rules_warnings)
         .map(|w| Problem::new(format!("{RULES_MEMBER}{}", w.location), w.message.clone()))
+        .chain(live.sample_warnings.iter().cloned())
         .collect();
     write_problems(&mut body, &warnings);
     if route.revision != 0 {

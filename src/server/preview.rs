@@ -14,6 +14,9 @@ use crate::plan::Limit;
 use crate::rules::{Compiled, Problem, compile_value};
 use crate::suggest;
 
+/// Most problems with a body's members listed one by one.
+const MAX_LISTED: usize = 200;
+
 /// Members of a preview body.
 const SAMPLE: &str = "originalResponse";
 const RULES: &str = "mappingRules";
@@ -120,15 +123,22 @@ fn members(nodes: &tape::Nodes<'_>) -> Result<(usize, usize), ApiError> {
     let mut problems = Vec::new();
     // Members named for one that is missing: reported as misspelt, not also as missing.
     let mut meant = Vec::new();
+    let mut unlisted = 0usize;
     for (name, at) in members {
         let slot = match name {
             SAMPLE => &mut sample,
             RULES => &mut rules,
             other => {
-                let mut at = String::new();
-                tape::push_pointer(&mut at, other);
-                problems.push(Problem::new(at, suggest::unknown("member", other, &[SAMPLE, RULES])));
-                meant.extend(suggest::closest(other, [SAMPLE, RULES]));
+                // A body of many unknown members lists as many as an answer shows, and counts
+                // the rest.
+                if problems.len() < MAX_LISTED {
+                    let mut at = String::new();
+                    tape::push_pointer(&mut at, other);
+                    problems.push(Problem::new(at, suggest::unknown("member", other, &[SAMPLE, RULES])));
+                    meant.extend(suggest::closest(other, [SAMPLE, RULES]));
+                } else {
+                    unlisted += 1;
+                }
                 continue;
             }
         };
@@ -140,6 +150,9 @@ fn members(nodes: &tape::Nodes<'_>) -> Result<(usize, usize), ApiError> {
         if found.is_none() && !meant.contains(&name) {
             problems.push(Problem::new(format!("/{name}"), format!("missing required member `{name}`")));
         }
+    }
+    if unlisted > 0 {
+        problems.push(Problem::new("", format!("{unlisted} more unknown members are not listed")));
     }
     match (sample, rules) {
         (Some(sample), Some(rules)) if problems.is_empty() => Ok((sample, rules)),

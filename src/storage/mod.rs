@@ -119,7 +119,8 @@ impl Store {
     /// reads them instead of replaying the write-ahead log (every acknowledged write is already
     /// synced in the log; a crash only makes the next start replay it), and stops the storage
     /// library's background work (a compaction under way stops at its next check rather than
-    /// running on into the process's exit, which waited for it). Nothing may be written after.
+    /// running on into the process's exit, which waited for it). A write after it (by work left
+    /// behind past the grace period) still goes to the synced log, which the next start replays.
     /// Done by a stopping node before it says that storage is closed, whatever still holds the
     /// store, and by the drop of the last handle otherwise.
     pub fn close(&self) {

@@ -587,6 +587,20 @@ async fn the_live_call_is_made_as_the_sample_request_and_the_sample_is_not_store
     )
     .await;
     assert_eq!(update.status, 200, "{}", String::from_utf8_lossy(&update.body));
+    // A sample body the live call does not send is not dropped without a word.
+    let unsent = registration(
+        &upstream.url("/"),
+        "",
+        r#","sampleRequest":{"query":{"page":"2"},"body":{"order":1042}}"#,
+    );
+    let upstream_gets = Upstream::json(MEALS).await;
+    let answer = register(&service, &unsent.replace(&upstream.url("/"), &upstream_gets.url("/")), &[]).await;
+    assert_eq!(answer.status, 201, "{}", String::from_utf8_lossy(&answer.body));
+    let warnings = answer.json()["warnings"].to_string();
+    assert!(
+        warnings.contains(r#"{"location":"/sampleRequest/body","message":"not sent by the live call: the upstream is called with GET, which carries no body (POST, PUT and PATCH do)"}"#),
+        "{warnings}"
+    );
     service.stop().await;
 }
 

@@ -99,9 +99,10 @@ impl Activity {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// Whether a request on the connection is being served.
-    fn serving(&self) -> bool {
-        self.in_flight.load(Ordering::Acquire) > 0
+    /// Whether the connection is reading the head of a request it does not serve yet: bytes of it
+    /// came, and no request is in flight.
+    fn reading_head(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) == 0 && self.head_ms.load(Ordering::Acquire) != NONE
     }
 
     /// A request's head is complete and it is being served.
@@ -250,10 +251,10 @@ where
     let mut closing = false;
     let mut drop_at = None;
     let mut timed_out = None;
-    // Set when the service stops: a connection that is then serving no request (idle, or
-    // reading a head that may never be finished) is dropped at this time, unless a request has
-    // begun meanwhile. A half-sent head must not hold the process's exit until its client
-    // goes away (it did, for as long as the client waited).
+    // Set when the service stops: a connection that is then reading the head of a request it
+    // does not serve yet (its client sent part of one, and may never send the rest) is dropped
+    // at this time, unless the request began meanwhile. A half-sent head must not hold the
+    // process's exit until its client goes away (it did, for as long as the client waited).
     let mut idle_drop_at: Option<Instant> = None;
     loop {
         tokio::select! {
@@ -270,11 +271,12 @@ where
                 if let Some(at) = idle_drop_at
                     && at <= now
                 {
-                    if !activity.serving() {
+                    if activity.reading_head() {
                         return Driven { output: None, timed_out };
                     }
-                    // A request is served: it ends within the grace period, and the connection
-                    // with it.
+                    // A request is served, or an answer written (the connection then closes
+                    // after it, within the grace period), or the connection is idle (it closes
+                    // at once by itself).
                     idle_drop_at = None;
                 }
                 let next = match drop_at {

@@ -107,20 +107,44 @@ async fn bytes_read_once_the_body_is_in_start_the_next_heads_time_but_body_bytes
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_stop_closes_at_once_and_leaves_a_connection_that_will_not_close_to_the_grace_period() {
+async fn a_stop_closes_at_once_and_leaves_a_connection_serving_a_request_to_the_grace_period() {
     let open = Arc::new(Open::default());
     let start = Instant::now();
     let activity = Activity::new();
     let _registered = open.register(&activity);
     let (told, task) = driven(&activity, true);
+    let busy = activity.busy();
     tokio::time::sleep(Duration::from_secs(1)).await;
     open.stop();
     tokio::task::yield_now().await;
     assert_eq!(told_after(&told, start), Some(1.0), "told at the stop");
-    // It does not finish, and the driver leaves it to the service's grace period
-    // (`server::run`), which gives requests in flight their time before it cuts them.
-    let waited = tokio::time::timeout(Duration::from_secs(3600), task).await;
+    // Serving a request, it does not finish, and the driver leaves it to the service's grace
+    // period (`server::run`), which gives requests in flight their time before it cuts them.
+    let mut task = task;
+    let waited = tokio::time::timeout(Duration::from_secs(3600), &mut task).await;
     assert!(waited.is_err(), "still driven an hour after the stop");
+    drop(busy);
+    task.abort();
+
+    // One serving no request (idle, or its client sent part of a head and waits) is dropped
+    // right after the stop: no work has begun for it.
+    let stopped = Instant::now();
+    let half = Activity::new();
+    half.read();
+    let (told, task) = driven(&half, true);
+    let _registered = open.register(&half);
+    assert_eq!(task.await.unwrap(), None, "dropped, not finished");
+    assert!(told_after(&told, stopped).is_some());
+    assert_eq!(stopped.elapsed(), STOPPING_HEAD, "dropped {STOPPING_HEAD:?} after the stop");
+
+    // One with nothing begun (idle, or writing its last answer) is left to close by itself, as
+    // an idle one does at once.
+    let quiet = Activity::new();
+    let (_, task) = driven(&quiet, true);
+    let _registered = open.register(&quiet);
+    let mut task = task;
+    assert!(tokio::time::timeout(Duration::from_secs(3600), &mut task).await.is_err(), "left alone");
+    task.abort();
 
     // A connection that opens after the stop is told at once.
     let late = Activity::new();
