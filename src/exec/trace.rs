@@ -117,7 +117,7 @@ pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut V
         failure: None,
         failed: Vec::new(),
         seen: vec![Seen::default(); plan.targets.len()],
-        left_out: Vec::new(),
+        left_out: vec![0; plan.targets.len() + 1],
         wrote: false,
         steps_left: bounds.steps,
         bytes_left: bounds.answer_bytes,
@@ -157,7 +157,14 @@ pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut V
         outcome.stopped(limit);
     }
     notes.append(&mut tracer.failed);
-    for (location, count) in tracer.left_out.drain(..) {
+    // `each` first (its count is kept last), then the targets in order.
+    let each = tracer.left_out.len() - 1;
+    for slot in std::iter::once(each).chain(0..each) {
+        let count = tracer.left_out[slot];
+        if count == 0 {
+            continue;
+        }
+        let location = tracer.expression_at((slot < each).then_some(slot as u32));
         let elements = if count == 1 { "1 element" } else { &format!("{count} elements") };
         notes.push(Problem::new(
             location,
@@ -200,8 +207,8 @@ struct Tracer<'r, 'a> {
     failed: Vec<Problem>,
     /// By target, what was seen of those that read names.
     seen: Vec<Seen>,
-    /// Elements `group_by` left out, by the expression's location, in the order first seen.
-    left_out: Vec<(String, u64)>,
+    /// Elements `group_by` left out, by target, and last for `each`'s expression.
+    left_out: Vec<u64>,
     /// Whether any target wrote a value other than null, in any element.
     wrote: bool,
     /// Steps the trace's own walks may still take (as many as the run's).
@@ -221,10 +228,9 @@ impl Observer for Tracer<'_, '_> {
     }
 
     fn left_out(&mut self, target: Option<u32>, count: u64) {
-        let location = self.expression_at(target);
-        match self.left_out.iter_mut().find(|(at, _)| *at == location) {
-            Some((_, total)) => *total = total.saturating_add(count),
-            None => self.left_out.push((location, count)),
+        let each = self.left_out.len() - 1;
+        if let Some(total) = self.left_out.get_mut(target.map_or(each, |t| t as usize)) {
+            *total = total.saturating_add(count);
         }
     }
 

@@ -235,3 +235,29 @@ async fn nesting_deeper_than_the_limit_is_refused() {
     );
     service.stop().await;
 }
+
+/// Elements `group_by` leaves out (their key is null) are told in the trace's warnings, with the
+/// rule and how many, and so is a name that no element has, with the one that exists.
+#[tokio::test]
+async fn values_lost_without_an_error_are_warned_of() {
+    let service = Service::start(Config::default()).await;
+    let sample = r#"{"items":[{"title":"x","g":null},{"title":"y","g":"a"},{"title":"z"}]}"#;
+    let rules = r#"{"newBodyFields":{"groups":{"key":"groups","type":"Json"},"t":{"key":"t","type":"String"}},"oldBodyFields":{"groups":{"expr":"group_by(items, &g)"},"t":{"keys":["tilte"],"parents":["items"]}}}"#;
+    let answer = post_json(&service.url("/v1/preview?trace=true"), body(sample, rules)).await;
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    let traced = answer.json();
+    assert_eq!(traced["output"].to_string(), r#"{"groups":{"a":[{"title":"y","g":"a"}]},"t":null}"#);
+    let warnings: Vec<String> = traced["warnings"]
+        .as_array()
+        .iter()
+        .map(|w| format!("{}: {}", w["location"].as_str().unwrap(), w["message"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            "/oldBodyFields/groups/expr: group_by() left out 2 elements whose key is null (counted over every run of the expression): they are in no group of the output",
+            "/oldBodyFields/t: `t` found no value in the document: /items/0 has no member `tilte` (did you mean `title`?)",
+        ]
+    );
+    service.stop().await;
+}
