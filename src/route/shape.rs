@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use crate::json::push_pointer;
-use crate::rules::Problem;
+use crate::rules::{MAX_LISTED, Problem};
 use crate::suggest;
 
 /// What a value must be.
@@ -66,10 +66,8 @@ const REGISTRATION: Shape = Shape::Object(&[
     ("sampleRequest", SAMPLE_REQUEST, false),
 ]);
 
-/// Most problems listed one by one (as many as an answer shows); the rest are counted.
-const MAX_LISTED: usize = 200;
-
-/// Every problem with the shape of the registration `body` (past [`MAX_LISTED`], how many more).
+/// Every problem with the shape of the registration `body`: as many as an answer lists, the last
+/// place counting the rest.
 pub fn check(body: &Value) -> Vec<Problem> {
     let mut problems = Problems { listed: Vec::new(), unlisted: 0 };
     let mut at = String::new();
@@ -81,7 +79,7 @@ pub fn check(body: &Value) -> Vec<Problem> {
     listed
 }
 
-/// Problems found so far: listed up to [`MAX_LISTED`], counted past it.
+/// Problems found so far: listed while an answer has room, then counted.
 struct Problems {
     listed: Vec<Problem>,
     unlisted: usize,
@@ -89,7 +87,7 @@ struct Problems {
 
 impl Problems {
     fn push(&mut self, problem: impl FnOnce() -> Problem) {
-        if self.listed.len() < MAX_LISTED {
+        if self.listed.len() < MAX_LISTED - 1 {
             self.listed.push(problem());
         } else {
             self.unlisted += 1;

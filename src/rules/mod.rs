@@ -49,6 +49,9 @@ impl Default for Limits {
     }
 }
 
+/// Most problems one answer lists; a list cut short ends with a problem that counts the rest.
+pub const MAX_LISTED: usize = 200;
+
 /// One problem (or warning) in a rules document.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {

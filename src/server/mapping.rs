@@ -87,10 +87,19 @@ fn validated(
         ApiError::bad_body(body, &error, |limit| format!("the body nests deeper than {limit} levels"))
     })?;
     let mut problems = shape::check(&value);
-    // The rules are compiled whatever else is wrong, so that all problems come in one answer,
-    // each located in the body.
-    let mut rule_problems = Vec::new();
-    // (From the text as sent: the order of its members and any name given twice matter.)
+    if problems.is_empty() {
+        let mut registration: Registration = serde_json::from_slice(body)
+            .map_err(|e| ApiError::InvalidBody(vec![Problem::new("", e.to_string())]))?;
+        let sample = registration.sample_request.take().unwrap_or_default();
+        match registration.validate(headers.contains_key(&MAPPED_AUTH), fixed_path) {
+            // The rules are compiled with the route (`Route::new`), and their problems told then.
+            Ok(config) => return Ok((config, sample)),
+            Err(found) => problems = found,
+        }
+    }
+    // The rules are compiled here too, so that all problems come in one answer, each located
+    // in the body (from the text as sent: the order of its members and any name given twice
+    // matter).
     #[derive(serde::Deserialize)]
     struct RulesOnly<'a> {
         #[serde(rename = "rulesAsString", borrow, default)]
@@ -101,23 +110,14 @@ fn validated(
         && let Err(found) = compile_json(rules.get().as_bytes(), &state.config.limits())
     {
         state.metrics.compile_failure(RulesSource::Registration);
-        rule_problems = found
-            .into_iter()
-            .map(|p| Problem::new(format!("{RULES_MEMBER}{}", p.location), p.message))
-            .collect();
+        problems.extend(in_registration(&found));
     }
-    if problems.is_empty() {
-        let mut registration: Registration = serde_json::from_slice(body)
-            .map_err(|e| ApiError::InvalidBody(vec![Problem::new("", e.to_string())]))?;
-        let sample = registration.sample_request.take().unwrap_or_default();
-        match registration.validate(headers.contains_key(&MAPPED_AUTH), fixed_path) {
-            Ok(config) if rule_problems.is_empty() => return Ok((config, sample)),
-            Ok(_) => return Err(ApiError::InvalidRules(rule_problems)),
-            Err(found) => problems = found,
-        }
-    }
-    problems.extend(rule_problems);
     Err(ApiError::InvalidBody(problems))
+}
+
+/// Problems or warnings of a registration's rules, located in the registration.
+fn in_registration(found: &[Problem]) -> impl Iterator<Item = Problem> + '_ {
+    found.iter().map(|p| Problem::new(format!("{RULES_MEMBER}{}", p.location), p.message.clone()))
 }
 
 /// Checks that the route compiles and makes its live call; returns the mapped output and the
@@ -129,9 +129,8 @@ async fn live_call(
     sample: &SampleRequest,
 ) -> Result<Live, ApiError> {
     if let Err(problems) = &route.rules {
-        // Checked already; a route's rules compile as the registration's did.
         state.metrics.compile_failure(RulesSource::Registration);
-        return Err(ApiError::InvalidRules(problems.clone()));
+        return Err(ApiError::InvalidRules(in_registration(problems).collect()));
     }
     // As called by the request `sampleRequest` describes: its query, and its body as JSON.
     let query = sample.query_string();
@@ -236,10 +235,8 @@ fn registered(status: StatusCode, route: &Route, live: &Live) -> Response {
     body.extend_from_slice(b",\"warnings\":");
     // Located in the registration, as its problems are: the rules' under `rulesAsString`.
     let compiled = route.rules.as_ref().map(|c| c.warnings.as_slice()).unwrap_or_default();
-    let warnings: Vec<Problem> = compiled
-        .iter()
-        .chain(&live.rules_warnings)
-        .map(|w| Problem::new(format!("{RULES_MEMBER}{}", w.location), w.message.clone()))
+    let warnings: Vec<Problem> = in_registration(compiled)
+        .chain(in_registration(&live.rules_warnings))
         .chain(live.sample_warnings.iter().cloned())
         .collect();
     write_problems(&mut body, &warnings);

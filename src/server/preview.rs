@@ -11,11 +11,8 @@ use crate::exec;
 use crate::json::{self as tape};
 use crate::metrics::RulesSource;
 use crate::plan::Limit;
-use crate::rules::{Compiled, Problem, compile_value};
+use crate::rules::{Compiled, MAX_LISTED, Problem, compile_value};
 use crate::suggest;
-
-/// Most problems with a body's members listed one by one.
-const MAX_LISTED: usize = 200;
 
 /// Members of a preview body.
 const SAMPLE: &str = "originalResponse";
@@ -131,7 +128,8 @@ fn members(nodes: &tape::Nodes<'_>) -> Result<(usize, usize), ApiError> {
             other => {
                 // A body of many unknown members lists as many as an answer shows, and counts
                 // the rest.
-                if problems.len() < MAX_LISTED {
+                // (One place is left for the line that counts the rest.)
+                if problems.len() < MAX_LISTED - 1 {
                     let mut at = String::new();
                     tape::push_pointer(&mut at, other);
                     problems.push(Problem::new(at, suggest::unknown("member", other, &[SAMPLE, RULES])));

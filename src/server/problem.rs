@@ -8,7 +8,7 @@ use http_body_util::Full;
 
 use crate::json::{JsonError, place, write};
 use crate::plan::Limit;
-use crate::rules::Problem;
+use crate::rules::{MAX_LISTED, Problem};
 use crate::upstream::{CertificateAsked, UpstreamError};
 
 /// Base of every problem `type` URI.
@@ -49,9 +49,6 @@ pub const SLUGS: [&str; 32] = [
     "conflict",
     "internal-error",
 ];
-
-/// Most rule problems listed in one answer; the rest are counted in `detail`.
-const MAX_LISTED: usize = 200;
 
 /// Everything that can go wrong while answering a request, by where it came from.
 #[derive(Debug)]

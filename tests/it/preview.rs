@@ -3,7 +3,7 @@
 use http::Method;
 use recast::config::Config;
 
-use crate::support::{Json, Service, post_json, send};
+use crate::support::{Json, Service, located, post_json, send};
 
 const RULES: &str = r#"{"ignoreEmptyValues":true,"newBodyFields":{"id":{"key":"id","type":"Int"},"n":{"key":"name","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"n":{"keys":["strMeal"],"parents":["meals"]},"spare":{"keys":["x"]}}}"#;
 
@@ -247,13 +247,8 @@ async fn values_lost_without_an_error_are_warned_of() {
     assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
     let traced = answer.json();
     assert_eq!(traced["output"].to_string(), r#"{"groups":{"a":[{"title":"y","g":"a"}]},"t":null}"#);
-    let warnings: Vec<String> = traced["warnings"]
-        .as_array()
-        .iter()
-        .map(|w| format!("{}: {}", w["location"].as_str().unwrap(), w["message"].as_str().unwrap()))
-        .collect();
     assert_eq!(
-        warnings,
+        located(&traced["warnings"]),
         [
             "/oldBodyFields/groups/expr: group_by() left out 2 elements whose key is null (counted over every run of the expression): they are in no group of the output",
             "/oldBodyFields/t: `t` found no value in the document: /items/0 has no member `tilte` (did you mean `title`?)",

@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::Method;
 use recast::config::Config;
 
-use crate::support::{Answer, Json, Reply, Service, Upstream, config, get, post_json, send};
+use crate::support::{Answer, Json, Reply, Service, Upstream, config, get, located, post_json, send};
 
 pub(crate) const MEALS: &str =
     r#"{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken","strArea":"Japanese"}]}"#;
@@ -510,16 +510,11 @@ async fn every_problem_of_a_registration_is_listed_at_its_location_in_the_body()
         .replace(r#""type":"Int""#, r#""type":"Itn""#)
         .replace(r#""keys":["strMeal"]"#, r#""kyes":["strMeal"]"#);
     let problem = register(&service, &body, &[]).await.assert_problem(400, "invalid-request");
-    let errors: Vec<(String, String)> = problem["errors"]
-        .as_array()
-        .iter()
-        .map(|e| (e["location"].as_str().unwrap().to_owned(), e["message"].as_str().unwrap().to_owned()))
-        .collect();
+    let errors = located(&problem["errors"]);
     let at = |location: &str| {
         errors
             .iter()
-            .find(|(l, _)| l == location)
-            .map(|(_, m)| m.as_str())
+            .find_map(|e| e.strip_prefix(location)?.strip_prefix(": "))
             .unwrap_or_else(|| panic!("{location} in {errors:?}"))
     };
     assert!(
@@ -612,12 +607,7 @@ async fn a_registration_warns_of_names_no_element_has_and_of_a_mapping_to_nothin
         registration(&upstream.url("/"), "", "").replace("strMeal", "strMeall").replace("idMeal", "idMea");
     let answer = register(&service, &misspelt, &[]).await;
     assert_eq!(answer.status, 201, "{}", String::from_utf8_lossy(&answer.body));
-    let warnings = answer.json()["warnings"].clone();
-    let told: Vec<String> = warnings
-        .as_array()
-        .iter()
-        .map(|w| format!("{}: {}", w["location"].as_str().unwrap(), w["message"].as_str().unwrap()))
-        .collect();
+    let told = located(&answer.json()["warnings"]);
     assert!(
         told.contains(&"/rulesAsString/oldBodyFields/name: `name` found no value in the document: /meals/0 has no member `strMeall` (did you mean `strMeal`?)".to_owned()),
         "{told:?}"

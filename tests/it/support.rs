@@ -353,6 +353,15 @@ impl Answer {
     }
 }
 
+/// Each `{location, message}` of a list of problems or warnings, as `location: message`.
+pub fn located(list: &Json) -> Vec<String> {
+    let text = |item: &Json, member: &str| item.get(member).and_then(Json::as_str).expect(member).to_owned();
+    list.as_array()
+        .iter()
+        .map(|item| format!("{}: {}", text(item, "location"), text(item, "message")))
+        .collect()
+}
+
 /// The `location` of each of a problem's `errors`, sorted.
 pub fn error_locations(problem: &Json) -> Vec<String> {
     let errors = problem.get("errors").expect("a problem with errors");
