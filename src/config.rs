@@ -23,6 +23,8 @@ pub const MAX_DEPTH: &str = "RECAST_MAX_DEPTH";
 pub const MAX_EXPR_BYTES: &str = "RECAST_MAX_EXPR_BYTES";
 pub const MAX_RESPONSE_BYTES: &str = "RECAST_MAX_RESPONSE_BYTES";
 pub const MAX_MAPPING_STEPS: &str = "RECAST_MAX_MAPPING_STEPS";
+pub const MAX_SOURCE_CALLS: &str = "RECAST_MAX_SOURCE_CALLS";
+pub const MAX_COMPOSED_BYTES: &str = "RECAST_MAX_COMPOSED_BYTES";
 pub const SHUTDOWN_GRACE_MS: &str = "RECAST_SHUTDOWN_GRACE_MS";
 pub const WORKERS: &str = "RECAST_WORKERS";
 pub const LOG: &str = "RECAST_LOG";
@@ -58,6 +60,8 @@ pub const DEFAULT_MAX_DEPTH: usize = 64;
 pub const DEFAULT_MAX_EXPR_BYTES: usize = crate::rules::DEFAULT_MAX_EXPR_BYTES;
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = crate::rules::DEFAULT_MAX_RESPONSE_BYTES;
 pub const DEFAULT_MAX_MAPPING_STEPS: u64 = crate::rules::DEFAULT_MAX_MAPPING_STEPS;
+pub const DEFAULT_MAX_SOURCE_CALLS: usize = crate::rules::DEFAULT_MAX_SOURCE_CALLS;
+pub const DEFAULT_MAX_COMPOSED_BYTES: usize = 64 << 20;
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 10_000;
 pub const DEFAULT_LOG: &str = "info";
 pub const DEFAULT_MAX_INFLIGHT: usize = 4096;
@@ -162,6 +166,16 @@ pub struct Config {
     /// 422). The default holds one mapping to some tens of milliseconds.
     #[arg(long, env = MAX_MAPPING_STEPS, default_value_t = DEFAULT_MAX_MAPPING_STEPS, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_mapping_steps: u64,
+
+    /// Requests one call of a composed route may send, retries counted (SPEC §2.3); a
+    /// composition whose worst case sends more is refused at registration.
+    #[arg(long, env = MAX_SOURCE_CALLS, default_value_t = DEFAULT_MAX_SOURCE_CALLS, value_parser = clap::value_parser!(u16).range(1..).map(usize::from))]
+    pub max_source_calls: usize,
+
+    /// Bytes all the upstream answers of one call of a composed route may take together; past
+    /// it the call answers 502 `mapping-limit`.
+    #[arg(long, env = MAX_COMPOSED_BYTES, default_value_t = DEFAULT_MAX_COMPOSED_BYTES)]
+    pub max_composed_bytes: usize,
 
     /// How long in-flight requests may take to finish after SIGTERM/SIGINT, in milliseconds.
     #[arg(long, env = SHUTDOWN_GRACE_MS, default_value_t = DEFAULT_SHUTDOWN_GRACE_MS)]
@@ -272,6 +286,8 @@ impl Default for Config {
             max_expr_bytes: DEFAULT_MAX_EXPR_BYTES,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             max_mapping_steps: DEFAULT_MAX_MAPPING_STEPS,
+            max_source_calls: DEFAULT_MAX_SOURCE_CALLS,
+            max_composed_bytes: DEFAULT_MAX_COMPOSED_BYTES,
             shutdown_grace_ms: DEFAULT_SHUTDOWN_GRACE_MS,
             workers: None,
             log: DEFAULT_LOG.to_owned(),
@@ -302,6 +318,7 @@ impl Config {
             max_expr_bytes: self.max_expr_bytes,
             max_response_bytes: self.max_response_bytes,
             max_mapping_steps: self.max_mapping_steps,
+            max_source_calls: self.max_source_calls,
         }
     }
 
@@ -402,6 +419,8 @@ mod tests {
             MAX_EXPR_BYTES,
             MAX_RESPONSE_BYTES,
             MAX_MAPPING_STEPS,
+            MAX_SOURCE_CALLS,
+            MAX_COMPOSED_BYTES,
             SHUTDOWN_GRACE_MS,
             WORKERS,
             LOG,

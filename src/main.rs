@@ -101,6 +101,7 @@ impl LimitArgs {
             max_expr_bytes: self.max_expr_bytes,
             max_response_bytes: self.max_response_bytes,
             max_mapping_steps: self.max_mapping_steps,
+            max_source_calls: recast::rules::DEFAULT_MAX_SOURCE_CALLS,
         }
     }
 }

@@ -78,6 +78,30 @@ pub fn evaluate<'v>(
     run(program, nodes, root, current, arena, false)
 }
 
+/// [`evaluate`] with the values of the variables bound outside the expression
+/// ([`compile_bound`](super::compile_bound)), in their order.
+pub fn evaluate_bound<'v>(
+    program: &'v Program,
+    nodes: &'v Nodes<'v>,
+    current: Val<'v>,
+    arena: &'v Arena<'v>,
+    bound: &[Val<'v>],
+) -> Result<Val<'v>> {
+    let mut evaluator = Evaluator {
+        program,
+        doc: Doc { nodes },
+        root: current,
+        arena,
+        vars: vec![Val::Null; program.vars],
+        original: false,
+    };
+    for (slot, value) in evaluator.vars.iter_mut().zip(bound) {
+        *slot = *value;
+    }
+    let top = (program.steps.len() - 1) as StepId;
+    evaluator.eval(top, current)
+}
+
 /// [`evaluate`] as implementations of the original JMESPath specification have it where the
 /// Community Edition differs in evaluation (its JEP-19): a multi-select of `null` is `null`, and
 /// the right side of a sub-expression runs on a `null` left side too. Only for comparing recast

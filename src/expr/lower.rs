@@ -10,7 +10,14 @@ use super::{
 /// [`Step::Call`]'s native index for a function without compiled literals.
 pub(crate) const NO_NATIVE: u32 = u32::MAX;
 
-pub fn lower(ast: &Ast, source: &str, patterns: &mut Patterns) -> Result<Program, Vec<CompileError>> {
+/// Checks and lowers a syntax tree. `bound` are variables bound outside the expression (`$item` of a composed route's
+/// `forEach`, SPEC §2.3): `bound[i]` takes slot `i`, which the caller fills before evaluating.
+pub fn lower_bound(
+    ast: &Ast,
+    source: &str,
+    patterns: &mut Patterns,
+    bound: &[&str],
+) -> Result<Program, Vec<CompileError>> {
     let mut lowering = Lowering {
         patterns,
         program: Program {
@@ -20,10 +27,10 @@ pub fn lower(ast: &Ast, source: &str, patterns: &mut Patterns) -> Result<Program
             paths: Vec::new(),
             consts: Vec::new(),
             natives: Vec::new(),
-            vars: 0,
+            vars: bound.len(),
             source: source.into(),
         },
-        scope: Vec::new(),
+        scope: bound.iter().enumerate().map(|(slot, name)| (Box::from(*name), slot as u32)).collect(),
         errors: Vec::new(),
     };
     let top = lowering.lower(ast);

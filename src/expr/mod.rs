@@ -16,7 +16,7 @@ mod value;
 
 #[cfg(feature = "fuzzing")]
 pub use eval::evaluate_original;
-pub use eval::{EvalError, EvalErrorKind, evaluate};
+pub use eval::{EvalError, EvalErrorKind, evaluate, evaluate_bound};
 pub use value::{
     Arena, Budget, Built, Const, Doc, Kind, Number, OverBudget, Val, cost, steps_of_bytes, steps_of_writing,
 };
@@ -201,6 +201,17 @@ pub fn compile_with(
     max_depth: usize,
     patterns: &mut Patterns,
 ) -> Result<Program, Vec<CompileError>> {
+    compile_bound(source, max_depth, patterns, &[])
+}
+
+/// [`compile_with`], with variables bound outside the expression: `bound[i]` (a name without
+/// its `$`) is slot `i` of [`evaluate_bound`]'s values.
+pub fn compile_bound(
+    source: &str,
+    max_depth: usize,
+    patterns: &mut Patterns,
+    bound: &[&str],
+) -> Result<Program, Vec<CompileError>> {
     let syntax = |e: SyntaxError| {
         vec![CompileError {
             kind: CompileErrorKind::Syntax,
@@ -225,7 +236,7 @@ pub fn compile_with(
             _ => e,
         })
     })?;
-    lower::lower(&ast, source, patterns)
+    lower::lower_bound(&ast, source, patterns, bound)
 }
 
 /// Mistakes an expression that compiles may still hold, each with its byte offset: a name in
@@ -335,6 +346,91 @@ impl Patterns {
 }
 
 impl Program {
+    /// The names the program reads from the value it starts on (`@` at its top, or `$`), for an
+    /// expression over a composed route's context (SPEC §2.3), which may read only some of its
+    /// members: `Err` when it reads that value whole (`@`, `$`, `keys(@)`), which it may not.
+    pub fn context_names(&self) -> Result<Vec<&str>, &'static str> {
+        let mut names = Vec::new();
+        let top = (self.steps.len() - 1) as StepId;
+        self.names_at(top, true, &mut names)?;
+        names.sort_unstable();
+        names.dedup();
+        Ok(names)
+    }
+
+    /// [`Program::context_names`] of step `id`, which runs on the context when `on_context`.
+    fn names_at<'p>(
+        &'p self,
+        id: StepId,
+        on_context: bool,
+        names: &mut Vec<&'p str>,
+    ) -> Result<(), &'static str> {
+        let whole = "reads the whole context (`@` or `$`); name what it reads, such as `request.query.id`";
+        let kids = |range: Range| &self.kids[range.range()];
+        match &self.steps[id as usize] {
+            Step::Current if on_context => return Err(whole),
+            Step::Root => return Err(whole),
+            Step::Field(name) if on_context => names.push(name),
+            Step::Path(range) if on_context => {
+                if let Some(first) = self.paths[range.range()].first() {
+                    names.push(first);
+                }
+            }
+            Step::Current | Step::Var(_) | Step::Const(_) | Step::Field(_) | Step::Path(_) => {}
+            Step::Index(_) | Step::Slice(..) => {}
+            // `$.a`: the right side reads the context.
+            Step::Sub(left, right) if matches!(self.steps[*left as usize], Step::Root) => {
+                self.names_at(*right, true, names)?;
+            }
+            Step::Sub(left, right)
+            | Step::Pipe(left, right)
+            | Step::ListProject(left, right)
+            | Step::SliceProject(left, right)
+            | Step::ObjectProject(left, right) => {
+                self.names_at(*left, on_context, names)?;
+                self.names_at(*right, false, names)?;
+            }
+            Step::Flatten(inner) | Step::Not(inner) | Step::Sign(_, inner) => {
+                self.names_at(*inner, on_context, names)?;
+            }
+            Step::Expref(inner) => self.names_at(*inner, false, names)?,
+            Step::Filter(list, condition, right) => {
+                self.names_at(*list, on_context, names)?;
+                self.names_at(*condition, false, names)?;
+                self.names_at(*right, false, names)?;
+            }
+            Step::MultiList(range) | Step::MultiHash(range, _) | Step::Call(_, range, _) => {
+                for kid in kids(*range) {
+                    self.names_at(*kid, on_context, names)?;
+                }
+            }
+            Step::Let(bindings, body) => {
+                for pair in kids(*bindings).chunks_exact(2) {
+                    self.names_at(pair[1], on_context, names)?;
+                }
+                self.names_at(*body, on_context, names)?;
+            }
+            Step::Or(a, b) | Step::And(a, b) | Step::Compare(_, a, b) | Step::Arith(_, a, b) => {
+                self.names_at(*a, on_context, names)?;
+                self.names_at(*b, on_context, names)?;
+            }
+            Step::Ternary(a, b, c) => {
+                for kid in [a, b, c] {
+                    self.names_at(*kid, on_context, names)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The text of a program that is a string literal and nothing else (`'{{'`).
+    pub fn constant_text(&self) -> Option<&str> {
+        match (self.steps.as_slice(), self.consts.as_slice()) {
+            ([Step::Const(0)], [Const::String(text)]) => Some(text),
+            _ => None,
+        }
+    }
+
     /// The text the program was compiled from.
     pub fn source(&self) -> &str {
         &self.source

@@ -98,6 +98,7 @@ pub fn prepare(data: &[u8]) -> Result<Prepared, BoundsReached> {
         max_expr_bytes: BUILT_BYTES,
         max_response_bytes: ANSWER_BYTES,
         max_mapping_steps: STEPS,
+        max_source_calls: 64,
     };
     let Ok(compiled) = compile_json(rules.as_bytes(), &limits) else { return Err(BoundsReached::Refused) };
     let patterns =

@@ -16,6 +16,7 @@ pub const LIMITS: Limits = Limits {
     max_expr_bytes: 1 << 20,
     max_response_bytes: 64 << 20,
     max_mapping_steps: 1 << 40,
+    max_source_calls: 64,
 };
 
 /// Rules JSON → compile → execute on a JSON document.

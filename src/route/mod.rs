@@ -3,9 +3,12 @@
 //! and the upstream request of one call ([`request`]). No IO here: the server calls, the store
 //! keeps, this module decides what a route is and what a call sends.
 
+pub mod composition;
 mod registration;
 mod request;
 pub mod shape;
+pub mod sources;
+pub mod template;
 #[cfg(test)]
 mod tests;
 
@@ -67,6 +70,13 @@ pub struct RouteConfig {
     /// by default, by its origin's.
     #[serde(default, skip_serializing_if = "BreakerScope::is_origin")]
     pub breaker: BreakerScope,
+    /// A composed route's sources (SPEC §2.3), in the order given; empty for a route of one
+    /// upstream (`originalRoute`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<sources::SourceConfig>,
+    /// The caller's headers a composed route's templates may read (lower-case names).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forward_headers: Vec<String>,
 }
 
 /// A route's `cache` member: how long a mapped answer is fresh, and how long after that it may
@@ -138,7 +148,7 @@ pub struct Route {
     pub config: RouteConfig,
     pub method: Method,
     pub rules: Result<Compiled, Vec<Problem>>,
-    upstream: Result<Upstream, String>,
+    upstream: Result<Target, String>,
     /// Answers to calls of this route by status (`GET /metrics`); an update hands them on to the
     /// route that replaces this one.
     pub statuses: Arc<StatusCounts>,
@@ -149,6 +159,23 @@ pub struct Route {
     pub serial: u64,
 }
 
+/// Where a route's calls go: one upstream, or the sources of a composition.
+#[derive(Debug)]
+enum Target {
+    Single(Box<Upstream>),
+    Composed(Arc<composition::Composition>),
+}
+
+impl Route {
+    /// The composition of a composed route (SPEC §2.3).
+    pub fn composition(&self) -> Option<&Arc<composition::Composition>> {
+        match &self.upstream {
+            Ok(Target::Composed(composition)) => Some(composition),
+            _ => None,
+        }
+    }
+}
+
 /// The serial of the next route version compiled.
 static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -157,7 +184,18 @@ impl Route {
     /// it answers 503 with the reason instead of disappearing.
     pub fn new(uuid: Uuid, created_at: u64, updated_at: u64, config: RouteConfig, limits: &Limits) -> Route {
         let rules = compile_json(config.rules.as_bytes(), limits);
-        let upstream = Upstream::new(&config);
+        let upstream = if config.sources.is_empty() {
+            Upstream::new(&config).map(|upstream| Target::Single(Box::new(upstream)))
+        } else {
+            composition::Composition::compile(&config.sources, &config.forward_headers, uuid, limits)
+                .map(|composition| Target::Composed(Arc::new(composition)))
+                .map_err(|problems| {
+                    format!(
+                        "its sources no longer compile: {}",
+                        problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; ")
+                    )
+                })
+        };
         let method = config.method.parse().unwrap_or(Method::GET);
         Route {
             uuid,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::{Auth, AuthKind, CacheSettings, RouteConfig};
-use crate::rules::Problem;
+use crate::rules::{Limits, Problem};
 use crate::upstream::{
     BreakerScope, ClientAuth, ClientCredentials, Failure, LimitScope, MAX_ATTEMPTS, MAX_BURST, MAX_RATE,
     MAX_WAIT_MS, RateLimitSettings, RetryOn, RetrySettings, RouteTls, TlsSettings, TokenRequest,
@@ -23,7 +23,16 @@ pub struct Registration {
     pub path: Option<String>,
     #[serde(default)]
     pub method: Option<String>,
-    pub original_route: OriginalRoute,
+    /// Absent when `sources` are given (SPEC §2.3).
+    #[serde(default)]
+    pub original_route: Option<OriginalRoute>,
+    /// A composed route's named upstream calls (SPEC §2.3); checked by hand
+    /// ([`super::sources`]), so that each of its problems has a location.
+    #[serde(default)]
+    pub sources: Option<serde_json::Value>,
+    /// The caller's headers a composed route's templates may read (`request.headers`).
+    #[serde(default)]
+    pub forward_headers: Option<serde_json::Value>,
     #[serde(default)]
     pub pre_configured_queries: Option<BTreeMap<String, String>>,
     #[serde(default)]
@@ -97,7 +106,11 @@ impl std::fmt::Debug for Registration {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registration")
             .field("path", &self.path)
-            .field("base_url", &self.original_route.original_api.base_url)
+            .field("base_url", &self.original_route.as_ref().map(|o| &o.original_api.base_url))
+            .field(
+                "sources",
+                &self.sources.as_ref().and_then(|s| s.as_object()).map(|s| s.keys().collect::<Vec<_>>()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -204,6 +217,16 @@ impl Registration {
     /// (located by JSON pointer into the body). `runtime_auth` says whether the request carried
     /// `X-Mapped-Auth`. An update passes the route's `path`, which it may repeat but not change.
     pub fn validate(self, runtime_auth: bool, fixed_path: Option<&str>) -> Result<RouteConfig, Vec<Problem>> {
+        self.validate_with(runtime_auth, fixed_path, &Limits::default())
+    }
+
+    /// [`Registration::validate`] under `limits` (a composition's depth and calls).
+    pub fn validate_with(
+        self,
+        runtime_auth: bool,
+        fixed_path: Option<&str>,
+        limits: &Limits,
+    ) -> Result<RouteConfig, Vec<Problem>> {
         let mut problems = Vec::new();
         let path = match (&self.path, fixed_path) {
             (Some(given), Some(fixed)) if given.strip_prefix('/').unwrap_or(given) != fixed => {
@@ -218,7 +241,16 @@ impl Registration {
             }
         };
         let method = method_of(self.method.as_deref(), "/method", &mut problems);
-        let original = &self.original_route;
+        if self.sources.is_some() {
+            return self.composed(path, method, limits, problems);
+        }
+        let Some(original) = &self.original_route else {
+            problems.push(Problem::new(
+                "/originalRoute",
+                "missing required member `originalRoute` (or `sources`, for a route of several upstream calls)",
+            ));
+            return Err(problems);
+        };
         let upstream_method = method_of(original.method.as_deref(), "/originalRoute/method", &mut problems);
         let base_url = original.original_api.base_url.trim().to_owned();
         if let Err(why) = BaseUrl::parse(&base_url) {
@@ -291,6 +323,90 @@ impl Registration {
             tls,
             http2_prior_knowledge,
             breaker,
+            sources: Vec::new(),
+            forward_headers: Vec::new(),
+        })
+    }
+
+    /// A composed route (SPEC §2.3): its sources, the members that go with them, and none of a
+    /// single upstream's.
+    fn composed(
+        self,
+        path: String,
+        method: String,
+        limits: &Limits,
+        mut problems: Vec<Problem>,
+    ) -> Result<RouteConfig, Vec<Problem>> {
+        let present = |value: &Option<serde_json::Value>| value.as_ref().is_some_and(|v| !v.is_null());
+        let single = [
+            ("originalRoute", self.original_route.is_some()),
+            ("authHeader", self.auth_header.is_some()),
+            ("tls", present(&self.tls)),
+            ("retry", present(&self.retry)),
+            ("rateLimit", present(&self.rate_limit)),
+            ("http2", present(&self.http2)),
+            ("breaker", present(&self.breaker)),
+            ("preConfiguredQueries", self.pre_configured_queries.is_some()),
+            ("preConfiguredHeaders", self.pre_configured_headers.is_some()),
+            ("preConfiguredBody", self.pre_configured_body.as_deref().is_some_and(|b| b.get() != "null")),
+        ];
+        for (member, _) in single.iter().filter(|(_, given)| *given) {
+            let why = match *member {
+                "originalRoute" => "`originalRoute` does not go with `sources`: a composed route's upstream calls are its sources".to_owned(),
+                "breaker" => "`breaker` does not go with `sources`: each source's calls are counted by its origin's breaker".to_owned(),
+                m if m.starts_with("preConfigured") => format!("`{m}` does not go with `sources`: give each source its own `queries`, `headers` or `body`"),
+                m => format!("`{m}` does not go with `sources`: give it inside each source that needs it"),
+            };
+            problems.push(Problem::new(format!("/{member}"), why));
+        }
+        if present(&self.cache) {
+            problems.push(Problem::new(
+                "/cache",
+                "a composed route's answers are not cached yet: leave `cache` out",
+            ));
+        }
+        let sources = super::sources::validate(
+            self.sources.as_ref().unwrap_or(&serde_json::Value::Null),
+            limits.max_source_calls as u32,
+            &mut problems,
+        );
+        let forward_headers = super::sources::forward_headers(self.forward_headers.as_ref(), &mut problems);
+        if problems.is_empty()
+            && let Err(found) = super::composition::Composition::compile(
+                &sources,
+                &forward_headers,
+                uuid::Uuid::nil(),
+                limits,
+            )
+        {
+            problems.extend(found);
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let runtime = sources.iter().any(|s| s.auth == Auth::Runtime);
+        Ok(RouteConfig {
+            path,
+            method,
+            base_url: String::new(),
+            upstream_path: String::new(),
+            upstream_method: "GET".to_owned(),
+            headers: BTreeMap::new(),
+            queries: BTreeMap::new(),
+            body: None,
+            pre_queries: BTreeMap::new(),
+            pre_headers: BTreeMap::new(),
+            pre_body: None,
+            auth: if runtime { Auth::Runtime } else { Auth::None },
+            rules: self.rules_as_string.get().to_owned(),
+            cache: None,
+            retry: None,
+            rate_limit: None,
+            tls: None,
+            http2_prior_knowledge: false,
+            breaker: BreakerScope::Origin,
+            sources,
+            forward_headers,
         })
     }
 }
@@ -354,7 +470,7 @@ const MAX_CACHE_SECONDS: u64 = 365 * 24 * 3600;
 /// `cache`: absent or `null` for none; else an object with a `ttlSeconds` and an optional
 /// `staleWhileRevalidateSeconds` (0 when absent), each a whole number of seconds from 0 to a year,
 /// on a route called with GET.
-fn cache_settings(
+pub(super) fn cache_settings(
     given: Option<&serde_json::Value>,
     method: &str,
     problems: &mut Vec<Problem>,
@@ -393,7 +509,7 @@ fn cache_settings(
 /// `retry`: absent or `null` for none; else an object with `attempts` (1 to 5), `on` (a list of
 /// 429 or 5xx statuses, `"timeout"` and `"reset"`) and `unsafe` (a boolean, false when absent),
 /// which an upstream method that is not idempotent (POST, PATCH) needs.
-fn retry_settings(
+pub(super) fn retry_settings(
     given: Option<&serde_json::Value>,
     upstream_method: &str,
     problems: &mut Vec<Problem>,
@@ -468,7 +584,7 @@ fn retry_settings(
 /// `rateLimit`: absent or `null` for none; else an object with `requestsPerSecond` (above 0, at
 /// most a million; fractions allowed), `burst` (1 to a million; default: the rate rounded up),
 /// `scope` (`"route"`, the default, or `"origin"`) and `maxWaitMs` (0, the default, to 60000).
-fn rate_limit_settings(
+pub(super) fn rate_limit_settings(
     given: Option<&serde_json::Value>,
     problems: &mut Vec<Problem>,
 ) -> Option<RateLimitSettings> {
@@ -541,7 +657,7 @@ fn rate_limit_settings(
 /// `tls`: absent or `null` for none; else an object with `ca` (PEM certificates of the
 /// authorities trusted for this upstream, besides the others), and `clientCert` (a PEM chain, leaf
 /// first) with `clientKey` (its PEM key), for an https upstream.
-fn tls_settings(
+pub(super) fn tls_settings(
     given: Option<&serde_json::Value>,
     base_url: &str,
     problems: &mut Vec<Problem>,
@@ -584,7 +700,7 @@ fn json_text(value: Option<&RawValue>) -> Option<String> {
 }
 
 /// One or more non-empty segments of URL path characters; no `.` or `..` segments.
-fn route_path(path: &str, problems: &mut Vec<Problem>) -> String {
+pub(super) fn route_path(path: &str, problems: &mut Vec<Problem>) -> String {
     let path = path.strip_prefix('/').unwrap_or(path);
     let bad = |why: &str| Problem::new("/path", why.to_owned());
     if path.is_empty() {
@@ -605,7 +721,7 @@ fn is_path_char(b: u8) -> bool {
 }
 
 /// An HTTP method, case-insensitive, GET when not given.
-fn method_of(given: Option<&str>, at: &str, problems: &mut Vec<Problem>) -> String {
+pub(super) fn method_of(given: Option<&str>, at: &str, problems: &mut Vec<Problem>) -> String {
     let method = given.unwrap_or("GET").trim().to_ascii_uppercase();
     if !METHODS.contains(&method.as_str()) {
         problems.push(Problem::new(at, format!("method must be one of {}", METHODS.join(", "))));
@@ -635,16 +751,25 @@ fn check_headers(headers: &BTreeMap<String, String>, at: &str, problems: &mut Ve
     }
 }
 
-fn auth(given: &AuthHeader, at: &str, problems: &mut Vec<Problem>) -> Auth {
+pub(super) fn auth(given: &AuthHeader, at: &str, problems: &mut Vec<Problem>) -> Auth {
     let kind = match given.kind.to_ascii_lowercase().as_str() {
         "bearer" => AuthKind::Bearer,
         "basic" => AuthKind::Basic,
         "none" => AuthKind::None,
         "oauth2clientcredentials" => return oauth2(given, at, problems),
+        "runtime" => {
+            if given.token.is_some() || given.oauth2_members().iter().any(|(_, given)| *given) {
+                problems.push(Problem::new(
+                    at,
+                    "a Runtime auth takes nothing but its `type`: it sends the caller's `X-Mapped-Auth`",
+                ));
+            }
+            return Auth::Runtime;
+        }
         _ => {
             problems.push(Problem::new(
                 format!("{at}/type"),
-                "must be Bearer, Basic, None or OAuth2ClientCredentials",
+                "must be Bearer, Basic, None, Runtime or OAuth2ClientCredentials",
             ));
             return Auth::None;
         }

@@ -8,7 +8,7 @@ use http::{HeaderMap, HeaderValue, Method, Uri};
 use std::sync::Arc;
 
 use super::registration::{BaseUrl, UpstreamPath};
-use super::{Auth, AuthKind, Route, RouteConfig};
+use super::{Auth, AuthKind, Route, RouteConfig, Target};
 use crate::upstream::{RouteTls, TokenRequest, UpstreamRequest};
 
 /// The fixed parts of every upstream request of a route.
@@ -52,17 +52,30 @@ pub const MAPPED_AUTH: HeaderName = HeaderName::from_static("x-mapped-auth");
 impl Route {
     /// The token request of the route's OAuth2 client credentials, if it has them.
     pub fn token_request(&self) -> Option<&Arc<TokenRequest>> {
-        self.upstream.as_ref().ok()?.oauth.as_ref()
+        self.single()?.oauth.as_ref()
+    }
+
+    fn single(&self) -> Option<&Upstream> {
+        match &self.upstream {
+            Ok(Target::Single(upstream)) => Some(upstream),
+            _ => None,
+        }
     }
 
     /// The route's `tls`, read, if it has one.
     pub fn tls(&self) -> Option<&RouteTls> {
-        self.upstream.as_ref().ok()?.tls.as_deref()
+        self.single()?.tls.as_deref()
     }
 
     /// Builds the upstream request of one call (SPEC §2.2).
     pub fn upstream_request(&self, client: &FromClient<'_>) -> Result<UpstreamRequest, CallError> {
-        let upstream = self.upstream.as_ref().map_err(|why| CallError::Broken(why.clone()))?;
+        let upstream = match &self.upstream {
+            Ok(Target::Single(upstream)) => upstream,
+            Ok(Target::Composed(_)) => {
+                return Err(CallError::Broken("a composed route has no single upstream".into()));
+            }
+            Err(why) => return Err(CallError::Broken(why.clone())),
+        };
         let mut headers = upstream.headers.clone();
         if let Some(from_client) = client.headers {
             for name in [header::ACCEPT, header::ACCEPT_LANGUAGE] {

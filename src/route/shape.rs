@@ -51,7 +51,10 @@ const REGISTRATION: Shape = Shape::Object(&[
     // Required of a registration, not of an update: `validate` says so.
     ("path", Shape::Text, false),
     ("method", Shape::Text, false),
-    ("originalRoute", ORIGINAL_ROUTE, true),
+    // Required unless `sources` are given: `validate` says so.
+    ("originalRoute", ORIGINAL_ROUTE, false),
+    ("sources", Shape::Any, false),
+    ("forwardHeaders", Shape::Any, false),
     ("preConfiguredQueries", Shape::TextMap, false),
     ("preConfiguredHeaders", Shape::TextMap, false),
     ("preConfiguredBody", Shape::Any, false),
@@ -196,7 +199,7 @@ mod tests {
             found,
             [
                 "/authHeader/tokn: unknown member `tokn`; did you mean `token`? The known members are type, token, tokenUrl, clientId, clientSecret, scope, audience, clientAuth",
-                "/extra: unknown member `extra`; the known members are path, method, originalRoute, preConfiguredQueries, preConfiguredHeaders, preConfiguredBody, authHeader, rulesAsString, cache, retry, rateLimit, tls, http2, breaker, sampleRequest",
+                "/extra: unknown member `extra`; the known members are path, method, originalRoute, sources, forwardHeaders, preConfiguredQueries, preConfiguredHeaders, preConfiguredBody, authHeader, rulesAsString, cache, retry, rateLimit, tls, http2, breaker, sampleRequest",
                 "/originalRoute/headers/a: must be a string, found a number",
                 "/originalRoute/originalAPI: unknown member `originalAPI`; did you mean `originalApi`? The known members are originalApi, path, method, headers, queries, body, authHeader",
                 "/originalRoute/path: must be a string, found a number",
@@ -217,14 +220,14 @@ mod tests {
         assert_eq!(
             problems(json!([])),
             [
-                "(document): must be an object (with path, method, originalRoute, preConfiguredQueries, preConfiguredHeaders, preConfiguredBody, authHeader, rulesAsString, cache, retry, rateLimit, tls, http2, breaker, sampleRequest), found a list"
+                "(document): must be an object (with path, method, originalRoute, sources, forwardHeaders, preConfiguredQueries, preConfiguredHeaders, preConfiguredBody, authHeader, rulesAsString, cache, retry, rateLimit, tls, http2, breaker, sampleRequest), found a list"
             ]
         );
         assert_eq!(
             problems(json!({"originalRoute": null, "rulesAsString": {}, "preConfiguredQueries": [1]})),
             [
+                // `originalRoute` or `sources`: the registration's own check says which is missing.
                 "/preConfiguredQueries: must be an object of names and string values, found a list",
-                "(document): missing required member `originalRoute`"
             ]
         );
     }

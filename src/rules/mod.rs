@@ -26,6 +26,9 @@ pub struct Limits {
     pub max_response_bytes: usize,
     /// Steps of work one call's mapping may take (`RECAST_MAX_MAPPING_STEPS`).
     pub max_mapping_steps: u64,
+    /// Requests one call of a composed route may send, retries counted
+    /// (`RECAST_MAX_SOURCE_CALLS`, SPEC §2.3).
+    pub max_source_calls: usize,
 }
 
 /// The default of [`Limits::max_expr_bytes`]: 64 MiB.
@@ -45,9 +48,13 @@ impl Default for Limits {
             max_expr_bytes: DEFAULT_MAX_EXPR_BYTES,
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             max_mapping_steps: DEFAULT_MAX_MAPPING_STEPS,
+            max_source_calls: DEFAULT_MAX_SOURCE_CALLS,
         }
     }
 }
+
+/// The default of [`Limits::max_source_calls`].
+pub const DEFAULT_MAX_SOURCE_CALLS: usize = 64;
 
 /// Most problems one answer lists; a list cut short ends with a problem that counts the rest.
 pub const MAX_LISTED: usize = 200;

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use uuid::Uuid;
 
+use super::compose::{self, CallerRequest};
 use super::connection::RequestBody;
 use super::problem::UpstreamFailure;
 use super::reply::{json, read_body, timing};
@@ -47,6 +48,13 @@ pub(super) async fn call(state: &State, request: RouteCall<'_>, uuid: &str, rout
     // only the lookup.
     let header = match record.lookup {
         Some(lookup) => timing(&[("cache", lookup)]),
+        // A composed route: an entry per source (`src.<name>`), then the mapping.
+        None if !record.sources.is_empty() => {
+            let mut entries: Vec<(&str, Duration)> =
+                record.sources.iter().map(|(name, took)| (name.as_str(), *took)).collect();
+            entries.push(("map", record.map));
+            timing(&entries)
+        }
         None => timing(&[("upstream", record.upstream), ("map", record.map)]),
     };
     response.headers_mut().insert(SERVER_TIMING, header);
@@ -80,6 +88,8 @@ struct CallRecord {
     lookup: Option<Duration>,
     /// What the cache did, for a route with `cache`.
     cache: Option<CacheStatus>,
+    /// A composed route's sources: `src.<name>` and how long each took.
+    sources: Vec<(String, Duration)>,
 }
 
 /// RFC 9211.
@@ -129,6 +139,11 @@ async fn forward(
         Some(body) => read_body(state, request.headers, body).await?,
         None => Vec::new(),
     };
+    if let Some(composition) = route.composition() {
+        let caller = CallerRequest { query: request.query, headers: request.headers, body: body.into() };
+        let composed = compose::run(state, route, composition, caller, false).await;
+        return composed_answer(composed, record);
+    }
     let client = FromClient { query: request.query, headers: Some(request.headers), body: body.into() };
     let upstream = route.upstream_request(&client).map_err(|e| match e {
         CallError::AuthRequired => ApiError::AuthRequired,
@@ -143,6 +158,25 @@ async fn forward(
     let outcome = fetch(state, route, upstream).await;
     answer(outcome, record)
 }
+
+/// The answer of a composed call: 200 with the mapped document, `Recast-Partial` naming the
+/// optional sources that failed.
+fn composed_answer(
+    composed: Result<compose::Composed, ApiError>,
+    record: &mut CallRecord,
+) -> Result<Response, ApiError> {
+    let composed = composed?;
+    record.map = composed.map;
+    record.sources = composed.reports.iter().map(|r| (format!("src.{}", r.name), r.took)).collect();
+    let mut response = json(StatusCode::OK, composed.body);
+    if let Some(value) = compose::partial_header(&composed.partial) {
+        response.headers_mut().insert(RECAST_PARTIAL, value);
+    }
+    Ok(response)
+}
+
+/// The optional sources of a composed call that failed (SPEC §2.3).
+pub(super) const RECAST_PARTIAL: HeaderName = HeaderName::from_static("recast-partial");
 
 /// A call of a route with a cache: from a fresh entry; from a stale one while one refresh runs;
 /// else from one upstream call shared with every concurrent call of the same key.
@@ -433,7 +467,9 @@ impl UpstreamFailure {
             UpstreamFailure::NotJson(_) => UpstreamErrorKind::NotJson,
             UpstreamFailure::Encoding(_) => UpstreamErrorKind::Encoding,
             UpstreamFailure::NotAllowed(_) => UpstreamErrorKind::NotAllowed,
-            UpstreamFailure::MappingLimit { .. } => UpstreamErrorKind::MappingLimit,
+            UpstreamFailure::MappingLimit { .. }
+            | UpstreamFailure::ComposedTooLarge { .. }
+            | UpstreamFailure::TooManyCalls { .. } => UpstreamErrorKind::MappingLimit,
             UpstreamFailure::Unavailable { .. } => UpstreamErrorKind::BreakerOpen,
             UpstreamFailure::RateLimited { .. } => UpstreamErrorKind::RateLimited,
             UpstreamFailure::AuthFailed { .. } => UpstreamErrorKind::AuthFailed,

@@ -104,7 +104,13 @@ struct RouteView<'a> {
     uuid: Uuid,
     path: String,
     method: &'a str,
-    original_route: OriginalRouteView<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    original_route: Option<OriginalRouteView<'a>>,
+    /// A composed route's sources (SPEC §2.3), secrets masked as a route's are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sources: Option<BTreeMap<&'a str, SourceView<'a>>>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    forward_headers: &'a [String],
     pre_configured_queries: &'a BTreeMap<String, String>,
     pre_configured_headers: &'a BTreeMap<String, String>,
     pre_configured_body: Option<Box<RawValue>>,
@@ -142,6 +148,41 @@ struct OriginalRouteView<'a> {
     headers: &'a BTreeMap<String, String>,
     queries: &'a BTreeMap<String, String>,
     body: Option<Box<RawValue>>,
+}
+
+/// One source of a composed route, as given, its secrets masked.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SourceView<'a> {
+    original_api: BaseUrlView<'a>,
+    path: &'a str,
+    method: &'a str,
+    headers: &'a BTreeMap<String, String>,
+    queries: &'a BTreeMap<String, String>,
+    body: Option<Box<RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    auth_header: Option<AuthHeaderView<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry: Option<&'a crate::upstream::RetrySettings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate_limit: Option<&'a crate::upstream::RateLimitSettings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsView<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    http2: Option<&'static str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    after: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    when: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    for_each: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_calls: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    concurrency: Option<u32>,
+    optional: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout_ms: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -194,43 +235,90 @@ struct OAuth2View<'a> {
     client_auth: &'static str,
 }
 
+/// A stored auth as shown: its `authHeader` with secrets masked, and the route's auth mode.
+fn auth_view(auth: &Auth) -> (Option<AuthHeaderView<'_>>, &'static str) {
+    match auth {
+        Auth::Stored { kind, token } => {
+            let token = Some(token.as_ref().map(|_| "***"));
+            (Some(AuthHeaderView { kind: kind.name(), token, oauth2: None }), "stored")
+        }
+        Auth::OAuth2(credentials) => {
+            let oauth2 = OAuth2View {
+                token_url: &credentials.token_url,
+                client_id: &credentials.client_id,
+                client_secret: "***",
+                scope: credentials.scope.as_deref(),
+                audience: credentials.audience.as_deref(),
+                client_auth: credentials.client_auth.name(),
+            };
+            let kind = "OAuth2ClientCredentials";
+            (Some(AuthHeaderView { kind, token: None, oauth2: Some(oauth2) }), "stored")
+        }
+        Auth::Runtime => (None, "runtime"),
+        Auth::None => (None, "none"),
+    }
+}
+
+fn tls_view(tls: &crate::upstream::TlsSettings) -> TlsView<'_> {
+    TlsView {
+        ca: tls.ca.as_deref(),
+        client_cert: tls.client_cert.as_deref(),
+        client_key: tls.client_key.as_ref().map(|_| "***"),
+    }
+}
+
 impl<'a> RouteView<'a> {
     fn of(route: &'a Route) -> RouteView<'a> {
         let c = &route.config;
         let raw = |text: &Option<String>| text.as_deref().and_then(compact);
-        let (auth_header, auth) = match &c.auth {
-            Auth::Stored { kind, token } => {
-                let token = Some(token.as_ref().map(|_| "***"));
-                (Some(AuthHeaderView { kind: kind.name(), token, oauth2: None }), "stored")
-            }
-            Auth::OAuth2(credentials) => {
-                let oauth2 = OAuth2View {
-                    token_url: &credentials.token_url,
-                    client_id: &credentials.client_id,
-                    client_secret: "***",
-                    scope: credentials.scope.as_deref(),
-                    audience: credentials.audience.as_deref(),
-                    client_auth: credentials.client_auth.name(),
-                };
-                let kind = "OAuth2ClientCredentials";
-                (Some(AuthHeaderView { kind, token: None, oauth2: Some(oauth2) }), "stored")
-            }
-            Auth::Runtime => (None, "runtime"),
-            Auth::None => (None, "none"),
-        };
+        let (auth_header, auth) = auth_view(&c.auth);
         let problem = route.broken();
         RouteView {
             uuid: route.uuid,
             path: route.public_path(),
             method: &c.method,
-            original_route: OriginalRouteView {
+            original_route: c.sources.is_empty().then(|| OriginalRouteView {
                 original_api: BaseUrlView { base_url: &c.base_url },
                 path: &c.upstream_path,
                 method: &c.upstream_method,
                 headers: &c.headers,
                 queries: &c.queries,
                 body: raw(&c.body),
-            },
+            }),
+            sources: (!c.sources.is_empty()).then(|| {
+                c.sources
+                    .iter()
+                    .map(|source| {
+                        let view = SourceView {
+                            original_api: BaseUrlView { base_url: &source.base_url },
+                            path: &source.path,
+                            method: &source.method,
+                            headers: &source.headers,
+                            queries: &source.queries,
+                            body: raw(&source.body),
+                            auth_header: match &source.auth {
+                                Auth::Runtime => {
+                                    Some(AuthHeaderView { kind: "Runtime", token: None, oauth2: None })
+                                }
+                                auth => auth_view(auth).0,
+                            },
+                            retry: source.retry.as_ref(),
+                            rate_limit: source.rate_limit.as_ref(),
+                            tls: source.tls.as_ref().map(tls_view),
+                            http2: source.http2_prior_knowledge.then_some("prior-knowledge"),
+                            after: &source.after,
+                            when: source.when.as_deref(),
+                            for_each: source.for_each.as_deref(),
+                            max_calls: source.for_each.as_ref().map(|_| source.max_calls),
+                            concurrency: source.for_each.as_ref().map(|_| source.concurrency),
+                            optional: source.optional,
+                            timeout_ms: source.timeout_ms,
+                        };
+                        (source.name.as_str(), view)
+                    })
+                    .collect()
+            }),
+            forward_headers: &c.forward_headers,
             pre_configured_queries: &c.pre_queries,
             pre_configured_headers: &c.pre_headers,
             pre_configured_body: raw(&c.pre_body),
@@ -242,11 +330,7 @@ impl<'a> RouteView<'a> {
             rate_limit: c.rate_limit.as_ref(),
             http2: c.http2_prior_knowledge.then_some("prior-knowledge"),
             breaker: (!c.breaker.is_origin()).then_some(BreakerView { scope: c.breaker }),
-            tls: c.tls.as_ref().map(|tls| TlsView {
-                ca: tls.ca.as_deref(),
-                client_cert: tls.client_cert.as_deref(),
-                client_key: tls.client_key.as_ref().map(|_| "***"),
-            }),
+            tls: c.tls.as_ref().map(tls_view),
             created_at: route.created_at,
             updated_at: route.updated_at,
             status: if problem.is_some() { "unavailable" } else { "ok" },

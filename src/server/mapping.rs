@@ -7,6 +7,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use uuid::Uuid;
 
 use super::call::{call_upstream, map_answer};
+use super::compose::{self, CallerRequest};
 use super::problem::{UpstreamFailure, write_problems};
 use super::reply::{json, now_ms, read_body};
 use super::{ApiError, Request, Response, State};
@@ -91,7 +92,11 @@ fn validated(
         let mut registration: Registration = serde_json::from_slice(body)
             .map_err(|e| ApiError::InvalidBody(vec![Problem::new("", e.to_string())]))?;
         let sample = registration.sample_request.take().unwrap_or_default();
-        match registration.validate(headers.contains_key(&MAPPED_AUTH), fixed_path) {
+        match registration.validate_with(
+            headers.contains_key(&MAPPED_AUTH),
+            fixed_path,
+            &state.config.limits(),
+        ) {
             // The rules are compiled with the route (`Route::new`), and their problems told then.
             Ok(config) => return Ok((config, sample)),
             Err(found) => problems = found,
@@ -139,6 +144,30 @@ async fn live_call(
     if !body.is_empty() {
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
+    if let Some(composition) = route.composition() {
+        let caller = CallerRequest { query: Some(&query), headers: &headers, body };
+        let composed = compose::run(state, route, composition, caller, true).await?;
+        // An optional source that failed is a warning, located at the source.
+        let sample_warnings = composed
+            .reports
+            .iter()
+            .filter_map(|report| {
+                let entry = report.failed.as_ref()?;
+                let mut at = "/sources".to_owned();
+                json::push_pointer(&mut at, &report.name);
+                Some(Problem::new(
+                    at,
+                    format!("this optional source failed in the live call ({entry}): its value was null"),
+                ))
+            })
+            .collect();
+        return Ok(Live {
+            preview: composed.body,
+            rules_warnings: composed.warnings,
+            sample_warnings,
+            sources: composed.reports,
+        });
+    }
     let client = FromClient { query: Some(&query), headers: Some(&headers), body };
     let request = route.upstream_request(&client).map_err(|e| match e {
         CallError::AuthRequired => ApiError::AuthRequired,
@@ -165,7 +194,7 @@ async fn live_call(
     let document = answer.body.clone();
     let preview = map_answer(state, route, &mut answer).0.map_err(failed)?;
     let rules_warnings = live_warnings(route, document, state.config.max_depth);
-    Ok(Live { preview, rules_warnings, sample_warnings: unsent_sample(route, sample) })
+    Ok(Live { preview, rules_warnings, sample_warnings: unsent_sample(route, sample), sources: Vec::new() })
 }
 
 /// What a registration's live call gave: the mapped answer, the warnings of its trace (located
@@ -174,6 +203,8 @@ struct Live {
     preview: Vec<u8>,
     rules_warnings: Vec<Problem>,
     sample_warnings: Vec<Problem>,
+    /// A composed route's sources: what each did in the live call.
+    sources: Vec<compose::Report>,
 }
 
 /// A warning when `sampleRequest` has a body the live call did not send: the upstream is called
@@ -240,6 +271,27 @@ fn registered(status: StatusCode, route: &Route, live: &Live) -> Response {
         .chain(live.sample_warnings.iter().cloned())
         .collect();
     write_problems(&mut body, &warnings);
+    if !live.sources.is_empty() {
+        // A composed route: `{"<name>": {"status", "ms", "calls"}}` (SPEC §2.3).
+        body.extend_from_slice(b",\"sources\":{");
+        for (i, report) in live.sources.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            write::string(&mut body, &report.name);
+            body.extend_from_slice(b":{\"status\":");
+            match report.status {
+                Some(status) => write::u64(&mut body, u64::from(status)),
+                None => body.extend_from_slice(b"null"),
+            }
+            body.extend_from_slice(b",\"ms\":");
+            write::u64(&mut body, report.took.as_millis() as u64);
+            body.extend_from_slice(b",\"calls\":");
+            write::u64(&mut body, report.calls as u64);
+            body.push(b'}');
+        }
+        body.push(b'}');
+    }
     if route.revision != 0 {
         // Cluster mode: the revision of the database change that stored it.
         body.extend_from_slice(b",\"revision\":");

@@ -4,6 +4,7 @@
 
 mod admission;
 mod call;
+mod compose;
 mod connection;
 mod lane;
 mod load;

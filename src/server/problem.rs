@@ -15,7 +15,7 @@ use crate::upstream::{CertificateAsked, UpstreamError};
 pub const TYPE_BASE: &str = "https://recast.dev/problems/";
 
 /// The last segment of every problem type recast answers with (see [`ApiError::slug`]).
-pub const SLUGS: [&str; 32] = [
+pub const SLUGS: [&str; 34] = [
     "invalid-json",
     "body-too-deep",
     "invalid-query",
@@ -48,6 +48,8 @@ pub const SLUGS: [&str; 32] = [
     "store-unavailable",
     "conflict",
     "internal-error",
+    "bad-request",
+    "template-failed",
 ];
 
 /// Everything that can go wrong while answering a request, by where it came from.
@@ -110,6 +112,21 @@ pub enum ApiError {
     Conflict(String),
     /// A bug: the handler panicked. The panic is logged and counted (`recast_panics_total`).
     Internal,
+
+    // From a composed route's sources (SPEC §2.3).
+    /// A template, `when` or `forEach` of a source failed: where (a location in the
+    /// registration), why (a type, never a value), and whether it read only the caller's
+    /// request (then the caller's mistake: 400 `bad-request`; else 502 `template-failed`).
+    Template {
+        location: String,
+        why: String,
+        caller: bool,
+    },
+    /// A source's failure: the problem its failure makes, with `"source": name` added.
+    Source {
+        name: String,
+        error: Box<ApiError>,
+    },
 }
 
 /// How an upstream exchange failed.
@@ -135,6 +152,16 @@ pub enum UpstreamFailure {
     MappingLimit {
         limit: Limit,
         bound: u64,
+    },
+    /// The answers of one call of a composed route together passed `RECAST_MAX_COMPOSED_BYTES`
+    /// (`limit`).
+    ComposedTooLarge {
+        limit: usize,
+    },
+    /// One call of a composed route would send more than `RECAST_MAX_SOURCE_CALLS` (`limit`)
+    /// requests, retries counted; nothing more was sent.
+    TooManyCalls {
+        limit: usize,
     },
     /// The upstream's breaker is open (why, and when to try again); nothing was sent.
     Unavailable {
@@ -257,6 +284,9 @@ impl ApiError {
             | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Storage(_) | ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Template { caller: true, .. } => StatusCode::BAD_REQUEST,
+            ApiError::Template { caller: false, .. } => StatusCode::BAD_GATEWAY,
+            ApiError::Source { error, .. } => error.status(),
         }
     }
 
@@ -279,7 +309,9 @@ impl ApiError {
             ApiError::Overloaded => "overloaded",
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::NotAllowed(_) => "upstream-not-allowed",
-                UpstreamFailure::MappingLimit { .. } => "mapping-limit",
+                UpstreamFailure::MappingLimit { .. }
+                | UpstreamFailure::ComposedTooLarge { .. }
+                | UpstreamFailure::TooManyCalls { .. } => "mapping-limit",
                 UpstreamFailure::Unavailable { .. } => "upstream-unavailable",
                 UpstreamFailure::RateLimited { .. } => "upstream-rate-limited",
                 UpstreamFailure::AuthFailed { .. } => "upstream-auth-failed",
@@ -298,6 +330,9 @@ impl ApiError {
             ApiError::StoreUnavailable(_) => "store-unavailable",
             ApiError::Conflict(_) => "conflict",
             ApiError::Internal => "internal-error",
+            ApiError::Template { caller: true, .. } => "bad-request",
+            ApiError::Template { caller: false, .. } => "template-failed",
+            ApiError::Source { error, .. } => error.slug(),
         }
     }
 
@@ -322,6 +357,10 @@ impl ApiError {
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::NotAllowed(_) => "The upstream's address is not allowed; nothing was sent",
                 UpstreamFailure::MappingLimit { .. } => "The mapping passed one of its limits",
+                UpstreamFailure::ComposedTooLarge { .. } => {
+                    "The answers of the route's sources are too large together"
+                }
+                UpstreamFailure::TooManyCalls { .. } => "The route's sources would send too many requests",
                 UpstreamFailure::Unavailable { .. } => {
                     "The upstream is failing; recast is not calling it for now"
                 }
@@ -346,6 +385,13 @@ impl ApiError {
             ApiError::StoreUnavailable(_) => "The route database cannot be reached; nothing was changed",
             ApiError::Conflict(_) => "The route was changed elsewhere meanwhile; nothing was changed",
             ApiError::Internal => "recast failed on this request",
+            ApiError::Template { caller: true, .. } => {
+                "The request does not give what the route's templates read"
+            }
+            ApiError::Template { caller: false, .. } => {
+                "A source's request could not be made from the answers before it"
+            }
+            ApiError::Source { error, .. } => error.title(),
         }
     }
 
@@ -403,6 +449,12 @@ impl ApiError {
                 }
                 UpstreamFailure::NotAllowed(why) => why.clone(),
                 UpstreamFailure::MappingLimit { limit, bound } => mapping_limit(*limit, *bound),
+                UpstreamFailure::ComposedTooLarge { limit } => format!(
+                    "the answers of one call's sources passed {limit} bytes together (RECAST_MAX_COMPOSED_BYTES)"
+                ),
+                UpstreamFailure::TooManyCalls { limit } => format!(
+                    "one call may send at most {limit} requests, retries counted (RECAST_MAX_SOURCE_CALLS); no more were sent"
+                ),
             },
             ApiError::Starting => "try again in a moment".to_owned(),
             ApiError::AdminTokenRequired => {
@@ -413,11 +465,21 @@ impl ApiError {
             ApiError::Internal => {
                 "a bug in recast stopped this request; it is logged with the request id".to_owned()
             }
+            ApiError::Template { location, why, .. } => format!("{location}: {why}"),
+            ApiError::Source { name, error } => format!("source `{name}`: {}", error.detail()),
         }
     }
 
     /// The full answer: status, headers and problem body. `instance` is the request path.
     pub fn to_response(&self, instance: &str) -> http::Response<Full<Bytes>> {
+        match self {
+            ApiError::Source { name, error } => error.render(instance, Some(name)),
+            _ => self.render(instance, None),
+        }
+    }
+
+    /// [`ApiError::to_response`], with the failed source's name in the body when there is one.
+    fn render(&self, instance: &str, source: Option<&str>) -> http::Response<Full<Bytes>> {
         let status = self.status();
         let mut body = Vec::with_capacity(256);
         body.extend_from_slice(b"{\"type\":");
@@ -430,6 +492,10 @@ impl ApiError {
         write::string(&mut body, &self.detail());
         body.extend_from_slice(b",\"instance\":");
         write::string(&mut body, instance);
+        if let Some(name) = source {
+            body.extend_from_slice(b",\"source\":");
+            write::string(&mut body, name);
+        }
         match self {
             ApiError::InvalidRules(problems) | ApiError::InvalidBody(problems) => {
                 body.extend_from_slice(b",\"errors\":");
@@ -530,6 +596,8 @@ mod tests {
                     error: Some("invalid_client".to_owned()),
                 },
                 UpstreamFailure::TlsFailed("UnknownIssuer".to_owned()),
+                UpstreamFailure::ComposedTooLarge { limit: 1 },
+                UpstreamFailure::TooManyCalls { limit: 1 },
             ]
         };
         let mut all = vec![
@@ -554,6 +622,9 @@ mod tests {
             ApiError::StoreUnavailable(String::new()),
             ApiError::Conflict(String::new()),
             ApiError::Internal,
+            ApiError::Template { location: "/sources/a/path".to_owned(), why: String::new(), caller: true },
+            ApiError::Template { location: "/sources/a/path".to_owned(), why: String::new(), caller: false },
+            ApiError::Source { name: "a".to_owned(), error: Box::new(ApiError::Internal) },
         ];
         all.extend(failures().into_iter().map(|f| upstream(f, false)));
         all.extend(failures().into_iter().map(|f| upstream(f, true)));

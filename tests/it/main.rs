@@ -14,6 +14,7 @@ mod breaker;
 mod cache;
 mod cli;
 mod cluster;
+mod composition;
 mod compression;
 mod conformance;
 mod crash;

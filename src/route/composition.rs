@@ -1,0 +1,838 @@
+//! A composed route compiled (SPEC §2.3): its sources in an order where each comes after those
+//! it waits for, their templates, `when` and `forEach` compiled, the graph checked, and what one
+//! call of a source sends ([`Source::request`]). Pure: the server runs the schedule.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderName};
+use http::{HeaderMap, HeaderValue, Method, Uri};
+use uuid::Uuid;
+
+use super::registration::{BaseUrl, UpstreamPath};
+use super::sources::{MAX_SOURCES, SourceConfig};
+use super::template::{Context, RenderError, Template, as_is, encode_segment, scalar_text};
+use super::{Auth, AuthKind};
+use crate::expr::{self, Doc as View, Patterns, Program, Val};
+use crate::json::{self, Node, push_pointer};
+use crate::rules::{Limits, Problem};
+use crate::upstream::{RateLimitSettings, RetrySettings, RouteTls, TokenRequest, UpstreamRequest};
+
+/// A composition ready to run.
+#[derive(Debug)]
+pub struct Composition {
+    /// The sources, each after every source it waits for.
+    pub sources: Vec<Source>,
+    /// The caller's headers `request.headers` holds (lower-case names).
+    pub forward_headers: Vec<HeaderName>,
+    /// Whether a source sends the caller's `X-Mapped-Auth` (a runtime-auth route).
+    pub runtime_auth: bool,
+    /// The sources' indexes in name order: the order of the document's members.
+    pub by_name: Vec<usize>,
+}
+
+/// One source, compiled.
+#[derive(Debug)]
+pub struct Source {
+    pub name: String,
+    /// The sources it waits for directly (indexes into [`Composition::sources`]).
+    pub after: Vec<usize>,
+    /// The sources its expressions read (in its `after` closure).
+    pub reads: Vec<usize>,
+    pub when: Option<Expression>,
+    pub for_each: Option<Expression>,
+    method: Method,
+    /// `scheme://authority` and the base URL's path, with a `/` after it.
+    prefix: String,
+    path: Option<Slot>,
+    /// The path's own query pairs, then `queries`.
+    query: Vec<(String, Slot)>,
+    headers: Vec<(HeaderName, Slot)>,
+    body: Option<BodyTemplate>,
+    pub auth: Auth,
+    pub oauth: Option<Arc<TokenRequest>>,
+    pub tls: Option<Arc<RouteTls>>,
+    pub retry: Option<RetrySettings>,
+    pub rate_limit: Option<RateLimitSettings>,
+    pub h2c: bool,
+    pub max_calls: usize,
+    pub concurrency: usize,
+    pub optional: bool,
+    pub timeout: Option<Duration>,
+    /// Who its rate limit and breaker are kept for: the route and this source.
+    pub key: Uuid,
+}
+
+/// An expression over the context, with where it is in the registration.
+#[derive(Debug)]
+pub struct Expression {
+    pub program: Program,
+    pub location: String,
+    /// Whether it reads only `request` (its failure is then the caller's: 400).
+    pub only_request: bool,
+}
+
+/// A template with where it is in the registration.
+#[derive(Debug)]
+struct Slot {
+    template: Template,
+    location: String,
+    only_request: bool,
+}
+
+/// A body with templates in its strings.
+#[derive(Debug)]
+enum BodyTemplate {
+    /// JSON text without templates.
+    Raw(String),
+    /// A string that is one template: its value, of any type.
+    Whole(Slot),
+    /// A string with templates in it.
+    Text(Slot),
+    List(Vec<BodyTemplate>),
+    Object(Vec<(String, BodyTemplate)>),
+}
+
+/// Why a source's request could not be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceError {
+    /// A template, `when` or `forEach` failed: where, why (naming a type, never a value), and
+    /// whether it read only `request`.
+    Template { location: String, why: String, only_request: bool },
+    /// A `Runtime` source called without `X-Mapped-Auth`.
+    AuthRequired,
+}
+
+/// Headers a source may not set: framing, hop-by-hop, the caller's credential.
+const RESERVED: [&str; 13] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "x-mapped-auth",
+    "accept-encoding",
+];
+
+/// The longest rendered header value.
+pub const MAX_HEADER_VALUE: usize = 8 << 10;
+
+impl Composition {
+    /// Compiles stored sources, or every problem with its location (`/sources/<name>/...`).
+    pub fn compile(
+        configs: &[SourceConfig],
+        forward_headers: &[String],
+        route: Uuid,
+        limits: &Limits,
+    ) -> Result<Composition, Vec<Problem>> {
+        let mut problems = Vec::new();
+        let names: Vec<&str> = configs.iter().map(|c| c.name.as_str()).collect();
+        let at = |name: &str| {
+            let mut at = "/sources".to_owned();
+            push_pointer(&mut at, name);
+            at
+        };
+        // Direct waits by index; unknown names are problems.
+        let mut waits: Vec<Vec<usize>> = Vec::new();
+        for config in configs {
+            let mut direct = Vec::new();
+            for (i, name) in config.after.iter().enumerate() {
+                match names.iter().position(|n| n == name) {
+                    Some(j) if !direct.contains(&j) => direct.push(j),
+                    Some(_) => {}
+                    None => problems.push(Problem::new(
+                        format!("{}/after/{i}", at(&config.name)),
+                        crate::suggest::unknown("source", name, &names),
+                    )),
+                }
+            }
+            waits.push(direct);
+        }
+        let order = match order(&waits) {
+            Ok(order) => order,
+            Err(cycle) => {
+                let path: Vec<&str> = cycle.iter().map(|&i| names[i]).collect();
+                problems.push(Problem::new(
+                    format!("{}/after", at(names[cycle[0]])),
+                    format!("the sources wait for each other in a cycle: {}", path.join(" → ")),
+                ));
+                return Err(problems);
+            }
+        };
+        if configs.len() > MAX_SOURCES {
+            problems
+                .push(Problem::new("/sources", format!("a composition has at most {MAX_SOURCES} sources")));
+        }
+        // Each source's closure: those it waits for directly or through theirs.
+        let mut closure: Vec<Vec<usize>> = vec![Vec::new(); configs.len()];
+        for &i in &order {
+            let mut mine: Vec<usize> = Vec::new();
+            for &j in &waits[i] {
+                mine.push(j);
+                mine.extend(closure[j].iter().copied());
+            }
+            mine.sort_unstable();
+            mine.dedup();
+            closure[i] = mine;
+        }
+        let mut worst: u64 = 0;
+        let mut patterns = Patterns::default();
+        let mut compiled: Vec<Option<Source>> = (0..configs.len()).map(|_| None).collect();
+        for &i in &order {
+            let config = &configs[i];
+            let calls = if config.for_each.is_some() { u64::from(config.max_calls) } else { 1 };
+            let attempts = 1 + config.retry.as_ref().map_or(0, |r| u64::from(r.attempts));
+            worst += calls * attempts;
+            let mut compiler = SourceCompiler {
+                at: at(&config.name),
+                names: &names,
+                closure: &closure[i],
+                reads: Vec::new(),
+                item: config.for_each.is_some(),
+                max_depth: limits.max_depth,
+                patterns: &mut patterns,
+                problems: &mut problems,
+            };
+            if let Some(source) = compiler.source(config, waits[i].clone(), route) {
+                compiled[i] = Some(source);
+            }
+        }
+        if worst > limits.max_source_calls as u64 {
+            problems.push(Problem::new(
+                "/sources",
+                format!(
+                    "at worst one call of this composition sends {worst} requests (one per source, `maxCalls` per `forEach` source, each with its retries), more than {} (RECAST_MAX_SOURCE_CALLS)",
+                    limits.max_source_calls
+                ),
+            ));
+        }
+        let mut forward = Vec::new();
+        for name in forward_headers {
+            match HeaderName::from_bytes(name.as_bytes()) {
+                Ok(header) => forward.push(header),
+                Err(_) => {
+                    problems.push(Problem::new("/forwardHeaders", format!("`{name}` is not a header name")))
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        // Indexes move to the schedule's order.
+        let position: Vec<usize> = {
+            let mut position = vec![0; configs.len()];
+            for (at, &i) in order.iter().enumerate() {
+                position[i] = at;
+            }
+            position
+        };
+        let mut sources: Vec<Source> = Vec::with_capacity(configs.len());
+        for &i in &order {
+            let Some(mut source) = compiled[i].take() else { continue };
+            for index in source.after.iter_mut().chain(source.reads.iter_mut()) {
+                *index = position[*index];
+            }
+            sources.push(source);
+        }
+        let runtime_auth = sources.iter().any(|s| matches!(s.auth, Auth::Runtime));
+        let mut by_name: Vec<usize> = (0..sources.len()).collect();
+        by_name.sort_by(|&a, &b| sources[a].name.cmp(&sources[b].name));
+        Ok(Composition { sources, forward_headers: forward, runtime_auth, by_name })
+    }
+
+    /// The index of the source named `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.sources.iter().position(|s| s.name == name)
+    }
+}
+
+/// An order of the sources in which each comes after those it waits for, or a cycle (its
+/// sources, the first repeated at its end).
+fn order(waits: &[Vec<usize>]) -> Result<Vec<usize>, Vec<usize>> {
+    // 0: not seen, 1: on the path, 2: done.
+    let mut state = vec![0u8; waits.len()];
+    let mut order = Vec::with_capacity(waits.len());
+    let mut path = Vec::new();
+    fn visit(
+        i: usize,
+        waits: &[Vec<usize>],
+        state: &mut [u8],
+        order: &mut Vec<usize>,
+        path: &mut Vec<usize>,
+    ) -> Result<(), Vec<usize>> {
+        match state[i] {
+            2 => return Ok(()),
+            1 => {
+                let from = path.iter().position(|&p| p == i).unwrap_or(0);
+                let mut cycle = path[from..].to_vec();
+                cycle.push(i);
+                return Err(cycle);
+            }
+            _ => {}
+        }
+        state[i] = 1;
+        path.push(i);
+        for &j in &waits[i] {
+            visit(j, waits, state, order, path)?;
+        }
+        path.pop();
+        state[i] = 2;
+        order.push(i);
+        Ok(())
+    }
+    for i in 0..waits.len() {
+        visit(i, waits, &mut state, &mut order, &mut path)?;
+    }
+    Ok(order)
+}
+
+/// What compiling one source needs.
+struct SourceCompiler<'c> {
+    at: String,
+    names: &'c [&'c str],
+    closure: &'c [usize],
+    /// The sources read so far.
+    reads: Vec<usize>,
+    item: bool,
+    max_depth: usize,
+    patterns: &'c mut Patterns,
+    problems: &'c mut Vec<Problem>,
+}
+
+impl SourceCompiler<'_> {
+    fn source(&mut self, config: &SourceConfig, after: Vec<usize>, route: Uuid) -> Option<Source> {
+        let before = self.problems.len();
+        let when = config.when.as_ref().and_then(|text| self.expression(text, "when", false));
+        let for_each = config.for_each.as_ref().and_then(|text| self.expression(text, "forEach", false));
+        let (prefix, path, path_query) = self.path(config);
+        let mut query: Vec<(String, Slot)> = Vec::new();
+        for (name, value) in path_query {
+            query.push((name, self.literal(value)));
+        }
+        for (name, value) in &config.queries {
+            let mut location = format!("{}/queries", self.at);
+            push_pointer(&mut location, name);
+            if let Some(slot) = self.slot(value, location) {
+                query.retain(|(n, _)| n != name);
+                query.push((name.clone(), slot));
+            }
+        }
+        let mut headers = Vec::new();
+        for (name, value) in &config.headers {
+            let mut location = format!("{}/headers", self.at);
+            push_pointer(&mut location, name);
+            let header = match HeaderName::from_bytes(name.as_bytes()) {
+                Ok(header) => header,
+                Err(_) => {
+                    self.problems.push(Problem::new(location, "not a valid header name"));
+                    continue;
+                }
+            };
+            let reserved = RESERVED.contains(&header.as_str()) || header.as_str().starts_with("proxy-");
+            if reserved {
+                self.problems.push(Problem::new(location, format!("`{name}` cannot be configured")));
+                continue;
+            }
+            if header == header::AUTHORIZATION && !matches!(config.auth, Auth::None) {
+                self.problems.push(Problem::new(
+                    location,
+                    "`Authorization` cannot be configured beside an `authHeader`",
+                ));
+                continue;
+            }
+            if let Some(slot) = self.slot(value, location) {
+                if let Some(text) = slot.template.literal()
+                    && HeaderValue::from_str(text).is_err()
+                {
+                    self.problems.push(Problem::new(
+                        slot.location.clone(),
+                        "not a valid header value (control characters such as CR or LF)",
+                    ));
+                }
+                headers.push((header, slot));
+            }
+        }
+        let body = config.body.as_ref().and_then(|text| self.body(text));
+        let oauth = match &config.auth {
+            Auth::OAuth2(credentials) => match TokenRequest::new(credentials) {
+                Ok(request) => Some(Arc::new(request)),
+                Err(why) => {
+                    self.problems.push(Problem::new(format!("{}/authHeader/tokenUrl", self.at), why));
+                    None
+                }
+            },
+            _ => None,
+        };
+        let tls = match &config.tls {
+            Some(settings) => match RouteTls::new(settings) {
+                Ok(tls) => Some(Arc::new(tls)),
+                Err((member, why)) => {
+                    self.problems.push(Problem::new(format!("{}/tls/{member}", self.at), why));
+                    None
+                }
+            },
+            None => None,
+        };
+        let method = match config.method.parse::<Method>() {
+            Ok(method) => method,
+            Err(_) => {
+                self.problems.push(Problem::new(format!("{}/method", self.at), "not a method"));
+                Method::GET
+            }
+        };
+        if self.problems.len() != before {
+            return None;
+        }
+        let mut reads = std::mem::take(&mut self.reads);
+        reads.sort_unstable();
+        reads.dedup();
+        Some(Source {
+            name: config.name.clone(),
+            after,
+            reads,
+            when,
+            for_each,
+            method,
+            prefix,
+            path,
+            query,
+            headers,
+            body,
+            auth: config.auth.clone(),
+            oauth,
+            tls,
+            retry: config.retry.clone(),
+            rate_limit: config.rate_limit.clone(),
+            h2c: config.http2_prior_knowledge,
+            max_calls: config.max_calls as usize,
+            concurrency: config.concurrency.max(1) as usize,
+            optional: config.optional,
+            timeout: config.timeout_ms.map(Duration::from_millis),
+            key: source_key(route, &config.name),
+        })
+    }
+
+    /// Checks the names `program` reads against what its source may read; records the sources
+    /// it reads. Returns whether it reads only `request`.
+    fn check_names(&mut self, program: &Program, location: &str) -> bool {
+        let names = match program.context_names() {
+            Ok(names) => names,
+            Err(why) => {
+                self.problems.push(Problem::new(location, format!("the expression {why}")));
+                return false;
+            }
+        };
+        let mut only_request = true;
+        for name in names {
+            if name == "request" {
+                continue;
+            }
+            only_request = false;
+            match self.names.iter().position(|n| *n == name) {
+                Some(i) if self.closure.contains(&i) => self.reads.push(i),
+                Some(_) => self.problems.push(Problem::new(
+                    location,
+                    format!(
+                        "reads `{name}`, which this source does not wait for: add \"{name}\" to its `after`"
+                    ),
+                )),
+                None => {
+                    let mut known: Vec<&str> = self.names.to_vec();
+                    known.push("request");
+                    self.problems.push(Problem::new(
+                        location,
+                        format!(
+                            "reads `{name}`, which is neither `request` nor a source of this composition{}",
+                            crate::suggest::closest(name, known.iter().copied())
+                                .map(|c| format!("; did you mean `{c}`?"))
+                                .unwrap_or_default()
+                        ),
+                    ));
+                }
+            }
+        }
+        only_request
+    }
+
+    fn expression(&mut self, text: &str, member: &str, item: bool) -> Option<Expression> {
+        let location = format!("{}/{member}", self.at);
+        let bound: &[&str] = if item { &[super::template::ITEM] } else { &[] };
+        match expr::compile_bound(text, self.max_depth, self.patterns, bound) {
+            Ok(program) => {
+                let only_request = self.check_names(&program, &location);
+                Some(Expression { program, location, only_request })
+            }
+            Err(errors) => {
+                for error in errors {
+                    self.problems.push(Problem::new(
+                        &location,
+                        format!("at character {}: {}", error.char_offset(text) + 1, error.message),
+                    ));
+                }
+                None
+            }
+        }
+    }
+
+    fn slot(&mut self, text: &str, location: String) -> Option<Slot> {
+        match Template::compile(text, self.item, self.max_depth, self.patterns) {
+            Ok(template) => {
+                let mut only_request = true;
+                for program in template.programs() {
+                    only_request &= self.check_names(program, &location);
+                }
+                Some(Slot { template, location, only_request })
+            }
+            Err(error) => {
+                let at = text.get(..error.at).map_or(0, |s| s.chars().count());
+                self.problems
+                    .push(Problem::new(location, format!("at character {}: {}", at + 1, error.message)));
+                None
+            }
+        }
+    }
+
+    fn literal(&mut self, text: String) -> Slot {
+        let template = Template::literal_text(text);
+        Slot { template, location: format!("{}/path", self.at), only_request: true }
+    }
+
+    /// The prefix of every URL of the source, its path template, and the path's literal query.
+    fn path(&mut self, config: &SourceConfig) -> (String, Option<Slot>, Vec<(String, String)>) {
+        let location = format!("{}/path", self.at);
+        let base = match BaseUrl::parse(&config.base_url) {
+            Ok(base) => base.0,
+            Err(why) => {
+                self.problems.push(Problem::new(format!("{}/originalApi/baseUrl", self.at), why));
+                return (String::new(), None, Vec::new());
+            }
+        };
+        let mut prefix = format!("{}://{}", base.scheme(), base.host_str().unwrap_or_default());
+        if let Some(port) = base.port() {
+            prefix.push_str(&format!(":{port}"));
+        }
+        prefix.push_str(base.path().trim_end_matches('/'));
+        prefix.push('/');
+        let Some(slot) = self.slot(&config.path, location.clone()) else {
+            return (prefix, None, Vec::new());
+        };
+        // The path's shape is checked with each template as one plain segment character; a
+        // template after `?` or `#` would write into the query or fragment.
+        let (skeleton, template_after_query) = slot.template.skeleton();
+        if template_after_query {
+            self.problems.push(Problem::new(
+                &location,
+                "a template after `?` or `#` in `path` would write into the query; put it in `queries`",
+            ));
+            return (prefix, None, Vec::new());
+        }
+        match UpstreamPath::parse(&skeleton) {
+            Err(why) => {
+                self.problems.push(Problem::new(&location, why));
+                (prefix, None, Vec::new())
+            }
+            Ok(parsed) => {
+                // The template without the literal query and leading slashes.
+                let slot = Slot { template: slot.template.without_query(), ..slot };
+                (prefix, Some(slot), parsed.query)
+            }
+        }
+    }
+
+    fn body(&mut self, text: &str) -> Option<BodyTemplate> {
+        let mut buffer = text.as_bytes().to_vec();
+        let location = format!("{}/body", self.at);
+        let parsed = json::with_parsed(&mut buffer, self.max_depth, |doc| {
+            let mut scratch = Vec::new();
+            self.body_at(doc, 0, &mut location.clone(), &mut scratch)
+        });
+        match parsed {
+            Ok(body) => body,
+            Err(e) => {
+                self.problems.push(Problem::new(location, format!("not JSON: {e}")));
+                None
+            }
+        }
+    }
+
+    fn body_at(
+        &mut self,
+        nodes: &json::Doc<'_, '_>,
+        i: usize,
+        at: &mut String,
+        scratch: &mut Vec<u8>,
+    ) -> Option<BodyTemplate> {
+        Some(match nodes[i] {
+            Node::String(s) if s.contains("{{") => {
+                let slot = self.slot(s, at.clone())?;
+                if slot.template.whole().is_some() {
+                    BodyTemplate::Whole(slot)
+                } else {
+                    BodyTemplate::Text(slot)
+                }
+            }
+            Node::Object { .. } => {
+                let mut members = Vec::new();
+                for (name, value) in json::members(nodes, i).into_iter().flatten() {
+                    let len = at.len();
+                    push_pointer(at, name);
+                    let member = self.body_at(nodes, value, at, scratch);
+                    at.truncate(len);
+                    members.push((name.to_owned(), member?));
+                }
+                BodyTemplate::Object(members)
+            }
+            Node::Array { .. } => {
+                let mut items = Vec::new();
+                let mut next = i + 1;
+                let end = json::skip(nodes, i);
+                let mut n = 0;
+                while next < end {
+                    let len = at.len();
+                    at.push_str(&format!("/{n}"));
+                    let item = self.body_at(nodes, next, at, scratch);
+                    at.truncate(len);
+                    items.push(item?);
+                    next = json::skip(nodes, next);
+                    n += 1;
+                }
+                BodyTemplate::List(items)
+            }
+            _ => {
+                scratch.clear();
+                json::write::value(scratch, nodes, i);
+                BodyTemplate::Raw(String::from_utf8_lossy(scratch).into_owned())
+            }
+        })
+    }
+}
+
+/// The identity a source's rate limit and breaker are kept under: the route's uuid mixed with
+/// the source's name (FNV-1a), the same on every node and after every restart.
+fn source_key(route: Uuid, name: &str) -> Uuid {
+    let mut hash: u128 = 0x6c62272e07bb014262b821756295c58d;
+    for &b in name.as_bytes() {
+        hash ^= u128::from(b);
+        hash = hash.wrapping_mul(0x0000000001000000000000000000013B);
+    }
+    Uuid::from_u128(route.as_u128() ^ hash)
+}
+
+/// The caller's request as sources see it, and the credential a `Runtime` source sends.
+pub struct Caller<'a> {
+    pub mapped_auth: Option<&'a HeaderValue>,
+}
+
+impl Source {
+    /// Whether `when` lets the source be called (true without a `when`).
+    pub fn wanted<'d>(&'d self, context: &Context<'d, '_>) -> Result<bool, SourceError> {
+        let Some(when) = &self.when else { return Ok(true) };
+        let value = context.eval(&when.program).map_err(|e| failure(&when.location, when.only_request, e))?;
+        Ok(value.truthy(context.doc))
+    }
+
+    /// The elements a `forEach` source is called for, as `each` takes a value (SPEC §1.6): a
+    /// list's elements, an object alone, nothing for anything else.
+    pub fn elements<'d>(&'d self, context: &Context<'d, '_>) -> Result<Vec<Val<'d>>, SourceError> {
+        let Some(for_each) = &self.for_each else { return Ok(Vec::new()) };
+        let value = context
+            .eval(&for_each.program)
+            .map_err(|e| failure(&for_each.location, for_each.only_request, e))?;
+        let view = context.view();
+        Ok(match value.kind() {
+            expr::Kind::Array => view.items(value).into_iter().flatten().collect(),
+            expr::Kind::Object => vec![value],
+            _ => Vec::new(),
+        })
+    }
+
+    /// Where `forEach` is, for the problem of a list longer than `maxCalls`.
+    pub fn for_each_location(&self) -> &str {
+        self.for_each.as_ref().map_or("", |e| e.location.as_str())
+    }
+
+    /// The request of one call of the source over `context` (with its `$item` set for a
+    /// `forEach` source).
+    pub fn request<'d>(
+        &'d self,
+        context: &Context<'d, '_>,
+        caller: &Caller<'_>,
+    ) -> Result<UpstreamRequest, SourceError> {
+        let mut target = self.prefix.clone();
+        if let Some(path) = &self.path {
+            let start = target.len();
+            let mut ranges = Vec::new();
+            path.template
+                .render_tracked(context, encode_segment, &mut target, &mut ranges)
+                .map_err(|e| failure(&path.location, path.only_request, e))?;
+            check_segments(&target[start..], &ranges, start).map_err(|why| SourceError::Template {
+                location: path.location.clone(),
+                why,
+                only_request: path.only_request,
+            })?;
+        }
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        let mut any = false;
+        for (name, slot) in &self.query {
+            any = true;
+            // A template that is one expression whose value is a list repeats the parameter.
+            if let Some(program) = slot.template.whole() {
+                let value =
+                    context.eval(program).map_err(|e| failure(&slot.location, slot.only_request, e))?;
+                if value.kind() == expr::Kind::Array {
+                    for item in context.view().items(value).into_iter().flatten() {
+                        scalar_text(item, &mut |text: &str| {
+                            query.append_pair(name, text);
+                        })
+                        .map_err(|e| failure(&slot.location, slot.only_request, e))?;
+                    }
+                    continue;
+                }
+                scalar_text(value, &mut |text: &str| {
+                    query.append_pair(name, text);
+                })
+                .map_err(|e| failure(&slot.location, slot.only_request, e))?;
+                continue;
+            }
+            let mut value = String::new();
+            slot.template
+                .render(context, as_is, &mut value)
+                .map_err(|e| failure(&slot.location, slot.only_request, e))?;
+            query.append_pair(name, &value);
+        }
+        let query = query.finish();
+        if any && !query.is_empty() {
+            target.push('?');
+            target.push_str(&query);
+        }
+        let uri = Uri::try_from(target.as_str()).map_err(|_| SourceError::Template {
+            location: self.path.as_ref().map_or_else(String::new, |p| p.location.clone()),
+            why: "the rendered URL is not one".to_owned(),
+            only_request: false,
+        })?;
+        let mut headers = HeaderMap::new();
+        for (name, slot) in &self.headers {
+            let mut value = String::new();
+            slot.template
+                .render(context, as_is, &mut value)
+                .map_err(|e| failure(&slot.location, slot.only_request, e))?;
+            let bad = |why: &str| SourceError::Template {
+                location: slot.location.clone(),
+                why: why.to_owned(),
+                only_request: slot.only_request,
+            };
+            if value.len() > MAX_HEADER_VALUE {
+                return Err(bad("the rendered header value is longer than 8 KiB"));
+            }
+            if !value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)) {
+                return Err(bad(
+                    "the rendered header value holds a character other than visible ASCII, space or tab",
+                ));
+            }
+            let value =
+                HeaderValue::from_str(&value).map_err(|_| bad("the rendered header value is not one"))?;
+            headers.append(name.clone(), value);
+        }
+        let authorization = match &self.auth {
+            Auth::Stored { kind, token: Some(token) } => Some(match kind {
+                AuthKind::Bearer | AuthKind::Basic => format!("{} {token}", kind.name()),
+                AuthKind::None => token.clone(),
+            }),
+            Auth::Runtime => match caller.mapped_auth.and_then(|v| v.to_str().ok()) {
+                Some(value) => Some(value.to_owned()),
+                None => return Err(SourceError::AuthRequired),
+            },
+            Auth::Stored { token: None, .. } | Auth::OAuth2(_) | Auth::None => None,
+        };
+        if let Some(value) = authorization {
+            let mut value = HeaderValue::from_str(&value).map_err(|_| SourceError::AuthRequired)?;
+            value.set_sensitive(true);
+            headers.insert(header::AUTHORIZATION, value);
+        }
+        let mut body = Bytes::new();
+        if let Some(template) = &self.body {
+            let mut out = Vec::new();
+            template.write(context, &mut out)?;
+            body = out.into();
+            headers.entry(header::CONTENT_TYPE).or_insert(HeaderValue::from_static("application/json"));
+        }
+        Ok(UpstreamRequest { method: self.method.clone(), uri, headers, body })
+    }
+}
+
+fn failure(location: &str, only_request: bool, error: RenderError) -> SourceError {
+    SourceError::Template { location: location.to_owned(), why: error.to_string(), only_request }
+}
+
+/// Checks the segments of a rendered path that hold a value: none may be empty, `.` or `..`
+/// once decoded. `ranges` are the values' places in the whole target, `start` where the path
+/// begins in it.
+fn check_segments(path: &str, ranges: &[(usize, usize)], start: usize) -> Result<(), String> {
+    let mut from = 0;
+    for segment in path.split('/') {
+        let (begin, end) = (start + from, start + from + segment.len());
+        from += segment.len() + 1;
+        if !ranges.iter().any(|&(a, b)| a >= begin && b <= end) {
+            continue;
+        }
+        let decoded = percent_encoding::percent_decode_str(segment).decode_utf8_lossy();
+        if decoded.is_empty() || decoded == "." || decoded == ".." {
+            return Err(format!(
+                "a path segment with a template renders {}, which would not stay one segment",
+                if decoded.is_empty() { "empty" } else { "as `.` or `..`" }
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl BodyTemplate {
+    fn write<'d>(&'d self, context: &Context<'d, '_>, out: &mut Vec<u8>) -> Result<(), SourceError> {
+        match self {
+            BodyTemplate::Raw(text) => out.extend_from_slice(text.as_bytes()),
+            BodyTemplate::Whole(slot) => {
+                let program = slot.template.whole().expect("a whole template has one expression");
+                let value =
+                    context.eval(program).map_err(|e| failure(&slot.location, slot.only_request, e))?;
+                View { nodes: context.doc }.write(out, value);
+            }
+            BodyTemplate::Text(slot) => {
+                let mut text = String::new();
+                slot.template
+                    .render(context, as_is, &mut text)
+                    .map_err(|e| failure(&slot.location, slot.only_request, e))?;
+                json::write::string(out, &text);
+            }
+            BodyTemplate::List(items) => {
+                out.push(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    item.write(context, out)?;
+                }
+                out.push(b']');
+            }
+            BodyTemplate::Object(members) => {
+                out.push(b'{');
+                for (i, (name, value)) in members.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    json::write::string(out, name);
+                    out.push(b':');
+                    value.write(context, out)?;
+                }
+                out.push(b'}');
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,721 @@
+//! A composed route's call (SPEC §2.3): its sources run as their waits allow (each source's
+//! request made from the answers it waits for and the caller's request), their answers become
+//! one document without being written into one text (`json::compose`), and the route's plan
+//! maps it.
+//!
+//! The call is one task: the sources under way are futures it polls, so a required failure or
+//! the deadline drops them, which closes their connections (or resets their streams); nothing
+//! not yet started is started after that.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use http::{HeaderMap, HeaderValue};
+
+use super::call::not_json;
+use super::problem::UpstreamFailure;
+use super::{ApiError, State};
+use crate::exec;
+use crate::json::compose::{Member, with_members};
+use crate::json::{self, Doc};
+use crate::route::composition::{Caller, Composition, Source, SourceError};
+use crate::route::template::{Context, Scratch};
+use crate::route::{MAPPED_AUTH, Route};
+use crate::upstream::{Outbound, UpstreamRequest};
+
+/// The caller's request as a composed route reads it.
+pub(super) struct CallerRequest<'a> {
+    pub query: Option<&'a str>,
+    pub headers: &'a HeaderMap,
+    pub body: Bytes,
+}
+
+/// A composed call that mapped: its answer, and what each source did.
+pub(super) struct Composed {
+    pub body: Vec<u8>,
+    /// `Recast-Partial`'s entries: the optional sources that failed.
+    pub partial: Vec<String>,
+    /// By source, in name order.
+    pub reports: Vec<Report>,
+    pub map: Duration,
+    /// A registration's live call: the warnings of its trace (SPEC §1.8), located in the rules.
+    pub warnings: Vec<crate::rules::Problem>,
+}
+
+/// What one source did, for `Server-Timing` and a registration's answer.
+pub(super) struct Report {
+    pub name: String,
+    /// Its upstream's status (the last element's for `forEach`), when it answered.
+    pub status: Option<u16>,
+    pub took: Duration,
+    pub calls: usize,
+    /// Why an optional source failed, when it did (a registration's warnings).
+    pub failed: Option<String>,
+}
+
+/// A source's value in the document.
+#[derive(Clone)]
+enum Value {
+    Null,
+    One(Bytes),
+    List(Vec<Option<Bytes>>),
+}
+
+/// How one call of a source ended, for `_sources`.
+#[derive(Clone, Copy)]
+struct Ended {
+    status: Option<u16>,
+    outcome: &'static str,
+}
+
+/// A source that is done.
+#[derive(Clone)]
+struct Done {
+    value: Value,
+    /// One per call; one for a source not called.
+    ended: Vec<Ended>,
+    list: bool,
+    failure: Option<Failure>,
+    /// How many `forEach` elements failed (an optional source's).
+    failed_elements: usize,
+    took: Duration,
+    calls: usize,
+}
+
+/// Why a source failed.
+#[derive(Debug, Clone)]
+enum Failure {
+    Upstream(UpstreamFailure),
+    Template(SourceError),
+    /// A source it waits for failed.
+    Dependency(String),
+    /// `forEach` gave more elements than `maxCalls`.
+    TooManyElements {
+        given: usize,
+        max: usize,
+        location: String,
+        only_request: bool,
+    },
+}
+
+impl Failure {
+    /// `Recast-Partial`'s `status=`: the upstream's status, or the kind of failure.
+    fn partial_status(&self) -> String {
+        match self {
+            Failure::Upstream(UpstreamFailure::Status(status, _)) => status.as_u16().to_string(),
+            Failure::Upstream(failure) => failure.kind().label().to_owned(),
+            Failure::Template(SourceError::AuthRequired) => "auth-required".to_owned(),
+            Failure::Template(_) => "template".to_owned(),
+            Failure::Dependency(_) => "dependency".to_owned(),
+            Failure::TooManyElements { .. } => "too-many-elements".to_owned(),
+        }
+    }
+
+    fn is_timeout(&self) -> bool {
+        matches!(self, Failure::Upstream(UpstreamFailure::Timeout))
+    }
+
+    /// The problem a required source's failure answers with.
+    fn to_error(&self, name: &str, validating: bool) -> ApiError {
+        let error = match self {
+            Failure::Upstream(failure) => ApiError::Upstream { failure: failure.clone(), validating },
+            Failure::Template(SourceError::AuthRequired) => ApiError::AuthRequired,
+            Failure::Template(SourceError::Template { location, why, only_request }) => {
+                ApiError::Template { location: location.clone(), why: why.clone(), caller: *only_request }
+            }
+            Failure::Dependency(dependency) => ApiError::Upstream {
+                failure: UpstreamFailure::Unreachable(format!(
+                    "it waits for the source `{dependency}`, which failed"
+                )),
+                validating,
+            },
+            Failure::TooManyElements { given, max, location, only_request } => ApiError::Template {
+                location: location.clone(),
+                why: format!(
+                    "it gives {given} elements, more than `maxCalls` ({max}); the list is never cut short"
+                ),
+                caller: *only_request,
+            },
+        };
+        ApiError::Source { name: name.to_owned(), error: Box::new(error) }
+    }
+}
+
+impl Done {
+    fn skipped() -> Done {
+        Done {
+            value: Value::Null,
+            ended: vec![Ended { status: None, outcome: "skipped" }],
+            list: false,
+            failure: None,
+            failed_elements: 0,
+            took: Duration::ZERO,
+            calls: 0,
+        }
+    }
+
+    fn failed(failure: Failure) -> Done {
+        let outcome = if failure.is_timeout() { "timeout" } else { "failed" };
+        Done {
+            value: Value::Null,
+            ended: vec![Ended { status: None, outcome }],
+            list: false,
+            failure: Some(failure),
+            failed_elements: 0,
+            took: Duration::ZERO,
+            calls: 0,
+        }
+    }
+}
+
+/// What one call shares among its sources: the requests it may still send and the bytes its
+/// answers may still take.
+struct Shared {
+    calls_left: AtomicUsize,
+    bytes: AtomicUsize,
+    max_bytes: usize,
+    max_calls: usize,
+}
+
+impl Shared {
+    /// Takes `n` of the requests left, or says there are not so many.
+    fn take_calls(&self, n: usize) -> bool {
+        self.calls_left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(n)).is_ok()
+    }
+}
+
+/// Runs the composition of `route` for the caller's request and maps the document. A required
+/// failure answers as SPEC §2.3 says; `validating` for a registration's live call.
+pub(super) async fn run(
+    state: &State,
+    route: &Route,
+    composition: &Composition,
+    caller: CallerRequest<'_>,
+    validating: bool,
+) -> Result<Composed, ApiError> {
+    let mapped_auth = caller.headers.get(&MAPPED_AUTH);
+    if composition.runtime_auth && mapped_auth.is_none() {
+        return Err(ApiError::AuthRequired);
+    }
+    let Ok(compiled) = &route.rules else {
+        return Err(ApiError::RouteUnavailable("its rules do not compile".to_owned()));
+    };
+    let config = &state.config;
+    let request_text = request_document(composition, &caller, config.max_depth)?;
+    let shared = Shared {
+        calls_left: AtomicUsize::new(config.max_source_calls),
+        bytes: AtomicUsize::new(0),
+        max_bytes: config.max_composed_bytes,
+        max_calls: config.max_source_calls,
+    };
+    let who = Caller { mapped_auth };
+    let sources = &composition.sources;
+    let n = sources.len();
+    let mut done: Vec<Option<Done>> = vec![None; n];
+    let mut started = vec![false; n];
+    let mut running = FuturesUnordered::new();
+    let deadline = tokio::time::Instant::now() + state.client.settings().total_timeout;
+    loop {
+        // Start what no longer waits; a source done at once may free others.
+        let mut progressed = true;
+        while progressed {
+            progressed = false;
+            for i in 0..n {
+                if started[i] || !sources[i].after.iter().all(|&j| done[j].is_some()) {
+                    continue;
+                }
+                started[i] = true;
+                match prepare(state, composition, i, &request_text, &done, &who) {
+                    Prepared::Done(outcome) => {
+                        done[i] = Some(outcome);
+                        progressed = true;
+                    }
+                    Prepared::Calls { requests, list } => {
+                        let source = &sources[i];
+                        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+                        let bound = source.timeout.map_or(remaining, |t| t.min(remaining));
+                        let shared = &shared;
+                        running.push(async move {
+                            let started = Instant::now();
+                            let outcome = match tokio::time::timeout(
+                                bound,
+                                run_source(state, source, requests, list, shared),
+                            )
+                            .await
+                            {
+                                Ok(outcome) => outcome,
+                                Err(_) => Done::failed(Failure::Upstream(UpstreamFailure::Timeout)),
+                            };
+                            (i, Done { took: started.elapsed(), ..outcome })
+                        });
+                    }
+                }
+            }
+        }
+        // A required source that failed ends the call: what is under way is dropped here.
+        if let Some((i, failure)) = done.iter().enumerate().find_map(|(i, d)| {
+            d.as_ref().and_then(|d| d.failure.as_ref()).filter(|_| !sources[i].optional).map(|f| (i, f))
+        }) {
+            return Err(failure.to_error(&sources[i].name, validating));
+        }
+        if done.iter().all(Option::is_some) {
+            break;
+        }
+        if running.is_empty() {
+            // Nothing runs and something waits: it waits for a source that never started,
+            // which the graph's check rules out.
+            return Err(ApiError::RouteUnavailable("its sources wait for each other".to_owned()));
+        }
+        tokio::select! {
+            Some((i, outcome)) = running.next() => done[i] = Some(outcome),
+            () = tokio::time::sleep_until(deadline) => {
+                // Every required source answered: optional ones still out are `null`.
+                if let Some(i) = (0..n).find(|&i| done[i].is_none() && !sources[i].optional) {
+                    let failure = Failure::Upstream(UpstreamFailure::Timeout);
+                    return Err(failure.to_error(&sources[i].name, validating));
+                }
+                for slot in done.iter_mut().filter(|d| d.is_none()) {
+                    *slot = Some(Done::failed(Failure::Upstream(UpstreamFailure::Timeout)));
+                }
+                break;
+            }
+        }
+    }
+    drop(running);
+    let done: Vec<Done> = done.into_iter().map(|d| d.unwrap_or_else(Done::skipped)).collect();
+    let mut partial = Vec::new();
+    let mut reports = Vec::with_capacity(n);
+    for &i in &composition.by_name {
+        let (source, outcome) = (&sources[i], &done[i]);
+        let failed = match (&outcome.failure, outcome.failed_elements) {
+            (Some(failure), _) => Some(format!("{};status={}", source.name, failure.partial_status())),
+            (None, 0) => None,
+            (None, count) => {
+                let status = outcome.ended.iter().find(|e| e.outcome != "ok").map_or_else(
+                    || "failed".to_owned(),
+                    |e| e.status.map_or_else(|| e.outcome.to_owned(), |s| s.to_string()),
+                );
+                Some(format!("{};status={status};failed={count}", source.name))
+            }
+        };
+        if let Some(entry) = &failed {
+            partial.push(entry.clone());
+        }
+        reports.push(Report {
+            name: source.name.clone(),
+            status: outcome.ended.iter().rev().find_map(|e| e.status),
+            took: outcome.took,
+            calls: outcome.calls,
+            failed,
+        });
+    }
+    let started = Instant::now();
+    let mut out = Vec::new();
+    let mut warnings = Vec::new();
+    let mut wrote = true;
+    let ran = with_document(composition, &request_text, &done, config.max_depth, |doc| {
+        if !validating {
+            return exec::execute(&compiled.plan, doc, 0, &mut out);
+        }
+        // A registration's live call is traced for its warnings.
+        let trace = exec::execute_traced(&compiled.plan, doc, 0, &mut out);
+        warnings = trace.notes;
+        wrote = trace.wrote;
+        trace.outcome
+    });
+    if validating && !compiled.plan.targets.is_empty() && (!wrote || out == b"{}" || out == b"[]") {
+        warnings.push(crate::rules::Problem::new(
+            "",
+            "the live call's document maps to nothing: every target is null or left out, so the rules may not fit the sources' answers (see `preview`)",
+        ));
+    }
+    let map = started.elapsed();
+    match ran {
+        Ok(exec::Outcome { limit: Some(limit), .. }) => Err(ApiError::Upstream {
+            failure: UpstreamFailure::MappingLimit { limit, bound: compiled.plan.bounds().of(limit) },
+            validating,
+        }),
+        Ok(outcome) => {
+            if outcome.expression_errors > 0 {
+                state
+                    .metrics
+                    .expression_errors
+                    .fetch_add(u64::from(outcome.expression_errors), Ordering::Relaxed);
+            }
+            state.metrics.mapping.observe(map);
+            Ok(Composed { body: out, partial, reports, map, warnings })
+        }
+        Err(why) => Err(ApiError::Upstream { failure: UpstreamFailure::NotJson(why), validating }),
+    }
+}
+
+/// What starting a source comes to: done at once (skipped, failed), or calls to make.
+enum Prepared {
+    Done(Done),
+    Calls { requests: Vec<UpstreamRequest>, list: bool },
+}
+
+/// Evaluates a source's `when` and `forEach` and renders its requests over its context.
+fn prepare(
+    state: &State,
+    composition: &Composition,
+    i: usize,
+    request_text: &[u8],
+    done: &[Option<Done>],
+    caller: &Caller<'_>,
+) -> Prepared {
+    let source = &composition.sources[i];
+    let config = &state.config;
+    let dependency = source
+        .after
+        .iter()
+        .find(|&&j| done[j].as_ref().is_some_and(|d| d.failure.is_some()))
+        .map(|&j| composition.sources[j].name.clone());
+    let prepared = with_context(composition, source, request_text, done, config.max_depth, |doc| {
+        let scratch = Scratch::new(config.max_expr_bytes, config.max_mapping_steps);
+        let arena = scratch.arena();
+        let context = Context { doc, item: None, arena: &arena };
+        match source.wanted(&context) {
+            Ok(false) => return Prepared::Done(Done::skipped()),
+            Err(e) => return Prepared::Done(Done::failed(Failure::Template(e))),
+            Ok(true) => {}
+        }
+        if let Some(dependency) = dependency {
+            return Prepared::Done(Done::failed(Failure::Dependency(dependency)));
+        }
+        if source.for_each.is_none() {
+            return match source.request(&context, caller) {
+                Ok(request) => Prepared::Calls { requests: vec![request], list: false },
+                Err(e) => Prepared::Done(Done::failed(Failure::Template(e))),
+            };
+        }
+        let elements = match source.elements(&context) {
+            Ok(elements) => elements,
+            Err(e) => return Prepared::Done(Done::failed(Failure::Template(e))),
+        };
+        if elements.len() > source.max_calls {
+            let only_request = source.for_each.as_ref().is_some_and(|e| e.only_request);
+            return Prepared::Done(Done::failed(Failure::TooManyElements {
+                given: elements.len(),
+                max: source.max_calls,
+                location: source.for_each_location().to_owned(),
+                only_request,
+            }));
+        }
+        let mut requests = Vec::with_capacity(elements.len());
+        for item in elements {
+            let context = Context { doc, item: Some(item), arena: &arena };
+            match source.request(&context, caller) {
+                Ok(request) => requests.push(request),
+                Err(e) => return Prepared::Done(Done::failed(Failure::Template(e))),
+            }
+        }
+        Prepared::Calls { requests, list: true }
+    });
+    prepared
+        .unwrap_or_else(|why| Prepared::Done(Done::failed(Failure::Upstream(UpstreamFailure::NotJson(why)))))
+}
+
+/// Makes a source's calls, at most `concurrency` at a time, identical requests once; its value
+/// is the answer, or for `forEach` the answers in element order.
+async fn run_source(
+    state: &State,
+    source: &Source,
+    requests: Vec<UpstreamRequest>,
+    list: bool,
+    shared: &Shared,
+) -> Done {
+    // Identical rendered requests are sent once and their answer shared.
+    let mut unique: Vec<UpstreamRequest> = Vec::new();
+    let mut digests: Vec<[u8; 32]> = Vec::new();
+    let mut of_element = Vec::with_capacity(requests.len());
+    for request in requests {
+        let digest = request.digest();
+        match digests.iter().position(|d| *d == digest) {
+            Some(at) => of_element.push(at),
+            None => {
+                digests.push(digest);
+                of_element.push(unique.len());
+                unique.push(request);
+            }
+        }
+    }
+    let calls = unique.len();
+    let mut answers: Vec<Option<CallResult>> = vec![None; calls];
+    let mut stream = futures_util::stream::iter(
+        unique.into_iter().map(|request| one_call(state, source, request, shared)),
+    )
+    .buffered(source.concurrency);
+    let mut index = 0;
+    while let Some(answer) = stream.next().await {
+        let failed = answer.is_err();
+        answers[index] = Some(answer);
+        index += 1;
+        // A required source fails at its first failed call; the others under way are dropped.
+        if failed && !source.optional {
+            break;
+        }
+    }
+    drop(stream);
+    let mut ended = Vec::with_capacity(of_element.len());
+    let mut values = Vec::with_capacity(of_element.len());
+    let mut failure = None;
+    let mut failed_elements = 0;
+    for &at in &of_element {
+        match &answers[at] {
+            Some(Ok((status, body))) => {
+                ended.push(Ended { status: Some(*status), outcome: "ok" });
+                values.push(Some(body.clone()));
+            }
+            Some(Err((status, why))) => {
+                let outcome = if matches!(why, UpstreamFailure::Timeout) { "timeout" } else { "failed" };
+                ended.push(Ended { status: *status, outcome });
+                values.push(None);
+                failed_elements += 1;
+                failure.get_or_insert_with(|| why.clone());
+            }
+            None => {
+                ended.push(Ended { status: None, outcome: "failed" });
+                values.push(None);
+            }
+        }
+    }
+    if !list {
+        let value = values.into_iter().next().flatten().map_or(Value::Null, Value::One);
+        return Done {
+            value,
+            ended,
+            list,
+            failure: failure.map(Failure::Upstream),
+            failed_elements: 0,
+            took: Duration::ZERO,
+            calls,
+        };
+    }
+    // A `forEach` source fails when it is required and an element failed; an optional one
+    // keeps `null` at that element's place.
+    let failure = if source.optional { None } else { failure.map(Failure::Upstream) };
+    Done { value: Value::List(values), ended, list, failure, failed_elements, took: Duration::ZERO, calls }
+}
+
+/// How one request of a source ended: its status and body, or its status (when it answered) and
+/// why it failed.
+type CallResult = Result<(u16, Bytes), (Option<u16>, UpstreamFailure)>;
+
+/// One request of a source: its answer's status and body when it is a 2xx JSON answer.
+async fn one_call(state: &State, source: &Source, request: UpstreamRequest, shared: &Shared) -> CallResult {
+    let attempts = 1 + source.retry.as_ref().map_or(0, |r| usize::from(r.attempts));
+    if !shared.take_calls(attempts) {
+        return Err((None, UpstreamFailure::TooManyCalls { limit: shared.max_calls }));
+    }
+    let outbound = Outbound {
+        rate_limit: source.rate_limit.as_ref().map(|limit| (limit, source.key)),
+        retry: source.retry.as_ref(),
+        oauth: source.oauth.as_ref(),
+        tls: source.tls.as_deref(),
+        breaker: None,
+        h2c: source.h2c,
+    };
+    let started = Instant::now();
+    let answer = state.client.call_with(&request, &outbound).await;
+    state.metrics.upstream.observe(started.elapsed());
+    let fail = |status: Option<u16>, failure: UpstreamFailure| {
+        state.metrics.upstream_error(failure.kind());
+        Err((status, failure))
+    };
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(e) => return fail(None, UpstreamFailure::from(e)),
+    };
+    let status = answer.status.as_u16();
+    if !answer.status.is_success() {
+        return fail(Some(status), UpstreamFailure::Status(answer.status, answer.certificate_asked));
+    }
+    let total = shared.bytes.fetch_add(answer.body.len(), Ordering::Relaxed) + answer.body.len();
+    if total > shared.max_bytes {
+        return fail(Some(status), UpstreamFailure::ComposedTooLarge { limit: shared.max_bytes });
+    }
+    // The document puts an answer two levels down (a member, an element of a `forEach` list).
+    if let Err(e) = json::diagnose(&answer.body, state.config.max_depth.saturating_sub(2)) {
+        return fail(
+            Some(status),
+            UpstreamFailure::NotJson(not_json(answer.body.is_empty(), answer.content_type, &e)),
+        );
+    }
+    Ok((status, Bytes::from(answer.body)))
+}
+
+/// `request` of the context: `{"query": {...}, "headers": {...}, "body": <JSON or null>}`.
+fn request_document(
+    composition: &Composition,
+    caller: &CallerRequest<'_>,
+    max_depth: usize,
+) -> Result<Vec<u8>, ApiError> {
+    let mut query: serde_json::Map<String, serde_json::Value> = serde_json::Map::new();
+    for (name, value) in url::form_urlencoded::parse(caller.query.unwrap_or_default().as_bytes()) {
+        let value = serde_json::Value::String(value.into_owned());
+        match query.get_mut(name.as_ref()) {
+            None => {
+                query.insert(name.into_owned(), value);
+            }
+            Some(serde_json::Value::Array(values)) => values.push(value),
+            Some(first) => {
+                let first = first.take();
+                query.insert(name.into_owned(), serde_json::Value::Array(vec![first, value]));
+            }
+        }
+    }
+    let mut headers = serde_json::Map::new();
+    for name in &composition.forward_headers {
+        if let Some(value) = caller.headers.get(name).and_then(|v| v.to_str().ok()) {
+            headers.insert(name.as_str().to_owned(), serde_json::Value::String(value.to_owned()));
+        }
+    }
+    let mut text = Vec::with_capacity(64 + caller.body.len());
+    text.extend_from_slice(b"{\"query\":");
+    text.extend_from_slice(serde_json::Value::Object(query).to_string().as_bytes());
+    text.extend_from_slice(b",\"headers\":");
+    text.extend_from_slice(serde_json::Value::Object(headers).to_string().as_bytes());
+    text.extend_from_slice(b",\"body\":");
+    if caller.body.iter().all(u8::is_ascii_whitespace) {
+        text.extend_from_slice(b"null");
+    } else {
+        json::diagnose(&caller.body, max_depth.saturating_sub(2)).map_err(|e| {
+            ApiError::bad_body(&caller.body, &e, |limit| format!("the body nests deeper than {limit} levels"))
+        })?;
+        text.extend_from_slice(&caller.body);
+    }
+    text.push(b'}');
+    Ok(text)
+}
+
+/// Runs `f` on a source's context: `request` and the values of the sources it reads.
+fn with_context<R>(
+    composition: &Composition,
+    source: &Source,
+    request_text: &[u8],
+    done: &[Option<Done>],
+    max_depth: usize,
+    f: impl FnOnce(&Doc<'_, '_>) -> R,
+) -> Result<R, String> {
+    let mut names: Vec<&str> = vec!["request"];
+    let mut values: Vec<Value> = vec![Value::One(Bytes::copy_from_slice(request_text))];
+    for &j in &source.reads {
+        names.push(&composition.sources[j].name);
+        values.push(done[j].as_ref().map_or(Value::Null, |d| d.value.clone()));
+    }
+    with_values(&names, &values, max_depth, f)
+}
+
+/// Runs `f` on the document the rules map: each source's value, `request` and `_sources`.
+fn with_document<R>(
+    composition: &Composition,
+    request_text: &[u8],
+    done: &[Done],
+    max_depth: usize,
+    f: impl FnOnce(&Doc<'_, '_>) -> R,
+) -> Result<R, String> {
+    let mut names: Vec<&str> =
+        composition.by_name.iter().map(|&i| composition.sources[i].name.as_str()).collect();
+    let mut values: Vec<Value> = composition.by_name.iter().map(|&i| done[i].value.clone()).collect();
+    names.push("request");
+    values.push(Value::One(Bytes::copy_from_slice(request_text)));
+    names.push("_sources");
+    values.push(Value::One(sources_document(composition, done).into()));
+    with_values(&names, &values, max_depth, f)
+}
+
+/// `_sources`: each source's status and outcome (lists for `forEach`).
+fn sources_document(composition: &Composition, done: &[Done]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 * done.len());
+    out.push(b'{');
+    for (n, &i) in composition.by_name.iter().enumerate() {
+        let (source, outcome) = (&composition.sources[i], &done[i]);
+        if n > 0 {
+            out.push(b',');
+        }
+        json::write::string(&mut out, &source.name);
+        let status = |out: &mut Vec<u8>, e: &Ended| match e.status {
+            Some(status) => json::write::u64(out, u64::from(status)),
+            None => out.extend_from_slice(b"null"),
+        };
+        if outcome.list {
+            out.extend_from_slice(b":{\"status\":[");
+            for (i, e) in outcome.ended.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                status(&mut out, e);
+            }
+            out.extend_from_slice(b"],\"outcome\":[");
+            for (i, e) in outcome.ended.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                json::write::string(&mut out, e.outcome);
+            }
+            out.extend_from_slice(b"]}");
+        } else {
+            let e = outcome.ended.first().copied().unwrap_or(Ended { status: None, outcome: "skipped" });
+            out.extend_from_slice(b":{\"status\":");
+            status(&mut out, &e);
+            out.extend_from_slice(b",\"outcome\":");
+            json::write::string(&mut out, e.outcome);
+            out.push(b'}');
+        }
+    }
+    out.push(b'}');
+    out
+}
+
+/// The object `{names[i]: values[i]}` as a document, each text copied once to be parsed.
+fn with_values<R>(
+    names: &[&str],
+    values: &[Value],
+    max_depth: usize,
+    f: impl FnOnce(&Doc<'_, '_>) -> R,
+) -> Result<R, String> {
+    let mut texts: Vec<Vec<u8>> = Vec::new();
+    let mut shapes: Vec<Option<usize>> = Vec::new();
+    for value in values {
+        match value {
+            Value::Null => shapes.push(None),
+            Value::One(text) => {
+                texts.push(copy(text));
+                shapes.push(Some(1));
+            }
+            Value::List(items) => {
+                shapes.push(Some(items.len()));
+                texts.extend(items.iter().map(|item| item.as_ref().map_or_else(|| b"null".to_vec(), copy)));
+            }
+        }
+    }
+    let mut texts = texts.iter_mut();
+    let mut members = Vec::with_capacity(values.len());
+    for (value, shape) in values.iter().zip(&shapes) {
+        members.push(match (value, shape) {
+            (Value::Null, _) | (_, None) => Member::Null,
+            (Value::One(_), _) => Member::Text(texts.next().expect("a text per value")),
+            (Value::List(_), Some(len)) => Member::List((0..*len).map(|_| texts.next()).collect()),
+        });
+    }
+    with_members(names, members, max_depth, f)
+        .map_err(|e| format!("the answer of `{}` is not JSON: {}", names[e.member], e.error))
+}
+
+/// A text copied with room for the parser's padding.
+fn copy(text: &Bytes) -> Vec<u8> {
+    let mut copy = Vec::with_capacity(text.len() + json::PADDING);
+    copy.extend_from_slice(text);
+    copy
+}
+
+/// `Recast-Partial`'s value.
+pub(super) fn partial_header(entries: &[String]) -> Option<HeaderValue> {
+    if entries.is_empty() {
+        return None;
+    }
+    HeaderValue::from_str(&entries.join(", ")).ok()
+}

@@ -1,0 +1,713 @@
+//! Composed routes (SPEC §2.3) through the service, against real upstreams on 127.0.0.1 that
+//! count, delay and record what they receive: parallel and chained sources, templates in every
+//! place, `forEach` and its concurrency, `when`, optional and required failures, the caller's
+//! request reaching sources only through templates, bounds, registration problems, runtime auth.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::Method;
+use recast::config::Config;
+use serde_json::{Value, json};
+
+use crate::support::{Reply, Service, Upstream, config, get, send};
+
+async fn register(service: &Service, body: &Value, headers: &[(&str, &str)]) -> (u16, Value) {
+    let mut all = vec![("content-type", "application/json")];
+    all.extend_from_slice(headers);
+    let answer = send(Method::POST, &service.url("/v1/mapping"), &all, body.to_string()).await;
+    (answer.status.as_u16(), serde_json::from_slice(&answer.body).unwrap_or(Value::Null))
+}
+
+/// Registers `body` and returns the route's public path.
+async fn registered(service: &Service, body: &Value) -> String {
+    let (status, answer) = register(service, body, &[]).await;
+    assert_eq!(status, 201, "{answer}");
+    answer["path"].as_str().unwrap().to_owned()
+}
+
+fn source(upstream: &Upstream, path: &str) -> Value {
+    json!({"originalApi": {"baseUrl": upstream.url("/")}, "path": path})
+}
+
+fn with(mut source: Value, extra: Value) -> Value {
+    for (k, v) in extra.as_object().unwrap() {
+        source[k] = v.clone();
+    }
+    source
+}
+
+/// Rules that copy what each expression reads into a member of the same name.
+fn rules(fields: &[(&str, &str)]) -> Value {
+    let mut new = serde_json::Map::new();
+    let mut old = serde_json::Map::new();
+    for (name, expr) in fields {
+        new.insert(name.to_string(), json!({"key": name, "type": "Json"}));
+        old.insert(name.to_string(), json!({"expr": expr}));
+    }
+    json!({"newBodyFields": new, "oldBodyFields": old})
+}
+
+fn body(answer: &crate::support::Answer) -> Value {
+    serde_json::from_slice(&answer.body).unwrap_or_else(|_| panic!("{:?}", answer.body))
+}
+
+#[tokio::test]
+async fn parallel_sources_answer_in_the_time_of_the_slowest() {
+    let slow = |body: &'static str| {
+        Upstream::start(move |_| Reply { delay: Duration::from_millis(200), ..Reply::json(body) })
+    };
+    let (a, b, c) = (slow(r#"{"v":1}"#).await, slow(r#"{"v":2}"#).await, slow(r#"{"v":3}"#).await);
+    let service = Service::start(config()).await;
+    let path = registered(
+        &service,
+        &json!({
+            "path": "three",
+            "sources": {"a": source(&a, "x"), "b": source(&b, "y"), "c": source(&c, "z")},
+            "rulesAsString": rules(&[("sum", "sum([a.v, b.v, c.v])"), ("outcomes", "_sources.*.outcome")]),
+        }),
+    )
+    .await;
+    let started = Instant::now();
+    let answer = get(&service.url(&path)).await;
+    let took = started.elapsed();
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    assert_eq!(body(&answer), json!({"sum": 6, "outcomes": ["ok", "ok", "ok"]}));
+    assert!(took < Duration::from_millis(400), "three 200 ms sources took {took:?}");
+    let timing = answer.header("server-timing").unwrap();
+    for entry in ["src.a;dur=", "src.b;dur=", "src.c;dur=", "map;dur="] {
+        assert!(timing.contains(entry), "{timing}");
+    }
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_chained_source_reads_earlier_answers_in_path_query_header_and_body() {
+    let users = Upstream::json(r#"{"id":"u 7/x","customerNo":1042,"vip":true,"tags":["a","b"]}"#).await;
+    let orders = Upstream::start(|_| Reply::json(r#"{"items":[{"price":5},{"price":7}]}"#)).await;
+    let service = Service::start(config()).await;
+    let orders_source = with(
+        source(&orders, "customers/{{user.customerNo}}/orders/{{user.id}}"),
+        json!({
+            "method": "POST",
+            "after": ["user"],
+            "queries": {"limit": "5", "vip": "{{user.vip}}", "tag": "{{user.tags}}", "q": "{{request.query.q}}"},
+            "headers": {"X-Customer": "c-{{user.customerNo}}"},
+            "body": {"customer": "{{user.customerNo}}", "label": "no. {{user.customerNo}}", "tags": "{{user.tags}}", "fixed": [1, {"k": null}]},
+        }),
+    );
+    let path = registered(
+        &service,
+        &json!({
+            "path": "chained",
+            "sources": {"user": source(&users, "users/{{request.query.id}}"), "orders": orders_source},
+            "sampleRequest": {"query": {"id": "42", "q": "x"}},
+            "rulesAsString": rules(&[("total", "sum(orders.items[*].price)"), ("id", "request.query.id")]),
+        }),
+    )
+    .await;
+    let answer = get(&service.url(&format!("{path}?id=7&q=a%26b"))).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    assert_eq!(body(&answer), json!({"total": 12, "id": "7"}));
+    let user_calls = users.received();
+    assert_eq!(user_calls.last().unwrap().uri.path(), "/users/7");
+    // The caller's query is not forwarded: only what templates put there.
+    assert_eq!(user_calls.last().unwrap().uri.query(), None);
+    let call = orders.received().pop().unwrap();
+    assert_eq!(call.method, Method::POST);
+    // The value stays in its segment: its space and slash are percent-encoded.
+    assert_eq!(call.uri.path(), "/customers/1042/orders/u%207%2Fx");
+    let query: Vec<(String, String)> =
+        url::form_urlencoded::parse(call.uri.query().unwrap().as_bytes()).into_owned().collect();
+    let pairs: Vec<(&str, &str)> = query.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    assert_eq!(pairs, [("limit", "5"), ("q", "a&b"), ("tag", "a"), ("tag", "b"), ("vip", "true")]);
+    assert_eq!(call.headers["x-customer"], "c-1042");
+    let sent: Value = serde_json::from_slice(&call.body).unwrap();
+    assert_eq!(
+        sent,
+        json!({"customer": 1042, "label": "no. 1042", "tags": ["a", "b"], "fixed": [1, {"k": null}]})
+    );
+    assert_eq!(call.headers["content-type"], "application/json");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn for_each_calls_at_most_concurrency_at_a_time_and_keeps_element_order() {
+    let arrivals: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let seen = arrivals.clone();
+    const DELAY: Duration = Duration::from_millis(60);
+    let cities = Upstream::start(move |received| {
+        seen.lock().unwrap().push(Instant::now());
+        let id: u64 = received.uri.path().trim_start_matches("/cities/").parse().unwrap();
+        // Later elements answer sooner: the order of the list is the elements', not the answers'.
+        let delay = DELAY + Duration::from_millis(20 - id.min(20));
+        Reply { delay, ..Reply::json(&format!(r#"{{"id":{id},"name":"c{id}"}}"#)) }
+    })
+    .await;
+    let ids: Vec<u64> = (1..=20).collect();
+    let users = Upstream::json(Box::leak(json!({"cities": ids}).to_string().into_boxed_str())).await;
+    let service = Service::start(config()).await;
+    let path = registered(
+        &service,
+        &json!({
+            "path": "cities",
+            "sources": {
+                "user": source(&users, "u"),
+                "city": with(source(&cities, "cities/{{$item}}"), json!({"after": ["user"], "forEach": "user.cities", "concurrency": 4})),
+            },
+            "rulesAsString": rules(&[("ids", "city[*].id"), ("statuses", "_sources.city.status")]),
+        }),
+    )
+    .await;
+    arrivals.lock().unwrap().clear();
+    let answer = get(&service.url(&path)).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let out = body(&answer);
+    assert_eq!(out["ids"], json!(ids));
+    assert_eq!(out["statuses"], json!(vec![200; 20]));
+    let times = arrivals.lock().unwrap().clone();
+    assert_eq!(times.len(), 20);
+    // Each call takes at least DELAY: the calls arrived within DELAY of one another were under
+    // way together.
+    let most =
+        times.iter().map(|t| times.iter().filter(|u| *u <= t && t.duration_since(**u) < DELAY).count()).max();
+    assert!(most.unwrap() <= 4, "{most:?} calls at once");
+    assert!(most.unwrap() >= 2, "the calls ran one at a time");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn when_skips_a_source_on_false_and_null() {
+    let flags = Upstream::json(r#"{"yes":true,"no":false}"#).await;
+    let extra = Upstream::json(r#"{"v":1}"#).await;
+    let service = Service::start(config()).await;
+    let gated = |when: &str| with(source(&extra, "e"), json!({"after": ["flags"], "when": when}));
+    let path = registered(
+        &service,
+        &json!({
+            "path": "when",
+            "sources": {"flags": source(&flags, "f"), "t": gated("flags.yes"), "f": gated("flags.no"), "n": gated("flags.missing")},
+            "rulesAsString": rules(&[("t", "t.v"), ("f", "f"), ("n", "n"), ("o", "_sources.*.outcome")]),
+        }),
+    )
+    .await;
+    let before = extra.received().len();
+    let answer = get(&service.url(&path)).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    // `_sources` and the document hold the sources in name order: f, flags, n, t.
+    assert_eq!(body(&answer), json!({"t": 1, "f": null, "n": null, "o": ["skipped", "ok", "skipped", "ok"]}));
+    assert_eq!(extra.received().len() - before, 1, "only the true source is called");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn an_optional_failure_leaves_null_and_is_named_in_recast_partial() {
+    let user = Upstream::json(r#"{"name":"Ada"}"#).await;
+    let promo = Upstream::start(|_| Reply::with(503, r#"{"e":1}"#)).await;
+    let service = Service::start(config()).await;
+    let body_json = json!({
+        "path": "partial",
+        "sources": {"user": source(&user, "u"), "promo": with(source(&promo, "p"), json!({"optional": true}))},
+        "rulesAsString": rules(&[("name", "user.name"), ("promo", "promo"), ("why", "_sources.promo")]),
+    });
+    let (status, registered) = register(&service, &body_json, &[]).await;
+    assert_eq!(status, 201, "{registered}");
+    let warnings = registered["warnings"].to_string();
+    assert!(warnings.contains("/sources/promo") && warnings.contains("optional"), "{warnings}");
+    assert_eq!(registered["sources"]["user"]["status"], 200);
+    assert_eq!(registered["sources"]["promo"]["status"], 503);
+    assert_eq!(registered["sources"]["promo"]["calls"], 1);
+    let answer = get(&service.url(registered["path"].as_str().unwrap())).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(
+        body(&answer),
+        json!({"name": "Ada", "promo": null, "why": {"status": 503, "outcome": "failed"}})
+    );
+    assert_eq!(answer.header("recast-partial"), Some("promo;status=503"));
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_required_failure_answers_as_a_single_upstream_would_with_the_source_named() {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    let ok = Upstream::json(r#"{"v":1}"#).await;
+    let mode = Arc::new(AtomicU8::new(0));
+    let now = mode.clone();
+    let bad = Upstream::start(move |_| match now.load(Ordering::SeqCst) {
+        0 => Reply::json(r#"{"v":2}"#),
+        1 => Reply::with(404, r#"{"e":1}"#),
+        2 => Reply::with(500, r#"{"e":1}"#),
+        3 => Reply { delay: Duration::from_millis(1500), ..Reply::json("{}") },
+        _ => Reply { content_type: "text/html", ..Reply::json("<p>") },
+    })
+    .await;
+    let service = Service::start(Config { upstream_timeout_ms: 500, ..config() }).await;
+    let route = json!({
+        "path": "req",
+        "sources": {"ok": source(&ok, "o"), "bad": source(&bad, "b")},
+        "rulesAsString": rules(&[("v", "ok.v")]),
+    });
+    let path = registered(&service, &route).await;
+    for (m, status, slug) in [
+        (1, 404, "upstream-error"),
+        (2, 502, "upstream-error"),
+        (3, 504, "upstream-timeout"),
+        (4, 502, "upstream-not-json"),
+    ] {
+        mode.store(m, Ordering::SeqCst);
+        let answer = get(&service.url(&path)).await;
+        let problem = answer.assert_problem(status, slug);
+        assert_eq!(problem.get("source").and_then(|s| s.as_str()), Some("bad"), "mode {m}");
+        assert!(answer.header("server-timing").is_some());
+        // A registration's live call that fails the same way stores nothing and names it.
+        let (got, problem) = register(&service, &route, &[]).await;
+        assert_eq!(got, if status == 504 { 504 } else { 502 }, "mode {m}: {problem}");
+        assert_eq!(problem["source"], "bad", "mode {m}");
+    }
+    assert_eq!(
+        get(&service.url("/v1/routes")).await.json().get("routes").unwrap().as_array().len(),
+        1,
+        "failed registrations store nothing"
+    );
+    service.stop().await;
+}
+
+/// An upstream on raw TCP: while `answering`, it answers every request `{"v":1}`; else it reads
+/// a request's head and never answers, and counts the connections closed by the other side
+/// while such a request was waiting.
+struct Silent {
+    url: String,
+    answering: Arc<std::sync::atomic::AtomicBool>,
+    waiting: Arc<std::sync::atomic::AtomicUsize>,
+    cancelled: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+async fn silent_upstream() -> Silent {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let answering = Arc::new(AtomicBool::new(true));
+    let waiting = Arc::new(AtomicUsize::new(0));
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    let (an, w, c) = (answering.clone(), waiting.clone(), cancelled.clone());
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let (an, w, c) = (an.clone(), w.clone(), c.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut seen = Vec::new();
+                let mut pending = false;
+                loop {
+                    match tokio::time::timeout(Duration::from_secs(30), stream.read(&mut buf)).await {
+                        Ok(Ok(0)) | Ok(Err(_)) => {
+                            if pending {
+                                c.fetch_add(1, Ordering::SeqCst);
+                            }
+                            return;
+                        }
+                        Ok(Ok(n)) => {
+                            seen.extend_from_slice(&buf[..n]);
+                            if seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                                seen.clear();
+                                if an.load(Ordering::SeqCst) {
+                                    let reply = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 7\r\n\r\n{\"v\":1}";
+                                    let _ = stream.write_all(reply.as_bytes()).await;
+                                } else {
+                                    pending = true;
+                                    w.fetch_add(1, Ordering::SeqCst);
+                                }
+                            }
+                        }
+                        Err(_) => return,
+                    }
+                }
+            });
+        }
+    });
+    Silent { url, answering, waiting, cancelled }
+}
+
+#[tokio::test]
+async fn a_required_failure_cancels_what_is_under_way_and_starts_nothing_more() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let held = silent_upstream().await;
+    let failing_now = Arc::new(AtomicBool::new(false));
+    let flag = failing_now.clone();
+    let failing = Upstream::start(move |_| {
+        if flag.load(Ordering::SeqCst) {
+            Reply { delay: Duration::from_millis(150), ..Reply::with(404, "{}") }
+        } else {
+            Reply::json("{}")
+        }
+    })
+    .await;
+    let later = Upstream::json("{}").await;
+    let service = Service::start(config()).await;
+    let path = registered(
+        &service,
+        &json!({
+            "path": "cancel",
+            "sources": {
+                "held": {"originalApi": {"baseUrl": held.url}, "path": "h"},
+                "failing": source(&failing, "f"),
+                "later": with(source(&later, "l"), json!({"after": ["held"]})),
+            },
+            "rulesAsString": rules(&[("v", "held.v")]),
+        }),
+    )
+    .await;
+    held.answering.store(false, Ordering::SeqCst);
+    failing_now.store(true, Ordering::SeqCst);
+    let later_before = later.received().len();
+    let started = Instant::now();
+    let answer = get(&service.url(&path)).await;
+    let problem = answer.assert_problem(404, "upstream-error");
+    assert_eq!(problem.get("source").and_then(|s| s.as_str()), Some("failing"));
+    assert!(started.elapsed() < Duration::from_secs(5), "the call waited for the held source");
+    assert_eq!(held.waiting.load(Ordering::SeqCst), 1, "the held source was under way");
+    crate::support::reached(&held.cancelled, 1, "the held source's connection was not closed").await;
+    assert_eq!(later.received().len(), later_before, "a source after the held one was started");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn the_callers_request_reaches_sources_only_through_templates() {
+    let upstream = Upstream::json(r#"{"v":1}"#).await;
+    let service = Service::start(config()).await;
+    let path = registered_with(
+        &service,
+        &json!({
+            "path": "only",
+            "method": "POST",
+            "forwardHeaders": ["Accept-Language", "X-Trace"],
+            "sources": {
+                "plain": with(source(&upstream, "plain"), json!({"method": "POST"})),
+                "templated": with(source(&upstream, "t"), json!({
+                    "method": "POST",
+                    "headers": {"X-Lang": "{{request.headers.\"accept-language\" || 'none'}}"},
+                    "body": {"echo": "{{request.body.name}}"},
+                    "authHeader": {"type": "Runtime"},
+                })),
+            },
+            "sampleRequest": {"query": {"a": "1"}, "body": {"name": "n"}},
+            "rulesAsString": rules(&[("v", "plain.v")]),
+        }),
+        &[("x-mapped-auth", "Bearer sample")],
+    )
+    .await;
+    let before = upstream.received().len();
+    let answer = send(
+        Method::POST,
+        &service.url(&format!("{path}?a=1&b=2")),
+        &[
+            ("content-type", "application/json"),
+            ("accept-language", "fr"),
+            ("accept", "application/xml"),
+            ("cookie", "session=1"),
+            ("authorization", "Bearer caller"),
+            ("x-mapped-auth", "Bearer mapped"),
+            ("x-trace", "t1"),
+        ],
+        r#"{"name":"Ada","secret":"s"}"#,
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let calls = &upstream.received()[before..];
+    assert_eq!(calls.len(), 2);
+    let plain = calls.iter().find(|c| c.uri.path() == "/plain").unwrap();
+    let templated = calls.iter().find(|c| c.uri.path() == "/t").unwrap();
+    for call in [plain, templated] {
+        assert_eq!(call.uri.query(), None);
+        for header in ["cookie", "accept-language", "x-trace", "x-mapped-auth"] {
+            assert!(!call.headers.contains_key(header), "{header} reached {}", call.uri.path());
+        }
+        assert_ne!(call.headers.get("accept").map(|v| v.as_bytes()), Some(&b"application/xml"[..]));
+    }
+    // Nothing of the body reached the plain source; only the named value the templated one.
+    assert!(plain.body.is_empty(), "{:?}", plain.body);
+    assert!(
+        !plain.headers.contains_key("authorization"),
+        "X-Mapped-Auth reached a source that is not Runtime"
+    );
+    assert_eq!(serde_json::from_slice::<Value>(&templated.body).unwrap(), json!({"echo": "Ada"}));
+    assert_eq!(templated.headers["x-lang"], "fr");
+    assert_eq!(templated.headers["authorization"], "Bearer mapped");
+    // Without X-Mapped-Auth the runtime-auth route makes no call.
+    let before = upstream.received().len();
+    let answer = send(Method::POST, &service.url(&path), &[("content-type", "application/json")], "{}").await;
+    answer.assert_problem(401, "auth-required");
+    assert_eq!(upstream.received().len(), before);
+    service.stop().await;
+}
+
+async fn registered_with(service: &Service, body: &Value, headers: &[(&str, &str)]) -> String {
+    let (status, answer) = register(service, body, headers).await;
+    assert_eq!(status, 201, "{answer}");
+    answer["path"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_template_on_a_missing_query_parameter_answers_400_and_calls_nothing() {
+    let upstream = Upstream::json(r#"{"v":1}"#).await;
+    let service = Service::start(config()).await;
+    let path = registered(
+        &service,
+        &json!({
+            "path": "q",
+            "sources": {"user": source(&upstream, "users/{{request.query.id}}")},
+            "sampleRequest": {"query": {"id": "1"}},
+            "rulesAsString": rules(&[("v", "user.v")]),
+        }),
+    )
+    .await;
+    let before = upstream.received().len();
+    let answer = get(&service.url(&path)).await;
+    let problem = answer.assert_problem(400, "bad-request");
+    assert_eq!(problem.get("source").and_then(|s| s.as_str()), Some("user"));
+    let detail = problem.get("detail").and_then(|s| s.as_str()).unwrap();
+    assert!(detail.contains("/sources/user/path") && detail.contains("null"), "{detail}");
+    // A value that would leave its segment fails the source instead.
+    let answer = get(&service.url(&format!("{path}?id=.."))).await;
+    answer.assert_problem(400, "bad-request");
+    assert_eq!(upstream.received().len(), before, "no call was made");
+    // A value with every dangerous character stays in its segment.
+    let hostile = "..%2Fadmin%40evil.example%2F%3Fx%3D1%23%20%0A";
+    let answer = get(&service.url(&format!("{path}?id={hostile}"))).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let call = upstream.received().pop().unwrap();
+    assert_eq!(call.uri.path(), "/users/..%2Fadmin%40evil.example%2F%3Fx%3D1%23%20%0A");
+    assert_eq!(call.uri.query(), None);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn registration_refuses_cycles_unknown_names_and_misplaced_members_at_their_location() {
+    let upstream = Upstream::json("{}").await;
+    let service = Service::start(config()).await;
+    let base = upstream.url("/");
+    let (status, problem) = register(
+        &service,
+        &json!({
+            "path": "bad",
+            "authHeader": {"type": "Bearer", "token": "t"},
+            "sources": {
+                "a": {"originalApi": {"baseUrl": base}, "path": "x", "after": ["b"]},
+                "b": {"originalApi": {"baseUrl": base}, "path": "x", "after": ["a"]},
+            },
+            "rulesAsString": rules(&[("v", "a")]),
+        }),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 400, "{problem}");
+    let text = problem["errors"].to_string();
+    assert!(text.contains("\"/authHeader\""), "{text}");
+    let (status, problem) = register(
+        &service,
+        &json!({
+            "path": "bad",
+            "sources": {
+                "a": {"originalApi": {"baseUrl": base}, "path": "x", "after": ["b"]},
+                "b": {"originalApi": {"baseUrl": base}, "path": "x", "after": ["a"]},
+            },
+            "rulesAsString": rules(&[("v", "a")]),
+        }),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 400);
+    let text = problem["errors"].to_string();
+    assert!(text.contains("cycle") && text.contains("/sources/a/after"), "{text}");
+    let (status, problem) = register(
+        &service,
+        &json!({
+            "path": "bad",
+            "sources": {
+                "user": {"originalApi": {"baseUrl": base}, "path": "u", "after": ["usr"], "retrys": 1},
+                "orders": {"originalApi": {"baseUrl": base}, "path": "o/{{user.id}}", "queries": {"c": "{{ordrs.x}}"}, "forEach": "[1]"},
+                "request": {"originalApi": {"baseUrl": base}, "path": "x"},
+                "city": {"originalApi": {"baseUrl": base}, "path": "c?x={{request.query.x}}", "headers": {"Host": "h"}},
+            },
+            "rulesAsString": rules(&[("v", "user")]),
+        }),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 400);
+    let errors = problem["errors"].as_array().unwrap();
+    let at = |location: &str| {
+        errors
+            .iter()
+            .filter(|e| e["location"] == location)
+            .map(|e| e["message"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    assert!(at("/sources/user/retrys").contains("did you mean `retry`"), "{problem}");
+    assert!(at("/sources/request").contains("request"), "{problem}");
+    service.stop().await;
+    // The graph and templates are checked once the shape is sound.
+    let service = Service::start(config()).await;
+    let (status, problem) = register(
+        &service,
+        &json!({
+            "path": "bad",
+            "sources": {
+                "user": {"originalApi": {"baseUrl": base}, "path": "u", "after": ["usr"]},
+                "orders": {"originalApi": {"baseUrl": base}, "path": "o/{{user.id}}", "queries": {"c": "{{ordrs.x}}"}},
+                "city": {"originalApi": {"baseUrl": base}, "path": "c?x={{request.query.x}}", "headers": {"Host": "h"}},
+                "whole": {"originalApi": {"baseUrl": base}, "path": "w/{{@}}"},
+            },
+            "rulesAsString": rules(&[("v", "user")]),
+        }),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 400);
+    let errors = problem["errors"].as_array().unwrap();
+    let at = |location: &str| {
+        errors
+            .iter()
+            .filter(|e| e["location"] == location)
+            .map(|e| e["message"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    assert!(at("/sources/orders/path").contains("add \"user\" to its `after`"), "{problem}");
+    assert!(at("/sources/orders/queries/c").contains("did you mean `orders`"), "{problem}");
+    assert!(at("/sources/city/path").contains("queries"), "{problem}");
+    assert!(at("/sources/whole/path").contains("whole context"), "{problem}");
+    assert!(at("/sources/user/after/0").contains("did you mean `user`"), "{problem}");
+    assert!(at("/sources/city/headers/Host").contains("cannot"), "{problem}");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn the_bounds_of_a_composition_hold() {
+    let ids = Upstream::json(r#"{"ids":[1,2,3,4,5]}"#).await;
+    let item = Upstream::json(r#"{"x":"0123456789"}"#).await;
+    let service = Service::start(Config { max_source_calls: 8, max_composed_bytes: 100, ..config() }).await;
+    let base = json!({"path": "b", "rulesAsString": rules(&[("v", "ids")])});
+    let mut worst = base.clone();
+    worst["sources"] = json!({
+        "ids": source(&ids, "i"),
+        "each": with(source(&item, "e/{{$item}}"), json!({"after": ["ids"], "forEach": "ids.ids", "maxCalls": 4, "retry": {"attempts": 1, "on": [503]}})),
+    });
+    let (status, problem) = register(&service, &worst, &[]).await;
+    assert_eq!(status, 400, "{problem}");
+    assert!(problem["errors"].to_string().contains("RECAST_MAX_SOURCE_CALLS"), "{problem}");
+    // More elements than `maxCalls` fail the source; the list is never cut short.
+    let mut more = base.clone();
+    more["sources"] = json!({
+        "ids": source(&ids, "i"),
+        "each": with(source(&item, "e/{{$item}}"), json!({"after": ["ids"], "forEach": "ids.ids", "maxCalls": 4})),
+    });
+    let (status, problem) = register(&service, &more, &[]).await;
+    assert_eq!(status, 502, "{problem}");
+    assert!(problem["detail"].as_str().unwrap().contains("maxCalls"), "{problem}");
+    // The answers together pass RECAST_MAX_COMPOSED_BYTES.
+    let mut large = base.clone();
+    large["sources"] = json!({
+        "ids": source(&ids, "i"),
+        "each": with(source(&item, "e/{{$item}}"), json!({"after": ["ids"], "forEach": "ids.ids", "maxCalls": 7})),
+    });
+    let (status, problem) = register(&service, &large, &[]).await;
+    assert_eq!(status, 502, "{problem}");
+    assert_eq!(problem["type"], "https://recast.dev/problems/mapping-limit", "{problem}");
+    assert_eq!(problem["source"], "each");
+    // Identical requests within one call are sent once.
+    let dup = Upstream::json(r#"{"ids":[1,1,1,2]}"#).await;
+    let mut shared = base.clone();
+    shared["sources"] = json!({
+        "ids": source(&dup, "i"),
+        "each": with(source(&item, "e/{{$item}}"), json!({"after": ["ids"], "forEach": "ids.ids", "maxCalls": 4})),
+    });
+    let before = item.received().len();
+    let (status, answer) = register(&service, &shared, &[]).await;
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(item.received().len() - before, 2, "four elements, two distinct requests");
+    assert_eq!(answer["sources"]["each"]["calls"], 2);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_composition_is_listed_masked_and_survives_a_restart() {
+    let upstream = Upstream::json(r#"{"v":1}"#).await;
+    let dir = tempfile::TempDir::new().unwrap();
+    let service = Service::start_in(config(), dir.path()).await;
+    let path = registered(
+        &service,
+        &json!({
+            "path": "kept",
+            "sources": {"a": with(source(&upstream, "a"), json!({"authHeader": {"type": "Bearer", "token": "s3cret-token"}}))},
+            "rulesAsString": rules(&[("v", "a.v")]),
+        }),
+    )
+    .await;
+    let listing = get(&service.url("/v1/routes")).await;
+    let text = String::from_utf8_lossy(&listing.body).into_owned();
+    assert!(!text.contains("s3cret-token"), "{text}");
+    let listed: Value = serde_json::from_slice(&listing.body).unwrap();
+    assert_eq!(listed["routes"][0]["sources"]["a"]["authHeader"], json!({"type": "Bearer", "token": "***"}));
+    assert!(listed["routes"][0].get("originalRoute").is_none());
+    service.stop().await;
+    let raw = std::fs::read_dir(dir.path()).unwrap().count();
+    assert!(raw > 0);
+    let service = Service::start_in(config(), dir.path()).await;
+    let answer = get(&service.url(&path)).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    assert_eq!(body(&answer), json!({"v": 1}));
+    assert_eq!(upstream.received().last().unwrap().headers["authorization"], "Bearer s3cret-token");
+    service.stop().await;
+}
+
+/// The fenced block of `docs/composition.md` whose info string is `json <name>`.
+fn doc_block(doc: &str, name: &str) -> Value {
+    let fence = format!("```json {name}\n");
+    let start = doc.find(&fence).unwrap_or_else(|| panic!("no `{name}` block")) + fence.len();
+    let end = start + doc[start..].find("```").unwrap();
+    serde_json::from_str(&doc[start..end]).unwrap_or_else(|e| panic!("the `{name}` block: {e}"))
+}
+
+#[tokio::test]
+async fn the_worked_example_of_the_docs_runs_as_written() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/composition.md")).unwrap();
+    let answers = doc_block(&doc, "answers");
+    let output = doc_block(&doc, "output");
+    let upstream = Upstream::start(move |received| {
+        let target = received.uri.path_and_query().map(|p| p.as_str()).unwrap_or_default();
+        match answers.get(target) {
+            Some(answer) => Reply::json(&answer.to_string()),
+            None if target == "/promo/today" => Reply::with(503, r#"{"error":"later"}"#),
+            None => Reply::with(404, "{}"),
+        }
+    })
+    .await;
+    let registration =
+        doc_block(&doc, "registration").to_string().replace("http://upstream.example/", &upstream.url("/"));
+    let service = Service::start(config()).await;
+    let (status, answer) = register(&service, &serde_json::from_str(&registration).unwrap(), &[]).await;
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(answer["sources"]["city"]["calls"], 2, "{answer}");
+    assert!(answer["warnings"].to_string().contains("/sources/promo"), "{answer}");
+    let path = answer["path"].as_str().unwrap();
+    let call = get(&service.url(&format!("{path}?id=42"))).await;
+    assert_eq!(call.status, 200, "{:?}", call.body);
+    assert_eq!(call.header("recast-partial"), Some("promo;status=503"));
+    assert_eq!(body(&call), output);
+    service.stop().await;
+}
+
+#[test]
+fn the_readme_points_to_the_composition_guide_whose_example_runs() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let line = readme.lines().find(|l| l.contains("**Composed.**")).expect("the README's composed-routes line");
+    assert!(line.contains("several APIs"), "{line}");
+    assert!(readme.contains("(docs/composition.md)"), "the README links the guide");
+    // The guide's blocks are the ones `the_worked_example_of_the_docs_runs_as_written` runs.
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/composition.md")).unwrap();
+    for block in ["registration", "answers", "output"] {
+        assert!(doc_block(&doc, block).is_object(), "the `{block}` block");
+    }
+}
