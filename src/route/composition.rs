@@ -437,6 +437,12 @@ impl SourceCompiler<'_> {
             only_request = false;
             match self.names.iter().position(|n| *n == name) {
                 Some(i) if self.closure.contains(&i) => self.reads.push(i),
+                Some(_) if self.at.ends_with(&format!("/{name}")) => self.problems.push(Problem::new(
+                    location,
+                    format!(
+                        "reads `{name}`, this source's own value, which does not exist before it is called"
+                    ),
+                )),
                 Some(_) => self.problems.push(Problem::new(
                     location,
                     format!(
@@ -834,5 +840,162 @@ impl BodyTemplate {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::sources::{self, SourceConfig};
+    use crate::route::template::Scratch;
+    use serde_json::json;
+
+    fn configs(given: serde_json::Value) -> Vec<SourceConfig> {
+        let mut problems = Vec::new();
+        let configs = sources::validate(&given, 64, &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        configs
+    }
+
+    fn compiled(given: serde_json::Value) -> Result<Composition, Vec<Problem>> {
+        Composition::compile(&configs(given), &[], Uuid::nil(), &Limits::default())
+    }
+
+    fn located(problems: &[Problem]) -> Vec<String> {
+        problems.iter().map(|p| format!("{}: {}", p.location, p.message)).collect()
+    }
+
+    /// The request `source` makes over `context` (a JSON object), with `$item` its `__item`.
+    fn request(
+        composition: &Composition,
+        source: &str,
+        context: serde_json::Value,
+    ) -> Result<UpstreamRequest, SourceError> {
+        let source = &composition.sources[composition.index_of(source).unwrap()];
+        let mut text = context.to_string().into_bytes();
+        json::with_parsed(&mut text, 64, |doc| {
+            let scratch = Scratch::new(1 << 20, 1 << 20);
+            let arena = scratch.arena();
+            let item = View { nodes: doc }.field(Val::from_tape(doc, 0), "__item");
+            let context = Context { doc, item: Some(item), arena: &arena };
+            source.request(&context, &Caller { mapped_auth: None })
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn sources_are_ordered_after_what_they_wait_for() {
+        let composition = compiled(json!({
+            "c": {"originalApi": {"baseUrl": "http://h/"}, "path": "c", "after": ["b"]},
+            "a": {"originalApi": {"baseUrl": "http://h/"}, "path": "a"},
+            "b": {"originalApi": {"baseUrl": "http://h/"}, "path": "b/{{a.id}}", "after": ["a"]},
+        }))
+        .unwrap();
+        let names: Vec<&str> = composition.sources.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(composition.sources[2].after, [1]);
+        assert_eq!(composition.sources[1].reads, [0]);
+        assert_eq!(composition.by_name, [0, 1, 2]);
+    }
+
+    #[test]
+    fn cycles_unknown_names_and_reads_outside_the_closure_are_located() {
+        let cycle = compiled(json!({
+            "a": {"originalApi": {"baseUrl": "http://h/"}, "path": "a", "after": ["c"]},
+            "b": {"originalApi": {"baseUrl": "http://h/"}, "path": "b", "after": ["a"]},
+            "c": {"originalApi": {"baseUrl": "http://h/"}, "path": "c", "after": ["b"]},
+        }))
+        .unwrap_err();
+        assert_eq!(
+            located(&cycle),
+            ["/sources/a/after: the sources wait for each other in a cycle: a → c → b → a"]
+        );
+        let problems = compiled(json!({
+            "a": {"originalApi": {"baseUrl": "http://h/"}, "path": "a"},
+            "b": {"originalApi": {"baseUrl": "http://h/"}, "path": "b/{{a.id}}", "when": "b.x", "after": ["a", "x"]},
+            "e": {"originalApi": {"baseUrl": "http://h/"}, "path": "e/{{a.id}}"},
+            "c": {"originalApi": {"baseUrl": "http://h/"}, "path": "c", "after": ["b"], "queries": {"q": "{{a.id}}"}},
+            "d": {"originalApi": {"baseUrl": "http://h/"}, "path": "d", "forEach": "keys(@)"},
+        }))
+        .unwrap_err();
+        let found = located(&problems).join("\n");
+        for expected in [
+            "/sources/b/after/1: unknown source `x`",
+            "/sources/b/when: reads `b`, this source's own value",
+            "/sources/e/path: reads `a`, which this source does not wait for: add \"a\" to its `after`",
+            "/sources/d/forEach: the expression reads the whole context",
+        ] {
+            assert!(found.contains(expected), "{expected}\n in\n{found}");
+        }
+        // `c` waits for `a` through `b`: it may read it.
+        assert!(!found.contains("/sources/c/"), "{found}");
+    }
+
+    #[test]
+    fn the_worst_case_of_calls_is_bounded_at_registration() {
+        let given = json!({
+            "a": {"originalApi": {"baseUrl": "http://h/"}, "path": "a"},
+            "b": {"originalApi": {"baseUrl": "http://h/"}, "path": "b/{{$item}}", "after": ["a"], "forEach": "a.ids", "maxCalls": 20,
+                  "retry": {"attempts": 2, "on": [503]}},
+        });
+        let limits = Limits { max_source_calls: 60, ..Limits::default() };
+        let problems = Composition::compile(&configs(given.clone()), &[], Uuid::nil(), &limits).unwrap_err();
+        assert!(located(&problems)[0].contains("sends 61 requests"), "{problems:?}");
+        let limits = Limits { max_source_calls: 61, ..Limits::default() };
+        assert!(Composition::compile(&configs(given), &[], Uuid::nil(), &limits).is_ok());
+    }
+
+    #[test]
+    fn a_request_is_rendered_inside_its_base_url() {
+        let composition = compiled(json!({
+            "a": {"originalApi": {"baseUrl": "https://api.example/v2/"}, "path": "/users/{{request.query.id}}/x?fixed=1",
+                  "queries": {"n": "{{request.query.n}}", "fixed": "2"},
+                  "headers": {"X-Id": "id {{request.query.id}}"},
+                  "method": "PUT",
+                  "body": {"whole": "{{request.body}}", "text": "id={{request.query.id}}"},
+                  "authHeader": {"type": "Bearer", "token": "t"}},
+        }))
+        .unwrap();
+        let context = json!({"request": {"query": {"id": "7/../..", "n": ["1", "2"]}, "body": {"k": [1, null]}}, "__item": null});
+        let rendered = request(&composition, "a", context).unwrap();
+        assert_eq!(rendered.uri.to_string(), "https://api.example/v2/users/7%2F..%2F../x?fixed=2&n=1&n=2");
+        assert_eq!(rendered.method, Method::PUT);
+        assert_eq!(rendered.headers["x-id"], "id 7/../..");
+        assert_eq!(rendered.headers["authorization"], "Bearer t");
+        // (The body's members in name order: registration reads it so.)
+        assert_eq!(&rendered.body[..], br#"{"text":"id=7/../..","whole":{"k":[1,null]}}"#);
+        assert_eq!(rendered.headers["content-type"], "application/json");
+        // What cannot stay where it is written fails the source, naming the place and the type.
+        let fails = |query: serde_json::Value| {
+            let context = json!({"request": {"query": query, "body": null}, "__item": null});
+            match request(&composition, "a", context) {
+                Err(SourceError::Template { location, why, only_request }) => {
+                    assert!(only_request);
+                    format!("{location}: {why}")
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(
+            fails(json!({"id": "..", "n": "1"})),
+            "/sources/a/path: a path segment with a template renders as `.` or `..`, which would not stay one segment"
+        );
+        assert_eq!(
+            fails(json!({"id": "", "n": "1"})),
+            "/sources/a/path: a path segment with a template renders empty, which would not stay one segment"
+        );
+        assert_eq!(
+            fails(json!({"n": "1"})),
+            "/sources/a/path: its value is null, which cannot be written as text here"
+        );
+        assert_eq!(
+            fails(json!({"id": {"a": 1}, "n": "1"})),
+            "/sources/a/path: its value is an object, which cannot be written as text here"
+        );
+        assert_eq!(
+            fails(json!({"id": "a\nHost: evil", "n": "1"})),
+            "/sources/a/headers/X-Id: the rendered header value holds a character other than visible ASCII, space or tab"
+        );
+        assert!(!fails(json!({"id": "1", "n": [[1]]})).contains("1]"), "a value is never shown");
     }
 }

@@ -702,7 +702,8 @@ async fn the_worked_example_of_the_docs_runs_as_written() {
 #[test]
 fn the_readme_points_to_the_composition_guide_whose_example_runs() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let line = readme.lines().find(|l| l.contains("**Composed.**")).expect("the README's composed-routes line");
+    let line =
+        readme.lines().find(|l| l.contains("**Composed.**")).expect("the README's composed-routes line");
     assert!(line.contains("several APIs"), "{line}");
     assert!(readme.contains("(docs/composition.md)"), "the README links the guide");
     // The guide's blocks are the ones `the_worked_example_of_the_docs_runs_as_written` runs.
