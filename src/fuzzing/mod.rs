@@ -444,6 +444,7 @@ impl Value {
 }
 
 pub mod bounds;
+mod compose;
 mod expr;
 mod headers;
 mod http;
@@ -452,6 +453,7 @@ mod upstream;
 mod upstream_h2;
 
 pub use self::bounds::{BoundsReached, mapping_bounds};
+pub use self::compose::{compose_compile, compose_render};
 pub use self::expr::{
     EXPR_BUDGET, ExprOutcome, ExprReached, expr_eval, expref_outside_a_call, original_language_only,
     run as expr_run, run_original as expr_run_original, split as expr_split,

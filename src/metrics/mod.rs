@@ -242,6 +242,90 @@ pub struct Metrics {
     /// Rule expressions that failed while mapping an upstream answer (SPEC §1.8), on route
     /// calls and registrations' live calls; each one's value was missing.
     pub expression_errors: AtomicU64,
+    /// What composed routes did (SPEC §2.3).
+    pub composed: ComposedCounts,
+}
+
+/// What composed routes' calls did: calls, partial answers, and their sources' failures by
+/// kind and by whether the source was required (no label per route or source name).
+#[derive(Debug)]
+pub struct ComposedCounts {
+    /// Calls of composed routes (registrations' live calls included) that ran their sources.
+    pub calls: AtomicU64,
+    /// Calls answered with `Recast-Partial`.
+    pub partial: AtomicU64,
+    /// By [`SourceFailureKind::index`], twice: required, then optional.
+    failures: [AtomicU64; 2 * SourceFailureKind::COUNT],
+}
+
+/// Why a source of a composed route failed, as `recast_source_failures_total` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceFailureKind {
+    Upstream(UpstreamErrorKind),
+    /// A template, `when` or `forEach` that failed.
+    Template,
+    /// A source it waits for failed.
+    Dependency,
+    /// `forEach` gave more elements than `maxCalls`.
+    TooManyElements,
+}
+
+impl SourceFailureKind {
+    const COUNT: usize = UpstreamErrorKind::ALL.len() + 3;
+
+    fn all() -> impl Iterator<Item = SourceFailureKind> {
+        UpstreamErrorKind::ALL.into_iter().map(SourceFailureKind::Upstream).chain([
+            SourceFailureKind::Template,
+            SourceFailureKind::Dependency,
+            SourceFailureKind::TooManyElements,
+        ])
+    }
+
+    fn index(self) -> usize {
+        match self {
+            SourceFailureKind::Upstream(kind) => kind as usize,
+            SourceFailureKind::Template => UpstreamErrorKind::ALL.len(),
+            SourceFailureKind::Dependency => UpstreamErrorKind::ALL.len() + 1,
+            SourceFailureKind::TooManyElements => UpstreamErrorKind::ALL.len() + 2,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SourceFailureKind::Upstream(kind) => kind.label(),
+            SourceFailureKind::Template => "template",
+            SourceFailureKind::Dependency => "dependency",
+            SourceFailureKind::TooManyElements => "too_many_elements",
+        }
+    }
+}
+
+impl Default for ComposedCounts {
+    fn default() -> ComposedCounts {
+        ComposedCounts {
+            calls: AtomicU64::new(0),
+            partial: AtomicU64::new(0),
+            failures: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl ComposedCounts {
+    pub fn failed(&self, kind: SourceFailureKind, optional: bool) {
+        self.failures[kind.index() + usize::from(optional) * SourceFailureKind::COUNT]
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Every (kind, optional, count).
+    pub(crate) fn failures(&self) -> impl Iterator<Item = (SourceFailureKind, bool, u64)> + '_ {
+        [false, true].into_iter().flat_map(move |optional| {
+            SourceFailureKind::all().map(move |kind| {
+                let count = self.failures[kind.index() + usize::from(optional) * SourceFailureKind::COUNT]
+                    .load(Ordering::Relaxed);
+                (kind, optional, count)
+            })
+        })
+    }
 }
 
 /// What the cache of mapped answers did (`docs/caching.md`).
@@ -285,6 +369,7 @@ impl Default for Metrics {
             timeouts: Default::default(),
             cache: Default::default(),
             expression_errors: Default::default(),
+            composed: Default::default(),
         }
     }
 }

@@ -55,6 +55,18 @@ impl Metrics {
             let _ = writeln!(out, "recast_upstream_errors_total{{kind=\"{}\"}} {count}", kind.label());
         }
         out.push_str(
+            "# HELP recast_source_failures_total Sources of composed routes that failed, by kind and by whether the source was required.\n",
+        );
+        out.push_str("# TYPE recast_source_failures_total counter\n");
+        for (kind, optional, count) in self.composed.failures() {
+            let required = if optional { "false" } else { "true" };
+            let _ = writeln!(
+                out,
+                "recast_source_failures_total{{kind=\"{}\",required=\"{required}\"}} {count}",
+                kind.label()
+            );
+        }
+        out.push_str(
             "# HELP recast_rule_compile_failures_total Rules documents that did not compile, by where they came from.\n",
         );
         out.push_str("# TYPE recast_rule_compile_failures_total counter\n");
@@ -111,6 +123,16 @@ impl Metrics {
                 "recast_expression_errors_total",
                 "Rule expressions that failed while mapping upstream answers (route calls and registrations' live calls); each one's value was missing.",
                 load(&self.expression_errors),
+            ),
+            (
+                "recast_composed_calls_total",
+                "Calls of composed routes that ran their sources (registrations' live calls included).",
+                load(&self.composed.calls),
+            ),
+            (
+                "recast_composed_partial_total",
+                "Calls of composed routes answered with Recast-Partial: an optional source failed.",
+                load(&self.composed.partial),
             ),
             (
                 "recast_cache_evictions_total",

@@ -20,6 +20,7 @@ use super::{ApiError, State};
 use crate::exec;
 use crate::json::compose::{Member, with_members};
 use crate::json::{self, Doc};
+use crate::metrics::SourceFailureKind;
 use crate::route::composition::{Caller, Composition, Source, SourceError};
 use crate::route::template::{Context, Scratch};
 use crate::route::{MAPPED_AUTH, Route};
@@ -101,6 +102,16 @@ enum Failure {
 }
 
 impl Failure {
+    /// The kind `recast_source_failures_total` counts it by.
+    fn kind(&self) -> SourceFailureKind {
+        match self {
+            Failure::Upstream(failure) => SourceFailureKind::Upstream(failure.kind()),
+            Failure::Template(_) => SourceFailureKind::Template,
+            Failure::Dependency(_) => SourceFailureKind::Dependency,
+            Failure::TooManyElements { .. } => SourceFailureKind::TooManyElements,
+        }
+    }
+
     /// `Recast-Partial`'s `status=`: the upstream's status, or the kind of failure.
     fn partial_status(&self) -> String {
         match self {
@@ -203,6 +214,7 @@ pub(super) async fn run(
         return Err(ApiError::RouteUnavailable("its rules do not compile".to_owned()));
     };
     let config = &state.config;
+    state.metrics.composed.calls.fetch_add(1, Ordering::Relaxed);
     let request_text = request_document(composition, &caller, config.max_depth)?;
     let shared = Shared {
         calls_left: AtomicUsize::new(config.max_source_calls),
@@ -215,6 +227,8 @@ pub(super) async fn run(
     let n = sources.len();
     let mut done: Vec<Option<Done>> = vec![None; n];
     let mut started = vec![false; n];
+    // The failures counted in `recast_source_failures_total` so far.
+    let mut counted = vec![false; n];
     let mut running = FuturesUnordered::new();
     let deadline = tokio::time::Instant::now() + state.client.settings().total_timeout;
     loop {
@@ -254,6 +268,14 @@ pub(super) async fn run(
                 }
             }
         }
+        for (i, outcome) in done.iter().enumerate() {
+            if let Some(failure) = outcome.as_ref().and_then(|d| d.failure.as_ref())
+                && !counted[i]
+            {
+                counted[i] = true;
+                state.metrics.composed.failed(failure.kind(), sources[i].optional);
+            }
+        }
         // A required source that failed ends the call: what is under way is dropped here.
         if let Some((i, failure)) = done.iter().enumerate().find_map(|(i, d)| {
             d.as_ref().and_then(|d| d.failure.as_ref()).filter(|_| !sources[i].optional).map(|f| (i, f))
@@ -277,7 +299,9 @@ pub(super) async fn run(
                     return Err(failure.to_error(&sources[i].name, validating));
                 }
                 for slot in done.iter_mut().filter(|d| d.is_none()) {
-                    *slot = Some(Done::failed(Failure::Upstream(UpstreamFailure::Timeout)));
+                    let failure = Failure::Upstream(UpstreamFailure::Timeout);
+                    state.metrics.composed.failed(failure.kind(), true);
+                    *slot = Some(Done::failed(failure));
                 }
                 break;
             }
@@ -345,6 +369,9 @@ pub(super) async fn run(
                     .fetch_add(u64::from(outcome.expression_errors), Ordering::Relaxed);
             }
             state.metrics.mapping.observe(map);
+            if !partial.is_empty() {
+                state.metrics.composed.partial.fetch_add(1, Ordering::Relaxed);
+            }
             Ok(Composed { body: out, partial, reports, map, warnings })
         }
         Err(why) => Err(ApiError::Upstream { failure: UpstreamFailure::NotJson(why), validating }),

@@ -224,6 +224,15 @@ async fn an_optional_failure_leaves_null_and_is_named_in_recast_partial() {
         json!({"name": "Ada", "promo": null, "why": {"status": 503, "outcome": "failed"}})
     );
     assert_eq!(answer.header("recast-partial"), Some("promo;status=503"));
+    let metrics = String::from_utf8_lossy(&get(&service.url("/metrics")).await.body).into_owned();
+    for line in [
+        "recast_composed_calls_total 2",
+        "recast_composed_partial_total 2",
+        "recast_source_failures_total{kind=\"status_5xx\",required=\"false\"} 2",
+        "recast_source_failures_total{kind=\"status_5xx\",required=\"true\"} 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} not in\n{metrics}");
+    }
     service.stop().await;
 }
 
