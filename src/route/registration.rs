@@ -359,12 +359,7 @@ impl Registration {
             };
             problems.push(Problem::new(format!("/{member}"), why));
         }
-        if present(&self.cache) {
-            problems.push(Problem::new(
-                "/cache",
-                "a composed route's answers are not cached yet: leave `cache` out",
-            ));
-        }
+        let cache = cache_settings(self.cache.as_ref(), &method, &mut problems);
         let sources = super::sources::validate(
             self.sources.as_ref().unwrap_or(&serde_json::Value::Null),
             limits.max_source_calls as u32,
@@ -399,7 +394,7 @@ impl Registration {
             pre_body: None,
             auth: if runtime { Auth::Runtime } else { Auth::None },
             rules: self.rules_as_string.get().to_owned(),
-            cache: None,
+            cache,
             retry: None,
             rate_limit: None,
             tls: None,

@@ -99,9 +99,19 @@ const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
 /// that waited for it answer.
 #[derive(Debug, Clone)]
 pub(super) struct Outcome {
-    mapped: Result<MappedAnswer, UpstreamFailure>,
+    mapped: Result<MappedAnswer, Failed>,
     upstream: Duration,
     map: Duration,
+    /// A composed route: each source (`src.<name>`) and how long it took, for `Server-Timing`.
+    sources: Vec<(String, Duration)>,
+}
+
+/// Why a call has no mapped answer: its upstream failed, or a composed route's call failed as
+/// SPEC §2.3 says (a source named, or the caller's request lacking what a template reads).
+#[derive(Debug, Clone)]
+enum Failed {
+    Upstream(UpstreamFailure),
+    Composed(ApiError),
 }
 
 /// A mapped 2xx answer.
@@ -112,6 +122,9 @@ struct MappedAnswer {
     freshness: Freshness,
     /// The seconds it was kept fresh for, when it was.
     stored: Option<u64>,
+    /// A composed answer with optional sources that failed: its `Recast-Partial` (such an
+    /// answer is never kept).
+    partial: Option<HeaderValue>,
 }
 
 async fn forward(
@@ -139,16 +152,20 @@ async fn forward(
         Some(body) => read_body(state, request.headers, body).await?,
         None => Vec::new(),
     };
-    if let Some(composition) = route.composition() {
-        let caller = CallerRequest { query: request.query, headers: request.headers, body: body.into() };
-        let composed = compose::run(state, route, composition, caller, false).await;
-        return composed_answer(composed, record);
-    }
-    let client = FromClient { query: request.query, headers: Some(request.headers), body: body.into() };
-    let upstream = route.upstream_request(&client).map_err(|e| match e {
-        CallError::AuthRequired => ApiError::AuthRequired,
-        CallError::Broken(why) => ApiError::RouteUnavailable(why),
-    })?;
+    let upstream = match route.composition() {
+        // What the call reads of the caller's request, as the request a cache key is made of.
+        Some(composition) => {
+            compose::caller_request(composition, request.query, request.headers, body.into())?
+        }
+        None => {
+            let client =
+                FromClient { query: request.query, headers: Some(request.headers), body: body.into() };
+            route.upstream_request(&client).map_err(|e| match e {
+                CallError::AuthRequired => ApiError::AuthRequired,
+                CallError::Broken(why) => ApiError::RouteUnavailable(why),
+            })?
+        }
+    };
     if let Some(settings) = route.config.cache {
         if state.cache.enabled() {
             return cached(state, route, settings, upstream, record).await;
@@ -157,22 +174,6 @@ async fn forward(
     }
     let outcome = fetch(state, route, upstream).await;
     answer(outcome, record)
-}
-
-/// The answer of a composed call: 200 with the mapped document, `Recast-Partial` naming the
-/// optional sources that failed.
-fn composed_answer(
-    composed: Result<compose::Composed, ApiError>,
-    record: &mut CallRecord,
-) -> Result<Response, ApiError> {
-    let composed = composed?;
-    record.map = composed.map;
-    record.sources = composed.reports.iter().map(|r| (format!("src.{}", r.name), r.took)).collect();
-    let mut response = json(StatusCode::OK, composed.body);
-    if let Some(value) = compose::partial_header(&composed.partial) {
-        response.headers_mut().insert(RECAST_PARTIAL, value);
-    }
-    Ok(response)
 }
 
 /// The optional sources of a composed call that failed (SPEC §2.3).
@@ -265,7 +266,10 @@ const MAPPING_TIME: Duration = Duration::from_secs(1);
 /// A leader's outcome: kept when the route and the upstream allow, then handed to the calls
 /// waiting on its flight. Returns it with `stored` filled in.
 fn lead(leader: Leader<Outcome>, mut outcome: Outcome, settings: CacheSettings) -> Outcome {
-    if let Ok(mapped) = &mut outcome.mapped {
+    // A partial answer (an optional source failed) is never kept.
+    if let Ok(mapped) = &mut outcome.mapped
+        && mapped.partial.is_none()
+    {
         let offered =
             cache::Mapped { status: mapped.status, body: &mapped.body, freshness: &mapped.freshness };
         mapped.stored = leader.store(offered, settings);
@@ -328,30 +332,73 @@ fn miss(outcome: &Outcome, collapsed: bool) -> CacheStatus {
     CacheStatus::Miss { stored, collapsed }
 }
 
-/// One upstream call and the mapping of its answer.
+/// One upstream call and the mapping of its answer; for a composed route, its sources' calls
+/// and the mapping of their document.
 async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcome {
+    if let Some(composition) = route.composition() {
+        let started = Instant::now();
+        let caller = CallerRequest::of(&request);
+        return match compose::run(state, route, composition, caller, false).await {
+            Ok(composed) => Outcome {
+                upstream: started.elapsed().saturating_sub(composed.map),
+                map: composed.map,
+                sources: composed.reports.iter().map(|r| (format!("src.{}", r.name), r.took)).collect(),
+                mapped: Ok(MappedAnswer {
+                    status: StatusCode::OK,
+                    body: composed.body.into(),
+                    freshness: Freshness::default(),
+                    stored: None,
+                    partial: compose::partial_header(&composed.partial),
+                }),
+            },
+            Err(error) => Outcome {
+                mapped: Err(Failed::Composed(error)),
+                upstream: started.elapsed(),
+                map: Duration::ZERO,
+                sources: Vec::new(),
+            },
+        };
+    }
     let (answer, upstream) = call_upstream(state, &request, route).await;
     let mut answer = match answer {
         Ok(answer) => answer,
-        Err(failure) => return Outcome { mapped: Err(failure), upstream, map: Duration::ZERO },
+        Err(failure) => {
+            return Outcome {
+                mapped: Err(Failed::Upstream(failure)),
+                upstream,
+                map: Duration::ZERO,
+                sources: Vec::new(),
+            };
+        }
     };
     let (mapped, map) = map_answer(state, route, &mut answer);
-    let mapped = mapped.map(|body| MappedAnswer {
-        status: answer.status,
-        body: body.into(),
-        freshness: answer.freshness,
-        stored: None,
-    });
-    Outcome { mapped, upstream, map }
+    let mapped = mapped
+        .map(|body| MappedAnswer {
+            status: answer.status,
+            body: body.into(),
+            freshness: answer.freshness,
+            stored: None,
+            partial: None,
+        })
+        .map_err(Failed::Upstream);
+    Outcome { mapped, upstream, map, sources: Vec::new() }
 }
 
 /// The answer to a call from an upstream call's outcome.
 fn answer(outcome: Outcome, record: &mut CallRecord) -> Result<Response, ApiError> {
     record.upstream = outcome.upstream;
     record.map = outcome.map;
+    record.sources = outcome.sources;
     match outcome.mapped {
-        Ok(mapped) => Ok(json(mapped.status, mapped.body)),
-        Err(failure) => Err(ApiError::Upstream { failure, validating: false }),
+        Ok(mapped) => {
+            let mut response = json(mapped.status, mapped.body);
+            if let Some(partial) = mapped.partial {
+                response.headers_mut().insert(RECAST_PARTIAL, partial);
+            }
+            Ok(response)
+        }
+        Err(Failed::Upstream(failure)) => Err(ApiError::Upstream { failure, validating: false }),
+        Err(Failed::Composed(error)) => Err(error),
     }
 }
 

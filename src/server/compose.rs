@@ -33,6 +33,54 @@ pub(super) struct CallerRequest<'a> {
     pub body: Bytes,
 }
 
+impl<'a> CallerRequest<'a> {
+    /// The caller's request as [`caller_request`] wrote it.
+    pub fn of(request: &'a UpstreamRequest) -> CallerRequest<'a> {
+        CallerRequest { query: request.uri.query(), headers: &request.headers, body: request.body.clone() }
+    }
+}
+
+/// What a composed route's call reads of the caller's request, written as a request that is
+/// never sent: its digest is the cache key's (SPEC §2.3: the whole query, normalised; the
+/// forwarded headers; `X-Mapped-Auth` when a source is `Runtime`; the body), and
+/// [`CallerRequest::of`] reads it back. A runtime-auth route called without `X-Mapped-Auth`
+/// answers 401 here, before anything is made.
+pub(super) fn caller_request(
+    composition: &Composition,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<UpstreamRequest, ApiError> {
+    let mapped_auth = headers.get(&MAPPED_AUTH);
+    if composition.runtime_auth && mapped_auth.is_none() {
+        return Err(ApiError::AuthRequired);
+    }
+    // The query's pairs by name (a name's values keep their order): `a=1&b=2` and `b=2&a=1`
+    // read the same.
+    let mut pairs: Vec<(String, String)> =
+        url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()).into_owned().collect();
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut normalised = url::form_urlencoded::Serializer::new(String::from("http://composed.invalid/?"));
+    normalised.extend_pairs(&pairs);
+    let uri = normalised.finish();
+    let uri = http::Uri::try_from(uri.trim_end_matches('?'))
+        .map_err(|_| ApiError::InvalidQuery("the query cannot be read".to_owned()))?;
+    let mut kept = HeaderMap::new();
+    for name in &composition.forward_headers {
+        for value in headers.get_all(name) {
+            kept.append(name.clone(), value.clone());
+        }
+    }
+    if composition.runtime_auth
+        && let Some(value) = mapped_auth
+    {
+        let mut value = value.clone();
+        value.set_sensitive(true);
+        kept.insert(MAPPED_AUTH, value);
+    }
+    Ok(UpstreamRequest { method: http::Method::GET, uri, headers: kept, body })
+}
+
 /// A composed call that mapped: its answer, and what each source did.
 pub(super) struct Composed {
     pub body: Vec<u8>,

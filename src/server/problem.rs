@@ -53,7 +53,7 @@ pub const SLUGS: [&str; 34] = [
 ];
 
 /// Everything that can go wrong while answering a request, by where it came from.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum ApiError {
     // From the client.
     /// The client's body is not JSON: why, and where (its line, column and member).

@@ -721,3 +721,72 @@ fn the_readme_points_to_the_composition_guide_whose_example_runs() {
         assert!(doc_block(&doc, block).is_object(), "the `{block}` block");
     }
 }
+
+#[tokio::test]
+async fn a_cached_composition_is_keyed_on_what_it_reads_and_never_keeps_a_partial_answer() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let user = Upstream::json(r#"{"v":1}"#).await;
+    let promo_fails = Arc::new(AtomicBool::new(false));
+    let flag = promo_fails.clone();
+    let promo = Upstream::start(move |_| {
+        if flag.load(Ordering::SeqCst) { Reply::with(503, "{}") } else { Reply::json(r#"{"p":1}"#) }
+    })
+    .await;
+    let service = Service::start(config()).await;
+    let path = registered_with(
+        &service,
+        &json!({
+            "path": "cached",
+            "cache": {"ttlSeconds": 60},
+            "forwardHeaders": ["Accept-Language"],
+            "sources": {
+                "user": with(source(&user, "u/{{request.query.id}}"), json!({"authHeader": {"type": "Runtime"}})),
+                "promo": with(source(&promo, "p"), json!({"optional": true})),
+            },
+            "sampleRequest": {"query": {"id": "1"}},
+            "rulesAsString": rules(&[("v", "user.v"), ("p", "promo.p")]),
+        }),
+        &[("x-mapped-auth", "Bearer a")],
+    )
+    .await;
+    let calls = || user.received().len();
+    let call = |query: &'static str, auth: &'static str, lang: &'static str| {
+        let url = service.url(&format!("{path}?{query}"));
+        async move {
+            send(
+                Method::GET,
+                &url,
+                &[("x-mapped-auth", auth), ("accept-language", lang), ("x-other", query)],
+                "",
+            )
+            .await
+        }
+    };
+    let before = calls();
+    let first = call("id=1&x=2", "Bearer a", "en").await;
+    assert_eq!(first.status, 200, "{:?}", first.body);
+    assert_eq!(calls() - before, 1);
+    // The same query in another order, another header that is not forwarded: the same key.
+    let again = call("x=2&id=1", "Bearer a", "en").await;
+    assert!(again.header("cache-status").unwrap().contains("hit"), "{:?}", again.headers);
+    assert_eq!(calls() - before, 1);
+    assert_eq!(again.body, first.body);
+    // Another caller's credential, a forwarded header, the query: each its own key.
+    for (query, auth, lang) in
+        [("id=1&x=2", "Bearer b", "en"), ("id=1&x=2", "Bearer a", "fr"), ("id=1&x=3", "Bearer a", "en")]
+    {
+        let before = calls();
+        let answer = call(query, auth, lang).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(calls() - before, 1, "{query} {auth} {lang} was answered from another key");
+    }
+    // A partial answer is answered, never kept.
+    promo_fails.store(true, Ordering::SeqCst);
+    for _ in 0..2 {
+        let before = calls();
+        let answer = call("id=9", "Bearer a", "en").await;
+        assert_eq!(answer.header("recast-partial"), Some("promo;status=503"));
+        assert_eq!(calls() - before, 1, "a partial answer was kept");
+    }
+    service.stop().await;
+}
