@@ -25,6 +25,7 @@ pub const MAX_RESPONSE_BYTES: &str = "RECAST_MAX_RESPONSE_BYTES";
 pub const MAX_MAPPING_STEPS: &str = "RECAST_MAX_MAPPING_STEPS";
 pub const MAX_SOURCE_CALLS: &str = "RECAST_MAX_SOURCE_CALLS";
 pub const MAX_COMPOSED_BYTES: &str = "RECAST_MAX_COMPOSED_BYTES";
+pub const MAX_BUFFERED_BYTES: &str = "RECAST_MAX_BUFFERED_BYTES";
 pub const SHUTDOWN_GRACE_MS: &str = "RECAST_SHUTDOWN_GRACE_MS";
 pub const WORKERS: &str = "RECAST_WORKERS";
 pub const LOG: &str = "RECAST_LOG";
@@ -62,6 +63,7 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = crate::rules::DEFAULT_MAX_RESPONSE
 pub const DEFAULT_MAX_MAPPING_STEPS: u64 = crate::rules::DEFAULT_MAX_MAPPING_STEPS;
 pub const DEFAULT_MAX_SOURCE_CALLS: usize = crate::rules::DEFAULT_MAX_SOURCE_CALLS;
 pub const DEFAULT_MAX_COMPOSED_BYTES: usize = 64 << 20;
+pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 1 << 30;
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 10_000;
 pub const DEFAULT_LOG: &str = "info";
 pub const DEFAULT_MAX_INFLIGHT: usize = 4096;
@@ -177,6 +179,11 @@ pub struct Config {
     #[arg(long, env = MAX_COMPOSED_BYTES, default_value_t = DEFAULT_MAX_COMPOSED_BYTES)]
     pub max_composed_bytes: usize,
 
+    /// Bytes of upstream answers all calls may hold at once (from an answer's arrival until its
+    /// call has answered); past it new route calls answer 503 with `Retry-After`.
+    #[arg(long, env = MAX_BUFFERED_BYTES, default_value_t = DEFAULT_MAX_BUFFERED_BYTES)]
+    pub max_buffered_bytes: usize,
+
     /// How long in-flight requests may take to finish after SIGTERM/SIGINT, in milliseconds.
     #[arg(long, env = SHUTDOWN_GRACE_MS, default_value_t = DEFAULT_SHUTDOWN_GRACE_MS)]
     pub shutdown_grace_ms: u64,
@@ -288,6 +295,7 @@ impl Default for Config {
             max_mapping_steps: DEFAULT_MAX_MAPPING_STEPS,
             max_source_calls: DEFAULT_MAX_SOURCE_CALLS,
             max_composed_bytes: DEFAULT_MAX_COMPOSED_BYTES,
+            max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
             shutdown_grace_ms: DEFAULT_SHUTDOWN_GRACE_MS,
             workers: None,
             log: DEFAULT_LOG.to_owned(),
@@ -421,6 +429,7 @@ mod tests {
             MAX_MAPPING_STEPS,
             MAX_SOURCE_CALLS,
             MAX_COMPOSED_BYTES,
+            MAX_BUFFERED_BYTES,
             SHUTDOWN_GRACE_MS,
             WORKERS,
             LOG,

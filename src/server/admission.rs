@@ -136,3 +136,54 @@ mod tests {
         assert!(!is_admin_path(&["healthz"]));
     }
 }
+
+/// The upstream answers all calls hold at once (`RECAST_MAX_BUFFERED_BYTES`): counted from an
+/// answer's arrival until its call has answered; while past the bound, new route calls answer
+/// 503 at once.
+#[derive(Debug)]
+pub(crate) struct Buffered {
+    held: AtomicUsize,
+    max: usize,
+}
+
+impl Buffered {
+    pub(crate) fn new(max: usize) -> Buffered {
+        Buffered { held: AtomicUsize::new(0), max }
+    }
+
+    /// Whether the bound is passed: a new call is not taken.
+    pub(crate) fn full(&self) -> bool {
+        self.held.load(Ordering::Relaxed) > self.max
+    }
+
+    /// Holds `bytes` until the returned guard is dropped.
+    pub(crate) fn hold(&self, bytes: usize) -> Held<'_> {
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+        Held { buffered: self, bytes }
+    }
+
+    pub(crate) fn limit(&self) -> usize {
+        self.max
+    }
+
+    /// Holds `bytes` more, for a holder that keeps its own count and calls [`Buffered::release`].
+    pub(crate) fn add(&self, bytes: usize) {
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn release(&self, bytes: usize) {
+        self.held.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// Bytes held in [`Buffered`] until dropped.
+pub(crate) struct Held<'b> {
+    buffered: &'b Buffered,
+    bytes: usize,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.buffered.held.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}

@@ -148,6 +148,10 @@ async fn forward(
     if *request.method != route.method {
         return Err(ApiError::MethodNotAllowed { allow: method_name(&route.method) });
     }
+    // The upstream answers calls hold (RECAST_MAX_BUFFERED_BYTES): past the bound, no new call.
+    if state.buffered.full() {
+        return Err(ApiError::Buffered { limit: state.buffered.limit() });
+    }
     let body = match request.body {
         Some(body) => read_body(state, request.headers, body).await?,
         None => Vec::new(),
@@ -371,6 +375,8 @@ async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcom
             };
         }
     };
+    // Held from here until it is mapped (RECAST_MAX_BUFFERED_BYTES).
+    let _held = state.buffered.hold(answer.body.len());
     let (mapped, map) = map_answer(state, route, &mut answer);
     let mapped = mapped
         .map(|body| MappedAnswer {

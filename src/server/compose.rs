@@ -245,6 +245,18 @@ impl Shared {
     }
 }
 
+/// Lets go of the bytes a call's answers held in `RECAST_MAX_BUFFERED_BYTES`'s count.
+struct Release<'a> {
+    state: &'a State,
+    shared: &'a Shared,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.state.buffered.release(self.shared.bytes.load(Ordering::Relaxed));
+    }
+}
+
 /// Runs the composition of `route` for the caller's request and maps the document. A required
 /// failure answers as SPEC §2.3 says; `validating` for a registration's live call.
 pub(super) async fn run(
@@ -270,6 +282,8 @@ pub(super) async fn run(
         max_bytes: config.max_composed_bytes,
         max_calls: config.max_source_calls,
     };
+    // The answers this call holds (RECAST_MAX_BUFFERED_BYTES) are let go when it returns.
+    let _held = Release { state, shared: &shared };
     let who = Caller { mapped_auth };
     let sources = &composition.sources;
     let n = sources.len();
@@ -609,6 +623,7 @@ async fn one_call(state: &State, source: &Source, request: UpstreamRequest, shar
         return fail(Some(status), UpstreamFailure::Status(answer.status, answer.certificate_asked));
     }
     let total = shared.bytes.fetch_add(answer.body.len(), Ordering::Relaxed) + answer.body.len();
+    state.buffered.add(answer.body.len());
     if total > shared.max_bytes {
         return fail(Some(status), UpstreamFailure::ComposedTooLarge { limit: shared.max_bytes });
     }

@@ -101,6 +101,8 @@ pub struct State {
     client: UpstreamClient,
     admin: Option<AdminToken>,
     in_flight: InFlight,
+    /// Upstream answers held by calls (`RECAST_MAX_BUFFERED_BYTES`).
+    buffered: admission::Buffered,
     metrics: Arc<Metrics>,
     /// Starts every task the service spawns, behind the panic guard.
     tasks: Tasks,
@@ -268,6 +270,7 @@ pub async fn run_with(
         client,
         admin: config.admin_token.as_ref().map(AdminToken::new),
         in_flight: InFlight::new(config.max_inflight),
+        buffered: admission::Buffered::new(config.max_buffered_bytes),
         metrics,
         tasks: tasks.clone(),
         config,

@@ -102,6 +102,10 @@ pub enum ApiError {
     Starting,
     /// `RECAST_MAX_INFLIGHT` requests are already in flight.
     Overloaded,
+    /// The upstream answers calls hold passed `RECAST_MAX_BUFFERED_BYTES` (`limit`).
+    Buffered {
+        limit: usize,
+    },
     /// A stored route that cannot serve calls (its rules no longer compile, ...).
     RouteUnavailable(String),
     /// Storage failed; the change was not made.
@@ -281,6 +285,7 @@ impl ApiError {
             ApiError::Starting
             | ApiError::RouteUnavailable(_)
             | ApiError::Overloaded
+            | ApiError::Buffered { .. }
             | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Storage(_) | ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -306,7 +311,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method-not-allowed",
             ApiError::AuthRequired => "auth-required",
             ApiError::AdminTokenRequired => "admin-token-required",
-            ApiError::Overloaded => "overloaded",
+            ApiError::Overloaded | ApiError::Buffered { .. } => "overloaded",
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::NotAllowed(_) => "upstream-not-allowed",
                 UpstreamFailure::MappingLimit { .. }
@@ -354,6 +359,7 @@ impl ApiError {
             ApiError::AuthRequired => "This route needs X-Mapped-Auth",
             ApiError::AdminTokenRequired => "This endpoint needs the admin token",
             ApiError::Overloaded => "recast is at its limit of requests in flight",
+            ApiError::Buffered { .. } => "recast holds as many upstream answers as it may",
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::NotAllowed(_) => "The upstream's address is not allowed; nothing was sent",
                 UpstreamFailure::MappingLimit { .. } => "The mapping passed one of its limits",
@@ -462,6 +468,9 @@ impl ApiError {
                     .to_owned()
             }
             ApiError::Overloaded => "RECAST_MAX_INFLIGHT requests are in flight; try again in a moment".to_owned(),
+            ApiError::Buffered { limit } => format!(
+                "the upstream answers calls in flight hold passed {limit} bytes (RECAST_MAX_BUFFERED_BYTES); try again in a moment"
+            ),
             ApiError::Internal => {
                 "a bug in recast stopped this request; it is logged with the request id".to_owned()
             }
@@ -534,6 +543,7 @@ impl ApiError {
             ApiError::Starting
             | ApiError::RouteUnavailable(_)
             | ApiError::Overloaded
+            | ApiError::Buffered { .. }
             | ApiError::StoreUnavailable(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
@@ -617,6 +627,7 @@ mod tests {
             ApiError::AdminTokenRequired,
             ApiError::Starting,
             ApiError::Overloaded,
+            ApiError::Buffered { limit: 1 },
             ApiError::RouteUnavailable(String::new()),
             ApiError::Storage(String::new()),
             ApiError::StoreUnavailable(String::new()),

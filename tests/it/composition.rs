@@ -790,3 +790,50 @@ async fn a_cached_composition_is_keyed_on_what_it_reads_and_never_keeps_a_partia
     }
     service.stop().await;
 }
+
+#[tokio::test]
+async fn past_max_buffered_bytes_new_calls_answer_503_until_the_answers_are_let_go() {
+    use std::sync::atomic::Ordering;
+    let big =
+        Upstream::json(Box::leak(format!(r#"{{"pad":"{}"}}"#, "x".repeat(4000)).into_boxed_str())).await;
+    let held = silent_upstream().await;
+    let service = Service::start(Config { max_buffered_bytes: 2000, ..config() }).await;
+    let path = registered(
+        &service,
+        &json!({
+            "path": "buffered",
+            "sources": {"big": source(&big, "b"), "slow": {"originalApi": {"baseUrl": held.url}, "path": "s"}},
+            "rulesAsString": rules(&[("v", "slow.v")]),
+        }),
+    )
+    .await;
+    let single = crate::routes::registration(&big.url("/"), "", "");
+    let (status, single) = register(&service, &serde_json::from_str(&single).unwrap(), &[]).await;
+    assert_eq!(status, 201, "{single}");
+    held.answering.store(false, Ordering::SeqCst);
+    // One call holds the big answer while its slow source is held.
+    let url = service.url(&path);
+    let holding = tokio::spawn(async move { get(&url).await });
+    crate::support::reached(&held.waiting, 1, "the slow source was not called").await;
+    let refused = get(&service.url(&path)).await;
+    refused.assert_problem(503, "overloaded");
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert!(String::from_utf8_lossy(&refused.body).contains("RECAST_MAX_BUFFERED_BYTES"));
+    // A single-upstream route is refused as well: the bound is the process's.
+    get(&service.url(single["path"].as_str().unwrap())).await.assert_problem(503, "overloaded");
+    holding.abort();
+    let _ = holding.await;
+    held.answering.store(true, Ordering::SeqCst);
+    // The call is gone: what it held is let go, and calls are taken again.
+    let mut answered = 0;
+    for _ in 0..100 {
+        let answer = get(&service.url(&path)).await;
+        if answer.status != 503 {
+            answered = answer.status.as_u16();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(answered, 200, "calls were still refused after the holding call ended");
+    service.stop().await;
+}
