@@ -1015,3 +1015,28 @@ async fn a_rate_limit_holds_for_the_whole_cluster_and_the_shares_move_when_a_nod
         }
     }
 }
+
+#[tokio::test]
+async fn a_composition_registered_on_one_node_serves_on_the_other() {
+    let user = Upstream::json(r#"{"name":"Ada","no":1042}"#).await;
+    let orders = Upstream::json(r#"{"items":[{"price":2},{"price":3}]}"#).await;
+    let cluster = Cluster::start(2).await;
+    let nodes = [cluster.node(0).await, cluster.node(1).await];
+    let body = format!(
+        r#"{{"path":"dash","sources":{{"user":{{"originalApi":{{"baseUrl":"{}"}},"path":"u","authHeader":{{"type":"Bearer","token":"canary-composed-c1d2"}}}},"orders":{{"originalApi":{{"baseUrl":"{}"}},"path":"o/{{{{user.no}}}}","after":["user"]}}}},"rulesAsString":{{"newBodyFields":{{"name":{{"key":"name","type":"String"}},"total":{{"key":"total","type":"Int"}}}},"oldBodyFields":{{"name":{{"expr":"user.name"}},"total":{{"expr":"sum(orders.items[*].price)"}}}}}}}}"#,
+        user.url("/"),
+        orders.url("/")
+    );
+    let answer = send(Method::POST, &nodes[0].url("/v1/mapping"), &[], body).await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    let uuid = answer.json().get("uuid").and_then(Json::as_str).unwrap().to_owned();
+    converges(&nodes[1], &uuid, "dash", Ok(r#"{"name":"Ada","total":5}"#), Duration::from_secs(1)).await;
+    assert_eq!(orders.received().pop().unwrap().uri.path(), "/o/1042");
+    assert_eq!(user.received().pop().unwrap().headers["authorization"], "Bearer canary-composed-c1d2");
+    // The database holds the composition sealed, its token included.
+    let sql = cluster.sql().await;
+    let rows = sql.query("SELECT record FROM recast_routes WHERE record IS NOT NULL", &[]).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    let record: Vec<u8> = rows[0].get(0);
+    assert!(!record.windows(15).any(|w| w == b"canary-composed"), "a token in the clear in the database");
+}
