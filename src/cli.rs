@@ -98,6 +98,67 @@ pub fn check(rules: &Path, limits: &Limits) -> Outcome {
     }
 }
 
+/// `recast check --registration FILE`: checks a whole registration body as the service does
+/// before its live call (its shape, its settings, a composed route's sources, templates and graph,
+/// its rules) and lists every problem at its place in the body (exit 1), or says it is valid
+/// (exit 0). It makes no call: the live call is the service's.
+pub fn check_registration(file: &Path, limits: &Limits) -> Outcome {
+    let text = match read(file, "registration file") {
+        Ok(text) => text,
+        Err(outcome) => return outcome,
+    };
+    let value: serde_json::Value = match serde_json::from_slice(&text) {
+        Ok(value) => value,
+        Err(_) => {
+            let why =
+                json::diagnose(&text, 127).err().map_or_else(|| "not JSON".to_owned(), |e| e.to_string());
+            return Outcome::failed(Exit::Problems, format!("error: {}: not JSON: {why}\n", file.display()));
+        }
+    };
+    let mut problems = crate::route::shape::check(&value);
+    let mut sources = 0;
+    if problems.is_empty() {
+        match serde_json::from_value::<crate::route::Registration>(value.clone()) {
+            Err(e) => problems.push(crate::rules::Problem::new("", e.to_string())),
+            Ok(registration) => match registration.validate_with(false, None, limits) {
+                Ok(config) => sources = config.sources.len(),
+                Err(found) => problems = found,
+            },
+        }
+    }
+    let mut targets = 0;
+    let mut report = String::new();
+    if let Some(rules) = value.get("rulesAsString").filter(|rules| !rules.is_null()) {
+        match compile_json(rules.to_string().as_bytes(), limits) {
+            Ok(compiled) => {
+                targets = compiled.plan.target_count();
+                for warning in &compiled.warnings {
+                    report.push_str(&format!(
+                        "warning: /rulesAsString{}: {}\n",
+                        warning.location, warning.message
+                    ));
+                }
+            }
+            Err(found) => problems.extend(
+                found
+                    .into_iter()
+                    .map(|p| crate::rules::Problem::new(format!("/rulesAsString{}", p.location), p.message)),
+            ),
+        }
+    }
+    if problems.is_empty() {
+        let what = if sources > 0 { format!("{sources} sources, ") } else { String::new() };
+        report
+            .push_str(&format!("{}: the registration is valid ({what}{targets} targets)\n", file.display()));
+        return Outcome::ok(Vec::new(), report);
+    }
+    for problem in &problems {
+        report.push_str(&format!("error: {}: {}\n", problem.location, problem.message));
+    }
+    report.push_str(&format!("{}: {} problem(s)\n", file.display(), problems.len()));
+    Outcome::failed(Exit::Problems, report)
+}
+
 /// `recast preview --rules FILE --input FILE [--trace]`: maps the input with the rules, as
 /// `POST /v1/preview` does, and prints the same JSON.
 pub fn preview(rules: &Path, input: &Path, traced: bool, limits: &Limits) -> Outcome {

@@ -34,11 +34,17 @@ enum Command {
     /// Run the service. Every setting is a flag and a RECAST_* environment variable.
     Serve(Box<Config>),
     /// Compile a rules file and list every problem (exit 1 when there is one).
+    #[command(group = clap::ArgGroup::new("what").required(true))]
     Check {
         /// The rules: a JSON file holding the rules object, or a JSON string holding it (`-`:
         /// standard input).
-        #[arg(long)]
-        rules: PathBuf,
+        #[arg(long, group = "what")]
+        rules: Option<PathBuf>,
+        /// A whole registration body (`POST /v1/mapping`), a composed route's sources and their
+        /// graph included, checked as the service checks it before its live call (`-`: standard
+        /// input).
+        #[arg(long, group = "what")]
+        registration: Option<PathBuf>,
         #[command(flatten)]
         limits: LimitArgs,
     },
@@ -91,6 +97,9 @@ struct LimitArgs {
     /// Steps of work one mapping may take.
     #[arg(long, env = recast::config::MAX_MAPPING_STEPS, default_value_t = recast::config::DEFAULT_MAX_MAPPING_STEPS, value_parser = clap::value_parser!(u64).range(1..))]
     max_mapping_steps: u64,
+    /// Requests one call of a composed route may send, retries counted.
+    #[arg(long, env = recast::config::MAX_SOURCE_CALLS, default_value_t = recast::config::DEFAULT_MAX_SOURCE_CALLS, value_parser = clap::value_parser!(u16).range(1..).map(usize::from))]
+    max_source_calls: usize,
 }
 
 impl LimitArgs {
@@ -101,7 +110,7 @@ impl LimitArgs {
             max_expr_bytes: self.max_expr_bytes,
             max_response_bytes: self.max_response_bytes,
             max_mapping_steps: self.max_mapping_steps,
-            max_source_calls: recast::rules::DEFAULT_MAX_SOURCE_CALLS,
+            max_source_calls: self.max_source_calls,
         }
     }
 }
@@ -121,7 +130,13 @@ fn main() -> ExitCode {
             Ok(key) => cli::Outcome::ok(format!("{key}\n").into_bytes(), String::new()),
             Err(why) => cli::Outcome::failed(Exit::Unavailable, format!("{why}\n")),
         },
-        Command::Check { rules, limits } => cli::check(&rules, &limits.limits()),
+        Command::Check { rules: Some(rules), limits, .. } => cli::check(&rules, &limits.limits()),
+        Command::Check { registration: Some(registration), limits, .. } => {
+            cli::check_registration(&registration, &limits.limits())
+        }
+        Command::Check { .. } => {
+            cli::Outcome::failed(Exit::Usage, "give --rules or --registration\n".to_owned())
+        }
         Command::Preview { rules, input, trace, limits } => {
             cli::preview(&rules, &input, trace, &limits.limits())
         }

@@ -268,3 +268,47 @@ async fn the_help_names_every_command_the_docs_describe() {
         assert!(line.to_lowercase().contains(word), "recast --help says of routes: {line}");
     }
 }
+
+#[tokio::test]
+async fn check_registration_validates_a_composition_offline_graph_included() {
+    let dir = tempfile::tempdir().unwrap();
+    // The worked example of docs/composition.md, as written there.
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/composition.md")).unwrap();
+    let start = doc.find("```json registration\n").unwrap() + "```json registration\n".len();
+    let example = &doc[start..start + doc[start..].find("```").unwrap()];
+    let good = file(dir.path(), "dashboard.json", example);
+    let checked = recast(&["check", "--registration", &good]).await;
+    assert_eq!(code(&checked), 0, "{}", text(&checked.stderr));
+    assert!(
+        text(&checked.stderr).contains("the registration is valid (4 sources, 5 targets)"),
+        "{}",
+        text(&checked.stderr)
+    );
+
+    let cyclic = example
+        .replace(r#""after": ["user"], "forEach""#, r#""after": ["orders"], "forEach""#)
+        .replace(r#""limit": "5" }, "after": ["user"]"#, r#""limit": "5" }, "after": ["user", "city"]"#);
+    assert_ne!(cyclic, example);
+    let bad = file(dir.path(), "cyclic.json", &cyclic);
+    let checked = recast(&["check", "--registration", &bad]).await;
+    assert_eq!(code(&checked), 1, "{}", text(&checked.stderr));
+    let report = text(&checked.stderr);
+    assert!(
+        report.contains("error: /sources/city/after: the sources wait for each other in a cycle"),
+        "{report}"
+    );
+
+    let misplaced = example.replacen(
+        r#""path": "dashboard","#,
+        r#""path": "dashboard", "retry": {"attempts": 1, "on": [503]}, "rulesAsString2": 1,"#,
+        1,
+    );
+    let checked = recast(&["check", "--registration", &file(dir.path(), "misplaced.json", &misplaced)]).await;
+    assert_eq!(code(&checked), 1);
+    assert!(
+        text(&checked.stderr).contains("error: /rulesAsString2: unknown member"),
+        "{}",
+        text(&checked.stderr)
+    );
+    assert_eq!(code(&recast(&["check", "--rules", &good, "--registration", &good]).await), 2);
+}
