@@ -488,11 +488,47 @@ async function run() {
   );
   console.log('ok: the copied body parses, holds the rules and registers a route');
 
+  step = 'samples of several sources';
+  await page.click('#sources-box summary');
+  await page.fill('#source-names', 'user, Orders');
+  await page.click('#make-sources');
+  const refused = await page.textContent('#sources-status');
+  check(refused.includes('"Orders" is not a source name'), 'a name that is not a source name is refused', refused);
+  await page.fill('#source-names', 'user, orders');
+  await page.click('#make-sources');
+  await page.fill('#source-user', '{"name": "Ada"}');
+  await page.fill('#source-orders', '{"items": [{"price": 5}, {"price": 7]');
+  await page.click('#compose-sample');
+  const broken = await page.textContent('#sources-status');
+  check(broken.startsWith('The sample of orders is not JSON'), 'a sample that is not JSON is named', broken);
+  await page.fill('#source-orders', '{"items": [{"price": 5}, {"price": 7}]}');
+  await page.fill(
+    '#rules',
+    JSON.stringify({
+      newBodyFields: { name: { key: 'name', type: 'String' }, total: { key: 'total', type: 'Int' }, ok: { key: 'ok', type: 'String' } },
+      oldBodyFields: { name: { expr: 'user.name' }, total: { expr: 'sum(orders.items[*].price)' }, ok: { expr: '_sources.orders.outcome' } },
+    }),
+  );
+  await page.click('#compose-sample');
+  await waitFor(
+    'the composed sample maps',
+    output,
+    (text) => text === JSON.stringify({ name: 'Ada', total: 12, ok: 'ok' }, null, 2),
+  );
+  const composed = JSON.parse(await page.inputValue('#sample'));
+  check(
+    isDeepStrictEqual(Object.keys(composed), ['user', 'orders', 'request', '_sources']),
+    'the sample is the document of the sources, request and _sources',
+    JSON.stringify(composed),
+  );
+  await screenshot('07-sources');
+  console.log('ok: samples of several sources make one composed sample');
+
   step = 'the dark colour scheme';
   await page.emulateMedia({ colorScheme: 'dark' });
   await page.fill('#rules', BROKEN_RULES);
   await waitFor('the problems show in the dark scheme', () => items('#errors'), (list) => list.length === 2);
-  await screenshot('07-dark');
+  await screenshot('08-dark');
   console.log('ok: dark colour scheme');
 
   step = 'nothing went wrong in the page';

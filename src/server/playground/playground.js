@@ -550,6 +550,67 @@ $('reset').addEventListener('click', () => {
   preview();
 });
 
+/** A source's name, as a composed route takes it (SPEC §2.3). */
+const SOURCE_NAME = /^[a-z][a-z0-9_]{0,31}$/;
+
+function sourcesStatus(text, kind) {
+  const status = $('sources-status');
+  status.textContent = text;
+  status.className = `status ${kind}`;
+}
+
+$('make-sources').addEventListener('click', () => {
+  const names = $('source-names').value.split(',').map((name) => name.trim()).filter((name) => name !== '');
+  const wrong = names.find((name) => !SOURCE_NAME.test(name) || name === 'request');
+  if (names.length === 0 || wrong !== undefined) {
+    sourcesStatus(
+      wrong === undefined
+        ? 'Name at least one source.'
+        : `"${wrong}" is not a source name: a lower-case letter, then up to 31 lower-case letters, digits or _ (and not "request").`,
+      'error',
+    );
+    return;
+  }
+  const box = $('source-samples');
+  box.replaceChildren();
+  for (const name of new Set(names)) {
+    const label = document.createElement('label');
+    label.textContent = `Sample answer of ${name}`;
+    const area = document.createElement('textarea');
+    area.id = `source-${name}`;
+    area.dataset.source = name;
+    area.rows = 5;
+    area.spellcheck = false;
+    area.value = '{}';
+    label.append(area);
+    box.append(label);
+  }
+  $('compose-sample').hidden = false;
+  sourcesStatus('', '');
+});
+
+$('compose-sample').addEventListener('click', () => {
+  const document_ = {};
+  const outcomes = {};
+  for (const area of $('source-samples').querySelectorAll('textarea')) {
+    const name = area.dataset.source;
+    try {
+      document_[name] = JSON.parse(area.value);
+    } catch (e) {
+      sourcesStatus(`The sample of ${name} is not JSON: ${e.message}`, 'error');
+      area.focus();
+      return;
+    }
+    outcomes[name] = { status: 200, outcome: 'ok' };
+  }
+  document_.request = { query: {}, headers: {}, body: null };
+  document_._sources = outcomes;
+  sample.area.value = JSON.stringify(document_, null, 2);
+  sample.paint();
+  preview();
+  sourcesStatus(`The sample is now the document of ${Object.keys(outcomes).join(', ')}.`, 'ok');
+});
+
 /** Quotes a text for a POSIX shell. */
 function shellQuote(text) {
   return `'${text.replaceAll("'", "'\\''")}'`;

@@ -1,0 +1,100 @@
+//! A composed route's own work (docs/composition.md), without the network: compiling a
+//! three-source composition (the schedule, templates, `when` and `forEach`), rendering a
+//! chained source's request over its context, and placing three answers in one document and
+//! mapping it, against mapping one answer alone. Run: `cargo bench --bench compose`.
+
+use std::hint::black_box;
+
+use criterion::Criterion;
+use recast::json::compose::{Member, with_members};
+use recast::route::composition::{Caller, Composition};
+use recast::route::sources;
+use recast::route::template::{Context, Scratch};
+use recast::rules::{Limits, compile_json};
+
+// Only the load documents are used here.
+#[allow(dead_code)]
+#[path = "common/documents.rs"]
+mod documents;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const SOURCES: &str = r#"{
+    "a": {"originalApi": {"baseUrl": "https://a.example/"}, "path": "recipes/{{request.query.id}}"},
+    "b": {"originalApi": {"baseUrl": "https://b.example/"}, "path": "areas", "queries": {"lang": "{{request.query.lang}}"}},
+    "c": {"originalApi": {"baseUrl": "https://c.example/v2/"}, "path": "categories/{{a.meals[0].idMeal}}/x",
+          "queries": {"area": "{{a.meals[0].strArea}}", "n": "5"}, "headers": {"X-Name": "{{a.meals[0].strMeal}}"},
+          "after": ["a"]}
+}"#;
+
+const RULES: &str = r#"{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"},"area":{"key":"area","type":"String"},"category":{"key":"category","type":"String"}},"oldBodyFields":{"id":{"expr":"a.meals[0].idMeal"},"name":{"expr":"a.meals[0].strMeal"},"area":{"expr":"b.meals[0].strArea"},"category":{"expr":"c.meals[0].strCategory"}}}"#;
+const SINGLE: &str = r#"{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"},"area":{"key":"area","type":"String"},"category":{"key":"category","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]},"area":{"keys":["strArea"],"parents":["meals"]},"category":{"keys":["strCategory"],"parents":["meals"]}}}"#;
+
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    let limits = Limits::default();
+    let given: serde_json::Value = serde_json::from_str(SOURCES).unwrap();
+    let configs = {
+        let mut problems = Vec::new();
+        let configs = sources::validate(&given, 64, &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        configs
+    };
+    let recipe = documents::load_recipe();
+    let mut group = criterion.benchmark_group("compose");
+    group.bench_function("compile three sources", |b| {
+        b.iter(|| {
+            black_box(Composition::compile(black_box(&configs), &[], uuid::Uuid::nil(), &limits).unwrap())
+        })
+    });
+    let composition = Composition::compile(&configs, &[], uuid::Uuid::nil(), &limits).unwrap();
+    let c = &composition.sources[composition.index_of("c").unwrap()];
+    let request_text = br#"{"query":{"id":"52772","lang":"en"},"headers":{},"body":null}"#.to_vec();
+    group.bench_function("render the chained source's request (context of request and a)", |b| {
+        b.iter(|| {
+            let (mut request, mut a) = (request_text.clone(), recipe.clone().into_bytes());
+            with_members(
+                &["request", "a"],
+                vec![Member::Text(&mut request), Member::Text(&mut a)],
+                64,
+                |doc| {
+                    let scratch = Scratch::new(1 << 20, 1 << 20);
+                    let arena = scratch.arena();
+                    let context = Context { doc, item: None, arena: &arena };
+                    black_box(c.request(&context, &Caller { mapped_auth: None }).unwrap())
+                },
+            )
+            .unwrap()
+        })
+    });
+    let plan = compile_json(RULES.as_bytes(), &limits).unwrap().plan;
+    group.bench_function("three answers in one document, mapped", |b| {
+        b.iter(|| {
+            let (mut a, mut bb, mut cc) =
+                (recipe.clone().into_bytes(), recipe.clone().into_bytes(), recipe.clone().into_bytes());
+            let mut out = Vec::new();
+            with_members(
+                &["a", "b", "c"],
+                vec![Member::Text(&mut a), Member::Text(&mut bb), Member::Text(&mut cc)],
+                64,
+                |doc| recast::exec::execute(&plan, doc, 0, &mut out),
+            )
+            .unwrap();
+            black_box(out)
+        })
+    });
+    let single = compile_json(SINGLE.as_bytes(), &limits).unwrap().plan;
+    group.bench_function("one answer mapped by a single route (three of them)", |b| {
+        b.iter(|| {
+            for _ in 0..3 {
+                let mut text = recipe.clone().into_bytes();
+                let mut out = Vec::new();
+                recast::exec::map_text(&single, &mut text, 64, &mut out).unwrap();
+                black_box(out);
+            }
+        })
+    });
+    group.finish();
+    criterion.final_summary();
+}
