@@ -31,6 +31,9 @@ pub struct TemplateError {
     pub message: String,
 }
 
+/// How many `}}` one template's expression may hold before the one that ends it.
+const MAX_CLOSINGS: usize = 8;
+
 /// The names an expression over the context may bind: `$item`, in a `forEach` source.
 pub const ITEM: &str = "item";
 
@@ -55,7 +58,13 @@ impl Template {
             let mut first_error = None;
             let mut found = None;
             let mut from = 0;
-            while let Some(close) = inner[from..].find("}}") {
+            let mut tried = 0;
+            // A `}}` inside an expression is rare (an object literal): a few are tried, so that
+            // a text of many `}}` costs no more than a few compilations per template.
+            while let Some(close) = inner[from..].find("}}")
+                && tried < MAX_CLOSINGS
+            {
+                tried += 1;
                 let end = from + close;
                 match expr::compile_bound(&inner[..end], max_depth, patterns, bound) {
                     Ok(program) => {
