@@ -187,7 +187,10 @@ impl Route {
         let upstream = if config.sources.is_empty() {
             Upstream::new(&config).map(|upstream| Target::Single(Box::new(upstream)))
         } else {
-            composition::Composition::compile(&config.sources, &config.forward_headers, uuid, limits)
+            // The worst case of calls is registration's check; a stored composition past a bound
+            // lowered since still serves, and each call is held to it as it runs.
+            let limits = Limits { max_source_calls: usize::MAX, ..*limits };
+            composition::Composition::compile(&config.sources, &config.forward_headers, uuid, &limits)
                 .map(|composition| Target::Composed(Arc::new(composition)))
                 .map_err(|problems| {
                     format!(

@@ -294,6 +294,10 @@ pub(super) async fn run(
     let mut running = FuturesUnordered::new();
     let deadline = tokio::time::Instant::now() + state.client.settings().total_timeout;
     loop {
+        // A required failure that just came starts nothing more.
+        if let Some(error) = settle(state, composition, &done, &mut counted, validating) {
+            return Err(error);
+        }
         // Start what no longer waits; a source done at once may free others.
         let mut progressed = true;
         while progressed {
@@ -330,19 +334,9 @@ pub(super) async fn run(
                 }
             }
         }
-        for (i, outcome) in done.iter().enumerate() {
-            if let Some(failure) = outcome.as_ref().and_then(|d| d.failure.as_ref())
-                && !counted[i]
-            {
-                counted[i] = true;
-                state.metrics.composed.failed(failure.kind(), sources[i].optional);
-            }
-        }
         // A required source that failed ends the call: what is under way is dropped here.
-        if let Some((i, failure)) = done.iter().enumerate().find_map(|(i, d)| {
-            d.as_ref().and_then(|d| d.failure.as_ref()).filter(|_| !sources[i].optional).map(|f| (i, f))
-        }) {
-            return Err(failure.to_error(&sources[i].name, validating));
+        if let Some(error) = settle(state, composition, &done, &mut counted, validating) {
+            return Err(error);
         }
         if done.iter().all(Option::is_some) {
             break;
@@ -438,6 +432,30 @@ pub(super) async fn run(
         }
         Err(why) => Err(ApiError::Upstream { failure: UpstreamFailure::NotJson(why), validating }),
     }
+}
+
+/// Counts the failures not counted yet (`recast_source_failures_total`), and answers the
+/// problem of the first required source that failed, if one did.
+fn settle(
+    state: &State,
+    composition: &Composition,
+    done: &[Option<Done>],
+    counted: &mut [bool],
+    validating: bool,
+) -> Option<ApiError> {
+    let sources = &composition.sources;
+    for (i, outcome) in done.iter().enumerate() {
+        if let Some(failure) = outcome.as_ref().and_then(|d| d.failure.as_ref())
+            && !counted[i]
+        {
+            counted[i] = true;
+            state.metrics.composed.failed(failure.kind(), sources[i].optional);
+        }
+    }
+    done.iter().enumerate().find_map(|(i, d)| {
+        let failure = d.as_ref()?.failure.as_ref().filter(|_| !sources[i].optional)?;
+        Some(failure.to_error(&sources[i].name, validating))
+    })
 }
 
 /// What starting a source comes to: done at once (skipped, failed), or calls to make.

@@ -837,3 +837,33 @@ async fn past_max_buffered_bytes_new_calls_answer_503_until_the_answers_are_let_
     assert_eq!(answered, 200, "calls were still refused after the holding call ended");
     service.stop().await;
 }
+
+#[tokio::test]
+async fn a_bound_lowered_after_registration_holds_each_call_and_sends_nothing_past_it() {
+    let ids = Upstream::json(r#"{"ids":[1,2,3]}"#).await;
+    let item = Upstream::json(r#"{"x":1}"#).await;
+    let dir = tempfile::TempDir::new().unwrap();
+    let service = Service::start_in(config(), dir.path()).await;
+    let path = registered(
+        &service,
+        &json!({
+            "path": "lowered",
+            "sources": {
+                "ids": source(&ids, "i"),
+                "each": with(source(&item, "e/{{$item}}"), json!({"after": ["ids"], "forEach": "ids.ids", "maxCalls": 4, "concurrency": 1})),
+            },
+            "rulesAsString": rules(&[("x", "each[*].x")]),
+        }),
+    )
+    .await;
+    service.stop().await;
+    let service = Service::start_in(Config { max_source_calls: 2, ..config() }, dir.path()).await;
+    let before = item.received().len();
+    let answer = get(&service.url(&path)).await;
+    let problem = answer.assert_problem(502, "mapping-limit");
+    assert_eq!(problem.get("source").and_then(|s| s.as_str()), Some("each"));
+    assert!(String::from_utf8_lossy(&answer.body).contains("RECAST_MAX_SOURCE_CALLS"));
+    // `ids` took one of the two, `each` the other: one element was called, then nothing more.
+    assert_eq!(item.received().len() - before, 1);
+    service.stop().await;
+}
