@@ -121,6 +121,9 @@ const RESERVED: [&str; 13] = [
     "accept-encoding",
 ];
 
+/// Why a path with a `%` that starts no escape is refused.
+const LONE_PERCENT: &str = "a `%` in `path` must start an escape (`%` and two hex digits): before a template, a value could finish it";
+
 /// The longest rendered header value.
 pub const MAX_HEADER_VALUE: usize = 8 << 10;
 
@@ -196,6 +199,7 @@ impl Composition {
                 closure: &closure[i],
                 reads: Vec::new(),
                 item: config.for_each.is_some(),
+                item_only_request: true,
                 max_depth: limits.max_depth,
                 patterns: &mut patterns,
                 problems: &mut problems,
@@ -301,6 +305,8 @@ struct SourceCompiler<'c> {
     /// The sources read so far.
     reads: Vec<usize>,
     item: bool,
+    /// Whether the `forEach` expression reads only `request`.
+    item_only_request: bool,
     max_depth: usize,
     patterns: &'c mut Patterns,
     problems: &'c mut Vec<Problem>,
@@ -311,6 +317,7 @@ impl SourceCompiler<'_> {
         let before = self.problems.len();
         let when = config.when.as_ref().and_then(|text| self.expression(text, "when", false));
         let for_each = config.for_each.as_ref().and_then(|text| self.expression(text, "forEach", false));
+        self.item_only_request = for_each.as_ref().is_none_or(|e| e.only_request);
         let (prefix, path, path_query) = self.path(config);
         let mut query: Vec<(String, Slot)> = Vec::new();
         for (name, value) in path_query {
@@ -490,7 +497,8 @@ impl SourceCompiler<'_> {
     fn slot(&mut self, text: &str, location: String) -> Option<Slot> {
         match Template::compile(text, self.item, self.max_depth, self.patterns) {
             Ok(template) => {
-                let mut only_request = true;
+                // `$item` is a value of the `forEach` expression: of `request` only when it is.
+                let mut only_request = !text.contains("$item") || self.item_only_request;
                 for program in template.programs() {
                     only_request &= self.check_names(program, &location);
                 }
@@ -539,6 +547,10 @@ impl SourceCompiler<'_> {
             ));
             return (prefix, None, Vec::new());
         }
+        if !slot.template.escapes_complete() {
+            self.problems.push(Problem::new(&location, LONE_PERCENT));
+            return (prefix, None, Vec::new());
+        }
         match UpstreamPath::parse(&skeleton) {
             Err(why) => {
                 self.problems.push(Problem::new(&location, why));
@@ -553,8 +565,12 @@ impl SourceCompiler<'_> {
     }
 
     fn body(&mut self, text: &str) -> Option<BodyTemplate> {
-        let mut buffer = text.as_bytes().to_vec();
         let location = format!("{}/body", self.at);
+        self.body_located(text, location)
+    }
+
+    fn body_located(&mut self, text: &str, location: String) -> Option<BodyTemplate> {
+        let mut buffer = text.as_bytes().to_vec();
         let parsed = json::with_parsed(&mut buffer, self.max_depth, |doc| {
             let mut scratch = Vec::new();
             self.body_at(doc, 0, &mut location.clone(), &mut scratch)
@@ -616,6 +632,210 @@ impl SourceCompiler<'_> {
                 json::write::value(scratch, nodes, i);
                 BodyTemplate::Raw(String::from_utf8_lossy(scratch).into_owned())
             }
+        })
+    }
+}
+
+/// `request` of a context: `{"query": {...}, "headers": {...}, "body": <JSON or null>}`: each
+/// query parameter's text (a list of them when it repeats), the caller's headers named in
+/// `forward` (lower-case names), and the body when it is JSON (an error when it is not).
+pub fn request_context(
+    query: Option<&str>,
+    headers: &HeaderMap,
+    forward: &[HeaderName],
+    body: &[u8],
+    max_depth: usize,
+) -> Result<Vec<u8>, json::JsonError> {
+    let mut pairs: serde_json::Map<String, serde_json::Value> = serde_json::Map::new();
+    for (name, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        let value = serde_json::Value::String(value.into_owned());
+        match pairs.get_mut(name.as_ref()) {
+            None => {
+                pairs.insert(name.into_owned(), value);
+            }
+            Some(serde_json::Value::Array(values)) => values.push(value),
+            Some(first) => {
+                let first = first.take();
+                pairs.insert(name.into_owned(), serde_json::Value::Array(vec![first, value]));
+            }
+        }
+    }
+    let mut kept = serde_json::Map::new();
+    for name in forward {
+        if let Some(value) = headers.get(name).and_then(|v| v.to_str().ok()) {
+            kept.insert(name.as_str().to_owned(), serde_json::Value::String(value.to_owned()));
+        }
+    }
+    let mut text = Vec::with_capacity(64 + body.len());
+    text.extend_from_slice(b"{\"query\":");
+    text.extend_from_slice(serde_json::Value::Object(pairs).to_string().as_bytes());
+    text.extend_from_slice(b",\"headers\":");
+    text.extend_from_slice(serde_json::Value::Object(kept).to_string().as_bytes());
+    text.extend_from_slice(b",\"body\":");
+    if body.iter().all(u8::is_ascii_whitespace) {
+        text.extend_from_slice(b"null");
+    } else {
+        // The document puts the body two levels down.
+        json::diagnose(body, max_depth.saturating_sub(2))?;
+        text.extend_from_slice(body);
+    }
+    text.push(b'}');
+    Ok(text)
+}
+
+/// The templates of a route with `originalRoute` (SPEC §2.3: over `request` alone), each by the
+/// member it renders; a member without `{{` is not here and is sent as written.
+#[derive(Debug, Default)]
+pub struct RouteTemplates {
+    pub path: Option<RouteSlot>,
+    pub queries: Vec<(String, RouteSlot)>,
+    pub pre_queries: Vec<(String, RouteSlot)>,
+    pub headers: Vec<(String, RouteSlot)>,
+    pub pre_headers: Vec<(String, RouteSlot)>,
+    pub body: Option<RouteBody>,
+    pub pre_body: Option<RouteBody>,
+}
+
+/// A template of a route's text member.
+#[derive(Debug)]
+pub struct RouteSlot(Slot);
+
+/// A template of a route's body.
+#[derive(Debug)]
+pub struct RouteBody(BodyTemplate);
+
+/// What a route's templates are compiled from: its members as given, with their locations.
+pub struct RouteTexts<'a> {
+    pub path: &'a str,
+    pub queries: &'a std::collections::BTreeMap<String, String>,
+    pub pre_queries: &'a std::collections::BTreeMap<String, String>,
+    pub headers: &'a std::collections::BTreeMap<String, String>,
+    pub pre_headers: &'a std::collections::BTreeMap<String, String>,
+    pub body: Option<&'a str>,
+    pub pre_body: Option<&'a str>,
+}
+
+impl RouteTemplates {
+    /// Compiles the members of a route with `originalRoute` that hold `{{`; their expressions
+    /// may read `request` only. Every problem is located in the registration.
+    pub fn compile(texts: &RouteTexts<'_>, limits: &Limits) -> Result<RouteTemplates, Vec<Problem>> {
+        let mut problems = Vec::new();
+        let mut patterns = Patterns::default();
+        let mut compiler = SourceCompiler {
+            at: "/originalRoute".to_owned(),
+            names: &[],
+            closure: &[],
+            reads: Vec::new(),
+            item: false,
+            item_only_request: true,
+            max_depth: limits.max_depth,
+            patterns: &mut patterns,
+            problems: &mut problems,
+        };
+        let mut templates = RouteTemplates::default();
+        if texts.path.contains("{{")
+            && let Some(slot) = compiler.slot(texts.path, "/originalRoute/path".to_owned())
+        {
+            let (skeleton, after_query) = slot.template.skeleton();
+            if after_query {
+                compiler.problems.push(Problem::new(
+                    "/originalRoute/path",
+                    "a template after `?` or `#` in `path` would write into the query; put it in `queries`",
+                ));
+            } else if !slot.template.escapes_complete() {
+                compiler.problems.push(Problem::new("/originalRoute/path", LONE_PERCENT));
+            } else if let Err(why) = UpstreamPath::parse(&skeleton) {
+                compiler.problems.push(Problem::new("/originalRoute/path", why));
+            } else {
+                templates.path = Some(RouteSlot(slot));
+            }
+        }
+        let mut texts_of = |map: &std::collections::BTreeMap<String, String>,
+                            at: &str,
+                            into: &mut Vec<(String, RouteSlot)>| {
+            for (name, value) in map.iter().filter(|(_, v)| v.contains("{{")) {
+                let mut location = at.to_owned();
+                push_pointer(&mut location, name);
+                if let Some(slot) = compiler.slot(value, location) {
+                    into.push((name.clone(), RouteSlot(slot)));
+                }
+            }
+        };
+        texts_of(texts.queries, "/originalRoute/queries", &mut templates.queries);
+        texts_of(texts.pre_queries, "/preConfiguredQueries", &mut templates.pre_queries);
+        texts_of(texts.headers, "/originalRoute/headers", &mut templates.headers);
+        texts_of(texts.pre_headers, "/preConfiguredHeaders", &mut templates.pre_headers);
+        if let Some(body) = texts.body.filter(|b| b.contains("{{")) {
+            templates.body = compiler.body_located(body, "/originalRoute/body".to_owned()).map(RouteBody);
+        }
+        if let Some(body) = texts.pre_body.filter(|b| b.contains("{{")) {
+            templates.pre_body = compiler.body_located(body, "/preConfiguredBody".to_owned()).map(RouteBody);
+        }
+        if problems.is_empty() { Ok(templates) } else { Err(problems) }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.path.is_none()
+            && self.queries.is_empty()
+            && self.pre_queries.is_empty()
+            && self.headers.is_empty()
+            && self.pre_headers.is_empty()
+            && self.body.is_none()
+            && self.pre_body.is_none()
+    }
+}
+
+impl RouteSlot {
+    /// The text rendered for a path (each value one segment, percent-encoded), or `None` for a
+    /// query or header value (as it is; a header value is checked to be one line).
+    pub fn render<'d>(&'d self, context: &Context<'d, '_>, path: bool) -> Result<String, SourceError> {
+        let slot = &self.0;
+        let mut out = String::new();
+        if path {
+            let mut ranges = Vec::new();
+            slot.template
+                .render_tracked(context, encode_segment, &mut out, &mut ranges)
+                .map_err(|e| failure(&slot.location, true, e))?;
+            let text = out.split('?').next().unwrap_or_default().to_owned();
+            check_segments(&text, &ranges, 0).map_err(|why| SourceError::Template {
+                location: slot.location.clone(),
+                why,
+                only_request: true,
+            })?;
+        } else {
+            slot.template.render(context, as_is, &mut out).map_err(|e| failure(&slot.location, true, e))?;
+        }
+        Ok(out)
+    }
+
+    /// [`RouteSlot::render`] of a header value: one line of visible ASCII, at most 8 KiB.
+    pub fn render_header<'d>(&'d self, context: &Context<'d, '_>) -> Result<String, SourceError> {
+        let value = self.render(context, false)?;
+        let bad = |why: &str| SourceError::Template {
+            location: self.0.location.clone(),
+            why: why.to_owned(),
+            only_request: true,
+        };
+        if value.len() > MAX_HEADER_VALUE {
+            return Err(bad("the rendered header value is longer than 8 KiB"));
+        }
+        if !value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)) {
+            return Err(bad(
+                "the rendered header value holds a character other than visible ASCII, space or tab",
+            ));
+        }
+        Ok(value)
+    }
+}
+
+impl RouteBody {
+    pub fn render<'d>(&'d self, context: &Context<'d, '_>) -> Result<String, SourceError> {
+        let mut out = Vec::new();
+        self.0.write(context, &mut out)?;
+        String::from_utf8(out).map_err(|_| SourceError::Template {
+            location: "/originalRoute/body".to_owned(),
+            why: "the rendered body is not UTF-8".to_owned(),
+            only_request: true,
         })
     }
 }
@@ -795,6 +1015,14 @@ fn check_segments(path: &str, ranges: &[(usize, usize)], start: usize) -> Result
                 if decoded.is_empty() { "empty" } else { "as `.` or `..`" }
             ));
         }
+        // Sent encoded, `..%2Fadmin` is one segment; an upstream that decodes `%2F` before it
+        // resolves a path would read `../admin`: refused as well.
+        if decoded.split(['/', '\\']).any(|part| part == "." || part == "..") {
+            return Err(
+                "a path segment with a template renders `.` or `..` between slashes once decoded, which an upstream could take as a step up"
+                    .to_owned(),
+            );
+        }
     }
     Ok(())
 }
@@ -956,14 +1184,14 @@ mod tests {
                   "authHeader": {"type": "Bearer", "token": "t"}},
         }))
         .unwrap();
-        let context = json!({"request": {"query": {"id": "7/../..", "n": ["1", "2"]}, "body": {"k": [1, null]}}, "__item": null});
+        let context = json!({"request": {"query": {"id": "7/a b", "n": ["1", "2"]}, "body": {"k": [1, null]}}, "__item": null});
         let rendered = request(&composition, "a", context).unwrap();
-        assert_eq!(rendered.uri.to_string(), "https://api.example/v2/users/7%2F..%2F../x?fixed=2&n=1&n=2");
+        assert_eq!(rendered.uri.to_string(), "https://api.example/v2/users/7%2Fa%20b/x?fixed=2&n=1&n=2");
         assert_eq!(rendered.method, Method::PUT);
-        assert_eq!(rendered.headers["x-id"], "id 7/../..");
+        assert_eq!(rendered.headers["x-id"], "id 7/a b");
         assert_eq!(rendered.headers["authorization"], "Bearer t");
         // (The body's members in name order: registration reads it so.)
-        assert_eq!(&rendered.body[..], br#"{"text":"id=7/../..","whole":{"k":[1,null]}}"#);
+        assert_eq!(&rendered.body[..], br#"{"text":"id=7/a b","whole":{"k":[1,null]}}"#);
         assert_eq!(rendered.headers["content-type"], "application/json");
         // What cannot stay where it is written fails the source, naming the place and the type.
         let fails = |query: serde_json::Value| {

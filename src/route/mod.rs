@@ -74,9 +74,14 @@ pub struct RouteConfig {
     /// upstream (`originalRoute`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<sources::SourceConfig>,
-    /// The caller's headers a composed route's templates may read (lower-case names).
+    /// The caller's headers templates may read (lower-case names).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forward_headers: Vec<String>,
+    /// Whether `{{ expr }}` in the members of `originalRoute` and the `preConfigured…` ones are
+    /// templates over `request` (SPEC §2.3); a route stored before templates existed has none,
+    /// and its text is sent as written.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub templates: bool,
 }
 
 /// A route's `cache` member: how long a mapped answer is fresh, and how long after that it may
@@ -185,7 +190,7 @@ impl Route {
     pub fn new(uuid: Uuid, created_at: u64, updated_at: u64, config: RouteConfig, limits: &Limits) -> Route {
         let rules = compile_json(config.rules.as_bytes(), limits);
         let upstream = if config.sources.is_empty() {
-            Upstream::new(&config).map(|upstream| Target::Single(Box::new(upstream)))
+            Upstream::new(&config, limits).map(|upstream| Target::Single(Box::new(upstream)))
         } else {
             // The worst case of calls is registration's check; a stored composition past a bound
             // lowered since still serves, and each call is held to it as it runs.

@@ -256,7 +256,10 @@ impl Registration {
         if let Err(why) = BaseUrl::parse(&base_url) {
             problems.push(Problem::new("/originalRoute/originalApi/baseUrl", why));
         }
-        if let Err(why) = UpstreamPath::parse(&original.path) {
+        // A path with templates is checked with them (`RouteTemplates::compile`, below).
+        if !original.path.contains("{{")
+            && let Err(why) = UpstreamPath::parse(&original.path)
+        {
             problems.push(Problem::new("/originalRoute/path", why));
         }
         let headers = original.headers.clone().unwrap_or_default();
@@ -300,6 +303,23 @@ impl Registration {
                 false
             }
         };
+        let forward_headers = super::sources::forward_headers(self.forward_headers.as_ref(), &mut problems);
+        let queries = original.queries.clone().unwrap_or_default();
+        let pre_queries = self.pre_configured_queries.clone().unwrap_or_default();
+        let body = json_text(original.body.as_deref());
+        let pre_body = json_text(self.pre_configured_body.as_deref());
+        let texts = super::composition::RouteTexts {
+            path: &original.path,
+            queries: &queries,
+            pre_queries: &pre_queries,
+            headers: &headers,
+            pre_headers: &pre_headers,
+            body: body.as_deref(),
+            pre_body: pre_body.as_deref(),
+        };
+        if let Err(found) = super::composition::RouteTemplates::compile(&texts, limits) {
+            problems.extend(found);
+        }
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -310,11 +330,11 @@ impl Registration {
             upstream_path: original.path.clone(),
             upstream_method,
             headers,
-            queries: original.queries.clone().unwrap_or_default(),
-            body: json_text(original.body.as_deref()),
-            pre_queries: self.pre_configured_queries.unwrap_or_default(),
+            queries,
+            body,
+            pre_queries,
             pre_headers,
-            pre_body: json_text(self.pre_configured_body.as_deref()),
+            pre_body,
             auth,
             rules: self.rules_as_string.get().to_owned(),
             cache,
@@ -324,7 +344,8 @@ impl Registration {
             http2_prior_knowledge,
             breaker,
             sources: Vec::new(),
-            forward_headers: Vec::new(),
+            forward_headers,
+            templates: true,
         })
     }
 
@@ -402,6 +423,7 @@ impl Registration {
             breaker: BreakerScope::Origin,
             sources,
             forward_headers,
+            templates: false,
         })
     }
 }

@@ -7,8 +7,12 @@ use http::{HeaderMap, HeaderValue, Method, Uri};
 
 use std::sync::Arc;
 
+use super::composition::{RouteTemplates, RouteTexts, SourceError, request_context};
 use super::registration::{BaseUrl, UpstreamPath};
+use super::template::{Context, Scratch};
 use super::{Auth, AuthKind, Route, RouteConfig, Target};
+use crate::json;
+use crate::rules::Limits;
 use crate::upstream::{RouteTls, TokenRequest, UpstreamRequest};
 
 /// The fixed parts of every upstream request of a route.
@@ -28,6 +32,18 @@ pub(super) struct Upstream {
     oauth: Option<Arc<TokenRequest>>,
     /// The route's `tls`, read.
     tls: Option<Arc<RouteTls>>,
+    /// A route whose members hold templates over `request` (SPEC §2.3): they are rendered per
+    /// call into the parts above, which then hold the members' text with each template as its
+    /// expression's text (unused).
+    templates: Option<Templated>,
+}
+
+/// What rendering a route's templates needs.
+#[derive(Debug)]
+struct Templated {
+    templates: RouteTemplates,
+    forward: Vec<HeaderName>,
+    limits: Limits,
 }
 
 /// What a call takes from the client's request.
@@ -45,6 +61,9 @@ pub enum CallError {
     AuthRequired,
     /// The stored configuration no longer makes a request (reported like broken rules).
     Broken(String),
+    /// A template over the caller's request failed (where, and why: a type, never a value);
+    /// or the caller's body, which templates read, is not JSON.
+    Template { location: String, why: String },
 }
 
 pub const MAPPED_AUTH: HeaderName = HeaderName::from_static("x-mapped-auth");
@@ -75,6 +94,14 @@ impl Route {
                 return Err(CallError::Broken("a composed route has no single upstream".into()));
             }
             Err(why) => return Err(CallError::Broken(why.clone())),
+        };
+        let rendered;
+        let upstream = match &upstream.templates {
+            None => upstream,
+            Some(templated) => {
+                rendered = render(&self.config, templated, client)?;
+                &rendered
+            }
         };
         let mut headers = upstream.headers.clone();
         if let Some(from_client) = client.headers {
@@ -149,8 +176,121 @@ fn upstream_uri(prefix: &str, client_query: &str, configured: &[(String, String)
     Uri::try_from(uri).map_err(|e| format!("the upstream URL is invalid: {e}"))
 }
 
+/// The parts of one call of a route with templates: each templated member rendered over the
+/// caller's request, then built as a stored route's are.
+fn render(
+    config: &RouteConfig,
+    templated: &Templated,
+    client: &FromClient<'_>,
+) -> Result<Upstream, CallError> {
+    let empty = HeaderMap::new();
+    let headers = client.headers.unwrap_or(&empty);
+    let limits = &templated.limits;
+    let request = request_context(client.query, headers, &templated.forward, &client.body, limits.max_depth)
+        .map_err(|e| CallError::Template {
+            location: "(request body)".to_owned(),
+            why: format!("the body is not JSON: {e}"),
+        })?;
+    // The context: `{"request": ...}`.
+    let mut text = Vec::with_capacity(request.len() + 16);
+    text.extend_from_slice(b"{\"request\":");
+    text.extend_from_slice(&request);
+    text.push(b'}');
+    let mut config = config.clone();
+    let t = &templated.templates;
+    let rendered = json::with_parsed(&mut text, limits.max_depth, |doc| -> Result<(), SourceError> {
+        let scratch = Scratch::new(limits.max_expr_bytes, limits.max_mapping_steps);
+        let arena = scratch.arena();
+        let context = Context { doc, item: None, arena: &arena };
+        if let Some(path) = &t.path {
+            config.upstream_path = path.render(&context, true)?;
+        }
+        for (map, slots) in [(&mut config.queries, &t.queries), (&mut config.pre_queries, &t.pre_queries)] {
+            for (name, slot) in slots {
+                map.insert(name.clone(), slot.render(&context, false)?);
+            }
+        }
+        for (map, slots) in [(&mut config.headers, &t.headers), (&mut config.pre_headers, &t.pre_headers)] {
+            for (name, slot) in slots {
+                map.insert(name.clone(), slot.render_header(&context)?);
+            }
+        }
+        if let Some(body) = &t.body {
+            config.body = Some(body.render(&context)?);
+        }
+        if let Some(body) = &t.pre_body {
+            config.pre_body = Some(body.render(&context)?);
+        }
+        Ok(())
+    });
+    match rendered {
+        Ok(Ok(())) => {}
+        Ok(Err(SourceError::Template { location, why, .. })) => {
+            return Err(CallError::Template { location, why });
+        }
+        Ok(Err(SourceError::AuthRequired)) => return Err(CallError::AuthRequired),
+        Err(e) => return Err(CallError::Template { location: "(request)".to_owned(), why: e.to_string() }),
+    }
+    // The route was sound when stored: what the rendered values make of it is the caller's.
+    Upstream::parts(&config).map_err(|why| CallError::Template { location: "/originalRoute".to_owned(), why })
+}
+
 impl Upstream {
-    pub(super) fn new(config: &RouteConfig) -> Result<Upstream, String> {
+    pub(super) fn new(config: &RouteConfig, limits: &Limits) -> Result<Upstream, String> {
+        let templates = if config.templates {
+            let texts = RouteTexts {
+                path: &config.upstream_path,
+                queries: &config.queries,
+                pre_queries: &config.pre_queries,
+                headers: &config.headers,
+                pre_headers: &config.pre_headers,
+                body: config.body.as_deref(),
+                pre_body: config.pre_body.as_deref(),
+            };
+            let templates = RouteTemplates::compile(&texts, limits).map_err(|problems| {
+                format!(
+                    "its templates no longer compile: {}",
+                    problems.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("; ")
+                )
+            })?;
+            (!templates.is_empty()).then_some(templates)
+        } else {
+            None
+        };
+        let oauth = match &config.auth {
+            Auth::OAuth2(credentials) => Some(Arc::new(TokenRequest::new(credentials)?)),
+            _ => None,
+        };
+        let tls = match &config.tls {
+            Some(settings) => Some(Arc::new(
+                RouteTls::new(settings)
+                    .map_err(|(member, why)| format!("its tls.{member} is unusable: {why}"))?,
+            )),
+            None => None,
+        };
+        let Some(templates) = templates else {
+            return Ok(Upstream { oauth, tls, ..Upstream::parts(config)? });
+        };
+        // The parts are made per call; the base URL is checked once here (it has no templates).
+        BaseUrl::parse(&config.base_url)?;
+        let forward =
+            config.forward_headers.iter().filter_map(|h| HeaderName::from_bytes(h.as_bytes()).ok()).collect();
+        let mut skeleton = config.clone();
+        skeleton.upstream_path = String::new();
+        skeleton.queries.clear();
+        skeleton.pre_queries.clear();
+        skeleton.headers.clear();
+        skeleton.pre_headers.clear();
+        let mut upstream = Upstream::parts(&skeleton)?;
+        upstream.oauth = oauth;
+        upstream.tls = tls;
+        upstream.templates = Some(Templated { templates, forward, limits: *limits });
+        Ok(upstream)
+    }
+
+    /// The parts of the requests of `config` that do not change from call to call, without
+    /// its OAuth2 token request and `tls` (which [`Upstream::new`] reads once per route).
+    fn parts(config: &RouteConfig) -> Result<Upstream, String> {
         let base = BaseUrl::parse(&config.base_url)?.0;
         let path = UpstreamPath::parse(&config.upstream_path)?;
         let mut prefix = format!("{}://{}", base.scheme(), base.host_str().unwrap_or_default());
@@ -192,17 +332,6 @@ impl Upstream {
         let method =
             config.upstream_method.parse().map_err(|_| "the upstream method is invalid".to_owned())?;
         let uri = upstream_uri(&prefix, "", &query)?;
-        let oauth = match &config.auth {
-            Auth::OAuth2(credentials) => Some(Arc::new(TokenRequest::new(credentials)?)),
-            _ => None,
-        };
-        let tls = match &config.tls {
-            Some(settings) => Some(Arc::new(
-                RouteTls::new(settings)
-                    .map_err(|(member, why)| format!("its tls.{member} is unusable: {why}"))?,
-            )),
-            None => None,
-        };
-        Ok(Upstream { method, prefix, query, uri, headers, body, oauth, tls })
+        Ok(Upstream { method, prefix, query, uri, headers, body, oauth: None, tls: None, templates: None })
     }
 }

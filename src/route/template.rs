@@ -9,7 +9,7 @@
 
 use bumpalo::Bump;
 
-use crate::expr::{self, Arena, Budget, Doc as View, EvalError, Patterns, Program, Val};
+use crate::expr::{self, Arena, Budget, Doc as View, EvalError, EvalErrorKind, Patterns, Program, Val};
 use crate::json::Doc;
 
 /// A compiled template: its literal text and expressions, in order.
@@ -136,6 +136,22 @@ impl Template {
         (text, after_query)
     }
 
+    /// Whether every `%` of the template's own text starts an escape (`%` and two hex digits)
+    /// within that text: a lone `%` before a template would let a value finish the escape
+    /// (`%{{v}}` with `2F` writes `%2F`).
+    pub fn escapes_complete(&self) -> bool {
+        self.pieces.iter().all(|piece| match piece {
+            Piece::Text(text) => {
+                let bytes = text.as_bytes();
+                bytes.iter().enumerate().filter(|(_, b)| **b == b'%').all(|(i, _)| {
+                    bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                        && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit)
+                })
+            }
+            Piece::Expr(_) => true,
+        })
+    }
+
     /// A path's template without its leading `/` and its literal query (which comes after
     /// every expression: [`Template::skeleton`] says so).
     pub fn without_query(mut self) -> Template {
@@ -252,7 +268,7 @@ impl<'d, 'a> Context<'d, 'a> {
         // A program compiled without `$item` has no slot for it: the value is not set.
         let bound = [self.item.unwrap_or(Val::Null)];
         expr::evaluate_bound(program, nodes, root, self.arena, &bound)
-            .map_err(|e: EvalError| RenderError::Failed(e.to_string()))
+            .map_err(|e: EvalError| RenderError::Failed(safe_message(&e)))
     }
 
     /// Hands the text of `program`'s value (a scalar) to `f`.
@@ -264,6 +280,18 @@ impl<'d, 'a> Context<'d, 'a> {
     /// The view of the context for writing values.
     pub fn view(&self) -> View<'d> {
         View { nodes: self.doc }
+    }
+}
+
+/// An evaluation error in words that name no value: a wrong type and a bound are told as
+/// they are (their messages name types and bounds); a value out of its range or form (a
+/// date a format does not read) is told by its kind alone, since its message may quote it.
+fn safe_message(error: &EvalError) -> String {
+    match error.kind {
+        EvalErrorKind::InvalidValue => {
+            "a function or operator was given a value out of its range or form (invalid-value)".to_owned()
+        }
+        _ => error.to_string(),
     }
 }
 

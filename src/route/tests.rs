@@ -282,3 +282,51 @@ fn a_stored_token_is_the_same_for_every_caller_so_their_requests_share_a_digest(
     };
     assert_eq!(digest("Bearer alice"), digest("Bearer bob"));
 }
+
+#[test]
+fn templates_of_a_single_route_render_over_the_request_and_an_older_route_keeps_its_text() {
+    let c = config(
+        r#"{"originalApi":{"baseUrl":"https://api.example.org/v2/"},"path":"users/{{request.query.id}}","method":"POST","queries":{"lang":"{{request.headers.\"x-lang\" || 'en'}}"},"headers":{"X-Name":"n={{request.body.name}}"},"body":{"who":"{{request.body.name}}","all":"{{request.body}}"}}"#,
+        r#","forwardHeaders":["X-Lang"]"#,
+    );
+    assert!(c.templates);
+    let mut headers = HeaderMap::new();
+    headers.insert("x-lang", HeaderValue::from_static("fr"));
+    let client = FromClient {
+        query: Some("id=a/b%20c"),
+        headers: Some(&headers),
+        body: Bytes::from_static(br#"{"name":"Ada"}"#),
+    };
+    let r = request(c.clone(), &client);
+    // The value stays in its segment; the caller's query passes on as SPEC §2.2 says.
+    assert_eq!(r.uri.to_string(), "https://api.example.org/v2/users/a%2Fb%20c?id=a%2Fb+c&lang=fr");
+    assert_eq!(r.headers["x-name"], "n=Ada");
+    assert_eq!(&r.body[..], br#"{"who":"Ada","all":{"name":"Ada"}}"#);
+    // What a template reads is missing: the caller's mistake, at the template's place.
+    let route = Route::new(Uuid::nil(), 0, 0, c.clone(), &Limits::default());
+    let missing = FromClient { query: None, headers: None, body: Bytes::from_static(br#"{"name":"Ada"}"#) };
+    match route.upstream_request(&missing) {
+        Err(CallError::Template { location, why }) => {
+            assert_eq!(location, "/originalRoute/path");
+            assert!(why.contains("null"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A route stored before templates existed sends its text as written.
+    let mut older = config(
+        r#"{"originalApi":{"baseUrl":"https://api.example.org/"},"path":"x","queries":{"q":"{{request.query.id}}"}}"#,
+        "",
+    );
+    older.templates = false;
+    let stored: RouteConfig = serde_json::from_str(&serde_json::to_string(&older).unwrap()).unwrap();
+    assert!(!stored.templates);
+    let r = request(stored, &FromClient::default());
+    assert_eq!(r.uri.to_string(), "https://api.example.org/x?q=%7B%7Brequest.query.id%7D%7D");
+    // Templates read only `request`.
+    let json = format!(
+        r#"{{"path":"p","originalRoute":{{"originalApi":{{"baseUrl":"https://a.example/"}},"path":"x/{{{{user.id}}}}"}},"rulesAsString":{RULES}}}"#
+    );
+    let problems = registration(&json).validate(false, None).unwrap_err();
+    assert_eq!(problems[0].location, "/originalRoute/path");
+    assert!(problems[0].message.contains("`user`"), "{problems:?}");
+}

@@ -167,6 +167,7 @@ async fn forward(
             route.upstream_request(&client).map_err(|e| match e {
                 CallError::AuthRequired => ApiError::AuthRequired,
                 CallError::Broken(why) => ApiError::RouteUnavailable(why),
+                CallError::Template { location, why } => ApiError::Template { location, why, caller: true },
             })?
         }
     };

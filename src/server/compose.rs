@@ -18,13 +18,15 @@ use super::call::not_json;
 use super::problem::UpstreamFailure;
 use super::{ApiError, State};
 use crate::exec;
+use crate::expr::{Arena, Budget};
 use crate::json::compose::{Member, with_members};
 use crate::json::{self, Doc};
 use crate::metrics::SourceFailureKind;
-use crate::route::composition::{Caller, Composition, Source, SourceError};
-use crate::route::template::{Context, Scratch};
+use crate::route::composition::{Caller, Composition, Source, SourceError, request_context};
+use crate::route::template::Context;
 use crate::route::{MAPPED_AUTH, Route};
 use crate::upstream::{Outbound, UpstreamRequest};
+use bumpalo::Bump;
 
 /// The caller's request as a composed route reads it.
 pub(super) struct CallerRequest<'a> {
@@ -117,6 +119,8 @@ enum Value {
 struct Ended {
     status: Option<u16>,
     outcome: &'static str,
+    /// A failure other than an answer's status: its kind (`Recast-Partial`'s `status=`).
+    kind: Option<&'static str>,
 }
 
 /// A source that is done.
@@ -176,6 +180,17 @@ impl Failure {
         matches!(self, Failure::Upstream(UpstreamFailure::Timeout))
     }
 
+    /// A bound of the whole call (`RECAST_MAX_COMPOSED_BYTES`, `RECAST_MAX_SOURCE_CALLS`):
+    /// it ends the call, optional source or not.
+    fn is_call_bound(&self) -> bool {
+        matches!(
+            self,
+            Failure::Upstream(
+                UpstreamFailure::ComposedTooLarge { .. } | UpstreamFailure::TooManyCalls { .. }
+            )
+        )
+    }
+
     /// The problem a required source's failure answers with.
     fn to_error(&self, name: &str, validating: bool) -> ApiError {
         let error = match self {
@@ -206,7 +221,7 @@ impl Done {
     fn skipped() -> Done {
         Done {
             value: Value::Null,
-            ended: vec![Ended { status: None, outcome: "skipped" }],
+            ended: vec![Ended { status: None, outcome: "skipped", kind: None }],
             list: false,
             failure: None,
             failed_elements: 0,
@@ -219,7 +234,7 @@ impl Done {
         let outcome = if failure.is_timeout() { "timeout" } else { "failed" };
         Done {
             value: Value::Null,
-            ended: vec![Ended { status: None, outcome }],
+            ended: vec![Ended { status: None, outcome, kind: None }],
             list: false,
             failure: Some(failure),
             failed_elements: 0,
@@ -244,6 +259,10 @@ impl Shared {
         self.calls_left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(n)).is_ok()
     }
 }
+
+/// How long after the deadline the sources still out are given up (they end at the deadline
+/// by themselves, with what they have).
+const DEADLINE_SLACK: Duration = Duration::from_millis(20);
 
 /// Lets go of the bytes a call's answers held in `RECAST_MAX_BUFFERED_BYTES`'s count.
 struct Release<'a> {
@@ -285,6 +304,7 @@ pub(super) async fn run(
     // The answers this call holds (RECAST_MAX_BUFFERED_BYTES) are let go when it returns.
     let _held = Release { state, shared: &shared };
     let who = Caller { mapped_auth };
+    let budget = Budget::new(config.max_expr_bytes, config.max_mapping_steps);
     let sources = &composition.sources;
     let n = sources.len();
     let mut done: Vec<Option<Done>> = vec![None; n];
@@ -307,7 +327,7 @@ pub(super) async fn run(
                     continue;
                 }
                 started[i] = true;
-                match prepare(state, composition, i, &request_text, &done, &who) {
+                match prepare(state, composition, i, &request_text, &done, &who, &budget) {
                     Prepared::Done(outcome) => {
                         done[i] = Some(outcome);
                         progressed = true;
@@ -315,19 +335,12 @@ pub(super) async fn run(
                     Prepared::Calls { requests, list } => {
                         let source = &sources[i];
                         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-                        let bound = source.timeout.map_or(remaining, |t| t.min(remaining));
+                        let until = tokio::time::Instant::now()
+                            + source.timeout.map_or(remaining, |t| t.min(remaining));
                         let shared = &shared;
                         running.push(async move {
                             let started = Instant::now();
-                            let outcome = match tokio::time::timeout(
-                                bound,
-                                run_source(state, source, requests, list, shared),
-                            )
-                            .await
-                            {
-                                Ok(outcome) => outcome,
-                                Err(_) => Done::failed(Failure::Upstream(UpstreamFailure::Timeout)),
-                            };
+                            let outcome = run_source(state, source, requests, list, shared, until).await;
                             (i, Done { took: started.elapsed(), ..outcome })
                         });
                     }
@@ -347,8 +360,10 @@ pub(super) async fn run(
             return Err(ApiError::RouteUnavailable("its sources wait for each other".to_owned()));
         }
         tokio::select! {
+            biased;
             Some((i, outcome)) = running.next() => done[i] = Some(outcome),
-            () = tokio::time::sleep_until(deadline) => {
+            // Every source's calls end at the deadline by themselves; this is what is left.
+            () = tokio::time::sleep_until(deadline + DEADLINE_SLACK) => {
                 // Every required source answered: optional ones still out are `null`.
                 if let Some(i) = (0..n).find(|&i| done[i].is_none() && !sources[i].optional) {
                     let failure = Failure::Upstream(UpstreamFailure::Timeout);
@@ -373,9 +388,14 @@ pub(super) async fn run(
             (Some(failure), _) => Some(format!("{};status={}", source.name, failure.partial_status())),
             (None, 0) => None,
             (None, count) => {
+                // The first element that failed: the kind of its failure, or its status.
                 let status = outcome.ended.iter().find(|e| e.outcome != "ok").map_or_else(
                     || "failed".to_owned(),
-                    |e| e.status.map_or_else(|| e.outcome.to_owned(), |s| s.to_string()),
+                    |e| match (e.kind, e.status) {
+                        (Some(kind), _) => kind.to_owned(),
+                        (None, Some(status)) => status.to_string(),
+                        (None, None) => e.outcome.to_owned(),
+                    },
                 );
                 Some(format!("{};status={status};failed={count}", source.name))
             }
@@ -453,7 +473,7 @@ fn settle(
         }
     }
     done.iter().enumerate().find_map(|(i, d)| {
-        let failure = d.as_ref()?.failure.as_ref().filter(|_| !sources[i].optional)?;
+        let failure = d.as_ref()?.failure.as_ref().filter(|f| !sources[i].optional || f.is_call_bound())?;
         Some(failure.to_error(&sources[i].name, validating))
     })
 }
@@ -472,6 +492,7 @@ fn prepare(
     request_text: &[u8],
     done: &[Option<Done>],
     caller: &Caller<'_>,
+    budget: &Budget,
 ) -> Prepared {
     let source = &composition.sources[i];
     let config = &state.config;
@@ -481,8 +502,9 @@ fn prepare(
         .find(|&&j| done[j].as_ref().is_some_and(|d| d.failure.is_some()))
         .map(|&j| composition.sources[j].name.clone());
     let prepared = with_context(composition, source, request_text, done, config.max_depth, |doc| {
-        let scratch = Scratch::new(config.max_expr_bytes, config.max_mapping_steps);
-        let arena = scratch.arena();
+        // One budget for every source's templates, `when` and `forEach` in the call.
+        let bump = Bump::new();
+        let arena = Arena::new(&bump, budget);
         let context = Context { doc, item: None, arena: &arena };
         match source.wanted(&context) {
             Ok(false) => return Prepared::Done(Done::skipped()),
@@ -533,6 +555,7 @@ async fn run_source(
     requests: Vec<UpstreamRequest>,
     list: bool,
     shared: &Shared,
+    until: tokio::time::Instant,
 ) -> Done {
     // Identical rendered requests are sent once and their answer shared.
     let mut unique: Vec<UpstreamRequest> = Vec::new();
@@ -551,17 +574,27 @@ async fn run_source(
     }
     let calls = unique.len();
     let mut answers: Vec<Option<CallResult>> = vec![None; calls];
-    let mut stream = futures_util::stream::iter(
-        unique.into_iter().map(|request| one_call(state, source, request, shared)),
-    )
-    .buffered(source.concurrency);
+    // Each call ends at the source's bound: the answers that came before it are kept, and the
+    // elements still out are `timeout`.
+    let calls_of = unique.into_iter().map(|request| async move {
+        match tokio::time::timeout_at(until, one_call(state, source, request, shared)).await {
+            Ok(answer) => answer,
+            Err(_) => Err((None, UpstreamFailure::Timeout)),
+        }
+    });
+    let mut stream = futures_util::stream::iter(calls_of).buffered(source.concurrency);
     let mut index = 0;
     while let Some(answer) = stream.next().await {
         let failed = answer.is_err();
         answers[index] = Some(answer);
         index += 1;
-        // A required source fails at its first failed call; the others under way are dropped.
-        if failed && !source.optional {
+        // A required source fails at its first failed call (and any source at a bound of the
+        // whole call); the others under way are dropped.
+        let bound = matches!(
+            answers[index - 1],
+            Some(Err((_, UpstreamFailure::ComposedTooLarge { .. } | UpstreamFailure::TooManyCalls { .. })))
+        );
+        if failed && (!source.optional || bound) {
             break;
         }
     }
@@ -573,18 +606,23 @@ async fn run_source(
     for &at in &of_element {
         match &answers[at] {
             Some(Ok((status, body))) => {
-                ended.push(Ended { status: Some(*status), outcome: "ok" });
+                ended.push(Ended { status: Some(*status), outcome: "ok", kind: None });
                 values.push(Some(body.clone()));
             }
             Some(Err((status, why))) => {
                 let outcome = if matches!(why, UpstreamFailure::Timeout) { "timeout" } else { "failed" };
-                ended.push(Ended { status: *status, outcome });
+                let kind = match why {
+                    UpstreamFailure::Status(..) => None,
+                    other => Some(other.kind().label()),
+                };
+                ended.push(Ended { status: *status, outcome, kind });
                 values.push(None);
                 failed_elements += 1;
                 failure.get_or_insert_with(|| why.clone());
             }
             None => {
-                ended.push(Ended { status: None, outcome: "failed" });
+                // Not called: a required source failed at an element before it.
+                ended.push(Ended { status: None, outcome: "failed", kind: None });
                 values.push(None);
             }
         }
@@ -602,8 +640,8 @@ async fn run_source(
         };
     }
     // A `forEach` source fails when it is required and an element failed; an optional one
-    // keeps `null` at that element's place.
-    let failure = if source.optional { None } else { failure.map(Failure::Upstream) };
+    // keeps `null` at that element's place, unless the element passed a bound of the whole call.
+    let failure = failure.map(Failure::Upstream).filter(|f| !source.optional || f.is_call_bound());
     Done { value: Value::List(values), ended, list, failure, failed_elements, took: Duration::ZERO, calls }
 }
 
@@ -655,48 +693,17 @@ async fn one_call(state: &State, source: &Source, request: UpstreamRequest, shar
     Ok((status, Bytes::from(answer.body)))
 }
 
-/// `request` of the context: `{"query": {...}, "headers": {...}, "body": <JSON or null>}`.
+/// `request` of the context (`crate::route::composition::request_context`); a body that is
+/// not JSON answers 400.
 fn request_document(
     composition: &Composition,
     caller: &CallerRequest<'_>,
     max_depth: usize,
 ) -> Result<Vec<u8>, ApiError> {
-    let mut query: serde_json::Map<String, serde_json::Value> = serde_json::Map::new();
-    for (name, value) in url::form_urlencoded::parse(caller.query.unwrap_or_default().as_bytes()) {
-        let value = serde_json::Value::String(value.into_owned());
-        match query.get_mut(name.as_ref()) {
-            None => {
-                query.insert(name.into_owned(), value);
-            }
-            Some(serde_json::Value::Array(values)) => values.push(value),
-            Some(first) => {
-                let first = first.take();
-                query.insert(name.into_owned(), serde_json::Value::Array(vec![first, value]));
-            }
-        }
-    }
-    let mut headers = serde_json::Map::new();
-    for name in &composition.forward_headers {
-        if let Some(value) = caller.headers.get(name).and_then(|v| v.to_str().ok()) {
-            headers.insert(name.as_str().to_owned(), serde_json::Value::String(value.to_owned()));
-        }
-    }
-    let mut text = Vec::with_capacity(64 + caller.body.len());
-    text.extend_from_slice(b"{\"query\":");
-    text.extend_from_slice(serde_json::Value::Object(query).to_string().as_bytes());
-    text.extend_from_slice(b",\"headers\":");
-    text.extend_from_slice(serde_json::Value::Object(headers).to_string().as_bytes());
-    text.extend_from_slice(b",\"body\":");
-    if caller.body.iter().all(u8::is_ascii_whitespace) {
-        text.extend_from_slice(b"null");
-    } else {
-        json::diagnose(&caller.body, max_depth.saturating_sub(2)).map_err(|e| {
+    request_context(caller.query, caller.headers, &composition.forward_headers, &caller.body, max_depth)
+        .map_err(|e| {
             ApiError::bad_body(&caller.body, &e, |limit| format!("the body nests deeper than {limit} levels"))
-        })?;
-        text.extend_from_slice(&caller.body);
-    }
-    text.push(b'}');
-    Ok(text)
+        })
 }
 
 /// Runs `f` on a source's context: `request` and the values of the sources it reads.
@@ -766,7 +773,11 @@ fn sources_document(composition: &Composition, done: &[Done]) -> Vec<u8> {
             }
             out.extend_from_slice(b"]}");
         } else {
-            let e = outcome.ended.first().copied().unwrap_or(Ended { status: None, outcome: "skipped" });
+            let e = outcome.ended.first().copied().unwrap_or(Ended {
+                status: None,
+                outcome: "skipped",
+                kind: None,
+            });
             out.extend_from_slice(b":{\"status\":");
             status(&mut out, &e);
             out.extend_from_slice(b",\"outcome\":");

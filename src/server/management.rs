@@ -157,7 +157,8 @@ struct SourceView<'a> {
     original_api: BaseUrlView<'a>,
     path: &'a str,
     method: &'a str,
-    headers: &'a BTreeMap<String, String>,
+    /// An `Authorization` header a source sets itself is a credential: masked.
+    headers: BTreeMap<&'a str, &'a str>,
     queries: &'a BTreeMap<String, String>,
     body: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -293,7 +294,14 @@ impl<'a> RouteView<'a> {
                             original_api: BaseUrlView { base_url: &source.base_url },
                             path: &source.path,
                             method: &source.method,
-                            headers: &source.headers,
+                            headers: source
+                                .headers
+                                .iter()
+                                .map(|(name, value)| {
+                                    let masked = name.eq_ignore_ascii_case("authorization");
+                                    (name.as_str(), if masked { "***" } else { value.as_str() })
+                                })
+                                .collect(),
                             queries: &source.queries,
                             body: raw(&source.body),
                             auth_header: match &source.auth {

@@ -172,6 +172,7 @@ async fn live_call(
     let request = route.upstream_request(&client).map_err(|e| match e {
         CallError::AuthRequired => ApiError::AuthRequired,
         CallError::Broken(why) => ApiError::InvalidRequest(why),
+        CallError::Template { location, why } => ApiError::Template { location, why, caller: true },
     })?;
     // SPEC §2.1 step 1: the upstream's address against the outbound policy, before any call.
     let failed = |failure| ApiError::Upstream { failure, validating: true };

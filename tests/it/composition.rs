@@ -352,6 +352,8 @@ async fn a_required_failure_cancels_what_is_under_way_and_starts_nothing_more() 
     })
     .await;
     let later = Upstream::json("{}").await;
+    // Answers well, but only after `failing` has failed: what waits for it is never started.
+    let slow = Upstream::start(|_| Reply { delay: Duration::from_millis(600), ..Reply::json("{}") }).await;
     let service = Service::start(config()).await;
     let path = registered(
         &service,
@@ -360,7 +362,8 @@ async fn a_required_failure_cancels_what_is_under_way_and_starts_nothing_more() 
             "sources": {
                 "held": {"originalApi": {"baseUrl": held.url}, "path": "h"},
                 "failing": source(&failing, "f"),
-                "later": with(source(&later, "l"), json!({"after": ["held"]})),
+                "slow": source(&slow, "s"),
+                "later": with(source(&later, "l"), json!({"after": ["slow"]})),
             },
             "rulesAsString": rules(&[("v", "held.v")]),
         }),
@@ -376,7 +379,9 @@ async fn a_required_failure_cancels_what_is_under_way_and_starts_nothing_more() 
     assert!(started.elapsed() < Duration::from_secs(5), "the call waited for the held source");
     assert_eq!(held.waiting.load(Ordering::SeqCst), 1, "the held source was under way");
     crate::support::reached(&held.cancelled, 1, "the held source's connection was not closed").await;
-    assert_eq!(later.received().len(), later_before, "a source after the held one was started");
+    // `slow` answers after the failure: nothing waits for it any more, and `later` is never called.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(later.received().len(), later_before, "a source was started after a required failure");
     service.stop().await;
 }
 
@@ -480,12 +485,19 @@ async fn a_template_on_a_missing_query_parameter_answers_400_and_calls_nothing()
     let answer = get(&service.url(&format!("{path}?id=.."))).await;
     answer.assert_problem(400, "bad-request");
     assert_eq!(upstream.received().len(), before, "no call was made");
-    // A value with every dangerous character stays in its segment.
-    let hostile = "..%2Fadmin%40evil.example%2F%3Fx%3D1%23%20%0A";
+    // A step up hidden behind an encoded slash fails the source too: an upstream that decodes
+    // `%2F` first would take it as one.
+    for hidden in ["..%2Fadmin", "a%2F..%2F..%2Fadmin", "%2e%2e%2fadmin", "x%5C..%5Cy"] {
+        let answer = get(&service.url(&format!("{path}?id={hidden}"))).await;
+        answer.assert_problem(400, "bad-request");
+    }
+    assert_eq!(upstream.received().len(), before, "no call was made");
+    // A value with every other dangerous character stays in its segment.
+    let hostile = "%40evil.example%2F%3Fx%3D1%23%20%0A%25";
     let answer = get(&service.url(&format!("{path}?id={hostile}"))).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
     let call = upstream.received().pop().unwrap();
-    assert_eq!(call.uri.path(), "/users/..%2Fadmin%40evil.example%2F%3Fx%3D1%23%20%0A");
+    assert_eq!(call.uri.path(), "/users/%40evil.example%2F%3Fx%3D1%23%20%0A%25");
     assert_eq!(call.uri.query(), None);
     service.stop().await;
 }
@@ -661,8 +673,25 @@ async fn a_composition_is_listed_masked_and_survives_a_restart() {
     assert_eq!(listed["routes"][0]["sources"]["a"]["authHeader"], json!({"type": "Bearer", "token": "***"}));
     assert!(listed["routes"][0].get("originalRoute").is_none());
     service.stop().await;
-    let raw = std::fs::read_dir(dir.path()).unwrap().count();
-    assert!(raw > 0);
+    // The data directory holds the composition sealed: its token is in no file in the clear.
+    fn files_holding(dir: &std::path::Path, needle: &[u8], read: &mut usize) -> Vec<String> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                found.extend(files_holding(&path, needle, read));
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                *read += 1;
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    found.push(path.display().to_string());
+                }
+            }
+        }
+        found
+    }
+    let mut read = 0;
+    assert_eq!(files_holding(dir.path(), b"s3cret-token", &mut read), Vec::<String>::new());
+    assert!(read > 0, "the data directory has files");
     let service = Service::start_in(config(), dir.path()).await;
     let answer = get(&service.url(&path)).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
@@ -865,5 +894,95 @@ async fn a_bound_lowered_after_registration_holds_each_call_and_sends_nothing_pa
     assert!(String::from_utf8_lossy(&answer.body).contains("RECAST_MAX_SOURCE_CALLS"));
     // `ids` took one of the two, `each` the other: one element was called, then nothing more.
     assert_eq!(item.received().len() - before, 1);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn what_a_template_over_item_reads_is_the_sources_and_call_bounds_end_the_call() {
+    let ids = Upstream::json(r#"{"ids":[{"id":1},{"nope":2}]}"#).await;
+    let item = Upstream::json(r#"{"x":1}"#).await;
+    let big = Upstream::json(r#"{"pad":"0123456789012345678901234567890123456789"}"#).await;
+    let service = Service::start(Config { max_composed_bytes: 60, ..config() }).await;
+    // A `%` that starts no escape before a template is refused at registration.
+    let (status, problem) = register(
+        &service,
+        &json!({"path": "p", "sources": {"a": source(&ids, "files/%{{request.query.a}}")}, "rulesAsString": rules(&[("v", "a")])}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 400, "{problem}");
+    assert!(problem["errors"].to_string().contains("must start an escape"), "{problem}");
+    // `$item` is a value of `ids`' answer: a template over it that fails is not the caller's
+    // mistake (502 template-failed, not 400).
+    let (status, problem) = register(
+        &service,
+        &json!({
+            "path": "items",
+            "sources": {
+                "ids": source(&ids, "i"),
+                "each": with(source(&item, "e/{{$item.id}}"), json!({"after": ["ids"], "forEach": "ids.ids"})),
+            },
+            "rulesAsString": rules(&[("v", "each")]),
+        }),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 502, "{problem}");
+    assert_eq!(problem["type"], "https://recast.dev/problems/template-failed");
+    assert_eq!(problem["source"], "each");
+    // RECAST_MAX_COMPOSED_BYTES passed by an optional source still ends the call.
+    let (status, problem) = register(
+        &service,
+        &json!({
+            "path": "bytes",
+            "sources": {"ids": source(&ids, "i"), "big": with(source(&big, "b"), json!({"optional": true, "after": ["ids"]}))},
+            "rulesAsString": rules(&[("v", "ids")]),
+        }),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 502, "{problem}");
+    assert_eq!(problem["type"], "https://recast.dev/problems/mapping-limit");
+    assert_eq!(problem["source"], "big");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn an_optional_for_each_past_its_bound_keeps_what_came_and_a_header_credential_is_masked() {
+    let list = Upstream::json(r#"{"n":[1,2,3]}"#).await;
+    let item = Upstream::start(|received| {
+        // Element 2 answers after the source's bound.
+        let slow = received.uri.path().ends_with("/2");
+        Reply { delay: Duration::from_millis(if slow { 1500 } else { 0 }), ..Reply::json(r#"{"x":1}"#) }
+    })
+    .await;
+    let service = Service::start(config()).await;
+    let path = registered(
+        &service,
+        &json!({
+            "path": "partial-list",
+            "sources": {
+                "list": with(source(&list, "l"), json!({"headers": {"Authorization": "Bearer hdr-secret-1"}})),
+                "each": with(source(&item, "e/{{$item}}"), json!({
+                    "after": ["list"], "forEach": "list.n", "optional": true, "timeoutMs": 300, "concurrency": 3,
+                })),
+            },
+            "rulesAsString": rules(&[("each", "each"), ("why", "_sources.each")]),
+        }),
+    )
+    .await;
+    let answer = get(&service.url(&path)).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    assert_eq!(
+        body(&answer),
+        json!({
+            "each": [{"x": 1}, null, {"x": 1}],
+            "why": {"status": [200, null, 200], "outcome": ["ok", "timeout", "ok"]},
+        })
+    );
+    assert_eq!(answer.header("recast-partial"), Some("each;status=timeout;failed=1"));
+    let listing = String::from_utf8_lossy(&get(&service.url("/v1/routes")).await.body).into_owned();
+    assert!(!listing.contains("hdr-secret-1"), "{listing}");
+    assert!(listing.contains(r#""Authorization":"***""#), "{listing}");
     service.stop().await;
 }
