@@ -66,8 +66,14 @@ cat >"$WORK/compose.js" <<'EOF'
 async function dashboard(r) {
     const base = 'http://127.0.0.1:' + r.variables.upstream_port + '/';
     const d = '?d=' + r.variables.delay;
-    const get = async (path) => JSON.parse(await (await ngx.fetch(base + path + d)).text());
-    const [a, b] = await Promise.all([get('a'), get('b')]);
+    const get = async (path) => {
+        const reply = await ngx.fetch(base + path + d);
+        const text = await reply.text();
+        return JSON.parse(text);
+    };
+    const both = await Promise.all([get('a'), get('b')]);
+    const a = both[0];
+    const b = both[1];
     const c = await get('c/' + encodeURIComponent(a.meals[0].idMeal));
     const out = { id: parseInt(a.meals[0].idMeal, 10), name: a.meals[0].strMeal, area: b.meals[0].strArea, category: c.meals[0].strCategory };
     r.headersOut['Content-Type'] = 'application/json';
@@ -180,6 +186,7 @@ to_ms() {
 serving() { # $1 target
     case $1 in
         njs*) pgrep -P "${PIDS[1]}" -f 'worker process' || true ;;
+        upstream*) pgrep -P "${PIDS[0]}" -f 'worker process' || true ;;
         *) echo "${PIDS[2]}" ;;
     esac
 }
@@ -213,19 +220,22 @@ for c in $CONNECTIONS; do
     measure "$c" composed "http://127.0.0.1:$RECAST_PORT$COMPOSED"
     measure "$c" single "http://127.0.0.1:$RECAST_PORT$SINGLE"
     measure "$c" njs "http://127.0.0.1:$NJS_PORT/dashboard"
+    measure "$c" upstream-slow "http://127.0.0.1:$UPSTREAM_PORT/a?d=$DELAY"
     measure "$c" composed-slow "http://127.0.0.1:$RECAST_PORT$SLOW"
     measure "$c" njs-slow "http://127.0.0.1:$NJS_PORT/slow"
 done
 echo
-echo "| connections | composed req/s | CPU µs/composed call | 3 × CPU µs/single call | composed/3 singles | njs req/s | CPU µs/njs call | calls per CPU-second recast/njs | p50 composed, upstreams ${DELAY} ms away | p50 njs, same | slowest chain |"
-echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| connections | composed req/s | CPU µs/composed call | 3 × CPU µs/single call | composed/3 singles | njs req/s | CPU µs/njs call | calls per CPU-second recast/njs | p50 composed, upstreams ${DELAY} ms away | p50 njs, same | slowest chain (2 × p50 of one delayed upstream call) | composed over the chain |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 awk -F, -v delay="$DELAY" 'NR > 1 { rps[$1","$2] = $3; p50[$1","$2] = $4; cpu[$1","$2] = $7; if (!seen[$1]++) order[n++] = $1 }
     END {
         for (i = 0; i < n; i++) {
             c = order[i]
-            printf "| %s | %.0f | %.1f | %.1f | %.2f× | %.0f | %.1f | %.2f× | %.2f ms | %.2f ms | %d ms |\n", c,
+            chain = 2 * p50[c",upstream-slow"]
+            printf "| %s | %.0f | %.1f | %.1f | %.2f× | %.0f | %.1f | %.2f× | %.2f ms | %.2f ms | %.2f ms | %+.2f ms |\n", c,
                 rps[c",composed"], cpu[c",composed"], 3 * cpu[c",single"], cpu[c",composed"] / (3 * cpu[c",single"]),
-                rps[c",njs"], cpu[c",njs"], cpu[c",njs"] / cpu[c",composed"], p50[c",composed-slow"], p50[c",njs-slow"], 2 * delay
+                rps[c",njs"], cpu[c",njs"], cpu[c",njs"] / cpu[c",composed"], p50[c",composed-slow"], p50[c",njs-slow"],
+                chain, p50[c",composed-slow"] - chain
         }
     }' "$CSV"
 echo
