@@ -251,9 +251,41 @@ struct Shared {
     bytes: AtomicUsize,
     max_bytes: usize,
     max_calls: usize,
+    /// The requests sent so far, by what they send and how (see [`Shared::once`]): identical
+    /// ones are sent once and their answer shared, across sources.
+    sent: std::sync::Mutex<
+        std::collections::HashMap<SentKey, std::sync::Arc<tokio::sync::OnceCell<CallResult>>>,
+    >,
 }
 
+/// What makes two requests of one call the same: their digest (method, URL, every header, the
+/// body), and the credentials and certificate added as they are sent (a source's OAuth2 token
+/// request and `tls`, by identity: two sources with either never share).
+type SentKey = ([u8; 32], usize, usize);
+
 impl Shared {
+    /// The answer to `request` of `source`: the one an identical request of this call got or is
+    /// getting, else a new call's.
+    async fn once(
+        &self,
+        state: &State,
+        source: &Source,
+        request: UpstreamRequest,
+        digest: [u8; 32],
+    ) -> CallResult {
+        let identity = |arc: Option<usize>| arc.unwrap_or(0);
+        let key = (
+            digest,
+            identity(source.oauth.as_ref().map(|a| std::sync::Arc::as_ptr(a) as usize)),
+            identity(source.tls.as_ref().map(|a| std::sync::Arc::as_ptr(a) as usize)),
+        );
+        let cell = {
+            let mut sent = self.sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            sent.entry(key).or_default().clone()
+        };
+        cell.get_or_init(|| one_call(state, source, request, self)).await.clone()
+    }
+
     /// Takes `n` of the requests left, or says there are not so many.
     fn take_calls(&self, n: usize) -> bool {
         self.calls_left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(n)).is_ok()
@@ -300,6 +332,7 @@ pub(super) async fn run(
         bytes: AtomicUsize::new(0),
         max_bytes: config.max_composed_bytes,
         max_calls: config.max_source_calls,
+        sent: Default::default(),
     };
     // The answers this call holds (RECAST_MAX_BUFFERED_BYTES) are let go when it returns.
     let _held = Release { state, shared: &shared };
@@ -574,10 +607,11 @@ async fn run_source(
     }
     let calls = unique.len();
     let mut answers: Vec<Option<CallResult>> = vec![None; calls];
+    let unique: Vec<(UpstreamRequest, [u8; 32])> = unique.into_iter().zip(digests).collect();
     // Each call ends at the source's bound: the answers that came before it are kept, and the
     // elements still out are `timeout`.
-    let calls_of = unique.into_iter().map(|request| async move {
-        match tokio::time::timeout_at(until, one_call(state, source, request, shared)).await {
+    let calls_of = unique.into_iter().map(|(request, digest)| async move {
+        match tokio::time::timeout_at(until, shared.once(state, source, request, digest)).await {
             Ok(answer) => answer,
             Err(_) => Err((None, UpstreamFailure::Timeout)),
         }

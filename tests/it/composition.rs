@@ -986,3 +986,31 @@ async fn an_optional_for_each_past_its_bound_keeps_what_came_and_a_header_creden
     assert!(listing.contains(r#""Authorization":"***""#), "{listing}");
     service.stop().await;
 }
+
+#[tokio::test]
+async fn identical_requests_of_different_sources_are_sent_once_per_call() {
+    let upstream = Upstream::json(r#"{"v":1}"#).await;
+    let other = Upstream::json(r#"{"v":2}"#).await;
+    let service = Service::start(config()).await;
+    let path = registered(
+        &service,
+        &json!({
+            "path": "shared",
+            "sources": {
+                "a": source(&upstream, "same"),
+                "b": source(&upstream, "same"),
+                // The same path with another credential is another request.
+                "c": with(source(&upstream, "same"), json!({"authHeader": {"type": "Bearer", "token": "t"}})),
+                "d": source(&other, "same"),
+            },
+            "rulesAsString": rules(&[("v", "[a.v, b.v, c.v, d.v]")]),
+        }),
+    )
+    .await;
+    let before = upstream.received().len();
+    let answer = get(&service.url(&path)).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    assert_eq!(body(&answer), json!({"v": [1, 1, 1, 2]}));
+    assert_eq!(upstream.received().len() - before, 2, "a and b share one request; c sends its own");
+    service.stop().await;
+}
