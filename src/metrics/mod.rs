@@ -89,6 +89,10 @@ pub enum UpstreamErrorKind {
     MappingLimit,
     /// Refused by the upstream's open breaker; nothing was sent.
     BreakerOpen,
+    /// A composed call's answers together passed `RECAST_MAX_COMPOSED_BYTES`.
+    ComposedTooLarge,
+    /// A composed call would have sent more than `RECAST_MAX_SOURCE_CALLS` requests.
+    TooManyCalls,
     /// Refused by the route's outbound rate limit; nothing was sent.
     RateLimited,
     /// The route's OAuth2 token endpoint gave no token; nothing was sent.
@@ -98,7 +102,7 @@ pub enum UpstreamErrorKind {
 }
 
 impl UpstreamErrorKind {
-    const ALL: [UpstreamErrorKind; 14] = [
+    const ALL: [UpstreamErrorKind; 16] = [
         UpstreamErrorKind::Unreachable,
         UpstreamErrorKind::Timeout,
         UpstreamErrorKind::TooLarge,
@@ -113,6 +117,8 @@ impl UpstreamErrorKind {
         UpstreamErrorKind::RateLimited,
         UpstreamErrorKind::AuthFailed,
         UpstreamErrorKind::Tls,
+        UpstreamErrorKind::ComposedTooLarge,
+        UpstreamErrorKind::TooManyCalls,
     ];
 
     pub fn label(self) -> &'static str {
@@ -131,6 +137,8 @@ impl UpstreamErrorKind {
             UpstreamErrorKind::RateLimited => "rate_limited",
             UpstreamErrorKind::AuthFailed => "auth_failed",
             UpstreamErrorKind::Tls => "tls",
+            UpstreamErrorKind::ComposedTooLarge => "composed_too_large",
+            UpstreamErrorKind::TooManyCalls => "too_many_calls",
         }
     }
 }

@@ -356,11 +356,12 @@ async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcom
                     partial: compose::partial_header(&composed.partial),
                 }),
             },
-            Err(error) => Outcome {
-                mapped: Err(Failed::Composed(error)),
+            Err(failed) => Outcome {
+                mapped: Err(Failed::Composed(failed.error)),
                 upstream: started.elapsed(),
                 map: Duration::ZERO,
-                sources: Vec::new(),
+                // The sources that were done, then what it took in all.
+                sources: failed.sources,
             },
         };
     }

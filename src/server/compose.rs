@@ -308,6 +308,13 @@ impl Drop for Release<'_> {
     }
 }
 
+/// A composed call that failed: its problem, and how long the sources that were done took
+/// (`src.<name>`, for `Server-Timing`).
+pub(super) struct Failed {
+    pub error: ApiError,
+    pub sources: Vec<(String, Duration)>,
+}
+
 /// Runs the composition of `route` for the caller's request and maps the document. A required
 /// failure answers as SPEC §2.3 says; `validating` for a registration's live call.
 pub(super) async fn run(
@@ -316,6 +323,20 @@ pub(super) async fn run(
     composition: &Composition,
     caller: CallerRequest<'_>,
     validating: bool,
+) -> Result<Composed, Failed> {
+    let mut sources = Vec::new();
+    run_timed(state, route, composition, caller, validating, &mut sources)
+        .await
+        .map_err(|error| Failed { error, sources })
+}
+
+async fn run_timed(
+    state: &State,
+    route: &Route,
+    composition: &Composition,
+    caller: CallerRequest<'_>,
+    validating: bool,
+    timings: &mut Vec<(String, Duration)>,
 ) -> Result<Composed, ApiError> {
     let mapped_auth = caller.headers.get(&MAPPED_AUTH);
     if composition.runtime_auth && mapped_auth.is_none() {
@@ -394,7 +415,10 @@ pub(super) async fn run(
         }
         tokio::select! {
             biased;
-            Some((i, outcome)) = running.next() => done[i] = Some(outcome),
+            Some((i, outcome)) = running.next() => {
+                timings.push((format!("src.{}", sources[i].name), outcome.took));
+                done[i] = Some(outcome);
+            }
             // Every source's calls end at the deadline by themselves; this is what is left.
             () = tokio::time::sleep_until(deadline + DEADLINE_SLACK) => {
                 // Every required source answered: optional ones still out are `null`.

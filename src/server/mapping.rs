@@ -146,7 +146,8 @@ async fn live_call(
     }
     if let Some(composition) = route.composition() {
         let caller = CallerRequest { query: Some(&query), headers: &headers, body };
-        let composed = compose::run(state, route, composition, caller, true).await?;
+        let composed =
+            compose::run(state, route, composition, caller, true).await.map_err(|failed| failed.error)?;
         // An optional source that failed is a warning, located at the source.
         let sample_warnings = composed
             .reports
