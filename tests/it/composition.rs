@@ -1018,3 +1018,31 @@ async fn identical_requests_of_different_sources_are_sent_once_per_call() {
     assert_eq!(upstream.received().len() - before, 2, "a and b share one request; c sends its own");
     service.stop().await;
 }
+
+#[tokio::test]
+async fn a_composition_is_updated_like_a_route_and_an_update_that_fails_keeps_the_old_one() {
+    let first = Upstream::json(r#"{"v":1}"#).await;
+    let second = Upstream::json(r#"{"v":2}"#).await;
+    let service = Service::start(config()).await;
+    let route_body = |upstream: &Upstream| json!({"path": "updated", "sources": {"a": source(upstream, "x")}, "rulesAsString": rules(&[("v", "a.v")])});
+    let path = registered(&service, &route_body(&first)).await;
+    let uuid = path.split('/').nth(2).unwrap().to_owned();
+    let put = |value: Value| {
+        let url = service.url(&format!("/v1/routes/{uuid}"));
+        async move { send(Method::PUT, &url, &[("content-type", "application/json")], value.to_string()).await }
+    };
+    // A cycle is refused at its place; the route keeps serving as it was.
+    let mut cyclic = route_body(&second);
+    cyclic["sources"]["a"]["after"] = json!(["a"]);
+    let refused = put(cyclic).await;
+    assert_eq!(refused.status, 400, "{:?}", refused.body);
+    assert!(String::from_utf8_lossy(&refused.body).contains("/sources/a/after"));
+    assert_eq!(body(&get(&service.url(&path)).await), json!({"v": 1}));
+    // A sound update is validated by its live call and serves from then on.
+    let updated = put(route_body(&second)).await;
+    assert_eq!(updated.status, 200, "{:?}", updated.body);
+    let answer: Value = serde_json::from_slice(&updated.body).unwrap();
+    assert_eq!(answer["sources"]["a"]["status"], 200);
+    assert_eq!(body(&get(&service.url(&path)).await), json!({"v": 2}));
+    service.stop().await;
+}
