@@ -5,9 +5,10 @@ use arbitrary::{Arbitrary, Unstructured};
 use uuid::Uuid;
 
 use super::{LIMITS, Reached};
+use crate::expr::Patterns;
 use crate::json;
 use crate::route::composition::Caller;
-use crate::route::template::{Context, Scratch};
+use crate::route::template::{Context, Scratch, Template};
 use crate::route::{Registration, Route, shape};
 
 /// Pieces of URLs and templates' text, tricks included.
@@ -73,14 +74,13 @@ struct RenderCase {
     values: [Given; 4],
 }
 
-fn text(pieces: &[Text], template: bool) -> String {
+fn text(pieces: &[Text]) -> String {
     pieces
         .iter()
         .map(|p| match p {
             Text::Known(i) => PIECES[*i as usize % PIECES.len()].to_owned(),
             Text::Other(s) => s.clone(),
-            Text::Value(i) if template => format!("{{{{request.query.v{}}}}}", i % 4),
-            Text::Value(_) => "x".to_owned(),
+            Text::Value(i) => format!("{{{{request.query.v{}}}}}", i % 4),
         })
         .collect()
 }
@@ -107,16 +107,16 @@ fn value(given: &Given) -> serde_json::Value {
 pub fn compose_render(data: &[u8]) -> Reached {
     let Ok(case) = RenderCase::arbitrary_take_rest(Unstructured::new(data)) else { return Reached::Nothing };
     let base = BASES[case.base as usize % BASES.len()];
-    let path = text(&case.path, true);
+    let path = text(&case.path);
     let queries: serde_json::Map<String, serde_json::Value> =
-        case.queries.iter().map(|(name, value)| (name.clone(), text(value, true).into())).collect();
+        case.queries.iter().map(|(name, value)| (name.clone(), text(value).into())).collect();
     let registration = serde_json::json!({
         "path": "p",
         "sources": {"s": {
             "originalApi": {"baseUrl": base},
             "path": path,
             "queries": queries,
-            "headers": {"X-T": text(&case.header, true)},
+            "headers": {"X-T": text(&case.header)},
         }},
         "rulesAsString": {"newBodyFields": {}, "oldBodyFields": {}},
     });
@@ -158,7 +158,11 @@ pub fn compose_render(data: &[u8]) -> Reached {
     assert!(sent.username().is_empty() && sent.password().is_none(), "{sent} has credentials");
     assert!(sent.fragment().is_none(), "{sent} has a fragment");
     // The path's segments are the template's: each value stayed in the one it was written in.
-    let skeleton = text(&case.path, false);
+    // (The template as the engine reads it: text of the input may hold templates of its own,
+    // and one that is a literal, such as `{{''}}`, is text.)
+    let template = Template::compile(&path, false, LIMITS.max_depth, &mut Patterns::default())
+        .expect("a validated path compiles");
+    let (skeleton, _) = template.skeleton();
     let skeleton = skeleton.split('?').next().unwrap_or_default().trim_start_matches('/');
     let expected = base.path().trim_end_matches('/').matches('/').count() + 1 + skeleton.matches('/').count();
     assert_eq!(request.uri.path().matches('/').count(), expected, "{} from {skeleton:?}", request.uri);
@@ -225,7 +229,7 @@ pub fn compose_compile(data: &[u8]) -> Reached {
                 let pick = |i: u8| EXPRESSIONS[i as usize % EXPRESSIONS.len()];
                 let mut member = serde_json::json!({
                     "originalApi": {"baseUrl": "https://api.example/"},
-                    "path": text(&source.path, true).replace("request.query.v", "a.v"),
+                    "path": text(&source.path).replace("request.query.v", "a.v"),
                     "after": source.after.iter().map(|i| NAMES[*i as usize % NAMES.len()]).collect::<Vec<_>>(),
                     "optional": source.optional,
                 });
@@ -245,7 +249,7 @@ pub fn compose_compile(data: &[u8]) -> Reached {
                     member["authHeader"] = serde_json::json!({"type": "Runtime"});
                 }
                 if let Some(body) = source.body {
-                    member["body"] = serde_json::json!({"v": text(&body, true)});
+                    member["body"] = serde_json::json!({"v": text(&body)});
                 }
                 all.insert(NAMES[source.name as usize % NAMES.len()].to_owned(), member);
             }
