@@ -180,3 +180,27 @@ fn mapping_bounds_corpus_replays_and_meets_each_bound() {
         assert!(reached.contains_key(&wanted), "no seed reaches {wanted:?}: {reached:?}");
     }
 }
+
+#[test]
+fn compose_render_corpus_replays_rendered_and_refused_requests() {
+    let reached = replay("compose_render", recast::fuzzing::compose_render);
+    // Requests rendered and checked, templates refused at registration, values that fail their
+    // source.
+    for outcome in [Reached::Mapped, Reached::RulesRefused, Reached::DocumentRefused] {
+        assert!(
+            reached.get(&outcome).copied().unwrap_or(0) >= 10,
+            "few seeds reach {outcome:?}: {reached:?}"
+        );
+    }
+}
+
+#[test]
+fn compose_compile_corpus_replays_accepted_and_refused_compositions() {
+    let reached = replay("compose_compile", recast::fuzzing::compose_compile);
+    for outcome in [Reached::Mapped, Reached::RulesRefused] {
+        assert!(
+            reached.get(&outcome).copied().unwrap_or(0) >= 10,
+            "few seeds reach {outcome:?}: {reached:?}"
+        );
+    }
+}
