@@ -161,12 +161,20 @@ pub fn upstream_url(data: &[u8]) -> Reached {
         Ok(request) => request,
         Err(e) => panic!("a validated route ({base:?}, {path:?}) cannot build its request: {e:?}"),
     };
-    let base = url::Url::parse(base.trim()).expect("a validated base URL parses");
-    let sent = url::Url::parse(&request.uri.to_string()).expect("the request URI is a URL");
+    stays_under(base.trim(), &request.uri);
+    Reached::Mapped
+}
+
+/// Asserts that `uri` goes to `base`'s scheme, host and port, below its path, without
+/// credentials or a fragment; returns both, parsed.
+pub(super) fn stays_under(base: &str, uri: &http::Uri) -> (url::Url, url::Url) {
+    let base = url::Url::parse(base).expect("a validated base URL parses");
+    let sent = url::Url::parse(&uri.to_string()).expect("the request URI is a URL");
     assert_eq!(sent.scheme(), base.scheme(), "{sent} leaves {base}");
     assert_eq!(sent.host_str(), base.host_str(), "{sent} leaves {base}");
     assert_eq!(sent.port_or_known_default(), base.port_or_known_default(), "{sent} leaves {base}");
     assert!(sent.path().starts_with(base.path().trim_end_matches('/')), "{sent} leaves {base}");
     assert!(sent.username().is_empty() && sent.password().is_none(), "{sent} has credentials");
-    Reached::Mapped
+    assert!(sent.fragment().is_none(), "{sent} has a fragment");
+    (base, sent)
 }

@@ -347,7 +347,8 @@ async fn run_timed(
     };
     let config = &state.config;
     state.metrics.composed.calls.fetch_add(1, Ordering::Relaxed);
-    let request_text = request_document(composition, &caller, config.max_depth)?;
+    // Shared by every context and the document (each copies it once, to parse it in place).
+    let request_text = Bytes::from(request_document(composition, &caller, config.max_depth)?);
     let shared = Shared {
         calls_left: AtomicUsize::new(config.max_source_calls),
         bytes: AtomicUsize::new(0),
@@ -546,7 +547,7 @@ fn prepare(
     state: &State,
     composition: &Composition,
     i: usize,
-    request_text: &[u8],
+    request_text: &Bytes,
     done: &[Option<Done>],
     caller: &Caller<'_>,
     budget: &Budget,
@@ -768,13 +769,13 @@ fn request_document(
 fn with_context<R>(
     composition: &Composition,
     source: &Source,
-    request_text: &[u8],
+    request_text: &Bytes,
     done: &[Option<Done>],
     max_depth: usize,
     f: impl FnOnce(&Doc<'_, '_>) -> R,
 ) -> Result<R, String> {
     let mut names: Vec<&str> = vec!["request"];
-    let mut values: Vec<Value> = vec![Value::One(Bytes::copy_from_slice(request_text))];
+    let mut values: Vec<Value> = vec![Value::One(request_text.clone())];
     for &j in &source.reads {
         names.push(&composition.sources[j].name);
         values.push(done[j].as_ref().map_or(Value::Null, |d| d.value.clone()));
@@ -785,7 +786,7 @@ fn with_context<R>(
 /// Runs `f` on the document the rules map: each source's value, `request` and `_sources`.
 fn with_document<R>(
     composition: &Composition,
-    request_text: &[u8],
+    request_text: &Bytes,
     done: &[Done],
     max_depth: usize,
     f: impl FnOnce(&Doc<'_, '_>) -> R,
@@ -794,7 +795,7 @@ fn with_document<R>(
         composition.by_name.iter().map(|&i| composition.sources[i].name.as_str()).collect();
     let mut values: Vec<Value> = composition.by_name.iter().map(|&i| done[i].value.clone()).collect();
     names.push("request");
-    values.push(Value::One(Bytes::copy_from_slice(request_text)));
+    values.push(Value::One(request_text.clone()));
     names.push("_sources");
     values.push(Value::One(sources_document(composition, done).into()));
     with_values(&names, &values, max_depth, f)
