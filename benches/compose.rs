@@ -1,12 +1,13 @@
 //! A composed route's own work (docs/composition.md), without the network: compiling a
 //! three-source composition (the schedule, templates, `when` and `forEach`), rendering a
-//! chained source's request over its context, and placing three answers in one document and
-//! mapping it, against mapping one answer alone. Run: `cargo bench --bench compose`.
+//! chained source's request over its context, and reading three answers as one document and
+//! mapping it (each answer indexed as it comes, then read for what the rules read), against
+//! mapping one answer alone. Run: `cargo bench --bench compose`.
 
 use std::hint::black_box;
 
 use criterion::Criterion;
-use recast::json::compose::{Member, with_members};
+use recast::json::ondemand::{Indexed, Part, with_parts};
 use recast::route::composition::{Caller, Composition};
 use recast::route::sources;
 use recast::route::template::{Context, Scratch};
@@ -53,33 +54,26 @@ fn main() {
     let request_text = br#"{"query":{"id":"52772","lang":"en"},"headers":{},"body":null}"#.to_vec();
     group.bench_function("render the chained source's request (context of request and a)", |b| {
         b.iter(|| {
-            let (mut request, mut a) = (request_text.clone(), recipe.clone().into_bytes());
-            with_members(
-                &["request", "a"],
-                vec![Member::Text(&mut request), Member::Text(&mut a)],
-                64,
-                |doc| {
-                    let scratch = Scratch::new(1 << 20, 1 << 20);
-                    let arena = scratch.arena();
-                    let context = Context { doc, item: None, arena: &arena };
-                    black_box(c.request(&context, &Caller { mapped_auth: None }).unwrap())
-                },
-            )
+            let request = Indexed::new(request_text.clone(), 63).unwrap();
+            let a = Indexed::new(recipe.clone().into_bytes(), 62).unwrap();
+            with_parts(&["request", "a"], &[Part::One(&request), Part::One(&a)], None, 64, |doc| {
+                let scratch = Scratch::new(1 << 20, 1 << 20);
+                let arena = scratch.arena();
+                let context = Context { doc, item: None, arena: &arena };
+                black_box(c.request(&context, &Caller { mapped_auth: None }).unwrap())
+            })
             .unwrap()
         })
     });
     let plan = compile_json(RULES.as_bytes(), &limits).unwrap().plan;
     group.bench_function("three answers in one document, mapped", |b| {
         b.iter(|| {
-            let (mut a, mut bb, mut cc) =
-                (recipe.clone().into_bytes(), recipe.clone().into_bytes(), recipe.clone().into_bytes());
+            let [a, bb, cc] = [(); 3].map(|()| Indexed::new(recipe.clone().into_bytes(), 62).unwrap());
             let mut out = Vec::new();
-            with_members(
-                &["a", "b", "c"],
-                vec![Member::Text(&mut a), Member::Text(&mut bb), Member::Text(&mut cc)],
-                64,
-                |doc| recast::exec::execute(&plan, doc, 0, &mut out),
-            )
+            let parts = [Part::One(&a), Part::One(&bb), Part::One(&cc)];
+            with_parts(&["a", "b", "c"], &parts, plan.wants(), 64, |doc| {
+                recast::exec::execute(&plan, doc, 0, &mut out)
+            })
             .unwrap();
             black_box(out)
         })

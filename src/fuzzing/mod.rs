@@ -27,7 +27,9 @@ pub const LIMITS: Limits = Limits {
 /// JSON of the expected kind, a traced run writes the very same bytes, and reading only what the
 /// plan reads (`exec::map_text`, what a call runs) maps the document to the very same bytes as
 /// the whole parse, or refuses it when the parser does (for the same reason, unless the text is
-/// both too deep and broken, which may be refused for either).
+/// both too deep and broken, which may be refused for either). A document that is an object
+/// is also split into one text per member and read as a composed route reads its answers
+/// (`json::ondemand::with_parts`, for the plan's wants): that maps to the very same bytes too.
 pub fn rules_then_execute(data: &[u8]) -> Reached {
     let Ok(case) = Case::arbitrary_take_rest(Unstructured::new(data)) else { return Reached::Nothing };
     let (rules, document) = case.texts();
@@ -47,6 +49,26 @@ pub fn rules_then_execute(data: &[u8]) -> Reached {
         let mut traced = Vec::new();
         exec::execute_traced(&compiled.plan, nodes, 0, &mut traced);
         assert_eq!(plain, traced, "tracing changed the output");
+        if let Some(parts) = split_members(nodes) {
+            let indexed: Vec<json::ondemand::Indexed> = parts
+                .iter()
+                .map(|(_, text)| {
+                    json::ondemand::Indexed::new(text.clone(), 63).expect("a member's text is JSON")
+                })
+                .collect();
+            let names: Vec<&str> = parts.iter().map(|(name, _)| name.as_str()).collect();
+            let read: Vec<json::ondemand::Part<'_>> = indexed.iter().map(json::ondemand::Part::One).collect();
+            let mut composed = Vec::new();
+            json::ondemand::with_parts(&names, &read, compiled.plan.wants(), 64, |doc| {
+                exec::execute(&compiled.plan, doc, 0, &mut composed)
+            })
+            .expect("indexed members are read");
+            assert_eq!(
+                String::from_utf8_lossy(&plain),
+                String::from_utf8_lossy(&composed),
+                "the members read as parts map otherwise than the whole parse"
+            );
+        }
         plain
     });
     match (&whole, &read) {
@@ -69,6 +91,24 @@ pub fn rules_then_execute(data: &[u8]) -> Reached {
         Ok(_) => Reached::Mapped,
         Err(_) => Reached::DocumentRefused,
     }
+}
+
+/// The members of the object at the root of `doc`, each its name and its value's text.
+fn split_members(doc: &json::Doc<'_, '_>) -> Option<Vec<(String, Vec<u8>)>> {
+    let json::Node::Object { len, .. } = doc.first()? else { return None };
+    let mut members = Vec::with_capacity(*len);
+    let mut i = 1;
+    for _ in 0..*len {
+        let json::Node::String(name) = doc.get(i)? else { return None };
+        let mut text = Vec::new();
+        write::value(&mut text, doc, i + 1);
+        members.push(((*name).to_owned(), text));
+        i += 2 + match doc.get(i + 1)? {
+            json::Node::Object { count, .. } | json::Node::Array { count, .. } => *count,
+            _ => 0,
+        };
+    }
+    Some(members)
 }
 
 /// Rules whose targets read plain paths (`a.b[0].c`), compiled twice: as they are, read through

@@ -9,7 +9,6 @@
 #[allow(unsafe_code)]
 pub mod write;
 
-pub mod compose;
 pub mod index;
 pub mod keys;
 pub mod ondemand;

@@ -93,37 +93,64 @@ fn read_padded<R>(
     let Ok(source) = simdutf8::basic::from_utf8(padded) else {
         return Err(JsonError::whole("the text is not UTF-8"));
     };
+    let source = &source[..len];
+    let root = if wants.wants.is_empty() { Mode::Skip } else { Mode::Want(0) };
+    with_tape(
+        wants,
+        len,
+        padded,
+        |index, escapes, sink| {
+            let count = index::build_str(source, index, escapes)?;
+            let index = index.get(..count).unwrap_or_default();
+            Walk::new(source, index, escapes, &wants.wants, sink, max_depth).document(0, root)
+        },
+        f,
+    )
+}
+
+/// Where the walks of one read write: the tape, and what it takes to complete it.
+struct Sink<'s, 'w> {
+    shapes: &'w mut [RememberedName],
+    nodes: &'w mut Vec<Node<'s>>,
+    unescaped: &'w mut String,
+    later: &'w mut Vec<(usize, usize, usize)>,
+    floats: &'w mut Vec<&'s str>,
+}
+
+/// Runs `walks` on the thread's scratch (its index and escapes, and a [`Sink`] for `wants`),
+/// completes the tape they wrote and runs `f` on it, its strings backed by `backing` (a padded
+/// text that strings without escapes point into) and the buffer of the unescaped ones. `len`
+/// is the length of what was read, which decides whether the scratch is kept.
+fn with_tape<'s, R>(
+    wants: &Wants,
+    len: usize,
+    backing: &'s [u8],
+    walks: impl FnOnce(&mut Vec<u32>, &mut Vec<u32>, &mut Sink<'s, '_>) -> Result<(), JsonError>,
+    f: impl FnOnce(&Doc<'_, '_>) -> R,
+) -> Result<R, JsonError> {
     let mut scratch = SCRATCH.with_borrow_mut(std::mem::take);
     let mut unescaped = std::mem::take(&mut scratch.unescaped);
     unescaped.clear();
-    let mut nodes: Vec<Node<'_>> = std::mem::take(&mut scratch.nodes);
+    let mut nodes: Vec<Node<'s>> = std::mem::take(&mut scratch.nodes);
     let mut later = std::mem::take(&mut scratch.later);
     later.clear();
-    let mut floats: Vec<&str> = std::mem::take(&mut scratch.floats);
+    let mut floats: Vec<&'s str> = std::mem::take(&mut scratch.floats);
     // The names remembered under these same wants by the last text this thread read still hold.
     let mut shapes = std::mem::take(&mut scratch.shapes);
     if scratch.shapes_of != wants.id {
         shapes.clear();
         shapes.resize(wants.wants.len().min(SHAPE_WANTS) * SHAPE_MEMBERS, UNSEEN);
     }
-    let outcome =
-        index::build_str(&source[..len], &mut scratch.index, &mut scratch.escapes).and_then(|count| {
-            let mut walk = Walk {
-                source: &source[..len],
-                index: scratch.index.get(..count).unwrap_or_default(),
-                next: 0,
-                escapes: &scratch.escapes,
-                next_escape: 0,
-                wants: &wants.wants,
-                shapes: &mut shapes,
-                nodes: &mut nodes,
-                unescaped: &mut unescaped,
-                later: &mut later,
-                floats: &mut floats,
-                max_depth,
-            };
-            walk.document(if wants.wants.is_empty() { Mode::Skip } else { Mode::Want(0) })
-        });
+    let mut sink = Sink {
+        shapes: &mut shapes,
+        nodes: &mut nodes,
+        unescaped: &mut unescaped,
+        later: &mut later,
+        floats: &mut floats,
+    };
+    let outcome = walks(&mut scratch.index, &mut scratch.escapes, &mut sink);
+    // The tape now also points into `unescaped`, for less long than into `backing`.
+    let mut nodes: Vec<Node<'_>> = nodes;
     let result = outcome.map(|()| {
         // Strings with escapes were unescaped into their own buffer, which is now complete; the
         // padding lets the writer read its strings in whole chunks too.
@@ -137,7 +164,7 @@ fn read_padded<R>(
             // Nothing is read (no wants): the executor still needs a root.
             nodes.push(Node::Static(StaticNode::Null));
         }
-        let backing = write::Backing::of(padded, unescaped.as_bytes());
+        let backing = write::Backing::of(backing, unescaped.as_bytes());
         f(&Doc { nodes: &nodes, backing, floats: &floats })
     });
     // Emptying the tape and the floats ends their borrows; their allocations go back to the
@@ -163,21 +190,185 @@ pub(super) fn check(input: &[u8], index: &[u32], max_depth: usize) -> Result<(),
     let Ok(source) = simdutf8::basic::from_utf8(input) else {
         return Err(JsonError::whole("the text is not UTF-8"));
     };
-    let mut walk = Walk {
-        source,
-        index,
-        next: 0,
-        escapes: &[],
-        next_escape: 0,
-        wants: &[],
+    check_str(source, index, &[], max_depth)
+}
+
+fn check_str(source: &str, index: &[u32], escapes: &[u32], max_depth: usize) -> Result<(), JsonError> {
+    let mut sink = Sink {
         shapes: &mut [],
         nodes: &mut Vec::new(),
         unescaped: &mut String::new(),
         later: &mut Vec::new(),
         floats: &mut Vec::new(),
-        max_depth,
     };
-    walk.document(Mode::Skip)
+    Walk::new(source, index, escapes, &[], &mut sink, max_depth).document(0, Mode::Skip)
+}
+
+/// A JSON text checked whole (as [`super::diagnose`] checks it) and kept with its structural
+/// index, to be read later, as often as needed, without finding its tokens again: a composed
+/// route's answer (SPEC §2.3), read once for each source that waits for it and once for the
+/// document the rules map.
+pub struct Indexed {
+    /// The text, then [`PADDING`] spaces.
+    padded: String,
+    len: usize,
+    index: Box<[u32]>,
+    escapes: Box<[u32]>,
+}
+
+impl Indexed {
+    /// Checks `text` (nested at most `max_depth` deep) and finds its tokens.
+    pub fn new(mut text: Vec<u8>, max_depth: usize) -> Result<Indexed, JsonError> {
+        let len = text.len();
+        text.reserve_exact(PADDING);
+        if len >= u32::MAX as usize {
+            return Err(JsonError::whole("the text is longer than 4 GiB"));
+        }
+        let Ok(mut padded) = String::from_utf8(text) else {
+            return Err(JsonError::whole("the text is not UTF-8"));
+        };
+        let (index, escapes) = SCRATCH.with_borrow_mut(|scratch| {
+            let found =
+                index::build_str(&padded, &mut scratch.index, &mut scratch.escapes).and_then(|count| {
+                    let index = scratch.index.get(..count).unwrap_or_default();
+                    check_str(&padded, index, &scratch.escapes, max_depth)?;
+                    Ok((Box::from(index), Box::from(scratch.escapes.as_slice())))
+                });
+            if len > RETAIN_SCRATCH_BYTES {
+                scratch.index = Vec::new();
+                scratch.escapes = Vec::new();
+            }
+            found
+        })?;
+        padded.extend(std::iter::repeat_n(' ', PADDING));
+        Ok(Indexed { padded, len, index, escapes })
+    }
+
+    /// The text.
+    pub fn text(&self) -> &[u8] {
+        self.padded.as_bytes().get(..self.len).unwrap_or_default()
+    }
+
+    /// The bytes it holds: its text and padding, and its index.
+    pub fn held_bytes(&self) -> usize {
+        self.padded.capacity() + 4 * (self.index.len() + self.escapes.len())
+    }
+
+    /// Walks the value, at `depth` of a document, for `mode`.
+    fn walk<'s>(
+        &'s self,
+        depth: usize,
+        mode: Mode,
+        wants: &[Want],
+        sink: &mut Sink<'s, '_>,
+        max_depth: usize,
+    ) -> Result<(), JsonError> {
+        let source = self.padded.get(..self.len).unwrap_or_default();
+        Walk::new(source, &self.index, &self.escapes, wants, sink, max_depth).document(depth, mode)
+    }
+}
+
+/// The value of one member of a document made of several texts ([`with_parts`]).
+pub enum Part<'a> {
+    Null,
+    One(&'a Indexed),
+    /// A list of values: texts, or `null` where there is none.
+    List(Vec<Option<&'a Indexed>>),
+}
+
+/// Runs `f` on the object `{names[i]: parts[i], ...}` read for `wants` (`None`: all of it), each
+/// text where it lies: its tokens are the ones [`Indexed::new`] found, and only what is wanted
+/// is written, as [`with_read`] writes it for one text. Texts checked with `max_depth` less the
+/// levels the object adds above them (one for a member, two for an element of a list) are not
+/// refused; a text refused anyway is answered by its member's position.
+pub fn with_parts<'s, R>(
+    names: &[&'s str],
+    parts: &[Part<'s>],
+    wants: Option<&Wants>,
+    max_depth: usize,
+    f: impl FnOnce(&Doc<'_, '_>) -> R,
+) -> Result<R, (usize, JsonError)> {
+    let texts = || {
+        parts.iter().flat_map(|part| -> Vec<&'s Indexed> {
+            match part {
+                Part::Null => Vec::new(),
+                Part::One(text) => vec![text],
+                Part::List(items) => items.iter().flatten().copied().collect(),
+            }
+        })
+    };
+    let len: usize = texts().map(|text| text.len).sum();
+    // The strings of the longest text are written from where they lie without being looked at.
+    let backing = texts().max_by_key(|text| text.len).map_or(&b""[..], |text| text.padded.as_bytes());
+    let whole = Wants { wants: Vec::new(), id: 0 };
+    let (tree, root) = match wants {
+        None => (&whole, Mode::Whole),
+        Some(wants) if wants.wants.is_empty() => (wants, Mode::Skip),
+        Some(wants) => (wants, Mode::Want(0)),
+    };
+    let mut failed = 0;
+    let walks = |_: &mut Vec<u32>, _: &mut Vec<u32>, sink: &mut Sink<'s, '_>| {
+        let root_want = match root {
+            Mode::Skip => return Ok(()),
+            Mode::Want(w) => tree.wants.get(w as usize).filter(|want| !want.whole),
+            Mode::Whole => None,
+        };
+        let header = sink.nodes.len();
+        sink.nodes.push(Node::Object { len: 0, count: 0 });
+        let mut kept = 0;
+        for (i, (name, part)) in names.iter().zip(parts).enumerate() {
+            let mode = match root_want {
+                None => Mode::Whole,
+                Some(want) => {
+                    let (head, tail) = words(name.as_bytes());
+                    match want.members.get_words(name.as_bytes(), head, tail) {
+                        Some(w) => Mode::Want(w),
+                        None => continue,
+                    }
+                }
+            };
+            failed = i;
+            sink.nodes.push(Node::String(name));
+            kept += 1;
+            match part {
+                Part::Null => sink.nodes.push(Node::Static(StaticNode::Null)),
+                Part::One(text) => text.walk(1, mode, &tree.wants, sink, max_depth)?,
+                Part::List(items) => {
+                    let element = element_mode(&tree.wants, mode);
+                    let header = sink.nodes.len();
+                    sink.nodes.push(Node::Array { len: 0, count: 0 });
+                    let mut elements = 0;
+                    for item in items.iter().filter(|_| !matches!(element, Mode::Skip)) {
+                        match item {
+                            None => sink.nodes.push(Node::Static(StaticNode::Null)),
+                            Some(text) => text.walk(2, element, &tree.wants, sink, max_depth)?,
+                        }
+                        elements += 1;
+                    }
+                    let count = sink.nodes.len() - header - 1;
+                    sink.nodes[header] = Node::Array { len: elements, count };
+                }
+            }
+        }
+        let count = sink.nodes.len() - header - 1;
+        sink.nodes[header] = Node::Object { len: kept, count };
+        Ok(())
+    };
+    with_tape(tree, len, backing, walks, f).map_err(|e| (failed, e))
+}
+
+/// The mode of the elements of a list read for `mode` (as [`Walk::array`] reads them).
+fn element_mode(wants: &[Want], mode: Mode) -> Mode {
+    match mode {
+        Mode::Skip => Mode::Skip,
+        Mode::Whole => Mode::Whole,
+        Mode::Want(w) => match wants.get(w as usize) {
+            Some(want) if want.whole => Mode::Whole,
+            Some(Want { elements: Some(e), .. }) => Mode::Want(*e),
+            Some(_) => Mode::Skip,
+            None => Mode::Whole,
+        },
+    }
 }
 
 /// Largest document whose scratch a thread keeps for the next read.
@@ -275,6 +466,30 @@ struct Walk<'s, 'w> {
 }
 
 impl<'s, 'w> Walk<'s, 'w> {
+    fn new(
+        source: &'s str,
+        index: &'w [u32],
+        escapes: &'w [u32],
+        wants: &'w [Want],
+        sink: &'w mut Sink<'s, '_>,
+        max_depth: usize,
+    ) -> Walk<'s, 'w> {
+        Walk {
+            source,
+            index,
+            next: 0,
+            escapes,
+            next_escape: 0,
+            wants,
+            shapes: &mut *sink.shapes,
+            nodes: &mut *sink.nodes,
+            unescaped: &mut *sink.unescaped,
+            later: &mut *sink.later,
+            floats: &mut *sink.floats,
+            max_depth,
+        }
+    }
+
     /// The next token's position and first byte; after the last, the text's end and 0.
     #[inline(always)]
     fn token(&mut self) -> (usize, u8) {
@@ -313,9 +528,9 @@ impl<'s, 'w> Walk<'s, 'w> {
         (self.source.get(at + 1..end).unwrap_or_default(), escaped)
     }
 
-    /// The whole text: one value, then nothing.
-    fn document(&mut self, root: Mode) -> Result<(), JsonError> {
-        let walked = self.next_value(0, root).and_then(|()| match self.index.get(self.next) {
+    /// The whole text: one value (at `depth` of the document it is read into), then nothing.
+    fn document(&mut self, depth: usize, root: Mode) -> Result<(), JsonError> {
+        let walked = self.next_value(depth, root).and_then(|()| match self.index.get(self.next) {
             None => Ok(()),
             Some(&at) => stop("text after the JSON value", at as usize),
         });
@@ -499,16 +714,7 @@ impl<'s, 'w> Walk<'s, 'w> {
     }
 
     fn array(&mut self, depth: usize, mode: Mode) -> Step {
-        let element = match mode {
-            Mode::Skip => Mode::Skip,
-            Mode::Whole => Mode::Whole,
-            Mode::Want(w) => match self.wants.get(w as usize) {
-                Some(want) if want.whole => Mode::Whole,
-                Some(Want { elements: Some(e), .. }) => Mode::Want(*e),
-                Some(_) => Mode::Skip,
-                None => Mode::Whole,
-            },
-        };
+        let element = element_mode(self.wants, mode);
         let header = self.nodes.len();
         if !matches!(mode, Mode::Skip) {
             self.nodes.push(Node::Array { len: 0, count: 0 });
@@ -608,9 +814,106 @@ fn unescape(text: &str, escapes: impl Iterator<Item = usize>, out: &mut String) 
 
 #[cfg(test)]
 mod tests {
-    use super::{Want, Wants, with_read};
+    use super::{Indexed, Part, Want, Wants, with_parts, with_read};
     use crate::json::keys::KeyTable;
     use crate::rules::{Limits, compile_json};
+
+    fn indexed(text: &str) -> Indexed {
+        Indexed::new(text.as_bytes().to_vec(), 62).expect("JSON")
+    }
+
+    fn written(doc: &crate::json::Doc<'_, '_>) -> String {
+        let mut out = Vec::new();
+        crate::json::write::value(&mut out, doc, 0);
+        String::from_utf8(out).unwrap()
+    }
+
+    /// Read whole, the parts are one object, each text's nodes where its member is.
+    #[test]
+    fn parts_are_read_into_one_object() {
+        let (a, b, c) = (
+            indexed(r#"{"name":"Ada","tags":["x","y\n"]}"#),
+            indexed("[1,2.5,{\"k\":null}]"),
+            indexed("\"text\""),
+        );
+        let parts = [Part::One(&a), Part::One(&b), Part::Null, Part::List(vec![Some(&c), None])];
+        let out = with_parts(&["user", "orders", "none", "list"], &parts, None, 64, written).unwrap();
+        assert_eq!(
+            out,
+            r#"{"user":{"name":"Ada","tags":["x","y\n"]},"orders":[1,2.5,{"k":null}],"none":null,"list":["text",null]}"#
+        );
+    }
+
+    /// For rules' wants, mapping the parts gives what mapping the same document parsed whole
+    /// gives, for rules that read a member's insides, a list's elements, a value whole, or
+    /// nothing of a member; members nobody reads are not written at all.
+    #[test]
+    fn parts_read_for_wants_map_as_the_whole_document_does() {
+        let texts = [
+            r#"{"meals":[{"id":"1","name":"Soup","tags":"a,b"},{"id":"2","name":"Pie"}],"n":3}"#,
+            r#"{"areas":[{"strArea":"Greek"}],"skip":{"deep":[1,2,{"x":"\u00e9"}]}}"#,
+            r#"[{"v":1.5},{"v":"2"},{"v":null}]"#,
+        ];
+        let rules = [
+            r#"{"newBodyFields":{"x":{"key":"x","type":"String"}},"oldBodyFields":{"x":{"expr":"a.meals[1].name"}}}"#,
+            r#"{"newBodyFields":{"x":{"key":"x","type":"Json"},"y":{"key":"y","type":"Int"}},"oldBodyFields":{"x":{"keys":["b"]},"y":{"keys":["n"],"parents":["a"]}}}"#,
+            r#"{"newBodyFields":{"v":{"key":"v","type":"Float"}},"oldBodyFields":{"v":{"keys":["v"]}},"each":"c"}"#,
+            r#"{"newBodyFields":{"s":{"key":"s","type":"Json"}},"oldBodyFields":{"s":{"expr":"length(c)"}}}"#,
+            r#"{"newBodyFields":{"r":{"key":"r","type":"Json"}},"oldBodyFields":{"r":{"keys":["request"]}}}"#,
+        ];
+        let (a, b, c) = (indexed(texts[0]), indexed(texts[1]), indexed(texts[2]));
+        let request = indexed(r#"{"query":{"id":"7"}}"#);
+        let names = ["a", "b", "c", "list", "request"];
+        let parts = [
+            Part::One(&a),
+            Part::One(&b),
+            Part::One(&c),
+            Part::List(vec![Some(&a), None]),
+            Part::One(&request),
+        ];
+        let whole = format!(
+            r#"{{"a":{},"b":{},"c":{},"list":[{},null],"request":{{"query":{{"id":"7"}}}}}}"#,
+            texts[0], texts[1], texts[2], texts[0]
+        );
+        let limits = crate::rules::Limits::default();
+        for rules in rules {
+            let plan = compile_json(rules.as_bytes(), &limits).expect("rules").plan;
+            let mut expected = Vec::new();
+            crate::json::with_parsed(&mut whole.clone().into_bytes(), 64, |doc| {
+                crate::exec::execute(&plan, doc, 0, &mut expected)
+            })
+            .unwrap();
+            let mut out = Vec::new();
+            let tape = with_parts(&names, &parts, plan.wants.as_ref(), 64, |doc| {
+                crate::exec::execute(&plan, doc, 0, &mut out);
+                doc.len()
+            })
+            .unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), String::from_utf8(expected).unwrap(), "{rules}");
+            if plan.wants.is_some() {
+                assert!(tape < 30, "only what is read is written: {tape} nodes for {rules}");
+            }
+        }
+    }
+
+    /// A text is refused as `diagnose` refuses it, for the same reason.
+    #[test]
+    fn an_indexed_text_is_refused_as_diagnose_refuses_it() {
+        for (text, depth) in [
+            (&b"{\"a\":"[..], 8),
+            (b"[[[[1]]]]", 3),
+            (b"\xff", 8),
+            (b"", 8),
+            (b"[1,]", 8),
+            (b"\"\\x\"", 8),
+            (b"{} x", 8),
+        ] {
+            let indexed = Indexed::new(text.to_vec(), depth).err().expect("refused");
+            assert_eq!(Some(indexed), crate::json::diagnose(text, depth).err(), "{text:?}");
+        }
+        let kept = Indexed::new(b"  {\"a\": [1, \"b\\n\"]} ".to_vec(), 8).expect("JSON");
+        assert_eq!(kept.text(), b"  {\"a\": [1, \"b\\n\"]} ");
+    }
 
     /// Floats whose text is what the writer writes for them keep it; other numbers do not.
     #[test]

@@ -12,7 +12,7 @@ mod wants;
 use crate::expr::Program;
 pub(crate) use crate::json::keys::KeyTable;
 use crate::json::write::Words;
-pub(crate) use wants::wants;
+pub(crate) use wants::{wants, wants_of};
 
 /// Index of a slot: the tape position of one member value found by a scan.
 pub type SlotId = u32;
@@ -276,6 +276,11 @@ pub(crate) struct Target {
 }
 
 impl Plan {
+    /// What the plan reads of a document, or `None` when it may read anything.
+    pub fn wants(&self) -> Option<&crate::json::ondemand::Wants> {
+        self.wants.as_ref()
+    }
+
     /// Number of output members (targets).
     pub fn target_count(&self) -> usize {
         self.targets.len()

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::{Each, Input, KeyTable, Op, Plan, Read, SlotId};
+use crate::expr::{PathStep, Program};
 use crate::json::ondemand::{Want, Wants};
 
 /// Wants built above this many nodes make the rest whole: a bound for any rules (it is never
@@ -79,6 +80,39 @@ pub(crate) fn wants(plan: &Plan) -> Option<Wants> {
     let mut flat = Vec::new();
     root.flatten(&mut flat);
     Some(Wants::new(flat))
+}
+
+/// What expressions over a document read of it (a composed route's context, SPEC §2.3): an
+/// expression that is a plain path of names and indexes reads the value at its end whole, and
+/// only the members and elements on its way; any other reads whole each top-level member it
+/// names ([`Program::context_names`]), or the whole document when it reads that.
+pub(crate) fn wants_of<'p>(programs: impl IntoIterator<Item = &'p Program>) -> Wants {
+    let mut root = Tree::default();
+    let whole = || Tree { whole: true, ..Tree::default() };
+    for program in programs {
+        match (program.plain_path(), program.context_names()) {
+            (Some(path), _) => {
+                let mut at = whole();
+                for step in path.iter().rev() {
+                    at = match step {
+                        PathStep::Field(name) => {
+                            Tree { members: BTreeMap::from([((*name).into(), at)]), ..Tree::default() }
+                        }
+                        PathStep::Index(_) => Tree { elements: Some(Box::new(at)), ..Tree::default() },
+                    };
+                }
+                root.merge(at);
+            }
+            (None, Ok(names)) => {
+                let members = names.into_iter().map(|name| (name.into(), whole())).collect();
+                root.merge(Tree { members, ..Tree::default() });
+            }
+            (None, Err(_)) => root.merge(whole()),
+        }
+    }
+    let mut flat = Vec::new();
+    root.flatten(&mut flat);
+    Wants::new(flat)
 }
 
 /// A want as a tree, while it is put together.

@@ -15,6 +15,7 @@ use super::sources::{MAX_SOURCES, SourceConfig};
 use super::template::{Context, RenderError, Template, as_is, encode_segment, scalar_text};
 use super::{Auth, AuthKind};
 use crate::expr::{self, Doc as View, Patterns, Program, Val};
+use crate::json::ondemand::Wants;
 use crate::json::{self, Node, push_pointer};
 use crate::rules::{Limits, Problem};
 use crate::upstream::{RateLimitSettings, RetrySettings, RouteTls, TokenRequest, UpstreamRequest};
@@ -42,6 +43,9 @@ pub struct Source {
     pub reads: Vec<usize>,
     pub when: Option<Expression>,
     pub for_each: Option<Expression>,
+    /// What its expressions read of its context (`request` and the sources in `reads`): the
+    /// context is read for this, not whole.
+    pub context: Wants,
     method: Method,
     /// `scheme://authority` and the base URL's path, with a `/` after it.
     prefix: String,
@@ -400,12 +404,22 @@ impl SourceCompiler<'_> {
         let mut reads = std::mem::take(&mut self.reads);
         reads.sort_unstable();
         reads.dedup();
+        let mut programs: Vec<&Program> = Vec::new();
+        programs.extend(when.iter().chain(&for_each).map(|e| &e.program));
+        for slot in path.iter().chain(query.iter().map(|(_, s)| s)).chain(headers.iter().map(|(_, s)| s)) {
+            programs.extend(slot.template.programs());
+        }
+        if let Some(body) = &body {
+            body.programs(&mut programs);
+        }
+        let context = crate::plan::wants_of(programs);
         Some(Source {
             name: config.name.clone(),
             after,
             reads,
             when,
             for_each,
+            context,
             method,
             prefix,
             path,
@@ -1028,6 +1042,16 @@ fn check_segments(path: &str, ranges: &[(usize, usize)], start: usize) -> Result
 }
 
 impl BodyTemplate {
+    /// Its expressions, into `out`.
+    fn programs<'t>(&'t self, out: &mut Vec<&'t Program>) {
+        match self {
+            BodyTemplate::Raw(_) => {}
+            BodyTemplate::Whole(slot) | BodyTemplate::Text(slot) => out.extend(slot.template.programs()),
+            BodyTemplate::List(items) => items.iter().for_each(|item| item.programs(out)),
+            BodyTemplate::Object(members) => members.iter().for_each(|(_, item)| item.programs(out)),
+        }
+    }
+
     fn write<'d>(&'d self, context: &Context<'d, '_>, out: &mut Vec<u8>) -> Result<(), SourceError> {
         match self {
             BodyTemplate::Raw(text) => out.extend_from_slice(text.as_bytes()),
@@ -1109,6 +1133,63 @@ mod tests {
             source.request(&context, &Caller { mapped_auth: None })
         })
         .unwrap()
+    }
+
+    /// A source's context read for what its expressions read (`Source::context`) renders the
+    /// same request as the context read whole, and holds less of it.
+    #[test]
+    fn a_context_read_for_what_its_expressions_read_renders_as_the_whole_one() {
+        use crate::json::ondemand::{Indexed, Part, with_parts};
+        let composition = compiled(json!({
+            "a": {"originalApi": {"baseUrl": "http://h/"}, "path": "a"},
+            "b": {"originalApi": {"baseUrl": "http://h/"}, "method": "POST", "path": "b/{{a.items[1].id}}/{{a.items[-1].id}}",
+                  "queries": {"q": "{{request.query.q}}", "t": "{{a.tags[0]}}"},
+                  "headers": {"X-N": "n{{a.n}}", "X-O": "{{a.\"odd name\"}}"},
+                  "body": {"whole": "{{a.obj}}", "text": "x {{a.n}}"},
+                  "when": "a.ok", "after": ["a"]},
+            "c": {"originalApi": {"baseUrl": "http://h/"}, "path": "c/{{join(',', a.tags)}}", "when": "a.ok", "after": ["a"]},
+        }))
+        .unwrap();
+        let request =
+            Indexed::new(br#"{"query":{"q":"s p","other":"1"},"headers":{},"body":null}"#.to_vec(), 63)
+                .unwrap();
+        let a = Indexed::new(
+            br#"{"skip":{"deep":[1,2,3]},"items":[{"id":"x"},{"id":"y\u00e9","more":[1]},{"id":7}],"tags":["t","u"],"n":1.5,
+                "obj":{"k":[true,null]},"odd name":"\"q\"","ok":true,"tail":"z"}"#
+                .to_vec(),
+            62,
+        )
+        .unwrap();
+        let parts = [Part::One(&request), Part::One(&a)];
+        let render = |b: &Source, wants| {
+            with_parts(&["request", "a"], &parts, wants, 64, |doc| {
+                let scratch = Scratch::new(1 << 20, 1 << 20);
+                let arena = scratch.arena();
+                let context = Context { doc, item: None, arena: &arena };
+                assert_eq!(b.wanted(&context), Ok(true));
+                let request = b.request(&context, &Caller { mapped_auth: None }).unwrap();
+                (
+                    format!("{} {} {:?} {:?}", request.method, request.uri, request.headers, request.body),
+                    doc.len(),
+                )
+            })
+            .unwrap()
+        };
+        let b = &composition.sources[composition.index_of("b").unwrap()];
+        let (whole, all) = render(b, None);
+        let (read, kept) = render(b, Some(&b.context));
+        assert_eq!(read, whole);
+        assert!(whole.contains("/b/y%C3%A9/7?q=s+p&t=t"), "{whole}");
+        // Not read: `skip` (7 nodes), `items[1].more` (3), `tail` (2), and of `request` the
+        // query's `other`, `headers` and `body` (2 each).
+        assert_eq!(all - kept, 18, "{kept} of {all} nodes");
+        // An expression that is not a plain path reads the members it names whole.
+        let c = &composition.sources[composition.index_of("c").unwrap()];
+        let (whole, _) = render(c, None);
+        let (read, kept) = render(c, Some(&c.context));
+        assert_eq!(read, whole);
+        assert!(whole.contains("/c/t%2Cu"), "{whole}");
+        assert!(kept < all && kept > all / 2, "{kept} of {all} nodes");
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! A composed route's call (SPEC §2.3): its sources run as their waits allow (each source's
-//! request made from the answers it waits for and the caller's request), their answers become
-//! one document without being written into one text (`json::compose`), and the route's plan
-//! maps it.
+//! request made from the answers it waits for and the caller's request), each answer is checked
+//! and indexed once as it comes (`json::ondemand::Indexed`), and the route's plan maps the
+//! document of them all, read where each answer lies for what the plan reads
+//! (`json::ondemand::with_parts`), never written into one text.
 //!
 //! The call is one task: the sources under way are futures it polls, so a required failure or
 //! the deadline drops them, which closes their connections (or resets their streams); nothing
 //! not yet started is started after that.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -19,7 +21,7 @@ use super::problem::UpstreamFailure;
 use super::{ApiError, State};
 use crate::exec;
 use crate::expr::{Arena, Budget};
-use crate::json::compose::{Member, with_members};
+use crate::json::ondemand::{Indexed, Part, with_parts};
 use crate::json::{self, Doc};
 use crate::metrics::SourceFailureKind;
 use crate::route::composition::{Caller, Composition, Source, SourceError, request_context};
@@ -106,12 +108,12 @@ pub(super) struct Report {
     pub failed: Option<String>,
 }
 
-/// A source's value in the document.
+/// A source's value in the document: answers checked and indexed as they came.
 #[derive(Clone)]
 enum Value {
     Null,
-    One(Bytes),
-    List(Vec<Option<Bytes>>),
+    One(Arc<Indexed>),
+    List(Vec<Option<Arc<Indexed>>>),
 }
 
 /// How one call of a source ended, for `_sources`.
@@ -248,7 +250,10 @@ impl Done {
 /// answers may still take.
 struct Shared {
     calls_left: AtomicUsize,
+    /// The answers' bytes (`RECAST_MAX_COMPOSED_BYTES`).
     bytes: AtomicUsize,
+    /// What their indexes hold beside them (also in `RECAST_MAX_BUFFERED_BYTES`'s count).
+    indexes: AtomicUsize,
     max_bytes: usize,
     max_calls: usize,
     /// The requests sent so far, by what they send and how (see [`Shared::once`]): identical
@@ -304,7 +309,8 @@ struct Release<'a> {
 
 impl Drop for Release<'_> {
     fn drop(&mut self) {
-        self.state.buffered.release(self.shared.bytes.load(Ordering::Relaxed));
+        let held = self.shared.bytes.load(Ordering::Relaxed) + self.shared.indexes.load(Ordering::Relaxed);
+        self.state.buffered.release(held);
     }
 }
 
@@ -347,11 +353,12 @@ async fn run_timed(
     };
     let config = &state.config;
     state.metrics.composed.calls.fetch_add(1, Ordering::Relaxed);
-    // Shared by every context and the document (each copies it once, to parse it in place).
-    let request_text = Bytes::from(request_document(composition, &caller, config.max_depth)?);
+    // Indexed once, read by every context and the document.
+    let request_text = request_document(composition, &caller, config.max_depth)?;
     let shared = Shared {
         calls_left: AtomicUsize::new(config.max_source_calls),
         bytes: AtomicUsize::new(0),
+        indexes: AtomicUsize::new(0),
         max_bytes: config.max_composed_bytes,
         max_calls: config.max_source_calls,
         sent: Default::default(),
@@ -473,7 +480,8 @@ async fn run_timed(
     let mut out = Vec::new();
     let mut warnings = Vec::new();
     let mut wrote = true;
-    let ran = with_document(composition, &request_text, &done, config.max_depth, |doc| {
+    let wants = compiled.plan.wants.as_ref();
+    let ran = with_document(composition, &request_text, &done, wants, config.max_depth, |doc| {
         if !validating {
             return exec::execute(&compiled.plan, doc, 0, &mut out);
         }
@@ -547,7 +555,7 @@ fn prepare(
     state: &State,
     composition: &Composition,
     i: usize,
-    request_text: &Bytes,
+    request_text: &Indexed,
     done: &[Option<Done>],
     caller: &Caller<'_>,
     budget: &Budget,
@@ -706,7 +714,7 @@ async fn run_source(
 
 /// How one request of a source ended: its status and body, or its status (when it answered) and
 /// why it failed.
-type CallResult = Result<(u16, Bytes), (Option<u16>, UpstreamFailure)>;
+type CallResult = Result<(u16, Arc<Indexed>), (Option<u16>, UpstreamFailure)>;
 
 /// One request of a source: its answer's status and body when it is a 2xx JSON answer.
 async fn one_call(state: &State, source: &Source, request: UpstreamRequest, shared: &Shared) -> CallResult {
@@ -743,62 +751,72 @@ async fn one_call(state: &State, source: &Source, request: UpstreamRequest, shar
         return fail(Some(status), UpstreamFailure::ComposedTooLarge { limit: shared.max_bytes });
     }
     // The document puts an answer two levels down (a member, an element of a `forEach` list).
-    if let Err(e) = json::diagnose(&answer.body, state.config.max_depth.saturating_sub(2)) {
-        return fail(
-            Some(status),
-            UpstreamFailure::NotJson(not_json(answer.body.is_empty(), answer.content_type, &e)),
-        );
+    let (len, empty) = (answer.body.len(), answer.body.is_empty());
+    match Indexed::new(answer.body, state.config.max_depth.saturating_sub(2)) {
+        Ok(indexed) => {
+            let index = indexed.held_bytes().saturating_sub(len);
+            shared.indexes.fetch_add(index, Ordering::Relaxed);
+            state.buffered.add(index);
+            Ok((status, Arc::new(indexed)))
+        }
+        Err(e) => fail(Some(status), UpstreamFailure::NotJson(not_json(empty, answer.content_type, &e))),
     }
-    Ok((status, Bytes::from(answer.body)))
 }
 
-/// `request` of the context (`crate::route::composition::request_context`); a body that is
-/// not JSON answers 400.
+/// `request` of the context (`crate::route::composition::request_context`), indexed; a body
+/// that is not JSON answers 400.
 fn request_document(
     composition: &Composition,
     caller: &CallerRequest<'_>,
     max_depth: usize,
-) -> Result<Vec<u8>, ApiError> {
-    request_context(caller.query, caller.headers, &composition.forward_headers, &caller.body, max_depth)
-        .map_err(|e| {
-            ApiError::bad_body(&caller.body, &e, |limit| format!("the body nests deeper than {limit} levels"))
-        })
+) -> Result<Arc<Indexed>, ApiError> {
+    let refused = |e: &json::JsonError| {
+        ApiError::bad_body(&caller.body, e, |limit| format!("the body nests deeper than {limit} levels"))
+    };
+    let text =
+        request_context(caller.query, caller.headers, &composition.forward_headers, &caller.body, max_depth)
+            .map_err(|e| refused(&e))?;
+    // The document puts it one level down; its body was checked two levels down.
+    Indexed::new(text, max_depth.saturating_sub(1)).map(Arc::new).map_err(|e| refused(&e))
 }
 
-/// Runs `f` on a source's context: `request` and the values of the sources it reads.
+/// Runs `f` on a source's context: `request` and the values of the sources it reads, for what
+/// its expressions read of them.
 fn with_context<R>(
     composition: &Composition,
     source: &Source,
-    request_text: &Bytes,
+    request_text: &Indexed,
     done: &[Option<Done>],
     max_depth: usize,
     f: impl FnOnce(&Doc<'_, '_>) -> R,
 ) -> Result<R, String> {
     let mut names: Vec<&str> = vec!["request"];
-    let mut values: Vec<Value> = vec![Value::One(request_text.clone())];
+    let mut parts: Vec<Part<'_>> = vec![Part::One(request_text)];
     for &j in &source.reads {
         names.push(&composition.sources[j].name);
-        values.push(done[j].as_ref().map_or(Value::Null, |d| d.value.clone()));
+        parts.push(done[j].as_ref().map_or(Part::Null, |d| d.value.part()));
     }
-    with_values(&names, &values, max_depth, f)
+    read(&names, &parts, Some(&source.context), max_depth, f)
 }
 
-/// Runs `f` on the document the rules map: each source's value, `request` and `_sources`.
+/// Runs `f` on the document the rules map (each source's value, `request` and `_sources`),
+/// read for what `wants` says the plan reads (`None`: all of it).
 fn with_document<R>(
     composition: &Composition,
-    request_text: &Bytes,
+    request_text: &Indexed,
     done: &[Done],
+    wants: Option<&json::ondemand::Wants>,
     max_depth: usize,
     f: impl FnOnce(&Doc<'_, '_>) -> R,
 ) -> Result<R, String> {
+    let sources = Indexed::new(sources_document(composition, done), max_depth.saturating_sub(1))
+        .map_err(|e| format!("`_sources` is not JSON: {e}"))?;
     let mut names: Vec<&str> =
         composition.by_name.iter().map(|&i| composition.sources[i].name.as_str()).collect();
-    let mut values: Vec<Value> = composition.by_name.iter().map(|&i| done[i].value.clone()).collect();
-    names.push("request");
-    values.push(Value::One(request_text.clone()));
-    names.push("_sources");
-    values.push(Value::One(sources_document(composition, done).into()));
-    with_values(&names, &values, max_depth, f)
+    let mut parts: Vec<Part<'_>> = composition.by_name.iter().map(|&i| done[i].value.part()).collect();
+    names.extend(["request", "_sources"]);
+    parts.extend([Part::One(request_text), Part::One(&sources)]);
+    read(&names, &parts, wants, max_depth, f)
 }
 
 /// `_sources`: each source's status and outcome (lists for `forEach`).
@@ -848,46 +866,26 @@ fn sources_document(composition: &Composition, done: &[Done]) -> Vec<u8> {
     out
 }
 
-/// The object `{names[i]: values[i]}` as a document, each text copied once to be parsed.
-fn with_values<R>(
+impl Value {
+    fn part(&self) -> Part<'_> {
+        match self {
+            Value::Null => Part::Null,
+            Value::One(text) => Part::One(text),
+            Value::List(items) => Part::List(items.iter().map(Option::as_deref).collect()),
+        }
+    }
+}
+
+/// The object `{names[i]: parts[i]}` as a document ([`with_parts`]).
+fn read<R>(
     names: &[&str],
-    values: &[Value],
+    parts: &[Part<'_>],
+    wants: Option<&json::ondemand::Wants>,
     max_depth: usize,
     f: impl FnOnce(&Doc<'_, '_>) -> R,
 ) -> Result<R, String> {
-    let mut texts: Vec<Vec<u8>> = Vec::new();
-    let mut shapes: Vec<Option<usize>> = Vec::new();
-    for value in values {
-        match value {
-            Value::Null => shapes.push(None),
-            Value::One(text) => {
-                texts.push(copy(text));
-                shapes.push(Some(1));
-            }
-            Value::List(items) => {
-                shapes.push(Some(items.len()));
-                texts.extend(items.iter().map(|item| item.as_ref().map_or_else(|| b"null".to_vec(), copy)));
-            }
-        }
-    }
-    let mut texts = texts.iter_mut();
-    let mut members = Vec::with_capacity(values.len());
-    for (value, shape) in values.iter().zip(&shapes) {
-        members.push(match (value, shape) {
-            (Value::Null, _) | (_, None) => Member::Null,
-            (Value::One(_), _) => Member::Text(texts.next().expect("a text per value")),
-            (Value::List(_), Some(len)) => Member::List((0..*len).map(|_| texts.next()).collect()),
-        });
-    }
-    with_members(names, members, max_depth, f)
-        .map_err(|e| format!("the answer of `{}` is not JSON: {}", names[e.member], e.error))
-}
-
-/// A text copied with room for the parser's padding.
-fn copy(text: &Bytes) -> Vec<u8> {
-    let mut copy = Vec::with_capacity(text.len() + json::PADDING);
-    copy.extend_from_slice(text);
-    copy
+    with_parts(names, parts, wants, max_depth, f)
+        .map_err(|(member, e)| format!("the answer of `{}` is not JSON: {e}", names[member]))
 }
 
 /// `Recast-Partial`'s value.
