@@ -375,6 +375,9 @@ async fn run_timed(
     let mut counted = vec![false; n];
     let mut running = FuturesUnordered::new();
     let deadline = tokio::time::Instant::now() + state.client.settings().total_timeout;
+    // Every source's calls end at the deadline by themselves; this is what is left after it.
+    let given_up = tokio::time::sleep_until(deadline + DEADLINE_SLACK);
+    tokio::pin!(given_up);
     loop {
         // A required failure that just came starts nothing more.
         if let Some(error) = settle(state, composition, &done, &mut counted, validating) {
@@ -427,8 +430,7 @@ async fn run_timed(
                 timings.push((format!("src.{}", sources[i].name), outcome.took));
                 done[i] = Some(outcome);
             }
-            // Every source's calls end at the deadline by themselves; this is what is left.
-            () = tokio::time::sleep_until(deadline + DEADLINE_SLACK) => {
+            () = &mut given_up => {
                 // Every required source answered: optional ones still out are `null`.
                 if let Some(i) = (0..n).find(|&i| done[i].is_none() && !sources[i].optional) {
                     let failure = Failure::Upstream(UpstreamFailure::Timeout);
@@ -731,7 +733,9 @@ async fn one_call(state: &State, source: &Source, request: UpstreamRequest, shar
         h2c: source.h2c,
     };
     let started = Instant::now();
-    let answer = state.client.call_with(&request, &outbound).await;
+    // The exchange's state is large: boxed, the futures that hold this call (the source's, the
+    // element's under `concurrency`) stay small and are not copied whole each time they move.
+    let answer = Box::pin(state.client.call_with(&request, &outbound)).await;
     state.metrics.upstream.observe(started.elapsed());
     let fail = |status: Option<u16>, failure: UpstreamFailure| {
         state.metrics.upstream_error(failure.kind());

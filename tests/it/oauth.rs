@@ -244,6 +244,66 @@ fn files_hold(dir: &Path, needle: &[u8]) -> bool {
     })
 }
 
+/// Each source of a composed route (SPEC §2.3) calls with its own credentials: two sources with
+/// OAuth2 clients of their own each get that client's token (fetched once, kept for the next
+/// calls), a source without `authHeader` sends no `Authorization`, and the listing masks every
+/// source's secret.
+#[tokio::test]
+async fn each_source_of_a_composition_calls_with_its_own_credentials() {
+    let Some(servers) = Servers::start(300).await else { return };
+    let open = Upstream::json(r#"{"open":true}"#).await;
+    let service = Service::start(config()).await;
+    let oauth = |client: &str, secret: &str, extra: (&str, &str)| {
+        serde_json::json!({"type": "OAuth2ClientCredentials", "tokenUrl": servers.authorization.url("/token"),
+                           "clientId": client, "clientSecret": secret, extra.0: extra.1})
+    };
+    let resource = servers.resource.url("/");
+    let registration = serde_json::json!({
+        "path": "both",
+        "sources": {
+            "basic": {"originalApi": {"baseUrl": resource}, "path": "api/data",
+                      "authHeader": oauth("basic-client", "basic-secret", ("scope", "read"))},
+            "post": {"originalApi": {"baseUrl": resource}, "path": "api/data",
+                     "authHeader": oauth("post-client", "post-secret", ("clientAuth", "body"))},
+            "open": {"originalApi": {"baseUrl": open.url("/")}, "path": "x"},
+        },
+        "rulesAsString": {
+            "newBodyFields": {"basic": {"key": "basic", "type": "String"}, "scope": {"key": "scope", "type": "String"},
+                              "post": {"key": "post", "type": "String"}, "open": {"key": "open", "type": "Boolean"}},
+            "oldBodyFields": {"basic": {"expr": "basic.client"}, "scope": {"expr": "basic.scope"},
+                              "post": {"expr": "post.client"}, "open": {"expr": "open.open"}},
+        },
+    });
+    let path = registered_path(&service, &registration.to_string()).await;
+    for _ in 0..3 {
+        let answer = get(&service.url(&path)).await;
+        assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+        let mapped: Value = serde_json::from_slice(&answer.body).unwrap();
+        assert_eq!(
+            mapped,
+            serde_json::json!({"basic": "basic-client", "scope": "read", "post": "post-client", "open": true})
+        );
+    }
+    // One token per client, for the live call and the three calls after it.
+    assert_eq!(servers.authorization.count("issued").await, 2);
+    let counts = servers.resource.counts().await;
+    assert_eq!(counts["rejected"], 0, "{counts}");
+    assert_eq!(counts["tokens"], 2, "{counts}");
+    let received = open.received();
+    assert_eq!(received.len(), 4);
+    assert!(received.iter().all(|r| !r.headers.contains_key("authorization")), "{received:?}");
+    let listing = String::from_utf8(get(&service.url("/v1/routes")).await.body.to_vec()).unwrap();
+    let route: Value = serde_json::from_str(&listing).unwrap();
+    for name in ["basic", "post"] {
+        let auth = &route["routes"][0]["sources"][name]["authHeader"];
+        assert_eq!(auth["clientSecret"], "***", "{listing}");
+    }
+    for secret in ["basic-secret", "post-secret"] {
+        assert!(!listing.contains(secret), "{secret} in the listing");
+    }
+    service.stop().await;
+}
+
 #[tokio::test]
 async fn tokens_are_renewed_before_they_expire_and_fetched_anew_after() {
     // Tokens live 4 seconds by their `expires_in` (3 by recast's count, which allows for the
