@@ -220,6 +220,52 @@ async fn a_private_ca_is_trusted_by_its_route_or_by_every_route_from_the_ca_file
     assert!(refused.to_string().contains("RECAST_UPSTREAM_CA_FILE"), "{refused}");
 }
 
+/// Each source of a composed route (SPEC §2.3) has its own `tls`: one trusts the private CA,
+/// another presents a client certificate as well, and a third without it is refused by the
+/// upstream that asks for one, which fails the registration naming that source. The client key
+/// is not in the listing.
+#[tokio::test]
+async fn each_source_of_a_composition_has_its_own_tls() {
+    let pki = pki();
+    let (_nginx, open, verifying) = nginx(&pki);
+    let service = Service::start(config()).await;
+    let ca = serde_json::json!({ "ca": pki.pem("server-ca.pem") });
+    let with_cert = serde_json::json!({
+        "ca": pki.pem("server-ca.pem"),
+        "clientCert": pki.pem("client.pem"),
+        "clientKey": pki.pem("client.key"),
+    });
+    let source = |port: u16, tls: &serde_json::Value| serde_json::json!({"originalApi": {"baseUrl": format!("https://127.0.0.1:{port}/")}, "path": "m", "tls": tls});
+    let rules = serde_json::json!({
+        "newBodyFields": {"id": {"key": "id", "type": "Int"}, "name": {"key": "name", "type": "String"}},
+        "oldBodyFields": {"id": {"expr": "open.meals[0].idMeal"}, "name": {"expr": "mtls.meals[0].strMeal"}},
+    });
+    let registration = |mtls: &serde_json::Value| {
+        serde_json::json!({"path": "both", "sources": {"open": source(open, &ca), "mtls": source(verifying, mtls)},
+                           "rulesAsString": rules})
+        .to_string()
+    };
+    let created = register(&service, registration(&with_cert)).await;
+    assert_eq!(created.status, 201, "{}", String::from_utf8_lossy(&created.body));
+    let path = created.json().get("path").and_then(Json::as_str).unwrap().to_owned();
+    for _ in 0..2 {
+        let answer = get(&service.url(&path)).await;
+        assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+        assert_eq!(answer.body, r#"{"id":52772,"name":"Teriyaki Chicken"}"#.as_bytes());
+    }
+    // Without its certificate the source that needs one fails, and the problem names it.
+    let problem =
+        register(&service, registration(&ca)).await.assert_problem(502, "upstream-validation-failed");
+    assert_eq!(problem.get("source").and_then(Json::as_str), Some("mtls"), "{problem:?}");
+    assert_eq!(problem.get("upstreamStatus"), Some(&Json::Number(400.into())), "{problem:?}");
+    let listing = get(&service.url("/v1/routes")).await;
+    let text = String::from_utf8_lossy(&listing.body);
+    let key = pki.pem("client.key");
+    let key_body = key.lines().nth(1).expect("a line of the key");
+    assert!(!text.contains(key_body), "the client key is in the listing");
+    service.stop().await;
+}
+
 #[tokio::test]
 async fn a_client_certificate_is_presented_and_its_connections_carry_no_other_route_s_calls() {
     let pki = pki();
