@@ -1046,3 +1046,41 @@ async fn a_composition_is_updated_like_a_route_and_an_update_that_fails_keeps_th
     assert_eq!(body(&get(&service.url(&path)).await), json!({"v": 2}));
     service.stop().await;
 }
+
+/// A source's `rateLimit` holds for that source alone, as a route's does for its upstream: past
+/// it an optional source is `null` and named in `Recast-Partial` (nothing sent), a required one
+/// answers 429 `upstream-rate-limited` naming it, and the other sources of the call are not held.
+#[tokio::test]
+async fn a_source_s_rate_limit_holds_for_that_source_alone() {
+    let free = Upstream::json(r#"{"v":1}"#).await;
+    let limited = Upstream::json(r#"{"w":2}"#).await;
+    let service = Service::start(config()).await;
+    let limit = json!({"requestsPerSecond": 1, "burst": 1, "maxWaitMs": 0});
+    let composition = |optional: bool| {
+        json!({
+            "path": format!("limited-{optional}"),
+            "sources": {"free": source(&free, "f"),
+                        "limited": with(source(&limited, "l"), json!({"rateLimit": limit, "optional": optional}))},
+            "rulesAsString": rules(&[("v", "free.v"), ("w", "limited.w")]),
+        })
+    };
+    // The live call takes the one request a second the limit allows; the call after it at once
+    // finds none.
+    let optional = registered(&service, &composition(true)).await;
+    let answer = get(&service.url(&optional)).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    assert_eq!(body(&answer), json!({"v": 1, "w": null}));
+    let partial = answer.header("recast-partial").unwrap_or_default();
+    assert!(partial.starts_with("limited;status=") && partial.contains("rate"), "{partial}");
+    assert_eq!((free.received().len(), limited.received().len()), (2, 1));
+    // A required source past its limit answers as a single route would, naming the source.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let required = registered(&service, &composition(false)).await;
+    let refused = get(&service.url(&required)).await;
+    assert_eq!(refused.status, 429, "{:?}", refused.body);
+    let problem = body(&refused);
+    assert_eq!(problem["type"], "https://recast.dev/problems/upstream-rate-limited", "{problem}");
+    assert_eq!(problem["source"], "limited", "{problem}");
+    assert_eq!(limited.received().len(), 2, "nothing is sent past the limit");
+    service.stop().await;
+}
