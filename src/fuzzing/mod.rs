@@ -28,7 +28,8 @@ pub const LIMITS: Limits = Limits {
 /// plan reads (`exec::map_text`, what a call runs) maps the document to the very same bytes as
 /// the whole parse, or refuses it when the parser does (for the same reason, unless the text is
 /// both too deep and broken, which may be refused for either). A document that is an object
-/// is also split into one text per member and read as a composed route reads its answers
+/// is also split into one text per member (per element of a member that is a list, as a
+/// `forEach` source's answers are held) and read as a composed route reads its answers
 /// (`json::ondemand::with_parts`, for the plan's wants): that maps to the very same bytes too.
 pub fn rules_then_execute(data: &[u8]) -> Reached {
     let Ok(case) = Case::arbitrary_take_rest(Unstructured::new(data)) else { return Reached::Nothing };
@@ -50,14 +51,26 @@ pub fn rules_then_execute(data: &[u8]) -> Reached {
         exec::execute_traced(&compiled.plan, nodes, 0, &mut traced);
         assert_eq!(plain, traced, "tracing changed the output");
         if let Some(parts) = split_members(nodes) {
-            let indexed: Vec<json::ondemand::Indexed> = parts
+            let indexed: Vec<Vec<json::ondemand::Indexed>> = parts
                 .iter()
-                .map(|(_, text)| {
-                    json::ondemand::Indexed::new(text.clone(), 63).expect("a member's text is JSON")
+                .map(|(_, _, texts)| {
+                    let index =
+                        |text: &Vec<u8>| json::ondemand::Indexed::new(text.clone(), 62).expect("JSON");
+                    texts.iter().map(index).collect()
                 })
                 .collect();
-            let names: Vec<&str> = parts.iter().map(|(name, _)| name.as_str()).collect();
-            let read: Vec<json::ondemand::Part<'_>> = indexed.iter().map(json::ondemand::Part::One).collect();
+            let names: Vec<&str> = parts.iter().map(|(name, _, _)| name.as_str()).collect();
+            let read: Vec<json::ondemand::Part<'_>> = parts
+                .iter()
+                .zip(&indexed)
+                .map(|((_, list, _), texts)| match (list, texts.as_slice()) {
+                    (false, [text]) => json::ondemand::Part::One(text),
+                    // A list's `null` elements stand for the elements of a `forEach` that has none.
+                    _ => json::ondemand::Part::List(
+                        texts.iter().map(|text| (text.text() != b"null").then_some(text)).collect(),
+                    ),
+                })
+                .collect();
             let mut composed = Vec::new();
             json::ondemand::with_parts(&names, &read, compiled.plan.wants(), 64, |doc| {
                 exec::execute(&compiled.plan, doc, 0, &mut composed)
@@ -93,20 +106,41 @@ pub fn rules_then_execute(data: &[u8]) -> Reached {
     }
 }
 
-/// The members of the object at the root of `doc`, each its name and its value's text.
-fn split_members(doc: &json::Doc<'_, '_>) -> Option<Vec<(String, Vec<u8>)>> {
+/// A member of a document split into texts: its name, whether it is a list, and its texts.
+type SplitMember = (String, bool, Vec<Vec<u8>>);
+
+/// The members of the object at the root of `doc`: each its name, whether it is a list, and its
+/// value's text, or a list's elements' texts (as a composed route holds a `forEach` source's
+/// answers).
+fn split_members(doc: &json::Doc<'_, '_>) -> Option<Vec<SplitMember>> {
     let json::Node::Object { len, .. } = doc.first()? else { return None };
+    let size = |i: usize| match doc.get(i) {
+        Some(json::Node::Object { count, .. } | json::Node::Array { count, .. }) => 1 + *count,
+        _ => 1,
+    };
+    let text = |i: usize| {
+        let mut text = Vec::new();
+        write::value(&mut text, doc, i);
+        text
+    };
     let mut members = Vec::with_capacity(*len);
     let mut i = 1;
     for _ in 0..*len {
         let json::Node::String(name) = doc.get(i)? else { return None };
-        let mut text = Vec::new();
-        write::value(&mut text, doc, i + 1);
-        members.push(((*name).to_owned(), text));
-        i += 2 + match doc.get(i + 1)? {
-            json::Node::Object { count, .. } | json::Node::Array { count, .. } => *count,
-            _ => 0,
-        };
+        let value = i + 1;
+        match doc.get(value)? {
+            json::Node::Array { len, .. } => {
+                let mut elements = Vec::with_capacity(*len);
+                let mut e = value + 1;
+                for _ in 0..*len {
+                    elements.push(text(e));
+                    e += size(e);
+                }
+                members.push(((*name).to_owned(), true, elements));
+            }
+            _ => members.push(((*name).to_owned(), false, vec![text(value)])),
+        }
+        i = value + size(value);
     }
     Some(members)
 }

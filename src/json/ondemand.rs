@@ -97,7 +97,7 @@ fn read_padded<R>(
     let root = if wants.wants.is_empty() { Mode::Skip } else { Mode::Want(0) };
     with_tape(
         wants,
-        len,
+        padded.len(),
         padded,
         |index, escapes, sink| {
             let count = index::build_str(source, index, escapes)?;
@@ -120,7 +120,8 @@ struct Sink<'s, 'w> {
 /// Runs `walks` on the thread's scratch (its index and escapes, and a [`Sink`] for `wants`),
 /// completes the tape they wrote and runs `f` on it, its strings backed by `backing` (a padded
 /// text that strings without escapes point into) and the buffer of the unescaped ones. `len`
-/// is the length of what was read, which decides whether the scratch is kept.
+/// is the length of what was read (the document's text length, `write::Backing::text_len`),
+/// which also decides whether the scratch is kept.
 fn with_tape<'s, R>(
     wants: &Wants,
     len: usize,
@@ -164,7 +165,7 @@ fn with_tape<'s, R>(
             // Nothing is read (no wants): the executor still needs a root.
             nodes.push(Node::Static(StaticNode::Null));
         }
-        let backing = write::Backing::of(backing, unescaped.as_bytes());
+        let backing = write::Backing::of(backing, unescaped.as_bytes()).reading(len);
         f(&Doc { nodes: &nodes, backing, floats: &floats })
     });
     // Emptying the tape and the floats ends their borrows; their allocations go back to the
@@ -297,7 +298,7 @@ pub fn with_parts<'s, R>(
             }
         })
     };
-    let len: usize = texts().map(|text| text.len).sum();
+    let len: usize = texts().map(|text| text.padded.len()).sum();
     // The strings of the longest text are written from where they lie without being looked at.
     let backing = texts().max_by_key(|text| text.len).map_or(&b""[..], |text| text.padded.as_bytes());
     let whole = Wants { wants: Vec::new(), id: 0 };

@@ -22,6 +22,8 @@ pub struct Backing<'a> {
     /// strings.
     other: *const u8,
     other_len: usize,
+    /// The length of the text or texts the document was read from.
+    read: usize,
     /// Whether the strings in the first buffer need no escaping: a text read on demand, whose
     /// strings without escape sequences point into it (so hold no `"`, `\` or control
     /// character), while the others were unescaped into the second buffer.
@@ -32,7 +34,13 @@ pub struct Backing<'a> {
 impl<'a> Backing<'a> {
     /// The length of the text the document was read from.
     pub fn text_len(&self) -> usize {
-        self.len
+        self.read
+    }
+
+    /// The same backing, for a document read from texts `read` bytes long in all (a composed
+    /// route's answers, of which the backing holds one).
+    pub(super) fn reading(self, read: usize) -> Backing<'a> {
+        Backing { read, ..self }
     }
 
     /// No buffer: every string is written by the general path.
@@ -41,6 +49,7 @@ impl<'a> Backing<'a> {
         len: 0,
         other: std::ptr::null(),
         other_len: 0,
+        read: 0,
         clean: false,
         buffer: PhantomData,
     };
@@ -55,7 +64,7 @@ impl<'a> Backing<'a> {
         // it). The slice is the only way to write them while `input` is borrowed for 'a; the
         // backing only reads, after the parser is done writing.
         let buffer = unsafe { std::slice::from_raw_parts_mut(start, len) };
-        (buffer, Backing { start, len, ..Backing::NONE })
+        (buffer, Backing { start, len, read: len, ..Backing::NONE })
     }
 
     /// The backing of strings that lie in `text`, a JSON text read without being written to, or
@@ -71,6 +80,7 @@ impl<'a> Backing<'a> {
             len: text.len(),
             other: other.as_ptr(),
             other_len: other.len(),
+            read: text.len(),
             clean: true,
             buffer: PhantomData,
         }

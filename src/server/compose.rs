@@ -482,7 +482,9 @@ async fn run_timed(
     let mut out = Vec::new();
     let mut warnings = Vec::new();
     let mut wrote = true;
-    let wants = compiled.plan.wants.as_ref();
+    // A registration's live call reads the document whole: its trace suggests the names the
+    // rules may have meant from the members they do not read.
+    let wants = if validating { None } else { compiled.plan.wants.as_ref() };
     let ran = with_document(composition, &request_text, &done, wants, config.max_depth, |doc| {
         if !validating {
             return exec::execute(&compiled.plan, doc, 0, &mut out);

@@ -1084,3 +1084,37 @@ async fn a_source_s_rate_limit_holds_for_that_source_alone() {
     assert_eq!(limited.received().len(), 2, "nothing is sent past the limit");
     service.stop().await;
 }
+
+/// A composed route's registration warns of a name its rules read that the live call's document
+/// lacks, with the name probably meant: the live call's document is read whole for that, though
+/// a call reads only what the rules read.
+#[tokio::test]
+async fn a_composed_registration_suggests_the_names_its_rules_may_have_meant() {
+    let orders = Upstream::json(r#"{"total":3,"items":[{"price":5}]}"#).await;
+    let service = Service::start(config()).await;
+    let mut registration = json!({
+        "path": "typo",
+        "sources": {"orders": source(&orders, "o")},
+        "rulesAsString": {"newBodyFields": {"n": {"key": "n", "type": "Int"}, "p": {"key": "p", "type": "Int"}},
+                          "oldBodyFields": {"n": {"keys": ["totl"], "parents": ["orders"]},
+                                            "p": {"keys": ["price"], "parents": ["ordrs", "items"]}}},
+    });
+    let (status, answer) = register(&service, &registration, &[]).await;
+    assert_eq!(status, 201, "{answer}");
+    let warnings = answer["warnings"].to_string();
+    for expected in
+        ["has no member `totl` (did you mean `total`?)", "has no member `ordrs` (did you mean `orders`?)"]
+    {
+        assert!(warnings.contains(expected), "{expected} in {warnings}");
+    }
+    // The same route without the typos maps, and warns of neither.
+    registration["path"] = json!("fixed");
+    registration["rulesAsString"]["oldBodyFields"]["n"]["keys"] = json!(["total"]);
+    registration["rulesAsString"]["oldBodyFields"]["p"]["parents"] = json!(["orders", "items"]);
+    let (status, answer) = register(&service, &registration, &[]).await;
+    assert_eq!(status, 201, "{answer}");
+    assert!(!answer["warnings"].to_string().contains("did you mean"), "{answer}");
+    let path = answer["path"].as_str().unwrap().to_owned();
+    assert_eq!(body(&get(&service.url(&path)).await), json!({"n": 3, "p": 5}));
+    service.stop().await;
+}
