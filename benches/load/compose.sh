@@ -9,9 +9,15 @@
 # with the upstreams answering at once (CPU per call) and UPSTREAM_DELAY_MS away (latency against
 # the slowest chain, a then c).
 #
+# Then the CPU ratios again, paired: LOAD_ROUNDS rounds of LOAD_ROUND_DURATION each, every round
+# a composed run, a single-route run and an njs run back to back, and the median of the rounds'
+# ratios with the lowest and highest (a slow spell of the machine falls on one round, not on
+# one side of the comparison).
+#
 # Settings (environment): LOAD_DURATION (default 10s), LOAD_CONNECTIONS (default "16 64"),
 # UPSTREAM_DELAY_MS (default 20), LOAD_THREADS (wrk threads, default 2), LOAD_PORT (first of three
-# ports, default 18180), LOAD_CSV (default $CARGO_TARGET_DIR/load/compose.csv).
+# ports, default 18180), LOAD_CSV (default $CARGO_TARGET_DIR/load/compose.csv), LOAD_ROUNDS
+# (default 5; 0 for none), LOAD_ROUND_DURATION (default 3s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib.sh
@@ -22,6 +28,8 @@ DELAY=${UPSTREAM_DELAY_MS:-20}
 THREADS=${LOAD_THREADS:-2}
 PORT=${LOAD_PORT:-18180}
 CSV=${LOAD_CSV:-$CARGO_TARGET_DIR/load/compose.csv}
+ROUNDS=${LOAD_ROUNDS:-5}
+ROUND_DURATION=${LOAD_ROUND_DURATION:-3s}
 UPSTREAM_PORT=$PORT NJS_PORT=$((PORT + 1)) RECAST_PORT=$((PORT + 2))
 
 ensure_toolchain
@@ -193,12 +201,12 @@ serving() { # $1 target
 HZ=$(getconf CLK_TCK)
 mkdir -p "$(dirname "$CSV")"
 echo "connections,target,requests_per_s,p50_ms,p99_ms,errors,cpu_us_per_request" >"$CSV"
-measure() { # $1 connections, $2 target, $3 URL
+measure() { # $1 connections, $2 target, $3 URL, $4 duration (default LOAD_DURATION)
     local out rps p50 p99 errors requests pids before after cpu
     pids=$(serving "$2")
     # shellcheck disable=SC2086
     before=$(cpu_ticks $pids)
-    out=$(wrk -t"$THREADS" -c"$1" -d"$DURATION" --latency "$3")
+    out=$(wrk -t"$THREADS" -c"$1" -d"${4:-$DURATION}" --latency "$3")
     # shellcheck disable=SC2086
     after=$(cpu_ticks $pids)
     rps=$(awk '/^Requests\/sec/ { print $2 }' <<<"$out")
@@ -238,5 +246,36 @@ awk -F, -v delay="$DELAY" 'NR > 1 { rps[$1","$2] = $3; p50[$1","$2] = $4; cpu[$1
                 chain, p50[c",composed-slow"] - chain
         }
     }' "$CSV"
+if [ "$ROUNDS" -gt 0 ]; then
+    echo
+    echo "paired: $ROUNDS rounds of $ROUND_DURATION, each composed, single and njs back to back"
+    for c in $CONNECTIONS; do
+        for r in $(seq 1 "$ROUNDS"); do
+            measure "$c" "composed#$r" "http://127.0.0.1:$RECAST_PORT$COMPOSED" "$ROUND_DURATION"
+            measure "$c" "single#$r" "http://127.0.0.1:$RECAST_PORT$SINGLE" "$ROUND_DURATION"
+            measure "$c" "njs#$r" "http://127.0.0.1:$NJS_PORT/dashboard" "$ROUND_DURATION"
+        done
+    done
+    echo
+    echo "| connections | rounds | composed / 3 singles, median (lowest–highest) | calls per CPU-second recast / njs, median (lowest–highest) |"
+    echo "|---:|---:|---:|---:|"
+    awk -F, 'NR > 1 && $2 ~ /#/ { split($2, t, "#"); cpu[$1","t[1]","t[2]] = $7; if (!seen[$1]++) order[n++] = $1; if (t[2] > rounds) rounds = t[2] }
+        function median(a, k,    i, j, x) {
+            for (i = 2; i <= k; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+            return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
+        }
+        END {
+            for (i = 0; i < n; i++) {
+                c = order[i]; k = 0
+                for (r = 1; r <= rounds; r++) {
+                    k++
+                    single[k] = cpu[c",composed,"r] / (3 * cpu[c",single,"r])
+                    njs[k] = cpu[c",njs,"r] / cpu[c",composed,"r]
+                }
+                m1 = median(single, k); m2 = median(njs, k)
+                printf "| %s | %d | %.2f× (%.2f–%.2f) | %.2f× (%.2f–%.2f) |\n", c, k, m1, single[1], single[k], m2, njs[1], njs[k]
+            }
+        }' "$CSV"
+fi
 echo
 echo "CSV: $CSV"
