@@ -42,6 +42,10 @@ pub(super) struct Upstream {
 #[derive(Debug)]
 struct Templated {
     templates: RouteTemplates,
+    /// The members the parts are built from, as stored (their templates unrendered): the
+    /// route's configuration without what building them does not read (its rules, sources and
+    /// credentials), so that a call copies only these.
+    members: RouteConfig,
     forward: Vec<HeaderName>,
     limits: Limits,
 }
@@ -99,7 +103,7 @@ impl Route {
         let upstream = match &upstream.templates {
             None => upstream,
             Some(templated) => {
-                rendered = render(&self.config, templated, client)?;
+                rendered = render(templated, client)?;
                 &rendered
             }
         };
@@ -178,11 +182,7 @@ fn upstream_uri(prefix: &str, client_query: &str, configured: &[(String, String)
 
 /// The parts of one call of a route with templates: each templated member rendered over the
 /// caller's request, then built as a stored route's are.
-fn render(
-    config: &RouteConfig,
-    templated: &Templated,
-    client: &FromClient<'_>,
-) -> Result<Upstream, CallError> {
+fn render(templated: &Templated, client: &FromClient<'_>) -> Result<Upstream, CallError> {
     let empty = HeaderMap::new();
     let headers = client.headers.unwrap_or(&empty);
     let limits = &templated.limits;
@@ -196,7 +196,7 @@ fn render(
     text.extend_from_slice(b"{\"request\":");
     text.extend_from_slice(&request);
     text.push(b'}');
-    let mut config = config.clone();
+    let mut config = templated.members.clone();
     let t = &templated.templates;
     let rendered = json::with_parsed(&mut text, limits.max_depth, |doc| -> Result<(), SourceError> {
         let scratch = Scratch::new(limits.max_expr_bytes, limits.max_mapping_steps);
@@ -284,7 +284,14 @@ impl Upstream {
         let mut upstream = Upstream::parts(&skeleton)?;
         upstream.oauth = oauth;
         upstream.tls = tls;
-        upstream.templates = Some(Templated { templates, forward, limits: *limits });
+        let members = RouteConfig {
+            rules: String::new(),
+            sources: Vec::new(),
+            auth: Auth::None,
+            tls: None,
+            ..config.clone()
+        };
+        upstream.templates = Some(Templated { templates, members, forward, limits: *limits });
         Ok(upstream)
     }
 
