@@ -277,6 +277,18 @@ pub enum Part<'a> {
     List(Vec<Option<&'a Indexed>>),
 }
 
+impl<'a> Part<'a> {
+    /// Its texts.
+    fn texts(&self) -> impl Iterator<Item = &'a Indexed> + '_ {
+        let (one, list) = match self {
+            Part::Null => (None, &[][..]),
+            Part::One(text) => (Some(*text), &[][..]),
+            Part::List(items) => (None, items.as_slice()),
+        };
+        one.into_iter().chain(list.iter().flatten().copied())
+    }
+}
+
 /// Runs `f` on the object `{names[i]: parts[i], ...}` read for `wants` (`None`: all of it), each
 /// text where it lies: its tokens are the ones [`Indexed::new`] found, and only what is wanted
 /// is written, as [`with_read`] writes it for one text. Texts checked with `max_depth` less the
@@ -289,18 +301,15 @@ pub fn with_parts<'s, R>(
     max_depth: usize,
     f: impl FnOnce(&Doc<'_, '_>) -> R,
 ) -> Result<R, (usize, JsonError)> {
-    let texts = || {
-        parts.iter().flat_map(|part| -> Vec<&'s Indexed> {
-            match part {
-                Part::Null => Vec::new(),
-                Part::One(text) => vec![text],
-                Part::List(items) => items.iter().flatten().copied().collect(),
-            }
-        })
-    };
-    let len: usize = texts().map(|text| text.padded.len()).sum();
+    let (mut len, mut longest) = (0, None::<&'s Indexed>);
+    for text in parts.iter().flat_map(Part::texts) {
+        len += text.padded.len();
+        if longest.is_none_or(|l| l.len < text.len) {
+            longest = Some(text);
+        }
+    }
     // The strings of the longest text are written from where they lie without being looked at.
-    let backing = texts().max_by_key(|text| text.len).map_or(&b""[..], |text| text.padded.as_bytes());
+    let backing = longest.map_or(&b""[..], |text| text.padded.as_bytes());
     let whole = Wants { wants: Vec::new(), id: 0 };
     let (tree, root) = match wants {
         None => (&whole, Mode::Whole),
