@@ -21,6 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib.sh
+. benches/load/common.sh
 
 DURATION=${LOAD_DURATION:-10s}
 CONNECTIONS=${LOAD_CONNECTIONS:-16 64}
@@ -44,19 +45,7 @@ NJS_MODULE=$(ls /usr/lib/nginx/modules/ngx_http_js_module.so /usr/share/nginx/mo
 
 use_work_dir
 
-filler() { # $1 words of lowercase filler text
-    local i out=""
-    for ((i = 0; i < $1; i++)); do out+="word$((i % 17)) "; done
-    printf '%s' "${out% }"
-}
-{
-    printf '{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken Casserole","strCategory":"Chicken","strArea":"Japanese",'
-    printf '"strInstructions":"%s",' "$(filler 220)"
-    printf '"strMealThumb":"https://img.example/meal/52772.jpg","strTags":"Meat,Casserole","strYoutube":"https://video.example/4aZr5hZXP_s",'
-    for i in $(seq 1 20); do printf '"strIngredient%d":"ingredient number %d",' "$i" "$i"; done
-    for i in $(seq 1 20); do printf '"strMeasure%d":"%d/4 cup",' "$i" "$i"; done
-    printf '"strSource":null,"dateModified":null}]}'
-} >"$WORK/recipe.json"
+write_recipe >"$WORK/recipe.json"
 
 # The upstream: every path answers the recipe document, after `delay` ms (the `d` query).
 cat >"$WORK/upstream.js" <<'EOF'
@@ -180,17 +169,6 @@ if ! cmp -s "$WORK/recast.out" "$WORK/njs.out"; then
 fi
 printf 'composed answer (recast and njs identical): %s\n' "$(cat "$WORK/recast.out")"
 
-cpu_ticks() { # "pid user system;" per process
-    local pid stat
-    for pid in "$@"; do
-        for stat in /proc/"$pid"/task/*/stat; do
-            cat "$stat" 2>/dev/null || true
-        done | awk -v pid="$pid" '{ sub(/.*\) /, ""); u += $12; s += $13; n++ } END { if (n) printf "%s %d %d;", pid, u, s }'
-    done
-}
-to_ms() {
-    awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
-}
 serving() { # $1 target
     case $1 in
         njs*) pgrep -P "${PIDS[1]}" -f 'worker process' || true ;;
