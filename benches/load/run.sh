@@ -15,8 +15,11 @@
 # recast/proxy and twin/proxy ratios and p99s are listed under the first; the proxy, recast and
 # the twin are measured back to back, in that order in odd rounds and the other way round in
 # even ones, and so are static, proxy_cache and the cached route), LOAD_THREADS (wrk threads,
-# default 2), LOAD_PORT (first of eight ports, default 18080), LOAD_CSV (default
-# $CARGO_TARGET_DIR/load/results.csv).
+# default 2), LOAD_PORT (first of eight ports, default 18080; nine with LOAD_BEFORE), LOAD_CSV
+# (default $CARGO_TARGET_DIR/load/results.csv), LOAD_BEFORE (the path of another recast binary,
+# e.g. a copy of the last build before a change: it serves the same routes on a ninth port, is
+# measured back to back with this build in every round, and a third table gives this build's
+# CPU per call and calls per second against it, round by round).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib.sh
@@ -30,11 +33,17 @@ PORT=${LOAD_PORT:-18080}
 CSV=${LOAD_CSV:-$CARGO_TARGET_DIR/load/results.csv}
 UPSTREAM_PORT=$PORT PROXY_PORT=$((PORT + 1)) NJS_PORT=$((PORT + 2)) RECAST_PORT=$((PORT + 3))
 TWIN_PORT=$((PORT + 4)) TWIN_NJS_PORT=$((PORT + 5)) CACHE_PORT=$((PORT + 6)) TWIN_CACHE_PORT=$((PORT + 7))
+BEFORE=${LOAD_BEFORE:-} BEFORE_PORT=$((PORT + 8))
+if [ -n "$BEFORE" ] && [ ! -x "$BEFORE" ]; then
+    say "LOAD_BEFORE=$BEFORE is not an executable recast binary"
+    exit 1
+fi
 
 ensure_toolchain
 ensure_nginx
 ensure_packages "${BUILD_PACKAGES[@]}" libnginx-mod-http-js wrk curl
-ensure_free_ports $UPSTREAM_PORT $PROXY_PORT $NJS_PORT $RECAST_PORT $TWIN_PORT $TWIN_NJS_PORT $CACHE_PORT $TWIN_CACHE_PORT
+ensure_free_ports $UPSTREAM_PORT $PROXY_PORT $NJS_PORT $RECAST_PORT $TWIN_PORT $TWIN_NJS_PORT $CACHE_PORT $TWIN_CACHE_PORT \
+    ${BEFORE:+$BEFORE_PORT}
 use_ccache
 announce_rocksdb release
 cargo build --release --locked --bin recast
@@ -180,12 +189,18 @@ done
 RECAST_LISTEN=127.0.0.1:$RECAST_PORT RECAST_DATA_DIR=$WORK/data RECAST_UPSTREAM_ALLOW=127.0.0.1/32 \
     RECAST_LOG=warn "$RECAST" serve 2>>"$WORK/recast.log" &
 PIDS+=($!)
+if [ -n "$BEFORE" ]; then
+    RECAST_LISTEN=127.0.0.1:$BEFORE_PORT RECAST_DATA_DIR=$WORK/before-data RECAST_UPSTREAM_ALLOW=127.0.0.1/32 \
+        RECAST_LOG=warn "$BEFORE" serve 2>>"$WORK/recast.log" &
+    PIDS+=($!)
+fi
 ready=no
 for _ in $(seq 1 200); do
     if curl -sf -m 10 "http://127.0.0.1:$RECAST_PORT/readyz" >/dev/null 2>&1 \
         && curl -sf -m 10 "http://127.0.0.1:$UPSTREAM_PORT/recipe.json" >/dev/null 2>&1 \
         && curl -sf -m 10 "http://127.0.0.1:$PROXY_PORT/recipe.json" >/dev/null 2>&1 \
-        && curl -sf -m 10 "http://127.0.0.1:$TWIN_PORT/recipe.json" >/dev/null 2>&1; then
+        && curl -sf -m 10 "http://127.0.0.1:$TWIN_PORT/recipe.json" >/dev/null 2>&1 \
+        && { [ -z "$BEFORE" ] || curl -sf -m 10 "http://127.0.0.1:$BEFORE_PORT/readyz" >/dev/null 2>&1; }; then
         ready=yes
         break
     fi
@@ -198,7 +213,7 @@ if [ "$ready" = no ]; then
 fi
 
 register() { # $1 path, $2 upstream file, $3 rules, $4 more members; prints the route's path
-    curl -sf -m 10 "http://127.0.0.1:$RECAST_PORT/v1/mapping" -H 'content-type: application/json' -d \
+    curl -sf -m 10 "http://127.0.0.1:${REGISTER_PORT:-$RECAST_PORT}/v1/mapping" -H 'content-type: application/json' -d \
         '{"path":"'"$1"'","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'"$UPSTREAM_PORT"'/"},"path":"'"$2"'"},"rulesAsString":'"$3${4:-}"'}' \
         | sed -n 's/.*"path":"\(\/v1\/[^"]*\)".*/\1/p'
 }
@@ -212,6 +227,18 @@ if [ -z "$RECIPE_ROUTE" ] || [ -z "$LIST_ROUTE" ] || [ -z "$CACHED_RECIPE_ROUTE"
     say "registering the routes failed; recast's log:"; cat "$WORK/recast.log" >&2; exit 1
 fi
 
+# The other build serves the same two routes, and must answer the same bytes.
+if [ -n "$BEFORE" ]; then
+    BEFORE_RECIPE_ROUTE=$(REGISTER_PORT=$BEFORE_PORT register recipe recipe.json "$RECIPE_RULES")
+    BEFORE_LIST_ROUTE=$(REGISTER_PORT=$BEFORE_PORT register list list.json "$LIST_RULES")
+    for pair in "$RECIPE_ROUTE $BEFORE_RECIPE_ROUTE" "$LIST_ROUTE $BEFORE_LIST_ROUTE"; do
+        read -r now then <<<"$pair"
+        if [ -z "$then" ] || ! cmp -s <(curl -sf -m 10 "http://127.0.0.1:$RECAST_PORT$now") \
+            <(curl -sf -m 10 "http://127.0.0.1:$BEFORE_PORT$then"); then
+            say "LOAD_BEFORE's recast does not answer as this build does"; exit 1
+        fi
+    done
+fi
 # recast and njs must answer the very same bytes, or the comparison means nothing.
 for doc in recipe list; do
     route=$RECIPE_ROUTE; [ "$doc" = list ] && route=$LIST_ROUTE
@@ -252,6 +279,7 @@ serving() { # $1 target name
         proxy | njs | proxy_cache) pgrep -P "${PIDS[1]}" -f 'worker process' || true ;;
         twin) pgrep -P "${PIDS[2]}" -f 'worker process' || true ;;
         recast | cached) echo "${PIDS[3]}" ;;
+        before) echo "${PIDS[4]}" ;;
     esac
 }
 HZ=$(getconf CLK_TCK)
@@ -285,6 +313,7 @@ echo "wrk -t$THREADS -d$DURATION, connections: $CONNECTIONS, rounds: $ROUNDS"
 for round in $(seq 1 "$ROUNDS"); do
     for doc in recipe list; do
         route=$RECIPE_ROUTE; [ "$doc" = list ] && route=$LIST_ROUTE
+        before_route=${BEFORE_RECIPE_ROUTE:-}; [ "$doc" = list ] && before_route=${BEFORE_LIST_ROUTE:-}
         for c in $CONNECTIONS; do
             measure "$doc" "$c" upstream "http://127.0.0.1:$UPSTREAM_PORT/$doc.json"
             # The proxy, recast and the twin run back to back, in turn one way and the other, so
@@ -292,9 +321,11 @@ for round in $(seq 1 "$ROUNDS"); do
             if ((round % 2)); then
                 measure "$doc" "$c" proxy "http://127.0.0.1:$PROXY_PORT/$doc.json"
                 measure "$doc" "$c" recast "http://127.0.0.1:$RECAST_PORT$route"
+                [ -n "$BEFORE" ] && measure "$doc" "$c" before "http://127.0.0.1:$BEFORE_PORT$before_route"
                 measure "$doc" "$c" twin "http://127.0.0.1:$TWIN_PORT/$doc.json"
             else
                 measure "$doc" "$c" twin "http://127.0.0.1:$TWIN_PORT/$doc.json"
+                [ -n "$BEFORE" ] && measure "$doc" "$c" before "http://127.0.0.1:$BEFORE_PORT$before_route"
                 measure "$doc" "$c" recast "http://127.0.0.1:$RECAST_PORT$route"
                 measure "$doc" "$c" proxy "http://127.0.0.1:$PROXY_PORT/$doc.json"
             fi
@@ -378,5 +409,28 @@ awk -F, "$CSV_READ"'
                 median(user[k",cached"]), median(sys[k",cached"])
         }
     }' "$CSV"
+if [ -n "$BEFORE" ]; then
+    echo
+    echo "This build against LOAD_BEFORE ($BEFORE), measured back to back in each round."
+    echo "| document | connections | recast req/s | before req/s | req/s recast/before | CPU µs/req recast (user+sys) | CPU µs/req before (user+sys) | CPU recast/before | CPU recast/before by round |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
+    awk -F, "$CSV_READ"'
+        END {
+            for (i = 0; i < n; i++) {
+                k = order[i]; split(k, d, ","); speed = ""; cpu = ""; text = ""
+                for (j = 0; j < r; j++) {
+                    q = rounds[j]","k
+                    speed = speed " " one[q",recast"] / one[q",before"]
+                    c = cpu_of(q",recast") / cpu_of(q",before"); cpu = cpu " " c; text = text sprintf(" %.3f", c)
+                }
+                printf "| %s | %s | %.0f | %.0f | %.3f× | %.1f+%.1f | %.1f+%.1f | %.3f× | %s |\n", d[1], d[2],
+                    median(rps[k",recast"]), median(rps[k",before"]), median(speed),
+                    median(user[k",recast"]), median(sys[k",recast"]), median(user[k",before"]), median(sys[k",before"]),
+                    median(cpu), substr(text, 2)
+            }
+        }
+        function cpu_of(q) { return cpu_user[q] + cpu_sys[q] }
+        NR > 1 { cpu_user[$1","$2","$3","$4] = $9; cpu_sys[$1","$2","$3","$4] = $10 }' "$CSV"
+fi
 echo
 echo "CSV: $CSV"
