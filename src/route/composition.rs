@@ -18,9 +18,14 @@ use crate::expr::{self, Doc as View, Patterns, Program, Val};
 use crate::json::ondemand::Wants;
 use crate::json::{self, Node, push_pointer};
 use crate::rules::{Limits, Problem};
-use crate::upstream::{RateLimitSettings, RetrySettings, RouteTls, TokenRequest, UpstreamRequest};
+use crate::upstream::{
+    BreakerScope, RateLimitSettings, RetrySettings, RouteTls, TokenRequest, UpstreamRequest,
+};
 
-/// A composition ready to run.
+/// The name of a route's own upstream as a source (`Server-Timing`'s `upstream`).
+pub const OWN: &str = "upstream";
+
+/// A composition ready to run: a composed route's sources, or a route's own upstream alone.
 #[derive(Debug)]
 pub struct Composition {
     /// The sources, each after every source it waits for.
@@ -46,14 +51,8 @@ pub struct Source {
     /// What its expressions read of its context (`request` and the sources in `reads`): the
     /// context is read for this, not whole.
     pub context: Wants,
-    method: Method,
-    /// `scheme://authority` and the base URL's path, with a `/` after it.
-    prefix: String,
-    path: Option<Slot>,
-    /// The path's own query pairs, then `queries`.
-    query: Vec<(String, Slot)>,
-    headers: Vec<(HeaderName, Slot)>,
-    body: Option<BodyTemplate>,
+    /// How its request is made.
+    pub call: Call,
     pub auth: Auth,
     pub oauth: Option<Arc<TokenRequest>>,
     pub tls: Option<Arc<RouteTls>>,
@@ -64,8 +63,36 @@ pub struct Source {
     pub concurrency: usize,
     pub optional: bool,
     pub timeout: Option<Duration>,
-    /// Who its rate limit and breaker are kept for: the route and this source.
+    /// Who its rate limit is kept for: the route and this source (the route alone for a
+    /// route's own upstream).
     pub key: Uuid,
+    /// The route whose own breaker counts its calls (`"breaker": {"scope": "route"}`, for a
+    /// route's own upstream); `None`: its origin's.
+    pub breaker: Option<Uuid>,
+}
+
+/// How a source's request is made.
+#[derive(Debug)]
+pub enum Call {
+    /// Rendered from its templates over its context ([`Source::request`]).
+    Rendered(Box<Rendered>),
+    /// The route's own request, `originalRoute`'s (SPEC §2.2): built from the caller's request
+    /// before the call ([`crate::route::Route::upstream_request`]), since a cache key is made of
+    /// it; the source's answer is the whole document the rules map.
+    Own,
+}
+
+/// A source's request as its templates make it.
+#[derive(Debug)]
+pub struct Rendered {
+    method: Method,
+    /// `scheme://authority` and the base URL's path, with a `/` after it.
+    prefix: String,
+    path: Option<Slot>,
+    /// The path's own query pairs, then `queries`.
+    query: Vec<(String, Slot)>,
+    headers: Vec<(HeaderName, Slot)>,
+    body: Option<BodyTemplate>,
 }
 
 /// An expression over the context, with where it is in the registration.
@@ -132,6 +159,49 @@ const LONE_PERCENT: &str = "a `%` in `path` must start an escape (`%` and two he
 pub const MAX_HEADER_VALUE: usize = 8 << 10;
 
 impl Composition {
+    /// The schedule of a route with `originalRoute`: one source, the route's own upstream, whose
+    /// request the route builds (SPEC §2.2) and whose answer is the document the rules map.
+    pub fn own(
+        config: &super::RouteConfig,
+        route: Uuid,
+        oauth: Option<Arc<TokenRequest>>,
+        tls: Option<Arc<RouteTls>>,
+    ) -> Composition {
+        let source = Source {
+            name: OWN.to_owned(),
+            after: Vec::new(),
+            reads: Vec::new(),
+            when: None,
+            for_each: None,
+            context: crate::plan::wants_of([]),
+            call: Call::Own,
+            // Its credentials are in the request the route builds, and in `oauth`.
+            auth: Auth::None,
+            oauth,
+            tls,
+            retry: config.retry.clone(),
+            rate_limit: config.rate_limit.clone(),
+            h2c: config.http2_prior_knowledge,
+            max_calls: 1,
+            concurrency: 1,
+            optional: false,
+            timeout: None,
+            key: route,
+            breaker: (config.breaker == BreakerScope::Route).then_some(route),
+        };
+        Composition {
+            sources: vec![source],
+            forward_headers: Vec::new(),
+            runtime_auth: false,
+            by_name: vec![0],
+        }
+    }
+
+    /// Whether this is a route's own upstream alone ([`Composition::own`]), not sources.
+    pub fn is_own(&self) -> bool {
+        matches!(self.sources.as_slice(), [Source { call: Call::Own, .. }])
+    }
+
     /// Compiles stored sources, or every problem with its location (`/sources/<name>/...`).
     pub fn compile(
         configs: &[SourceConfig],
@@ -420,12 +490,7 @@ impl SourceCompiler<'_> {
             when,
             for_each,
             context,
-            method,
-            prefix,
-            path,
-            query,
-            headers,
-            body,
+            call: Call::Rendered(Box::new(Rendered { method, prefix, path, query, headers, body })),
             auth: config.auth.clone(),
             oauth,
             tls,
@@ -437,6 +502,7 @@ impl SourceCompiler<'_> {
             optional: config.optional,
             timeout: config.timeout_ms.map(Duration::from_millis),
             key: source_key(route, &config.name),
+            breaker: None,
         })
     }
 
@@ -905,8 +971,16 @@ impl Source {
         context: &Context<'d, '_>,
         caller: &Caller<'_>,
     ) -> Result<UpstreamRequest, SourceError> {
-        let mut target = self.prefix.clone();
-        if let Some(path) = &self.path {
+        let Call::Rendered(rendered) = &self.call else {
+            // A route's own request is built before the call, never here.
+            return Err(SourceError::Template {
+                location: String::new(),
+                why: "the route's own request is not rendered from templates".to_owned(),
+                only_request: false,
+            });
+        };
+        let mut target = rendered.prefix.clone();
+        if let Some(path) = &rendered.path {
             let start = target.len();
             let mut ranges = Vec::new();
             path.template
@@ -920,7 +994,7 @@ impl Source {
         }
         let mut query = url::form_urlencoded::Serializer::new(String::new());
         let mut any = false;
-        for (name, slot) in &self.query {
+        for (name, slot) in &rendered.query {
             any = true;
             // A template that is one expression whose value is a list repeats the parameter.
             if let Some(program) = slot.template.whole() {
@@ -953,12 +1027,12 @@ impl Source {
             target.push_str(&query);
         }
         let uri = Uri::try_from(target.as_str()).map_err(|_| SourceError::Template {
-            location: self.path.as_ref().map_or_else(String::new, |p| p.location.clone()),
+            location: rendered.path.as_ref().map_or_else(String::new, |p| p.location.clone()),
             why: "the rendered URL is not one".to_owned(),
             only_request: false,
         })?;
         let mut headers = HeaderMap::new();
-        for (name, slot) in &self.headers {
+        for (name, slot) in &rendered.headers {
             let mut value = String::new();
             slot.template
                 .render(context, as_is, &mut value)
@@ -997,13 +1071,13 @@ impl Source {
             headers.insert(header::AUTHORIZATION, value);
         }
         let mut body = Bytes::new();
-        if let Some(template) = &self.body {
+        if let Some(template) = &rendered.body {
             let mut out = Vec::new();
             template.write(context, &mut out)?;
             body = out.into();
             headers.entry(header::CONTENT_TYPE).or_insert(HeaderValue::from_static("application/json"));
         }
-        Ok(UpstreamRequest { method: self.method.clone(), uri, headers, body })
+        Ok(UpstreamRequest { method: rendered.method.clone(), uri, headers, body })
     }
 }
 

@@ -164,10 +164,12 @@ pub struct Route {
     pub serial: u64,
 }
 
-/// Where a route's calls go: one upstream, or the sources of a composition.
+/// Where a route's calls go: one upstream, or the sources of a composition. Either is run as a
+/// schedule of sources, one way: a route's own upstream is the one-source case
+/// ([`composition::Composition::own`]).
 #[derive(Debug)]
 enum Target {
-    Single(Box<Upstream>),
+    Single(Box<Upstream>, Arc<composition::Composition>),
     Composed(Arc<composition::Composition>),
 }
 
@@ -177,6 +179,15 @@ impl Route {
         match &self.upstream {
             Ok(Target::Composed(composition)) => Some(composition),
             _ => None,
+        }
+    }
+
+    /// What a call runs: a composed route's sources, or the route's own upstream as the one
+    /// source; `None` for a route that cannot serve ([`Route::broken`] says why).
+    pub fn schedule(&self) -> Option<&Arc<composition::Composition>> {
+        match &self.upstream {
+            Ok(Target::Single(_, schedule) | Target::Composed(schedule)) => Some(schedule),
+            Err(_) => None,
         }
     }
 }
@@ -190,7 +201,10 @@ impl Route {
     pub fn new(uuid: Uuid, created_at: u64, updated_at: u64, config: RouteConfig, limits: &Limits) -> Route {
         let rules = compile_json(config.rules.as_bytes(), limits);
         let upstream = if config.sources.is_empty() {
-            Upstream::new(&config, limits).map(|upstream| Target::Single(Box::new(upstream)))
+            Upstream::new(&config, limits).map(|upstream| {
+                let schedule = Arc::new(upstream.schedule(&config, uuid));
+                Target::Single(Box::new(upstream), schedule)
+            })
         } else {
             // The worst case of calls is registration's check; a stored composition past a bound
             // lowered since still serves, and each call is held to it as it runs.

@@ -7,7 +7,7 @@ use http::{HeaderMap, HeaderValue, Method, Uri};
 
 use std::sync::Arc;
 
-use super::composition::{RouteTemplates, RouteTexts, SourceError, request_context};
+use super::composition::{Composition, RouteTemplates, RouteTexts, SourceError, request_context};
 use super::registration::{BaseUrl, UpstreamPath};
 use super::template::{Context, Scratch};
 use super::{Auth, AuthKind, Route, RouteConfig, Target};
@@ -80,7 +80,7 @@ impl Route {
 
     fn single(&self) -> Option<&Upstream> {
         match &self.upstream {
-            Ok(Target::Single(upstream)) => Some(upstream),
+            Ok(Target::Single(upstream, _)) => Some(upstream),
             _ => None,
         }
     }
@@ -93,7 +93,7 @@ impl Route {
     /// Builds the upstream request of one call (SPEC §2.2).
     pub fn upstream_request(&self, client: &FromClient<'_>) -> Result<UpstreamRequest, CallError> {
         let upstream = match &self.upstream {
-            Ok(Target::Single(upstream)) => upstream,
+            Ok(Target::Single(upstream, _)) => upstream,
             Ok(Target::Composed(_)) => {
                 return Err(CallError::Broken("a composed route has no single upstream".into()));
             }
@@ -236,6 +236,11 @@ fn render(templated: &Templated, client: &FromClient<'_>) -> Result<Upstream, Ca
 }
 
 impl Upstream {
+    /// The route's schedule: its own upstream as the one source, with its credentials and TLS.
+    pub(super) fn schedule(&self, config: &RouteConfig, route: uuid::Uuid) -> Composition {
+        Composition::own(config, route, self.oauth.clone(), self.tls.clone())
+    }
+
     pub(super) fn new(config: &RouteConfig, limits: &Limits) -> Result<Upstream, String> {
         let templates = if config.templates {
             let texts = RouteTexts {

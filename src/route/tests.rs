@@ -330,3 +330,40 @@ fn templates_of_a_single_route_render_over_the_request_and_an_older_route_keeps_
     assert_eq!(problems[0].location, "/originalRoute/path");
     assert!(problems[0].message.contains("`user`"), "{problems:?}");
 }
+
+#[test]
+fn a_single_route_runs_as_one_source_with_its_own_upstream_s_settings() {
+    use composition::Call;
+    let c = config(
+        r#"{"originalApi":{"baseUrl":"http://127.0.0.1:9/"},"path":"/x"}"#,
+        r#","rateLimit":{"requestsPerSecond":5,"burst":2},"retry":{"attempts":2,"on":[503]},"breaker":{"scope":"route"},"http2":"prior-knowledge""#,
+    );
+    let uuid = Uuid::new_v4();
+    let route = Route::new(uuid, 0, 0, c.clone(), &Limits::default());
+    assert!(route.composition().is_none(), "not a composed route");
+    let schedule = route.schedule().expect("a route that serves has a schedule");
+    assert!(schedule.is_own());
+    let [source] = schedule.sources.as_slice() else { panic!("one source: {:?}", schedule.sources) };
+    assert!(matches!(source.call, Call::Own));
+    assert!(
+        source.after.is_empty() && source.when.is_none() && source.for_each.is_none() && !source.optional
+    );
+    // Its rate limit, breaker and retries are the route's, kept for the route.
+    assert_eq!((source.key, source.breaker), (uuid, Some(uuid)));
+    assert_eq!((&source.rate_limit, &source.retry, source.h2c), (&c.rate_limit, &c.retry, true));
+    // By default, its origin's breaker counts its calls.
+    let plain = config(r#"{"originalApi":{"baseUrl":"http://127.0.0.1:9/"},"path":"/x"}"#, "");
+    let route = Route::new(uuid, 0, 0, plain, &Limits::default());
+    assert_eq!(route.schedule().map(|s| s.sources[0].breaker), Some(None));
+
+    // A composed route's schedule is its sources, none of them its own.
+    let json = format!(
+        r#"{{"path":"p","sources":{{"a":{{"originalApi":{{"baseUrl":"http://127.0.0.1:9/"}},"path":"/a"}},"b":{{"originalApi":{{"baseUrl":"http://127.0.0.1:9/"}},"path":"/b"}}}},"rulesAsString":{RULES}}}"#
+    );
+    let composed = registration(&json).validate(false, None).expect("valid");
+    let route = Route::new(uuid, 0, 0, composed, &Limits::default());
+    let schedule = route.schedule().expect("a schedule");
+    assert!(!schedule.is_own() && schedule.sources.len() == 2);
+    assert!(schedule.sources.iter().all(|s| matches!(s.call, Call::Rendered(_)) && s.breaker.is_none()));
+    assert!(std::ptr::eq(schedule.as_ref(), route.composition().expect("composed").as_ref()));
+}

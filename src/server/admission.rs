@@ -156,34 +156,17 @@ impl Buffered {
         self.held.load(Ordering::Relaxed) > self.max
     }
 
-    /// Holds `bytes` until the returned guard is dropped.
-    pub(crate) fn hold(&self, bytes: usize) -> Held<'_> {
-        self.held.fetch_add(bytes, Ordering::Relaxed);
-        Held { buffered: self, bytes }
-    }
-
     pub(crate) fn limit(&self) -> usize {
         self.max
     }
 
-    /// Holds `bytes` more, for a holder that keeps its own count and calls [`Buffered::release`].
+    /// Holds `bytes` more, until the holder, which keeps its own count, calls
+    /// [`Buffered::release`].
     pub(crate) fn add(&self, bytes: usize) {
         self.held.fetch_add(bytes, Ordering::Relaxed);
     }
 
     pub(crate) fn release(&self, bytes: usize) {
         self.held.fetch_sub(bytes, Ordering::Relaxed);
-    }
-}
-
-/// Bytes held in [`Buffered`] until dropped.
-pub(crate) struct Held<'b> {
-    buffered: &'b Buffered,
-    bytes: usize,
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        self.buffered.held.fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use uuid::Uuid;
 
-use super::compose::{self, CallerRequest};
+use super::compose;
 use super::connection::RequestBody;
 use super::problem::UpstreamFailure;
 use super::reply::{json, read_body, timing};
@@ -19,7 +19,7 @@ use crate::exec;
 use crate::json::JsonError;
 use crate::metrics::{CacheCounts, Endpoint, Metrics, PanicSite, UpstreamErrorKind};
 use crate::route::{CacheSettings, CallError, FromClient, Route};
-use crate::upstream::{Answer, BreakerScope, Freshness, MediaType, Outbound, UpstreamRequest};
+use crate::upstream::{Answer, Freshness, MediaType, UpstreamRequest};
 
 /// A route call's request, as the router or the lane read it.
 pub(super) struct RouteCall<'a> {
@@ -99,19 +99,11 @@ const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
 /// that waited for it answer.
 #[derive(Debug, Clone)]
 pub(super) struct Outcome {
-    mapped: Result<MappedAnswer, Failed>,
+    mapped: Result<MappedAnswer, ApiError>,
     upstream: Duration,
     map: Duration,
     /// A composed route: each source (`src.<name>`) and how long it took, for `Server-Timing`.
     sources: Vec<(String, Duration)>,
-}
-
-/// Why a call has no mapped answer: its upstream failed, or a composed route's call failed as
-/// SPEC §2.3 says (a source named, or the caller's request lacking what a template reads).
-#[derive(Debug, Clone)]
-enum Failed {
-    Upstream(UpstreamFailure),
-    Composed(ApiError),
 }
 
 /// A mapped 2xx answer.
@@ -337,59 +329,40 @@ fn miss(outcome: &Outcome, collapsed: bool) -> CacheStatus {
     CacheStatus::Miss { stored, collapsed }
 }
 
-/// One upstream call and the mapping of its answer; for a composed route, its sources' calls
-/// and the mapping of their document.
+/// A call's upstream calls and the mapping of their document, one way for every route: a
+/// composed route's sources, or a route's own upstream as the one source (`compose::run`).
 async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcome {
-    if let Some(composition) = route.composition() {
-        let started = Instant::now();
-        let caller = CallerRequest::of(&request);
-        return match compose::run(state, route, composition, caller, false).await {
-            Ok(composed) => Outcome {
-                upstream: started.elapsed().saturating_sub(composed.map),
-                map: composed.map,
-                sources: composed.reports.iter().map(|r| (format!("src.{}", r.name), r.took)).collect(),
-                mapped: Ok(MappedAnswer {
-                    status: StatusCode::OK,
-                    body: composed.body.into(),
-                    freshness: Freshness::default(),
-                    stored: None,
-                    partial: compose::partial_header(&composed.partial),
-                }),
-            },
-            Err(failed) => Outcome {
-                mapped: Err(Failed::Composed(failed.error)),
-                upstream: started.elapsed(),
-                map: Duration::ZERO,
-                // The sources that were done, then what it took in all.
-                sources: failed.sources,
-            },
+    let started = Instant::now();
+    let Some(schedule) = route.schedule() else {
+        let why = route.broken().unwrap_or_default();
+        return Outcome {
+            mapped: Err(ApiError::RouteUnavailable(why)),
+            upstream: Duration::ZERO,
+            map: Duration::ZERO,
+            sources: Vec::new(),
         };
-    }
-    let (answer, upstream) = call_upstream(state, &request, route).await;
-    let mut answer = match answer {
-        Ok(answer) => answer,
-        Err(failure) => {
-            return Outcome {
-                mapped: Err(Failed::Upstream(failure)),
-                upstream,
-                map: Duration::ZERO,
-                sources: Vec::new(),
-            };
-        }
     };
-    // Held from here until it is mapped (RECAST_MAX_BUFFERED_BYTES).
-    let _held = state.buffered.hold(answer.body.len());
-    let (mapped, map) = map_answer(state, route, &mut answer);
-    let mapped = mapped
-        .map(|body| MappedAnswer {
-            status: answer.status,
-            body: body.into(),
-            freshness: answer.freshness,
-            stored: None,
-            partial: None,
-        })
-        .map_err(Failed::Upstream);
-    Outcome { mapped, upstream, map, sources: Vec::new() }
+    match compose::run(state, route, schedule, request, false).await {
+        Ok(composed) => Outcome {
+            upstream: started.elapsed().saturating_sub(composed.map),
+            map: composed.map,
+            sources: composed.reports.iter().map(|r| (format!("src.{}", r.name), r.took)).collect(),
+            mapped: Ok(MappedAnswer {
+                status: composed.status,
+                body: composed.body.into(),
+                freshness: composed.freshness,
+                stored: None,
+                partial: compose::partial_header(&composed.partial),
+            }),
+        },
+        Err(failed) => Outcome {
+            mapped: Err(failed.error),
+            upstream: started.elapsed(),
+            map: Duration::ZERO,
+            // A composed route's sources that were done.
+            sources: failed.sources,
+        },
+    }
 }
 
 /// The answer to a call from an upstream call's outcome.
@@ -405,34 +378,8 @@ fn answer(outcome: Outcome, record: &mut CallRecord) -> Result<Response, ApiErro
             }
             Ok(response)
         }
-        Err(Failed::Upstream(failure)) => Err(ApiError::Upstream { failure, validating: false }),
-        Err(Failed::Composed(error)) => Err(error),
+        Err(error) => Err(error),
     }
-}
-
-/// Sends a request upstream and reads the answer; counts the time it took and any failure.
-pub(super) async fn call_upstream(
-    state: &State,
-    request: &UpstreamRequest,
-    route: &Route,
-) -> (Result<Answer, UpstreamFailure>, Duration) {
-    let started = Instant::now();
-    let outbound = Outbound {
-        rate_limit: route.config.rate_limit.as_ref().map(|limit| (limit, route.uuid)),
-        retry: route.config.retry.as_ref(),
-        oauth: route.token_request(),
-        tls: route.tls(),
-        breaker: (route.config.breaker == BreakerScope::Route).then_some(route.uuid),
-        h2c: route.config.http2_prior_knowledge,
-    };
-    let answer = state.client.call_with(request, &outbound).await;
-    let took = started.elapsed();
-    state.metrics.upstream.observe(took);
-    let answer = answer.map_err(UpstreamFailure::from);
-    if let Err(failure) = &answer {
-        state.metrics.upstream_error(failure.kind());
-    }
-    (answer, took)
 }
 
 /// Maps a 2xx JSON answer by the route's rules; any other answer is a failure, counted by kind.

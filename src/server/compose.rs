@@ -1,22 +1,29 @@
-//! A composed route's call (SPEC §2.3): its sources run as their waits allow (each source's
-//! request made from the answers it waits for and the caller's request), each answer is checked
-//! and indexed once as it comes (`json::ondemand::Indexed`), and the route's plan maps the
-//! document of them all, read where each answer lies for what the plan reads
-//! (`json::ondemand::with_parts`), never written into one text.
+//! Every route's call, one way: a route's schedule of sources (`route::composition`). A composed
+//! route's sources (SPEC §2.3) run as their waits allow (each source's request made from the
+//! answers it waits for and the caller's request), each answer is checked and indexed once as it
+//! comes (`json::ondemand::Indexed`), and the route's plan maps the document of them all, read
+//! where each answer lies for what the plan reads (`json::ondemand::with_parts`), never written
+//! into one text. A route with `originalRoute` is the one-source case (`Call::Own`): the source
+//! sends the request the route built from the caller's (SPEC §2.2), its answer is the document,
+//! read once as it is mapped (`exec::map_text`), and its failures answer as §2.2 says, with no
+//! source named; the bounds of a composition (`RECAST_MAX_SOURCE_CALLS`,
+//! `RECAST_MAX_COMPOSED_BYTES`) are not its.
 //!
 //! The call is one task: the sources under way are futures it polls, so a required failure or
 //! the deadline drops them, which closes their connections (or resets their streams); nothing
 //! not yet started is started after that.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderValue, StatusCode};
 
-use super::call::not_json;
+use super::call::{map_answer, not_json};
 use super::problem::UpstreamFailure;
 use super::{ApiError, State};
 use crate::exec;
@@ -24,10 +31,10 @@ use crate::expr::{Arena, Budget};
 use crate::json::ondemand::{Indexed, Part, with_parts};
 use crate::json::{self, Doc};
 use crate::metrics::SourceFailureKind;
-use crate::route::composition::{Caller, Composition, Source, SourceError, request_context};
+use crate::route::composition::{Call, Caller, Composition, Source, SourceError, request_context};
 use crate::route::template::Context;
 use crate::route::{MAPPED_AUTH, Route};
-use crate::upstream::{Outbound, UpstreamRequest};
+use crate::upstream::{Answer, Freshness, Outbound, UpstreamRequest};
 use bumpalo::Bump;
 
 /// The caller's request as a composed route reads it.
@@ -85,9 +92,16 @@ pub(super) fn caller_request(
     Ok(UpstreamRequest { method: http::Method::GET, uri, headers: kept, body })
 }
 
-/// A composed call that mapped: its answer, and what each source did.
+/// A call that mapped: its answer, and what each source did.
 pub(super) struct Composed {
     pub body: Vec<u8>,
+    /// The answer's status: a route's own upstream's (a 2xx), 200 for a composed route.
+    pub status: StatusCode,
+    /// What a route's own upstream said of caching its answer (nothing for a composed route).
+    pub freshness: Freshness,
+    /// A registration's live call of a route's own upstream: its answer as it came, for the
+    /// trace of its warnings (mapping may rewrite the text it reads).
+    pub document: Option<Vec<u8>>,
     /// `Recast-Partial`'s entries: the optional sources that failed.
     pub partial: Vec<String>,
     /// By source, in name order.
@@ -108,12 +122,14 @@ pub(super) struct Report {
     pub failed: Option<String>,
 }
 
-/// A source's value in the document: answers checked and indexed as they came.
+/// A source's value in the document: answers checked and indexed as they came; or a route's own
+/// upstream's answer, which is the document, read as it is mapped.
 #[derive(Clone)]
 enum Value {
     Null,
     One(Arc<Indexed>),
     List(Vec<Option<Arc<Indexed>>>),
+    Answer(Arc<Answer>),
 }
 
 /// How one call of a source ended, for `_sources`.
@@ -193,8 +209,9 @@ impl Failure {
         )
     }
 
-    /// The problem a required source's failure answers with.
-    fn to_error(&self, name: &str, validating: bool) -> ApiError {
+    /// The problem a required source's failure answers with: a route's own upstream's as SPEC
+    /// §2.2 says, a composed route's source's with its name (§2.3).
+    fn to_error(&self, source: &Source, validating: bool) -> ApiError {
         let error = match self {
             Failure::Upstream(failure) => ApiError::Upstream { failure: failure.clone(), validating },
             Failure::Template(SourceError::AuthRequired) => ApiError::AuthRequired,
@@ -215,7 +232,10 @@ impl Failure {
                 caller: *only_request,
             },
         };
-        ApiError::Source { name: name.to_owned(), error: Box::new(error) }
+        match source.call {
+            Call::Own => error,
+            Call::Rendered(_) => ApiError::Source { name: source.name.clone(), error: Box::new(error) },
+        }
     }
 }
 
@@ -321,17 +341,20 @@ pub(super) struct Failed {
     pub sources: Vec<(String, Duration)>,
 }
 
-/// Runs the composition of `route` for the caller's request and maps the document. A required
-/// failure answers as SPEC §2.3 says; `validating` for a registration's live call.
+/// Runs a call of `route` (its `schedule`) and maps the document. `request` is the call's
+/// request as its cache key is made of it: a route's own upstream's, which its one source sends
+/// ([`crate::route::Route::upstream_request`]), or what a composed route reads of the caller's
+/// ([`caller_request`]). A required failure answers as SPEC §2.2 and §2.3 say; `validating` for
+/// a registration's live call.
 pub(super) async fn run(
     state: &State,
     route: &Route,
-    composition: &Composition,
-    caller: CallerRequest<'_>,
+    schedule: &Composition,
+    request: UpstreamRequest,
     validating: bool,
 ) -> Result<Composed, Failed> {
     let mut sources = Vec::new();
-    run_timed(state, route, composition, caller, validating, &mut sources)
+    run_timed(state, route, schedule, request, validating, &mut sources)
         .await
         .map_err(|error| Failed { error, sources })
 }
@@ -340,11 +363,15 @@ async fn run_timed(
     state: &State,
     route: &Route,
     composition: &Composition,
-    caller: CallerRequest<'_>,
+    request: UpstreamRequest,
     validating: bool,
     timings: &mut Vec<(String, Duration)>,
 ) -> Result<Composed, ApiError> {
-    let mapped_auth = caller.headers.get(&MAPPED_AUTH);
+    let own = composition.is_own();
+    // A route's own upstream sends the request; a composed route's sources read it.
+    let (mut own_request, read) = if own { (Some(request), None) } else { (None, Some(request)) };
+    let caller = read.as_ref().map(CallerRequest::of);
+    let mapped_auth = caller.as_ref().and_then(|caller| caller.headers.get(&MAPPED_AUTH));
     if composition.runtime_auth && mapped_auth.is_none() {
         return Err(ApiError::AuthRequired);
     }
@@ -352,9 +379,14 @@ async fn run_timed(
         return Err(ApiError::RouteUnavailable("its rules do not compile".to_owned()));
     };
     let config = &state.config;
-    state.metrics.composed.calls.fetch_add(1, Ordering::Relaxed);
     // Indexed once, read by every context and the document.
-    let request_text = request_document(composition, &caller, config.max_depth)?;
+    let request_text = match &caller {
+        Some(caller) => {
+            state.metrics.composed.calls.fetch_add(1, Ordering::Relaxed);
+            Some(request_document(composition, caller, config.max_depth)?)
+        }
+        None => None,
+    };
     let shared = Shared {
         calls_left: AtomicUsize::new(config.max_source_calls),
         bytes: AtomicUsize::new(0),
@@ -370,14 +402,17 @@ async fn run_timed(
     let sources = &composition.sources;
     let n = sources.len();
     let mut done: Vec<Option<Done>> = vec![None; n];
-    let mut started = vec![false; n];
-    // The failures counted in `recast_source_failures_total` so far.
-    let mut counted = vec![false; n];
-    let mut running = FuturesUnordered::new();
+    // The sources started, and those whose failure `recast_source_failures_total` counted, by
+    // bit.
+    let (mut started, mut counted) = (Sources::default(), Sources::default());
+    // The sources under way: a call of one source polls it alone; of more, as a set. (Boxed,
+    // a source's call does not make this call's own state as large as its own.)
+    let mut alone = None;
+    let mut running = None;
     let deadline = tokio::time::Instant::now() + state.client.settings().total_timeout;
     // Every source's calls end at the deadline by themselves; this is what is left after it.
-    let given_up = tokio::time::sleep_until(deadline + DEADLINE_SLACK);
-    tokio::pin!(given_up);
+    // A source alone starts at once, and its calls end by the deadline.
+    let mut given_up = (n > 1).then(|| Box::pin(tokio::time::sleep_until(deadline + DEADLINE_SLACK)));
     loop {
         // A required failure that just came starts nothing more.
         if let Some(error) = settle(state, composition, &done, &mut counted, validating) {
@@ -388,11 +423,22 @@ async fn run_timed(
         while progressed {
             progressed = false;
             for i in 0..n {
-                if started[i] || !sources[i].after.iter().all(|&j| done[j].is_some()) {
+                if started.has(i) || !sources[i].after.iter().all(|&j| done[j].is_some()) {
                     continue;
                 }
-                started[i] = true;
-                match prepare(state, composition, i, &request_text, &done, &who, &budget) {
+                started.add(i);
+                let prepared = match (own_request.take(), &request_text) {
+                    // A route's own upstream: the request the route built.
+                    (Some(request), _) => Prepared::Calls { requests: vec![request], list: false },
+                    (None, Some(text)) => prepare(state, composition, i, text, &done, &who, &budget),
+                    // Neither: not a schedule `Route` builds (one own source, or sources alone).
+                    (None, None) => Prepared::Done(Done::failed(Failure::Template(SourceError::Template {
+                        location: String::new(),
+                        why: "the route's schedule makes no request for it".to_owned(),
+                        only_request: false,
+                    }))),
+                };
+                match prepared {
                     Prepared::Done(outcome) => {
                         done[i] = Some(outcome);
                         progressed = true;
@@ -403,11 +449,17 @@ async fn run_timed(
                         let until = tokio::time::Instant::now()
                             + source.timeout.map_or(remaining, |t| t.min(remaining));
                         let shared = &shared;
-                        running.push(async move {
+                        let call = async move {
                             let started = Instant::now();
-                            let outcome = run_source(state, source, requests, list, shared, until).await;
+                            let outcome =
+                                run_source(state, source, requests, list, n == 1, shared, until).await;
                             (i, Done { took: started.elapsed(), ..outcome })
-                        });
+                        };
+                        if n == 1 {
+                            alone = Some(Box::pin(call));
+                        } else {
+                            running.get_or_insert_with(FuturesUnordered::new).push(call);
+                        }
                     }
                 }
             }
@@ -419,24 +471,27 @@ async fn run_timed(
         if done.iter().all(Option::is_some) {
             break;
         }
-        if running.is_empty() {
+        if alone.is_none() && running.as_ref().is_none_or(FuturesUnordered::is_empty) {
             // Nothing runs and something waits: it waits for a source that never started,
             // which the graph's check rules out.
             return Err(ApiError::RouteUnavailable("its sources wait for each other".to_owned()));
         }
         tokio::select! {
             biased;
-            Some((i, outcome)) = running.next() => {
-                timings.push((format!("src.{}", sources[i].name), outcome.took));
+            Some((i, outcome)) = next_done(&mut alone, &mut running) => {
+                if !own {
+                    timings.push((format!("src.{}", sources[i].name), outcome.took));
+                }
                 done[i] = Some(outcome);
             }
-            () = &mut given_up => {
+            () = expiry(&mut given_up) => {
                 // Every required source answered: optional ones still out are `null`.
                 if let Some(i) = (0..n).find(|&i| done[i].is_none() && !sources[i].optional) {
                     let failure = Failure::Upstream(UpstreamFailure::Timeout);
-                    return Err(failure.to_error(&sources[i].name, validating));
+                    return Err(failure.to_error(&sources[i], validating));
                 }
                 for slot in done.iter_mut().filter(|d| d.is_none()) {
+                    // Optional: a source of a composed route.
                     let failure = Failure::Upstream(UpstreamFailure::Timeout);
                     state.metrics.composed.failed(failure.kind(), true);
                     *slot = Some(Done::failed(failure));
@@ -447,6 +502,28 @@ async fn run_timed(
     }
     drop(running);
     let done: Vec<Done> = done.into_iter().map(|d| d.unwrap_or_else(Done::skipped)).collect();
+    if own {
+        // The answer is the document, read as it is mapped (a failure has answered above).
+        let Some(Value::Answer(answer)) = done.into_iter().next().map(|d| d.value) else {
+            return Err(ApiError::Internal);
+        };
+        // Its only holder by now: nothing shares a route's own answer.
+        let mut answer = Arc::try_unwrap(answer).map_err(|_| ApiError::Internal)?;
+        let document = validating.then(|| answer.body.clone());
+        let (mapped, map) = map_answer(state, route, &mut answer);
+        let body = mapped.map_err(|failure| ApiError::Upstream { failure, validating })?;
+        return Ok(Composed {
+            body,
+            status: answer.status,
+            freshness: answer.freshness,
+            document,
+            partial: Vec::new(),
+            reports: Vec::new(),
+            map,
+            warnings: Vec::new(),
+        });
+    }
+    let Some(request_text) = request_text else { return Err(ApiError::Internal) };
     let mut partial = Vec::new();
     let mut reports = Vec::with_capacity(n);
     for &i in &composition.by_name {
@@ -518,7 +595,16 @@ async fn run_timed(
             if !partial.is_empty() {
                 state.metrics.composed.partial.fetch_add(1, Ordering::Relaxed);
             }
-            Ok(Composed { body: out, partial, reports, map, warnings })
+            Ok(Composed {
+                body: out,
+                status: StatusCode::OK,
+                freshness: Freshness::default(),
+                document: None,
+                partial,
+                reports,
+                map,
+                warnings,
+            })
         }
         Err(why) => Err(ApiError::Upstream { failure: UpstreamFailure::NotJson(why), validating }),
     }
@@ -530,22 +616,61 @@ fn settle(
     state: &State,
     composition: &Composition,
     done: &[Option<Done>],
-    counted: &mut [bool],
+    counted: &mut Sources,
     validating: bool,
 ) -> Option<ApiError> {
     let sources = &composition.sources;
     for (i, outcome) in done.iter().enumerate() {
         if let Some(failure) = outcome.as_ref().and_then(|d| d.failure.as_ref())
-            && !counted[i]
+            && !counted.has(i)
         {
-            counted[i] = true;
-            state.metrics.composed.failed(failure.kind(), sources[i].optional);
+            counted.add(i);
+            if let Call::Rendered(_) = sources[i].call {
+                state.metrics.composed.failed(failure.kind(), sources[i].optional);
+            }
         }
     }
     done.iter().enumerate().find_map(|(i, d)| {
         let failure = d.as_ref()?.failure.as_ref().filter(|f| !sources[i].optional || f.is_call_bound())?;
-        Some(failure.to_error(&sources[i].name, validating))
+        Some(failure.to_error(&sources[i], validating))
     })
+}
+
+/// Sources of a composition by bit (a composition has at most `MAX_SOURCES`).
+#[derive(Default, Clone, Copy)]
+struct Sources(u32);
+
+const _: () = assert!(crate::route::sources::MAX_SOURCES <= 32);
+
+impl Sources {
+    fn has(self, i: usize) -> bool {
+        self.0 & (1 << i) != 0
+    }
+
+    fn add(&mut self, i: usize) {
+        self.0 |= 1 << i;
+    }
+}
+
+/// When `timer` ends; never without one.
+async fn expiry(timer: &mut Option<Pin<Box<tokio::time::Sleep>>>) {
+    match timer {
+        Some(timer) => timer.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next source under way to be done: the one source's call, or the first of several to end.
+async fn next_done<F: Future>(
+    alone: &mut Option<Pin<Box<F>>>,
+    running: &mut Option<FuturesUnordered<F>>,
+) -> Option<F::Output> {
+    if let Some(call) = alone {
+        let done = call.await;
+        *alone = None;
+        return Some(done);
+    }
+    running.as_mut()?.next().await
 }
 
 /// What starting a source comes to: done at once (skipped, failed), or calls to make.
@@ -618,58 +743,84 @@ fn prepare(
 }
 
 /// Makes a source's calls, at most `concurrency` at a time, identical requests once; its value
-/// is the answer, or for `forEach` the answers in element order.
+/// is the answer, or for `forEach` the answers in element order. `alone`: the call has no other
+/// source, so a single request has nothing to be the same as.
 async fn run_source(
     state: &State,
     source: &Source,
     requests: Vec<UpstreamRequest>,
     list: bool,
+    alone: bool,
     shared: &Shared,
     until: tokio::time::Instant,
 ) -> Done {
-    // Identical rendered requests are sent once and their answer shared.
-    let mut unique: Vec<UpstreamRequest> = Vec::new();
-    let mut digests: Vec<[u8; 32]> = Vec::new();
+    // Identical rendered requests are sent once and their answer shared (by digest: `None`,
+    // a request alone, is neither looked for nor kept).
+    let mut unique: Vec<(UpstreamRequest, Option<[u8; 32]>)> = Vec::new();
     let mut of_element = Vec::with_capacity(requests.len());
-    for request in requests {
-        let digest = request.digest();
-        match digests.iter().position(|d| *d == digest) {
-            Some(at) => of_element.push(at),
-            None => {
-                digests.push(digest);
-                of_element.push(unique.len());
-                unique.push(request);
+    if alone && requests.len() == 1 {
+        of_element.push(0);
+        unique.extend(requests.into_iter().map(|request| (request, None)));
+    } else {
+        for request in requests {
+            let digest = Some(request.digest());
+            match unique.iter().position(|(_, d)| *d == digest) {
+                Some(at) => of_element.push(at),
+                None => {
+                    of_element.push(unique.len());
+                    unique.push((request, digest));
+                }
             }
         }
     }
     let calls = unique.len();
     let mut answers: Vec<Option<CallResult>> = vec![None; calls];
-    let unique: Vec<(UpstreamRequest, [u8; 32])> = unique.into_iter().zip(digests).collect();
     // Each call ends at the source's bound: the answers that came before it are kept, and the
     // elements still out are `timeout`.
-    let calls_of = unique.into_iter().map(|(request, digest)| async move {
-        match tokio::time::timeout_at(until, shared.once(state, source, request, digest)).await {
+    // A source alone in its call with no bound of its own ends at the call's deadline, which
+    // the call keeps.
+    let bounded = !alone || source.timeout.is_some();
+    let mut calls_of = unique.into_iter().map(|(request, digest)| async move {
+        let answer = async {
+            match digest {
+                Some(digest) => shared.once(state, source, request, digest).await,
+                None => one_call(state, source, request, shared).await,
+            }
+        };
+        if !bounded {
+            return answer.await;
+        }
+        match tokio::time::timeout_at(until, answer).await {
             Ok(answer) => answer,
             Err(_) => Err((None, UpstreamFailure::Timeout)),
         }
     });
-    let mut stream = futures_util::stream::iter(calls_of).buffered(source.concurrency);
-    let mut index = 0;
-    while let Some(answer) = stream.next().await {
-        let failed = answer.is_err();
-        answers[index] = Some(answer);
-        index += 1;
-        // A required source fails at its first failed call (and any source at a bound of the
-        // whole call); the others under way are dropped.
-        let bound = matches!(
-            answers[index - 1],
-            Some(Err((_, UpstreamFailure::ComposedTooLarge { .. } | UpstreamFailure::TooManyCalls { .. })))
-        );
-        if failed && (!source.optional || bound) {
-            break;
+    if calls == 1 {
+        // One call: awaited as it is, with nothing to run beside it.
+        if let Some(call) = calls_of.next() {
+            answers[0] = Some(call.await);
+        }
+    } else {
+        let mut stream = futures_util::stream::iter(calls_of).buffered(source.concurrency);
+        let mut index = 0;
+        while let Some(answer) = stream.next().await {
+            let failed = answer.is_err();
+            answers[index] = Some(answer);
+            index += 1;
+            // A required source fails at its first failed call (and any source at a bound of
+            // the whole call); the others under way are dropped.
+            let bound = matches!(
+                answers[index - 1],
+                Some(Err((
+                    _,
+                    UpstreamFailure::ComposedTooLarge { .. } | UpstreamFailure::TooManyCalls { .. }
+                )))
+            );
+            if failed && (!source.optional || bound) {
+                break;
+            }
         }
     }
-    drop(stream);
     let mut ended = Vec::with_capacity(of_element.len());
     let mut values = Vec::with_capacity(of_element.len());
     let mut failure = None;
@@ -699,7 +850,7 @@ async fn run_source(
         }
     }
     if !list {
-        let value = values.into_iter().next().flatten().map_or(Value::Null, Value::One);
+        let value = values.into_iter().next().flatten().unwrap_or(Value::Null);
         return Done {
             value,
             ended,
@@ -713,17 +864,30 @@ async fn run_source(
     // A `forEach` source fails when it is required and an element failed; an optional one
     // keeps `null` at that element's place, unless the element passed a bound of the whole call.
     let failure = failure.map(Failure::Upstream).filter(|f| !source.optional || f.is_call_bound());
-    Done { value: Value::List(values), ended, list, failure, failed_elements, took: Duration::ZERO, calls }
+    // A `forEach` source's answers are all indexed (only a route's own upstream's is not).
+    let values = values.into_iter().map(|v| if let Some(Value::One(text)) = v { Some(text) } else { None });
+    Done {
+        value: Value::List(values.collect()),
+        ended,
+        list,
+        failure,
+        failed_elements,
+        took: Duration::ZERO,
+        calls,
+    }
 }
 
-/// How one request of a source ended: its status and body, or its status (when it answered) and
+/// How one request of a source ended: its status and body (indexed, or a route's own
+/// upstream's answer, [`Value::One`] or [`Value::Answer`]), or its status (when it answered) and
 /// why it failed.
-type CallResult = Result<(u16, Arc<Indexed>), (Option<u16>, UpstreamFailure)>;
+type CallResult = Result<(u16, Value), (Option<u16>, UpstreamFailure)>;
 
 /// One request of a source: its answer's status and body when it is a 2xx JSON answer.
 async fn one_call(state: &State, source: &Source, request: UpstreamRequest, shared: &Shared) -> CallResult {
+    // `RECAST_MAX_SOURCE_CALLS` and `RECAST_MAX_COMPOSED_BYTES` bound a composition's sources.
+    let own = matches!(source.call, Call::Own);
     let attempts = 1 + source.retry.as_ref().map_or(0, |r| usize::from(r.attempts));
-    if !shared.take_calls(attempts) {
+    if !own && !shared.take_calls(attempts) {
         return Err((None, UpstreamFailure::TooManyCalls { limit: shared.max_calls }));
     }
     let outbound = Outbound {
@@ -731,7 +895,7 @@ async fn one_call(state: &State, source: &Source, request: UpstreamRequest, shar
         retry: source.retry.as_ref(),
         oauth: source.oauth.as_ref(),
         tls: source.tls.as_deref(),
-        breaker: None,
+        breaker: source.breaker,
         h2c: source.h2c,
     };
     let started = Instant::now();
@@ -753,6 +917,11 @@ async fn one_call(state: &State, source: &Source, request: UpstreamRequest, shar
     }
     let total = shared.bytes.fetch_add(answer.body.len(), Ordering::Relaxed) + answer.body.len();
     state.buffered.add(answer.body.len());
+    if own {
+        // Held until it is mapped, as every answer is (`RECAST_MAX_BUFFERED_BYTES`); it is the
+        // document, and its mapping reads it in one pass.
+        return Ok((status, Value::Answer(Arc::new(answer))));
+    }
     if total > shared.max_bytes {
         return fail(Some(status), UpstreamFailure::ComposedTooLarge { limit: shared.max_bytes });
     }
@@ -763,7 +932,7 @@ async fn one_call(state: &State, source: &Source, request: UpstreamRequest, shar
             let index = indexed.held_bytes().saturating_sub(len);
             shared.indexes.fetch_add(index, Ordering::Relaxed);
             state.buffered.add(index);
-            Ok((status, Arc::new(indexed)))
+            Ok((status, Value::One(Arc::new(indexed))))
         }
         Err(e) => fail(Some(status), UpstreamFailure::NotJson(not_json(empty, answer.content_type, &e))),
     }
@@ -878,6 +1047,8 @@ impl Value {
             Value::Null => Part::Null,
             Value::One(text) => Part::One(text),
             Value::List(items) => Part::List(items.iter().map(Option::as_deref).collect()),
+            // Never a part: a route's own upstream's answer is the document itself.
+            Value::Answer(_) => Part::Null,
         }
     }
 }

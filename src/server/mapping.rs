@@ -6,8 +6,7 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use uuid::Uuid;
 
-use super::call::{call_upstream, map_answer};
-use super::compose::{self, CallerRequest};
+use super::compose;
 use super::problem::{UpstreamFailure, write_problems};
 use super::reply::{json, now_ms, read_body};
 use super::{ApiError, Request, Response, State};
@@ -145,9 +144,9 @@ async fn live_call(
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
     if let Some(composition) = route.composition() {
-        let caller = CallerRequest { query: Some(&query), headers: &headers, body };
+        let read = compose::caller_request(composition, Some(&query), &headers, body)?;
         let composed =
-            compose::run(state, route, composition, caller, true).await.map_err(|failed| failed.error)?;
+            compose::run(state, route, composition, read, true).await.map_err(|failed| failed.error)?;
         // An optional source that failed is a warning, located at the source.
         let sample_warnings = composed
             .reports
@@ -191,11 +190,15 @@ async fn live_call(
         state.metrics.upstream_error(failure.kind());
         return Err(failed(failure));
     }
-    let mut answer = call_upstream(state, &request, route).await.0.map_err(failed)?;
-    // The answer as it came, for the trace below (mapping may rewrite the text it reads).
-    let document = answer.body.clone();
-    let preview = map_answer(state, route, &mut answer).0.map_err(failed)?;
-    let rules_warnings = live_warnings(route, document, state.config.max_depth);
+    let Some(schedule) = route.schedule() else {
+        return Err(ApiError::InvalidRequest(route.broken().unwrap_or_default()));
+    };
+    let called = compose::run(state, route, schedule, request, true).await.map_err(|failed| failed.error)?;
+    let preview = called.body;
+    let rules_warnings = called
+        .document
+        .map(|document| live_warnings(route, document, state.config.max_depth))
+        .unwrap_or_default();
     Ok(Live { preview, rules_warnings, sample_warnings: unsent_sample(route, sample), sources: Vec::new() })
 }
 
