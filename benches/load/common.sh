@@ -1,5 +1,5 @@
-# Helpers the load scripts share (sourced, after scripts/lib.sh): the recipe document and the
-# CPU and latency arithmetic of a measurement.
+# Helpers the load scripts share (sourced, after scripts/lib.sh): the recipe and list documents,
+# the rules that map them, and the CPU and latency arithmetic of a measurement.
 
 filler() { # $1 words of lowercase filler text
     local i out=""
@@ -17,6 +17,22 @@ write_recipe() { # the recipe document (about 3 KB, one meal) on standard output
         printf '"strSource":null,"dateModified":null}]}'
     }
 }
+
+write_list() { # the list document (about 97 KB, 300 items) on standard output
+    printf '{"total":300,"items":['
+    for i in $(seq 1 300); do
+        [ "$i" -gt 1 ] && printf ','
+        printf '{"id":"%d","title":"Item number %d","price":"%d.25","currency":"EUR","tags":["t%d","t%d"],' "$i" "$i" "$((i % 90 + 1))" "$((i % 7))" "$((i % 11))"
+        printf '"owner":{"name":"Owner %d","email":"owner%d@mail.example","since":"2020-01-%02d"},' "$((i % 50))" "$((i % 50))" "$((i % 28 + 1))"
+        printf '"description":"%s"}' "$(filler 22)"
+    done
+    printf ']}'
+}
+
+# The rules both load scripts map the two documents with (and njs mirrors in run.sh).
+INGREDIENTS='"strMeasure1, strIngredient1","strMeasure2, strIngredient2","strMeasure3, strIngredient3","strMeasure4, strIngredient4","strMeasure5, strIngredient5","strMeasure6, strIngredient6","strMeasure7, strIngredient7"'
+RECIPE_RULES='{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"},"category":{"key":"category","type":"String"},"area":{"key":"area","type":"String"},"ingredients":{"key":"ingredients","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]},"category":{"keys":["strCategory"],"parents":["meals"]},"area":{"keys":["strArea"],"parents":["meals"]},"ingredients":{"keys":['"$INGREDIENTS"'],"parents":["meals"]}}}'
+LIST_RULES='{"each":["items"],"newBodyFields":{"id":{"key":"id","type":"Int"},"title":{"key":"title","type":"String"},"price":{"key":"price","type":"Double"},"owner":{"key":"owner","type":"String"},"email":{"key":"email","type":"String"}},"oldBodyFields":{"id":{"keys":["id"]},"title":{"keys":["title"]},"price":{"keys":["price"]},"owner":{"keys":["name"],"parents":["owner"]},"email":{"keys":["email"],"parents":["owner"]}}}'
 
 to_ms() { # wrk latency text (e.g. 512.00us, 1.20ms, 2.00s) to milliseconds
     awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'

@@ -54,21 +54,10 @@ use_work_dir
 
 # --- The documents -------------------------------------------------------------------------
 write_recipe >"$WORK/recipe.json"
-{
-    printf '{"total":300,"items":['
-    for i in $(seq 1 300); do
-        [ "$i" -gt 1 ] && printf ','
-        printf '{"id":"%d","title":"Item number %d","price":"%d.25","currency":"EUR","tags":["t%d","t%d"],' "$i" "$i" "$((i % 90 + 1))" "$((i % 7))" "$((i % 11))"
-        printf '"owner":{"name":"Owner %d","email":"owner%d@mail.example","since":"2020-01-%02d"},' "$((i % 50))" "$((i % 50))" "$((i % 28 + 1))"
-        printf '"description":"%s"}' "$(filler 22)"
-    done
-    printf ']}'
-} >"$WORK/list.json"
+write_list >"$WORK/list.json"
 
 # --- The same mapping for recast and for njs -----------------------------------------------
-INGREDIENTS='"strMeasure1, strIngredient1","strMeasure2, strIngredient2","strMeasure3, strIngredient3","strMeasure4, strIngredient4","strMeasure5, strIngredient5","strMeasure6, strIngredient6","strMeasure7, strIngredient7"'
-RECIPE_RULES='{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"},"category":{"key":"category","type":"String"},"area":{"key":"area","type":"String"},"ingredients":{"key":"ingredients","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]},"category":{"keys":["strCategory"],"parents":["meals"]},"area":{"keys":["strArea"],"parents":["meals"]},"ingredients":{"keys":['"$INGREDIENTS"'],"parents":["meals"]}}}'
-LIST_RULES='{"each":["items"],"newBodyFields":{"id":{"key":"id","type":"Int"},"title":{"key":"title","type":"String"},"price":{"key":"price","type":"Double"},"owner":{"key":"owner","type":"String"},"email":{"key":"email","type":"String"}},"oldBodyFields":{"id":{"keys":["id"]},"title":{"keys":["title"]},"price":{"keys":["price"]},"owner":{"keys":["name"],"parents":["owner"]},"email":{"keys":["email"],"parents":["owner"]}}}'
+# RECIPE_RULES and LIST_RULES come from common.sh.
 
 cat >"$WORK/map.js" <<'EOF'
 function joined(parts) {

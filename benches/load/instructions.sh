@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The user-space instructions recast executes per route call, counted by valgrind's callgrind:
+# unlike CPU time under load, the count hardly moves from run to run, so a change of a few per
+# cent in the fixed cost of a call shows, on a machine whose speed drifts. An nginx upstream on
+# loopback serves the recipe (3 KB) and list (97 KB) documents of run.sh; recast runs under
+# callgrind with instrumentation off, serves the same routes as run.sh, and for each document the
+# count starts after a few calls and covers LOAD_CALLS more, one after another on one kept-alive
+# connection. The kernel's work (sockets) and the upstream's are not counted: this measures
+# recast's own code, not a call's whole cost (run.sh does).
+#
+# Settings (environment): LOAD_CALLS (default 200), LOAD_PORT (first of three ports, default
+# 18180), LOAD_BEFORE (the path of another recast binary, counted the same way; a column gives
+# this build's count against it).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/lib.sh
+. benches/load/common.sh
+
+CALLS=${LOAD_CALLS:-200}
+PORT=${LOAD_PORT:-18180}
+BEFORE=${LOAD_BEFORE:-}
+UPSTREAM_PORT=$PORT
+if [ -n "$BEFORE" ] && [ ! -x "$BEFORE" ]; then
+    say "LOAD_BEFORE=$BEFORE is not an executable recast binary"
+    exit 1
+fi
+
+ensure_toolchain
+ensure_nginx
+ensure_packages "${BUILD_PACKAGES[@]}" valgrind curl
+ensure_free_ports $PORT $((PORT + 1)) $((PORT + 2))
+use_ccache
+announce_rocksdb release
+cargo build --release --locked --bin recast
+use_work_dir
+
+write_recipe >"$WORK/recipe.json"
+write_list >"$WORK/list.json"
+start_nginx upstream "    keepalive_requests 1000000;
+    server { listen 127.0.0.1:$UPSTREAM_PORT; root $WORK; default_type application/json; }"
+wait_for "http://127.0.0.1:$UPSTREAM_PORT/recipe.json"
+
+# Starts a recast binary ($2) under callgrind on port $3, named $1, with its routes; sets
+# <name>_PID, <name>_recipe and <name>_list.
+start() {
+    local name=$1 binary=$2 port=$3 doc rules path
+    RECAST_LISTEN=127.0.0.1:$port RECAST_DATA_DIR=$WORK/$name-data RECAST_UPSTREAM_ALLOW=127.0.0.1/32 RECAST_LOG=warn \
+        valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/$name.callgrind" \
+        "$binary" serve 2>>"$WORK/$name.log" &
+    PIDS+=($!)
+    printf -v "${name}_PID" '%s' "$!"
+    for _ in $(seq 1 600); do
+        curl -sf -m 5 -o /dev/null "http://127.0.0.1:$port/readyz" && break
+        sleep 0.1
+    done
+    for doc in recipe list; do
+        rules=$RECIPE_RULES; [ "$doc" = list ] && rules=$LIST_RULES
+        path=$(curl -sf -m 60 "http://127.0.0.1:$port/v1/mapping" -H 'content-type: application/json' -d \
+            '{"path":"'"$doc"'","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'"$UPSTREAM_PORT"'/"},"path":"'"$doc"'.json"},"rulesAsString":'"$rules"'}' \
+            | sed -n 's/.*"path":"\(\/v1\/[^"]*\)".*/\1/p')
+        if [ -z "$path" ]; then
+            say "$name did not register the $doc route; its log:"; cat "$WORK/$name.log" >&2; exit 1
+        fi
+        printf -v "${name}_$doc" '%s' "http://127.0.0.1:$port$path"
+    done
+}
+
+calls() { # $1 URL, $2 how many: one after another on one connection, each answer a 200
+    local urls=() i
+    for ((i = 0; i < $2; i++)); do urls+=("$1"); done
+    if curl -s -o /dev/null -w '%{http_code}\n' "${urls[@]}" | grep -qv '^200$'; then
+        say "a call of $1 did not answer 200"; exit 1
+    fi
+}
+
+count() { # $1 name, $2 URL: instructions per call
+    local pid=${1}_PID file
+    pid=${!pid}
+    calls "$2" 20
+    callgrind_control -i on "$pid" >/dev/null 2>&1
+    calls "$2" 5
+    callgrind_control -z "$pid" >/dev/null 2>&1
+    calls "$2" "$CALLS"
+    rm -f "$WORK/$1.callgrind".*
+    callgrind_control -d "$pid" >/dev/null 2>&1
+    callgrind_control -i off "$pid" >/dev/null 2>&1
+    for _ in $(seq 1 100); do
+        file=$(ls "$WORK/$1.callgrind".* 2>/dev/null | head -n 1)
+        [ -n "$file" ] && break
+        sleep 0.1
+    done
+    callgrind_annotate "$file" 2>/dev/null | awk -v n="$CALLS" '/PROGRAM TOTALS/ { gsub(",", "", $1); printf "%.0f", $1 / n }'
+}
+
+start now "$CARGO_TARGET_DIR/release/recast" $((PORT + 1))
+[ -n "$BEFORE" ] && start before "$BEFORE" $((PORT + 2))
+echo "instructions per route call (callgrind, user space, $CALLS calls after 25 on one connection)"
+if [ -n "$BEFORE" ]; then
+    echo "| document | this build | LOAD_BEFORE | this build / LOAD_BEFORE |"
+    echo "|---|---:|---:|---:|"
+else
+    echo "| document | this build |"
+    echo "|---|---:|"
+fi
+for doc in recipe list; do
+    url=now_$doc
+    now=$(count now "${!url}")
+    if [ -n "$BEFORE" ]; then
+        url=before_$doc
+        then=$(count before "${!url}")
+        awk -v d="$doc" -v a="$now" -v b="$then" 'BEGIN { printf "| %s | %d | %d | %.4f× |\n", d, a, b, a / b }'
+    else
+        printf '| %s | %d |\n' "$doc" "$now"
+    fi
+done
