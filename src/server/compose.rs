@@ -777,9 +777,10 @@ async fn run_source(
     let mut answers: Vec<Option<CallResult>> = vec![None; calls];
     // Each call ends at the source's bound: the answers that came before it are kept, and the
     // elements still out are `timeout`.
-    // A source alone in its call with no bound of its own ends at the call's deadline, which
-    // the call keeps.
-    let bounded = !alone || source.timeout.is_some();
+    // The one call of a source alone in its call starts with the call, so the upstream client
+    // ends it by the call's deadline; any other is held to the source's bound (`forEach` calls
+    // waiting for their turn start late).
+    let bounded = !(alone && calls == 1) || source.timeout.is_some();
     let mut calls_of = unique.into_iter().map(|(request, digest)| async move {
         let answer = async {
             match digest {

@@ -1118,3 +1118,35 @@ async fn a_composed_registration_suggests_the_names_its_rules_may_have_meant() {
     assert_eq!(body(&get(&service.url(&path)).await), json!({"n": 3, "p": 5}));
     service.stop().await;
 }
+
+#[tokio::test]
+async fn a_for_each_source_alone_in_its_route_keeps_to_the_call_s_one_deadline() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let slow = Arc::new(AtomicBool::new(false));
+    let now = slow.clone();
+    let item = Upstream::start(move |_| {
+        let delay = if now.load(Ordering::SeqCst) { 300 } else { 0 };
+        Reply { delay: Duration::from_millis(delay), ..Reply::json(r#"{"x":1}"#) }
+    })
+    .await;
+    let service = Service::start(Config { upstream_timeout_ms: 500, ..config() }).await;
+    let route = json!({
+        "path": "one-deadline",
+        "sources": {"each": with(source(&item, "e/{{$item}}"), json!({"forEach": "request.query.id", "concurrency": 1}))},
+        "rulesAsString": rules(&[("each", "each")]),
+    });
+    let path = registered(&service, &route).await;
+    let url = service.url(&format!("{path}?id=1&id=2&id=3&id=4"));
+    let answer = get(&url).await;
+    assert_eq!(body(&answer), json!({"each": [{"x": 1}, {"x": 1}, {"x": 1}, {"x": 1}]}));
+    // One after another, the four calls would take 1.2 s, each well within its own 500 ms: the
+    // call's one deadline ends them at 500 ms.
+    slow.store(true, Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    let answer = get(&url).await;
+    let took = started.elapsed();
+    let problem = answer.assert_problem(504, "upstream-timeout");
+    assert_eq!(problem.get("source").and_then(|s| s.as_str()), Some("each"));
+    assert!(took < Duration::from_millis(1000), "{took:?}");
+    service.stop().await;
+}
