@@ -59,7 +59,6 @@ impl KeyTable {
     }
 
     /// The slot of member `name`, if this scan wants it.
-    #[cfg(test)]
     pub fn get(&self, name: &[u8]) -> Option<Slot> {
         let (head, tail) = words(name);
         self.get_words(name, head, tail)

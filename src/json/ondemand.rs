@@ -52,6 +52,12 @@ impl Wants {
     pub fn is_empty(&self) -> bool {
         self.wants.is_empty()
     }
+
+    /// Whether anything of the document's member `name` is read (all of it is when the
+    /// document is read whole).
+    pub fn reads_member(&self, name: &str) -> bool {
+        self.wants.first().is_some_and(|root| root.whole || root.members.get(name.as_bytes()).is_some())
+    }
 }
 
 /// What the walk does with one value.

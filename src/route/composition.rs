@@ -36,6 +36,8 @@ pub struct Composition {
     pub runtime_auth: bool,
     /// The sources' indexes in name order: the order of the document's members.
     pub by_name: Vec<usize>,
+    /// Whether a source's templates, `when` or `forEach` read `request`.
+    pub reads_request: bool,
 }
 
 /// One source, compiled.
@@ -194,6 +196,7 @@ impl Composition {
             forward_headers: Vec::new(),
             runtime_auth: false,
             by_name: vec![0],
+            reads_request: false,
         }
     }
 
@@ -322,7 +325,8 @@ impl Composition {
         let runtime_auth = sources.iter().any(|s| matches!(s.auth, Auth::Runtime));
         let mut by_name: Vec<usize> = (0..sources.len()).collect();
         by_name.sort_by(|&a, &b| sources[a].name.cmp(&sources[b].name));
-        Ok(Composition { sources, forward_headers: forward, runtime_auth, by_name })
+        let reads_request = sources.iter().any(|s| s.context.reads_member("request"));
+        Ok(Composition { sources, forward_headers: forward, runtime_auth, by_name, reads_request })
     }
 
     /// The index of the source named `name`.
@@ -746,6 +750,7 @@ pub fn request_context(
             kept.insert(name.as_str().to_owned(), serde_json::Value::String(value.to_owned()));
         }
     }
+    check_body(body, max_depth)?;
     let mut text = Vec::with_capacity(64 + body.len());
     text.extend_from_slice(b"{\"query\":");
     text.extend_from_slice(serde_json::Value::Object(pairs).to_string().as_bytes());
@@ -755,12 +760,19 @@ pub fn request_context(
     if body.iter().all(u8::is_ascii_whitespace) {
         text.extend_from_slice(b"null");
     } else {
-        // The document puts the body two levels down.
-        json::diagnose(body, max_depth.saturating_sub(2))?;
         text.extend_from_slice(body);
     }
     text.push(b'}');
     Ok(text)
+}
+
+/// Checks the caller's body as `request.body` holds it: nothing (`null`), or JSON nested at
+/// most `max_depth` levels below the document's root (it is two levels down).
+pub fn check_body(body: &[u8], max_depth: usize) -> Result<(), json::JsonError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    json::diagnose(body, max_depth.saturating_sub(2))
 }
 
 /// The templates of a route with `originalRoute` (SPEC §2.3: over `request` alone), each by the
@@ -1185,6 +1197,26 @@ mod tests {
 
     fn compiled(given: serde_json::Value) -> Result<Composition, Vec<Problem>> {
         Composition::compile(&configs(given), &[], Uuid::nil(), &Limits::default())
+    }
+
+    #[test]
+    fn a_composition_knows_whether_a_source_reads_the_caller_s_request() {
+        let base = json!({"baseUrl": "http://h/"});
+        let reads = |b: serde_json::Value| {
+            let mut sources = json!({"a": {"originalApi": base, "path": "a"}});
+            sources["b"] = b;
+            compiled(sources).expect("compiles").reads_request
+        };
+        assert!(!reads(json!({"originalApi": base, "path": "b/{{a.id}}", "after": ["a"]})));
+        assert!(reads(json!({"originalApi": base, "path": "b/{{request.query.id}}"})));
+        assert!(reads(json!({"originalApi": base, "path": "b", "headers": {"X": "{{request.headers.x}}"}})));
+        assert!(reads(json!({"originalApi": base, "path": "b", "when": "request.body"})));
+        assert!(reads(json!({"originalApi": base, "path": "b/{{length(request.query)}}"})));
+        assert!(reads(json!({"originalApi": base, "path": "b/{{$item}}", "forEach": "request.query.id"})));
+        assert!(!reads(json!({"originalApi": base, "path": "b", "body": {"k": "v"}})));
+        assert!(reads(
+            json!({"originalApi": base, "path": "b", "method": "POST", "body": {"k": "{{request.body.k}}"}})
+        ));
     }
 
     fn located(problems: &[Problem]) -> Vec<String> {

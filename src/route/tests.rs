@@ -367,3 +367,66 @@ fn a_single_route_runs_as_one_source_with_its_own_upstream_s_settings() {
     assert!(schedule.sources.iter().all(|s| matches!(s.call, Call::Rendered(_)) && s.breaker.is_none()));
     assert!(std::ptr::eq(schedule.as_ref(), route.composition().expect("composed").as_ref()));
 }
+
+#[test]
+fn requests_are_the_same_when_every_part_is_and_then_share_a_fingerprint() {
+    let request = |headers: &[(&str, &str)], uri: &str, body: &'static str| {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        UpstreamRequest {
+            method: Method::POST,
+            uri: uri.parse().unwrap(),
+            headers: map,
+            body: Bytes::from_static(body.as_bytes()),
+        }
+    };
+    let base = [("a", "1"), ("b", "2"), ("b", "3")];
+    let reference = request(&base, "http://up.example/x?q=1", "{}");
+    // The names in another order (each name's values in theirs).
+    let same = request(&[("b", "2"), ("a", "1"), ("b", "3")], "http://up.example/x?q=1", "{}");
+    assert!(same.same_as(&reference) && reference.same_as(&same));
+    assert_eq!(same.fingerprint(), reference.fingerprint());
+    assert_eq!(same.digest(), reference.digest());
+    // A host is the same in capitals (the digest, a cache key, keeps them apart: stricter).
+    let capitals = request(&base, "http://UP.example/x?q=1", "{}");
+    assert!(capitals.same_as(&reference));
+    assert_eq!(capitals.fingerprint(), reference.fingerprint());
+    let others = [
+        (
+            "method",
+            UpstreamRequest { method: Method::PUT, ..request(&base, "http://up.example/x?q=1", "{}") },
+        ),
+        ("path", request(&base, "http://up.example/y?q=1", "{}")),
+        ("query", request(&base, "http://up.example/x?q=2", "{}")),
+        ("host", request(&base, "http://other.example/x?q=1", "{}")),
+        ("port", request(&base, "http://up.example:81/x?q=1", "{}")),
+        ("scheme", request(&base, "https://up.example/x?q=1", "{}")),
+        ("body", request(&base, "http://up.example/x?q=1", "[]")),
+        ("a value", request(&[("a", "9"), ("b", "2"), ("b", "3")], "http://up.example/x?q=1", "{}")),
+        (
+            "the order of a name's values",
+            request(&[("a", "1"), ("b", "3"), ("b", "2")], "http://up.example/x?q=1", "{}"),
+        ),
+        ("a header less", request(&[("a", "1"), ("b", "2")], "http://up.example/x?q=1", "{}")),
+        (
+            "a header more",
+            request(&[("a", "1"), ("b", "2"), ("b", "3"), ("c", "")], "http://up.example/x?q=1", "{}"),
+        ),
+    ];
+    for (part, other) in &others {
+        assert!(
+            !other.same_as(&reference) && !reference.same_as(other),
+            "a request differing in its {part} is the same"
+        );
+        assert_ne!(other.digest(), reference.digest(), "{part}");
+    }
+    // Fingerprints tell these apart too (a shared one would cost only the comparison).
+    let fingerprints: std::collections::HashSet<u64> =
+        others.iter().map(|(_, r)| r.fingerprint()).chain([reference.fingerprint()]).collect();
+    assert_eq!(fingerprints.len(), others.len() + 1);
+}

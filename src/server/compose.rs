@@ -31,7 +31,9 @@ use crate::expr::{Arena, Budget};
 use crate::json::ondemand::{Indexed, Part, with_parts};
 use crate::json::{self, Doc};
 use crate::metrics::SourceFailureKind;
-use crate::route::composition::{Call, Caller, Composition, Source, SourceError, request_context};
+use crate::route::composition::{
+    Call, Caller, Composition, Source, SourceError, check_body, request_context,
+};
 use crate::route::template::Context;
 use crate::route::{MAPPED_AUTH, Route};
 use crate::upstream::{Answer, Freshness, Outbound, UpstreamRequest};
@@ -276,39 +278,58 @@ struct Shared {
     indexes: AtomicUsize,
     max_bytes: usize,
     max_calls: usize,
-    /// The requests sent so far, by what they send and how (see [`Shared::once`]): identical
-    /// ones are sent once and their answer shared, across sources.
-    sent: std::sync::Mutex<
-        std::collections::HashMap<SentKey, std::sync::Arc<tokio::sync::OnceCell<CallResult>>>,
-    >,
+    /// The requests sent so far (see [`Shared::once`]): identical ones are sent once and their
+    /// answer shared, across sources.
+    sent: std::sync::Mutex<Vec<Sent>>,
 }
 
-/// What makes two requests of one call the same: their digest (method, URL, every header, the
-/// body), and the credentials and certificate added as they are sent (a source's OAuth2 token
-/// request and `tls`, by identity: two sources with either never share).
-type SentKey = ([u8; 32], usize, usize);
+/// A request of the call, sent or being sent, and the answer it got or is getting. Two requests
+/// are the same when they send the same (method, URL, every header, the body:
+/// `UpstreamRequest::same_as`, looked for by `fingerprint`) and add the same credentials and
+/// certificate as they are sent (a source's OAuth2 token request and `tls`, by identity: two
+/// sources with either never share).
+struct Sent {
+    fingerprint: u64,
+    oauth: usize,
+    tls: usize,
+    request: Arc<UpstreamRequest>,
+    answer: Arc<tokio::sync::OnceCell<CallResult>>,
+}
 
 impl Shared {
-    /// The answer to `request` of `source`: the one an identical request of this call got or is
-    /// getting, else a new call's.
+    /// The answer to `request` of `source` (whose `fingerprint` is given): the one an identical
+    /// request of this call got or is getting, else a new call's.
     async fn once(
         &self,
         state: &State,
         source: &Source,
         request: UpstreamRequest,
-        digest: [u8; 32],
+        fingerprint: u64,
     ) -> CallResult {
         let identity = |arc: Option<usize>| arc.unwrap_or(0);
-        let key = (
-            digest,
-            identity(source.oauth.as_ref().map(|a| std::sync::Arc::as_ptr(a) as usize)),
-            identity(source.tls.as_ref().map(|a| std::sync::Arc::as_ptr(a) as usize)),
-        );
-        let cell = {
+        let oauth = identity(source.oauth.as_ref().map(|a| Arc::as_ptr(a) as usize));
+        let tls = identity(source.tls.as_ref().map(|a| Arc::as_ptr(a) as usize));
+        let (request, answer) = {
             let mut sent = self.sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            sent.entry(key).or_default().clone()
+            let same = sent.iter().find(|s| {
+                (s.fingerprint, s.oauth, s.tls) == (fingerprint, oauth, tls) && s.request.same_as(&request)
+            });
+            match same {
+                Some(same) => (same.request.clone(), same.answer.clone()),
+                None => {
+                    let (request, answer) = (Arc::new(request), Arc::default());
+                    sent.push(Sent {
+                        fingerprint,
+                        oauth,
+                        tls,
+                        request: Arc::clone(&request),
+                        answer: Arc::clone(&answer),
+                    });
+                    (request, answer)
+                }
+            }
         };
-        cell.get_or_init(|| one_call(state, source, request, self)).await.clone()
+        answer.get_or_init(|| one_call(state, source, &request, self)).await.clone()
     }
 
     /// Takes `n` of the requests left, or says there are not so many.
@@ -379,11 +400,15 @@ async fn run_timed(
         return Err(ApiError::RouteUnavailable("its rules do not compile".to_owned()));
     };
     let config = &state.config;
-    // Indexed once, read by every context and the document.
+    // A registration's live call reads the document whole: its trace suggests the names the
+    // rules may have meant from the members they do not read.
+    let wants = if validating { None } else { compiled.plan.wants.as_ref() };
+    // Indexed once, read by every context and the document; not made when none reads it.
     let request_text = match &caller {
         Some(caller) => {
             state.metrics.composed.calls.fetch_add(1, Ordering::Relaxed);
-            Some(request_document(composition, caller, config.max_depth)?)
+            let read = composition.reads_request || wants.is_none_or(|w| w.reads_member("request"));
+            request_document(composition, caller, read, config.max_depth)?
         }
         None => None,
     };
@@ -427,16 +452,10 @@ async fn run_timed(
                     continue;
                 }
                 started.add(i);
-                let prepared = match (own_request.take(), &request_text) {
+                let prepared = match own_request.take() {
                     // A route's own upstream: the request the route built.
-                    (Some(request), _) => Prepared::Calls { requests: vec![request], list: false },
-                    (None, Some(text)) => prepare(state, composition, i, text, &done, &who, &budget),
-                    // Neither: not a schedule `Route` builds (one own source, or sources alone).
-                    (None, None) => Prepared::Done(Done::failed(Failure::Template(SourceError::Template {
-                        location: String::new(),
-                        why: "the route's schedule makes no request for it".to_owned(),
-                        only_request: false,
-                    }))),
+                    Some(request) => Prepared::Calls { requests: vec![request], list: false },
+                    None => prepare(state, composition, i, request_text.as_deref(), &done, &who, &budget),
                 };
                 match prepared {
                     Prepared::Done(outcome) => {
@@ -523,7 +542,6 @@ async fn run_timed(
             warnings: Vec::new(),
         });
     }
-    let Some(request_text) = request_text else { return Err(ApiError::Internal) };
     let mut partial = Vec::new();
     let mut reports = Vec::with_capacity(n);
     for &i in &composition.by_name {
@@ -559,10 +577,7 @@ async fn run_timed(
     let mut out = Vec::new();
     let mut warnings = Vec::new();
     let mut wrote = true;
-    // A registration's live call reads the document whole: its trace suggests the names the
-    // rules may have meant from the members they do not read.
-    let wants = if validating { None } else { compiled.plan.wants.as_ref() };
-    let ran = with_document(composition, &request_text, &done, wants, config.max_depth, |doc| {
+    let ran = with_document(composition, request_text.as_deref(), &done, wants, config.max_depth, |doc| {
         if !validating {
             return exec::execute(&compiled.plan, doc, 0, &mut out);
         }
@@ -684,7 +699,7 @@ fn prepare(
     state: &State,
     composition: &Composition,
     i: usize,
-    request_text: &Indexed,
+    request_text: Option<&Indexed>,
     done: &[Option<Done>],
     caller: &Caller<'_>,
     budget: &Budget,
@@ -754,21 +769,21 @@ async fn run_source(
     shared: &Shared,
     until: tokio::time::Instant,
 ) -> Done {
-    // Identical rendered requests are sent once and their answer shared (by digest: `None`,
+    // Identical rendered requests are sent once and their answer shared (by fingerprint: `None`,
     // a request alone, is neither looked for nor kept).
-    let mut unique: Vec<(UpstreamRequest, Option<[u8; 32]>)> = Vec::new();
+    let mut unique: Vec<(UpstreamRequest, Option<u64>)> = Vec::new();
     let mut of_element = Vec::with_capacity(requests.len());
     if alone && requests.len() == 1 {
         of_element.push(0);
         unique.extend(requests.into_iter().map(|request| (request, None)));
     } else {
         for request in requests {
-            let digest = Some(request.digest());
-            match unique.iter().position(|(_, d)| *d == digest) {
+            let fingerprint = Some(request.fingerprint());
+            match unique.iter().position(|(r, f)| *f == fingerprint && r.same_as(&request)) {
                 Some(at) => of_element.push(at),
                 None => {
                     of_element.push(unique.len());
-                    unique.push((request, digest));
+                    unique.push((request, fingerprint));
                 }
             }
         }
@@ -781,11 +796,11 @@ async fn run_source(
     // ends it by the call's deadline; any other is held to the source's bound (`forEach` calls
     // waiting for their turn start late).
     let bounded = !(alone && calls == 1) || source.timeout.is_some();
-    let mut calls_of = unique.into_iter().map(|(request, digest)| async move {
+    let mut calls_of = unique.into_iter().map(|(request, fingerprint)| async move {
         let answer = async {
-            match digest {
-                Some(digest) => shared.once(state, source, request, digest).await,
-                None => one_call(state, source, request, shared).await,
+            match fingerprint {
+                Some(fingerprint) => shared.once(state, source, request, fingerprint).await,
+                None => one_call(state, source, &request, shared).await,
             }
         };
         if !bounded {
@@ -884,7 +899,7 @@ async fn run_source(
 type CallResult = Result<(u16, Value), (Option<u16>, UpstreamFailure)>;
 
 /// One request of a source: its answer's status and body when it is a 2xx JSON answer.
-async fn one_call(state: &State, source: &Source, request: UpstreamRequest, shared: &Shared) -> CallResult {
+async fn one_call(state: &State, source: &Source, request: &UpstreamRequest, shared: &Shared) -> CallResult {
     // `RECAST_MAX_SOURCE_CALLS` and `RECAST_MAX_COMPOSED_BYTES` bound a composition's sources.
     let own = matches!(source.call, Call::Own);
     let attempts = 1 + source.retry.as_ref().map_or(0, |r| usize::from(r.attempts));
@@ -902,7 +917,7 @@ async fn one_call(state: &State, source: &Source, request: UpstreamRequest, shar
     let started = Instant::now();
     // The exchange's state is large: boxed, the futures that hold this call (the source's, the
     // element's under `concurrency`) stay small and are not copied whole each time they move.
-    let answer = Box::pin(state.client.call_with(&request, &outbound)).await;
+    let answer = Box::pin(state.client.call_with(request, &outbound)).await;
     state.metrics.upstream.observe(started.elapsed());
     let fail = |status: Option<u16>, failure: UpstreamFailure| {
         state.metrics.upstream_error(failure.kind());
@@ -939,21 +954,25 @@ async fn one_call(state: &State, source: &Source, request: UpstreamRequest, shar
     }
 }
 
-/// `request` of the context (`crate::route::composition::request_context`), indexed; a body
-/// that is not JSON answers 400.
+/// `request` of the context (`crate::route::composition::request_context`), indexed, when
+/// something reads it (`read`); a body that is not JSON answers 400 either way.
 fn request_document(
     composition: &Composition,
     caller: &CallerRequest<'_>,
+    read: bool,
     max_depth: usize,
-) -> Result<Arc<Indexed>, ApiError> {
+) -> Result<Option<Arc<Indexed>>, ApiError> {
     let refused = |e: &json::JsonError| {
         ApiError::bad_body(&caller.body, e, |limit| format!("the body nests deeper than {limit} levels"))
     };
+    if !read {
+        return check_body(&caller.body, max_depth).map(|()| None).map_err(|e| refused(&e));
+    }
     let text =
         request_context(caller.query, caller.headers, &composition.forward_headers, &caller.body, max_depth)
             .map_err(|e| refused(&e))?;
     // The document puts it one level down; its body was checked two levels down.
-    Indexed::new(text, max_depth.saturating_sub(1)).map(Arc::new).map_err(|e| refused(&e))
+    Indexed::new(text, max_depth.saturating_sub(1)).map(|text| Some(Arc::new(text))).map_err(|e| refused(&e))
 }
 
 /// Runs `f` on a source's context: `request` and the values of the sources it reads, for what
@@ -961,13 +980,13 @@ fn request_document(
 fn with_context<R>(
     composition: &Composition,
     source: &Source,
-    request_text: &Indexed,
+    request_text: Option<&Indexed>,
     done: &[Option<Done>],
     max_depth: usize,
     f: impl FnOnce(&Doc<'_, '_>) -> R,
 ) -> Result<R, String> {
     let mut names: Vec<&str> = vec!["request"];
-    let mut parts: Vec<Part<'_>> = vec![Part::One(request_text)];
+    let mut parts: Vec<Part<'_>> = vec![request_text.map_or(Part::Null, Part::One)];
     for &j in &source.reads {
         names.push(&composition.sources[j].name);
         parts.push(done[j].as_ref().map_or(Part::Null, |d| d.value.part()));
@@ -976,22 +995,31 @@ fn with_context<R>(
 }
 
 /// Runs `f` on the document the rules map (each source's value, `request` and `_sources`),
-/// read for what `wants` says the plan reads (`None`: all of it).
+/// read for what `wants` says the plan reads (`None`: all of it); `request` is there when
+/// something reads it, and `_sources` is made only when the plan reads it.
 fn with_document<R>(
     composition: &Composition,
-    request_text: &Indexed,
+    request_text: Option<&Indexed>,
     done: &[Done],
     wants: Option<&json::ondemand::Wants>,
     max_depth: usize,
     f: impl FnOnce(&Doc<'_, '_>) -> R,
 ) -> Result<R, String> {
-    let sources = Indexed::new(sources_document(composition, done), max_depth.saturating_sub(1))
-        .map_err(|e| format!("`_sources` is not JSON: {e}"))?;
+    let sources = if wants.is_none_or(|w| w.reads_member("_sources")) {
+        let text = sources_document(composition, done);
+        Some(
+            Indexed::new(text, max_depth.saturating_sub(1))
+                .map_err(|e| format!("`_sources` is not JSON: {e}"))?,
+        )
+    } else {
+        None
+    };
     let mut names: Vec<&str> =
         composition.by_name.iter().map(|&i| composition.sources[i].name.as_str()).collect();
     let mut parts: Vec<Part<'_>> = composition.by_name.iter().map(|&i| done[i].value.part()).collect();
     names.extend(["request", "_sources"]);
-    parts.extend([Part::One(request_text), Part::One(&sources)]);
+    parts
+        .extend([request_text.map_or(Part::Null, Part::One), sources.as_ref().map_or(Part::Null, Part::One)]);
     read(&names, &parts, wants, max_depth, f)
 }
 

@@ -51,4 +51,42 @@ impl UpstreamRequest {
         digest.copy_from_slice(context.finish().as_ref());
         digest
     }
+
+    /// Whether `other` sends the same as this request: the same method, URL, headers (each
+    /// name's values in the same order, the names in any) and body, what [`digest`] covers.
+    ///
+    /// [`digest`]: UpstreamRequest::digest
+    pub fn same_as(&self, other: &UpstreamRequest) -> bool {
+        self.method == other.method
+            && self.uri == other.uri
+            && self.headers == other.headers
+            && self.body == other.body
+    }
+
+    /// A 64-bit hash of what [`same_as`] compares, for finding the same request among others
+    /// cheaply: requests that are the same have the same fingerprint; a shared fingerprint is
+    /// confirmed by comparing them. Far cheaper than the digest, and no defence against a
+    /// chosen collision, which costs only that comparison.
+    ///
+    /// [`same_as`]: UpstreamRequest::same_as
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let mut hasher = DefaultHasher::new();
+        self.method.hash(&mut hasher);
+        self.uri.hash(&mut hasher);
+        // Each name with its values hashed alone and the hashes added: the order of the names
+        // does not change it, as it does not change `same_as`.
+        let mut headers = 0u64;
+        for name in self.headers.keys() {
+            let mut one = DefaultHasher::new();
+            name.hash(&mut one);
+            for value in self.headers.get_all(name) {
+                value.hash(&mut one);
+            }
+            headers = headers.wrapping_add(one.finish());
+        }
+        headers.hash(&mut hasher);
+        self.body.hash(&mut hasher);
+        hasher.finish()
+    }
 }

@@ -1150,3 +1150,42 @@ async fn a_for_each_source_alone_in_its_route_keeps_to_the_call_s_one_deadline()
     assert!(took < Duration::from_millis(1000), "{took:?}");
     service.stop().await;
 }
+
+#[tokio::test]
+async fn request_and_sources_are_in_the_document_for_the_rules_that_read_them_and_a_body_is_json_either_way()
+{
+    let upstream = Upstream::json(r#"{"v":1}"#).await;
+    let service = Service::start(config()).await;
+    // No source reads `request`: the rules do, and `_sources`.
+    let reading = registered(
+        &service,
+        &json!({
+            "path": "reading", "method": "POST",
+            "sources": {"a": source(&upstream, "a")},
+            "rulesAsString": rules(&[("v", "a.v"), ("q", "request.query.q"), ("k", "request.body.k"), ("s", "_sources.a.status")]),
+        }),
+    )
+    .await;
+    let url = service.url(&format!("{reading}?q=x"));
+    let answer = send(Method::POST, &url, &[("content-type", "application/json")], r#"{"k":[1]}"#).await;
+    assert_eq!(body(&answer), json!({"v": 1, "q": "x", "k": [1], "s": 200}));
+    // Nothing reads either: the answer is the same without them, and a body that is not JSON
+    // is still refused before anything is called.
+    let blind = registered(
+        &service,
+        &json!({
+            "path": "blind", "method": "POST",
+            "sources": {"a": source(&upstream, "a")},
+            "rulesAsString": rules(&[("v", "a.v")]),
+        }),
+    )
+    .await;
+    let url = service.url(&blind);
+    let answer = send(Method::POST, &url, &[("content-type", "application/json")], r#"{"k":[1]}"#).await;
+    assert_eq!(body(&answer), json!({"v": 1}));
+    let before = upstream.received().len();
+    let refused = send(Method::POST, &url, &[("content-type", "application/json")], "{not json").await;
+    refused.assert_problem(400, "invalid-json");
+    assert_eq!(upstream.received().len(), before, "no call was made");
+    service.stop().await;
+}
