@@ -34,6 +34,16 @@ INGREDIENTS='"strMeasure1, strIngredient1","strMeasure2, strIngredient2","strMea
 RECIPE_RULES='{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"},"category":{"key":"category","type":"String"},"area":{"key":"area","type":"String"},"ingredients":{"key":"ingredients","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]},"category":{"keys":["strCategory"],"parents":["meals"]},"area":{"keys":["strArea"],"parents":["meals"]},"ingredients":{"keys":['"$INGREDIENTS"'],"parents":["meals"]}}}'
 LIST_RULES='{"each":["items"],"newBodyFields":{"id":{"key":"id","type":"Int"},"title":{"key":"title","type":"String"},"price":{"key":"price","type":"Double"},"owner":{"key":"owner","type":"String"},"email":{"key":"email","type":"String"}},"oldBodyFields":{"id":{"keys":["id"]},"title":{"keys":["title"]},"price":{"keys":["price"]},"owner":{"keys":["name"],"parents":["owner"]},"email":{"keys":["email"],"parents":["owner"]}}}'
 
+# The three-source composition of compose.sh and instructions.sh: `a` and `b` in parallel, `c`
+# chained on `a` (its path holds `a`'s `idMeal`), each the recipe document; and the single route
+# that maps the same fields of it.
+COMPOSED_RULES='{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"},"area":{"key":"area","type":"String"},"category":{"key":"category","type":"String"}},"oldBodyFields":{"id":{"expr":"a.meals[0].idMeal"},"name":{"expr":"a.meals[0].strMeal"},"area":{"expr":"b.meals[0].strArea"},"category":{"expr":"c.meals[0].strCategory"}}}'
+COMPOSED_SINGLE_RULES='{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"},"area":{"key":"area","type":"String"},"category":{"key":"category","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]},"area":{"keys":["strArea"],"parents":["meals"]},"category":{"keys":["strCategory"],"parents":["meals"]}}}'
+composition() { # $1 route path, $2 upstream base URL, $3 the `d` query value: the registration body
+    local q="?d=$3"
+    printf '%s' '{"path":"'"$1"'","sources":{"a":{"originalApi":{"baseUrl":"'"$2"'"},"path":"a'"$q"'"},"b":{"originalApi":{"baseUrl":"'"$2"'"},"path":"b'"$q"'"},"c":{"originalApi":{"baseUrl":"'"$2"'"},"path":"c/{{a.meals[0].idMeal}}","queries":{"d":"'"$3"'"},"after":["a"]}},"rulesAsString":'"$COMPOSED_RULES"'}'
+}
+
 to_ms() { # wrk latency text (e.g. 512.00us, 1.20ms, 2.00s) to milliseconds
     awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
 }

@@ -146,19 +146,17 @@ if [ "$ready" = no ]; then
 fi
 
 UP="http://127.0.0.1:$UPSTREAM_PORT/"
-RULES='{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"},"area":{"key":"area","type":"String"},"category":{"key":"category","type":"String"}},"oldBodyFields":{"id":{"expr":"a.meals[0].idMeal"},"name":{"expr":"a.meals[0].strMeal"},"area":{"expr":"b.meals[0].strArea"},"category":{"expr":"c.meals[0].strCategory"}}}'
-SINGLE_RULES='{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"},"area":{"key":"area","type":"String"},"category":{"key":"category","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]},"area":{"keys":["strArea"],"parents":["meals"]},"category":{"keys":["strCategory"],"parents":["meals"]}}}'
+# COMPOSED_RULES, COMPOSED_SINGLE_RULES and the registration body (composition) come from common.sh.
 register() { # $1 body; prints the route's path
     curl -sf -m 10 "http://127.0.0.1:$RECAST_PORT/v1/mapping" -H 'content-type: application/json' -d "$1" \
         | sed -n 's/.*"path":"\(\/v1\/[^"]*\)".*/\1/p'
 }
 composed() { # $1 route path, $2 delay
-    local q="?d=$2"
-    register '{"path":"'"$1"'","sources":{"a":{"originalApi":{"baseUrl":"'"$UP"'"},"path":"a'"$q"'"},"b":{"originalApi":{"baseUrl":"'"$UP"'"},"path":"b'"$q"'"},"c":{"originalApi":{"baseUrl":"'"$UP"'"},"path":"c/{{a.meals[0].idMeal}}","queries":{"d":"'"$2"'"},"after":["a"]}},"rulesAsString":'"$RULES"'}'
+    register "$(composition "$1" "$UP" "$2")"
 }
 COMPOSED=$(composed dashboard 0)
 SLOW=$(composed slow "$DELAY")
-SINGLE=$(register '{"path":"single","originalRoute":{"originalApi":{"baseUrl":"'"$UP"'"},"path":"a"},"rulesAsString":'"$SINGLE_RULES"'}')
+SINGLE=$(register '{"path":"single","originalRoute":{"originalApi":{"baseUrl":"'"$UP"'"},"path":"a"},"rulesAsString":'"$COMPOSED_SINGLE_RULES"'}')
 if [ -z "$COMPOSED" ] || [ -z "$SLOW" ] || [ -z "$SINGLE" ]; then
     say "registering the routes failed; recast's log:"; cat "$WORK/recast.log" >&2; exit 1
 fi

@@ -5,8 +5,10 @@
 # loopback serves the recipe (3 KB) and list (97 KB) documents of run.sh; recast runs under
 # callgrind with instrumentation off, serves the same routes as run.sh, and for each document the
 # count starts after a few calls and covers LOAD_CALLS more, one after another on one kept-alive
-# connection. The kernel's work (sockets) and the upstream's are not counted: this measures
-# recast's own code, not a call's whole cost (run.sh does).
+# connection. Then the same for compose.sh's three-source composition of the recipe against the
+# single route that maps the same fields, three times (the aim: a composed call at most 1.1× its
+# three single calls). The kernel's work (sockets) and the upstream's are not counted: this
+# measures recast's own code, not a call's whole cost (run.sh does).
 #
 # Settings (environment): LOAD_CALLS (default 200), LOAD_PORT (first of three ports, default
 # 18180), LOAD_BEFORE (the path of another recast binary, counted the same way; a column gives
@@ -36,14 +38,19 @@ use_work_dir
 
 write_recipe >"$WORK/recipe.json"
 write_list >"$WORK/list.json"
+# compose.sh's sources: the recipe at a, b and c/52772 (its idMeal).
+mkdir -p "$WORK/c"
+cp "$WORK/recipe.json" "$WORK/a"
+cp "$WORK/recipe.json" "$WORK/b"
+cp "$WORK/recipe.json" "$WORK/c/52772"
 start_nginx upstream "    keepalive_requests 1000000;
     server { listen 127.0.0.1:$UPSTREAM_PORT; root $WORK; default_type application/json; }"
 wait_for "http://127.0.0.1:$UPSTREAM_PORT/recipe.json"
 
 # Starts a recast binary ($2) under callgrind on port $3, named $1, with its routes; sets
-# <name>_PID, <name>_recipe and <name>_list.
+# <name>_PID, <name>_recipe, <name>_list, <name>_composed and <name>_single.
 start() {
-    local name=$1 binary=$2 port=$3 doc rules path
+    local name=$1 binary=$2 port=$3 doc rules path body
     RECAST_LISTEN=127.0.0.1:$port RECAST_DATA_DIR=$WORK/$name-data RECAST_UPSTREAM_ALLOW=127.0.0.1/32 RECAST_LOG=warn \
         valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/$name.callgrind" \
         "$binary" serve 2>>"$WORK/$name.log" &
@@ -57,6 +64,16 @@ start() {
         rules=$RECIPE_RULES; [ "$doc" = list ] && rules=$LIST_RULES
         path=$(curl -sf -m 60 "http://127.0.0.1:$port/v1/mapping" -H 'content-type: application/json' -d \
             '{"path":"'"$doc"'","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'"$UPSTREAM_PORT"'/"},"path":"'"$doc"'.json"},"rulesAsString":'"$rules"'}' \
+            | sed -n 's/.*"path":"\(\/v1\/[^"]*\)".*/\1/p')
+        if [ -z "$path" ]; then
+            say "$name did not register the $doc route; its log:"; cat "$WORK/$name.log" >&2; exit 1
+        fi
+        printf -v "${name}_$doc" '%s' "http://127.0.0.1:$port$path"
+    done
+    for doc in composed single; do
+        body=$(composition composed "http://127.0.0.1:$UPSTREAM_PORT/" 0)
+        [ "$doc" = single ] && body='{"path":"single","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'"$UPSTREAM_PORT"'/"},"path":"a"},"rulesAsString":'"$COMPOSED_SINGLE_RULES"'}'
+        path=$(curl -sf -m 60 "http://127.0.0.1:$port/v1/mapping" -H 'content-type: application/json' -d "$body" \
             | sed -n 's/.*"path":"\(\/v1\/[^"]*\)".*/\1/p')
         if [ -z "$path" ]; then
             say "$name did not register the $doc route; its log:"; cat "$WORK/$name.log" >&2; exit 1
@@ -112,4 +129,16 @@ for doc in recipe list; do
     else
         printf '| %s | %d |\n' "$doc" "$now"
     fi
+done
+echo
+echo "compose.sh's three-source composition of the recipe against its single route (instructions per call)"
+echo "| build | composed call | single-route call | composed / 3 singles |"
+echo "|---|---:|---:|---:|"
+for name in now ${BEFORE:+before}; do
+    url=${name}_composed
+    composed=$(count "$name" "${!url}")
+    url=${name}_single
+    single=$(count "$name" "${!url}")
+    label="this build"; [ "$name" = before ] && label=LOAD_BEFORE
+    awk -v l="$label" -v c="$composed" -v s="$single" 'BEGIN { printf "| %s | %d | %d | %.3f× |\n", l, c, s, c / (3 * s) }'
 done
