@@ -65,20 +65,23 @@ impl UpstreamRequest {
 
     /// A 64-bit hash of what [`same_as`] compares, for finding the same request among others
     /// cheaply: requests that are the same have the same fingerprint; a shared fingerprint is
-    /// confirmed by comparing them. Far cheaper than the digest, and no defence against a
-    /// chosen collision, which costs only that comparison.
+    /// confirmed by comparing them. Far cheaper than the digest. Its keys are drawn at random
+    /// once per process, so a caller who steers what requests hold cannot make many of them
+    /// share a fingerprint, which would cost a whole comparison of each pair.
     ///
     /// [`same_as`]: UpstreamRequest::same_as
     pub fn fingerprint(&self) -> u64 {
-        use std::hash::{DefaultHasher, Hash, Hasher};
-        let mut hasher = DefaultHasher::new();
+        use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+        static KEYS: std::sync::OnceLock<RandomState> = std::sync::OnceLock::new();
+        let keys = KEYS.get_or_init(RandomState::new);
+        let mut hasher = keys.build_hasher();
         self.method.hash(&mut hasher);
         self.uri.hash(&mut hasher);
         // Each name with its values hashed alone and the hashes added: the order of the names
         // does not change it, as it does not change `same_as`.
         let mut headers = 0u64;
         for name in self.headers.keys() {
-            let mut one = DefaultHasher::new();
+            let mut one = keys.build_hasher();
             name.hash(&mut one);
             for value in self.headers.get_all(name) {
                 value.hash(&mut one);
