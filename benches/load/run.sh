@@ -346,7 +346,7 @@ CSV_READ='
     }
     NR > 1 {
         k = $2","$3","$4; rps[k] = rps[k] " " $5; p99[k] = p99[k] " " $7; user[k] = user[k] " " $9; sys[k] = sys[k] " " $10
-        one[$1","k] = $5; late[$1","k] = $7
+        one[$1","k] = $5; late[$1","k] = $7; cpu[$1","k] = $9 + $10
         if (!seen[$2","$3]++) order[n++] = $2","$3
         if (!counted[$1]++) rounds[r++] = $1
     }'
@@ -406,20 +406,18 @@ if [ -n "$BEFORE" ]; then
     awk -F, "$CSV_READ"'
         END {
             for (i = 0; i < n; i++) {
-                k = order[i]; split(k, d, ","); speed = ""; cpu = ""; text = ""
+                k = order[i]; split(k, d, ","); speed = ""; ratios = ""; text = ""
                 for (j = 0; j < r; j++) {
                     q = rounds[j]","k
                     speed = speed " " one[q",recast"] / one[q",before"]
-                    c = cpu_of(q",recast") / cpu_of(q",before"); cpu = cpu " " c; text = text sprintf(" %.3f", c)
+                    c = cpu[q",recast"] / cpu[q",before"]; ratios = ratios " " c; text = text sprintf(" %.3f", c)
                 }
                 printf "| %s | %s | %.0f | %.0f | %.3f× | %.1f+%.1f | %.1f+%.1f | %.3f× | %s |\n", d[1], d[2],
                     median(rps[k",recast"]), median(rps[k",before"]), median(speed),
                     median(user[k",recast"]), median(sys[k",recast"]), median(user[k",before"]), median(sys[k",before"]),
-                    median(cpu), substr(text, 2)
+                    median(ratios), substr(text, 2)
             }
-        }
-        function cpu_of(q) { return cpu_user[q] + cpu_sys[q] }
-        NR > 1 { cpu_user[$1","$2","$3","$4] = $9; cpu_sys[$1","$2","$3","$4] = $10 }' "$CSV"
+        }' "$CSV"
 fi
 echo
 echo "CSV: $CSV"
