@@ -122,6 +122,14 @@ fn recast_map_whole(plan: &Plan, body: &[u8]) -> Vec<u8> {
     out
 }
 
+/// [`recast_map`] with the structural index's fallback kernel (SSE2) where the processor has AVX2.
+fn recast_map_fallback(plan: &Plan, body: &[u8]) -> Vec<u8> {
+    recast::json::simd::prefer_fallback(true);
+    let out = recast_map(plan, body);
+    recast::json::simd::prefer_fallback(false);
+    out
+}
+
 /// Runs one variant on one document a given number of times (`--repeat`).
 fn repeat(inputs: &[Input], spec: &str) {
     let [name, variant, times] = spec.split_whitespace().collect::<Vec<_>>()[..] else {
@@ -132,6 +140,7 @@ fn repeat(inputs: &[Input], spec: &str) {
     for _ in 0..times {
         match variant {
             "recast" => drop(black_box(recast_map(&input.plan, black_box(&input.json)))),
+            "recast-fallback" => drop(black_box(recast_map_fallback(&input.plan, black_box(&input.json)))),
             "recast-whole-parse" => drop(black_box(recast_map_whole(&input.plan, black_box(&input.json)))),
             "simd-json-parse" => drop(black_box(parse_only(black_box(&input.json)))),
             other => panic!("no variant {other}"),
@@ -271,9 +280,9 @@ fn mean_ns(group: &str, variant: &str) -> Option<f64> {
 fn print_table(inputs: &[Input]) {
     println!();
     println!(
-        "| document | bytes | recast MB/s | simd-json parse MB/s | serde tree MB/s | recast / parse (time) | baseline / recast (time) | recast / parse, paired | baseline / recast, paired | recast / parse, best rounds | whole parse path / parse, paired | whole parse path / parse, best rounds |"
+        "| document | bytes | recast MB/s | simd-json parse MB/s | serde tree MB/s | recast / parse (time) | baseline / recast (time) | recast / parse, paired | baseline / recast, paired | recast / parse, best rounds | whole parse path / parse, paired | whole parse path / parse, best rounds | recast with the fallback kernel / parse, paired | recast / recast with the fallback kernel, paired |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for input in inputs {
         let times: Option<Vec<f64>> = VARIANTS[..3].iter().map(|v| mean_ns(input.name, v)).collect();
         let Some(times) = times else {
@@ -281,9 +290,17 @@ fn print_table(inputs: &[Input]) {
             continue;
         };
         let mbps = |ns: f64| input.json.len() as f64 / ns * 1e9 / 1e6;
-        let [over_parse, baseline_over, best, whole_over_parse, whole_best] = paired(input);
+        let [
+            over_parse,
+            baseline_over,
+            best,
+            whole_over_parse,
+            whole_best,
+            fallback_over_parse,
+            over_fallback,
+        ] = paired(input);
         println!(
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.2}× | {:.2}× | {over_parse} | {baseline_over} | {best} | {whole_over_parse} | {whole_best} |",
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.2}× | {:.2}× | {over_parse} | {baseline_over} | {best} | {whole_over_parse} | {whole_best} | {fallback_over_parse} | {over_fallback} |",
             input.name,
             input.json.len(),
             mbps(times[0]),
@@ -294,7 +311,7 @@ fn print_table(inputs: &[Input]) {
         );
     }
     println!(
-        "\npaired: {PAIRED_ROUNDS} rounds, each timing the four variants back to back for about \
+        "\npaired: {PAIRED_ROUNDS} rounds, each timing the five variants back to back for about \
          {PAIRED_SPELL:?} apiece; the median of the rounds' ratios (quartiles in brackets). \
          best rounds: each variant's fastest round against the other's."
     );
@@ -313,8 +330,8 @@ const PAIRED_SPELL: Duration = Duration::from_millis(5);
 /// the parse's fastest (noise on this machine only ever adds time, so the fastest rounds are the
 /// closest to the work itself). The order within a round is fixed; the untimed call before each
 /// variant is what keeps the one before from leaving it cold caches.
-fn paired(input: &Input) -> [String; 5] {
-    let variants: [&dyn Fn(); 4] = [
+fn paired(input: &Input) -> [String; 7] {
+    let variants: [&dyn Fn(); 5] = [
         &|| {
             black_box(recast_map(&input.plan, black_box(&input.json)));
         },
@@ -327,6 +344,9 @@ fn paired(input: &Input) -> [String; 5] {
         &|| {
             black_box(recast_map_whole(&input.plan, black_box(&input.json)));
         },
+        &|| {
+            black_box(recast_map_fallback(&input.plan, black_box(&input.json)));
+        },
     ];
     let repeats: Vec<u32> = variants
         .iter()
@@ -337,8 +357,8 @@ fn paired(input: &Input) -> [String; 5] {
             (PAIRED_SPELL.as_secs_f64() / started.elapsed().as_secs_f64().max(1e-9)).clamp(1.0, 1e6) as u32
         })
         .collect();
-    let mut ratios = [Vec::new(), Vec::new(), Vec::new()];
-    let mut best = [f64::INFINITY; 4];
+    let mut ratios = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    let mut best = [f64::INFINITY; 5];
     for _ in 0..PAIRED_ROUNDS {
         let times: Vec<f64> = variants
             .iter()
@@ -356,20 +376,25 @@ fn paired(input: &Input) -> [String; 5] {
         ratios[0].push(times[0] / times[1]);
         ratios[1].push(times[2] / times[0]);
         ratios[2].push(times[3] / times[1]);
+        ratios[3].push(times[4] / times[1]);
+        ratios[4].push(times[0] / times[4]);
         for (best, time) in best.iter_mut().zip(&times) {
             *best = best.min(*time);
         }
     }
-    let [over_parse, baseline_over, whole_over_parse] = ratios.map(|mut r| {
-        r.sort_by(f64::total_cmp);
-        let at = |q: usize| r[(r.len() - 1) * q / 4];
-        format!("{:.2}× ({:.2}–{:.2})", at(2), at(1), at(3))
-    });
+    let [over_parse, baseline_over, whole_over_parse, fallback_over_parse, over_fallback] =
+        ratios.map(|mut r| {
+            r.sort_by(f64::total_cmp);
+            let at = |q: usize| r[(r.len() - 1) * q / 4];
+            format!("{:.2}× ({:.2}–{:.2})", at(2), at(1), at(3))
+        });
     [
         over_parse,
         baseline_over,
         format!("{:.2}×", best[0] / best[1]),
         whole_over_parse,
         format!("{:.2}×", best[3] / best[1]),
+        fallback_over_parse,
+        over_fallback,
     ]
 }

@@ -1,6 +1,8 @@
 //! The first stage of on-demand reading against the tape: how long finding every token of a
 //! document (`json::index::build`) and checking their order (`json::index::validate`) take,
 //! against simd-json's parse of the same document into a tape, on the engine bench's documents.
+//! The index and the read are also timed with the fallback kernel (SSE2), where the processor
+//! has AVX2 (`json::simd`).
 //! Run: `cargo bench --bench index`.
 
 use std::hint::black_box;
@@ -58,6 +60,22 @@ fn main() {
             let mut index = Vec::new();
             b.iter(|| recast::json::index::build(black_box(&body), &mut index).is_ok())
         });
+        // The same with the kernel every x86-64 processor has (SSE2), where AVX2 is detected.
+        recast::json::simd::prefer_fallback(true);
+        group.bench_function("index, fallback kernel", |b| {
+            let mut index = Vec::new();
+            b.iter(|| recast::json::index::build(black_box(&body), &mut index).is_ok())
+        });
+        group.bench_function("read for a plan that reads nothing, fallback kernel", |b| {
+            let mut buf = Vec::with_capacity(body.len() + recast::json::PADDING);
+            b.iter(|| {
+                buf.clear();
+                buf.extend_from_slice(black_box(&body));
+                let mut out = Vec::new();
+                recast::exec::map_text(&nothing, &mut buf, 64, &mut out).is_ok()
+            })
+        });
+        recast::json::simd::prefer_fallback(false);
         group.bench_function("simd-json parse", |b| {
             let mut buf = Vec::with_capacity(body.len() + recast::json::PADDING);
             b.iter(|| {

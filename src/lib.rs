@@ -1,7 +1,8 @@
 //! recast: an HTTP middleware that calls upstream JSON APIs and reshapes their answers by stored
 //! mapping rules. See `ARCHITECTURE.md` for the map of modules and their invariants.
 
-// `unsafe` is allowed in one module only: the JSON writer (`json::write`).
+// `unsafe` is allowed in two modules only: the JSON writer (`json::write`) and the vector
+// kernels of the structural index (`json::simd`).
 #![deny(unsafe_code)]
 
 pub mod cache;

@@ -286,9 +286,18 @@ impl PathCase {
 }
 
 /// Raw bytes as a JSON text: the structural index and the walk over it (`json::index`) take or
-/// refuse it exactly as the tape parser does, and the tokens of a text they take are those a
-/// walk byte by byte finds (`json::index::agrees_with_parser`).
+/// refuse it exactly as the tape parser does, the tokens of a text they take are those a walk
+/// byte by byte finds (`json::index::agrees_with_parser`), and the index's kernels (AVX2 where
+/// the processor has it, and SSE2) find the same tokens, escapes and errors, at the input's own
+/// alignment and at another (`json::index::kernels_agree`).
 pub fn json_index(data: &[u8]) -> Reached {
+    // The same bytes at another alignment: every kernel still finds what it found.
+    let offset = 1 + data.len() % 31;
+    let mut moved = vec![b' '; offset + data.len()];
+    moved[offset..].copy_from_slice(data);
+    if let Err(differ) = json::index::kernels_agree(&moved[offset..]) {
+        panic!("at offset {offset}: {differ}");
+    }
     match json::index::agrees_with_parser(data, 16) {
         Ok(true) => Reached::Mapped,
         Ok(false) => Reached::DocumentRefused,

@@ -9,6 +9,7 @@
 //! checked here.
 
 use super::JsonError;
+use super::simd::{self, Kernel};
 
 /// Positions of the tokens of `input`, in order, into `out` (emptied first).
 pub fn build(input: &[u8], out: &mut Vec<u32>) -> Result<(), JsonError> {
@@ -37,33 +38,84 @@ pub(super) fn build_str(input: &str, out: &mut Vec<u32>, escapes: &mut Vec<u32>)
 }
 
 /// The tokens of a UTF-8 text shorter than 4 GiB into the first positions of `out`, their count
-/// answered, and where its escapes are. `out` is first made long enough for any text of this
-/// length (a token per byte, and a block's worth of room written past the last).
+/// answered, and where its escapes are, with the best kernel this processor has.
 fn tokens(input: &[u8], out: &mut Vec<u32>, escapes: &mut Vec<u32>) -> Result<usize, JsonError> {
-    let room = input.len() + 64;
-    if out.len() < room {
-        out.resize(room, 0);
+    simd::run(Tokens { input, out, escapes })
+}
+
+/// What the index of a text holds: its tokens and where its escapes are.
+#[cfg(any(test, feature = "fuzzing"))]
+#[derive(Debug, PartialEq, Eq)]
+pub struct Found {
+    pub tokens: Vec<u32>,
+    pub escapes: Vec<u32>,
+}
+
+/// What [`tokens`] finds in `input` (UTF-8 or not) with the kernel asked for, or the error it
+/// meets first. `None` when the processor lacks the kernel. For tests and fuzzing.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn build_with(choice: simd::Choice, input: &[u8]) -> Option<Result<Found, JsonError>> {
+    let (mut out, mut escapes) = (Vec::new(), Vec::new());
+    let found = simd::run_with(choice, Tokens { input, out: &mut out, escapes: &mut escapes })?;
+    Some(found.map(|count| {
+        out.truncate(count);
+        Found { tokens: out, escapes }
+    }))
+}
+
+/// Whether the kernels this processor has find the same tokens, escapes and first error in
+/// `text`; `Err` with what differs. For tests and fuzzing.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn kernels_agree(text: &[u8]) -> Result<(), String> {
+    let fallback = build_with(simd::Choice::Fallback, text);
+    match build_with(simd::Choice::Avx2, text) {
+        Some(avx2) if Some(&avx2) != fallback.as_ref() => {
+            Err(format!("{:?}: avx2 {avx2:?}, fallback {fallback:?}", String::from_utf8_lossy(text)))
+        }
+        _ => Ok(()),
     }
-    let mut state = State::default();
-    let mut blocks = input.chunks_exact(64);
-    let mut base = 0;
-    for block in blocks.by_ref() {
-        let block: &[u8; 64] = block.try_into().map_err(|_| syntax("a block of 64 bytes", base))?;
-        state.block(input, block, base, out, escapes)?;
-        base += 64;
+}
+
+/// Finding the tokens, as work a kernel runs.
+struct Tokens<'a> {
+    input: &'a [u8],
+    out: &'a mut Vec<u32>,
+    escapes: &'a mut Vec<u32>,
+}
+
+impl simd::Job for Tokens<'_> {
+    type Output = Result<usize, JsonError>;
+
+    /// `out` is first made long enough for any text of this length (a token per byte, and a
+    /// block's worth of room written past the last).
+    #[inline(always)]
+    fn run<K: Kernel>(self, kernel: K) -> Result<usize, JsonError> {
+        let Tokens { input, out, escapes } = self;
+        let room = input.len() + 64;
+        if out.len() < room {
+            out.resize(room, 0);
+        }
+        let mut state = State::default();
+        let mut blocks = input.chunks_exact(64);
+        let mut base = 0;
+        for block in blocks.by_ref() {
+            let block: &[u8; 64] = block.try_into().map_err(|_| syntax("a block of 64 bytes", base))?;
+            state.block(kernel, input, block, base, out, escapes)?;
+            base += 64;
+        }
+        let rest = blocks.remainder();
+        if !rest.is_empty() {
+            // The last bytes, padded with spaces: a space starts no token and ends none inside a
+            // string (an unclosed string is caught below).
+            let mut last = [b' '; 64];
+            last[..rest.len()].copy_from_slice(rest);
+            state.block(kernel, input, &last, base, out, escapes)?;
+        }
+        if state.in_string != 0 {
+            return Err(syntax("the string is not closed", input.len()));
+        }
+        Ok(state.count)
     }
-    let rest = blocks.remainder();
-    if !rest.is_empty() {
-        // The last bytes, padded with spaces: a space starts no token and ends none inside a
-        // string (an unclosed string is caught below).
-        let mut last = [b' '; 64];
-        last[..rest.len()].copy_from_slice(rest);
-        state.block(input, &last, base, out, escapes)?;
-    }
-    if state.in_string != 0 {
-        return Err(syntax("the string is not closed", input.len()));
-    }
-    Ok(state.count)
 }
 
 pub(super) fn syntax(what: &str, at: usize) -> JsonError {
@@ -87,35 +139,23 @@ struct State {
     count: usize,
 }
 
-/// Bit masks of the bytes of one block, bit `i` for byte `i`.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Classes {
-    quote: u64,
-    backslash: u64,
-    /// `{}[]:,`.
-    structural: u64,
-    /// Space, tab, line feed, carriage return.
-    space: u64,
-    /// Below 0x20.
-    control: u64,
-}
-
 impl State {
     #[inline(always)]
-    fn block(
+    fn block<K: Kernel>(
         &mut self,
+        kernel: K,
         input: &[u8],
         block: &[u8; 64],
         base: usize,
         out: &mut [u32],
         escapes_at: &mut Vec<u32>,
     ) -> Result<(), JsonError> {
-        let c = classify(block);
+        let c = kernel.classify(block);
         let escaped = self.escaped_chars(c.backslash);
         let quotes = c.quote & !escaped;
         // Each quote toggles: the bits from an opening quote up to (not including) its closing
         // quote are set.
-        let in_string = prefix_xor(quotes) ^ self.in_string;
+        let in_string = kernel.prefix_xor(quotes) ^ self.in_string;
         self.in_string = ((in_string as i64) >> 63) as u64;
         if c.control & in_string != 0 {
             let at = base + (c.control & in_string).trailing_zeros() as usize;
@@ -198,15 +238,6 @@ fn flatten(mut tokens: u64, base: u32, out: &mut [u32], count: &mut usize) {
     *count += found;
 }
 
-/// Each bit the XOR of itself and all bits below it.
-#[inline(always)]
-fn prefix_xor(mut bits: u64) -> u64 {
-    for shift in [1, 2, 4, 8, 16, 32] {
-        bits ^= bits << shift;
-    }
-    bits
-}
-
 /// Checks the escape sequence whose backslash is at `at`; for a surrogate pair, returns where
 /// the low surrogate's escape is, checked with it.
 fn escape(input: &[u8], at: usize) -> Result<Option<usize>, JsonError> {
@@ -235,59 +266,6 @@ fn code_unit(input: &[u8], at: usize) -> Result<u32, JsonError> {
             char::from(digit).to_digit(16).ok_or_else(|| syntax("\\u without four hex digits", at))?;
         Ok(unit << 4 | value)
     })
-}
-
-/// The classes of a block's bytes, sixteen at a time with SSE2 (part of every x86-64 processor).
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-#[inline(always)]
-pub(crate) fn classify(block: &[u8; 64]) -> Classes {
-    use safe_arch::{
-        bitor_m128i as or, cmp_eq_mask_i8_m128i as eq, m128i, max_u8_m128i, move_mask_i8_m128i,
-        set_splat_i8_m128i as splat,
-    };
-    let mut c = Classes { quote: 0, backslash: 0, structural: 0, space: 0, control: 0 };
-    for (n, chunk) in block.chunks_exact(16).enumerate() {
-        let bytes: [u8; 16] = chunk.try_into().unwrap_or_default();
-        let v = m128i::from(bytes);
-        let is = |byte: u8| eq(v, splat(byte as i8));
-        let mask = |m: m128i| u64::from(move_mask_i8_m128i(m) as u16) << (16 * n);
-        // With 0x20 set, `[` and `]` read as `{` and `}`, and no other byte does.
-        let folded = or(v, splat(0x20));
-        let brackets = or(eq(folded, splat(b'{' as i8)), eq(folded, splat(b'}' as i8)));
-        c.quote |= mask(is(b'"'));
-        c.backslash |= mask(is(b'\\'));
-        c.structural |= mask(or(brackets, or(is(b':'), is(b','))));
-        c.space |= mask(or(or(is(b' '), is(b'\t')), or(is(b'\n'), is(b'\r'))));
-        c.control |= mask(eq(max_u8_m128i(v, splat(0x1f)), splat(0x1f)));
-    }
-    c
-}
-
-/// The classes of a block's bytes, one at a time.
-#[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2", not(test)), allow(dead_code))]
-pub(crate) fn classify_bytes(block: &[u8; 64]) -> Classes {
-    let mut c = Classes { quote: 0, backslash: 0, structural: 0, space: 0, control: 0 };
-    for (i, &byte) in block.iter().enumerate() {
-        let bit = 1u64 << i;
-        match byte {
-            b'"' => c.quote |= bit,
-            b'\\' => c.backslash |= bit,
-            b'{' | b'}' | b'[' | b']' | b':' | b',' => c.structural |= bit,
-            b' ' => c.space |= bit,
-            b'\t' | b'\n' | b'\r' => {
-                c.space |= bit;
-                c.control |= bit;
-            }
-            0..0x20 => c.control |= bit,
-            _ => {}
-        }
-    }
-    c
-}
-
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-pub(crate) fn classify(block: &[u8; 64]) -> Classes {
-    classify_bytes(block)
 }
 
 /// Checks that the tokens `index` found in `input` make one JSON text nested at most
@@ -400,10 +378,11 @@ pub fn reference(input: &[u8]) -> Vec<u32> {
 
 /// Whether the index and the tape parser take `text` alike, when nested at most `max_depth`
 /// deep; `Ok` with their verdict when they do, and then the index holds the tokens
-/// [`reference`] finds. A text with both a syntax error and nesting too deep may be refused for
+/// [`reference`] finds; and every kernel finds the same ([`kernels_agree`]). A text with both a syntax error and nesting too deep may be refused for
 /// either: with no bound on depth, both must then find the syntax error. For tests and fuzzing.
 #[cfg(any(test, feature = "fuzzing"))]
 pub fn agrees_with_parser(text: &[u8], max_depth: usize) -> Result<bool, String> {
+    kernels_agree(text)?;
     let verdicts = |depth: usize| {
         let mut buf = text.to_vec();
         let parsed = super::with_parsed(&mut buf, depth, |_| ());
@@ -432,15 +411,36 @@ mod tests {
 
     use super::*;
 
+    /// Texts of every length around one and two blocks, at every alignment, whole or cut short,
+    /// with a string, an escape, a number or a character of several bytes across each boundary:
+    /// every kernel finds the same as the others, and the verdict is the parser's.
     #[test]
-    fn blocks_are_classified_alike_sixteen_and_one_byte_at_a_time() {
-        let mut block = [0u8; 64];
-        for start in (0..=255u16).step_by(64) {
-            for (i, byte) in block.iter_mut().enumerate() {
-                *byte = (start + i as u16) as u8;
-            }
-            assert_eq!(classify(&block), classify_bytes(&block), "bytes from {start}");
+    fn every_kernel_finds_the_same_at_every_length_and_alignment() {
+        let mut texts = Vec::new();
+        for len in 0..=140 {
+            let filler = "x".repeat(len);
+            texts.push(format!(r#"["{filler}"]"#));
+            texts.push(format!(r#"{{"{filler}\"":[1,2.5e-3,true]}}"#));
+            texts.push(format!(r#"[{}1234567890, "\u00e9\\"]"#, " ".repeat(len)));
+            texts.push(format!(r#"["{}\\\"", null]"#, "y".repeat(len)));
+            texts.push(format!("[\"{filler}\u{e9}\u{1f600}\", {{}}]"));
         }
+        let mut checked = 0;
+        for text in &texts {
+            let bytes = text.as_bytes();
+            for cut in [bytes.len(), bytes.len().saturating_sub(1), bytes.len() / 2] {
+                let text = &bytes[..cut];
+                // The same text at each of 32 offsets in a buffer.
+                let mut buffer = vec![b' '; text.len() + 32];
+                for offset in 0..32 {
+                    buffer[offset..offset + text.len()].copy_from_slice(text);
+                    let at = &buffer[offset..offset + text.len()];
+                    agrees_with_parser(at, 16).unwrap_or_else(|e| panic!("{e}"));
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, texts.len() * 3 * 32);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! A tape is a flat `Vec<Node>` in document order. Containers are a header node followed by their
 //! contents; the header's `count` is the number of nodes inside, so a value is skipped in O(1).
 
-// The one module with `unsafe` code: writing strings through pointers (see its SAFETY comments).
+// One of two modules with `unsafe` code: writing strings through pointers (see its SAFETY
+// comments).
 #[allow(unsafe_code)]
 pub mod write;
 
@@ -13,6 +14,10 @@ pub mod index;
 pub mod keys;
 pub mod ondemand;
 pub mod place;
+// The one other module with `unsafe` code: the vector instructions the index classifies bytes
+// with, AVX2 chosen at run time (see its SAFETY comments).
+#[allow(unsafe_code)]
+pub mod simd;
 
 use std::cell::RefCell;
 

@@ -292,7 +292,7 @@ pub async fn run_with(
         );
     }
     // Said before the loader starts, so these lines come before the `Running` one.
-    tracing::info!(address = %listen, "listening");
+    tracing::info!(address = %listen, json_kernel = crate::json::simd::Choice::detected().name(), "listening");
     if state.admin.is_none() {
         tracing::warn!(
             "RECAST_ADMIN_TOKEN is not set: anyone who can reach {listen} can register and change routes"

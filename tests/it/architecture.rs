@@ -77,27 +77,47 @@ fn only_cluster_touches_postgresql() {
 }
 
 #[test]
-fn the_compiler_refuses_unsafe_code_outside_the_json_writer() {
-    // The compiler enforces it (`#![deny(unsafe_code)]`); this keeps the one exception single.
+fn the_compiler_refuses_unsafe_code_outside_the_json_writer_and_the_index_kernels() {
+    // The compiler enforces it (`#![deny(unsafe_code)]`); this keeps the two exceptions these.
     for root in ["lib.rs", "main.rs"] {
         let text = std::fs::read_to_string(src().join(root)).expect("crate root");
         assert!(text.contains("#![deny(unsafe_code)]"), "{root} does not deny unsafe code");
     }
     let mut allowed = Vec::new();
+    let mut compiled_for = Vec::new();
     for file in rust_files(&src()) {
         let text = std::fs::read_to_string(&file).expect("source file");
+        let name = file.strip_prefix(src()).unwrap().display().to_string();
         for (i, line) in text.lines().enumerate() {
             if line.contains("allow(unsafe_code)") {
                 let next = text.lines().nth(i + 1).unwrap_or_default().trim().to_owned();
-                allowed.push((file.strip_prefix(src()).unwrap().display().to_string(), next));
+                allowed.push((name.clone(), next));
+            }
+            if line.contains("target_feature(enable") {
+                compiled_for.push(name.clone());
             }
         }
     }
-    assert_eq!(allowed, [("json/mod.rs".to_owned(), "pub mod write;".to_owned())]);
-    let writer = std::fs::read_to_string(src().join("json").join("write.rs")).unwrap();
-    let blocks = writer.matches("unsafe {").count();
-    let reasons = writer.matches("// SAFETY:").count();
-    assert!(reasons >= blocks, "{blocks} unsafe blocks but {reasons} SAFETY comments");
+    assert_eq!(
+        allowed,
+        [
+            ("json/mod.rs".to_owned(), "pub mod write;".to_owned()),
+            ("json/mod.rs".to_owned(), "pub mod simd;".to_owned())
+        ]
+    );
+    for module in ["write.rs", "simd.rs"] {
+        let text = std::fs::read_to_string(src().join("json").join(module)).unwrap();
+        let blocks = text.matches("unsafe {").count();
+        let reasons = text.matches("// SAFETY:").count();
+        assert!(reasons >= blocks, "{module}: {blocks} unsafe blocks but {reasons} SAFETY comments");
+    }
+    // Functions compiled for instructions a processor may lack live only in the kernels' private
+    // `avx2` module, which the detected dispatch alone reaches.
+    assert!(compiled_for.iter().all(|file| file == "json/simd.rs"), "{compiled_for:?}");
+    let kernels = std::fs::read_to_string(src().join("json").join("simd.rs")).unwrap();
+    let private = kernels.find("\nmod avx2 {").expect("the kernels' avx2 module");
+    assert!(kernels.match_indices("#[target_feature(enable").all(|(at, _)| at > private));
+    assert!(!kernels[private..].contains("pub fn") && !kernels[private..].contains("pub(crate)"));
 }
 
 /// The top-level module of `src/` a file belongs to: `upstream` for `upstream/h2/frames.rs`,
