@@ -12,7 +12,8 @@
 #
 # Settings (environment): LOAD_CALLS (default 200), LOAD_PORT (first of three ports, default
 # 18180), LOAD_BEFORE (the path of another recast binary, counted the same way; a column gives
-# this build's count against it).
+# this build's count against it), LOAD_PROFILES (a directory: each count's callgrind file is kept
+# there as <build>-<count>.callgrind, for `callgrind_annotate`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib.sh
@@ -21,6 +22,8 @@ cd "$(dirname "$0")/../.."
 CALLS=${LOAD_CALLS:-200}
 PORT=${LOAD_PORT:-18180}
 BEFORE=${LOAD_BEFORE:-}
+PROFILES=${LOAD_PROFILES:-}
+[ -z "$PROFILES" ] || mkdir -p "$PROFILES"
 UPSTREAM_PORT=$PORT
 if [ -n "$BEFORE" ] && [ ! -x "$BEFORE" ]; then
     say "LOAD_BEFORE=$BEFORE is not an executable recast binary"
@@ -90,7 +93,7 @@ calls() { # $1 URL, $2 how many: one after another on one connection, each answe
     fi
 }
 
-count() { # $1 name, $2 URL: instructions per call
+count() { # $1 name, $2 URL, $3 what is counted: instructions per call
     local pid=${1}_PID file
     pid=${!pid}
     calls "$2" 20
@@ -106,6 +109,7 @@ count() { # $1 name, $2 URL: instructions per call
         [ -n "$file" ] && break
         sleep 0.1
     done
+    [ -z "$PROFILES" ] || cp "$file" "$PROFILES/$1-$3.callgrind"
     callgrind_annotate "$file" 2>/dev/null | awk -v n="$CALLS" '/PROGRAM TOTALS/ { gsub(",", "", $1); printf "%.0f", $1 / n }'
 }
 
@@ -121,10 +125,10 @@ else
 fi
 for doc in recipe list; do
     url=now_$doc
-    now=$(count now "${!url}")
+    now=$(count now "${!url}" "$doc")
     if [ -n "$BEFORE" ]; then
         url=before_$doc
-        then=$(count before "${!url}")
+        then=$(count before "${!url}" "$doc")
         awk -v d="$doc" -v a="$now" -v b="$then" 'BEGIN { printf "| %s | %d | %d | %.4f× |\n", d, a, b, a / b }'
     else
         printf '| %s | %d |\n' "$doc" "$now"
@@ -136,9 +140,9 @@ echo "| build | composed call | single-route call | composed / 3 singles |"
 echo "|---|---:|---:|---:|"
 for name in now ${BEFORE:+before}; do
     url=${name}_composed
-    composed=$(count "$name" "${!url}")
+    composed=$(count "$name" "${!url}" composed)
     url=${name}_single
-    single=$(count "$name" "${!url}")
+    single=$(count "$name" "${!url}" single)
     label="this build"; [ "$name" = before ] && label=LOAD_BEFORE
     awk -v l="$label" -v c="$composed" -v s="$single" 'BEGIN { printf "| %s | %d | %d | %.3f× |\n", l, c, s, c / (3 * s) }'
 done

@@ -62,7 +62,10 @@ impl UpstreamClient {
             let reused = pooled.is_some();
             let mut connection = match pooled.take().or_else(|| given.take()) {
                 Some(connection) => connection,
-                None => match self.open(target, &key).await? {
+                // Boxed: opening a connection (resolving, connecting, a TLS handshake) holds
+                // ten times the state of an exchange, and most calls take a pooled connection;
+                // inline, every call's future would carry that room and be copied with it.
+                None => match Box::pin(self.open(target, &key)).await? {
                     Opened::Http2(lease) => {
                         return self.exchange_h2(lease, target, &key, authorization).await;
                     }
