@@ -177,8 +177,9 @@ pub(crate) fn classify_bytes(block: &[u8; 64]) -> Classes {
     c
 }
 
-/// The AVX2 kernel. Holding one is the proof that the processor has AVX2 and PCLMULQDQ: it is
-/// made only by [`Avx2::detect`].
+/// The AVX2 kernel. Holding one is the proof that the processor has AVX2 and PCLMULQDQ (and
+/// POPCNT, BMI1 and BMI2, which every processor with AVX2 has, for counting and finding bits in
+/// the work's loop): it is made only by [`Avx2::detect`].
 #[derive(Clone, Copy)]
 pub(crate) struct Avx2(());
 
@@ -188,15 +189,15 @@ impl Avx2 {
     /// keeps the answer).
     #[inline]
     fn detect() -> Option<Avx2> {
-        (std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("pclmulqdq"))
-            .then_some(Avx2(()))
+        use std::arch::is_x86_feature_detected as has;
+        (has!("avx2") && has!("pclmulqdq") && has!("popcnt") && has!("bmi1") && has!("bmi2")).then_some(Avx2(()))
     }
 
     /// Runs `job` compiled for AVX2 and PCLMULQDQ.
     #[inline]
     fn run<J: Job>(self, job: J) -> J::Output {
-        // SAFETY: `self` exists, so `detect` found AVX2 and PCLMULQDQ on this processor, which is
-        // all `avx2::run` needs.
+        // SAFETY: `self` exists, so `detect` found AVX2, PCLMULQDQ, POPCNT, BMI1 and BMI2 on this
+        // processor, which is all `avx2::run` needs.
         unsafe { avx2::run(self, job) }
     }
 }
@@ -247,8 +248,9 @@ mod avx2 {
     use super::{Classes, Job};
 
     /// `job` run with the AVX2 kernel, in a function compiled for it, so that the kernel's
-    /// functions are inlined into the work's loop.
-    #[target_feature(enable = "avx2,pclmulqdq")]
+    /// functions are inlined into the work's loop, whose bit counts and searches also take
+    /// single instructions (POPCNT, TZCNT).
+    #[target_feature(enable = "avx2,pclmulqdq,popcnt,bmi1,bmi2")]
     pub(super) fn run<J: Job>(kernel: super::Avx2, job: J) -> J::Output {
         job.run(kernel)
     }
