@@ -190,7 +190,8 @@ impl Avx2 {
     #[inline]
     fn detect() -> Option<Avx2> {
         use std::arch::is_x86_feature_detected as has;
-        (has!("avx2") && has!("pclmulqdq") && has!("popcnt") && has!("bmi1") && has!("bmi2")).then_some(Avx2(()))
+        (has!("avx2") && has!("pclmulqdq") && has!("popcnt") && has!("bmi1") && has!("bmi2"))
+            .then_some(Avx2(()))
     }
 
     /// Runs `job` compiled for AVX2 and PCLMULQDQ.
