@@ -33,6 +33,9 @@ write_list() { # the list document (about 97 KB, 300 items) on standard output
 INGREDIENTS='"strMeasure1, strIngredient1","strMeasure2, strIngredient2","strMeasure3, strIngredient3","strMeasure4, strIngredient4","strMeasure5, strIngredient5","strMeasure6, strIngredient6","strMeasure7, strIngredient7"'
 RECIPE_RULES='{"newBodyFields":{"id":{"key":"id","type":"Int"},"name":{"key":"name","type":"String"},"category":{"key":"category","type":"String"},"area":{"key":"area","type":"String"},"ingredients":{"key":"ingredients","type":"String"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]},"name":{"keys":["strMeal"],"parents":["meals"]},"category":{"keys":["strCategory"],"parents":["meals"]},"area":{"keys":["strArea"],"parents":["meals"]},"ingredients":{"keys":['"$INGREDIENTS"'],"parents":["meals"]}}}'
 LIST_RULES='{"each":["items"],"newBodyFields":{"id":{"key":"id","type":"Int"},"title":{"key":"title","type":"String"},"price":{"key":"price","type":"Double"},"owner":{"key":"owner","type":"String"},"email":{"key":"email","type":"String"}},"oldBodyFields":{"id":{"keys":["id"]},"title":{"keys":["title"]},"price":{"keys":["price"]},"owner":{"keys":["name"],"parents":["owner"]},"email":{"keys":["email"],"parents":["owner"]}}}'
+# An expression over the list that reads one of its two top-level members (`total`), which a call
+# reads without the other (the 300 items); instructions.sh's third count.
+EXPR_RULES='{"newBodyFields":{"total":{"key":"total","type":"String"}},"oldBodyFields":{"total":{"expr":"join(\u0027 \u0027, [to_string(total), \u0027items\u0027])"}}}'
 
 # The three-source composition of compose.sh and instructions.sh: `a` and `b` in parallel, `c`
 # chained on `a` (its path holds `a`'s `idMeal`), each the recipe document; and the single route

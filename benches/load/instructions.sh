@@ -5,9 +5,10 @@
 # loopback serves the recipe (3 KB) and list (97 KB) documents of run.sh; recast runs under
 # callgrind with instrumentation off, serves the same routes as run.sh, and for each document the
 # count starts after a few calls and covers LOAD_CALLS more, one after another on one kept-alive
-# connection. Then the same for compose.sh's three-source composition of the recipe against the
-# single route that maps the same fields, three times (the aim: a composed call at most 1.1× its
-# three single calls). The kernel's work (sockets) and the upstream's are not counted: this
+# connection; and for the list read by one expression that names one of its two top-level
+# members (`expr`: the other, the items, is skipped). Then the same for compose.sh's three-source
+# composition of the recipe against the single route that maps the same fields, three times (the
+# aim: a composed call at most 1.1× its three single calls). The kernel's work (sockets) and the upstream's are not counted: this
 # measures recast's own code, not a call's whole cost (run.sh does).
 #
 # Settings (environment): LOAD_CALLS (default 200), LOAD_PORT (first of three ports, default
@@ -51,9 +52,9 @@ start_nginx upstream "    keepalive_requests 1000000;
 wait_for "http://127.0.0.1:$UPSTREAM_PORT/recipe.json"
 
 # Starts a recast binary ($2) under callgrind on port $3, named $1, with its routes; sets
-# <name>_PID, <name>_recipe, <name>_list, <name>_composed and <name>_single.
+# <name>_PID, <name>_recipe, <name>_list, <name>_expr, <name>_composed and <name>_single.
 start() {
-    local name=$1 binary=$2 port=$3 doc rules path body
+    local name=$1 binary=$2 port=$3 doc rules file path body
     RECAST_LISTEN=127.0.0.1:$port RECAST_DATA_DIR=$WORK/$name-data RECAST_UPSTREAM_ALLOW=127.0.0.1/32 RECAST_LOG=warn \
         valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/$name.callgrind" \
         "$binary" serve 2>>"$WORK/$name.log" &
@@ -63,10 +64,12 @@ start() {
         curl -sf -m 5 -o /dev/null "http://127.0.0.1:$port/readyz" && break
         sleep 0.1
     done
-    for doc in recipe list; do
-        rules=$RECIPE_RULES; [ "$doc" = list ] && rules=$LIST_RULES
+    for doc in recipe list expr; do
+        rules=$RECIPE_RULES file=$doc
+        [ "$doc" = list ] && rules=$LIST_RULES
+        [ "$doc" = expr ] && rules=$EXPR_RULES file=list
         path=$(curl -sf -m 60 "http://127.0.0.1:$port/v1/mapping" -H 'content-type: application/json' -d \
-            '{"path":"'"$doc"'","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'"$UPSTREAM_PORT"'/"},"path":"'"$doc"'.json"},"rulesAsString":'"$rules"'}' \
+            '{"path":"'"$doc"'","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'"$UPSTREAM_PORT"'/"},"path":"'"$file"'.json"},"rulesAsString":'"$rules"'}' \
             | sed -n 's/.*"path":"\(\/v1\/[^"]*\)".*/\1/p')
         if [ -z "$path" ]; then
             say "$name did not register the $doc route; its log:"; cat "$WORK/$name.log" >&2; exit 1
@@ -123,7 +126,7 @@ else
     echo "| document | this build |"
     echo "|---|---:|"
 fi
-for doc in recipe list; do
+for doc in recipe list expr; do
     url=now_$doc
     now=$(count now "${!url}" "$doc")
     if [ -n "$BEFORE" ]; then

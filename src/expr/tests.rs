@@ -486,3 +486,60 @@ fn compile_errors_are_told_in_the_users_words() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// Every case of the suites run as a route's rules (one `Json` target reading the expression):
+/// a call reads only the top-level members its expressions name (`plan::wants`), and maps what
+/// the whole parse maps.
+#[test]
+fn expressions_read_on_demand_map_what_the_whole_parse_maps() {
+    let mut dirs = vec![PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/jmespath")];
+    let community = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/jmespath/community");
+    if community.is_dir() {
+        dirs.push(community);
+    }
+    let (mut on_demand, mut differ) = (0, Vec::new());
+    for dir in dirs {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|entry| entry.expect("a directory entry").path())
+            .filter(|path| path.extension().is_some_and(|e| e == "json"))
+            .collect();
+        files.sort();
+        for path in files {
+            for (given, expression, _) in cases(&path) {
+                let rules = format!(
+                    r#"{{"newBodyFields":{{"v":{{"key":"v","type":"Json"}}}},"oldBodyFields":{{"v":{{"expr":{}}}}}}}"#,
+                    serde_json::to_string(&expression).expect("a string")
+                );
+                let Ok(compiled) =
+                    crate::rules::compile_json(rules.as_bytes(), &crate::rules::Limits::default())
+                else {
+                    continue;
+                };
+                if compiled.plan.wants().is_none() {
+                    continue;
+                }
+                on_demand += 1;
+                let mut read = Vec::new();
+                let read_ok =
+                    crate::exec::map_text(&compiled.plan, &mut given.clone().into_bytes(), DEPTH, &mut read);
+                let mut whole = Vec::new();
+                let mut buffer = given.clone().into_bytes();
+                let parsed = json::with_parsed(&mut buffer, DEPTH, |doc| {
+                    crate::exec::execute(&compiled.plan, doc, 0, &mut whole);
+                });
+                if read_ok.is_ok() != parsed.is_ok() || read != whole {
+                    differ.push(format!(
+                        "{}: {expression:?} on {}: on demand {}, whole {}",
+                        path.display(),
+                        clip(&given),
+                        String::from_utf8_lossy(&read),
+                        String::from_utf8_lossy(&whole)
+                    ));
+                }
+            }
+        }
+    }
+    assert!(differ.is_empty(), "{} of {on_demand} differ:\n{}", differ.len(), differ.join("\n"));
+    assert!(on_demand > 300, "only {on_demand} cases were read on demand");
+}

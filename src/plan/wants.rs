@@ -5,8 +5,9 @@
 //! through (later scans read some of its members, index steps some of its elements). A scan that
 //! is not strict follows a list to its first element, again for a list inside a list: every
 //! element of a list there gets the scan's want (more than the first, which keeps this simple and
-//! is still exact). A plan with an expression that runs as a program reads what its program
-//! reads, which is not known before it runs: such a plan reads the whole document (`None`).
+//! is still exact). An expression that runs as a program reads whole each top-level member it
+//! names ([`Program::document_names`]); one that may read more (`@`, `$`, an element or a slice
+//! of the document), or any under `each`, makes its plan read the whole document (`None`).
 
 use std::collections::BTreeMap;
 
@@ -20,8 +21,22 @@ const MOST_WANTS: usize = 4096;
 
 /// What `plan` reads of a document, or `None` when it may read anything.
 pub(crate) fn wants(plan: &Plan) -> Option<Wants> {
-    if matches!(plan.each, Some(Each::Expr(_))) || plan.ops.iter().any(|op| matches!(op, Op::Expr { .. })) {
+    let programs: Vec<&Program> = plan
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Expr { program, .. } => plan.programs.get(*program as usize),
+            _ => None,
+        })
+        .collect();
+    // Under `each` an expression runs on each element and on `$`: not read on demand.
+    if matches!(plan.each, Some(Each::Expr(_))) || (!programs.is_empty() && plan.each.is_some()) {
         return None;
+    }
+    // The top-level members the expressions read, each whole.
+    let mut read_whole = Vec::new();
+    for program in programs {
+        read_whole.extend(program.document_names()?);
     }
     let mut slots = vec![Tree::default(); plan.slot_count];
     let mut whole = |slot: SlotId| {
@@ -66,6 +81,10 @@ pub(crate) fn wants(plan: &Plan) -> Option<Wants> {
             Input::Root => root.merge(tree),
             Input::Slot(slot) => slots[*slot as usize].merge(tree),
         }
+    }
+    for name in read_whole {
+        let whole = Tree { whole: true, ..Tree::default() };
+        root.merge(Tree { members: BTreeMap::from([(name.into(), whole)]), ..Tree::default() });
     }
     if let Some(Each::Path(path)) = &plan.each {
         // The value at the end of the path is the list whose elements are mapped, or an object
