@@ -378,8 +378,9 @@ pub fn reference(input: &[u8]) -> Vec<u32> {
 
 /// Whether the index and the tape parser take `text` alike, when nested at most `max_depth`
 /// deep; `Ok` with their verdict when they do, and then the index holds the tokens
-/// [`reference`] finds; and every kernel finds the same ([`kernels_agree`]). A text with both a syntax error and nesting too deep may be refused for
-/// either: with no bound on depth, both must then find the syntax error. For tests and fuzzing.
+/// [`reference`] finds; and every kernel finds the same ([`kernels_agree`]). A text with both a
+/// syntax error and nesting too deep may be refused for either: with no bound on depth, both
+/// must then find the syntax error. For tests and fuzzing.
 #[cfg(any(test, feature = "fuzzing"))]
 pub fn agrees_with_parser(text: &[u8], max_depth: usize) -> Result<bool, String> {
     kernels_agree(text)?;
