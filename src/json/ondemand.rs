@@ -570,8 +570,12 @@ impl<'s, 'w> Walk<'s, 'w> {
                 Ok(())
             }
             b'{' | b'[' if depth >= self.max_depth => Err(Stop::TooDeep),
-            b'{' => self.object(depth + 1, mode),
-            b'[' => self.array(depth + 1, mode),
+            // A container nobody reads is walked by code made for skipping, with no question of
+            // what to write at each token.
+            b'{' if matches!(mode, Mode::Skip) => self.object::<true>(depth + 1, mode),
+            b'{' => self.object::<false>(depth + 1, mode),
+            b'[' if matches!(mode, Mode::Skip) => self.array::<true>(depth + 1, mode),
+            b'[' => self.array::<false>(depth + 1, mode),
             _ => {
                 let Ok(text) = index::scalar_text(self.source.as_bytes(), at) else {
                     return stop("not a value", at);
@@ -654,24 +658,33 @@ impl<'s, 'w> Walk<'s, 'w> {
         }
     }
 
-    fn object(&mut self, depth: usize, mode: Mode) -> Step {
+    /// The object after its `{`, read in `mode`; `SKIPPED` when that is [`Mode::Skip`].
+    fn object<const SKIPPED: bool>(&mut self, depth: usize, mode: Mode) -> Step {
         let wanted = match mode {
-            Mode::Want(w) => match self.wants.get(w as usize) {
+            Mode::Want(w) if !SKIPPED => match self.wants.get(w as usize) {
                 Some(want) if !want.whole => Some((w, want)),
                 _ => None,
             },
             _ => None,
         };
-        let mode = if wanted.is_none() && !matches!(mode, Mode::Skip) { Mode::Whole } else { mode };
+        let mode = if SKIPPED {
+            Mode::Skip
+        } else if wanted.is_none() && !matches!(mode, Mode::Skip) {
+            Mode::Whole
+        } else {
+            mode
+        };
         let header = self.nodes.len();
-        if !matches!(mode, Mode::Skip) {
+        if !SKIPPED && !matches!(mode, Mode::Skip) {
             self.nodes.push(Node::Object { len: 0, count: 0 });
         }
         let mut kept = 0;
         let (at, byte) = self.token();
         match byte {
             b'}' => {
-                self.close(header, mode, kept, true);
+                if !SKIPPED {
+                    self.close(header, mode, kept, true);
+                }
                 return Ok(());
             }
             b'"' => {}
@@ -684,6 +697,7 @@ impl<'s, 'w> Walk<'s, 'w> {
                 return stop("expected ':'", at);
             }
             let member = match (mode, wanted) {
+                _ if SKIPPED => Mode::Skip,
                 (Mode::Skip, _) => Mode::Skip,
                 (_, None) => Mode::Whole,
                 (_, Some((w, want))) => {
@@ -694,7 +708,7 @@ impl<'s, 'w> Walk<'s, 'w> {
                     }
                 }
             };
-            if !matches!(member, Mode::Skip) {
+            if !SKIPPED && !matches!(member, Mode::Skip) {
                 let (name, escaped) = self.string_at(name_at, at);
                 self.push_string(name, escaped);
                 kept += 1;
@@ -713,7 +727,9 @@ impl<'s, 'w> Walk<'s, 'w> {
                 _ => return stop("expected ',' or '}'", at),
             }
         }
-        self.close(header, mode, kept, true);
+        if !SKIPPED {
+            self.close(header, mode, kept, true);
+        }
         Ok(())
     }
 
@@ -729,17 +745,20 @@ impl<'s, 'w> Walk<'s, 'w> {
         }
     }
 
-    fn array(&mut self, depth: usize, mode: Mode) -> Step {
-        let element = element_mode(self.wants, mode);
+    /// The list after its `[`, read in `mode`; `SKIPPED` when that is [`Mode::Skip`].
+    fn array<const SKIPPED: bool>(&mut self, depth: usize, mode: Mode) -> Step {
+        let element = if SKIPPED { Mode::Skip } else { element_mode(self.wants, mode) };
         let header = self.nodes.len();
-        if !matches!(mode, Mode::Skip) {
+        if !SKIPPED && !matches!(mode, Mode::Skip) {
             self.nodes.push(Node::Array { len: 0, count: 0 });
         }
-        let written = !matches!(element, Mode::Skip);
+        let written = !SKIPPED && !matches!(element, Mode::Skip);
         let mut kept = 0;
         if self.index.get(self.next).and_then(|&at| self.source.as_bytes().get(at as usize)) == Some(&b']') {
             self.next += 1;
-            self.close(header, mode, kept, false);
+            if !SKIPPED {
+                self.close(header, mode, kept, false);
+            }
             return Ok(());
         }
         loop {
@@ -752,7 +771,9 @@ impl<'s, 'w> Walk<'s, 'w> {
                 _ => return stop("expected ',' or ']'", at),
             }
         }
-        self.close(header, mode, kept, false);
+        if !SKIPPED {
+            self.close(header, mode, kept, false);
+        }
         Ok(())
     }
 }
