@@ -426,7 +426,6 @@ mod tests {
             texts.push(format!(r#"["{}\\\"", null]"#, "y".repeat(len)));
             texts.push(format!("[\"{filler}\u{e9}\u{1f600}\", {{}}]"));
         }
-        let mut checked = 0;
         for text in &texts {
             let bytes = text.as_bytes();
             for cut in [bytes.len(), bytes.len().saturating_sub(1), bytes.len() / 2] {
@@ -437,11 +436,9 @@ mod tests {
                     buffer[offset..offset + text.len()].copy_from_slice(text);
                     let at = &buffer[offset..offset + text.len()];
                     agrees_with_parser(at, 16).unwrap_or_else(|e| panic!("{e}"));
-                    checked += 1;
                 }
             }
         }
-        assert_eq!(checked, texts.len() * 3 * 32);
     }
 
     #[test]
