@@ -10,6 +10,7 @@ mod functions;
 mod lex;
 mod lower;
 mod parse;
+mod reads;
 #[cfg(test)]
 mod tests;
 mod value;
@@ -17,6 +18,7 @@ mod value;
 #[cfg(feature = "fuzzing")]
 pub use eval::evaluate_original;
 pub use eval::{EvalError, EvalErrorKind, evaluate, evaluate_bound};
+pub(crate) use reads::Seg;
 pub use value::{
     Arena, Budget, Built, Const, Doc, Kind, Number, OverBudget, Val, cost, steps_of_bytes, steps_of_writing,
 };
@@ -350,34 +352,19 @@ impl Program {
     /// expression over a composed route's context (SPEC §2.3), which may read only some of its
     /// members: `Err` when it reads that value whole (`@`, `$`, `keys(@)`), which it may not.
     pub fn context_names(&self) -> Result<Vec<&str>, &'static str> {
-        self.top_names(false)
-    }
-
-    /// The names of the top-level members the program reads of a document it runs on (`@` at
-    /// its top and `$` the document), each of which it may read whole; `None` when it may read
-    /// more than those: the document itself (`@`, `$`), or, since a document may be a list, an
-    /// element or a slice of it.
-    pub fn document_names(&self) -> Option<Vec<&str>> {
-        self.top_names(true).ok()
-    }
-
-    /// [`Program::context_names`], or [`Program::document_names`] when the context may be a list
-    /// (`lists`).
-    fn top_names(&self, lists: bool) -> Result<Vec<&str>, &'static str> {
         let mut names = Vec::new();
         let top = (self.steps.len() - 1) as StepId;
-        self.names_at(top, true, lists, &mut names)?;
+        self.names_at(top, true, &mut names)?;
         names.sort_unstable();
         names.dedup();
         Ok(names)
     }
 
-    /// [`Program::top_names`] of step `id`, which runs on the context when `on_context`.
+    /// [`Program::context_names`] of step `id`, which runs on the context when `on_context`.
     fn names_at<'p>(
         &'p self,
         id: StepId,
         on_context: bool,
-        lists: bool,
         names: &mut Vec<&'p str>,
     ) -> Result<(), &'static str> {
         let whole = "reads the whole context (`@` or `$`); name what it reads, such as `request.query.id`";
@@ -385,7 +372,6 @@ impl Program {
         match &self.steps[id as usize] {
             Step::Current if on_context => return Err(whole),
             Step::Root => return Err(whole),
-            Step::Index(_) | Step::Slice(..) if on_context && lists => return Err(whole),
             Step::Field(name) if on_context => names.push(name),
             Step::Path(range) if on_context => {
                 if let Some(first) = self.paths[range.range()].first() {
@@ -396,43 +382,43 @@ impl Program {
             Step::Index(_) | Step::Slice(..) => {}
             // `$.a`: the right side reads the context.
             Step::Sub(left, right) if matches!(self.steps[*left as usize], Step::Root) => {
-                self.names_at(*right, true, lists, names)?;
+                self.names_at(*right, true, names)?;
             }
             Step::Sub(left, right)
             | Step::Pipe(left, right)
             | Step::ListProject(left, right)
             | Step::SliceProject(left, right)
             | Step::ObjectProject(left, right) => {
-                self.names_at(*left, on_context, lists, names)?;
-                self.names_at(*right, false, lists, names)?;
+                self.names_at(*left, on_context, names)?;
+                self.names_at(*right, false, names)?;
             }
             Step::Flatten(inner) | Step::Not(inner) | Step::Sign(_, inner) => {
-                self.names_at(*inner, on_context, lists, names)?;
+                self.names_at(*inner, on_context, names)?;
             }
-            Step::Expref(inner) => self.names_at(*inner, false, lists, names)?,
+            Step::Expref(inner) => self.names_at(*inner, false, names)?,
             Step::Filter(list, condition, right) => {
-                self.names_at(*list, on_context, lists, names)?;
-                self.names_at(*condition, false, lists, names)?;
-                self.names_at(*right, false, lists, names)?;
+                self.names_at(*list, on_context, names)?;
+                self.names_at(*condition, false, names)?;
+                self.names_at(*right, false, names)?;
             }
             Step::MultiList(range) | Step::MultiHash(range, _) | Step::Call(_, range, _) => {
                 for kid in kids(*range) {
-                    self.names_at(*kid, on_context, lists, names)?;
+                    self.names_at(*kid, on_context, names)?;
                 }
             }
             Step::Let(bindings, body) => {
                 for pair in kids(*bindings).chunks_exact(2) {
-                    self.names_at(pair[1], on_context, lists, names)?;
+                    self.names_at(pair[1], on_context, names)?;
                 }
-                self.names_at(*body, on_context, lists, names)?;
+                self.names_at(*body, on_context, names)?;
             }
             Step::Or(a, b) | Step::And(a, b) | Step::Compare(_, a, b) | Step::Arith(_, a, b) => {
-                self.names_at(*a, on_context, lists, names)?;
-                self.names_at(*b, on_context, lists, names)?;
+                self.names_at(*a, on_context, names)?;
+                self.names_at(*b, on_context, names)?;
             }
             Step::Ternary(a, b, c) => {
                 for kid in [a, b, c] {
-                    self.names_at(*kid, on_context, lists, names)?;
+                    self.names_at(*kid, on_context, names)?;
                 }
             }
         }

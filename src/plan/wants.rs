@@ -5,14 +5,15 @@
 //! through (later scans read some of its members, index steps some of its elements). A scan that
 //! is not strict follows a list to its first element, again for a list inside a list: every
 //! element of a list there gets the scan's want (more than the first, which keeps this simple and
-//! is still exact). An expression that runs as a program reads whole each top-level member it
-//! names ([`Program::document_names`]); one that may read more (`@`, `$`, an element or a slice
-//! of the document), or any under `each`, makes its plan read the whole document (`None`).
+//! is still exact). An expression that runs as a program reads whole the places it consumes
+//! whole and walks the members and elements on their way ([`Program::document_reads`]: `a[*].b`
+//! reads `b` of each element of `a`); one that reads the document itself whole (`@`, `$` at its
+//! top, `length(@)`), or any under `each`, makes its plan read the whole document (`None`).
 
 use std::collections::BTreeMap;
 
 use super::{Each, Input, KeyTable, Op, Plan, Read, SlotId};
-use crate::expr::{PathStep, Program};
+use crate::expr::{PathStep, Program, Seg};
 use crate::json::ondemand::{Want, Wants};
 
 /// Wants built above this many nodes make the rest whole: a bound for any rules (it is never
@@ -33,10 +34,15 @@ pub(crate) fn wants(plan: &Plan) -> Option<Wants> {
     if matches!(plan.each, Some(Each::Expr(_))) || (!programs.is_empty() && plan.each.is_some()) {
         return None;
     }
-    // The top-level members the expressions read, each whole.
-    let mut read_whole = Vec::new();
+    // The places the expressions read whole; one that reads the document whole reads it all.
+    let mut read = Vec::new();
     for program in programs {
-        read_whole.extend(program.document_names()?);
+        let reads = program.document_reads()?;
+        if reads.whole.iter().any(Vec::is_empty) {
+            return None;
+        }
+        read.extend(reads.whole.into_iter().map(|place| (place, true)));
+        read.extend(reads.walked.into_iter().map(|place| (place, false)));
     }
     let mut slots = vec![Tree::default(); plan.slot_count];
     let mut whole = |slot: SlotId| {
@@ -82,9 +88,17 @@ pub(crate) fn wants(plan: &Plan) -> Option<Wants> {
             Input::Slot(slot) => slots[*slot as usize].merge(tree),
         }
     }
-    for name in read_whole {
-        let whole = Tree { whole: true, ..Tree::default() };
-        root.merge(Tree { members: BTreeMap::from([(name.into(), whole)]), ..Tree::default() });
+    for (place, whole) in read {
+        let mut at = Tree { whole, ..Tree::default() };
+        for seg in place.iter().rev() {
+            at = match seg {
+                Seg::Member(name) => {
+                    Tree { members: BTreeMap::from([((*name).into(), at)]), ..Tree::default() }
+                }
+                Seg::Element => Tree { elements: Some(Box::new(at)), ..Tree::default() },
+            };
+        }
+        root.merge(at);
     }
     if let Some(Each::Path(path)) = &plan.each {
         // The value at the end of the path is the list whose elements are mapped, or an object
