@@ -415,13 +415,17 @@ fn object<O: Observer>(
             break;
         }
         // Where what an op writes by `keys` must stop: the answer's bound, or the output the
-        // steps left pay for.
-        let write_end = answer_end.min(
-            paid_until.saturating_add(
-                usize::try_from(context.arena.budget().steps_left().saturating_mul(WRITTEN_BY_KEYS))
-                    .unwrap_or(usize::MAX),
-            ),
-        );
+        // steps left pay for (found only by the ops that write many values).
+        let steps_left = match op {
+            Op::Concat { .. } | Op::Array { .. } => context.arena.budget().steps_left(),
+            _ => 0,
+        };
+        let paid = *paid_until;
+        let write_end = || {
+            answer_end.min(paid.saturating_add(
+                usize::try_from(steps_left.saturating_mul(WRITTEN_BY_KEYS)).unwrap_or(usize::MAX),
+            ))
+        };
         let target = MemberOut { out: &mut *out, first: &mut first, root, observer: &mut *observer };
         match op {
             Op::Scan { input, strict, table } => {
@@ -484,7 +488,7 @@ fn object<O: Observer>(
                 }
                 Some(_) => target.left_out(*id),
                 None => target
-                    .write(*id, member, |out| concat(plan, nodes, *parts, slots, ignore, write_end, out)),
+                    .write(*id, member, |out| concat(plan, nodes, *parts, slots, ignore, write_end(), out)),
             },
             Op::Field { slot, .. }
                 if context.arena.step(read_steps(nodes, slot_at(slots, *slot))).is_err() =>
@@ -505,8 +509,9 @@ fn object<O: Observer>(
                 break;
             }
             Op::Array { target: id, ty, member, reads } => {
-                target
-                    .write(*id, member, |out| array(plan, nodes, *ty, *reads, slots, ignore, write_end, out));
+                target.write(*id, member, |out| {
+                    array(plan, nodes, *ty, *reads, slots, ignore, write_end(), out)
+                });
             }
             Op::Expr { target: id, ty, program, member } => {
                 let ran = expr::run(&plan.programs[*program as usize], tape, context, cur);

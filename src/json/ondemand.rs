@@ -696,20 +696,19 @@ impl<'s, 'w> Walk<'s, 'w> {
             if byte != b':' {
                 return stop("expected ':'", at);
             }
+            // The name, found once, unless nothing of this object is written.
+            let (name, escaped) =
+                if SKIPPED || matches!(mode, Mode::Skip) { ("", false) } else { self.string_at(name_at, at) };
             let member = match (mode, wanted) {
                 _ if SKIPPED => Mode::Skip,
                 (Mode::Skip, _) => Mode::Skip,
                 (_, None) => Mode::Whole,
-                (_, Some((w, want))) => {
-                    let (name, escaped) = self.string_at(name_at, at);
-                    match self.member(w, want, position, name, escaped) {
-                        SKIP => Mode::Skip,
-                        child => Mode::Want(child),
-                    }
-                }
+                (_, Some((w, want))) => match self.member(w, want, position, name, escaped) {
+                    SKIP => Mode::Skip,
+                    child => Mode::Want(child),
+                },
             };
             if !SKIPPED && !matches!(member, Mode::Skip) {
-                let (name, escaped) = self.string_at(name_at, at);
                 self.push_string(name, escaped);
                 kept += 1;
             }
