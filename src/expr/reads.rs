@@ -29,6 +29,15 @@ pub(crate) type Place<'p> = Vec<Seg<'p>>;
 /// document (a bound for any expression: each flatten may double them).
 const MOST_PLACES: usize = 64;
 
+/// Steps run on places, at most this many; more make the program read the whole document. A
+/// program runs each of its steps once (at most 4096 bytes make far fewer steps).
+const MOST_EVALUATIONS: usize = 1 << 16;
+
+/// Path steps of the places a run records, at most this many (a few MiB); more make the program
+/// read the whole document. Places multiplied by flattening and lengthened step by step could
+/// otherwise take the square of the expression's length, times 64.
+const MOST_HELD: usize = 1 << 18;
+
 /// What a value of the program is, as places.
 #[derive(Debug, Clone)]
 enum Abs<'p> {
@@ -54,17 +63,24 @@ pub(crate) struct Reads<'p> {
 struct Run<'p> {
     program: &'p Program,
     reads: Reads<'p>,
+    /// Steps run so far.
+    evaluations: usize,
+    /// The places recorded so far, in path steps.
+    held: usize,
 }
 
 impl Program {
     /// The places of the document this program reads, when it runs with `@` and `$` the
     /// document; `None` when places cannot say what it reads.
     pub(crate) fn document_reads(&self) -> Option<Reads<'_>> {
-        let mut run = Run { program: self, reads: Reads::default() };
+        let mut run = Run { program: self, reads: Reads::default(), evaluations: 0, held: 0 };
         let top = (self.steps.len() - 1) as StepId;
         let root = Abs::At(vec![Vec::new()]);
         let value = run.eval(top, &root).ok()?;
         run.consume(value);
+        if run.held > MOST_HELD {
+            return None;
+        }
         let Run { mut reads, .. } = run;
         for places in [&mut reads.whole, &mut reads.walked] {
             places.sort_unstable();
@@ -78,7 +94,10 @@ impl<'p> Run<'p> {
     /// Reads whole what `value` holds of the document.
     fn consume(&mut self, value: Abs<'p>) {
         match value {
-            Abs::At(places) | Abs::ListOf(places) => self.reads.whole.extend(places),
+            Abs::At(places) | Abs::ListOf(places) => {
+                self.held += places.iter().map(|place| place.len() + 1).sum::<usize>();
+                self.reads.whole.extend(places);
+            }
             Abs::New => {}
         }
     }
@@ -86,7 +105,10 @@ impl<'p> Run<'p> {
     /// Walks to the places of `value` (their kind, and a list's number of elements, are seen).
     fn walk(&mut self, value: &Abs<'p>) {
         match value {
-            Abs::At(places) | Abs::ListOf(places) => self.reads.walked.extend(places.iter().cloned()),
+            Abs::At(places) | Abs::ListOf(places) => {
+                self.held += places.iter().map(|place| place.len() + 1).sum::<usize>();
+                self.reads.walked.extend(places.iter().cloned());
+            }
             Abs::New => {}
         }
     }
@@ -99,8 +121,17 @@ impl<'p> Run<'p> {
     }
 
     fn eval(&mut self, id: StepId, cur: &Abs<'p>) -> Result<Abs<'p>, Unbounded> {
+        // Each step runs once per run of its parent, so this is the program's size; the bound
+        // keeps any mistake there from taking exponential time.
+        self.evaluations += 1;
+        if self.evaluations > MOST_EVALUATIONS {
+            return Err(Unbounded);
+        }
         let value = self.step(id, cur)?;
         self.walk(&value);
+        if self.held > MOST_HELD {
+            return Err(Unbounded);
+        }
         Ok(value)
     }
 
@@ -144,11 +175,16 @@ impl<'p> Run<'p> {
                 }
             }
             &Step::SliceProject(left, right) => {
+                // `right` runs on a string's slice itself, on a list's elements as a projection;
+                // it is run here once either way (twice per level would take 2^n runs).
                 let base = self.eval(left, cur)?;
-                // A string is read by `right` itself; a list is projected.
-                let text = self.eval(right, &base)?;
-                self.consume(text);
-                {
+                if let Abs::At(_) = base {
+                    // What may be a string's slice is read whole: `right` reads within it.
+                    self.consume(base);
+                    let value = self.eval(right, &Abs::New)?;
+                    self.consume(value);
+                    Abs::New
+                } else {
                     let each = self.items(&base);
                     self.project(&each, right)?
                 }
@@ -345,6 +381,28 @@ mod tests {
             assert!(places.iter().any(|p| p.is_empty() || p == "*"), "{expression}: {places:?}");
         }
         assert_eq!(reads("@"), Some(vec![String::new()]));
+    }
+
+    /// Slice projections nested as deep as the parser allows are run on places once per step:
+    /// running each level's right side twice took 2^depth runs.
+    #[test]
+    fn nested_slice_projections_are_run_once_per_step() {
+        let nested = format!("a{}", "[:]".repeat(60));
+        let places = reads(&nested).expect("read for its places, within the bound of runs");
+        // Each level projects the elements of the one before.
+        assert_eq!(places, vec![format!("a{}", "/*".repeat(60))]);
+    }
+
+    /// Places multiplied by flattening, then lengthened a step at a time, are not all kept: past
+    /// the bound the whole document is read.
+    #[test]
+    fn places_that_would_take_too_much_memory_read_the_whole_document() {
+        // The places of six flattens, 40 names deep, then a list of 600 copies of them.
+        let long = format!("a[][][][][][].{}[{}@]", "b.".repeat(40), "@,".repeat(599));
+        assert!(long.len() < super::super::MAX_EXPR_BYTES);
+        assert_eq!(reads(&long), None);
+        let short = format!("a[][][][][][].{}[{}@]", "b.".repeat(6), "@,".repeat(2));
+        assert!(reads(&short).is_some());
     }
 
     #[test]
