@@ -11,6 +11,8 @@
 //! program only walks through (`a` in `a.b`) keeps its kind, and what the walk keeps of it is
 //! what the program then reads: the members it names, all the elements of a list (so an index,
 //! a count or a projection sees every one). Whatever is not followed this way is read whole.
+//! Each step runs once, and a run that would record too much gives up: the document is read
+//! whole then.
 
 use super::{Program, Step, StepId};
 
@@ -49,7 +51,8 @@ enum Abs<'p> {
     New,
 }
 
-/// The program may read more than places can say (more than [`MOST_PLACES`]).
+/// Places cannot say what the program reads within the bounds ([`MOST_PLACES`],
+/// [`MOST_EVALUATIONS`], [`MOST_HELD`]): it reads the whole document.
 struct Unbounded;
 
 /// What a program reads of a document: the places it reads whole, and those it walks through,
