@@ -6,9 +6,9 @@
 //!   independent implementation used only as a reference (parse the body into its value tree,
 //!   run the expression, write the value). The original language has no arithmetic, so for the
 //!   arithmetic expression the oracle runs the same projection without the multiplication.
-//! - `call/...`: the same expressions as a call runs them: a route whose one target is the
-//!   expression, the body read for the places it reads (`exec::map_text`, on demand), against
-//!   the same oracle.
+//! - `oracle/.../recast-call`: the same expressions as a call runs them: a route whose one
+//!   target is the expression, the body read for the places it reads (`exec::map_text`, on
+//!   demand), against the same oracle.
 //! - `route/...`: a whole mapping whose 18 targets are written as expressions against the same
 //!   targets written with `keys`/`parents` (copy, parse, map, write), with `each` on the list.
 //!
