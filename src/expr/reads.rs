@@ -68,15 +68,16 @@ struct Run<'p> {
     reads: Reads<'p>,
     /// Steps run so far.
     evaluations: usize,
-    /// The places recorded so far, in path steps.
+    /// The places recorded so far, in path steps, with those of the programs run before.
     held: usize,
 }
 
 impl Program {
     /// The places of the document this program reads, when it runs with `@` and `$` the
-    /// document; `None` when places cannot say what it reads.
-    pub(crate) fn document_reads(&self) -> Option<Reads<'_>> {
-        let mut run = Run { program: self, reads: Reads::default(), evaluations: 0, held: 0 };
+    /// document; `None` when places cannot say what it reads. `held` counts the path steps
+    /// recorded by the programs of one plan, this one's added: [`MOST_HELD`] bounds them all.
+    pub(crate) fn document_reads(&self, held: &mut usize) -> Option<Reads<'_>> {
+        let mut run = Run { program: self, reads: Reads::default(), evaluations: 0, held: *held };
         let top = (self.steps.len() - 1) as StepId;
         let root = Abs::At(vec![Vec::new()]);
         let value = run.eval(top, &root).ok()?;
@@ -84,6 +85,7 @@ impl Program {
         if run.held > MOST_HELD {
             return None;
         }
+        *held = run.held;
         let Run { mut reads, .. } = run;
         for places in [&mut reads.whole, &mut reads.walked] {
             places.sort_unstable();
@@ -96,23 +98,26 @@ impl Program {
 impl<'p> Run<'p> {
     /// Reads whole what `value` holds of the document.
     fn consume(&mut self, value: Abs<'p>) {
-        match value {
-            Abs::At(places) | Abs::ListOf(places) => {
-                self.held += places.iter().map(|place| place.len() + 1).sum::<usize>();
-                self.reads.whole.extend(places);
-            }
-            Abs::New => {}
+        if let Abs::At(places) | Abs::ListOf(places) = value {
+            self.held += size(&places);
+            self.reads.whole.extend(places);
         }
+    }
+
+    /// Reads whole the value of each of `kids`, run on `cur`: a new value is made of them.
+    fn consume_all(&mut self, kids: &[StepId], cur: &Abs<'p>) -> Result<Abs<'p>, Unbounded> {
+        for &kid in kids {
+            let value = self.eval(kid, cur)?;
+            self.consume(value);
+        }
+        Ok(Abs::New)
     }
 
     /// Walks to the places of `value` (their kind, and a list's number of elements, are seen).
     fn walk(&mut self, value: &Abs<'p>) {
-        match value {
-            Abs::At(places) | Abs::ListOf(places) => {
-                self.held += places.iter().map(|place| place.len() + 1).sum::<usize>();
-                self.reads.walked.extend(places.iter().cloned());
-            }
-            Abs::New => {}
+        if let Abs::At(places) | Abs::ListOf(places) = value {
+            self.held += size(places);
+            self.reads.walked.extend(places.iter().cloned());
         }
     }
 
@@ -146,36 +151,23 @@ impl<'p> Run<'p> {
             Step::Root => Abs::At(vec![Vec::new()]),
             // A binding's value is read whole where it is bound.
             Step::Var(_) | Step::Const(_) | Step::Expref(_) => Abs::New,
-            Step::Field(name) => member(cur, name),
-            Step::Path(range) => {
-                let mut at = cur.clone();
-                for name in &program.paths[range.range()] {
-                    at = member(&at, name);
-                }
-                at
-            }
+            Step::Field(name) => members(cur, std::slice::from_ref(name)),
+            Step::Path(range) => members(cur, &program.paths[range.range()]),
             &Step::Sub(left, right) | &Step::Pipe(left, right) => {
                 let base = self.eval(left, cur)?;
                 self.eval(right, &base)?
             }
-            Step::Index(_) => match cur {
-                Abs::At(places) => Abs::At(elements(places)),
-                Abs::ListOf(places) => Abs::At(places.clone()),
-                Abs::New => Abs::New,
-            },
+            Step::Index(_) => items(cur),
             // A slice of a list is a list of its elements; of a string, a new string (the place
             // of a string is read whatever its want).
-            Step::Slice(..) => match cur {
-                Abs::At(places) => Abs::ListOf(elements(places)),
-                Abs::ListOf(places) => Abs::ListOf(places.clone()),
-                Abs::New => Abs::New,
+            Step::Slice(..) => match items(cur) {
+                Abs::At(places) => Abs::ListOf(places),
+                other => other,
             },
             &Step::ListProject(left, right) => {
                 let base = self.eval(left, cur)?;
-                {
-                    let each = self.items(&base);
-                    self.project(&each, right)?
-                }
+                let each = self.items(&base);
+                self.project(&each, right)?
             }
             &Step::SliceProject(left, right) => {
                 // `right` runs on a string's slice itself, on a list's elements as a projection;
@@ -219,32 +211,12 @@ impl<'p> Run<'p> {
                 self.consume(test);
                 self.project(&each, right)?
             }
-            &Step::MultiList(range) | &Step::MultiHash(range, _) => {
-                for &kid in kids(range) {
-                    let value = self.eval(kid, cur)?;
-                    self.consume(value);
-                }
-                Abs::New
-            }
+            &Step::MultiList(range) | &Step::MultiHash(range, _) => self.consume_all(kids(range), cur)?,
             &Step::Or(a, b) | &Step::And(a, b) | &Step::Compare(_, a, b) | &Step::Arith(_, a, b) => {
-                for kid in [a, b] {
-                    let value = self.eval(kid, cur)?;
-                    self.consume(value);
-                }
-                Abs::New
+                self.consume_all(&[a, b], cur)?
             }
-            &Step::Not(inner) | &Step::Sign(_, inner) => {
-                let value = self.eval(inner, cur)?;
-                self.consume(value);
-                Abs::New
-            }
-            &Step::Ternary(a, b, c) => {
-                for kid in [a, b, c] {
-                    let value = self.eval(kid, cur)?;
-                    self.consume(value);
-                }
-                Abs::New
-            }
+            &Step::Not(inner) | &Step::Sign(_, inner) => self.consume_all(&[inner], cur)?,
+            &Step::Ternary(a, b, c) => self.consume_all(&[a, b, c], cur)?,
             &Step::Let(bindings, body) => {
                 for pair in kids(bindings).chunks_exact(2) {
                     let value = self.eval(pair[1], cur)?;
@@ -280,15 +252,15 @@ impl<'p> Run<'p> {
     }
 }
 
-/// The member `name` of a value.
-fn member<'p>(value: &Abs<'p>, name: &'p str) -> Abs<'p> {
+/// The member reached from a value by `names`, one inside the other.
+fn members<'p>(value: &Abs<'p>, names: &'p [Box<str>]) -> Abs<'p> {
     match value {
         Abs::At(places) => Abs::At(
             places
                 .iter()
                 .map(|place| {
                     let mut place = place.clone();
-                    place.push(Seg::Member(name));
+                    place.extend(names.iter().map(|name| Seg::Member(name)));
                     place
                 })
                 .collect(),
@@ -296,6 +268,11 @@ fn member<'p>(value: &Abs<'p>, name: &'p str) -> Abs<'p> {
         // A list has no members.
         Abs::ListOf(_) | Abs::New => Abs::New,
     }
+}
+
+/// The path steps `places` hold, as [`MOST_HELD`] counts them.
+fn size(places: &[Place<'_>]) -> usize {
+    places.iter().map(|place| place.len() + 1).sum()
 }
 
 /// The places of the elements of lists at `places`.
@@ -334,7 +311,7 @@ mod tests {
     /// The places an expression reads whole, written `a/*/b` (`*`: every element).
     fn reads(expression: &str) -> Option<Vec<String>> {
         let program = super::super::compile(expression, 64).expect("an expression");
-        let places = program.document_reads()?.whole;
+        let places = program.document_reads(&mut 0)?.whole;
         Some(
             places
                 .iter()
@@ -408,6 +385,35 @@ mod tests {
         assert!(reads(&short).is_some());
     }
 
+    /// The bound on places holds for all the expressions of one rules document together: each
+    /// of its targets within it alone, all of them past it, read the whole document.
+    #[test]
+    fn the_places_of_all_the_targets_are_bounded_together() {
+        let expression = format!("a[][][][][][].{}[{}@]", "b.".repeat(10), "@,".repeat(19));
+        let mut held = 0;
+        super::super::compile(&expression, 64).expect("compiles").document_reads(&mut held).expect("places");
+        assert!(held > 1000, "{held} path steps");
+        let targets = super::MOST_HELD / held + 1;
+        assert!(targets <= crate::rules::Limits::default().max_rules, "{targets} targets");
+        let rules = |n: usize| {
+            let new: Vec<String> =
+                (0..n).map(|i| format!(r#""t{i}":{{"key":"t{i}","type":"Json"}}"#)).collect();
+            let old: Vec<String> = (0..n)
+                .map(|i| {
+                    format!(r#""t{i}":{{"expr":{}}}"#, serde_json::to_string(&expression).expect("a string"))
+                })
+                .collect();
+            format!(r#"{{"newBodyFields":{{{}}},"oldBodyFields":{{{}}}}}"#, new.join(","), old.join(","))
+        };
+        let plan = |n| {
+            crate::rules::compile_json(rules(n).as_bytes(), &crate::rules::Limits::default())
+                .expect("rules")
+                .plan
+        };
+        assert!(plan(targets - 1).wants().is_some());
+        assert!(plan(targets).wants().is_none());
+    }
+
     #[test]
     fn flattening_again_and_again_reads_the_whole_document() {
         let flattened = format!("a{}", "[]".repeat(8));
@@ -427,29 +433,38 @@ mod tests {
             Just("`1`".to_owned()),
             Just("'x'".to_owned()),
         ];
+        // Shapes of one and of two smaller expressions, `{l}` and `{r}`.
+        const ONE: [&str; 8] = [
+            "({l})[0]",
+            "({l})[-1]",
+            "({l})[1:]",
+            "!({l})",
+            "length({l})",
+            "sort_by({l}, &a)",
+            "$.{l}",
+            "({l})[?@ == 'x']",
+        ];
+        const TWO: [&str; 13] = [
+            "{l}.{r}",
+            "({l}) | ({r})",
+            "({l})[*].{r}",
+            "({l})[].{r}",
+            "({l}).*.{r}",
+            "({l})[?({r}) == 'x']",
+            "{p: {l}, q: {r}}",
+            "[{l}, {r}]",
+            "({l}) || ({r})",
+            "({l}) && ({r})",
+            "map(&({l}), {r})",
+            "let $v = {l} in {r}",
+            "({l})[?{r}].a",
+        ];
         leaf.prop_recursive(4, 24, 3, |inner| {
             prop_oneof![
-                (inner.clone(), inner.clone()).prop_map(|(l, r)| format!("{l}.{r}")),
-                (inner.clone(), inner.clone()).prop_map(|(l, r)| format!("({l}) | ({r})")),
-                inner.clone().prop_map(|l| format!("({l})[0]")),
-                inner.clone().prop_map(|l| format!("({l})[-1]")),
-                inner.clone().prop_map(|l| format!("({l})[1:]")),
-                (inner.clone(), inner.clone()).prop_map(|(l, r)| format!("({l})[*].{r}")),
-                (inner.clone(), inner.clone()).prop_map(|(l, r)| format!("({l})[].{r}")),
-                (inner.clone(), inner.clone()).prop_map(|(l, r)| format!("({l}).*.{r}")),
-                (inner.clone(), inner.clone(), inner.clone())
-                    .prop_map(|(l, c, r)| format!("({l})[?{c}].{r}")),
-                (inner.clone(), inner.clone()).prop_map(|(l, r)| format!("({l})[?({r}) == 'x']")),
-                (inner.clone(), inner.clone()).prop_map(|(l, r)| format!("{{p: {l}, q: {r}}}")),
-                (inner.clone(), inner.clone()).prop_map(|(l, r)| format!("[{l}, {r}]")),
-                (inner.clone(), inner.clone()).prop_map(|(l, r)| format!("({l}) || ({r})")),
-                (inner.clone(), inner.clone()).prop_map(|(l, r)| format!("({l}) && ({r})")),
-                inner.clone().prop_map(|l| format!("!({l})")),
-                inner.clone().prop_map(|l| format!("length({l})")),
-                inner.clone().prop_map(|l| format!("sort_by({l}, &a)")),
-                (inner.clone(), inner.clone()).prop_map(|(l, r)| format!("map(&({l}), {r})")),
-                (inner.clone(), inner.clone()).prop_map(|(l, r)| format!("let $v = {l} in {r}")),
-                inner.prop_map(|l| format!("$.{l}")),
+                8 => (inner.clone(), 0..ONE.len()).prop_map(|(l, i)| ONE[i].replace("{l}", &l)),
+                13 => (inner.clone(), inner.clone(), 0..TWO.len())
+                    .prop_map(|(l, r, i)| TWO[i].replace("{l}", &l).replace("{r}", &r)),
+                1 => (inner.clone(), inner.clone(), inner).prop_map(|(l, c, r)| format!("({l})[?{c}].{r}")),
             ]
         })
     }
@@ -509,7 +524,7 @@ mod tests {
         ] {
             assert_eq!(read_as_whole(expression), Ok(()));
             assert!(
-                super::super::compile(expression, 64).expect("compiles").document_reads().is_some(),
+                super::super::compile(expression, 64).expect("compiles").document_reads(&mut 0).is_some(),
                 "{expression} is read for its places"
             );
         }

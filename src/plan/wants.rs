@@ -35,9 +35,11 @@ pub(crate) fn wants(plan: &Plan) -> Option<Wants> {
         return None;
     }
     // The places the expressions read whole; one that reads the document whole reads it all.
-    let mut read = Vec::new();
+    // (The places of all of them are bounded together: many targets each just within the bound
+    // of one would hold far more.)
+    let (mut read, mut held) = (Vec::new(), 0);
     for program in programs {
-        let reads = program.document_reads()?;
+        let reads = program.document_reads(&mut held)?;
         if reads.whole.iter().any(Vec::is_empty) {
             return None;
         }
