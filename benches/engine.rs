@@ -56,7 +56,8 @@ fn main() {
     let inputs = [recipe_input(), list_input(), load_recipe_input(), load_list_input()];
     // `--repeat "load-list-97KB recast 2000"`: only that many calls of one variant, for profiling
     // it or counting its instructions (`valgrind --tool=callgrind`), which a busy machine does not
-    // move as it moves time.
+    // move as it moves time. `--repeat` also knows `read-nothing`: the document mapped by rules
+    // that read nothing of it (the cost of checking it whole).
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "--repeat") {
         repeat(&inputs, args.get(at + 1).map_or("", String::as_str));
@@ -137,12 +138,18 @@ fn repeat(inputs: &[Input], spec: &str) {
     };
     let input = inputs.iter().find(|i| i.name == name).expect("a document of the bench");
     let times: usize = times.parse().expect("a number of calls");
+    // Rules that read nothing: what checking the whole text costs (the index, and the walk that
+    // checks every token and writes no node).
+    let nothing = compile_json(br#"{"newBodyFields":{},"oldBodyFields":{}}"#, &Limits::default())
+        .expect("empty rules compile")
+        .plan;
     for _ in 0..times {
         match variant {
             "recast" => drop(black_box(recast_map(&input.plan, black_box(&input.json)))),
             "recast-fallback" => drop(black_box(recast_map_fallback(&input.plan, black_box(&input.json)))),
             "recast-whole-parse" => drop(black_box(recast_map_whole(&input.plan, black_box(&input.json)))),
             "simd-json-parse" => drop(black_box(parse_only(black_box(&input.json)))),
+            "read-nothing" => drop(black_box(recast_map(&nothing, black_box(&input.json)))),
             other => panic!("no variant {other}"),
         }
     }

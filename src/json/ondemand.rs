@@ -864,6 +864,93 @@ mod tests {
         String::from_utf8(out).unwrap()
     }
 
+    /// The verdict of reading `text` nested at most `max_depth` deep with nothing wanted (the
+    /// skipping readers) and with everything wanted (the readers that write), which must agree.
+    fn skipped_and_read_whole(text: &[u8], max_depth: usize) -> (String, String) {
+        let nothing = Wants::new(Vec::new());
+        let whole = Wants::new(vec![Want { whole: true, members: KeyTable::new(&[]), elements: None }]);
+        let verdict = |wants: &Wants| {
+            let read = with_read(&mut text.to_vec(), wants, max_depth, |doc| doc.nodes.len());
+            read.map_or_else(|e| format!("{e:?}"), |_| "taken".to_owned())
+        };
+        (verdict(&nothing), verdict(&whole))
+    }
+
+    /// A container skipped is checked by the readers' copies made for skipping, which write
+    /// nothing: they take the same texts as the copies that write, and stop at the same token for
+    /// the same reason, at every depth from 1 to 131 levels, and at the most allowed or past it.
+    #[test]
+    fn skipping_refuses_what_reading_whole_refuses_at_every_depth() {
+        let mut texts = Vec::new();
+        for levels in (1..8).chain(60..70).chain(124..132) {
+            let (open_list, close_list) = ("[".repeat(levels), "]".repeat(levels));
+            let (open_object, close_object) = (r#"{"a":"#.repeat(levels), "}".repeat(levels));
+            let mixed_open: String =
+                (0..levels).map(|i| if i % 3 == 0 { r#"{"k":["# } else { "[" }).collect();
+            let mixed_close: String =
+                (0..levels).rev().map(|i| if i % 3 == 0 { "]}" } else { "]" }).collect();
+            for inner in ["1", "", "[]", "{}", r#""s""#, "1,", "tru", "]", "}", r#"{"a" 1}"#, r#"{"a":1,}"#] {
+                texts.push(format!("{open_list}{inner}{close_list}"));
+                texts.push(format!("{open_object}{inner}{close_object}"));
+                texts.push(format!("{mixed_open}{inner}{mixed_close}"));
+                // Closed once too few and once too many, and followed by more of the same.
+                texts.push(format!("{open_list}{inner}{}", &close_list[1..]));
+                texts.push(format!("{open_object}{inner}{close_object}}}"));
+                texts.push(format!("[{mixed_open}{inner}{mixed_close},{mixed_open}0{mixed_close}]"));
+            }
+        }
+        let mut refused = 0;
+        for text in &texts {
+            for max_depth in [3, 64, 65, 66, 129, 1024] {
+                let (skipped, whole) = skipped_and_read_whole(text.as_bytes(), max_depth);
+                assert_eq!(skipped, whole, "{text} within {max_depth}");
+                refused += usize::from(skipped != "taken");
+            }
+        }
+        // Both verdicts occur, and often.
+        let taken = texts.len() * 6 - refused;
+        assert!(refused > texts.len() / 2 && taken > texts.len() / 2, "{refused} refused, {taken} taken");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 2048, ..Default::default() })]
+
+        /// Texts a few bytes away from valid ones: the skipping readers and the readers that write
+        /// give the same verdict, the same reason at the same place.
+        #[test]
+        fn skipping_judges_damaged_texts_as_reading_whole_does(
+            edits in proptest::collection::vec(
+                (proptest::prelude::any::<proptest::sample::Index>(), 0u8..3, proptest::prelude::any::<u8>()),
+                0..4,
+            ),
+            pick in 0usize..3,
+        ) {
+            let valid = [
+                r#"{"a":[1,-2.5e3,true,null,{"b":"x\"y\u00e9"}],"c":{"d":[[],{}],"e":[{"f":[0]}]},"g":{}}"#,
+                r#"[[[[{"a":[[{"b":{"c":[1,[2,{"d":null}]]}}]]}]]], {"": ""}, "\\\""]"#,
+                r#"{"meals":[{"idMeal":"52772","tags":["a","b"],"n":17,"o":{"p":false}}]}"#,
+            ][pick];
+            let mut text = valid.as_bytes().to_vec();
+            for (at, kind, byte) in edits {
+                let i = at.index(text.len() + 1);
+                // Structural bytes more often than any byte.
+                let byte = match byte % 4 {
+                    0 => b"{}[]:,\"1 \"t"[usize::from(byte) % 10],
+                    _ => byte,
+                };
+                match kind {
+                    0 if i < text.len() => text[i] = byte,
+                    1 if i < text.len() => { text.remove(i); }
+                    _ => text.insert(i, byte),
+                }
+            }
+            for max_depth in [4, 1024] {
+                let (skipped, whole) = skipped_and_read_whole(&text, max_depth);
+                proptest::prop_assert_eq!(skipped, whole, "{}", String::from_utf8_lossy(&text));
+            }
+        }
+    }
+
     /// Read whole, the parts are one object, each text's nodes where its member is.
     #[test]
     fn parts_are_read_into_one_object() {
