@@ -407,33 +407,44 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// Why the walk stopped: a small value, so that every step's result stays in registers; the
-/// message is made once, by [`Stop::error`].
+/// Why the walk stopped: two words, so that every step's result is returned in registers (an
+/// `Ok` is the null the reference cannot be); the message is made once, by [`Stop::error`].
 #[derive(Clone, Copy)]
-enum Stop {
-    Syntax { what: &'static str, at: usize },
-    TooDeep,
+struct Stop {
+    /// What is wrong at `at` (in a syntax error's words), or [`TOO_DEEP`].
+    what: &'static &'static str,
+    at: usize,
 }
+
+/// [`Stop::what`] of a text nested deeper than allowed, told apart by its address.
+static TOO_DEEP: &str = "nested too deep";
 
 impl Stop {
     fn error(self, len: usize, max_depth: usize) -> JsonError {
-        match self {
-            Stop::TooDeep => JsonError::TooDeep { limit: max_depth },
-            Stop::Syntax { what: "not a value", at } if at >= len => {
-                syntax("the text ends where a value should be", len)
-            }
-            Stop::Syntax { what, at } if at >= len => {
-                JsonError::Syntax { what: format!("the text ends early: {what}"), at: Some(len) }
-            }
-            Stop::Syntax { what, at } => syntax(what, at),
+        let Stop { what, at } = self;
+        if std::ptr::eq(what, &TOO_DEEP) {
+            JsonError::TooDeep { limit: max_depth }
+        } else if at >= len && *what == "not a value" {
+            syntax("the text ends where a value should be", len)
+        } else if at >= len {
+            JsonError::Syntax { what: format!("the text ends early: {what}"), at: Some(len) }
+        } else {
+            syntax(what, at)
         }
     }
 }
 
 type Step = Result<(), Stop>;
 
-fn stop(what: &'static str, at: usize) -> Step {
-    Err(Stop::Syntax { what, at })
+const _: () = assert!(std::mem::size_of::<Step>() == 2 * std::mem::size_of::<usize>());
+
+fn stop(what: &'static &'static str, at: usize) -> Step {
+    Err(Stop { what, at })
+}
+
+/// A text nested deeper than allowed.
+fn too_deep() -> Step {
+    Err(Stop { what: &TOO_DEEP, at: 0 })
 }
 
 /// Member positions per object whose names a want remembers from one object to the next.
@@ -462,8 +473,8 @@ const UNSEEN: RememberedName = RememberedName { head: 0, tail: 0, len: u32::MAX,
 /// characters of strings were checked by the index), writing the nodes that are wanted.
 struct Walk<'s, 'w> {
     source: &'s str,
-    index: &'w [u32],
-    next: usize,
+    /// The tokens not yet passed.
+    tokens: std::slice::Iter<'w, u32>,
     /// Where the escapes are, and the first one not yet passed.
     escapes: &'w [u32],
     next_escape: usize,
@@ -492,8 +503,7 @@ impl<'s, 'w> Walk<'s, 'w> {
     ) -> Walk<'s, 'w> {
         Walk {
             source,
-            index,
-            next: 0,
+            tokens: index.iter(),
             escapes,
             next_escape: 0,
             wants,
@@ -509,9 +519,8 @@ impl<'s, 'w> Walk<'s, 'w> {
     /// The next token's position and first byte; after the last, the text's end and 0.
     #[inline(always)]
     fn token(&mut self) -> (usize, u8) {
-        match self.index.get(self.next) {
+        match self.tokens.next() {
             Some(&at) => {
-                self.next += 1;
                 let at = at as usize;
                 (at, self.source.as_bytes().get(at).copied().unwrap_or(0))
             }
@@ -522,7 +531,7 @@ impl<'s, 'w> Walk<'s, 'w> {
     /// Where the next token is (the text's end after the last).
     #[inline(always)]
     fn upcoming(&self) -> usize {
-        self.index.get(self.next).map_or(self.source.len(), |&n| n as usize)
+        self.tokens.as_slice().first().map_or(self.source.len(), |&n| n as usize)
     }
 
     /// The text of the string whose opening quote is at `at` (its characters were checked by the
@@ -546,9 +555,9 @@ impl<'s, 'w> Walk<'s, 'w> {
 
     /// The whole text: one value (at `depth` of the document it is read into), then nothing.
     fn document(&mut self, depth: usize, root: Mode) -> Result<(), JsonError> {
-        let walked = self.next_value(depth, root).and_then(|()| match self.index.get(self.next) {
+        let walked = self.next_value(depth, root).and_then(|()| match self.tokens.as_slice().first() {
             None => Ok(()),
-            Some(&at) => stop("text after the JSON value", at as usize),
+            Some(&at) => stop(&"text after the JSON value", at as usize),
         });
         walked.map_err(|stop| stop.error(self.source.len(), self.max_depth))
     }
@@ -569,7 +578,7 @@ impl<'s, 'w> Walk<'s, 'w> {
                 self.string(at, mode);
                 Ok(())
             }
-            b'{' | b'[' if depth >= self.max_depth => Err(Stop::TooDeep),
+            b'{' | b'[' if depth >= self.max_depth => too_deep(),
             // A container nobody reads is walked by code made for skipping, with no question of
             // what to write at each token.
             b'{' if matches!(mode, Mode::Skip) => self.object::<true>(depth + 1, mode),
@@ -578,7 +587,7 @@ impl<'s, 'w> Walk<'s, 'w> {
             b'[' => self.array::<false>(depth + 1, mode),
             _ => {
                 let Ok(text) = index::scalar_text(self.source.as_bytes(), at) else {
-                    return stop("not a value", at);
+                    return stop(&"not a value", at);
                 };
                 if !matches!(mode, Mode::Skip) {
                     let text = self.source.get(at..at + text.len()).unwrap_or_default();
@@ -688,13 +697,13 @@ impl<'s, 'w> Walk<'s, 'w> {
                 return Ok(());
             }
             b'"' => {}
-            _ => return stop("expected a member name", at),
+            _ => return stop(&"expected a member name", at),
         }
         let mut name_at = at;
         for position in 0.. {
             let (at, byte) = self.token();
             if byte != b':' {
-                return stop("expected ':'", at);
+                return stop(&"expected ':'", at);
             }
             // The name, found once, unless nothing of this object is written.
             let (name, escaped) =
@@ -719,11 +728,11 @@ impl<'s, 'w> Walk<'s, 'w> {
                 b',' => {
                     let (at, byte) = self.token();
                     if byte != b'"' {
-                        return stop("expected a member name", at);
+                        return stop(&"expected a member name", at);
                     }
                     name_at = at;
                 }
-                _ => return stop("expected ',' or '}'", at),
+                _ => return stop(&"expected ',' or '}'", at),
             }
         }
         if !SKIPPED {
@@ -753,8 +762,10 @@ impl<'s, 'w> Walk<'s, 'w> {
         }
         let written = !SKIPPED && !matches!(element, Mode::Skip);
         let mut kept = 0;
-        if self.index.get(self.next).and_then(|&at| self.source.as_bytes().get(at as usize)) == Some(&b']') {
-            self.next += 1;
+        if self.tokens.as_slice().first().and_then(|&at| self.source.as_bytes().get(at as usize))
+            == Some(&b']')
+        {
+            self.tokens.next();
             if !SKIPPED {
                 self.close(header, mode, kept, false);
             }
@@ -767,7 +778,7 @@ impl<'s, 'w> Walk<'s, 'w> {
             match byte {
                 b']' => break,
                 b',' => {}
-                _ => return stop("expected ',' or ']'", at),
+                _ => return stop(&"expected ',' or ']'", at),
             }
         }
         if !SKIPPED {
