@@ -889,7 +889,8 @@ mod tests {
 
     /// A container skipped is checked by the readers' copies made for skipping, which write
     /// nothing: they take the same texts as the copies that write, and stop at the same token for
-    /// the same reason, at every depth from 1 to 131 levels, and at the most allowed or past it.
+    /// the same reason, on texts nested 1 to 7 levels, 60 to 69 and 124 to 131 (more where
+    /// objects hold lists), within limits below, at and past their depth.
     #[test]
     fn skipping_refuses_what_reading_whole_refuses_at_every_depth() {
         let mut texts = Vec::new();
