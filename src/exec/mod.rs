@@ -43,10 +43,87 @@ pub fn map_text(
     out: &mut Vec<u8>,
 ) -> Result<Outcome, json::JsonError> {
     match &plan.wants {
+        Some(wants) if wants.fills_slots() => map_rows(plan, wants, input, max_depth, out),
         Some(wants) => json::ondemand::with_read(input, wants, max_depth, |doc| execute(plan, doc, 0, out)),
         None => json::with_parsed(input, max_depth, |doc| execute(plan, doc, 0, out)),
     }
 }
+
+/// [`map_text`] for a plan whose reads are exactly its scans: the walk that reads the text fills
+/// the scans' slots and hands over each object to map as soon as it is read
+/// ([`json::ondemand::with_rows`]), which is mapped then, without its scans. Writes what
+/// [`execute`] writes on the tape [`json::ondemand::with_read`] gives, and counts the same steps;
+/// nothing when the text is refused.
+fn map_rows(
+    plan: &Plan,
+    wants: &json::ondemand::Wants,
+    input: &mut Vec<u8>,
+    max_depth: usize,
+    out: &mut Vec<u8>,
+) -> Result<Outcome, json::JsonError> {
+    with_arena(|bump| {
+        let start = out.len();
+        let mut scratch = Scratch::new(bump, plan);
+        let budget = Budget::new(plan.bounds.built_bytes, plan.bounds.steps);
+        let arena = Arena::new(bump, &budget);
+        scratch.answer_end = start.saturating_add(plan.bounds.answer_bytes);
+        let each = plan.each.is_some();
+        if each {
+            out.push(b'[');
+        }
+        let (mut rows, mut written) = (0, 0);
+        let read = json::ondemand::with_rows(input, wants, max_depth, &mut |doc, root, slots, steps| {
+            if scratch.outcome.limit.is_some() {
+                return;
+            }
+            if rows == 0 {
+                // As [`document`] has it: output as long as the text is paid for.
+                scratch.paid_until = start.saturating_add(doc.backing().text_len());
+            }
+            rows += 1;
+            let tape: &Nodes<'_> = doc;
+            let context = expr::Context { top: Val::from_tape(tape, 0), arena: &arena };
+            let row = Some(Row { slots, steps });
+            let cur = Val::from_tape(tape, root);
+            if !each {
+                object(plan, doc, root, cur, row, &context, &mut scratch, out, &mut Silent);
+                return;
+            }
+            let mark = out.len();
+            if written > 0 {
+                out.push(b',');
+            }
+            if object(plan, doc, root, cur, row, &context, &mut scratch, out, &mut Silent)
+                || !plan.ignore_empty
+            {
+                written += 1;
+            } else {
+                out.truncate(mark);
+            }
+        });
+        if each {
+            out.push(b']');
+        }
+        scratch.outcome.steps = plan.bounds.steps - budget.steps_left();
+        match read {
+            Ok(()) => Ok(scratch.outcome),
+            Err(refused) => {
+                out.truncate(start);
+                Err(refused)
+            }
+        }
+    })
+}
+
+/// The slots of one object, filled by the walk that read the text, and the steps its scans
+/// would have taken ([`json::ondemand::with_rows`]).
+#[derive(Clone, Copy)]
+struct Row<'r> {
+    slots: &'r [usize],
+    steps: u32,
+}
+
+const _: () = assert!(MISSING == json::ondemand::UNFILLED);
 
 /// What a run reports beside its output: how its expressions fared (SPEC §1.8).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -233,7 +310,7 @@ fn mapped<O: Observer>(
 ) {
     let tape: &Nodes<'_> = nodes;
     let Some(each) = &plan.each else {
-        object(plan, nodes, root, context.top, context, scratch, out, observer);
+        object(plan, nodes, root, context.top, None, context, scratch, out, observer);
         return;
     };
     out.push(b'[');
@@ -368,7 +445,7 @@ fn elements_of<'v, O: Observer>(
         if written > 0 {
             out.push(b',');
         }
-        if object(plan, nodes, element, value, context, scratch, out, observer) || !plan.ignore_empty {
+        if object(plan, nodes, element, value, None, context, scratch, out, observer) || !plan.ignore_empty {
             written += 1;
         } else {
             out.truncate(mark);
@@ -377,14 +454,15 @@ fn elements_of<'v, O: Observer>(
 }
 
 /// One output object built with `root` as the root (its tape index for `keys`, `MISSING` when
-/// it is not in the tape; its value `cur` for expressions). Returns whether any member was
-/// written.
+/// it is not in the tape; its value `cur` for expressions). With `row`, the walk that read the
+/// text filled the slots, and the scans are not run. Returns whether any member was written.
 #[allow(clippy::too_many_arguments)]
 fn object<O: Observer>(
     plan: &Plan,
     nodes: &Doc<'_, '_>,
     root: usize,
     cur: Val<'_>,
+    row: Option<Row<'_>>,
     context: &expr::Context<'_>,
     scratch: &mut Scratch<'_>,
     out: &mut Vec<u8>,
@@ -400,11 +478,22 @@ fn object<O: Observer>(
         return false;
     }
     let slots = &mut **slots;
-    slots.fill(MISSING);
+    // With a row, the scans (the first ops: a plan whose slots the walk fills has no index step)
+    // are done, and their steps are charged where the first of them would have been.
+    let mut ops = plan.ops.iter();
+    let mut scans_steps = None;
+    match row {
+        Some(row) if row.slots.len() == slots.len() => {
+            slots.copy_from_slice(row.slots);
+            scans_steps = Some(u64::from(row.steps));
+            ops = plan.ops.get(plan.scan_count..).unwrap_or_default().iter();
+        }
+        _ => slots.fill(MISSING),
+    }
     let mut shapes = shapes.iter_mut();
     out.push(b'{');
     let mut first = true;
-    for op in &plan.ops {
+    for op in ops {
         if out.len() > answer_end {
             outcome.stopped(Limit::Answer);
         }
@@ -412,6 +501,12 @@ fn object<O: Observer>(
             outcome.stopped(bound);
         }
         if outcome.limit.is_some() {
+            break;
+        }
+        if let Some(steps) = scans_steps.take()
+            && let Err(bound) = context.arena.step(steps)
+        {
+            outcome.stopped(bound.into());
             break;
         }
         // Where what an op writes by `keys` must stop: the answer's bound, or the output the
@@ -1116,6 +1211,172 @@ mod tests {
 }
 
 /// Rules whose sources are expressions (SPEC §1.8), run through the whole executor.
+#[cfg(test)]
+mod filled_slots_tests {
+    use crate::json::{ondemand, with_parsed};
+    use crate::rules::{Limits, compile_json};
+
+    /// Maps `input` by `rules` three ways: as a call does (`map_text`: with the slots the
+    /// walk fills, each object mapped as it is read, when `fills`), by the executor's own scans on
+    /// the tape the same reads give (`with_read`), and on the whole parse. Asserts that all three
+    /// write the same bytes (the first two also when a bound stops them), that the first two
+    /// report the same outcome (steps included, unless stopped), and that the plan's reads fill
+    /// slots exactly when `fills` says; returns the output and outcome.
+    fn mapped(rules: &str, input: &str, fills: bool, limits: &Limits) -> (String, super::Outcome) {
+        let plan = compile_json(rules.as_bytes(), limits).unwrap_or_else(|p| panic!("{p:?}")).plan;
+        let wants = plan.wants().expect("read on demand");
+        assert_eq!(wants.fills_slots(), fills, "{rules}");
+        let (mut filled, mut scanned, mut whole) = (Vec::new(), Vec::new(), Vec::new());
+        let called = super::map_text(&plan, &mut input.as_bytes().to_vec(), 64, &mut filled).expect("JSON");
+        let read = ondemand::with_read(&mut input.as_bytes().to_vec(), wants, 64, |doc| {
+            super::execute(&plan, doc, 0, &mut scanned)
+        })
+        .expect("JSON");
+        with_parsed(&mut input.as_bytes().to_vec(), 64, |doc| super::execute(&plan, doc, 0, &mut whole))
+            .expect("JSON");
+        let [filled, scanned, whole] = [filled, scanned, whole].map(|o| String::from_utf8(o).expect("UTF-8"));
+        assert_eq!(filled, scanned, "{rules} on {input}");
+        if called.limit.is_none() {
+            assert_eq!(called, read, "{rules} on {input}");
+            assert_eq!(filled, whole, "{rules} on {input}");
+        } else {
+            // Stopped at the same object, for the same bound (the scans' steps are charged
+            // together, so the steps counted up to the stop may differ).
+            assert_eq!(called.limit, read.limit, "{rules} on {input}");
+        }
+        (filled, called)
+    }
+
+    /// Rules with `each` (when given) and targets `id` (Json, by `keys`) and `name` and `email`
+    /// (Json, under `parents: ["owner"]`).
+    fn rules(each: Option<&str>) -> String {
+        let each = each.map_or(String::new(), |path| format!(r#""each":{path},"#));
+        format!(
+            r#"{{{each}"newBodyFields":{{"id":{{"key":"id","type":"Json"}},"name":{{"key":"name","type":"Json"}},"email":{{"key":"email","type":"Json"}}}},"oldBodyFields":{{"id":{{"keys":["id"]}},"name":{{"keys":["name"],"parents":["owner"]}},"email":{{"keys":["email"],"parents":["owner"]}}}}}}"#
+        )
+    }
+
+    #[test]
+    fn the_walk_fills_the_slots_the_scans_would_and_only_there() {
+        let items = rules(Some(r#"["items"]"#));
+        let cases = [
+            // Repeated names: the first of each in an object fills its slot, and only what
+            // lies under it fills the slots below.
+            (
+                items.as_str(),
+                r#"{"items":[{"id":1,"id":2,"owner":{"name":"a"},"owner":{"name":"b","email":"x"}},{"owner":{"email":"y"},"id":3}]}"#,
+                r#"[{"id":1,"name":"a","email":null},{"id":3,"name":null,"email":"y"}]"#,
+            ),
+            // Lists followed to their first element, which may be a list, empty, or not an object.
+            (
+                items.as_str(),
+                r#"{"items":[{"owner":[[{"name":"a"}],{"name":"b"}]},{"owner":[[],{"name":"c"}]},{"owner":[1,{"name":"d"}]},{"owner":[{"email":"e"},{"name":"f"}]}]}"#,
+                r#"[{"id":null,"name":"a","email":null},{"id":null,"name":null,"email":null},{"id":null,"name":null,"email":null},{"id":null,"name":null,"email":"e"}]"#,
+            ),
+            // Elements that are not objects, or lists of them, are rows too.
+            (
+                items.as_str(),
+                r#"{"items":[1,null,[{"id":4},{"id":9}],{"id":5},[],"x"]}"#,
+                r#"[{"id":null,"name":null,"email":null},{"id":null,"name":null,"email":null},{"id":4,"name":null,"email":null},{"id":5,"name":null,"email":null},{"id":null,"name":null,"email":null},{"id":null,"name":null,"email":null}]"#,
+            ),
+            // The first member on the `each` path is followed, whatever it holds.
+            (items.as_str(), r#"{"items":5,"items":[{"id":1}]}"#, "[]"),
+            (
+                items.as_str(),
+                r#"{"items":[{"id":1}],"items":[{"id":2}]}"#,
+                r#"[{"id":1,"name":null,"email":null}]"#,
+            ),
+            // An object there is the one row.
+            (
+                items.as_str(),
+                r#"{"items":{"id":6,"owner":{"name":"g"}}}"#,
+                r#"[{"id":6,"name":"g","email":null}]"#,
+            ),
+            // Escaped names are matched as the scans match them.
+            (
+                items.as_str(),
+                r#"{"i\u0074ems":[{"i\u0064":7,"\u006fwner":{"name":"h"}}]}"#,
+                r#"[{"id":7,"name":"h","email":null}]"#,
+            ),
+            (items.as_str(), r#"{"items":[]}"#, "[]"),
+            // Strings with escapes (a row handed over on a copy of its nodes) beside floats
+            // copied as written, in rows before and after.
+            (
+                items.as_str(),
+                r#"{"items":[{"id":12.25},{"id":"a\nb","owner":{"name":"x\"y","email":1.5}},{"id":"\u00e9"},{"owner":{"email":2.75}}]}"#,
+                r#"[{"id":12.25,"name":null,"email":null},{"id":"a\nb","name":"x\"y","email":1.5},{"id":"é","name":null,"email":null},{"id":null,"name":null,"email":2.75}]"#,
+            ),
+        ];
+        for (rules, input, expected) in cases {
+            assert_eq!(mapped(rules, input, true, &Limits::default()).0, expected, "{input}");
+        }
+        // A path through lists: each name is looked up in the first element.
+        let path = rules(Some(r#"["data","items"]"#));
+        let input = r#"{"data":[{"items":[{"id":1},{"id":2}]},{"items":[{"id":3}]}]}"#;
+        let expected = r#"[{"id":1,"name":null,"email":null},{"id":2,"name":null,"email":null}]"#;
+        assert_eq!(mapped(&path, input, true, &Limits::default()).0, expected);
+        // Without `each` the document is the one row, a list followed to its first element.
+        let plain = rules(None);
+        assert_eq!(
+            mapped(&plain, r#"[{"id":1,"owner":[{"name":"a"}]},{"id":2}]"#, true, &Limits::default()).0,
+            r#"{"id":1,"name":"a","email":null}"#
+        );
+        assert_eq!(
+            mapped(&plain, r#""x""#, true, &Limits::default()).0,
+            r#"{"id":null,"name":null,"email":null}"#
+        );
+    }
+
+    #[test]
+    fn a_refused_text_leaves_nothing_of_the_rows_mapped_before() {
+        let plan =
+            compile_json(rules(Some(r#"["items"]"#)).as_bytes(), &Limits::default()).expect("rules").plan;
+        for broken in [
+            r#"{"items":[{"id":1},{"id":2}],"#,
+            r#"{"items":[{"id":1},{"id":2}]} x"#,
+            r#"{"items":[{"id":1},{"id":"#,
+        ] {
+            let mut out = b"kept".to_vec();
+            assert!(
+                super::map_text(&plan, &mut broken.as_bytes().to_vec(), 64, &mut out).is_err(),
+                "{broken}"
+            );
+            assert_eq!(out, b"kept", "{broken}");
+        }
+    }
+
+    #[test]
+    fn rules_the_walk_cannot_fill_for_keep_their_scans() {
+        let cases = [
+            // A plain path: strict scans and an index step.
+            r#"{"newBodyFields":{"v":{"key":"v","type":"Json"}},"oldBodyFields":{"v":{"expr":"owner.names[0]"}}}"#,
+            // A value read whole and scanned below.
+            r#"{"newBodyFields":{"o":{"key":"o","type":"Json"},"n":{"key":"n","type":"Json"}},"oldBodyFields":{"o":{"keys":["owner"]},"n":{"keys":["name"],"parents":["owner"]}}}"#,
+        ];
+        let input = r#"{"owner":{"name":"a","names":["b"]}}"#;
+        for rules in cases {
+            mapped(rules, input, false, &Limits::default());
+        }
+    }
+
+    #[test]
+    fn the_scans_steps_are_charged_where_the_scans_would_charge_them() {
+        let rules = rules(Some(r#"["items"]"#));
+        let input = format!(
+            r#"{{"items":[{}]}}"#,
+            vec![r#"{"id":1,"owner":{"name":"a","email":"b"}}"#; 50].join(",")
+        );
+        let (_, whole) = mapped(&rules, &input, true, &Limits::default());
+        // Every bound from well below to just above what the mapping takes: the same outcome
+        // either way (`mapped` compares them), and a stop at each bound below.
+        for steps in (whole.steps.saturating_sub(40)..=whole.steps).chain([whole.steps / 2, 1]) {
+            let limits = Limits { max_mapping_steps: steps, ..Limits::default() };
+            let (_, outcome) = mapped(&rules, &input, true, &limits);
+            assert_eq!(outcome.limit.is_some(), steps < whole.steps, "{steps} of {}", whole.steps);
+        }
+    }
+}
+
 #[cfg(test)]
 mod expression_tests {
     use crate::json::with_parsed;

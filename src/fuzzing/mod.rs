@@ -24,8 +24,9 @@ pub const LIMITS: Limits = Limits {
 /// The input decodes to either raw text for both (to reach the parser's and compiler's error
 /// paths) or a structured case built from a small vocabulary of names (so that compiled plans find
 /// members and the executor's paths are exercised). Checks: nothing panics, the output is valid
-/// JSON of the expected kind, a traced run writes the very same bytes, and reading only what the
-/// plan reads (`exec::map_text`, what a call runs) maps the document to the very same bytes as
+/// JSON of the expected kind, a traced run writes the very same bytes, a call that fills the
+/// scans' slots as it reads maps as the executor's own scans do (same bytes, same steps), and
+/// reading only what the plan reads (`exec::map_text`, what a call runs) maps the document to the very same bytes as
 /// the whole parse, or refuses it when the parser does (for the same reason, unless the text is
 /// both too deep and broken, which may be refused for either). A document that is an object
 /// is also split into one text per member (per element of a member that is a list, as a
@@ -38,6 +39,25 @@ pub fn rules_then_execute(data: &[u8]) -> Reached {
     // Read on demand from a copy: the whole parse below unescapes strings in place.
     let mut on_demand = Vec::new();
     let read = exec::map_text(&compiled.plan, &mut document.clone(), 64, &mut on_demand);
+    if let (Some(wants), Ok(called)) = (compiled.plan.wants(), &read) {
+        // Where the walk fills the slots and hands each object over (`map_text` then), the scans
+        // on the tape the same reads give write the same bytes, at the same cost.
+        let mut scanned = Vec::new();
+        let by_scans = json::ondemand::with_read(&mut document.clone(), wants, 64, |doc| {
+            exec::execute(&compiled.plan, doc, 0, &mut scanned)
+        })
+        .expect("a text read on demand once is read again");
+        assert_eq!(
+            String::from_utf8_lossy(&on_demand),
+            String::from_utf8_lossy(&scanned),
+            "the slots the walk filled map otherwise than the scans"
+        );
+        if called.limit.is_none() {
+            assert_eq!(*called, by_scans, "the slots the walk filled cost otherwise than the scans");
+        } else {
+            assert_eq!(called.limit, by_scans.limit, "the slots the walk filled stop otherwise");
+        }
+    }
     let mut text = document.clone();
     let whole = json::with_parsed(&mut text, 64, |nodes| {
         let mut plain = Vec::new();

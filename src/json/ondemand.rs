@@ -8,6 +8,13 @@
 //! skipped string is never unescaped, a skipped number never converted and a skipped container
 //! never written. What is kept is the nodes the full parse would have written there, so the
 //! executor runs unchanged on the smaller tape and, reading only wanted places, finds the same.
+//!
+//! [`with_rows`] is the same walk made one pass with the executor, for wants that are exactly a
+//! plan's scans ([`Wants::fills_slots`]): as it matches a wanted member's name it fills the slot
+//! that member's scan would have filled, where the scan would have looked, and it hands each
+//! object the plan maps (the document, or each element of its `each` list) over as soon as it is
+//! read, on a tape of its own, so the executor runs no scan and the tape holds one element at a
+//! time.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +30,22 @@ pub struct Wants {
     /// Told apart from every other tree made in this process (clones share it, and are equal):
     /// what a thread remembers of the names read under these wants is kept for the next text.
     id: u64,
+    /// When the wants are exactly the plan's scans: the walk can then fill the scans' slots as
+    /// it matches the names, and hand each object mapped over as soon as it is read
+    /// ([`with_rows`]).
+    fills: Option<Fills>,
+}
+
+/// How the walk fills a plan's slots ([`Wants::fills`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fills {
+    /// The plan's slots are `0..plan_slots`; the members of an `each` path have the slots after
+    /// them, up to `slots`, filled once per text rather than once per row.
+    pub plan_slots: u32,
+    pub slots: u32,
+    /// Whether the document itself is the one row (rules without `each`); otherwise a row starts
+    /// at the `each` value ([`Want::each`]), or at each of its elements when it is a list.
+    pub root_row: bool,
 }
 
 /// What is read of one value.
@@ -34,13 +57,39 @@ pub(crate) struct Want {
     pub members: KeyTable,
     /// Of a list, what is read of each element; `None`: no element is read.
     pub elements: Option<u32>,
+    /// The slot of the plan's scans that this value fills when it is met as a member of an
+    /// object whose members fill slots ([`NO_SLOT`]: none).
+    pub slot: u32,
+    /// The value an `each` path leads to: its elements are the rows, or it is the one row when
+    /// it is an object ([`with_rows`]).
+    pub each: bool,
+}
+
+/// [`Want::slot`] of a value that fills no slot.
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+
+impl Want {
+    /// A want that fills no slot.
+    pub(crate) fn new(whole: bool, members: KeyTable, elements: Option<u32>) -> Want {
+        Want { whole, members, elements, slot: NO_SLOT, each: false }
+    }
 }
 
 impl Wants {
     /// Wants whose root is `wants[0]`; members' and elements' indexes point into `wants`.
     pub(crate) fn new(wants: Vec<Want>) -> Wants {
         static MADE: AtomicU64 = AtomicU64::new(1);
-        Wants { wants, id: MADE.fetch_add(1, Ordering::Relaxed) }
+        Wants { wants, id: MADE.fetch_add(1, Ordering::Relaxed), fills: None }
+    }
+
+    /// Wants whose members' [`Want::slot`]s are exactly the slots of the plan's scans.
+    pub(crate) fn filling(wants: Vec<Want>, fills: Fills) -> Wants {
+        Wants { fills: Some(fills), ..Wants::new(wants) }
+    }
+
+    /// Whether the walk can fill the plan's slots ([`with_rows`]).
+    pub fn fills_slots(&self) -> bool {
+        self.fills.is_some()
     }
 
     /// The number of wants in the tree.
@@ -67,9 +116,15 @@ enum Mode {
     Skip,
     /// Write all of it.
     Whole,
-    /// Write what the want at this index reads.
+    /// Write what the want at this index reads; with [`FILL`] added, the members it matches also
+    /// fill the plan's slots.
     Want(u32),
 }
+
+/// Added to a [`Mode::Want`]'s index: the value is where the executor's scans would look (the
+/// first member of its name in an object they read, the first element of a list they follow),
+/// so the slots of its members are filled from it.
+const FILL: u32 = 1 << 31;
 
 /// Reads `input` for `wants` and runs `f` on the tape of what is wanted; refuses exactly the
 /// texts [`super::with_parsed`] refuses (same `max_depth`), for the same reason, except that a
@@ -112,6 +167,105 @@ fn read_padded<R>(
         },
         f,
     )
+}
+
+/// What [`with_rows`] hands each row to: its tape, the position of its object there, the plan's
+/// slots and the steps of its scans.
+pub type OnRow<'f> = dyn FnMut(&Doc<'_, '_>, usize, &[usize], u32) + 'f;
+
+/// Reads `input` as [`with_read`] does, for wants that are exactly a plan's scans
+/// ([`Wants::fills_slots`]), and hands over each object the plan maps as soon as it is read:
+/// `on_row` gets its tape (the document's, or for an `each` element one of its own, from
+/// position 0), the object's position on it, the plan's slots (each the position of the value
+/// its scan would have found, [`UNFILLED`] when none) and the steps the scans would have taken. Without `each`, the document is the one object, handed over once the
+/// text is checked whole; with `each`, each element of its list is (or its object alone), as it
+/// ends, so the rows handed over before a text is refused are to be dropped.
+pub fn with_rows(
+    input: &mut Vec<u8>,
+    wants: &Wants,
+    max_depth: usize,
+    on_row: &mut OnRow<'_>,
+) -> Result<(), JsonError> {
+    let Some(fills) = wants.fills else {
+        return Err(JsonError::whole("these reads do not fill a plan's slots"));
+    };
+    let len = input.len();
+    input.resize(len + PADDING, b' ');
+    let mut scratch = SCRATCH.with_borrow_mut(std::mem::take);
+    let result = rows_of(input, len, &mut scratch, wants, fills, max_depth, on_row);
+    input.truncate(len);
+    if len <= RETAIN_SCRATCH_BYTES {
+        scratch.shapes_of = wants.id;
+        SCRATCH.with_borrow_mut(|kept| *kept = scratch);
+    }
+    result
+}
+
+/// [`with_rows`] on the padded text, with the thread's scratch.
+#[allow(clippy::too_many_arguments)]
+fn rows_of<'s>(
+    padded: &'s [u8],
+    len: usize,
+    scratch: &mut Scratch,
+    wants: &Wants,
+    fills: Fills,
+    max_depth: usize,
+    on_row: &mut OnRow<'_>,
+) -> Result<(), JsonError> {
+    let Ok(source) = simdutf8::basic::from_utf8(padded) else {
+        return Err(JsonError::whole("the text is not UTF-8"));
+    };
+    let source = &source[..len];
+    if scratch.shapes_of != wants.id {
+        scratch.shapes.clear();
+        scratch.shapes.resize(wants.wants.len().min(SHAPE_WANTS) * SHAPE_MEMBERS, UNSEEN);
+    }
+    let count = index::build_str(source, &mut scratch.index, &mut scratch.escapes)?;
+    let index = scratch.index.get(..count).unwrap_or_default();
+    let mut nodes: Vec<Node<'s>> = std::mem::take(&mut scratch.nodes);
+    let mut floats: Vec<&'s str> = std::mem::take(&mut scratch.floats);
+    nodes.clear();
+    floats.clear();
+    scratch.unescaped.clear();
+    scratch.later.clear();
+    scratch.slots.clear();
+    scratch.slots.resize(fills.plan_slots as usize, UNFILLED);
+    scratch.marks.clear();
+    scratch.marks.resize(fills.slots.saturating_sub(fills.plan_slots) as usize, false);
+    let mut sink = Sink {
+        shapes: &mut scratch.shapes,
+        nodes: &mut nodes,
+        unescaped: &mut scratch.unescaped,
+        later: &mut scratch.later,
+        floats: &mut floats,
+    };
+    let mut walk = Walk::new(source, index, &scratch.escapes, &wants.wants, &mut sink, max_depth);
+    walk.rows = Some(RowWalk {
+        slots: &mut scratch.slots,
+        marks: &mut scratch.marks,
+        plan_slots: fills.plan_slots,
+        open: false,
+        steps: 0,
+        outer: Vec::new(),
+        swapped: false,
+        unescaped_from: 0,
+        // (The length read is the padded text's, as `with_read` has it.)
+        text: padded,
+        on_row,
+    });
+    if fills.root_row {
+        walk.open_row();
+    }
+    let walked = walk.document(0, Mode::Want(FILL));
+    if walked.is_ok() && fills.root_row {
+        walk.end_row(0);
+    }
+    // Emptying the tape and the floats ends their borrows; their allocations go back.
+    nodes.clear();
+    scratch.nodes = nodes.into_iter().map(|_| Node::Static(StaticNode::Null)).collect();
+    floats.clear();
+    scratch.floats = floats.into_iter().map(|_| "").collect();
+    walked
 }
 
 /// Where the walks of one read write: the tape, and what it takes to complete it.
@@ -181,10 +335,11 @@ fn with_tape<'s, R>(
     floats.clear();
     let floats = floats.into_iter().map(|_| "").collect();
     if len <= RETAIN_SCRATCH_BYTES {
-        let Scratch { index, escapes, .. } = scratch;
+        let Scratch { index, escapes, slots, marks, .. } = scratch;
         let shapes_of = wants.id;
         SCRATCH.with_borrow_mut(|kept| {
-            *kept = Scratch { index, escapes, shapes, shapes_of, nodes, unescaped, later, floats }
+            *kept =
+                Scratch { index, escapes, shapes, shapes_of, nodes, unescaped, later, floats, slots, marks }
         });
     }
     result
@@ -316,7 +471,7 @@ pub fn with_parts<'s, R>(
     }
     // The strings of the longest text are written from where they lie without being looked at.
     let backing = longest.map_or(&b""[..], |text| text.padded.as_bytes());
-    let whole = Wants { wants: Vec::new(), id: 0 };
+    let whole = Wants { wants: Vec::new(), id: 0, fills: None };
     let (tree, root) = match wants {
         None => (&whole, Mode::Whole),
         Some(wants) if wants.wants.is_empty() => (wants, Mode::Skip),
@@ -378,7 +533,7 @@ fn element_mode(wants: &[Want], mode: Mode) -> Mode {
     match mode {
         Mode::Skip => Mode::Skip,
         Mode::Whole => Mode::Whole,
-        Mode::Want(w) => match wants.get(w as usize) {
+        Mode::Want(w) => match wants.get((w & !FILL) as usize) {
             Some(want) if want.whole => Mode::Whole,
             Some(Want { elements: Some(e), .. }) => Mode::Want(*e),
             Some(_) => Mode::Skip,
@@ -401,6 +556,9 @@ struct Scratch {
     unescaped: String,
     later: Vec<(usize, usize, usize)>,
     floats: Vec<&'static str>,
+    /// [`with_rows`]: the plan's slots and the marks of a path's.
+    slots: Vec<usize>,
+    marks: Vec<bool>,
 }
 
 thread_local! {
@@ -489,8 +647,44 @@ struct Walk<'s, 'w> {
     later: &'w mut Vec<(usize, usize, usize)>,
     /// The texts of floats the writer may copy ([`Doc::float_text`]).
     floats: &'w mut Vec<&'s str>,
+    /// When the walk fills the plan's slots and hands each object mapped over ([`with_rows`]).
+    rows: Option<RowWalk<'s, 'w>>,
     max_depth: usize,
 }
+
+/// What a walk that fills a plan's slots keeps ([`with_rows`]).
+struct RowWalk<'s, 'w> {
+    /// The plan's slots: where the value each fills lies on the tape, [`UNFILLED`] until then.
+    slots: &'w mut [usize],
+    /// Whether each slot of an `each` path's names (from `plan_slots` on) is filled: once for
+    /// the whole text.
+    marks: &'w mut [bool],
+    plan_slots: u32,
+    /// Whether a row is being read, and the members of the objects its scans would have walked.
+    open: bool,
+    steps: u32,
+    /// While the rows of an `each` value are read, the tape of what holds it: each row is read
+    /// on a tape of its own, from position 0, handed over and emptied, so the tape holds one
+    /// element at a time.
+    outer: Vec<Node<'s>>,
+    swapped: bool,
+    /// Where the row's unescaped text begins.
+    unescaped_from: usize,
+    /// The padded text.
+    text: &'s [u8],
+    /// Called with each row: its tape, the row's object (its position), its slots and the steps
+    /// of its scans.
+    on_row: &'w mut OnRow<'w>,
+}
+
+/// [`PADDING`] spaces.
+const SPACES: &str = match std::str::from_utf8(&[b' '; PADDING]) {
+    Ok(spaces) => spaces,
+    Err(_) => "",
+};
+
+/// A slot the walk has not filled.
+pub(crate) const UNFILLED: usize = usize::MAX;
 
 impl<'s, 'w> Walk<'s, 'w> {
     fn new(
@@ -512,8 +706,91 @@ impl<'s, 'w> Walk<'s, 'w> {
             unescaped: &mut *sink.unescaped,
             later: &mut *sink.later,
             floats: &mut *sink.floats,
+            rows: None,
             max_depth,
         }
+    }
+
+    /// A row starts: its slots are empty, and its tape too.
+    fn open_row(&mut self) {
+        if let Some(rows) = &mut self.rows {
+            rows.slots.fill(UNFILLED);
+            rows.steps = 0;
+            rows.open = true;
+            if !rows.swapped && !self.nodes.is_empty() {
+                std::mem::swap(&mut *self.nodes, &mut rows.outer);
+                rows.swapped = true;
+            }
+            // What holds the rows is not read again (nothing maps it), so its floats and the
+            // strings with escapes of its names are let go.
+            self.floats.clear();
+            self.later.clear();
+            rows.unescaped_from = self.unescaped.len();
+        }
+    }
+
+    /// The row whose object is at `root` on its tape is read: it is handed over, its strings
+    /// with escapes completed, and its tape emptied.
+    fn end_row(&mut self, root: usize) {
+        let Some(rows) = &mut self.rows else { return };
+        rows.open = false;
+        if !self.later.is_empty() {
+            // The padding lets the writer read the unescaped strings in whole chunks too.
+            self.unescaped.push_str(SPACES);
+        }
+        let unescaped: &str = self.unescaped.as_str();
+        // The tape now also points into `unescaped`, which stays as it is while the row is read.
+        let mut nodes: Vec<Node<'_>> = std::mem::take(&mut *self.nodes);
+        for &(node, start, end) in self.later.iter() {
+            if let (Some(slot), Some(text)) = (nodes.get_mut(node), unescaped.get(start..end)) {
+                *slot = Node::String(text);
+            }
+        }
+        let backing = write::Backing::of(rows.text, unescaped.as_bytes()).reading(rows.text.len());
+        let floats: &[&str] = self.floats;
+        (rows.on_row)(&Doc { nodes: &nodes, backing, floats }, root, rows.slots, rows.steps);
+        // Emptying the tape ends its borrows; its allocation is kept.
+        nodes.clear();
+        *self.nodes = nodes.into_iter().map(|_| Node::Static(StaticNode::Null)).collect();
+        self.floats.clear();
+        self.later.clear();
+        self.unescaped.truncate(rows.unescaped_from);
+    }
+
+    /// The rows of an `each` value are read: the tape that holds it is back.
+    fn close_rows(&mut self) {
+        if let Some(rows) = &mut self.rows
+            && rows.swapped
+        {
+            std::mem::swap(&mut *self.nodes, &mut rows.outer);
+            rows.swapped = false;
+        }
+    }
+
+    /// The mode of the value of a member of an object whose members fill slots, when that
+    /// member's want is `child`: with [`FILL`] when the member fills its slot now, the first
+    /// of its name in the object (in the row for the plan's slots, in the text for a path's).
+    #[inline(always)]
+    fn fill(&mut self, child: u32) -> u32 {
+        let Some(rows) = &mut self.rows else { return child };
+        let slot = self.wants.get(child as usize).map_or(NO_SLOT, |want| want.slot);
+        if slot < rows.plan_slots {
+            let Some(found) = rows.slots.get_mut(slot as usize) else { return child };
+            if *found != UNFILLED || !rows.open {
+                return child;
+            }
+            // The value's node comes right after its name's.
+            *found = self.nodes.len() + 1;
+        } else {
+            let Some(seen) = rows.marks.get_mut(slot.wrapping_sub(rows.plan_slots) as usize) else {
+                return child;
+            };
+            if *seen {
+                return child;
+            }
+            *seen = true;
+        }
+        child | FILL
     }
 
     /// The next token's position and first byte; after the last, the text's end and 0.
@@ -670,12 +947,18 @@ impl<'s, 'w> Walk<'s, 'w> {
     /// The object after its `{`, read in `mode`; `SKIPPED` when that is [`Mode::Skip`].
     fn object<const SKIPPED: bool>(&mut self, depth: usize, mode: Mode) -> Step {
         let wanted = match mode {
-            Mode::Want(w) if !SKIPPED => match self.wants.get(w as usize) {
-                Some(want) if !want.whole => Some((w, want)),
+            Mode::Want(w) if !SKIPPED => match self.wants.get((w & !FILL) as usize) {
+                Some(want) if !want.whole => Some((w & !FILL, want)),
                 _ => None,
             },
             _ => None,
         };
+        // Whether its members fill slots, and whether it is the `each` value, a row of its own.
+        let filling = wanted.is_some() && matches!(mode, Mode::Want(w) if w & FILL != 0);
+        let each = filling && wanted.is_some_and(|(_, want)| want.each);
+        if each {
+            self.open_row();
+        }
         let mode = if SKIPPED {
             Mode::Skip
         } else if wanted.is_none() && !matches!(mode, Mode::Skip) {
@@ -693,6 +976,10 @@ impl<'s, 'w> Walk<'s, 'w> {
             b'}' => {
                 if !SKIPPED {
                     self.close(header, mode, kept, true);
+                    if each {
+                        self.end_row(header);
+                        self.close_rows();
+                    }
                 }
                 return Ok(());
             }
@@ -714,6 +1001,7 @@ impl<'s, 'w> Walk<'s, 'w> {
                 (_, None) => Mode::Whole,
                 (_, Some((w, want))) => match self.member(w, want, position, name, escaped) {
                     SKIP => Mode::Skip,
+                    child if filling => Mode::Want(self.fill(child)),
                     child => Mode::Want(child),
                 },
             };
@@ -737,6 +1025,17 @@ impl<'s, 'w> Walk<'s, 'w> {
         }
         if !SKIPPED {
             self.close(header, mode, kept, true);
+            if filling
+                && let Some(rows) = &mut self.rows
+                && rows.open
+            {
+                // The executor's scan of this object would have stepped over its members.
+                rows.steps = rows.steps.saturating_add(kept as u32);
+            }
+            if each {
+                self.end_row(header);
+                self.close_rows();
+            }
         }
         Ok(())
     }
@@ -756,6 +1055,14 @@ impl<'s, 'w> Walk<'s, 'w> {
     /// The list after its `[`, read in `mode`; `SKIPPED` when that is [`Mode::Skip`].
     fn array<const SKIPPED: bool>(&mut self, depth: usize, mode: Mode) -> Step {
         let element = if SKIPPED { Mode::Skip } else { element_mode(self.wants, mode) };
+        // Of a list whose members fill slots, the first element fills them (a scan follows a
+        // list to it); of the `each` list, every element is a row of its own.
+        let (mut filling, each) = match (mode, element) {
+            (Mode::Want(w), Mode::Want(_)) if !SKIPPED && w & FILL != 0 => {
+                (true, self.wants.get((w & !FILL) as usize).is_some_and(|want| want.each))
+            }
+            _ => (false, false),
+        };
         let header = self.nodes.len();
         if !SKIPPED && !matches!(mode, Mode::Skip) {
             self.nodes.push(Node::Array { len: 0, count: 0 });
@@ -772,7 +1079,18 @@ impl<'s, 'w> Walk<'s, 'w> {
             return Ok(());
         }
         loop {
-            self.next_value(depth, element)?;
+            match element {
+                Mode::Want(e) if each => {
+                    self.open_row();
+                    self.next_value(depth, Mode::Want(e | FILL))?;
+                    self.end_row(0);
+                }
+                Mode::Want(e) if filling => {
+                    filling = false;
+                    self.next_value(depth, Mode::Want(e | FILL))?;
+                }
+                _ => self.next_value(depth, element)?,
+            }
             kept += usize::from(written);
             let (at, byte) = self.token();
             match byte {
@@ -780,6 +1098,9 @@ impl<'s, 'w> Walk<'s, 'w> {
                 b',' => {}
                 _ => return stop(&"expected ',' or ']'", at),
             }
+        }
+        if each {
+            self.close_rows();
         }
         if !SKIPPED {
             self.close(header, mode, kept, false);
@@ -879,7 +1200,7 @@ mod tests {
     /// skipping readers) and with everything wanted (the readers that write), which must agree.
     fn skipped_and_read_whole(text: &[u8], max_depth: usize) -> (String, String) {
         let nothing = Wants::new(Vec::new());
-        let whole = Wants::new(vec![Want { whole: true, members: KeyTable::new(&[]), elements: None }]);
+        let whole = Wants::new(vec![Want::new(true, KeyTable::new(&[]), None)]);
         let verdict = |wants: &Wants| {
             let read = with_read(&mut text.to_vec(), wants, max_depth, |doc| doc.nodes.len());
             read.map_or_else(|e| format!("{e:?}"), |_| "taken".to_owned())
@@ -1053,7 +1374,7 @@ mod tests {
     /// Floats whose text is what the writer writes for them keep it; other numbers do not.
     #[test]
     fn floats_keep_their_text_when_it_is_what_the_writer_writes() {
-        let whole = Wants::new(vec![Want { whole: true, members: KeyTable::new(&[]), elements: None }]);
+        let whole = Wants::new(vec![Want::new(true, KeyTable::new(&[]), None)]);
         let mut text = br#"{"a":12.25,"b":12.250,"c":1e2,"d":3,"e":[-0.5,0.1,1.5E1]}"#.to_vec();
         let kept = with_read(&mut text, &whole, 8, |doc| {
             (0..doc.len()).map(|i| doc.float_text(i).map(str::to_owned)).collect::<Vec<_>>()

@@ -9,12 +9,17 @@
 //! whole and walks the members and elements on their way ([`Program::document_reads`]: `a[*].b`
 //! reads `b` of each element of `a`); one that reads the document itself whole (`@`, `$` at its
 //! top, `length(@)`), or any under `each`, makes its plan read the whole document (`None`).
+//!
+//! When each want is one scan's object and nothing else reads the document (every scan follows
+//! lists, no index step, no program), each member carries the slot its scan fills
+//! ([`Want::slot`]) and the `each` value is marked ([`Want::each`]): the walk then fills the
+//! slots as it matches the names, and the executor runs no scan ([`Wants::fills_slots`]).
 
 use std::collections::BTreeMap;
 
 use super::{Each, Input, KeyTable, Op, Plan, Read, SlotId};
 use crate::expr::{PathStep, Program, Seg};
-use crate::json::ondemand::{Want, Wants};
+use crate::json::ondemand::{Fills, NO_SLOT, Want, Wants};
 
 /// Wants built above this many nodes make the rest whole: a bound for any rules (it is never
 /// reached by rules within the limits, whose wants are at most a few per target).
@@ -38,6 +43,7 @@ pub(crate) fn wants(plan: &Plan) -> Option<Wants> {
     // (The places of all of them are bounded together: many targets each just within the bound
     // of one would hold far more.)
     let (mut read, mut held) = (Vec::new(), 0);
+    let no_program = programs.is_empty();
     for program in programs {
         let reads = program.document_reads(&mut held)?;
         if reads.whole.iter().any(Vec::is_empty) {
@@ -76,7 +82,9 @@ pub(crate) fn wants(plan: &Plan) -> Option<Wants> {
                 let members = table
                     .names()
                     .into_iter()
-                    .map(|(name, slot)| (name.into(), slots[slot as usize].clone()))
+                    .map(|(name, slot)| {
+                        (name.into(), Tree { slot: Some(slot), ..slots[slot as usize].clone() })
+                    })
                     .collect();
                 (input, Tree { lists: !strict, members, ..Tree::default() })
             }
@@ -102,19 +110,37 @@ pub(crate) fn wants(plan: &Plan) -> Option<Wants> {
         }
         root.merge(at);
     }
+    let plan_slots = plan.slot_count as u32;
+    let mut path_slots = 0;
     if let Some(Each::Path(path)) = &plan.each {
         // The value at the end of the path is the list whose elements are mapped, or an object
         // mapped alone; each name on the way is looked up after following lists (`each_list`).
+        // The names on the way fill slots of their own after the plan's: only the first member
+        // of each name is followed, as the executor follows it.
         let mut at = root.clone();
-        at.merge(Tree { elements: Some(Box::new(root)), ..Tree::default() });
-        for name in path.iter().rev() {
+        at.merge(Tree { elements: Some(Box::new(root)), each: true, ..Tree::default() });
+        for (i, name) in path.iter().enumerate().rev() {
+            at.slot = Some(plan_slots + i as u32);
             at = Tree { lists: true, members: BTreeMap::from([(name.clone(), at)]), ..Tree::default() };
         }
         root = at;
+        path_slots = path.len() as u32;
     }
+    // The walk fills the scans' slots when every scan follows lists, nothing else reads the
+    // document (no program, no index step), and each want is one scan's object, kept apart.
+    let mut exact = no_program
+        && plan.ops.iter().all(|op| match op {
+            Op::Scan { strict, .. } => !strict,
+            Op::Index { .. } => false,
+            _ => true,
+        });
     let mut flat = Vec::new();
-    root.flatten(&mut flat);
-    Some(Wants::new(flat))
+    root.flatten(&mut flat, &mut exact);
+    if !exact {
+        return Some(Wants::new(flat));
+    }
+    let fills = Fills { plan_slots, slots: plan_slots + path_slots, root_row: plan.each.is_none() };
+    Some(Wants::filling(flat, fills))
 }
 
 /// What expressions over a document read of it (a composed route's context, SPEC §2.3): an
@@ -146,7 +172,7 @@ pub(crate) fn wants_of<'p>(programs: impl IntoIterator<Item = &'p Program>) -> W
         }
     }
     let mut flat = Vec::new();
-    root.flatten(&mut flat);
+    root.flatten(&mut flat, &mut false);
     Wants::new(flat)
 }
 
@@ -159,12 +185,25 @@ struct Tree {
     members: BTreeMap<Box<str>, Tree>,
     /// What index steps read of the elements of a list here.
     elements: Option<Box<Tree>>,
+    /// The slot a scan fills with this value ([`Want::slot`]).
+    slot: Option<SlotId>,
+    /// The value an `each` path leads to ([`Want::each`]).
+    each: bool,
+    /// Two scans fill different slots with this value: the walk cannot fill them.
+    clash: bool,
 }
 
 impl Tree {
     fn merge(&mut self, other: Tree) {
         self.whole |= other.whole;
         self.lists |= other.lists;
+        self.each |= other.each;
+        self.clash |= other.clash;
+        match (self.slot, other.slot) {
+            (Some(mine), Some(theirs)) if mine != theirs => self.clash = true,
+            (None, theirs) => self.slot = theirs,
+            _ => {}
+        }
         for (name, tree) in other.members {
             self.members.entry(name).or_default().merge(tree);
         }
@@ -175,11 +214,15 @@ impl Tree {
         }
     }
 
-    /// Appends this tree's wants to `flat`, its own first; returns its index.
-    fn flatten(self, flat: &mut Vec<Want>) -> u32 {
+    /// Appends this tree's wants to `flat`, its own first; returns its index. Clears `exact`
+    /// when the wants cannot say where the scans' slots are: two slots for one value, or scans
+    /// (or an `each` list) below a value read whole, whose members are then not looked up.
+    fn flatten(self, flat: &mut Vec<Want>, exact: &mut bool) -> u32 {
         let at = flat.len();
         let whole = self.whole || at >= MOST_WANTS;
-        flat.push(Want { whole, members: KeyTable::new(&[]), elements: None });
+        let slot = self.slot.unwrap_or(NO_SLOT);
+        *exact &= !self.clash && !(whole && (self.each || !self.members.is_empty()));
+        flat.push(Want { slot, each: self.each, ..Want::new(whole, KeyTable::new(&[]), None) });
         if whole {
             return at as u32;
         }
@@ -188,17 +231,17 @@ impl Tree {
         let elements = match (self.lists, self.elements) {
             (false, None) => None,
             (true, None) => Some(at as u32),
-            (false, Some(tree)) => Some(tree.flatten(flat)),
+            (false, Some(tree)) => Some(tree.flatten(flat, exact)),
             (true, Some(tree)) => {
                 let mut both = Tree { lists: true, members: self.members.clone(), ..Tree::default() };
                 both.merge(*tree);
-                Some(both.flatten(flat))
+                Some(both.flatten(flat, exact))
             }
         };
         let children: Vec<(Box<str>, SlotId)> =
-            self.members.into_iter().map(|(name, tree)| (name, tree.flatten(flat))).collect();
+            self.members.into_iter().map(|(name, tree)| (name, tree.flatten(flat, exact))).collect();
         let names: Vec<(&str, SlotId)> = children.iter().map(|(n, w)| (n.as_ref(), *w)).collect();
-        flat[at] = Want { whole, members: KeyTable::new(&names), elements };
+        flat[at] = Want { slot, each: self.each, ..Want::new(whole, KeyTable::new(&names), elements) };
         at as u32
     }
 }
