@@ -26,12 +26,13 @@ pub const LIMITS: Limits = Limits {
 /// members and the executor's paths are exercised). Checks: nothing panics, the output is valid
 /// JSON of the expected kind, a traced run writes the very same bytes, a call that fills the
 /// scans' slots as it reads maps as the executor's own scans do (same bytes, same steps), and
-/// reading only what the plan reads (`exec::map_text`, what a call runs) maps the document to the very same bytes as
-/// the whole parse, or refuses it when the parser does (for the same reason, unless the text is
-/// both too deep and broken, which may be refused for either). A document that is an object
-/// is also split into one text per member (per element of a member that is a list, as a
-/// `forEach` source's answers are held) and read as a composed route reads its answers
-/// (`json::ondemand::with_parts`, for the plan's wants): that maps to the very same bytes too.
+/// reading only what the plan reads (`exec::map_text`, what a call runs) maps the document to
+/// the very same bytes as the whole parse, or refuses it when the parser does (for the same
+/// reason, unless the text is both too deep and broken, which may be refused for either). A
+/// document that is an object is also split into one text per member (per element of a member
+/// that is a list, as a `forEach` source's answers are held) and read as a composed route reads
+/// its answers (`json::ondemand::with_parts`, for the plan's wants): that maps to the very same
+/// bytes too.
 pub fn rules_then_execute(data: &[u8]) -> Reached {
     let Ok(case) = Case::arbitrary_take_rest(Unstructured::new(data)) else { return Reached::Nothing };
     let (rules, document) = case.texts();
