@@ -72,9 +72,10 @@ fn map_rows(
             out.push(b'[');
         }
         let (mut rows, mut written) = (0, 0);
+        // Once a bound is met no more rows are wanted: the rest of the text is only checked.
         let read = json::ondemand::with_rows(input, wants, max_depth, &mut |doc, root, slots, steps| {
             if scratch.outcome.limit.is_some() {
-                return;
+                return false;
             }
             if rows == 0 {
                 // As [`document`] has it: output as long as the text is paid for.
@@ -87,7 +88,7 @@ fn map_rows(
             let cur = Val::from_tape(tape, root);
             if !each {
                 object(plan, doc, root, cur, row, &context, &mut scratch, out, &mut Silent);
-                return;
+                return false;
             }
             let mark = out.len();
             if written > 0 {
@@ -100,6 +101,7 @@ fn map_rows(
             } else {
                 out.truncate(mark);
             }
+            scratch.outcome.limit.is_none()
         });
         if each {
             out.push(b']');
@@ -1343,6 +1345,22 @@ mod filled_slots_tests {
             );
             assert_eq!(out, b"kept", "{broken}");
         }
+    }
+
+    #[test]
+    fn after_a_bound_stops_the_mapping_the_rest_of_the_text_is_still_checked() {
+        let rules = rules(Some(r#"["items"]"#));
+        let limits = Limits { max_mapping_steps: 30, ..Limits::default() };
+        let plan = compile_json(rules.as_bytes(), &limits).expect("rules").plan;
+        let items = vec![r#"{"id":1,"owner":{"name":"a"}}"#; 50].join(",");
+        let mut out = Vec::new();
+        let stopped =
+            super::map_text(&plan, &mut format!(r#"{{"items":[{items}]}}"#).into_bytes(), 64, &mut out);
+        assert_eq!(stopped.expect("JSON").limit, Some(crate::plan::Limit::Steps));
+        let mut out = b"kept".to_vec();
+        let broken = format!(r#"{{"items":[{items},{{"id":}}]}}"#);
+        assert!(super::map_text(&plan, &mut broken.into_bytes(), 64, &mut out).is_err());
+        assert_eq!(out, b"kept");
     }
 
     #[test]

@@ -170,8 +170,8 @@ fn read_padded<R>(
 }
 
 /// What [`with_rows`] hands each row to: its tape, the position of its object there, the plan's
-/// slots and the steps of its scans.
-pub type OnRow<'f> = dyn FnMut(&Doc<'_, '_>, usize, &[usize], u32) + 'f;
+/// slots and the steps of its scans. It answers whether it wants more rows.
+pub type OnRow<'f> = dyn FnMut(&Doc<'_, '_>, usize, &[usize], u32) -> bool + 'f;
 
 /// Reads `input` as [`with_read`] does, for wants that are exactly a plan's scans
 /// ([`Wants::fills_slots`]), and hands over each object the plan maps as soon as it is read:
@@ -179,7 +179,9 @@ pub type OnRow<'f> = dyn FnMut(&Doc<'_, '_>, usize, &[usize], u32) + 'f;
 /// position 0), the object's position on it, the plan's slots (each the position of the value
 /// its scan would have found, [`UNFILLED`] when none) and the steps the scans would have taken. Without `each`, the document is the one object, handed over once the
 /// text is checked whole; with `each`, each element of its list is (or its object alone), as it
-/// ends, so the rows handed over before a text is refused are to be dropped.
+/// ends, so the rows handed over before a text is refused are to be dropped. Once `on_row`
+/// wants no more (its mapping met a bound), the rest of the text is only checked: no slot is
+/// filled, and each element's tape is still emptied.
 pub fn with_rows(
     input: &mut Vec<u8>,
     wants: &Wants,
@@ -246,6 +248,7 @@ fn rows_of<'s>(
         plan_slots: fills.plan_slots,
         open: false,
         steps: 0,
+        done: false,
         outer: Vec::new(),
         swapped: false,
         unescaped_from: 0,
@@ -663,6 +666,8 @@ struct RowWalk<'s, 'w> {
     /// Whether a row is being read, and the members of the objects its scans would have walked.
     open: bool,
     steps: u32,
+    /// Whether `on_row` wants no more rows: slots are no longer filled.
+    done: bool,
     /// While the rows of an `each` value are read, the tape of what holds it: each row is read
     /// on a tape of its own, from position 0, handed over and emptied, so the tape holds one
     /// element at a time.
@@ -714,9 +719,11 @@ impl<'s, 'w> Walk<'s, 'w> {
     /// A row starts: its slots are empty, and its tape too.
     fn open_row(&mut self) {
         if let Some(rows) = &mut self.rows {
-            rows.slots.fill(UNFILLED);
+            if !rows.done {
+                rows.slots.fill(UNFILLED);
+            }
             rows.steps = 0;
-            rows.open = true;
+            rows.open = !rows.done;
             if !rows.swapped && !self.nodes.is_empty() {
                 std::mem::swap(&mut *self.nodes, &mut rows.outer);
                 rows.swapped = true;
@@ -734,6 +741,13 @@ impl<'s, 'w> Walk<'s, 'w> {
     fn end_row(&mut self, root: usize) {
         let Some(rows) = &mut self.rows else { return };
         rows.open = false;
+        if rows.done {
+            self.nodes.clear();
+            self.floats.clear();
+            self.later.clear();
+            self.unescaped.truncate(rows.unescaped_from);
+            return;
+        }
         if !self.later.is_empty() {
             // The padding lets the writer read the unescaped strings in whole chunks too.
             self.unescaped.push_str(SPACES);
@@ -748,7 +762,7 @@ impl<'s, 'w> Walk<'s, 'w> {
         }
         let backing = write::Backing::of(rows.text, unescaped.as_bytes()).reading(rows.text.len());
         let floats: &[&str] = self.floats;
-        (rows.on_row)(&Doc { nodes: &nodes, backing, floats }, root, rows.slots, rows.steps);
+        rows.done = !(rows.on_row)(&Doc { nodes: &nodes, backing, floats }, root, rows.slots, rows.steps);
         // Emptying the tape ends its borrows; its allocation is kept.
         nodes.clear();
         *self.nodes = nodes.into_iter().map(|_| Node::Static(StaticNode::Null)).collect();
@@ -772,7 +786,7 @@ impl<'s, 'w> Walk<'s, 'w> {
     /// of its name in the object (in the row for the plan's slots, in the text for a path's).
     #[inline(always)]
     fn fill(&mut self, child: u32) -> u32 {
-        let Some(rows) = &mut self.rows else { return child };
+        let Some(rows) = self.rows.as_mut().filter(|rows| !rows.done) else { return child };
         let slot = self.wants.get(child as usize).map_or(NO_SLOT, |want| want.slot);
         if slot < rows.plan_slots {
             let Some(found) = rows.slots.get_mut(slot as usize) else { return child };
