@@ -3,9 +3,10 @@
 //! pool's sweeper. A panic in a task is a bug; the guard catches it, logs it with the site it
 //! happened at, counts it in `recast_panics_total{site}`, and the process goes on. (A request's
 //! handler is not a task of its own: the router catches it in place with [`caught`] and answers
-//! 500.)
+//! 500.) Beside it, [`boxed`]: how the request path boxes a large future without copying it.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
@@ -136,6 +137,14 @@ impl Drop for Counted {
     }
 }
 
+/// The future `make` builds, built in its box. `Box::pin(future)` builds the future first and
+/// then copies all of it into the box, its room for every state included (kilobytes for a call);
+/// here the box is taken first, so the future can be built where it stays.
+#[inline(always)]
+pub fn boxed<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
+}
+
 /// Polls `future` to its end, or until it panics: then the panic's message is returned. Safe to
 /// use on the request path: the state a handler shares with others is atomics, locks that are not
 /// poisoned or whose poison is ignored, and maps it changes in one step.
@@ -157,6 +166,19 @@ mod tests {
 
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn a_boxed_future_holds_its_state_in_the_box_and_runs_to_its_output() {
+        let runtime = runtime();
+        let future = boxed(|| async {
+            let room = [7u8; 4096];
+            tokio::task::yield_now().await;
+            room.iter().map(|&b| usize::from(b)).sum::<usize>()
+        });
+        // The room it holds across the `await` is in the box, not beside the pointer.
+        assert!(std::mem::size_of_val(&*future) >= 4096);
+        assert_eq!(runtime.block_on(future), 7 * 4096);
     }
 
     #[test]

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::FutureExt as _;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::{HeaderMap, HeaderValue, StatusCode};
 
@@ -468,16 +469,16 @@ async fn run_timed(
                         let until = tokio::time::Instant::now()
                             + source.timeout.map_or(remaining, |t| t.min(remaining));
                         let shared = &shared;
-                        let call = async move {
-                            let started = Instant::now();
-                            let outcome =
-                                run_source(state, source, requests, list, n == 1, shared, until).await;
-                            (i, Done { took: started.elapsed(), ..outcome })
+                        // Not an `async` block that awaits it: that would copy the source's future
+                        // into its own.
+                        let call = move || {
+                            run_source(state, source, requests, list, n == 1, shared, until)
+                                .map(move |done| (i, done))
                         };
                         if n == 1 {
-                            alone = Some(Box::pin(call));
+                            alone = Some(crate::tasks::boxed(call));
                         } else {
-                            running.get_or_insert_with(FuturesUnordered::new).push(call);
+                            running.get_or_insert_with(FuturesUnordered::new).push(call());
                         }
                     }
                 }
@@ -759,7 +760,7 @@ fn prepare(
 
 /// Makes a source's calls, at most `concurrency` at a time, identical requests once; its value
 /// is the answer, or for `forEach` the answers in element order. `alone`: the call has no other
-/// source, so a single request has nothing to be the same as.
+/// source, so a single request has nothing to be the same as. Its `took` runs from its first poll.
 async fn run_source(
     state: &State,
     source: &Source,
@@ -769,6 +770,7 @@ async fn run_source(
     shared: &Shared,
     until: tokio::time::Instant,
 ) -> Done {
+    let started = Instant::now();
     // Identical rendered requests are sent once and their answer shared (by fingerprint: `None`,
     // a request alone, is neither looked for nor kept).
     let mut unique: Vec<(UpstreamRequest, Option<u64>)> = Vec::new();
@@ -796,27 +798,17 @@ async fn run_source(
     // ends it by the call's deadline; any other is held to the source's bound (`forEach` calls
     // waiting for their turn start late).
     let bounded = !(alone && calls == 1) || source.timeout.is_some();
-    let mut calls_of = unique.into_iter().map(|(request, fingerprint)| async move {
-        let answer = async {
-            match fingerprint {
-                Some(fingerprint) => shared.once(state, source, request, fingerprint).await,
-                None => one_call(state, source, &request, shared).await,
-            }
-        };
-        if !bounded {
-            return answer.await;
-        }
-        match tokio::time::timeout_at(until, answer).await {
-            Ok(answer) => answer,
-            Err(_) => Err((None, UpstreamFailure::Timeout)),
-        }
-    });
+    let until = bounded.then_some(until);
     if calls == 1 {
-        // One call: awaited as it is, with nothing to run beside it.
-        if let Some(call) = calls_of.next() {
-            answers[0] = Some(call.await);
+        // One call: awaited as it is, with nothing to run beside it (and called here, not
+        // taken from an iterator, which would copy its future into this one).
+        if let Some((request, fingerprint)) = unique.pop() {
+            answers[0] = Some(source_call(state, source, request, fingerprint, shared, until).await);
         }
     } else {
+        let calls_of = unique
+            .into_iter()
+            .map(|(request, fingerprint)| source_call(state, source, request, fingerprint, shared, until));
         let mut stream = futures_util::stream::iter(calls_of).buffered(source.concurrency);
         let mut index = 0;
         while let Some(answer) = stream.next().await {
@@ -873,7 +865,7 @@ async fn run_source(
             list,
             failure: failure.map(Failure::Upstream),
             failed_elements: 0,
-            took: Duration::ZERO,
+            took: started.elapsed(),
             calls,
         };
     }
@@ -888,8 +880,30 @@ async fn run_source(
         list,
         failure,
         failed_elements,
-        took: Duration::ZERO,
+        took: started.elapsed(),
         calls,
+    }
+}
+
+/// One request of a source (`fingerprint`: see [`Shared::once`]), ended by `until` if given.
+async fn source_call(
+    state: &State,
+    source: &Source,
+    request: UpstreamRequest,
+    fingerprint: Option<u64>,
+    shared: &Shared,
+    until: Option<tokio::time::Instant>,
+) -> CallResult {
+    let answer = async {
+        match fingerprint {
+            Some(fingerprint) => shared.once(state, source, request, fingerprint).await,
+            None => one_call(state, source, &request, shared).await,
+        }
+    };
+    let Some(until) = until else { return answer.await };
+    match tokio::time::timeout_at(until, answer).await {
+        Ok(answer) => answer,
+        Err(_) => Err((None, UpstreamFailure::Timeout)),
     }
 }
 
@@ -917,7 +931,7 @@ async fn one_call(state: &State, source: &Source, request: &UpstreamRequest, sha
     let started = Instant::now();
     // The exchange's state is large: boxed, the futures that hold this call (the source's, the
     // element's under `concurrency`) stay small and are not copied whole each time they move.
-    let answer = Box::pin(state.client.call_with(request, &outbound)).await;
+    let answer = crate::tasks::boxed(|| state.client.call_with(request, &outbound)).await;
     state.metrics.upstream.observe(started.elapsed());
     let fail = |status: Option<u16>, failure: UpstreamFailure| {
         state.metrics.upstream_error(failure.kind());

@@ -55,7 +55,7 @@ impl Lane {
         http: Arc<Builder>,
     ) -> Lane {
         let closing = Arc::new(AtomicBool::new(false));
-        let serving = Box::pin(run_connection(state, stream, activity, http, closing.clone()));
+        let serving = crate::tasks::boxed(|| run_connection(state, stream, activity, http, closing.clone()));
         Lane { closing, serving }
     }
 }
@@ -136,7 +136,8 @@ async fn run_connection(
         if !buffer.filled().is_empty() {
             activity.head_begun();
         }
-        let call = respond_to_call(&state, &head);
+        // Built in place: moved into `watching`, the call's future would be copied whole.
+        let call = std::pin::pin!(respond_to_call(&state, &head));
         let Some(mut response) = watching(call, &mut buffer, &mut stream).await else {
             tracing::debug!("the client went away during a route call; the call was dropped unanswered");
             return Ok(());
@@ -161,11 +162,10 @@ async fn run_connection(
 /// dropped, which frees its in-flight place and closes its upstream connection, and `None` is
 /// returned. With the buffer full, the client is not read until the call ends.
 async fn watching(
-    call: impl Future<Output = Response>,
+    mut call: Pin<&mut impl Future<Output = Response>>,
     buffer: &mut Buffer,
     stream: &mut ActivityStream<TcpStream>,
 ) -> Option<Response> {
-    let mut call = std::pin::pin!(call);
     poll_fn(|cx| {
         if let Poll::Ready(response) = call.as_mut().poll(cx) {
             return Poll::Ready(Some(response));
@@ -196,7 +196,7 @@ async fn respond_to_call(state: &State, head: &CallHead) -> Response {
     };
     // Boxed: the call's future is large, and `answered` and `stamped` each hold the future
     // they are given and move it again to await it; a box makes those moves a pointer's.
-    let called = Box::pin(async { Ok(call::call(state, request, id, rest).await) });
+    let called = crate::tasks::boxed(|| async { Ok(call::call(state, request, id, rest).await) });
     let request_id = state.request_ids.for_headers(&head.headers);
     stamped(request_id, answered(state, &Method::GET, path, Endpoint::Call, called)).await
 }

@@ -65,7 +65,7 @@ impl UpstreamClient {
                 // Boxed: opening a connection (resolving, connecting, a TLS handshake) holds
                 // ten times the state of an exchange, and most calls take a pooled connection;
                 // inline, every call's future would carry that room and be copied with it.
-                None => match Box::pin(self.open(target, &key)).await? {
+                None => match crate::tasks::boxed(|| self.open(target, &key)).await? {
                     Opened::Http2(lease) => {
                         return self.exchange_h2(lease, target, &key, authorization).await;
                     }
@@ -140,7 +140,10 @@ impl UpstreamClient {
                 Way::Http2(lease) => lease,
                 Way::Http1(connection) => {
                     let started = Instant::now();
-                    return Box::pin(self.exchange_h1(target, key, authorization, started, connection)).await;
+                    return crate::tasks::boxed(|| {
+                        self.exchange_h1(target, key, authorization, started, connection)
+                    })
+                    .await;
                 }
             };
         }
