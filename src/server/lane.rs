@@ -136,9 +136,14 @@ async fn run_connection(
         if !buffer.filled().is_empty() {
             activity.head_begun();
         }
-        // Built in place: moved into `watching`, the call's future would be copied whole.
-        let call = std::pin::pin!(respond_to_call(&state, &head));
-        let Some(mut response) = watching(call, &mut buffer, &mut stream).await else {
+        let answered = {
+            // Built in place: moved into `watching`, the call's future would be copied whole.
+            let call = std::pin::pin!(respond_to_call(&state, &head));
+            watching(call, &mut buffer, &mut stream).await
+        };
+        // By here the call is dropped, answered or not: an unanswered one has freed its
+        // in-flight place and closed its upstream connection.
+        let Some(mut response) = answered else {
             tracing::debug!("the client went away during a route call; the call was dropped unanswered");
             return Ok(());
         };
@@ -156,11 +161,10 @@ async fn run_connection(
     }
 }
 
-/// Awaits `call` while reading what the client sends meanwhile: bytes begin its next head (the
+/// Polls `call` while reading what the client sends meanwhile: bytes begin its next head (the
 /// stream tells the connection's driver, so its head timeout runs), and the end of the stream or
-/// an error means the client has gone: the call is
-/// dropped, which frees its in-flight place and closes its upstream connection, and `None` is
-/// returned. With the buffer full, the client is not read until the call ends.
+/// an error means the client has gone: `None` is returned at once, and the caller drops the call.
+/// With the buffer full, the client is not read until the call ends.
 async fn watching(
     mut call: Pin<&mut impl Future<Output = Response>>,
     buffer: &mut Buffer,
