@@ -31,5 +31,6 @@ pub mod store;
 pub mod suggest;
 pub mod table;
 pub mod tasks;
+pub mod trace_context;
 pub mod upstream;
 pub mod workers;

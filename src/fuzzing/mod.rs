@@ -553,6 +553,7 @@ mod expr;
 mod headers;
 mod http;
 mod stages;
+mod trace_context;
 mod upstream;
 mod upstream_h2;
 
@@ -565,5 +566,6 @@ pub use self::expr::{
 pub use self::headers::{HeadersReached, upstream_headers};
 pub use self::http::{DELIBERATE_PANIC, Ending, HttpReached, ROUTE_PATH, http_request, http_request_ending};
 pub use self::stages::{exec_document, rules_compile, upstream_url};
+pub use self::trace_context::{TraceReached, trace_context};
 pub use self::upstream::{AnswerReached, upstream_answer};
 pub use self::upstream_h2::upstream_answer_h2;

@@ -120,6 +120,15 @@ fn upstream_headers_corpus_replays_every_outcome() {
 }
 
 #[test]
+fn trace_context_corpus_replays_every_outcome() {
+    use recast::fuzzing::{TraceReached, trace_context};
+    let reached = replay("trace_context", trace_context);
+    for outcome in [TraceReached::NoParent, TraceReached::Parent, TraceReached::ParentAndState] {
+        assert!(reached.contains_key(&outcome), "no seed reaches {outcome:?}: {reached:?}");
+    }
+}
+
+#[test]
 fn expr_eval_corpus_replays_every_outcome() {
     use recast::fuzzing::{ExprReached, expr_eval};
     let reached = replay("expr_eval", expr_eval);
