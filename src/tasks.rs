@@ -176,7 +176,7 @@ mod tests {
             tokio::task::yield_now().await;
             room.iter().map(|&b| usize::from(b)).sum::<usize>()
         });
-        // The room it holds across the `await` is in the box, not beside the pointer.
+        // A large future, as the request path's are: its room is held across the `await`.
         assert!(std::mem::size_of_val(&*future) >= 4096);
         assert_eq!(runtime.block_on(future), 7 * 4096);
     }

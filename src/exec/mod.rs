@@ -90,17 +90,7 @@ fn map_rows(
                 object(plan, doc, root, cur, row, &context, &mut scratch, out, &mut Silent);
                 return false;
             }
-            let mark = out.len();
-            if written > 0 {
-                out.push(b',');
-            }
-            if object(plan, doc, root, cur, row, &context, &mut scratch, out, &mut Silent)
-                || !plan.ignore_empty
-            {
-                written += 1;
-            } else {
-                out.truncate(mark);
-            }
+            list_element(plan, doc, root, cur, row, &context, &mut scratch, out, &mut Silent, &mut written);
             scratch.outcome.limit.is_none()
         });
         if each {
@@ -443,15 +433,33 @@ fn elements_of<'v, O: Observer>(
             scratch.remember_shapes(plan);
         }
         observer.element(index);
-        let mark = out.len();
-        if written > 0 {
-            out.push(b',');
-        }
-        if object(plan, nodes, element, value, None, context, scratch, out, observer) || !plan.ignore_empty {
-            written += 1;
-        } else {
-            out.truncate(mark);
-        }
+        list_element(plan, nodes, element, value, None, context, scratch, out, observer, &mut written);
+    }
+}
+
+/// Writes one element of an `each` list as [`object`] maps it, after a comma when `written`
+/// elements are before it; one that writes nothing is left out when the plan ignores empties.
+#[allow(clippy::too_many_arguments)]
+fn list_element<O: Observer>(
+    plan: &Plan,
+    nodes: &Doc<'_, '_>,
+    root: usize,
+    cur: Val<'_>,
+    row: Option<Row<'_>>,
+    context: &expr::Context<'_>,
+    scratch: &mut Scratch<'_>,
+    out: &mut Vec<u8>,
+    observer: &mut O,
+    written: &mut usize,
+) {
+    let mark = out.len();
+    if *written > 0 {
+        out.push(b',');
+    }
+    if object(plan, nodes, root, cur, row, context, scratch, out, observer) || !plan.ignore_empty {
+        *written += 1;
+    } else {
+        out.truncate(mark);
     }
 }
 
