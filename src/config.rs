@@ -49,6 +49,22 @@ pub const UPSTREAM_HTTP2: &str = "RECAST_UPSTREAM_HTTP2";
 pub const CACHE_BYTES: &str = "RECAST_CACHE_BYTES";
 pub const BREAKER_FAILURES: &str = "RECAST_BREAKER_FAILURES";
 pub const BREAKER_COOLDOWN_MS: &str = "RECAST_BREAKER_COOLDOWN_MS";
+// Traces take the names every OpenTelemetry SDK reads (docs/observability.md).
+pub const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+pub const OTLP_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+pub const OTLP_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+pub const OTLP_TRACES_HEADERS: &str = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
+pub const OTLP_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
+pub const OTLP_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+pub const OTLP_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
+pub const SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+pub const RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
+pub const TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
+pub const TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
+pub const SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
+pub const BSP_MAX_QUEUE_SIZE: &str = "OTEL_BSP_MAX_QUEUE_SIZE";
+pub const BSP_SCHEDULE_DELAY: &str = "OTEL_BSP_SCHEDULE_DELAY";
+pub const BSP_MAX_EXPORT_BATCH_SIZE: &str = "OTEL_BSP_MAX_EXPORT_BATCH_SIZE";
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_DATA_DIR: &str = "./recast-data";
@@ -78,6 +94,11 @@ pub const DEFAULT_TOMBSTONE_RETENTION_MS: u64 = 7 * 24 * 3_600_000;
 pub const DEFAULT_CACHE_BYTES: u64 = 256 << 20;
 pub const DEFAULT_BREAKER_FAILURES: u32 = 5;
 pub const DEFAULT_BREAKER_COOLDOWN_MS: u64 = 5_000;
+pub const DEFAULT_OTLP_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_TRACES_SAMPLER: &str = "parentbased_always_on";
+pub const DEFAULT_BSP_MAX_QUEUE_SIZE: usize = 2048;
+pub const DEFAULT_BSP_SCHEDULE_DELAY_MS: u64 = 5_000;
+pub const DEFAULT_BSP_MAX_EXPORT_BATCH_SIZE: usize = 512;
 
 /// Everything the service can be tuned by.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -264,6 +285,83 @@ pub struct Config {
     /// node that was away longer reloads every route once.
     #[arg(long, env = TOMBSTONE_RETENTION_MS, default_value_t = DEFAULT_TOMBSTONE_RETENTION_MS)]
     pub tombstone_retention_ms: u64,
+
+    /// Traces: the OTLP/HTTP collector spans are sent to, `/v1/traces` added to its path (e.g.
+    /// `http://localhost:4318`). Unset, with no traces endpoint either: nothing is exported, and
+    /// `traceparent` is still read and passed on to upstreams.
+    #[arg(long, env = OTLP_ENDPOINT)]
+    pub otel_exporter_otlp_endpoint: Option<String>,
+
+    /// Traces: the full URL spans are sent to, taken as written; wins over the endpoint above.
+    #[arg(long, env = OTLP_TRACES_ENDPOINT)]
+    pub otel_exporter_otlp_traces_endpoint: Option<String>,
+
+    /// Traces: headers of every export, `name=value` pairs separated by commas, values
+    /// percent-encoded (e.g. `x-honeycomb-team=KEY`).
+    #[arg(long, env = OTLP_HEADERS, hide_env_values = true)]
+    pub otel_exporter_otlp_headers: Option<Secret>,
+
+    /// Traces: headers of every export, as above; a name given in both takes this value.
+    #[arg(long, env = OTLP_TRACES_HEADERS, hide_env_values = true)]
+    pub otel_exporter_otlp_traces_headers: Option<Secret>,
+
+    /// Traces: time one export may take, in milliseconds; a slower collector loses that batch.
+    #[arg(long, env = OTLP_TIMEOUT, default_value_t = DEFAULT_OTLP_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub otel_exporter_otlp_timeout: u64,
+
+    /// Traces: the OTLP transport; only `http/protobuf` is spoken [default: http/protobuf].
+    #[arg(long, env = OTLP_PROTOCOL)]
+    pub otel_exporter_otlp_protocol: Option<String>,
+
+    /// Traces: a PEM bundle of certificate authorities an `https` collector may be certified by,
+    /// besides the public web's roots.
+    #[arg(long, env = OTLP_CERTIFICATE)]
+    pub otel_exporter_otlp_certificate: Option<PathBuf>,
+
+    /// Traces: the `service.name` of every span [default: a `service.name` of
+    /// OTEL_RESOURCE_ATTRIBUTES, else `recast`].
+    #[arg(long, env = SERVICE_NAME)]
+    pub otel_service_name: Option<String>,
+
+    /// Traces: more resource attributes, `key=value` pairs separated by commas, values
+    /// percent-encoded (e.g. `deployment.environment.name=prod`).
+    #[arg(long, env = RESOURCE_ATTRIBUTES)]
+    pub otel_resource_attributes: Option<String>,
+
+    /// Traces: which traces are recorded: `parentbased_always_on`, `parentbased_always_off`,
+    /// `parentbased_traceidratio`, `always_on`, `always_off` or `traceidratio`.
+    #[arg(long, env = TRACES_SAMPLER, default_value = DEFAULT_TRACES_SAMPLER)]
+    pub otel_traces_sampler: String,
+
+    /// Traces: the ratio of the `traceidratio` samplers, 0 to 1 [default: 1].
+    #[arg(long, env = TRACES_SAMPLER_ARG)]
+    pub otel_traces_sampler_arg: Option<String>,
+
+    /// Traces: `true` records and exports no span whatever the endpoint (`traceparent` is still
+    /// passed on).
+    #[arg(long, env = SDK_DISABLED, default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_otel_bool)]
+    pub otel_sdk_disabled: bool,
+
+    /// Traces: most spans waiting to be exported; more are dropped and counted.
+    #[arg(long, env = BSP_MAX_QUEUE_SIZE, default_value_t = DEFAULT_BSP_MAX_QUEUE_SIZE, value_parser = clap::value_parser!(u32).range(1..).map(|n| n as usize))]
+    pub otel_bsp_max_queue_size: usize,
+
+    /// Traces: longest wait between two exports, in milliseconds.
+    #[arg(long, env = BSP_SCHEDULE_DELAY, default_value_t = DEFAULT_BSP_SCHEDULE_DELAY_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub otel_bsp_schedule_delay: u64,
+
+    /// Traces: most spans in one export (a fuller queue is exported at once).
+    #[arg(long, env = BSP_MAX_EXPORT_BATCH_SIZE, default_value_t = DEFAULT_BSP_MAX_EXPORT_BATCH_SIZE, value_parser = clap::value_parser!(u32).range(1..).map(|n| n as usize))]
+    pub otel_bsp_max_export_batch_size: usize,
+}
+
+/// `true` or `false` in any case, as OpenTelemetry's boolean settings are written.
+fn parse_otel_bool(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        t if t.eq_ignore_ascii_case("true") => Ok(true),
+        t if t.eq_ignore_ascii_case("false") || t.is_empty() => Ok(false),
+        other => Err(format!("`{other}` is neither true nor false")),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -313,6 +411,21 @@ impl Default for Config {
             heartbeat_ms: DEFAULT_HEARTBEAT_MS,
             max_staleness_ms: None,
             tombstone_retention_ms: DEFAULT_TOMBSTONE_RETENTION_MS,
+            otel_exporter_otlp_endpoint: None,
+            otel_exporter_otlp_traces_endpoint: None,
+            otel_exporter_otlp_headers: None,
+            otel_exporter_otlp_traces_headers: None,
+            otel_exporter_otlp_timeout: DEFAULT_OTLP_TIMEOUT_MS,
+            otel_exporter_otlp_protocol: None,
+            otel_exporter_otlp_certificate: None,
+            otel_service_name: None,
+            otel_resource_attributes: None,
+            otel_traces_sampler: DEFAULT_TRACES_SAMPLER.to_owned(),
+            otel_traces_sampler_arg: None,
+            otel_sdk_disabled: false,
+            otel_bsp_max_queue_size: DEFAULT_BSP_MAX_QUEUE_SIZE,
+            otel_bsp_schedule_delay: DEFAULT_BSP_SCHEDULE_DELAY_MS,
+            otel_bsp_max_export_batch_size: DEFAULT_BSP_MAX_EXPORT_BATCH_SIZE,
         }
     }
 }
@@ -364,6 +477,27 @@ impl Config {
             },
             http2: self.upstream_http2 != "off",
         }
+    }
+
+    /// The trace settings (`OTEL_*`), or why recast cannot follow them.
+    pub fn traces(&self) -> Result<crate::telemetry::TraceSettings, String> {
+        crate::telemetry::TraceSettings::read(&crate::telemetry::settings::Given {
+            endpoint: self.otel_exporter_otlp_endpoint.as_deref(),
+            traces_endpoint: self.otel_exporter_otlp_traces_endpoint.as_deref(),
+            headers: self.otel_exporter_otlp_headers.as_ref().map(Secret::expose),
+            traces_headers: self.otel_exporter_otlp_traces_headers.as_ref().map(Secret::expose),
+            timeout_ms: self.otel_exporter_otlp_timeout,
+            protocol: self.otel_exporter_otlp_protocol.as_deref(),
+            certificate: self.otel_exporter_otlp_certificate.as_deref(),
+            service_name: self.otel_service_name.as_deref(),
+            resource_attributes: self.otel_resource_attributes.as_deref(),
+            sampler: &self.otel_traces_sampler,
+            sampler_arg: self.otel_traces_sampler_arg.as_deref(),
+            disabled: self.otel_sdk_disabled,
+            max_queue: self.otel_bsp_max_queue_size,
+            schedule_delay_ms: self.otel_bsp_schedule_delay,
+            max_batch: self.otel_bsp_max_export_batch_size,
+        })
     }
 
     /// How many threads serve connections: `RECAST_WORKERS`, or one per core.
@@ -453,6 +587,21 @@ mod tests {
             CACHE_BYTES,
             BREAKER_FAILURES,
             BREAKER_COOLDOWN_MS,
+            OTLP_ENDPOINT,
+            OTLP_TRACES_ENDPOINT,
+            OTLP_HEADERS,
+            OTLP_TRACES_HEADERS,
+            OTLP_TIMEOUT,
+            OTLP_PROTOCOL,
+            OTLP_CERTIFICATE,
+            SERVICE_NAME,
+            RESOURCE_ATTRIBUTES,
+            TRACES_SAMPLER,
+            TRACES_SAMPLER_ARG,
+            SDK_DISABLED,
+            BSP_MAX_QUEUE_SIZE,
+            BSP_SCHEDULE_DELAY,
+            BSP_MAX_EXPORT_BATCH_SIZE,
         ];
         for name in all {
             assert!(names.iter().any(|n| n == name), "{name} is not bound");

@@ -48,6 +48,14 @@ pub fn decode(text: &str) -> Option<Vec<u8>> {
     (invalid == 0).then_some(bytes)
 }
 
+/// Writes `bytes` as two lowercase digits each into `out` (twice as long).
+pub fn write_bytes(out: &mut [u8], bytes: &[u8]) {
+    for (byte, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0xf)];
+    }
+}
+
 /// Writes the low `4 × out.len()` bits of `n` as lowercase digits, filling `out`.
 pub fn write_u64(out: &mut [u8], mut n: u64) {
     for digit in out.iter_mut().rev() {

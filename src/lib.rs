@@ -31,6 +31,7 @@ pub mod store;
 pub mod suggest;
 pub mod table;
 pub mod tasks;
+pub mod telemetry;
 pub mod trace_context;
 pub mod upstream;
 pub mod workers;

@@ -83,10 +83,10 @@ impl TraceParent {
     /// The version `00` text of this parent, flags other than [`SAMPLED`] cleared.
     pub fn text(&self) -> [u8; LENGTH] {
         let mut out = [b'-'; LENGTH];
-        hex_out(&[0], &mut out[0..2]);
-        hex_out(&self.trace_id, &mut out[3..35]);
-        hex_out(&self.parent_id, &mut out[36..52]);
-        hex_out(&[self.flags & SAMPLED], &mut out[53..55]);
+        crate::hex::write_bytes(&mut out[0..2], &[0]);
+        crate::hex::write_bytes(&mut out[3..35], &self.trace_id);
+        crate::hex::write_bytes(&mut out[36..52], &self.parent_id);
+        crate::hex::write_bytes(&mut out[53..55], &[self.flags & SAMPLED]);
         out
     }
 
@@ -192,13 +192,6 @@ fn hex_into(text: &[u8], out: &mut [u8]) -> Option<()> {
         *byte = hex_byte(pair)?;
     }
     Some(())
-}
-
-fn hex_out(bytes: &[u8], out: &mut [u8]) {
-    for (byte, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
-        pair[0] = crate::hex::DIGITS[usize::from(byte >> 4)];
-        pair[1] = crate::hex::DIGITS[usize::from(byte & 0xf)];
-    }
 }
 
 #[cfg(test)]

@@ -17,6 +17,16 @@ pub enum CacheStatus {
 }
 
 impl CacheStatus {
+    /// The `recast.cache` attribute of a call's span.
+    pub fn label(self) -> &'static str {
+        match self {
+            CacheStatus::Hit { .. } => "hit",
+            CacheStatus::Stale { .. } => "stale",
+            CacheStatus::Miss { .. } => "miss",
+            CacheStatus::Off => "bypass",
+        }
+    }
+
     /// The header value, under recast's name as the cache.
     pub fn header(self) -> HeaderValue {
         let text = match self {

@@ -437,3 +437,16 @@ impl Metrics {
         self.panics[site as usize].load(Ordering::Relaxed)
     }
 }
+
+/// What became of the spans recorded for export (the trace exporter's), for `/metrics`.
+#[derive(Debug, Default)]
+pub struct SpanCounts {
+    pub exported: AtomicU64,
+    /// Dropped because the queue was full.
+    pub dropped_full: AtomicU64,
+    /// Dropped with a batch the collector did not take (down, slow, or an error answer).
+    pub dropped_failed: AtomicU64,
+    /// Exports the collector took, and those it did not.
+    pub exports_ok: AtomicU64,
+    pub exports_failed: AtomicU64,
+}

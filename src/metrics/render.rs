@@ -14,6 +14,8 @@ pub struct OutboundCounts<'a> {
     pub limits: &'a [LimiterCounts],
     pub tokens: &'a [TokenCounts],
     pub kept: KeptCounts,
+    /// What became of recorded spans, when traces are exported.
+    pub spans: Option<&'a crate::metrics::SpanCounts>,
 }
 
 impl Metrics {
@@ -25,7 +27,7 @@ impl Metrics {
         routes: impl IntoIterator<Item = (String, &'a StatusCounts)>,
         outbound: OutboundCounts<'_>,
     ) -> String {
-        let OutboundCounts { breakers, retries, limits, tokens, kept } = outbound;
+        let OutboundCounts { breakers, retries, limits, tokens, kept, spans } = outbound;
         let mut out = String::with_capacity(4096);
         let requests = "recast_requests_total";
         out.push_str(
@@ -206,6 +208,7 @@ impl Metrics {
             );
         }
         write_tokens(&mut out, tokens);
+        write_spans(&mut out, spans);
         out.push_str(
             "# HELP recast_upstream_kept What the upstream client keeps per key now, by kind; what no call used for ten minutes and holds nothing worth keeping is let go.\n# TYPE recast_upstream_kept gauge\n",
         );
@@ -308,4 +311,25 @@ fn write_tokens(out: &mut String, tokens: &[TokenCounts]) {
 /// `text` as a label value: backslash, quote and line feed escaped.
 fn label(text: &str) -> String {
     text.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// What became of recorded spans (zero while traces are not exported).
+fn write_spans(out: &mut String, spans: Option<&crate::metrics::SpanCounts>) {
+    let read = |count: Option<&std::sync::atomic::AtomicU64>| count.map_or(0, |c| c.load(Ordering::Relaxed));
+    out.push_str(
+        "# HELP recast_trace_spans_total Spans recorded for export, by what became of them: exported, dropped because the queue was full, or dropped with an export the collector did not take.\n# TYPE recast_trace_spans_total counter\n",
+    );
+    for (outcome, count) in [
+        ("exported", read(spans.map(|s| &s.exported))),
+        ("dropped_queue_full", read(spans.map(|s| &s.dropped_full))),
+        ("dropped_export_failed", read(spans.map(|s| &s.dropped_failed))),
+    ] {
+        let _ = writeln!(out, "recast_trace_spans_total{{outcome=\"{outcome}\"}} {count}");
+    }
+    out.push_str("# HELP recast_trace_exports_total Exports of spans to the collector, by outcome.\n# TYPE recast_trace_exports_total counter\n");
+    for (outcome, count) in
+        [("ok", read(spans.map(|s| &s.exports_ok))), ("failed", read(spans.map(|s| &s.exports_failed)))]
+    {
+        let _ = writeln!(out, "recast_trace_exports_total{{outcome=\"{outcome}\"}} {count}");
+    }
 }

@@ -113,15 +113,31 @@ fn the_exposition_has_every_family_with_help_and_type() {
         origin: "https://auth.example:443".to_owned(),
         fetched: [[2, 1], [5, 0], [1, 0]],
     }];
+    let spans = crate::metrics::SpanCounts::default();
+    for (count, n) in [
+        (&spans.exported, 40),
+        (&spans.dropped_full, 7),
+        (&spans.dropped_failed, 3),
+        (&spans.exports_ok, 2),
+        (&spans.exports_failed, 1),
+    ] {
+        count.store(n, std::sync::atomic::Ordering::Relaxed);
+    }
     let outbound = OutboundCounts {
         breakers: &breakers,
         retries: &retries,
         limits: &limits,
         tokens: &tokens,
         kept: crate::metrics::KeptCounts { breakers: 2, tokens: 1, ..Default::default() },
+        spans: Some(&spans),
     };
     let text = metrics.render(gauges, [("u-1".to_owned(), &route)], outbound);
     for line in [
+        "recast_trace_spans_total{outcome=\"exported\"} 40",
+        "recast_trace_spans_total{outcome=\"dropped_queue_full\"} 7",
+        "recast_trace_spans_total{outcome=\"dropped_export_failed\"} 3",
+        "recast_trace_exports_total{outcome=\"ok\"} 2",
+        "recast_trace_exports_total{outcome=\"failed\"} 1",
         "recast_requests_total{route=\"preview\",status=\"200\"} 1",
         "recast_requests_total{route=\"u-1\",status=\"201\"} 1",
         "recast_upstream_errors_total{kind=\"timeout\"} 1",

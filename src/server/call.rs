@@ -13,12 +13,15 @@ use super::compose;
 use super::connection::RequestBody;
 use super::problem::UpstreamFailure;
 use super::reply::{json, read_body, timing};
+use super::traced::CallFacts;
 use super::{ApiError, Response, SERVER_TIMING, State};
 use crate::cache::{self, CacheStatus, Joined, Key, Leader, Lookup, TimedOut};
 use crate::exec;
 use crate::json::JsonError;
 use crate::metrics::{CacheCounts, Endpoint, Metrics, PanicSite, UpstreamErrorKind};
 use crate::route::{CacheSettings, CallError, FromClient, Route};
+use crate::telemetry::{Kind, Span};
+use crate::trace_context::TraceParent;
 use crate::upstream::{Answer, Freshness, MediaType, UpstreamRequest};
 
 /// A route call's request, as the router or the lane read it.
@@ -66,6 +69,13 @@ pub(super) async fn call(state: &State, request: RouteCall<'_>, uuid: &str, rout
         Some(route) => route.statuses.record(status),
         None => state.metrics.endpoint(Endpoint::Call, status),
     }
+    if let Some(route) = &called
+        && crate::telemetry::recording()
+    {
+        let facts =
+            CallFacts { route: route.uuid, cache: record.cache.map(CacheStatus::label), link: record.link };
+        response.extensions_mut().insert(facts);
+    }
     response
 }
 
@@ -90,6 +100,8 @@ struct CallRecord {
     cache: Option<CacheStatus>,
     /// A composed route's sources: `src.<name>` and how long each took.
     sources: Vec<(String, Duration)>,
+    /// The span of the call that went upstream for this one (a coalesced miss).
+    link: Option<TraceParent>,
 }
 
 /// RFC 9211.
@@ -104,6 +116,8 @@ pub(super) struct Outcome {
     map: Duration,
     /// A composed route: each source (`src.<name>`) and how long it took, for `Server-Timing`.
     sources: Vec<(String, Duration)>,
+    /// The span the upstream calls were made under: a flight's, for the calls that wait on it.
+    traced: Option<TraceParent>,
 }
 
 /// A mapped 2xx answer.
@@ -231,6 +245,9 @@ async fn cached(
                 }
                 Ok(Some(outcome)) => {
                     record.cache = Some(miss(&outcome, collapsed));
+                    if collapsed {
+                        record.link = outcome.traced;
+                    }
                     answer(outcome, record)
                 }
                 // The flight's task ended without an outcome: it panicked (counted and logged),
@@ -312,15 +329,23 @@ fn fly_at(
     // under way (`RECAST_MAX_INFLIGHT`), and no one would take its answer. A refresh has no
     // caller waiting and runs to its end.
     let may_be_orphaned = site == PanicSite::Flight;
-    state.tasks.clone().spawn(site, async move {
-        let fetched = tokio::select! {
-            outcome = fetch(&state, &route, request) => Some(outcome),
-            () = leader.unwaited(), if may_be_orphaned => None,
-        };
-        if let Some(outcome) = fetched {
-            lead(leader, outcome, settings);
-        }
-    });
+    // The flight's upstream calls are children of the span of the call that started it; the
+    // calls that wait for it link to that span.
+    let scope = crate::telemetry::current();
+    let traced = scope.as_ref().map(|scope| scope.span);
+    state.tasks.clone().spawn(
+        site,
+        crate::telemetry::maybe_within(scope, async move {
+            let fetched = tokio::select! {
+                outcome = fetch(&state, &route, request) => Some(outcome),
+                () = leader.unwaited(), if may_be_orphaned => None,
+            };
+            if let Some(mut outcome) = fetched {
+                outcome.traced = traced;
+                lead(leader, outcome, settings);
+            }
+        }),
+    );
 }
 
 /// The `Cache-Status` of a call that went upstream (or waited for the call that did).
@@ -340,6 +365,7 @@ async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcom
             upstream: Duration::ZERO,
             map: Duration::ZERO,
             sources: Vec::new(),
+            traced: None,
         };
     };
     match compose::run(state, route, schedule, request, false).await {
@@ -347,6 +373,7 @@ async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcom
             upstream: started.elapsed().saturating_sub(composed.map),
             map: composed.map,
             sources: composed.reports.iter().map(|r| (format!("src.{}", r.name), r.took)).collect(),
+            traced: None,
             mapped: Ok(MappedAnswer {
                 status: composed.status,
                 body: composed.body.into(),
@@ -361,6 +388,7 @@ async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcom
             map: Duration::ZERO,
             // A composed route's sources that were done.
             sources: failed.sources,
+            traced: None,
         },
     }
 }
@@ -390,12 +418,31 @@ pub(super) fn map_answer(
     route: &Route,
     answer: &mut Answer,
 ) -> (Result<Vec<u8>, UpstreamFailure>, Duration) {
+    let span = state.tracer.child(Kind::Internal, "map");
+    let size = answer.body.len();
     let (mapped, took) = map_success(route, answer, state.config.max_depth, &state.metrics);
     match &mapped {
         Ok(_) => state.metrics.mapping.observe(took),
         Err(failure) => state.metrics.upstream_error(failure.kind()),
     }
+    if let Some(mut span) = span {
+        mapping_span(&mut span, size, mapped.as_ref().map(Vec::len).map_err(|failure| failure.kind()));
+        state.tracer.end(span);
+    }
     (mapped, took)
+}
+
+/// The attributes of a mapping's span: the size of the document read and of the answer
+/// written, or why there is none (Error).
+pub(super) fn mapping_span(span: &mut Span, document: usize, written: Result<usize, UpstreamErrorKind>) {
+    span.set("recast.document.size", document as i64);
+    match written {
+        Ok(written) => span.set("recast.output.size", written as i64),
+        Err(kind) => {
+            span.set("error.type", kind.label());
+            span.fail(kind.label());
+        }
+    }
 }
 
 fn map_success(

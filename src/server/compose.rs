@@ -574,6 +574,7 @@ async fn run_timed(
             failed,
         });
     }
+    let span = state.tracer.child(crate::telemetry::Kind::Internal, "map");
     let started = Instant::now();
     let mut out = Vec::new();
     let mut warnings = Vec::new();
@@ -595,6 +596,17 @@ async fn run_timed(
         ));
     }
     let map = started.elapsed();
+    if let Some(mut span) = span {
+        // The document is the answers read in place: its size is theirs.
+        let size = shared.bytes.load(Ordering::Relaxed);
+        let written = match &ran {
+            Ok(exec::Outcome { limit: Some(_), .. }) => Err(crate::metrics::UpstreamErrorKind::MappingLimit),
+            Ok(_) => Ok(out.len()),
+            Err(_) => Err(crate::metrics::UpstreamErrorKind::NotJson),
+        };
+        super::call::mapping_span(&mut span, size, written);
+        state.tracer.end(span);
+    }
     match ran {
         Ok(exec::Outcome { limit: Some(limit), .. }) => Err(ApiError::Upstream {
             failure: UpstreamFailure::MappingLimit { limit, bound: compiled.plan.bounds().of(limit) },
@@ -927,6 +939,7 @@ async fn one_call(state: &State, source: &Source, request: &UpstreamRequest, sha
         tls: source.tls.as_deref(),
         breaker: source.breaker,
         h2c: source.h2c,
+        source: (!own).then_some(source.name.as_str()),
     };
     let started = Instant::now();
     // The exchange's state is large: boxed, the futures that hold this call (the source's, the

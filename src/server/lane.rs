@@ -11,6 +11,7 @@
 
 use std::future::{Future, poll_fn};
 use std::mem::MaybeUninit;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +30,7 @@ use tokio::net::TcpStream;
 
 use super::connection::{Activity, ActivityStream, Framed, Graceful, RequestBody};
 use super::router::{answered, endpoint, handle, segments, stamped};
+use super::traced;
 use super::{Response, State, call};
 use crate::http1::{self, line};
 use crate::metrics::Endpoint;
@@ -53,9 +55,11 @@ impl Lane {
         stream: ActivityStream<TcpStream>,
         activity: Arc<Activity>,
         http: Arc<Builder>,
+        peer: Option<IpAddr>,
     ) -> Lane {
         let closing = Arc::new(AtomicBool::new(false));
-        let serving = crate::tasks::boxed(|| run_connection(state, stream, activity, http, closing.clone()));
+        let serving =
+            crate::tasks::boxed(|| run_connection(state, stream, activity, http, closing.clone(), peer));
         Lane { closing, serving }
     }
 }
@@ -99,6 +103,7 @@ async fn run_connection(
     activity: Arc<Activity>,
     http: Arc<Builder>,
     closing: Arc<AtomicBool>,
+    peer: Option<IpAddr>,
 ) -> Result<(), LaneError> {
     let mut buffer = Buffer::new(BUFFER.min(state.config.max_header_bytes));
     let max_headers = HEADERS.min(state.config.max_headers);
@@ -110,7 +115,7 @@ async fn run_connection(
                 Parsed::Partial if !buffer.is_full() => {}
                 Parsed::Partial | Parsed::Other => {
                     drop(out);
-                    return hand_off(state, stream, activity, &http, closing, buffer).await;
+                    return hand_off(state, stream, activity, &http, closing, buffer, peer).await;
                 }
             }
             // Between requests, a graceful close closes at once, a head begun or not: the driver
@@ -138,7 +143,7 @@ async fn run_connection(
         }
         let answered = {
             // Built in place: moved into `watching`, the call's future would be copied whole.
-            let call = std::pin::pin!(respond_to_call(&state, &head));
+            let call = std::pin::pin!(respond_to_call(&state, &head, peer));
             watching(call, &mut buffer, &mut stream).await
         };
         // By here the call is dropped, answered or not: an unanswered one has freed its
@@ -187,7 +192,7 @@ async fn watching(
 }
 
 /// Answers a route call as [`handle`] would.
-async fn respond_to_call(state: &State, head: &CallHead) -> Response {
+async fn respond_to_call(state: &State, head: &CallHead, peer: Option<IpAddr>) -> Response {
     let path = head.target.path();
     // `parse` let only route calls in, and found where the uuid ends.
     let (id, rest) = (&path["/v1/".len()..head.id_end], &path[head.id_end + 1..]);
@@ -202,7 +207,18 @@ async fn respond_to_call(state: &State, head: &CallHead) -> Response {
     // they are given and move it again to await it; a box makes those moves a pointer's.
     let called = crate::tasks::boxed(|| async { Ok(call::call(state, request, id, rest).await) });
     let request_id = state.request_ids.for_headers(&head.headers);
-    stamped(request_id, answered(state, &Method::GET, path, Endpoint::Call, called)).await
+    let inbound = traced::Inbound {
+        method: &Method::GET,
+        path,
+        headers: &head.headers,
+        peer,
+        version: "1.1",
+        route: Some("/v1/{uuid}/{path}"),
+    };
+    let (scope, span) = traced::begin(state, &inbound);
+    let answered = answered(state, &Method::GET, path, Endpoint::Call, called);
+    let ids = scope.ids();
+    stamped(request_id, Some(ids), traced::serve(scope, span, answered)).await
 }
 
 /// The next request head in the buffer: a route call the lane serves, not yet all there, or
@@ -404,6 +420,7 @@ async fn hand_off(
     http: &Builder,
     closing: Arc<AtomicBool>,
     read: Buffer,
+    peer: Option<IpAddr>,
 ) -> Result<(), LaneError> {
     let io = TokioIo::new(Framed::new(stream, read.filled(), activity.clone()));
     drop(read);
@@ -412,7 +429,7 @@ async fn hand_off(
         let busy = activity.busy();
         let request = request.map(|body| RequestBody::new(body, activity.clone()));
         async move {
-            let response = handle(&state, request).await;
+            let response = handle(&state, request, peer).await;
             drop(busy);
             Ok::<_, std::convert::Infallible>(response)
         }

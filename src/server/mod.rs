@@ -16,6 +16,7 @@ pub mod problem;
 mod reply;
 mod router;
 mod sync;
+mod traced;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -113,6 +114,8 @@ pub struct State {
     cache: Arc<AnswerCache<call::Outcome>>,
     /// This state itself, for work that outlives the call that starts it (a cache refresh).
     me: Weak<State>,
+    /// How requests are sampled, and where their spans go.
+    tracer: crate::telemetry::Tracer,
 }
 
 impl State {
@@ -201,6 +204,16 @@ pub async fn run_with(
                 .to_owned(),
         ));
     }
+    // Traces: settings recast cannot follow stop the start, as any other setting's would.
+    let traces = config.traces().map_err(RunError::Config)?;
+    let exporter = match traces.export.clone() {
+        Some(settings) => {
+            let tls = crate::upstream::collector_config(settings.certificate.as_deref())
+                .map_err(RunError::Config)?;
+            Some(crate::telemetry::export::Exporter::new(settings, tls))
+        }
+        None => None,
+    };
     let metrics = Arc::new(Metrics::default());
     let tasks = Tasks::new(metrics.clone());
     let dir = config.data_dir.clone();
@@ -260,7 +273,18 @@ pub async fn run_with(
     let client = UpstreamClient::new(config.upstream(), outbound.policy, outbound.lookup)
         .with_tasks(tasks.clone(), tokio::runtime::Handle::current())
         .with_extra_roots(&extra_roots)
-        .map_err(RunError::Config)?;
+        .map_err(RunError::Config)?
+        .with_recorder(exporter.as_ref().map(|(_, recorder)| recorder.clone()));
+    // The exporter's task runs on this runtime, away from the workers; it is told to flush and
+    // stop once the connections are done.
+    let recorder = exporter.as_ref().map(|(_, recorder)| recorder.clone());
+    let exporting = exporter.map(|(exporter, _)| {
+        if let Some(export) = &traces.export {
+            tracing::info!(collector = %export.endpoint, sampler = ?traces.sampler, "traces are exported over OTLP/HTTP");
+        }
+        let (flush, task) = exporter.run();
+        (flush, tasks.spawn(PanicSite::Background, task))
+    });
     if let Some(path) = &config.upstream_ca_file {
         tracing::info!(certificates = extra_roots.len(), file = %path.display(), "upstreams may also be certified by the authorities of RECAST_UPSTREAM_CA_FILE");
     }
@@ -279,6 +303,7 @@ pub async fn run_with(
         store,
         table: if database.is_some() { RouteTable::cluster() } else { RouteTable::standalone() },
         writes: tokio::sync::Mutex::new(()),
+        tracer: crate::telemetry::Tracer::new(traces.sampler, recorder),
     });
     tracing::info!(state = ?Lifecycle::Idle, data = %local.dir().display(), "lifecycle");
     tracing::info!(key = %local.key_origin(), "stored routes are sealed with the secret key from");
@@ -390,7 +415,7 @@ pub async fn run_with(
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
+                Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     // Taken off this runtime's event loop, to join the loop of the worker it goes to.
                     let stream = match stream.into_std() {
@@ -415,7 +440,7 @@ pub async fn run_with(
                             Err(e) => return tracing::warn!(error = %e, "accepted connection dropped"),
                         };
                         let stream = connection::ActivityStream::new(stream, activity.clone());
-                        let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http);
+                        let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http, Some(peer.ip()));
                         let driven = connection::drive(connection, activity, timeouts).await;
                         if let Some(timeout) = driven.timed_out {
                             state.metrics.timed_out(timeout);
@@ -468,6 +493,15 @@ pub async fn run_with(
             open = connections.len(),
             "connections still busy at the end of the grace period are left behind"
         );
+    }
+    // The spans of the requests served are queued by now: exported within the grace period.
+    if let Some((flush, mut task)) = exporting {
+        flush.stop();
+        let until = stop_by.max(tokio::time::Instant::now() + LEAVING);
+        if tokio::time::timeout_at(until, &mut task).await.is_err() {
+            task.abort();
+            tracing::warn!("the trace collector did not take the last spans within the grace period");
+        }
     }
     if let Some((heartbeat, database, node)) = membership {
         // Stopped and waited for, so no beat of it comes after the row is deleted.

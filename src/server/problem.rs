@@ -481,10 +481,15 @@ impl ApiError {
 
     /// The full answer: status, headers and problem body. `instance` is the request path.
     pub fn to_response(&self, instance: &str) -> http::Response<Full<Bytes>> {
-        match self {
-            ApiError::Source { name, error } => error.render(instance, Some(name)),
-            _ => self.render(instance, None),
+        let (mut response, slug) = match self {
+            ApiError::Source { name, error } => (error.render(instance, Some(name)), error.slug()),
+            _ => (self.render(instance, None), self.slug()),
+        };
+        // The request's span names the problem as its `error.type`.
+        if crate::telemetry::recording() {
+            response.extensions_mut().insert(super::traced::ProblemType(slug));
         }
+        response
     }
 
     /// [`ApiError::to_response`], with the failed source's name in the body when there is one.

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -17,21 +18,41 @@ use uuid::Uuid;
 use super::reply::{json, timing};
 use super::{
     ApiError, Lifecycle, REQUEST_ID, Request, Response, SERVER_TIMING, State, admission, call, management,
-    mapping, playground, preview,
+    mapping, playground, preview, traced,
 };
 use crate::logging::logged;
 use crate::metrics::{Endpoint, Gauges, PanicSite};
 
-/// Answers one request that hyper read.
-pub(super) async fn handle(state: &State, request: Request) -> Response {
+/// Answers one request that hyper read, from `peer`.
+pub(super) async fn handle(state: &State, request: Request, peer: Option<IpAddr>) -> Response {
     let request_id = state.request_ids.for_headers(request.headers());
-    stamped(request_id, respond(state, request)).await
+    let path = request.uri().path();
+    let inbound = traced::Inbound {
+        method: request.method(),
+        path,
+        headers: request.headers(),
+        peer,
+        version: if request.version() == http::Version::HTTP_10 { "1.0" } else { "1.1" },
+        route: traced::route_template(&segments(path), playground_file(&segments(path))),
+    };
+    let (scope, span) = traced::begin(state, &inbound);
+    let ids = scope.ids();
+    stamped(request_id, Some(ids), traced::serve(scope, span, respond(state, request))).await
 }
 
-/// Answers a request under its id: every log line written meanwhile carries it (the `request`
-/// span, [`crate::logging`]), and the answer says it (`X-Request-Id`).
-pub(super) async fn stamped(request_id: HeaderValue, respond: impl Future<Output = Response>) -> Response {
-    let (request_id, mut response) = crate::logging::within(request_id, respond).await;
+/// Whether a path of one segment is a file of the playground.
+fn playground_file(segments: &[&str]) -> bool {
+    matches!(segments, [name] if playground::has_file(name))
+}
+
+/// Answers a request under its id: every log line written meanwhile carries it and the ids of
+/// `trace` (the `request` span, [`crate::logging`]), and the answer says it (`X-Request-Id`).
+pub(super) async fn stamped(
+    request_id: HeaderValue,
+    trace: Option<crate::logging::TraceIds>,
+    respond: impl Future<Output = Response>,
+) -> Response {
+    let (request_id, mut response) = crate::logging::within(request_id, trace, respond).await;
     response.headers_mut().insert(REQUEST_ID, request_id);
     response
 }
@@ -203,6 +224,7 @@ fn metrics(state: &State) -> Response {
             limits: &state.client.rate_limits(),
             tokens: &state.client.token_fetches(),
             kept: state.client.kept(),
+            spans: state.tracer.recorder().map(|recorder| &recorder.counts),
         },
     );
     let mut response = http::Response::new(Full::new(Bytes::from(text)));

@@ -12,8 +12,8 @@ use tokio::time::Instant;
 use tracing::Level;
 
 use super::{
-    Answer, Outbound, RateLimitSettings, Target, TokenRequest, UpstreamClient, UpstreamError,
-    UpstreamRequest, origin, retry,
+    Answer, Extra, Outbound, RateLimitSettings, Target, TokenRequest, UpstreamClient, UpstreamError,
+    UpstreamRequest, origin, retry, traced,
 };
 use crate::logging::logged;
 
@@ -45,6 +45,16 @@ impl UpstreamClient {
                 (Cow::Owned(settings.share(nodes)), key)
             }
         });
+        let target = Target {
+            request,
+            origin: &origin,
+            tls: outbound.tls,
+            breaker: outbound.breaker,
+            h2c: outbound.h2c && self.settings.http2,
+            waited_for_failure: AtomicBool::new(false),
+            source: outbound.source,
+            token: false,
+        };
         if let Some((settings, key)) = &limit {
             // A slot found in the last quarter of the call's time would leave the attempt too
             // little of it (and its timeout would count against a healthy upstream's breaker).
@@ -52,7 +62,10 @@ impl UpstreamClient {
                 deadline.saturating_duration_since(started).saturating_sub(self.settings.total_timeout / 4),
             );
             if let Err(free_in) = self.limiters.take(key, settings, wait).await {
-                return Err(UpstreamError::RateLimited { retry_after: free_in });
+                // Nothing was sent; the refusal is the attempt's span all the same.
+                let refused = Err(UpstreamError::RateLimited { retry_after: free_in });
+                traced::Attempt::begin(self, &target, 0).end(&refused);
+                return refused;
             }
         }
         let retry = outbound.retry;
@@ -62,21 +75,15 @@ impl UpstreamClient {
         // A wait for a slot of the limit is not part of the first attempt's time.
         let (mut now, mut retries) = (if limit.is_some() { Instant::now() } else { started }, 0);
         let limit_key = limit.as_ref().map(|(settings, key)| (&**settings, key.as_str()));
-        let target = Target {
-            request,
-            origin: &origin,
-            tls: outbound.tls,
-            breaker: outbound.breaker,
-            h2c: outbound.h2c && self.settings.http2,
-            waited_for_failure: AtomicBool::new(false),
-        };
         // Whether this call has fetched a new token after a 401 (once at most).
         let mut renewed = false;
         loop {
             let until = retry.map_or(deadline, |settings| settings.attempt_deadline(retries, now, deadline));
             let outcome = match outbound.oauth {
-                None => self.attempt(&target, None, now, until).await,
-                Some(token) => self.authorized(&target, token, until, limit_key, &mut renewed).await,
+                None => self.attempt(&target, None, now, until, u32::from(retries)).await,
+                Some(token) => {
+                    self.authorized(&target, token, until, limit_key, &mut renewed, u32::from(retries)).await
+                }
             };
             let Some(settings) = retry.filter(|s| retries < s.attempts && s.covers(&outcome)) else {
                 return outcome;
@@ -110,9 +117,10 @@ impl UpstreamClient {
         deadline: Instant,
         limit: Option<(&RateLimitSettings, &str)>,
         renewed: &mut bool,
+        resend: u32,
     ) -> Result<Answer, UpstreamError> {
         let bearer = self.bearer(token, deadline, None).await?;
-        let answer = self.attempt(target, Some(&bearer.value), Instant::now(), deadline).await;
+        let answer = self.attempt(target, Some(&bearer.value), Instant::now(), deadline, resend).await;
         if *renewed || !matches!(&answer, Ok(answer) if answer.status == StatusCode::UNAUTHORIZED) {
             return answer;
         }
@@ -131,24 +139,42 @@ impl UpstreamClient {
             return answer;
         }
         logged!(Level::DEBUG, upstream = %target.origin, "the upstream rejected the access token; sending once more with a new one");
-        self.attempt(target, Some(&bearer.value), Instant::now(), deadline).await
+        self.attempt(target, Some(&bearer.value), Instant::now(), deadline, resend + 1).await
     }
 
     /// One attempt of a call, through the origin's breaker, within `deadline`, with
-    /// `authorization` in place of any `Authorization` header the request has.
+    /// `authorization` in place of any `Authorization` header the request has; the `resend`th
+    /// time the request is sent again. Its trace context goes with it, and its span is recorded
+    /// when the call's is.
     pub(super) async fn attempt(
         &self,
         target: &Target<'_>,
         authorization: Option<&HeaderValue>,
         started: Instant,
         deadline: Instant,
+        resend: u32,
+    ) -> Result<Answer, UpstreamError> {
+        let trace = traced::Attempt::begin(self, target, resend);
+        let answer = self.attempt_traced(target, authorization, started, deadline, &trace).await;
+        trace.end(&answer);
+        answer
+    }
+
+    async fn attempt_traced(
+        &self,
+        target: &Target<'_>,
+        authorization: Option<&HeaderValue>,
+        started: Instant,
+        deadline: Instant,
+        trace: &traced::Attempt<'_>,
     ) -> Result<Answer, UpstreamError> {
         let ticket = self
             .breakers
             .admit(target.origin, target.breaker, started)
             .map_err(|refused| UpstreamError::Unavailable { retry_after: refused.retry_after })?;
         target.waited_for_failure.store(false, Ordering::Relaxed);
-        let exchange = self.exchange_pooled(target, authorization, started);
+        let extra = Extra { authorization, trace: trace.propagated.as_ref() };
+        let exchange = self.exchange_pooled(target, extra, started);
         let answer = match tokio::time::timeout_at(deadline, exchange).await {
             Ok(answer) => answer,
             Err(_) => Err(UpstreamError::Timeout),

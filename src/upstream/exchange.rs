@@ -2,12 +2,12 @@
 //! a new one, HTTP/2 on a shared one, and when each sends a request again (a stale pooled
 //! connection, a stream the upstream never processed).
 
-use http::{HeaderValue, Method};
+use http::Method;
 use tokio::time::Instant;
 use tracing::Level;
 
 use super::open::{Opened, Way};
-use super::{Answer, Key, Target, UpstreamClient, UpstreamError, h2, wire};
+use super::{Answer, Extra, Key, Target, UpstreamClient, UpstreamError, h2, wire};
 use crate::logging::logged;
 
 impl UpstreamClient {
@@ -19,7 +19,7 @@ impl UpstreamClient {
     pub(super) async fn exchange_pooled(
         &self,
         target: &Target<'_>,
-        authorization: Option<&HeaderValue>,
+        extra: Extra<'_>,
         started: Instant,
     ) -> Result<Answer, UpstreamError> {
         let request = target.request;
@@ -27,13 +27,11 @@ impl UpstreamClient {
         // An upstream that may speak HTTP/2 (an `http` upstream's only for a route that asked
         // for it): a connection to it with a stream free carries the call.
         if !self.may_speak_h2(target) {
-            return self.exchange_h1(target, &key, authorization, started, None).await;
+            return self.exchange_h1(target, &key, extra, started, None).await;
         }
         match self.way_to(target, &key).await? {
-            Way::Http2(lease) => self.exchange_h2(lease, target, &key, authorization).await,
-            Way::Http1(connection) => {
-                self.exchange_h1(target, &key, authorization, started, connection).await
-            }
+            Way::Http2(lease) => self.exchange_h2(lease, target, &key, extra).await,
+            Way::Http1(connection) => self.exchange_h1(target, &key, extra, started, connection).await,
         }
     }
 
@@ -43,13 +41,13 @@ impl UpstreamClient {
         &self,
         target: &Target<'_>,
         key: &Key,
-        authorization: Option<&HeaderValue>,
+        extra: Extra<'_>,
         started: Instant,
         connection: Option<wire::Connection>,
     ) -> Result<Answer, UpstreamError> {
         let request = target.request;
         let key = key.clone();
-        let bytes = wire::encode(request, authorization, self.settings.compression);
+        let bytes = wire::encode(request, extra, self.settings.compression);
         let head_only = request.method == Method::HEAD;
         let limit = self.settings.max_body;
         let pool = self.pools.here();
@@ -67,7 +65,7 @@ impl UpstreamClient {
                 // inline, every call's future would carry that room and be copied with it.
                 None => match crate::tasks::boxed(|| self.open(target, &key)).await? {
                     Opened::Http2(lease) => {
-                        return self.exchange_h2(lease, target, &key, authorization).await;
+                        return self.exchange_h2(lease, target, &key, extra).await;
                     }
                     Opened::Http1(connection) => connection,
                 },
@@ -111,13 +109,13 @@ impl UpstreamClient {
         mut lease: h2::Lease,
         target: &Target<'_>,
         key: &Key,
-        authorization: Option<&HeaderValue>,
+        extra: Extra<'_>,
     ) -> Result<Answer, UpstreamError> {
         let (compression, limit) = (self.settings.compression, self.settings.max_body);
         let request = target.request;
         let mut sends = 1;
         loop {
-            let outcome = h2::exchange(&lease, request, authorization, compression, limit).await;
+            let outcome = h2::exchange(&lease, request, extra, compression, limit).await;
             // A connection that failed is taken out of use, whether or not the call goes on.
             if matches!(
                 &outcome,
@@ -140,10 +138,8 @@ impl UpstreamClient {
                 Way::Http2(lease) => lease,
                 Way::Http1(connection) => {
                     let started = Instant::now();
-                    return crate::tasks::boxed(|| {
-                        self.exchange_h1(target, key, authorization, started, connection)
-                    })
-                    .await;
+                    return crate::tasks::boxed(|| self.exchange_h1(target, key, extra, started, connection))
+                        .await;
                 }
             };
         }

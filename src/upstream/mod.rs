@@ -20,13 +20,14 @@ mod pool;
 mod request;
 mod retry;
 mod tls;
+mod traced;
 mod wire;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use http::StatusCode;
+use http::{HeaderValue, StatusCode};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::time::Instant;
@@ -44,7 +45,7 @@ pub use limit::{LimitScope, MAX_BURST, MAX_RATE, MAX_WAIT_MS, RateLimitSettings}
 pub use oauth::{AuthFailure, ClientAuth, ClientCredentials, TokenRequest};
 pub use request::UpstreamRequest;
 pub use retry::{Failure, MAX_ATTEMPTS, RetryOn, RetrySettings, retriable_status};
-pub use tls::{CertificateAsked, RouteTls, TlsProblem, TlsSettings, read_ca_file};
+pub use tls::{CertificateAsked, RouteTls, TlsProblem, TlsSettings, collector_config, read_ca_file};
 
 /// Settings of the upstream client.
 #[derive(Debug, Clone, Copy)]
@@ -81,6 +82,8 @@ pub struct Answer {
     pub certificate_asked: Option<tls::CertificateAsked>,
     /// What its `Content-Type` says it is (told when the body is not JSON).
     pub content_type: MediaType,
+    /// Whether it came over HTTP/2 (else HTTP/1.1).
+    pub http2: bool,
 }
 
 /// The media type a `Content-Type` names (`text/html`), without its parameters, lowercased and
@@ -218,6 +221,8 @@ pub struct UpstreamClient {
     nodes: Arc<AtomicU32>,
     /// Where the client's own tasks run (HTTP/2 connections, token fetches).
     spawner: Spawner,
+    /// Where the spans of attempts go, when traces are exported.
+    spans: Option<Arc<crate::telemetry::Recorder>>,
 }
 
 /// Where the client's own tasks run: behind the panic guard, and, once the service gives one, on
@@ -279,7 +284,15 @@ impl UpstreamClient {
             tokens,
             nodes,
             spawner: Spawner { tasks: Tasks::new(Arc::default()), on: None },
+            spans: None,
         }
+    }
+
+    /// The client, recording the spans of its attempts into `recorder` (for calls whose trace
+    /// is sampled).
+    pub fn with_recorder(mut self, recorder: Option<Arc<crate::telemetry::Recorder>>) -> UpstreamClient {
+        self.spans = recorder;
+        self
     }
 
     /// The client, its tasks (HTTP/2 connections, token fetches) started through `tasks` on the
@@ -460,6 +473,43 @@ pub struct Outbound<'a> {
     pub breaker: Option<uuid::Uuid>,
     /// An `http` upstream spoken to in HTTP/2 from the start (`"http2": "prior-knowledge"`).
     pub h2c: bool,
+    /// The composed route's source the call is made for, named in its spans.
+    pub source: Option<&'a str>,
+}
+
+/// What an attempt writes into its request beside the request itself, and into no cache key:
+/// the token held, and the trace context of the attempt's span.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Extra<'a> {
+    pub authorization: Option<&'a HeaderValue>,
+    pub trace: Option<&'a Propagated>,
+}
+
+/// The trace context an attempt passes on: its span as the parent (`traceparent`), and the
+/// caller's `tracestate` and `baggage` as they came.
+#[derive(Debug, Clone)]
+pub struct Propagated {
+    pub traceparent: HeaderValue,
+    pub state: Option<HeaderValue>,
+    pub baggage: Option<HeaderValue>,
+}
+
+impl Propagated {
+    /// The header lines it adds, by name.
+    pub(crate) fn lines(&self) -> impl Iterator<Item = (&'static str, &HeaderValue)> {
+        [
+            (crate::trace_context::TRACEPARENT, Some(&self.traceparent)),
+            (crate::trace_context::TRACESTATE, self.state.as_ref()),
+            ("baggage", self.baggage.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| value.map(|value| (name, value)))
+    }
+
+    /// Whether a header of the request is one it replaces.
+    pub(crate) fn replaces(name: &http::HeaderName) -> bool {
+        matches!(name.as_str(), "traceparent" | "tracestate" | "baggage")
+    }
 }
 
 /// What an attempt sends, where: the request, its origin (the breaker's key) and the route's TLS.
@@ -474,6 +524,9 @@ struct Target<'a> {
     /// The attempt's failure was another call's open, which it waited for (and which that call
     /// reported to the breaker).
     waited_for_failure: AtomicBool,
+    /// For spans: the composed route's source, and whether this is a token fetch.
+    source: Option<&'a str>,
+    token: bool,
 }
 
 /// `scheme://host:port` of `uri`, the host in lower case and the port always written: what a
@@ -488,14 +541,4 @@ fn origin(uri: &http::Uri) -> String {
 #[cfg(test)]
 mod tests;
 
-/// An error and its causes, on one line.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub(crate) use crate::logging::error_chain;

@@ -456,8 +456,10 @@ impl UpstreamClient {
         reason: FetchReason,
     ) {
         let (client, slot, token) = (self.clone(), slot.clone(), token.clone());
+        // The fetch's span is a child of the call that started it.
+        let scope = crate::telemetry::current();
         // A panic drops the leader, which hands its waiters nothing and lets the next call fetch.
-        self.spawner.spawn(async move {
+        self.spawner.spawn(crate::telemetry::maybe_within(scope, async move {
             let deadline = Instant::now() + client.settings.total_timeout;
             let fetched = client.fetch(&slot, &token, reason, deadline).await;
             {
@@ -475,7 +477,7 @@ impl UpstreamClient {
                 }
             }
             leader.share(fetched);
-        });
+        }));
     }
 
     /// Asks the token endpoint for a token and keeps it.
@@ -494,8 +496,10 @@ impl UpstreamClient {
             breaker: None,
             h2c: false,
             waited_for_failure: Default::default(),
+            source: None,
+            token: true,
         };
-        let answer = self.attempt(&target, None, sent, deadline).await;
+        let answer = self.attempt(&target, None, sent, deadline, 0).await;
         let outcome = match answer {
             Ok(answer) => read_token(answer.status, &answer.body),
             Err(error) => Err(AuthFailure::of(error)),

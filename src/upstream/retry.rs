@@ -204,6 +204,7 @@ mod tests {
             retry_after: retry_after.map(Duration::from_secs),
             certificate_asked: None,
             content_type: Default::default(),
+            http2: false,
         })
     }
 

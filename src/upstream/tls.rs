@@ -237,6 +237,20 @@ pub fn read_ca_file(path: &std::path::Path) -> Result<Vec<CertificateDer<'static
     Ok(certificates)
 }
 
+/// The TLS configuration of exports to a trace collector: Mozilla's roots, and the certificates
+/// of `ca_file` (`OTEL_EXPORTER_OTLP_CERTIFICATE`).
+pub fn collector_config(ca_file: Option<&std::path::Path>) -> Result<ClientConfig, String> {
+    let extra = match ca_file {
+        Some(path) => {
+            let named = |why: String| format!("OTEL_EXPORTER_OTLP_CERTIFICATE {}: {why}", path.display());
+            let text = std::fs::read_to_string(path).map_err(|e| named(format!("cannot be read: {e}")))?;
+            certificates(&text).map_err(named)?
+        }
+        None => Vec::new(),
+    };
+    Ok(builder().with_root_certificates(roots(&extra)?).with_no_client_auth())
+}
+
 /// rustls with ring and the safe default protocol versions.
 fn builder() -> rustls::ConfigBuilder<ClientConfig, rustls::WantsVerifier> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -9,7 +9,7 @@ use std::mem::MaybeUninit;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{HeaderValue, Method, StatusCode, header};
+use http::{Method, StatusCode, header};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
@@ -124,11 +124,8 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
 /// `compression` is on, else `identity`), the request's headers (with `authorization` in place of
 /// its own `Authorization`, when given), `Content-Length` when there is a body or the method
 /// carries one, and the body.
-pub(super) fn encode(
-    request: &UpstreamRequest,
-    authorization: Option<&HeaderValue>,
-    compression: bool,
-) -> Vec<u8> {
+pub(super) fn encode(request: &UpstreamRequest, extra: super::Extra<'_>, compression: bool) -> Vec<u8> {
+    let authorization = extra.authorization;
     let mut out = Vec::with_capacity(256 + request.body.len());
     out.extend_from_slice(request.method.as_str().as_bytes());
     out.push(b' ');
@@ -146,12 +143,16 @@ pub(super) fn encode(
         if name != header::CONTENT_LENGTH
             && name != header::ACCEPT_ENCODING
             && !(authorization.is_some() && name == header::AUTHORIZATION)
+            && !(extra.trace.is_some() && super::Propagated::replaces(name))
         {
             line(&mut out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
     if let Some(value) = authorization {
         line(&mut out, b"authorization", value.as_bytes());
+    }
+    for (name, value) in extra.trace.iter().flat_map(|trace| trace.lines()) {
+        line(&mut out, name.as_bytes(), value.as_bytes());
     }
     if !request.body.is_empty() || matches!(request.method, Method::POST | Method::PUT | Method::PATCH) {
         http1::content_length(&mut out, request.body.len());
@@ -213,6 +214,7 @@ impl Connection {
             retry_after: head.retry_after,
             certificate_asked: self.certificate_asked,
             content_type: head.content_type,
+            http2: false,
         };
         Ok((answer, reuse))
     }

@@ -43,4 +43,5 @@ mod rules_doc;
 mod secrets;
 mod server;
 mod tls;
+mod traces;
 mod wire;

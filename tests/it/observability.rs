@@ -129,8 +129,12 @@ async fn every_log_line_of_a_request_carries_its_request_id() {
         (Method::POST, "/v1/preview".to_owned(), "req-bad-preview"),
         (Method::DELETE, format!("/v1/routes/{}", &path[4..40]), "req-delete"),
     ];
+    // A caller's trace: the lines of its request carry its trace id and the request's span id.
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     for (method, at, id) in &calls {
-        let answer = send(method.clone(), &binary.url(at), &[("x-request-id", id)], "{").await;
+        let answer =
+            send(method.clone(), &binary.url(at), &[("x-request-id", id), ("traceparent", caller)], "{")
+                .await;
         assert_eq!(answer.header("x-request-id"), Some(*id));
     }
     // The last answer is out before its last line is written; give the logger a moment.
@@ -146,6 +150,12 @@ async fn every_log_line_of_a_request_carries_its_request_id() {
         }
         let id = line["span"]["id"].as_str();
         assert!(id.is_some_and(|id| !id.is_empty()), "a line without a request id: {line}");
+        let (trace, span) = (line["span"]["trace_id"].as_str(), line["span"]["span_id"].as_str());
+        assert!(trace.is_some_and(|t| t.len() == 32) && span.is_some_and(|s| s.len() == 16), "{line}");
+        if calls.iter().any(|call| Some(call.2) == id) {
+            assert_eq!(trace, Some("4bf92f3577b34da6a3ce929d0e0e4736"), "{line}");
+            assert_ne!(span, Some("00f067aa0ba902b7"), "the request's own span, not the caller's: {line}");
+        }
     }
     let ids: Vec<&str> = ["req-register"].into_iter().chain(calls.iter().map(|c| c.2)).collect();
     for id in &ids {
@@ -167,8 +177,9 @@ async fn text_log_lines_of_a_request_name_its_id() {
     let binary = Binary::start_with(dir.path(), &[("RECAST_LOG", "debug")]).await;
     let answer = send(Method::GET, &binary.url("/nowhere"), &[("x-request-id", "text-7")], "").await;
     assert_eq!(answer.status, 404);
-    let line = binary.wait_for_line("request{id=text-7}").expect("a line of the request");
+    let line = binary.wait_for_line("request{id=text-7 trace_id=").expect("a line of the request");
     assert!(line.contains("answered") && line.contains("status=404"), "{line}");
+    assert!(line.contains(" span_id="), "{line}");
 }
 
 /// A resolver that panics: a stand-in for a bug in a handler, since registration resolves the

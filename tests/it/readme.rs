@@ -228,7 +228,7 @@ fn settings() -> Vec<(String, String, Option<String>)> {
 /// The cells of the table rows of `doc` that start with a setting's variable.
 fn setting_rows(doc: &str) -> Vec<Vec<&str>> {
     doc.lines()
-        .filter(|l| l.starts_with("| `RECAST_"))
+        .filter(|l| l.starts_with("| `RECAST_") || l.starts_with("| `OTEL_"))
         .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
         .collect()
 }

@@ -210,9 +210,20 @@ async fn only_accept_headers_and_configured_headers_reach_the_upstream() {
     let received = upstream.received().pop().unwrap();
     let mut names: Vec<&str> = received.headers.keys().map(|k| k.as_str()).collect();
     names.sort();
+    // `traceparent`: the attempt's trace context, written into every upstream call
+    // (docs/observability.md).
     assert_eq!(
         names,
-        ["accept", "accept-encoding", "accept-language", "authorization", "host", "x-both", "x-route"],
+        [
+            "accept",
+            "accept-encoding",
+            "accept-language",
+            "authorization",
+            "host",
+            "traceparent",
+            "x-both",
+            "x-route"
+        ],
         "{:?}",
         received.headers
     );

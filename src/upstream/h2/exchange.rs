@@ -27,7 +27,7 @@ const NOT_SENT: [HeaderName; 6] = [
 pub(in crate::upstream) async fn exchange(
     lease: &Lease,
     request: &UpstreamRequest,
-    authorization: Option<&HeaderValue>,
+    extra: crate::upstream::Extra<'_>,
     compression: bool,
     limit: usize,
 ) -> Result<Answer, Failed> {
@@ -35,13 +35,17 @@ pub(in crate::upstream) async fn exchange(
         Request::builder().method(request.method.clone()).uri(request.uri.clone()).version(Version::HTTP_2);
     if let Some(headers) = outgoing.headers_mut() {
         for (name, value) in &request.headers {
-            let replaced = authorization.is_some() && name == header::AUTHORIZATION;
+            let replaced = extra.authorization.is_some() && name == header::AUTHORIZATION
+                || extra.trace.is_some() && crate::upstream::Propagated::replaces(name);
             if !NOT_SENT.contains(name) && !replaced {
                 headers.append(name, value.clone());
             }
         }
-        if let Some(value) = authorization {
+        if let Some(value) = extra.authorization {
             headers.insert(header::AUTHORIZATION, value.clone());
+        }
+        for (name, value) in extra.trace.iter().flat_map(|trace| trace.lines()) {
+            headers.insert(name, value.clone());
         }
         let codings = if compression { "gzip, br" } else { "identity" };
         headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static(codings));
@@ -83,6 +87,7 @@ pub(in crate::upstream) async fn exchange(
             retry_after,
             certificate_asked,
             content_type,
+            http2: true,
         });
     }
     let mut taken = Body::new(&coding, true, limit)?;
@@ -103,6 +108,7 @@ pub(in crate::upstream) async fn exchange(
         retry_after,
         certificate_asked: lease.certificate_asked(),
         content_type,
+        http2: true,
     })
 }
 

@@ -1,0 +1,174 @@
+//! The SERVER span of each request (OpenTelemetry's HTTP server conventions): its trace taken
+//! from the caller's `traceparent` or begun here, its scope set while the request is served (the
+//! upstream calls made for it are its children), its attributes from the request and the
+//! answer, and what a route call adds (the route, the cache, the call it took its answer from).
+
+use std::net::IpAddr;
+
+use http::{HeaderMap, Method, header};
+use uuid::Uuid;
+
+use super::{Response, State};
+use crate::telemetry::{self, Kind, Recorder, Scope, Span};
+use crate::trace_context::TraceParent;
+
+/// What a request's span is made of, read before it is served.
+pub(super) struct Inbound<'a> {
+    pub method: &'a Method,
+    pub path: &'a str,
+    pub headers: &'a HeaderMap,
+    pub peer: Option<IpAddr>,
+    /// `1.0` or `1.1`.
+    pub version: &'static str,
+    /// The route template the path matched (`/v1/{uuid}/{path}`), never the path itself.
+    pub route: Option<&'static str>,
+}
+
+/// What a route call tells its request's span: put into the answer's extensions, only while
+/// spans are recorded.
+#[derive(Debug, Clone)]
+pub(super) struct CallFacts {
+    pub route: Uuid,
+    /// `hit`, `miss`, `stale` or `bypass`, for a route with `cache`.
+    pub cache: Option<&'static str>,
+    /// The span of the call whose upstream answer this one took (a coalesced miss).
+    pub link: Option<TraceParent>,
+}
+
+/// The problem type of an error answer, its `error.type`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ProblemType(pub &'static str);
+
+/// A request's scope and, when its trace is recorded, its SERVER span begun now.
+pub(super) fn begin(
+    state: &State,
+    inbound: &Inbound<'_>,
+) -> (Scope, Option<(Span, std::sync::Arc<Recorder>)>) {
+    let (scope, parent) = state.tracer.serve(inbound.headers);
+    let recorder = state.tracer.recorder().filter(|_| scope.recording);
+    let span = recorder.map(|recorder| {
+        let method = telemetry::method_name(inbound.method);
+        let name = match (method, inbound.route) {
+            ("_OTHER", Some(route)) => format!("HTTP {route}"),
+            ("_OTHER", None) => "HTTP".to_owned(),
+            (method, Some(route)) => format!("{method} {route}"),
+            (method, None) => method.to_owned(),
+        };
+        let mut span = Span::start(scope.span, scope.state.as_ref(), parent, Kind::Server, name);
+        span.set("http.request.method", method);
+        if method == "_OTHER" {
+            span.set("http.request.method_original", inbound.method.as_str().to_owned());
+        }
+        span.set("url.path", inbound.path.to_owned());
+        span.set("url.scheme", "http");
+        if let Some(route) = inbound.route {
+            span.set("http.route", route);
+        }
+        if let Some((host, port)) =
+            inbound.headers.get(header::HOST).and_then(|h| h.to_str().ok()).and_then(host_port)
+        {
+            span.set("server.address", host.to_owned());
+            if let Some(port) = port {
+                span.set("server.port", port);
+            }
+        }
+        if let Some(peer) = inbound.peer {
+            span.set("client.address", peer.to_string());
+        }
+        if let Some(agent) = inbound.headers.get(header::USER_AGENT).and_then(|a| a.to_str().ok()) {
+            span.set("user_agent.original", agent.chars().take(MAX_USER_AGENT).collect::<String>());
+        }
+        span.set("network.protocol.version", inbound.version);
+        (span, recorder.clone())
+    });
+    (scope, span)
+}
+
+/// The longest `user_agent.original` kept, in characters.
+const MAX_USER_AGENT: usize = 256;
+
+/// Serves a request in its scope, then ends its span with the answer.
+pub(super) async fn serve(
+    scope: Scope,
+    span: Option<(Span, std::sync::Arc<Recorder>)>,
+    respond: impl Future<Output = Response>,
+) -> Response {
+    let mut response = telemetry::within(scope, respond).await;
+    if let Some((mut span, recorder)) = span {
+        finish(&mut span, &mut response);
+        span.end(&recorder);
+    }
+    response
+}
+
+/// The attributes an answer gives its span; Error for a 5xx.
+fn finish(span: &mut Span, response: &mut Response) {
+    let status = response.status().as_u16();
+    span.set("http.response.status_code", i64::from(status));
+    let problem = response.extensions_mut().remove::<ProblemType>();
+    if status >= 500 {
+        let kind = problem.map_or_else(|| status.to_string(), |p| p.0.to_owned());
+        span.set("error.type", kind.clone());
+        span.fail(kind);
+    }
+    if let Some(facts) = response.extensions_mut().remove::<CallFacts>() {
+        span.set("recast.route.id", facts.route.to_string());
+        if let Some(cache) = facts.cache {
+            span.set("recast.cache", cache);
+        }
+        if let Some(link) = facts.link {
+            span.link(link);
+        }
+    }
+}
+
+/// The host and port of a `Host` header (`[::1]:8080`, `example.com`).
+fn host_port(value: &str) -> Option<(&str, Option<i64>)> {
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    if let Some(rest) = value.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let port = after.strip_prefix(':').and_then(|p| p.parse::<u16>().ok()).map(i64::from);
+        return Some((host, port));
+    }
+    match value.rsplit_once(':') {
+        Some((host, port)) => Some((host, port.parse::<u16>().ok().map(i64::from))),
+        None => Some((value, None)),
+    }
+}
+
+/// The route template of a path's segments (as the router splits them), for `http.route`.
+pub(super) fn route_template(segments: &[&str], playground: bool) -> Option<&'static str> {
+    Some(match segments {
+        ["v1", "preview"] => "/v1/preview",
+        ["v1", "mapping"] => "/v1/mapping",
+        ["v1", "routes"] => "/v1/routes",
+        ["v1", "routes", rest] if rest.ends_with("/cache") => "/v1/routes/{uuid}/cache",
+        ["v1", "routes", _] => "/v1/routes/{uuid}",
+        ["v1", _, _] => "/v1/{uuid}/{path}",
+        ["healthz"] => "/healthz",
+        ["readyz"] => "/readyz",
+        ["metrics"] => "/metrics",
+        ["openapi.json"] => "/openapi.json",
+        [_] if playground => "/{file}",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_headers_and_route_templates() {
+        assert_eq!(host_port("example.com:8080"), Some(("example.com", Some(8080))));
+        assert_eq!(host_port("example.com"), Some(("example.com", None)));
+        assert_eq!(host_port("[::1]:9"), Some(("::1", Some(9))));
+        assert_eq!(host_port(""), None);
+        assert_eq!(route_template(&["v1", "0f1c", "a/b/c"], false), Some("/v1/{uuid}/{path}"));
+        assert_eq!(route_template(&["v1", "routes", "x/cache"], false), Some("/v1/routes/{uuid}/cache"));
+        assert_eq!(route_template(&["nothing", "here"], false), None);
+    }
+}

@@ -1,0 +1,471 @@
+//! Traces (`docs/observability.md`): W3C Trace Context read from callers and written into every
+//! upstream call, and, when a collector is configured, OpenTelemetry spans of each request, each
+//! upstream attempt, each token fetch and each mapping, exported over OTLP/HTTP.
+//!
+//! The request being served on a thread has a [`Scope`] there while it is polled ([`within`],
+//! like the request id of [`crate::logging`]): the upstream client reads it to make each
+//! attempt's span a child of the call's, and to write that span's `traceparent`. Work that
+//! outlives the call (a cache flight, a token fetch) takes the scope into its task.
+//!
+//! Spans are plain records ([`SpanRecord`]: static names, typed values) pushed into a bounded
+//! queue ([`export::Recorder`]); the exporter's task turns them into OTLP messages away from the
+//! request path. A full queue drops the span and counts it. Without an exporter nothing is
+//! recorded: a call pays for its ids and its `traceparent` only.
+
+pub mod export;
+pub mod settings;
+
+use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+pub use self::export::Recorder;
+pub use self::settings::{Sampler, TraceSettings};
+use crate::trace_context::{SAMPLED, TraceParent, trace_state};
+
+/// The W3C `baggage` header, passed on to upstreams as the caller sent it.
+pub const BAGGAGE: HeaderName = HeaderName::from_static("baggage");
+
+/// Where the work being done stands in its trace: the span it belongs to, and what of the
+/// caller's context is carried on.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// The trace, this scope's span (as `parent_id`: the parent of what is made under it) and the
+    /// flags.
+    pub span: TraceParent,
+    /// Whether spans made under it are recorded: sampled, and an exporter to take them.
+    pub recording: bool,
+    /// The caller's `tracestate`, when its `traceparent` was taken.
+    pub state: Option<HeaderValue>,
+    /// The caller's `baggage`, passed on unchanged.
+    pub baggage: Option<HeaderValue>,
+}
+
+impl Scope {
+    /// The ids its log lines carry: its trace's and its span's.
+    pub fn ids(&self) -> crate::logging::TraceIds {
+        crate::logging::TraceIds { trace_id: self.span.trace_id, span_id: self.span.parent_id }
+    }
+
+    /// A scope for a child span of this one: the same trace and context, another span id.
+    pub fn child(&self) -> Scope {
+        Scope { span: self.span.child(span_id()), ..self.clone() }
+    }
+}
+
+thread_local! {
+    /// The scope of the work being polled on this thread, if any.
+    static CURRENT: RefCell<Option<Scope>> = const { RefCell::new(None) };
+}
+
+/// Runs `future` in `scope`: while it is polled, [`current`] is that scope.
+pub async fn within<T>(scope: Scope, future: impl Future<Output = T>) -> T {
+    let mut future = pin!(future);
+    let mut scope = Some(scope);
+    std::future::poll_fn(|cx| {
+        let current = Current { previous: CURRENT.replace(scope.take()), into: &mut scope };
+        let poll = future.as_mut().poll(cx);
+        drop(current);
+        poll
+    })
+    .await
+}
+
+/// Runs `future` in `scope` when there is one, else as it is.
+pub async fn maybe_within<T>(scope: Option<Scope>, future: impl Future<Output = T>) -> T {
+    match scope {
+        Some(scope) => within(scope, future).await,
+        None => future.await,
+    }
+}
+
+/// Puts back what the thread-local held before a poll, and moves the scope back out, also when
+/// the poll panics.
+struct Current<'a> {
+    previous: Option<Scope>,
+    into: &'a mut Option<Scope>,
+}
+
+impl Drop for Current<'_> {
+    fn drop(&mut self) {
+        *self.into = CURRENT.replace(self.previous.take());
+    }
+}
+
+/// Calls `f` with the scope of the work being polled on this thread.
+pub fn with_current<T>(f: impl FnOnce(Option<&Scope>) -> T) -> T {
+    CURRENT.with_borrow(|scope| f(scope.as_ref()))
+}
+
+/// The scope of the work being polled on this thread, for work that goes on in another task.
+pub fn current() -> Option<Scope> {
+    with_current(|scope| scope.cloned())
+}
+
+/// Whether the work being polled on this thread records spans.
+pub fn recording() -> bool {
+    with_current(|scope| scope.is_some_and(|s| s.recording))
+}
+
+thread_local! {
+    /// This thread's generator of ids (wyrand), seeded from the system's random source.
+    static IDS: Cell<u64> = Cell::new(seed());
+}
+
+fn seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).is_err() {
+        // No system randomness: the time and the thread still set threads and processes apart.
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        let thread = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8);
+        bytes = (nanos ^ thread).to_le_bytes();
+    }
+    u64::from_le_bytes(bytes)
+}
+
+fn next_u64() -> u64 {
+    IDS.with(|state| {
+        let s = state.get().wrapping_add(0xa076_1d64_78bd_642f);
+        state.set(s);
+        let t = u128::from(s) * u128::from(s ^ 0xe703_7ed1_a0b4_28db);
+        (t >> 64) as u64 ^ t as u64
+    })
+}
+
+/// A new span id: eight random bytes, never all zero.
+pub fn span_id() -> [u8; 8] {
+    loop {
+        let id = next_u64();
+        if id != 0 {
+            return id.to_be_bytes();
+        }
+    }
+}
+
+/// A new trace id: sixteen random bytes, never all zero.
+pub fn trace_id() -> [u8; 16] {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&next_u64().to_be_bytes());
+    id[8..].copy_from_slice(&span_id());
+    id
+}
+
+/// Nanoseconds since the Unix epoch, a span's clock.
+pub fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The traces of one service: how it samples, and where recorded spans go.
+pub struct Tracer {
+    sampler: Sampler,
+    recorder: Option<Arc<Recorder>>,
+}
+
+impl Tracer {
+    pub fn new(sampler: Sampler, recorder: Option<Arc<Recorder>>) -> Tracer {
+        Tracer { sampler, recorder }
+    }
+
+    /// Where recorded spans go, when anywhere.
+    pub fn recorder(&self) -> Option<&Arc<Recorder>> {
+        self.recorder.as_ref()
+    }
+
+    /// A span under the one being polled on this thread, begun now, when that one is recorded.
+    pub fn child(&self, kind: Kind, name: &'static str) -> Option<Span> {
+        self.recorder.as_ref()?;
+        with_current(|scope| {
+            let scope = scope.filter(|scope| scope.recording)?;
+            let context = scope.span.child(span_id());
+            Some(Span::start(context, scope.state.as_ref(), Some(scope.span.parent_id), kind, name))
+        })
+    }
+
+    /// Ends a span [`Tracer::child`] began.
+    pub fn end(&self, span: Span) {
+        if let Some(recorder) = &self.recorder {
+            span.end(recorder);
+        }
+    }
+
+    /// The scope of a request with `headers`: the caller's trace when its `traceparent` is well
+    /// formed (its `tracestate` with it), else a new trace; a new span id; sampled as the sampler
+    /// says; the caller's `baggage` carried whatever its trace.
+    pub fn serve(&self, headers: &HeaderMap) -> (Scope, Option<[u8; 8]>) {
+        let parent = TraceParent::from_headers(headers);
+        let trace_id = parent.map_or_else(trace_id, |p| p.trace_id);
+        let sampled = self.sampler.sampled(parent.map(|p| p.sampled()), &trace_id);
+        // Only the sampled flag is ours to set; flags this version does not know are not passed on.
+        let flags = if sampled { SAMPLED } else { 0 };
+        let scope = Scope {
+            span: TraceParent { trace_id, parent_id: span_id(), flags },
+            recording: sampled && self.recorder.is_some(),
+            state: parent.and_then(|_| trace_state(headers)),
+            baggage: headers.get(BAGGAGE).cloned(),
+        };
+        (scope, parent.map(|p| p.parent_id))
+    }
+}
+
+/// The kind of a span, as OTLP numbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Internal = 1,
+    Server = 2,
+    Client = 3,
+}
+
+/// An attribute's value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Static(&'static str),
+    Text(String),
+    Int(i64),
+    Bool(bool),
+}
+
+impl From<&'static str> for Value {
+    fn from(text: &'static str) -> Value {
+        Value::Static(text)
+    }
+}
+
+impl From<String> for Value {
+    fn from(text: String) -> Value {
+        Value::Text(text)
+    }
+}
+
+impl From<i64> for Value {
+    fn from(n: i64) -> Value {
+        Value::Int(n)
+    }
+}
+
+impl From<bool> for Value {
+    fn from(b: bool) -> Value {
+        Value::Bool(b)
+    }
+}
+
+/// A span as it is kept until it is exported.
+#[derive(Debug, Clone)]
+pub struct SpanRecord {
+    /// Its trace, its own id (`parent_id`) and its flags.
+    pub context: TraceParent,
+    pub parent: Option<[u8; 8]>,
+    /// The `tracestate` of its trace, as the caller sent it.
+    pub state: Option<HeaderValue>,
+    pub kind: Kind,
+    pub name: Cow<'static, str>,
+    pub start: u64,
+    pub end: u64,
+    pub attributes: Vec<(&'static str, Value)>,
+    /// Status Error, with its description; `None`: unset.
+    pub error: Option<Cow<'static, str>>,
+    /// The spans it is linked to (the call a coalesced call took its answer from).
+    pub links: Vec<TraceParent>,
+}
+
+/// A span being recorded: started now in a scope, given attributes, and ended into a recorder.
+#[derive(Debug)]
+pub struct Span {
+    record: Box<SpanRecord>,
+}
+
+impl Span {
+    /// A span of `kind` named `name` whose own context is `context`, under `parent`, in a
+    /// trace whose `tracestate` is `state`.
+    pub fn start(
+        context: TraceParent,
+        state: Option<&HeaderValue>,
+        parent: Option<[u8; 8]>,
+        kind: Kind,
+        name: impl Into<Cow<'static, str>>,
+    ) -> Span {
+        Span {
+            record: Box::new(SpanRecord {
+                context,
+                parent,
+                state: state.cloned(),
+                kind,
+                name: name.into(),
+                start: now(),
+                end: 0,
+                attributes: Vec::with_capacity(12),
+                error: None,
+                links: Vec::new(),
+            }),
+        }
+    }
+
+    pub fn set(&mut self, key: &'static str, value: impl Into<Value>) {
+        self.record.attributes.push((key, value.into()));
+    }
+
+    pub fn set_name(&mut self, name: impl Into<Cow<'static, str>>) {
+        self.record.name = name.into();
+    }
+
+    /// Status Error, described.
+    pub fn fail(&mut self, why: impl Into<Cow<'static, str>>) {
+        self.record.error = Some(why.into());
+    }
+
+    pub fn link(&mut self, to: TraceParent) {
+        self.record.links.push(to);
+    }
+
+    /// Ends the span now and hands it to `recorder`.
+    pub fn end(mut self, recorder: &Recorder) {
+        self.record.end = now();
+        recorder.record(*self.record);
+    }
+}
+
+/// The request header names whose values a `url.full` shows as `REDACTED`: query parameters
+/// whose names say they hold a secret.
+pub fn secret_name(name: &str) -> bool {
+    const WORDS: [&str; 12] = [
+        "key",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "pwd",
+        "auth",
+        "signature",
+        "sig",
+        "credential",
+        "session",
+        "code",
+    ];
+    let name = name.to_ascii_lowercase();
+    WORDS.iter().any(|word| name.contains(word))
+}
+
+/// `uri` as a `url.full`: without user information, the values of query parameters whose names
+/// look like secrets replaced by `REDACTED`, as OpenTelemetry's conventions ask.
+pub fn url_full(uri: &http::Uri) -> String {
+    let scheme = uri.scheme_str().unwrap_or("http");
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    let mut out = format!("{scheme}://{authority}{}", uri.path());
+    if let Some(query) = uri.query() {
+        out.push('?');
+        for (i, pair) in query.split('&').enumerate() {
+            if i > 0 {
+                out.push('&');
+            }
+            match pair.split_once('=') {
+                Some((name, _)) => {
+                    let decoded = percent_encoding::percent_decode_str(name).decode_utf8_lossy();
+                    if secret_name(&decoded) {
+                        out.push_str(name);
+                        out.push_str("=REDACTED");
+                    } else {
+                        out.push_str(pair);
+                    }
+                }
+                None => out.push_str(pair),
+            }
+        }
+    }
+    out
+}
+
+/// The low-cardinality name of a method for `http.request.method`: the methods of RFC 9110 and
+/// `PATCH` as they are, anything else `_OTHER`.
+pub fn method_name(method: &http::Method) -> &'static str {
+    match method.as_str() {
+        "GET" => "GET",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "PATCH" => "PATCH",
+        "DELETE" => "DELETE",
+        "HEAD" => "HEAD",
+        "OPTIONS" => "OPTIONS",
+        "TRACE" => "TRACE",
+        "CONNECT" => "CONNECT",
+        _ => "_OTHER",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_random_and_never_zero() {
+        let ids: std::collections::HashSet<[u8; 8]> = (0..10_000).map(|_| span_id()).collect();
+        assert_eq!(ids.len(), 10_000);
+        assert!(!ids.contains(&[0; 8]));
+        assert_ne!(trace_id(), trace_id());
+    }
+
+    #[test]
+    fn a_request_joins_its_callers_trace_or_starts_one() {
+        let tracer = Tracer::new(Sampler { parent_based: true, ratio: 1.0 }, None);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "traceparent",
+            HeaderValue::from_static("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"),
+        );
+        headers.insert("tracestate", HeaderValue::from_static("congo=t61rcWkgMzE"));
+        headers.insert("baggage", HeaderValue::from_static("userId=alice"));
+        let (scope, parent) = tracer.serve(&headers);
+        assert_eq!(crate::hex::encode(&scope.span.trace_id), "0af7651916cd43dd8448eb211c80319c");
+        assert_eq!(parent.map(|p| crate::hex::encode(&p)).as_deref(), Some("b7ad6b7169203331"));
+        assert_eq!(scope.span.flags, 0, "the caller did not sample: nor does a parent-based sampler");
+        assert!(!scope.recording, "no recorder");
+        assert_eq!(scope.state.as_ref().unwrap(), "congo=t61rcWkgMzE");
+        assert_eq!(scope.baggage.as_ref().unwrap(), "userId=alice");
+        // A malformed traceparent starts a new trace, and its tracestate goes with it.
+        headers.insert(
+            "traceparent",
+            HeaderValue::from_static("00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"),
+        );
+        let (fresh, parent) = tracer.serve(&headers);
+        assert!(parent.is_none());
+        assert_ne!(fresh.span.trace_id, scope.span.trace_id);
+        assert_eq!(fresh.span.flags, SAMPLED);
+        assert!(fresh.state.is_none());
+        assert_eq!(
+            fresh.baggage.as_ref().unwrap(),
+            "userId=alice",
+            "baggage is passed on whatever the trace"
+        );
+    }
+
+    #[test]
+    fn the_scope_is_there_while_polled_and_only_then() {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let tracer = Tracer::new(Sampler { parent_based: true, ratio: 1.0 }, None);
+        let (scope, _) = tracer.serve(&HeaderMap::new());
+        let id = scope.span.parent_id;
+        let seen = runtime.block_on(within(scope, async {
+            tokio::task::yield_now().await;
+            current().map(|s| s.span.parent_id)
+        }));
+        assert_eq!(seen, Some(id));
+        assert!(current().is_none());
+    }
+
+    #[test]
+    fn url_full_redacts_secret_query_values() {
+        let uri: http::Uri =
+            "https://u:p@api.example:8443/v1/x?q=soup&api_key=abc&Access%5FToken=t&sig=1&page=2&flag"
+                .parse()
+                .unwrap();
+        assert_eq!(
+            url_full(&uri),
+            "https://api.example:8443/v1/x?q=soup&api_key=REDACTED&Access%5FToken=REDACTED&sig=REDACTED&page=2&flag"
+        );
+        assert_eq!(url_full(&"http://h/p".parse().unwrap()), "http://h/p");
+    }
+}

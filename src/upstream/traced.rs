@@ -1,0 +1,121 @@
+//! The trace of one upstream attempt: a span id for it under the call's span (the parent its
+//! `traceparent` names to the upstream, whether or not spans are recorded), and, when they are,
+//! its CLIENT span with the HTTP client attributes of OpenTelemetry's conventions.
+
+use http::Uri;
+
+use super::{Answer, Propagated, Target, UpstreamClient, UpstreamError};
+use crate::telemetry::{self, Kind, Recorder, Span};
+
+/// An attempt's trace, ended with its outcome ([`Attempt::end`]); one dropped before (the call
+/// was abandoned) records its span without an error status.
+pub(super) struct Attempt<'a> {
+    pub(super) propagated: Option<Propagated>,
+    span: Option<(Span, &'a Recorder)>,
+}
+
+impl<'a> Attempt<'a> {
+    /// The trace of an attempt of `target`, the `resend`th time its request is sent again, under
+    /// the span being polled on this thread (none outside a request).
+    pub(super) fn begin(client: &'a UpstreamClient, target: &Target<'_>, resend: u32) -> Attempt<'a> {
+        telemetry::with_current(|scope| {
+            let Some(scope) = scope else { return Attempt { propagated: None, span: None } };
+            let context = scope.span.child(telemetry::span_id());
+            let propagated = context.header_value().map(|traceparent| Propagated {
+                traceparent,
+                state: scope.state.clone(),
+                baggage: scope.baggage.clone(),
+            });
+            let span = client.spans.as_deref().filter(|_| scope.recording).map(|recorder| {
+                let request = target.request;
+                let method = telemetry::method_name(&request.method);
+                let mut span = Span::start(
+                    context,
+                    scope.state.as_ref(),
+                    Some(scope.span.parent_id),
+                    Kind::Client,
+                    method,
+                );
+                span.set("http.request.method", method);
+                let (host, port) = host_and_port(&request.uri);
+                span.set("server.address", host.to_owned());
+                span.set("server.port", port);
+                span.set("url.full", telemetry::url_full(&request.uri));
+                if resend > 0 {
+                    span.set("http.request.resend_count", i64::from(resend));
+                }
+                if let Some(source) = target.source {
+                    span.set("recast.source", source.to_owned());
+                }
+                if target.token {
+                    span.set("recast.oauth2.token_request", true);
+                }
+                (span, recorder)
+            });
+            Attempt { propagated, span }
+        })
+    }
+
+    /// Ends the attempt's span with its outcome: the status and protocol of an answer, the kind
+    /// of a failure; Error for a 4xx or 5xx answer and for every failure.
+    pub(super) fn end(mut self, outcome: &Result<Answer, UpstreamError>) {
+        let Some((mut span, recorder)) = self.span.take() else { return };
+        match outcome {
+            Ok(answer) => {
+                let status = answer.status.as_u16();
+                span.set("http.response.status_code", i64::from(status));
+                span.set("network.protocol.version", if answer.http2 { "2" } else { "1.1" });
+                if status >= 400 {
+                    span.set("error.type", status_text(status));
+                    span.fail(status_text(status));
+                }
+            }
+            Err(error) => {
+                let kind = error_type(error);
+                span.set("error.type", kind);
+                span.fail(error.to_string());
+            }
+        }
+        span.end(recorder);
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        // The caller went away (or the call's deadline ended it from outside): recorded as it
+        // stands, not as an error of the upstream's.
+        if let Some((mut span, recorder)) = self.span.take() {
+            span.set("recast.abandoned", true);
+            span.end(recorder);
+        }
+    }
+}
+
+/// The host and port an upstream URI names, the port its scheme's when not written.
+pub(crate) fn host_and_port(uri: &Uri) -> (&str, i64) {
+    let host = uri.host().unwrap_or_default();
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
+    (host, i64::from(port))
+}
+
+/// A status code as the text `error.type` takes.
+fn status_text(status: u16) -> String {
+    status.to_string()
+}
+
+/// The `error.type` of a failure: a short name per kind, the same set `/metrics` counts by.
+pub(crate) fn error_type(error: &UpstreamError) -> &'static str {
+    match error {
+        UpstreamError::Connect(_) => "connect_failed",
+        UpstreamError::Tls(_) => "tls_failed",
+        UpstreamError::Broken(_) => "connection_broken",
+        UpstreamError::Timeout => "timeout",
+        UpstreamError::TooLarge { .. } => "too_large",
+        UpstreamError::Coding(_) => "bad_encoding",
+        UpstreamError::NotAllowed(_) => "not_allowed",
+        UpstreamError::Unavailable { .. } => "breaker_open",
+        UpstreamError::RateLimited { .. } => "rate_limited",
+        UpstreamError::Auth(_) => "auth_failed",
+    }
+}
