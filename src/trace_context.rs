@@ -22,7 +22,7 @@ pub const SAMPLED: u8 = 0x01;
 pub const MAX_MEMBERS: usize = 32;
 
 /// The length of a version `00` `traceparent`.
-const LENGTH: usize = 55;
+pub const LENGTH: usize = 55;
 
 /// A parent span, as a `traceparent` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -48,18 +48,20 @@ pub(super) fn begin(
     let recorder = state.tracer.recorder().filter(|_| scope.recording);
     let span = recorder.map(|recorder| {
         let method = telemetry::method_name(inbound.method);
-        let name = match (method, inbound.route) {
-            ("_OTHER", Some(route)) => format!("HTTP {route}"),
-            ("_OTHER", None) => "HTTP".to_owned(),
-            (method, Some(route)) => format!("{method} {route}"),
-            (method, None) => method.to_owned(),
+        let name: std::borrow::Cow<'static, str> = match (method, inbound.route) {
+            // A route call's, written without a format.
+            ("GET", Some(CALL)) => "GET /v1/{uuid}/{path}".into(),
+            ("_OTHER", Some(route)) => format!("HTTP {route}").into(),
+            ("_OTHER", None) => "HTTP".into(),
+            (method, Some(route)) => format!("{method} {route}").into(),
+            (method, None) => method.into(),
         };
         let mut span = Span::start(scope.span, scope.state.as_ref(), parent, Kind::Server, name);
         span.set("http.request.method", method);
         if method == "_OTHER" {
-            span.set("http.request.method_original", inbound.method.as_str().to_owned());
+            span.set("http.request.method_original", inbound.method.as_str());
         }
-        span.set("url.path", inbound.path.to_owned());
+        span.set("url.path", telemetry::cut(inbound.path, telemetry::MAX_URL));
         span.set("url.scheme", "http");
         if let Some(route) = inbound.route {
             span.set("http.route", route);
@@ -67,22 +69,30 @@ pub(super) fn begin(
         if let Some((host, port)) =
             inbound.headers.get(header::HOST).and_then(|h| h.to_str().ok()).and_then(host_port)
         {
-            span.set("server.address", host.to_owned());
+            span.set("server.address", host);
             if let Some(port) = port {
                 span.set("server.port", port);
             }
         }
         if let Some(peer) = inbound.peer {
-            span.set("client.address", peer.to_string());
+            let mut text = [0u8; 48];
+            let mut cursor = std::io::Cursor::new(&mut text[..]);
+            let _ = std::io::Write::write_fmt(&mut cursor, format_args!("{peer}"));
+            let len = cursor.position() as usize;
+            span.set("client.address", std::str::from_utf8(&text[..len]).unwrap_or_default());
         }
         if let Some(agent) = inbound.headers.get(header::USER_AGENT).and_then(|a| a.to_str().ok()) {
-            span.set("user_agent.original", agent.chars().take(MAX_USER_AGENT).collect::<String>());
+            let end = agent.char_indices().nth(MAX_USER_AGENT).map_or(agent.len(), |(at, _)| at);
+            span.set("user_agent.original", &agent[..end]);
         }
         span.set("network.protocol.version", inbound.version);
         (span, recorder.clone())
     });
     (scope, span)
 }
+
+/// The template of a route call's path.
+const CALL: &str = "/v1/{uuid}/{path}";
 
 /// The longest `user_agent.original` kept, in characters.
 const MAX_USER_AGENT: usize = 256;
@@ -108,11 +118,12 @@ fn finish(span: &mut Span, response: &mut Response) {
     let problem = response.extensions_mut().remove::<ProblemType>();
     if status >= 500 {
         let kind = problem.map_or_else(|| status.to_string(), |p| p.0.to_owned());
-        span.set("error.type", kind.clone());
+        span.set("error.type", &kind);
         span.fail(kind);
     }
     if let Some(facts) = response.extensions_mut().remove::<CallFacts>() {
-        span.set("recast.route.id", facts.route.to_string());
+        let mut id = uuid::Uuid::encode_buffer();
+        span.set("recast.route.id", &*facts.route.hyphenated().encode_lower(&mut id));
         if let Some(cache) = facts.cache {
             span.set("recast.cache", cache);
         }
@@ -147,7 +158,7 @@ pub(super) fn route_template(segments: &[&str], playground: bool) -> Option<&'st
         ["v1", "routes"] => "/v1/routes",
         ["v1", "routes", rest] if rest.ends_with("/cache") => "/v1/routes/{uuid}/cache",
         ["v1", "routes", _] => "/v1/routes/{uuid}",
-        ["v1", _, _] => "/v1/{uuid}/{path}",
+        ["v1", _, _] => CALL,
         ["healthz"] => "/healthz",
         ["readyz"] => "/readyz",
         ["metrics"] => "/metrics",

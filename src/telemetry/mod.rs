@@ -7,9 +7,10 @@
 //! attempt's span a child of the call's, and to write that span's `traceparent`. Work that
 //! outlives the call (a cache flight, a token fetch) takes the scope into its task.
 //!
-//! Spans are plain records ([`SpanRecord`]: static names, typed values) pushed into a bounded
-//! queue ([`export::Recorder`]); the exporter's task turns them into OTLP messages away from the
-//! request path. A full queue drops the span and counts it. Without an exporter nothing is
+//! A span is written as the protobuf of an OTLP `Span` as it is recorded ([`Span`]: one buffer,
+//! its attributes written as they are given, nothing kept as values) and pushed into a bounded
+//! queue ([`export::Recorder`]); the exporter's task puts batches of them into requests away from
+//! the request path. A full queue drops the span and counts it. Without an exporter nothing is
 //! recorded: a call pays for its ids and its `traceparent` only.
 
 pub mod export;
@@ -206,10 +207,49 @@ impl Tracer {
             span: TraceParent { trace_id, parent_id: span_id(), flags },
             recording: sampled && self.recorder.is_some(),
             state: parent.and_then(|_| trace_state(headers)),
-            baggage: headers.get(BAGGAGE).cloned(),
+            baggage: baggage(headers),
         };
         (scope, parent.map(|p| p.parent_id))
     }
+}
+
+/// The longest `baggage` passed on, in bytes: W3C Baggage's limit.
+pub const MAX_BAGGAGE: usize = 8192;
+
+/// The caller's `baggage`, its lines joined with commas, as the W3C Baggage header is combined;
+/// `None` when there is none or it is longer than [`MAX_BAGGAGE`] bytes.
+fn baggage(headers: &HeaderMap) -> Option<HeaderValue> {
+    let mut lines = headers.get_all(BAGGAGE).iter();
+    let first = lines.next()?;
+    let Some(second) = lines.next() else {
+        return (first.len() <= MAX_BAGGAGE).then(|| first.clone());
+    };
+    let mut joined = Vec::with_capacity(first.len() + second.len() + 1);
+    for line in [first, second].into_iter().chain(lines) {
+        if !joined.is_empty() {
+            joined.push(b',');
+        }
+        joined.extend_from_slice(line.as_bytes());
+        if joined.len() > MAX_BAGGAGE {
+            return None;
+        }
+    }
+    HeaderValue::from_bytes(&joined).ok()
+}
+
+/// The longest `url.path` or `url.full` recorded, in bytes.
+pub const MAX_URL: usize = 2048;
+
+/// `text` cut to at most `max` bytes, at a character's boundary.
+pub fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// The kind of a span, as OTLP numbers them.
@@ -220,63 +260,59 @@ pub enum Kind {
     Client = 3,
 }
 
-/// An attribute's value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    Static(&'static str),
-    Text(String),
+/// An attribute's value, borrowed: it is written into the span at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value<'a> {
+    Str(&'a str),
     Int(i64),
     Bool(bool),
 }
 
-impl From<&'static str> for Value {
-    fn from(text: &'static str) -> Value {
-        Value::Static(text)
+impl<'a> From<&'a str> for Value<'a> {
+    fn from(text: &'a str) -> Value<'a> {
+        Value::Str(text)
     }
 }
 
-impl From<String> for Value {
-    fn from(text: String) -> Value {
-        Value::Text(text)
+impl<'a> From<&'a String> for Value<'a> {
+    fn from(text: &'a String) -> Value<'a> {
+        Value::Str(text)
     }
 }
 
-impl From<i64> for Value {
-    fn from(n: i64) -> Value {
+impl From<i64> for Value<'_> {
+    fn from(n: i64) -> Value<'static> {
         Value::Int(n)
     }
 }
 
-impl From<bool> for Value {
-    fn from(b: bool) -> Value {
+impl From<bool> for Value<'_> {
+    fn from(b: bool) -> Value<'static> {
         Value::Bool(b)
     }
 }
 
-/// A span as it is kept until it is exported.
-#[derive(Debug, Clone)]
-pub struct SpanRecord {
-    /// Its trace, its own id (`parent_id`) and its flags.
-    pub context: TraceParent,
-    pub parent: Option<[u8; 8]>,
-    /// The `tracestate` of its trace, as the caller sent it.
-    pub state: Option<HeaderValue>,
-    pub kind: Kind,
-    pub name: Cow<'static, str>,
-    pub start: u64,
-    pub end: u64,
-    pub attributes: Vec<(&'static str, Value)>,
-    /// Status Error, with its description; `None`: unset.
-    pub error: Option<Cow<'static, str>>,
-    /// The spans it is linked to (the call a coalesced call took its answer from).
-    pub links: Vec<TraceParent>,
-}
-
-/// A span being recorded: started now in a scope, given attributes, and ended into a recorder.
+/// A span being recorded: started now in a trace, its attributes written as they are given (as
+/// the protobuf of an OTLP `Span`, so nothing of them is kept as values: a span is one buffer),
+/// and at its end its other fields after them, and the whole handed to a recorder.
 #[derive(Debug)]
 pub struct Span {
-    record: Box<SpanRecord>,
+    context: TraceParent,
+    parent: Option<[u8; 8]>,
+    state: Option<HeaderValue>,
+    kind: Kind,
+    name: Cow<'static, str>,
+    start: u64,
+    /// The fields written so far.
+    written: Vec<u8>,
+    /// Status Error, with its description; `None`: unset.
+    error: Option<Cow<'static, str>>,
+    /// The spans it is linked to (the call a coalesced call took its answer from).
+    links: Vec<TraceParent>,
 }
+
+/// Room for a span's fields: a request's span with its attributes takes about 500 bytes.
+const SPAN_ROOM: usize = 640;
 
 impl Span {
     /// A span of `kind` named `name` whose own context is `context`, under `parent`, in a
@@ -289,42 +325,58 @@ impl Span {
         name: impl Into<Cow<'static, str>>,
     ) -> Span {
         Span {
-            record: Box::new(SpanRecord {
-                context,
-                parent,
-                state: state.cloned(),
-                kind,
-                name: name.into(),
-                start: now(),
-                end: 0,
-                attributes: Vec::with_capacity(12),
-                error: None,
-                links: Vec::new(),
-            }),
+            context,
+            parent,
+            state: state.cloned(),
+            kind,
+            name: name.into(),
+            start: now(),
+            written: Vec::with_capacity(SPAN_ROOM),
+            error: None,
+            links: Vec::new(),
         }
     }
 
-    pub fn set(&mut self, key: &'static str, value: impl Into<Value>) {
-        self.record.attributes.push((key, value.into()));
+    pub fn set<'a>(&mut self, key: &str, value: impl Into<Value<'a>>) {
+        export::key_value(&mut self.written, 9, key, value.into());
     }
 
     pub fn set_name(&mut self, name: impl Into<Cow<'static, str>>) {
-        self.record.name = name.into();
+        self.name = name.into();
     }
 
     /// Status Error, described.
     pub fn fail(&mut self, why: impl Into<Cow<'static, str>>) {
-        self.record.error = Some(why.into());
+        self.error = Some(why.into());
     }
 
     pub fn link(&mut self, to: TraceParent) {
-        self.record.links.push(to);
+        self.links.push(to);
     }
 
     /// Ends the span now and hands it to `recorder`.
-    pub fn end(mut self, recorder: &Recorder) {
-        self.record.end = now();
-        recorder.record(*self.record);
+    pub fn end(self, recorder: &Recorder) {
+        recorder.record(self.finish(now()));
+    }
+
+    /// The span's protobuf, ended at `end`.
+    pub fn finish(self, end: u64) -> Vec<u8> {
+        let Span { context, parent, state, kind, name, start, mut written, error, links } = self;
+        export::span_fields(
+            &mut written,
+            export::Fields {
+                context,
+                parent,
+                state: state.as_ref(),
+                kind,
+                name: &name,
+                start,
+                end,
+                error: error.as_deref(),
+                links: &links,
+            },
+        );
+        written
     }
 }
 
@@ -355,7 +407,7 @@ pub fn url_full(uri: &http::Uri) -> String {
     let scheme = uri.scheme_str().unwrap_or("http");
     let authority = uri.authority().map_or("", |a| a.as_str());
     let authority = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
-    let mut out = format!("{scheme}://{authority}{}", uri.path());
+    let mut out = format!("{scheme}://{authority}{}", cut(uri.path(), MAX_URL));
     if let Some(query) = uri.query() {
         out.push('?');
         for (i, pair) in query.split('&').enumerate() {
@@ -374,8 +426,13 @@ pub fn url_full(uri: &http::Uri) -> String {
                 }
                 None => out.push_str(pair),
             }
+            if out.len() > MAX_URL {
+                break;
+            }
         }
     }
+    let kept = cut(&out, MAX_URL).len();
+    out.truncate(kept);
     out
 }
 
@@ -467,5 +524,25 @@ mod tests {
             "https://api.example:8443/v1/x?q=soup&api_key=REDACTED&Access%5FToken=REDACTED&sig=REDACTED&page=2&flag"
         );
         assert_eq!(url_full(&"http://h/p".parse().unwrap()), "http://h/p");
+        let long: http::Uri =
+            format!("http://h/{}?a={}", "é".repeat(2000), "b".repeat(5000)).parse().unwrap();
+        let full = url_full(&long);
+        assert!(full.len() <= MAX_URL && full.starts_with("http://h/"), "{}", full.len());
+    }
+
+    #[test]
+    fn baggage_is_passed_on_whole_joined_or_not_at_all() {
+        let mut headers = HeaderMap::new();
+        assert!(baggage(&headers).is_none());
+        headers.append("baggage", HeaderValue::from_static("a=1"));
+        assert_eq!(baggage(&headers).unwrap(), "a=1");
+        headers.append("baggage", HeaderValue::from_static("b=2;p"));
+        assert_eq!(baggage(&headers).unwrap(), "a=1,b=2;p");
+        headers.append("baggage", HeaderValue::from_str(&"c".repeat(MAX_BAGGAGE)).unwrap());
+        assert!(baggage(&headers).is_none(), "over 8192 bytes together");
+        let mut one = HeaderMap::new();
+        one.insert("baggage", HeaderValue::from_str(&"c".repeat(MAX_BAGGAGE + 1)).unwrap());
+        assert!(baggage(&one).is_none());
+        assert_eq!(cut("aé", 2), "a");
     }
 }

@@ -489,18 +489,19 @@ pub(crate) struct Extra<'a> {
 /// caller's `tracestate` and `baggage` as they came.
 #[derive(Debug, Clone)]
 pub struct Propagated {
-    pub traceparent: HeaderValue,
+    /// Its text, written as it is (no header value made for it on HTTP/1.1).
+    pub traceparent: [u8; crate::trace_context::LENGTH],
     pub state: Option<HeaderValue>,
     pub baggage: Option<HeaderValue>,
 }
 
 impl Propagated {
     /// The header lines it adds, by name.
-    pub(crate) fn lines(&self) -> impl Iterator<Item = (&'static str, &HeaderValue)> {
+    pub(crate) fn lines(&self) -> impl Iterator<Item = (&'static str, &[u8])> {
         [
-            (crate::trace_context::TRACEPARENT, Some(&self.traceparent)),
-            (crate::trace_context::TRACESTATE, self.state.as_ref()),
-            ("baggage", self.baggage.as_ref()),
+            (crate::trace_context::TRACEPARENT, Some(&self.traceparent[..])),
+            (crate::trace_context::TRACESTATE, self.state.as_ref().map(HeaderValue::as_bytes)),
+            ("baggage", self.baggage.as_ref().map(HeaderValue::as_bytes)),
         ]
         .into_iter()
         .filter_map(|(name, value)| value.map(|value| (name, value)))

@@ -21,8 +21,8 @@ impl<'a> Attempt<'a> {
         telemetry::with_current(|scope| {
             let Some(scope) = scope else { return Attempt { propagated: None, span: None } };
             let context = scope.span.child(telemetry::span_id());
-            let propagated = context.header_value().map(|traceparent| Propagated {
-                traceparent,
+            let propagated = Some(Propagated {
+                traceparent: context.text(),
                 state: scope.state.clone(),
                 baggage: scope.baggage.clone(),
             });
@@ -38,14 +38,14 @@ impl<'a> Attempt<'a> {
                 );
                 span.set("http.request.method", method);
                 let (host, port) = host_and_port(&request.uri);
-                span.set("server.address", host.to_owned());
+                span.set("server.address", host);
                 span.set("server.port", port);
-                span.set("url.full", telemetry::url_full(&request.uri));
+                span.set("url.full", &telemetry::url_full(&request.uri));
                 if resend > 0 {
                     span.set("http.request.resend_count", i64::from(resend));
                 }
                 if let Some(source) = target.source {
-                    span.set("recast.source", source.to_owned());
+                    span.set("recast.source", source);
                 }
                 if target.token {
                     span.set("recast.oauth2.token_request", true);
@@ -66,8 +66,9 @@ impl<'a> Attempt<'a> {
                 span.set("http.response.status_code", i64::from(status));
                 span.set("network.protocol.version", if answer.http2 { "2" } else { "1.1" });
                 if status >= 400 {
-                    span.set("error.type", status_text(status));
-                    span.fail(status_text(status));
+                    let text = status_text(status);
+                    span.set("error.type", &text);
+                    span.fail(text);
                 }
             }
             Err(error) => {

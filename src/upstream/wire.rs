@@ -152,7 +152,7 @@ pub(super) fn encode(request: &UpstreamRequest, extra: super::Extra<'_>, compres
         line(&mut out, b"authorization", value.as_bytes());
     }
     for (name, value) in extra.trace.iter().flat_map(|trace| trace.lines()) {
-        line(&mut out, name.as_bytes(), value.as_bytes());
+        line(&mut out, name.as_bytes(), value);
     }
     if !request.body.is_empty() || matches!(request.method, Method::POST | Method::PUT | Method::PATCH) {
         http1::content_length(&mut out, request.body.len());

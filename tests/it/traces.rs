@@ -685,3 +685,22 @@ async fn the_spans_queued_at_shutdown_are_exported_before_the_process_stops() {
     let spans: Vec<Span> = collector.spans().into_iter().filter(|s| s.trace_id == [0x0b; 16]).collect();
     assert_eq!(spans.len(), 3, "{spans:#?}");
 }
+
+#[tokio::test]
+async fn a_rate_limits_refusal_is_a_client_span_that_sent_nothing() {
+    let collector = Collector::start(Mode::Take).await;
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(traced(&collector)).await;
+    let limit = r#","rateLimit":{"requestsPerSecond":1,"burst":1,"maxWaitMs":0}"#;
+    let path = registered(&service, &registration(&upstream.url("/"), "", limit), &[]).await;
+    // The live call took the one slot of this second.
+    let caller = "00-0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c-0000000000000010-01";
+    let answer = send(Method::GET, &service.url(&path), &[("traceparent", caller)], "").await;
+    assert_eq!(answer.status, 429);
+    let spans = collector.trace(&[0x0c; 16], 2).await;
+    let client = one(&spans, "CLIENT span", |s| s.kind == CLIENT);
+    assert!(has(client, "error.type", "rate_limited"), "{client:#?}");
+    assert!(attr(client, "http.response.status_code").is_none(), "nothing was sent");
+    assert_eq!(upstream.received().len(), 1, "the live call only");
+    service.stop().await;
+}

@@ -45,7 +45,10 @@ pub(in crate::upstream) async fn exchange(
             headers.insert(header::AUTHORIZATION, value.clone());
         }
         for (name, value) in extra.trace.iter().flat_map(|trace| trace.lines()) {
-            headers.insert(name, value.clone());
+            // Read from well-formed headers, or written as hex: always a valid value.
+            if let Ok(value) = HeaderValue::from_bytes(value) {
+                headers.insert(name, value);
+            }
         }
         let codings = if compression { "gzip, br" } else { "identity" };
         headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static(codings));
