@@ -97,18 +97,33 @@ const CALL: &str = "/v1/{uuid}/{path}";
 /// The longest `user_agent.original` kept, in characters.
 const MAX_USER_AGENT: usize = 256;
 
-/// Serves a request in its scope, then ends its span with the answer.
+/// Serves a request in its scope, then ends its span with the answer. A request dropped before
+/// its answer (its client went away) still ends its span, marked `recast.abandoned`, so that the
+/// spans of its upstream calls keep their parent.
 pub(super) async fn serve(
     scope: Scope,
     span: Option<(Span, std::sync::Arc<Recorder>)>,
     respond: impl Future<Output = Response>,
 ) -> Response {
+    let mut pending = Pending(span);
     let mut response = telemetry::within(scope, respond).await;
-    if let Some((mut span, recorder)) = span {
+    if let Some((mut span, recorder)) = pending.0.take() {
         finish(&mut span, &mut response);
         span.end(&recorder);
     }
     response
+}
+
+/// A request's span until its answer.
+struct Pending(Option<(Span, std::sync::Arc<Recorder>)>);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some((mut span, recorder)) = self.0.take() {
+            span.set("recast.abandoned", true);
+            span.end(&recorder);
+        }
+    }
 }
 
 /// The attributes an answer gives its span; Error for a 5xx.

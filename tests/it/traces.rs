@@ -704,3 +704,29 @@ async fn a_rate_limits_refusal_is_a_client_span_that_sent_nothing() {
     assert_eq!(upstream.received().len(), 1, "the live call only");
     service.stop().await;
 }
+
+#[tokio::test]
+async fn a_call_whose_client_went_away_ends_its_spans_as_abandoned_not_failed() {
+    use tokio::io::AsyncWriteExt as _;
+    let collector = Collector::start(Mode::Take).await;
+    let held = Held::start(MEALS).await;
+    let service = Service::start(traced(&collector)).await;
+    let path = registered(&service, &registration(&held.url, "", ""), &[]).await;
+    let mut client = tokio::net::TcpStream::connect(service.addr).await.unwrap();
+    let caller = "00-0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d-0000000000000011-01";
+    let head = format!("GET {path}?hold=1 HTTP/1.1\r\nhost: 127.0.0.1\r\ntraceparent: {caller}\r\n\r\n");
+    client.write_all(head.as_bytes()).await.unwrap();
+    held.arrived(1).await;
+    drop(client);
+    let spans = collector.trace(&[0x0d; 16], 2).await;
+    let server = one(&spans, "SERVER span", |s| s.kind == SERVER);
+    let client = one(&spans, "CLIENT span", |s| s.kind == CLIENT);
+    for span in [server, client] {
+        assert!(has(span, "recast.abandoned", "true"), "{span:#?}");
+        assert!(span.status.is_none() && attr(span, "error.type").is_none(), "not an error: {span:#?}");
+        assert!(attr(span, "http.response.status_code").is_none());
+    }
+    assert_eq!(client.parent_span_id, server.span_id);
+    held.release();
+    service.stop().await;
+}
