@@ -16,6 +16,10 @@ pub const TRACEPARENT: &str = "traceparent";
 /// The `tracestate` field.
 pub const TRACESTATE: &str = "tracestate";
 
+/// The two as header names, which are looked up without being parsed first.
+const TRACEPARENT_NAME: http::HeaderName = http::HeaderName::from_static(TRACEPARENT);
+const TRACESTATE_NAME: http::HeaderName = http::HeaderName::from_static(TRACESTATE);
+
 /// The one flag this version of the recommendation defines: the caller may have recorded.
 pub const SAMPLED: u8 = 0x01;
 /// The most list members a `tracestate` may have.
@@ -37,7 +41,7 @@ impl TraceParent {
     /// The caller's parent span: its one `traceparent` line, read as [`TraceParent::parse`] reads
     /// it; `None` for none, several, or one that is not well formed.
     pub fn from_headers(headers: &HeaderMap) -> Option<TraceParent> {
-        let mut lines = headers.get_all(TRACEPARENT).iter();
+        let mut lines = headers.get_all(TRACEPARENT_NAME).iter();
         let line = lines.next()?;
         if lines.next().is_some() {
             return None;
@@ -104,7 +108,7 @@ impl TraceParent {
 pub fn trace_state(headers: &HeaderMap) -> Option<HeaderValue> {
     let mut out = Vec::new();
     let mut keys: Vec<&[u8]> = Vec::new();
-    for line in headers.get_all(TRACESTATE) {
+    for line in headers.get_all(TRACESTATE_NAME) {
         for member in line.as_bytes().split(|&b| b == b',') {
             let member = trim(member);
             if member.is_empty() {

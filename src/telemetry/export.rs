@@ -17,7 +17,7 @@ use http::{HeaderValue, Request, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
+use prost::encoding::{WireType, encoded_len_varint};
 use tokio::sync::{Notify, watch};
 
 use super::settings::ExportSettings;
@@ -248,8 +248,8 @@ impl Writer {
         let scope_spans = self.spans.len();
         let resource_spans = self.resource.len() + 1 + encoded_len_varint(scope_spans as u64) + scope_spans;
         let mut out = Vec::with_capacity(resource_spans + 16);
-        encode_key(1, WireType::LengthDelimited, &mut out);
-        encode_varint(resource_spans as u64, &mut out);
+        field_key(1, WireType::LengthDelimited, &mut out);
+        put_varint(resource_spans as u64, &mut out);
         out.extend_from_slice(&self.resource);
         message(&mut out, 2, &self.spans);
         out
@@ -287,16 +287,16 @@ pub fn span_fields(out: &mut Vec<u8>, span: Fields<'_>) {
     for link in span.links {
         let flags = u32::from(link.flags & crate::trace_context::SAMPLED) | HAS_IS_REMOTE;
         let len = 2 * 2 + link.trace_id.len() + link.parent_id.len() + 1 + 4;
-        encode_key(13, WireType::LengthDelimited, out);
-        encode_varint(len as u64, out);
+        field_key(13, WireType::LengthDelimited, out);
+        put_varint(len as u64, out);
         bytes(out, 1, &link.trace_id);
         bytes(out, 2, &link.parent_id);
         fixed32(out, 6, flags);
     }
     if let Some(why) = span.error {
         let len = string_len(2, why) + 1 + encoded_len_varint(STATUS_ERROR);
-        encode_key(15, WireType::LengthDelimited, out);
-        encode_varint(len as u64, out);
+        field_key(15, WireType::LengthDelimited, out);
+        put_varint(len as u64, out);
         string(out, 2, why);
         varint(out, 3, STATUS_ERROR);
     }
@@ -314,23 +314,39 @@ pub(super) fn key_value(out: &mut Vec<u8>, tag: u32, key: &str, value: Value<'_>
         Value::Bool(_) => 2,
     };
     let len = string_len(1, key) + 1 + encoded_len_varint(any as u64) + any;
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(len as u64, out);
+    field_key(tag, WireType::LengthDelimited, out);
+    put_varint(len as u64, out);
     string(out, 1, key);
-    encode_key(2, WireType::LengthDelimited, out);
-    encode_varint(any as u64, out);
+    field_key(2, WireType::LengthDelimited, out);
+    put_varint(any as u64, out);
     // A oneof's member is written whatever its value.
     match value {
         Value::Str(text) => string(out, 1, text),
         Value::Int(n) => {
-            encode_key(3, WireType::Varint, out);
-            encode_varint(n as u64, out);
+            field_key(3, WireType::Varint, out);
+            put_varint(n as u64, out);
         }
         Value::Bool(b) => {
-            encode_key(2, WireType::Varint, out);
-            encode_varint(u64::from(b), out);
+            field_key(2, WireType::Varint, out);
+            put_varint(u64::from(b), out);
         }
     }
+}
+
+/// A field's key: its tag and wire type, as a varint.
+#[inline]
+fn field_key(tag: u32, wire: WireType, out: &mut Vec<u8>) {
+    put_varint(u64::from(tag << 3 | wire as u32), out);
+}
+
+/// `value` as a varint: one byte below 128, a byte per seven bits above.
+#[inline]
+fn put_varint(mut value: u64, out: &mut Vec<u8>) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
 }
 
 /// What [`string`] writes, in bytes.
@@ -343,8 +359,8 @@ fn string(out: &mut Vec<u8>, tag: u32, text: &str) {
 }
 
 fn bytes(out: &mut Vec<u8>, tag: u32, value: &[u8]) {
-    encode_key(tag, WireType::LengthDelimited, out);
-    encode_varint(value.len() as u64, out);
+    field_key(tag, WireType::LengthDelimited, out);
+    put_varint(value.len() as u64, out);
     out.extend_from_slice(value);
 }
 
@@ -353,17 +369,17 @@ fn message(out: &mut Vec<u8>, tag: u32, body: &[u8]) {
 }
 
 fn varint(out: &mut Vec<u8>, tag: u32, value: u64) {
-    encode_key(tag, WireType::Varint, out);
-    encode_varint(value, out);
+    field_key(tag, WireType::Varint, out);
+    put_varint(value, out);
 }
 
 fn fixed64(out: &mut Vec<u8>, tag: u32, value: u64) {
-    encode_key(tag, WireType::SixtyFourBit, out);
+    field_key(tag, WireType::SixtyFourBit, out);
     out.extend_from_slice(&value.to_le_bytes());
 }
 
 fn fixed32(out: &mut Vec<u8>, tag: u32, value: u32) {
-    encode_key(tag, WireType::ThirtyTwoBit, out);
+    field_key(tag, WireType::ThirtyTwoBit, out);
     out.extend_from_slice(&value.to_le_bytes());
 }
 
