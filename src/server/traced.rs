@@ -56,7 +56,7 @@ pub(super) fn begin(
             (method, Some(route)) => format!("{method} {route}").into(),
             (method, None) => method.into(),
         };
-        let mut span = Span::start(scope.span, scope.state.as_ref(), parent, Kind::Server, name);
+        let mut span = Span::start(scope.span, scope.state.as_ref(), parent, Kind::Server, &name);
         span.set("http.request.method", method);
         if method == "_OTHER" {
             span.set("http.request.method_original", inbound.method.as_str());
@@ -158,7 +158,7 @@ fn finish(span: &mut Span, response: &mut Response) {
     if status >= 500 {
         let kind = problem.map_or_else(|| status.to_string(), |p| p.0.to_owned());
         span.set("error.type", &kind);
-        span.fail(kind);
+        span.fail(&kind);
     }
     if let Some(facts) = response.extensions_mut().remove::<CallFacts>() {
         let mut id = uuid::Uuid::encode_buffer();

@@ -256,21 +256,19 @@ impl Writer {
     }
 }
 
-/// What a span is besides its attributes.
-pub struct Fields<'a> {
+/// What a span is from its start.
+pub struct Head<'a> {
     pub context: TraceParent,
     pub parent: Option<[u8; 8]>,
     pub state: Option<&'a HeaderValue>,
     pub kind: Kind,
     pub name: &'a str,
     pub start: u64,
-    pub end: u64,
-    pub error: Option<&'a str>,
-    pub links: &'a [TraceParent],
 }
 
-/// Writes a span's fields besides its attributes (protobuf does not ask for an order).
-pub fn span_fields(out: &mut Vec<u8>, span: Fields<'_>) {
+/// Writes the fields a span has from its start (protobuf asks for no order: its attributes,
+/// status, links and end follow).
+pub fn span_head(out: &mut Vec<u8>, span: Head<'_>) {
     let remote_parent = span.kind == Kind::Server && span.parent.is_some();
     bytes(out, 1, &span.context.trace_id);
     bytes(out, 2, &span.context.parent_id);
@@ -283,27 +281,35 @@ pub fn span_fields(out: &mut Vec<u8>, span: Fields<'_>) {
     string(out, 5, span.name);
     varint(out, 6, span.kind as u64);
     fixed64(out, 7, span.start);
-    fixed64(out, 8, span.end.max(span.start));
-    for link in span.links {
-        let flags = u32::from(link.flags & crate::trace_context::SAMPLED) | HAS_IS_REMOTE;
-        let len = 2 * 2 + link.trace_id.len() + link.parent_id.len() + 1 + 4;
-        field_key(13, WireType::LengthDelimited, out);
-        put_varint(len as u64, out);
-        bytes(out, 1, &link.trace_id);
-        bytes(out, 2, &link.parent_id);
-        fixed32(out, 6, flags);
-    }
-    if let Some(why) = span.error {
-        let len = string_len(2, why) + 1 + encoded_len_varint(STATUS_ERROR);
-        field_key(15, WireType::LengthDelimited, out);
-        put_varint(len as u64, out);
-        string(out, 2, why);
-        varint(out, 3, STATUS_ERROR);
-    }
     let flags = u32::from(span.context.flags & crate::trace_context::SAMPLED)
         | HAS_IS_REMOTE
         | if remote_parent { IS_REMOTE } else { 0 };
     fixed32(out, 16, flags);
+}
+
+/// A span's link to another (field 13).
+pub fn link(out: &mut Vec<u8>, to: &TraceParent) {
+    let flags = u32::from(to.flags & crate::trace_context::SAMPLED) | HAS_IS_REMOTE;
+    let len = 2 * 2 + to.trace_id.len() + to.parent_id.len() + 1 + 4;
+    field_key(13, WireType::LengthDelimited, out);
+    put_varint(len as u64, out);
+    bytes(out, 1, &to.trace_id);
+    bytes(out, 2, &to.parent_id);
+    fixed32(out, 6, flags);
+}
+
+/// A span's status, Error with its description (field 15).
+pub fn status_error(out: &mut Vec<u8>, why: &str) {
+    let len = string_len(2, why) + 1 + encoded_len_varint(STATUS_ERROR);
+    field_key(15, WireType::LengthDelimited, out);
+    put_varint(len as u64, out);
+    string(out, 2, why);
+    varint(out, 3, STATUS_ERROR);
+}
+
+/// A span's end (field 8), its last field.
+pub fn span_end(out: &mut Vec<u8>, end: u64) {
+    fixed64(out, 8, end);
 }
 
 /// A `KeyValue` as field `tag`.
@@ -350,34 +356,41 @@ fn put_varint(mut value: u64, out: &mut Vec<u8>) {
 }
 
 /// What [`string`] writes, in bytes.
+#[inline]
 fn string_len(tag: u32, text: &str) -> usize {
     prost::encoding::key_len(tag) + encoded_len_varint(text.len() as u64) + text.len()
 }
 
+#[inline]
 fn string(out: &mut Vec<u8>, tag: u32, text: &str) {
     bytes(out, tag, text.as_bytes());
 }
 
+#[inline]
 fn bytes(out: &mut Vec<u8>, tag: u32, value: &[u8]) {
     field_key(tag, WireType::LengthDelimited, out);
     put_varint(value.len() as u64, out);
     out.extend_from_slice(value);
 }
 
+#[inline]
 fn message(out: &mut Vec<u8>, tag: u32, body: &[u8]) {
     bytes(out, tag, body);
 }
 
+#[inline]
 fn varint(out: &mut Vec<u8>, tag: u32, value: u64) {
     field_key(tag, WireType::Varint, out);
     put_varint(value, out);
 }
 
+#[inline]
 fn fixed64(out: &mut Vec<u8>, tag: u32, value: u64) {
     field_key(tag, WireType::SixtyFourBit, out);
     out.extend_from_slice(&value.to_le_bytes());
 }
 
+#[inline]
 fn fixed32(out: &mut Vec<u8>, tag: u32, value: u32) {
     field_key(tag, WireType::ThirtyTwoBit, out);
     out.extend_from_slice(&value.to_le_bytes());

@@ -16,7 +16,6 @@
 pub mod export;
 pub mod settings;
 
-use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::pin;
@@ -292,23 +291,14 @@ impl From<bool> for Value<'_> {
     }
 }
 
-/// A span being recorded: started now in a trace, its attributes written as they are given (as
-/// the protobuf of an OTLP `Span`, so nothing of them is kept as values: a span is one buffer),
-/// and at its end its other fields after them, and the whole handed to a recorder.
+/// A span being recorded: started now in a trace, and written as the protobuf of an OTLP `Span`
+/// as it goes (its ids, name and start at once, each attribute, its status and links as they are
+/// given, its end last), so that nothing of it is kept as values and it moves as one pointer to
+/// one buffer; at its end the buffer is handed to a recorder.
 #[derive(Debug)]
 pub struct Span {
-    context: TraceParent,
-    parent: Option<[u8; 8]>,
-    state: Option<HeaderValue>,
-    kind: Kind,
-    name: Cow<'static, str>,
-    start: u64,
-    /// The fields written so far.
     written: Vec<u8>,
-    /// Status Error, with its description; `None`: unset.
-    error: Option<Cow<'static, str>>,
-    /// The spans it is linked to (the call a coalesced call took its answer from).
-    links: Vec<TraceParent>,
+    start: u64,
 }
 
 /// Room for a span's fields: a request's span with its attributes takes about 500 bytes.
@@ -322,36 +312,25 @@ impl Span {
         state: Option<&HeaderValue>,
         parent: Option<[u8; 8]>,
         kind: Kind,
-        name: impl Into<Cow<'static, str>>,
+        name: &str,
     ) -> Span {
-        Span {
-            context,
-            parent,
-            state: state.cloned(),
-            kind,
-            name: name.into(),
-            start: now(),
-            written: Vec::with_capacity(SPAN_ROOM),
-            error: None,
-            links: Vec::new(),
-        }
+        let start = now();
+        let mut written = Vec::with_capacity(SPAN_ROOM);
+        export::span_head(&mut written, export::Head { context, parent, state, kind, name, start });
+        Span { written, start }
     }
 
     pub fn set<'a>(&mut self, key: &str, value: impl Into<Value<'a>>) {
         export::key_value(&mut self.written, 9, key, value.into());
     }
 
-    pub fn set_name(&mut self, name: impl Into<Cow<'static, str>>) {
-        self.name = name.into();
-    }
-
-    /// Status Error, described.
-    pub fn fail(&mut self, why: impl Into<Cow<'static, str>>) {
-        self.error = Some(why.into());
+    /// Status Error, described. Once per span.
+    pub fn fail(&mut self, why: &str) {
+        export::status_error(&mut self.written, why);
     }
 
     pub fn link(&mut self, to: TraceParent) {
-        self.links.push(to);
+        export::link(&mut self.written, &to);
     }
 
     /// Ends the span now and hands it to `recorder`.
@@ -359,23 +338,10 @@ impl Span {
         recorder.record(self.finish(now()));
     }
 
-    /// The span's protobuf, ended at `end`.
+    /// The span's protobuf, ended at `end` (its start, if that is earlier).
     pub fn finish(self, end: u64) -> Vec<u8> {
-        let Span { context, parent, state, kind, name, start, mut written, error, links } = self;
-        export::span_fields(
-            &mut written,
-            export::Fields {
-                context,
-                parent,
-                state: state.as_ref(),
-                kind,
-                name: &name,
-                start,
-                end,
-                error: error.as_deref(),
-                links: &links,
-            },
-        );
+        let Span { mut written, start } = self;
+        export::span_end(&mut written, end.max(start));
         written
     }
 }

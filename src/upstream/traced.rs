@@ -68,13 +68,13 @@ impl<'a> Attempt<'a> {
                 if status >= 400 {
                     let text = status_text(status);
                     span.set("error.type", &text);
-                    span.fail(text);
+                    span.fail(&text);
                 }
             }
             Err(error) => {
                 let kind = error_type(error);
                 span.set("error.type", kind);
-                span.fail(error.to_string());
+                span.fail(&error.to_string());
             }
         }
         span.end(recorder);
