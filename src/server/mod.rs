@@ -494,15 +494,6 @@ pub async fn run_with(
             "connections still busy at the end of the grace period are left behind"
         );
     }
-    // The spans of the requests served are queued by now: exported within the grace period.
-    if let Some((flush, mut task)) = exporting {
-        flush.stop();
-        let until = stop_by.max(tokio::time::Instant::now() + LEAVING);
-        if tokio::time::timeout_at(until, &mut task).await.is_err() {
-            task.abort();
-            tracing::warn!("the trace collector did not take the last spans within the grace period");
-        }
-    }
     if let Some((heartbeat, database, node)) = membership {
         // Stopped and waited for, so no beat of it comes after the row is deleted.
         heartbeat.abort();
@@ -534,6 +525,7 @@ pub async fn run_with(
         Err(_) => {
             // The loader holds the state; the store closes when it finishes (or the process exits).
             tracing::warn!("stopped while routes were still loading");
+            flush_traces(exporting, stop_by).await;
             return fatal.map_or(Ok(()), |why| Err(RunError::Config(why)));
         }
         Ok(Ok(Ok(Some(follower)))) => {
@@ -570,7 +562,31 @@ pub async fn run_with(
             "stopped while the store was still closing; what it acknowledged is in its synced log"
         ),
     }
+    flush_traces(exporting, stop_by).await;
     fatal.map_or(Ok(()), |why| Err(RunError::Config(why)))
+}
+
+/// Exports the spans still queued, last: after the store is closed, so that a collector that is
+/// slow or down takes no time from anything that keeps routes safe. Within the grace period (at
+/// least [`LEAVING`]); what is left then is dropped and counted.
+async fn flush_traces(
+    exporting: Option<(
+        crate::telemetry::export::Flush,
+        tokio::task::JoinHandle<Result<(), crate::tasks::Panicked>>,
+    )>,
+    stop_by: tokio::time::Instant,
+) {
+    let Some((flush, mut task)) = exporting else { return };
+    flush.stop();
+    let until = stop_by.max(tokio::time::Instant::now() + LEAVING);
+    if tokio::time::timeout_at(until, &mut task).await.is_err() {
+        task.abort();
+        let lost = flush.abandon();
+        tracing::warn!(
+            spans = lost,
+            "the trace collector did not take the last spans within the grace period"
+        );
+    }
 }
 
 /// How long a stopping cluster node waits for the database to take its row off, and a stopping

@@ -59,7 +59,7 @@ pub(super) fn begin(
         let mut span = Span::start(scope.span, scope.state.as_ref(), parent, Kind::Server, &name);
         span.set("http.request.method", method);
         if method == "_OTHER" {
-            span.set("http.request.method_original", inbound.method.as_str());
+            span.set("http.request.method_original", telemetry::cut(inbound.method.as_str(), MAX_HOST));
         }
         span.set("url.path", telemetry::cut(inbound.path, telemetry::MAX_URL));
         span.set("url.scheme", "http");
@@ -69,7 +69,7 @@ pub(super) fn begin(
         if let Some((host, port)) =
             inbound.headers.get(header::HOST).and_then(|h| h.to_str().ok()).and_then(host_port)
         {
-            span.set("server.address", host);
+            span.set("server.address", telemetry::cut(host, MAX_HOST));
             if let Some(port) = port {
                 span.set("server.port", port);
             }
@@ -117,6 +117,10 @@ fn address(ip: IpAddr, buffer: &mut [u8; 48]) -> &str {
 
 /// The template of a route call's path.
 const CALL: &str = "/v1/{uuid}/{path}";
+
+/// The longest `server.address` taken from a `Host` header, and `http.request.method_original`,
+/// in bytes.
+const MAX_HOST: usize = 256;
 
 /// The longest `user_agent.original` kept, in characters.
 const MAX_USER_AGENT: usize = 256;
@@ -218,8 +222,8 @@ mod tests {
         assert_eq!(address("0.0.0.0".parse().unwrap(), &mut buffer), "0.0.0.0");
         assert_eq!(address("255.255.255.255".parse().unwrap(), &mut buffer), "255.255.255.255");
         assert_eq!(address("2001:db8::ff00:42:8329".parse().unwrap(), &mut buffer), "2001:db8::ff00:42:8329");
-        let widest = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255";
-        assert!(address(widest.parse().unwrap(), &mut buffer).len() <= 48);
+        let widest = "1111:2222:3333:4444:5555:6666:7777:8888";
+        assert_eq!(address(widest.parse().unwrap(), &mut buffer), widest);
         assert_eq!(host_port("example.com:8080"), Some(("example.com", Some(8080))));
         assert_eq!(host_port("example.com"), Some(("example.com", None)));
         assert_eq!(host_port("[::1]:9"), Some(("::1", Some(9))));

@@ -73,7 +73,8 @@ impl Recorder {
         std::mem::replace(&mut *queue, rest)
     }
 
-    fn queued(&self) -> usize {
+    /// How many spans wait.
+    pub fn queued(&self) -> usize {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 }
@@ -91,12 +92,22 @@ pub struct Exporter {
 /// Asks a running exporter to export what is queued and stop.
 pub struct Flush {
     stop: watch::Sender<bool>,
+    recorder: Arc<Recorder>,
 }
 
 impl Flush {
     /// Says stop: the exporter exports what is queued and ends; the caller awaits its task.
     pub fn stop(&self) {
         let _ = self.stop.send(true);
+    }
+
+    /// Drops what is still queued once the exporter was given up on, counted as lost with an
+    /// export; returns how many.
+    pub fn abandon(&self) -> u64 {
+        let lost = std::mem::take(&mut *self.recorder.queue.lock().unwrap_or_else(PoisonError::into_inner))
+            .len() as u64;
+        self.recorder.counts.dropped_failed.fetch_add(lost, Ordering::Relaxed);
+        lost
     }
 }
 
@@ -126,6 +137,7 @@ impl Exporter {
     /// until [`Flush::stop`]; then what is left, and it returns.
     pub fn run(self) -> (Flush, impl Future<Output = ()> + Send + 'static) {
         let (stop, mut stopped) = watch::channel(false);
+        let self_recorder = self.recorder.clone();
         let task = async move {
             loop {
                 let stopping = tokio::select! {
@@ -144,12 +156,14 @@ impl Exporter {
                         break;
                     }
                 }
-                if stopping || *stopped.borrow() {
+                // A stop that came during an export is seen at the next turn, at once, and what
+                // was queued meanwhile is exported then.
+                if stopping {
                     return;
                 }
             }
         };
-        (Flush { stop }, task)
+        (Flush { stop, recorder: self_recorder }, task)
     }
 
     /// Sends one batch; counts what became of it.
@@ -203,6 +217,10 @@ pub const SCHEMA_URL: &str = "https://opentelemetry.io/schemas/1.26.0";
 /// (bit 9).
 const HAS_IS_REMOTE: u32 = 0x100;
 const IS_REMOTE: u32 = 0x200;
+
+/// The longest `tracestate` recorded in a span, in bytes (W3C Trace Context's own
+/// recommendation for what a vendor should propagate at least).
+const MAX_STATE_RECORDED: usize = 512;
 
 /// `STATUS_CODE_ERROR`.
 const STATUS_ERROR: u64 = 2;
@@ -272,7 +290,8 @@ pub fn span_head(out: &mut Vec<u8>, span: Head<'_>) {
     let remote_parent = span.kind == Kind::Server && span.parent.is_some();
     bytes(out, 1, &span.context.trace_id);
     bytes(out, 2, &span.context.parent_id);
-    if let Some(state) = span.state {
+    // A long `tracestate` is passed on whole but not copied into every span of the trace.
+    if let Some(state) = span.state.filter(|state| state.len() <= MAX_STATE_RECORDED) {
         bytes(out, 3, state.as_bytes());
     }
     if let Some(parent) = &span.parent {

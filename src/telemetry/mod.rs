@@ -349,7 +349,7 @@ impl Span {
 /// The request header names whose values a `url.full` shows as `REDACTED`: query parameters
 /// whose names say they hold a secret.
 pub fn secret_name(name: &str) -> bool {
-    const WORDS: [&str; 12] = [
+    const WORDS: [&str; 14] = [
         "key",
         "token",
         "secret",
@@ -362,9 +362,13 @@ pub fn secret_name(name: &str) -> bool {
         "credential",
         "session",
         "code",
+        "jwt",
+        "appid",
     ];
-    let name = name.to_ascii_lowercase();
-    WORDS.iter().any(|word| name.contains(word))
+    let name = name.as_bytes();
+    WORDS
+        .iter()
+        .any(|word| name.windows(word.len()).any(|window| window.eq_ignore_ascii_case(word.as_bytes())))
 }
 
 /// `uri` as a `url.full`: without user information, the values of query parameters whose names
@@ -373,7 +377,12 @@ pub fn url_full(uri: &http::Uri) -> String {
     let scheme = uri.scheme_str().unwrap_or("http");
     let authority = uri.authority().map_or("", |a| a.as_str());
     let authority = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
-    let mut out = format!("{scheme}://{authority}{}", cut(uri.path(), MAX_URL));
+    let path = cut(uri.path(), MAX_URL);
+    let query = uri.query().map_or(0, |q| q.len() + 1);
+    let mut out = String::with_capacity(scheme.len() + 3 + authority.len() + path.len() + query.min(MAX_URL));
+    for part in [scheme, "://", authority, path] {
+        out.push_str(part);
+    }
     if let Some(query) = uri.query() {
         out.push('?');
         for (i, pair) in query.split('&').enumerate() {

@@ -77,12 +77,17 @@ impl UpstreamClient {
         let limit_key = limit.as_ref().map(|(settings, key)| (&**settings, key.as_str()));
         // Whether this call has fetched a new token after a 401 (once at most).
         let mut renewed = false;
+        // Attempts made so far: each attempt's span says how many came before it.
+        let mut sent = 0;
         loop {
             let until = retry.map_or(deadline, |settings| settings.attempt_deadline(retries, now, deadline));
             let outcome = match outbound.oauth {
-                None => self.attempt(&target, None, now, until, u32::from(retries)).await,
+                None => {
+                    sent += 1;
+                    self.attempt(&target, None, now, until, sent - 1).await
+                }
                 Some(token) => {
-                    self.authorized(&target, token, until, limit_key, &mut renewed, u32::from(retries)).await
+                    self.authorized(&target, token, until, limit_key, &mut renewed, &mut sent).await
                 }
             };
             let Some(settings) = retry.filter(|s| retries < s.attempts && s.covers(&outcome)) else {
@@ -117,10 +122,20 @@ impl UpstreamClient {
         deadline: Instant,
         limit: Option<(&RateLimitSettings, &str)>,
         renewed: &mut bool,
-        resend: u32,
+        sent: &mut u32,
     ) -> Result<Answer, UpstreamError> {
-        let bearer = self.bearer(token, deadline, None).await?;
-        let answer = self.attempt(target, Some(&bearer.value), Instant::now(), deadline, resend).await;
+        let bearer = match self.bearer(token, deadline, None).await {
+            Ok(bearer) => bearer,
+            Err(error) => {
+                // No token, nothing sent: the attempt's span says so (`auth_failed`).
+                let failed = Err(error);
+                traced::Attempt::begin(self, target, *sent).end(&failed);
+                *sent += 1;
+                return failed;
+            }
+        };
+        *sent += 1;
+        let answer = self.attempt(target, Some(&bearer.value), Instant::now(), deadline, *sent - 1).await;
         if *renewed || !matches!(&answer, Ok(answer) if answer.status == StatusCode::UNAUTHORIZED) {
             return answer;
         }
@@ -139,7 +154,8 @@ impl UpstreamClient {
             return answer;
         }
         logged!(Level::DEBUG, upstream = %target.origin, "the upstream rejected the access token; sending once more with a new one");
-        self.attempt(target, Some(&bearer.value), Instant::now(), deadline, resend + 1).await
+        *sent += 1;
+        self.attempt(target, Some(&bearer.value), Instant::now(), deadline, *sent - 1).await
     }
 
     /// One attempt of a call, through the origin's breaker, within `deadline`, with

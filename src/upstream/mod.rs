@@ -507,9 +507,15 @@ impl Propagated {
         .filter_map(|(name, value)| value.map(|value| (name, value)))
     }
 
-    /// Whether a header of the request is one it replaces.
-    pub(crate) fn replaces(name: &http::HeaderName) -> bool {
-        matches!(name.as_str(), "traceparent" | "tracestate" | "baggage")
+    /// Whether a header of the request is one it replaces: `traceparent` always, `tracestate`
+    /// and `baggage` when it has one to send (a route's own is sent otherwise).
+    pub(crate) fn replaces(&self, name: &http::HeaderName) -> bool {
+        match name.as_str() {
+            "traceparent" => true,
+            "tracestate" => self.state.is_some(),
+            "baggage" => self.baggage.is_some(),
+            _ => false,
+        }
     }
 }
 

@@ -143,7 +143,7 @@ pub(super) fn encode(request: &UpstreamRequest, extra: super::Extra<'_>, compres
         if name != header::CONTENT_LENGTH
             && name != header::ACCEPT_ENCODING
             && !(authorization.is_some() && name == header::AUTHORIZATION)
-            && !(extra.trace.is_some() && super::Propagated::replaces(name))
+            && !extra.trace.is_some_and(|trace| trace.replaces(name))
         {
             line(&mut out, name.as_str().as_bytes(), value.as_bytes());
         }

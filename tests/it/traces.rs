@@ -730,3 +730,63 @@ async fn a_call_whose_client_went_away_ends_its_spans_as_abandoned_not_failed() 
     held.release();
     service.stop().await;
 }
+
+#[tokio::test]
+async fn a_stop_during_an_export_still_exports_what_was_queued_meanwhile() {
+    let collector = Collector::start(Mode::Slow(Duration::from_millis(400))).await;
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(traced(&collector)).await;
+    let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
+    // Wait out the registration's export, so the next one is the first call's alone.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while collector.exports.load(Ordering::SeqCst) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the registration's spans never came");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let first = "00-0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e-0000000000000012-01";
+    assert_eq!(send(Method::GET, &service.url(&path), &[("traceparent", first)], "").await.status, 200);
+    // The exporter takes the first call's spans within its schedule delay and waits on the
+    // collector; the second call's are queued meanwhile, and the stop comes before it is done.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = "00-0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f-0000000000000013-01";
+    assert_eq!(send(Method::GET, &service.url(&path), &[("traceparent", second)], "").await.status, 200);
+    service.stop().await;
+    let spans = collector.spans();
+    for trace in [[0x0e; 16], [0x0f; 16]] {
+        let n = spans.iter().filter(|s| s.trace_id == trace).count();
+        assert_eq!(n, 3, "the spans of trace {:02x}: {n}", trace[0]);
+    }
+}
+
+#[tokio::test]
+async fn a_routes_own_baggage_and_tracestate_are_sent_unless_the_caller_sent_its_own() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(config()).await;
+    let own = r#","headers":{"baggage":"route=1","tracestate":"r=1","traceparent":"00-11111111111111111111111111111111-1111111111111111-01"}"#;
+    let path = registered(&service, &registration(&upstream.url("/"), own, ""), &[]).await;
+    assert_eq!(get(&service.url(&path)).await.status, 200);
+    let received = upstream.received().pop().unwrap();
+    let values = |name: &str| {
+        received.headers.get_all(name).iter().map(|v| v.to_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(values("baggage"), ["route=1"], "the route's own, the caller sent none");
+    assert_eq!(values("tracestate"), ["r=1"]);
+    let parents = values("traceparent");
+    assert_eq!(parents.len(), 1, "recast's traceparent replaces the route's: {parents:?}");
+    assert!(!parents[0].starts_with("00-1111"), "{parents:?}");
+    let caller = [
+        ("traceparent", "00-12121212121212121212121212121212-0000000000000014-01"),
+        ("tracestate", "c=2"),
+        ("baggage", "caller=2"),
+    ];
+    assert_eq!(send(Method::GET, &service.url(&path), &caller, "").await.status, 200);
+    let received = upstream.received().pop().unwrap();
+    let values = |name: &str| {
+        received.headers.get_all(name).iter().map(|v| v.to_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        (values("baggage"), values("tracestate")),
+        (vec!["caller=2".to_owned()], vec!["c=2".to_owned()])
+    );
+    service.stop().await;
+}

@@ -36,7 +36,7 @@ pub(in crate::upstream) async fn exchange(
     if let Some(headers) = outgoing.headers_mut() {
         for (name, value) in &request.headers {
             let replaced = extra.authorization.is_some() && name == header::AUTHORIZATION
-                || extra.trace.is_some() && crate::upstream::Propagated::replaces(name);
+                || extra.trace.is_some_and(|trace| trace.replaces(name));
             if !NOT_SENT.contains(name) && !replaced {
                 headers.append(name, value.clone());
             }
