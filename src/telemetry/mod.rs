@@ -346,8 +346,8 @@ impl Span {
     }
 }
 
-/// The request header names whose values a `url.full` shows as `REDACTED`: query parameters
-/// whose names say they hold a secret.
+/// Whether a query parameter's name says it holds a secret (any case, anywhere in the name):
+/// `url.full` shows such a parameter's value as `REDACTED`.
 pub fn secret_name(name: &str) -> bool {
     const WORDS: [&str; 14] = [
         "key",
