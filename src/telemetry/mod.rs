@@ -486,6 +486,27 @@ mod tests {
         }));
         assert_eq!(seen, Some(id));
         assert!(current().is_none());
+        // Nested (a flight's task polled inside a call's poll): the inner scope, then the outer.
+        let (outer, _) = tracer.serve(&HeaderMap::new());
+        let (inner, _) = tracer.serve(&HeaderMap::new());
+        let (outer_id, inner_id) = (outer.span.parent_id, inner.span.parent_id);
+        let seen = runtime.block_on(within(outer, async {
+            let before = current().map(|s| s.span.parent_id);
+            let nested = within(inner, async {
+                tokio::task::yield_now().await;
+                current().map(|s| s.span.parent_id)
+            })
+            .await;
+            (before, nested, current().map(|s| s.span.parent_id))
+        }));
+        assert_eq!(seen, (Some(outer_id), Some(inner_id), Some(outer_id)));
+        // A poll that panics leaves nothing behind.
+        let (doomed, _) = tracer.serve(&HeaderMap::new());
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            runtime.block_on(within(doomed, async { panic!("in the handler") }))
+        }));
+        assert!(panicked.is_err());
+        assert!(current().is_none());
     }
 
     #[test]

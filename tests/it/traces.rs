@@ -790,3 +790,88 @@ async fn a_routes_own_baggage_and_tracestate_are_sent_unless_the_caller_sent_its
     );
     service.stop().await;
 }
+
+/// An `http` upstream that speaks HTTP/2 only (prior knowledge), answering MEALS and keeping the
+/// `traceparent` of every request.
+async fn h2c_upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut serving = tokio::task::JoinSet::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            let kept = kept.clone();
+            serving.spawn(async move {
+                let service =
+                    hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                        let kept = kept.clone();
+                        async move {
+                            let parent =
+                                request.headers().get("traceparent").map(|v| v.to_str().unwrap().to_owned());
+                            kept.lock().unwrap().push(parent.unwrap_or_default());
+                            let mut answer =
+                                http::Response::new(Full::new(Bytes::from_static(MEALS.as_bytes())));
+                            answer.headers_mut().insert("content-type", "application/json".parse().unwrap());
+                            Ok::<_, std::convert::Infallible>(answer)
+                        }
+                    });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(io, service)
+                    .await;
+            });
+        }
+    });
+    (addr, seen, task)
+}
+
+#[tokio::test]
+async fn an_attempt_over_http2_says_so_and_carries_its_traceparent() {
+    let collector = Collector::start(Mode::Take).await;
+    let (addr, seen, task) = h2c_upstream().await;
+    let service = Service::start(traced(&collector)).await;
+    let body = registration(&format!("http://{addr}/"), "", r#","http2":"prior-knowledge""#);
+    let path = registered(&service, &body, &[]).await;
+    let caller = "00-13131313131313131313131313131313-0000000000000015-01";
+    assert_eq!(send(Method::GET, &service.url(&path), &[("traceparent", caller)], "").await.status, 200);
+    let spans = collector.trace(&[0x13; 16], 3).await;
+    let client = one(&spans, "CLIENT span", |s| s.kind == CLIENT);
+    assert!(has(client, "network.protocol.version", "2"), "{client:#?}");
+    let last = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(last, format!("00-13131313131313131313131313131313-{}-01", hex(&client.span_id)));
+    task.abort();
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_token_endpoint_that_refuses_makes_a_token_span_and_an_attempt_that_sent_nothing() {
+    let collector = Collector::start(Mode::Take).await;
+    let tokens = Upstream::start(|_| Reply::with(400, r#"{"error":"invalid_client"}"#)).await;
+    let api = Upstream::json(MEALS).await;
+    let service = Service::start(traced(&collector)).await;
+    let body = format!(
+        r#"{{"path":"meals","originalRoute":{{"originalApi":{{"baseUrl":"{}"}},"path":"api"}},"authHeader":{{"type":"OAuth2ClientCredentials","tokenUrl":"{}","clientId":"c","clientSecret":"s"}},"rulesAsString":{}}}"#,
+        api.url("/"),
+        tokens.url("/token"),
+        crate::routes::RULES
+    );
+    let caller = "00-14141414141414141414141414141414-0000000000000016-01";
+    let refused = send(
+        Method::POST,
+        &service.url("/v1/mapping"),
+        &[("content-type", "application/json"), ("traceparent", caller)],
+        body,
+    )
+    .await;
+    assert!(refused.status.is_client_error() || refused.status.is_server_error(), "{:?}", refused.status);
+    let spans = collector.trace(&[0x14; 16], 3).await;
+    let token = one(&spans, "token fetch", |s| has(s, "recast.oauth2.token_request", "true"));
+    assert!(has(token, "http.response.status_code", "400") && has(token, "error.type", "400"), "{token:#?}");
+    let attempt =
+        one(&spans, "attempt", |s| s.kind == CLIENT && !has(s, "recast.oauth2.token_request", "true"));
+    assert!(has(attempt, "error.type", "auth_failed"), "{attempt:#?}");
+    assert!(attr(attempt, "http.response.status_code").is_none());
+    assert!(api.received().is_empty(), "nothing reached the API");
+    service.stop().await;
+}
