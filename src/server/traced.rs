@@ -40,10 +40,7 @@ pub(super) struct CallFacts {
 pub(super) struct ProblemType(pub &'static str);
 
 /// A request's scope and, when its trace is recorded, its SERVER span begun now.
-pub(super) fn begin(
-    state: &State,
-    inbound: &Inbound<'_>,
-) -> (Scope, Option<(Span, std::sync::Arc<Recorder>)>) {
+pub(super) fn begin<'a>(state: &'a State, inbound: &Inbound<'_>) -> (Scope, Option<(Span, &'a Recorder)>) {
     let (scope, parent) = state.tracer.serve(inbound.headers);
     let recorder = state.tracer.recorder().filter(|_| scope.recording);
     let span = recorder.map(|recorder| {
@@ -83,7 +80,7 @@ pub(super) fn begin(
             span.set("user_agent.original", &agent[..end]);
         }
         span.set("network.protocol.version", inbound.version);
-        (span, recorder.clone())
+        (span, &**recorder)
     });
     (scope, span)
 }
@@ -130,26 +127,26 @@ const MAX_USER_AGENT: usize = 256;
 /// spans of its upstream calls keep their parent.
 pub(super) async fn serve(
     scope: Scope,
-    span: Option<(Span, std::sync::Arc<Recorder>)>,
+    span: Option<(Span, &Recorder)>,
     respond: impl Future<Output = Response>,
 ) -> Response {
     let mut pending = Pending(span);
     let mut response = telemetry::within(scope, respond).await;
     if let Some((mut span, recorder)) = pending.0.take() {
         finish(&mut span, &mut response);
-        span.end(&recorder);
+        span.end(recorder);
     }
     response
 }
 
 /// A request's span until its answer.
-struct Pending(Option<(Span, std::sync::Arc<Recorder>)>);
+struct Pending<'a>(Option<(Span, &'a Recorder)>);
 
-impl Drop for Pending {
+impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if let Some((mut span, recorder)) = self.0.take() {
             span.set("recast.abandoned", true);
-            span.end(&recorder);
+            span.end(recorder);
         }
     }
 }

@@ -51,11 +51,6 @@ impl Scope {
     pub fn ids(&self) -> crate::logging::TraceIds {
         crate::logging::TraceIds { trace_id: self.span.trace_id, span_id: self.span.parent_id }
     }
-
-    /// A scope for a child span of this one: the same trace and context, another span id.
-    pub fn child(&self) -> Scope {
-        Scope { span: self.span.child(span_id()), ..self.clone() }
-    }
 }
 
 thread_local! {
