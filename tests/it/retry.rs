@@ -16,7 +16,7 @@ use crate::support::{Json, Reply, Service, Upstream, config, error_locations, ge
 
 /// An upstream that answers MEALS to the live call (request 0), then `script(n)` to request n
 /// (counted from 1).
-async fn scripted(script: impl Fn(usize) -> Reply + Send + Sync + 'static) -> Upstream {
+pub(crate) async fn scripted(script: impl Fn(usize) -> Reply + Send + Sync + 'static) -> Upstream {
     let seen = AtomicUsize::new(0);
     Upstream::start(move |_| match seen.fetch_add(1, Ordering::SeqCst) {
         0 => Reply::json(MEALS),

@@ -21,6 +21,7 @@ use recast::config::Config;
 use serde_json::json;
 use tokio::net::TcpListener;
 
+use crate::retry::scripted;
 use crate::routes::{MEALS, registered, registration};
 use crate::support::{Held, PATIENCE, Reply, Service, Upstream, config, get, send};
 
@@ -157,6 +158,16 @@ fn attr(span: &Span, key: &str) -> Option<String> {
         .iter()
         .find(|kv| kv.key == key)
         .map(|kv| text(kv.value.as_ref().and_then(|v| v.value.as_ref())))
+}
+
+/// A route to `api` whose OAuth2 client credentials are asked of `tokens`' `/token`.
+fn oauth_route(api: &Upstream, tokens: &Upstream) -> String {
+    format!(
+        r#"{{"path":"meals","originalRoute":{{"originalApi":{{"baseUrl":"{}"}},"path":"api"}},"authHeader":{{"type":"OAuth2ClientCredentials","tokenUrl":"{}","clientId":"c","clientSecret":"s"}},"rulesAsString":{}}}"#,
+        api.url("/"),
+        tokens.url("/token"),
+        crate::routes::RULES
+    )
 }
 
 fn has(span: &Span, key: &str, value: &str) -> bool {
@@ -384,16 +395,6 @@ async fn a_cached_hit_goes_nowhere_and_a_coalesced_miss_links_to_the_call_that_w
     service.stop().await;
 }
 
-/// An upstream that answers MEALS to the live call (request 0), then `script(n)`.
-async fn scripted(script: impl Fn(usize) -> Reply + Send + Sync + 'static) -> Upstream {
-    let seen = AtomicUsize::new(0);
-    Upstream::start(move |_| match seen.fetch_add(1, Ordering::SeqCst) {
-        0 => Reply::json(MEALS),
-        n => script(n),
-    })
-    .await
-}
-
 #[tokio::test]
 async fn each_retry_is_a_span_of_its_own_with_its_resend_count() {
     let collector = Collector::start(Mode::Take).await;
@@ -482,12 +483,7 @@ async fn an_oauth2_routes_token_fetch_is_a_client_span_of_the_call_that_made_it(
     let tokens = Upstream::json(r#"{"access_token":"t0k3n","token_type":"Bearer","expires_in":3600}"#).await;
     let api = Upstream::json(MEALS).await;
     let service = Service::start(traced(&collector)).await;
-    let body = format!(
-        r#"{{"path":"meals","originalRoute":{{"originalApi":{{"baseUrl":"{}"}},"path":"api"}},"authHeader":{{"type":"OAuth2ClientCredentials","tokenUrl":"{}","clientId":"c","clientSecret":"s"}},"rulesAsString":{}}}"#,
-        api.url("/"),
-        tokens.url("/token"),
-        crate::routes::RULES
-    );
+    let body = oauth_route(&api, &tokens);
     let caller = "00-05050505050505050505050505050505-0000000000000009-01";
     let created = send(
         Method::POST,
@@ -850,12 +846,7 @@ async fn a_token_endpoint_that_refuses_makes_a_token_span_and_an_attempt_that_se
     let tokens = Upstream::start(|_| Reply::with(400, r#"{"error":"invalid_client"}"#)).await;
     let api = Upstream::json(MEALS).await;
     let service = Service::start(traced(&collector)).await;
-    let body = format!(
-        r#"{{"path":"meals","originalRoute":{{"originalApi":{{"baseUrl":"{}"}},"path":"api"}},"authHeader":{{"type":"OAuth2ClientCredentials","tokenUrl":"{}","clientId":"c","clientSecret":"s"}},"rulesAsString":{}}}"#,
-        api.url("/"),
-        tokens.url("/token"),
-        crate::routes::RULES
-    );
+    let body = oauth_route(&api, &tokens);
     let caller = "00-14141414141414141414141414141414-0000000000000016-01";
     let refused = send(
         Method::POST,
