@@ -51,6 +51,19 @@ to_ms() { # wrk latency text (e.g. 512.00us, 1.20ms, 2.00s) to milliseconds
     awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000; printf "%.3f", n }'
 }
 
+# The figures of what `wrk --latency` printed ($1): "requests/s p50_ms p99_ms errors requests";
+# errors are the answers that were not 2xx or 3xx and the socket errors of every kind.
+wrk_figures() {
+    local rps p50 p99 errors requests
+    rps=$(awk '/^Requests\/sec/ { print $2 }' <<<"$1")
+    p50=$(to_ms "$(awk '$1 == "50%" { print $2 }' <<<"$1")")
+    p99=$(to_ms "$(awk '$1 == "99%" { print $2 }' <<<"$1")")
+    errors=$(awk '/Non-2xx or 3xx responses:/ { s += $NF }
+        /Socket errors:/ { gsub(/[^0-9 ]/, " "); for (i = 1; i <= NF; i++) s += $i } END { print s + 0 }' <<<"$1")
+    requests=$(awk '/ requests in / { print $1 }' <<<"$1")
+    echo "$rps $p50 $p99 $errors $requests"
+}
+
 cpu_ticks() { # "pid user system;" per process: clock ticks so far, all its threads; a process that has gone is left out
     local pid stat
     for pid in "$@"; do

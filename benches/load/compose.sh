@@ -185,11 +185,7 @@ measure() { # $1 connections, $2 target, $3 URL, $4 duration (default LOAD_DURAT
     out=$(wrk -t"$THREADS" -c"$1" -d"${4:-$DURATION}" --latency "$3")
     # shellcheck disable=SC2086
     after=$(cpu_ticks $pids)
-    rps=$(awk '/^Requests\/sec/ { print $2 }' <<<"$out")
-    p50=$(to_ms "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
-    p99=$(to_ms "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
-    errors=$(awk '/Non-2xx|Socket errors/ { gsub(/[^0-9 ]/, " "); for (i = 1; i <= NF; i++) s += $i } END { print s + 0 }' <<<"$out")
-    requests=$(awk '/ requests in / { print $1 }' <<<"$out")
+    read -r rps p50 p99 errors requests <<<"$(wrk_figures "$out")"
     cpu=$(awk -v b="$before" -v a="$after" -v n="$requests" -v hz="$HZ" 'BEGIN {
         k = split(b, x, ";"); for (i = 1; i <= k; i++) if (split(x[i], f, " ") == 3) { bu[f[1]] = f[2] + f[3] }
         k = split(a, y, ";"); for (i = 1; i <= k; i++) if (split(y[i], f, " ") == 3 && (f[1] in bu)) { t += f[2] + f[3] - bu[f[1]] }

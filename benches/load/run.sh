@@ -282,11 +282,7 @@ measure() { # $1 document, $2 connections, $3 target name, $4 URL; $round is the
     out=$(wrk -t"$THREADS" -c"$2" -d"$DURATION" --latency "$4")
     # shellcheck disable=SC2086
     after=$(cpu_ticks $pids)
-    rps=$(awk '/^Requests\/sec/ { print $2 }' <<<"$out")
-    p50=$(to_ms "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
-    p99=$(to_ms "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
-    errors=$(awk '/Non-2xx|Socket errors/ { gsub(/[^0-9 ]/, " "); for (i = 1; i <= NF; i++) s += $i } END { print s + 0 }' <<<"$out")
-    requests=$(awk '/ requests in / { print $1 }' <<<"$out")
+    read -r rps p50 p99 errors requests <<<"$(wrk_figures "$out")"
     # Ticks spent during the run by the processes there before and after it (one that has gone
     # counts as zero rather than stopping the run).
     read -r user system < <(awk -v b="$before" -v a="$after" -v n="$requests" -v hz="$HZ" 'BEGIN {

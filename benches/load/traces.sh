@@ -91,11 +91,7 @@ measure() { # $1 round, $2 name
     before=$(cpu_ticks "${PID_OF[$2]}")
     out=$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" --latency "http://127.0.0.1:${PORT_OF[$2]}${ROUTE[$2]}")
     after=$(cpu_ticks "${PID_OF[$2]}")
-    rps=$(awk '/^Requests\/sec/ { print $2 }' <<<"$out")
-    p50=$(to_ms "$(awk '$1 == "50%" { print $2 }' <<<"$out")")
-    p99=$(to_ms "$(awk '$1 == "99%" { print $2 }' <<<"$out")")
-    errors=$(awk '/Non-2xx|Socket errors/ { gsub(/[^0-9 ]/, " "); for (i = 1; i <= NF; i++) s += $i } END { print s + 0 }' <<<"$out")
-    requests=$(awk '/ requests in / { print $1 }' <<<"$out")
+    read -r rps p50 p99 errors requests <<<"$(wrk_figures "$out")"
     cpu=$(awk -v b="$before" -v a="$after" -v n="$requests" -v hz="$HZ" 'BEGIN {
         split(b, x, " "); split(a, y, " "); t = (y[2] + y[3]) - (x[2] + x[3]); if (n < 1) n = 1
         printf "%.2f", t * 1e6 / hz / n }')
