@@ -20,7 +20,7 @@ use crate::exec;
 use crate::json::JsonError;
 use crate::metrics::{CacheCounts, Endpoint, Metrics, PanicSite, UpstreamErrorKind};
 use crate::route::{CacheSettings, CallError, FromClient, Route};
-use crate::telemetry::{Kind, Span};
+use crate::telemetry::{Kind, Span, keys};
 use crate::trace_context::TraceParent;
 use crate::upstream::{Answer, Freshness, MediaType, UpstreamRequest};
 
@@ -427,7 +427,7 @@ pub(super) fn map_answer(
     }
     if let Some(mut span) = span {
         mapping_span(&mut span, size, mapped.as_ref().map(Vec::len).map_err(|failure| failure.kind()));
-        state.tracer.end(span);
+        state.tracer.end_after(span, took);
     }
     (mapped, took)
 }
@@ -435,11 +435,11 @@ pub(super) fn map_answer(
 /// The attributes of a mapping's span: the size of the document read and of the answer
 /// written, or why there is none (Error).
 pub(super) fn mapping_span(span: &mut Span, document: usize, written: Result<usize, UpstreamErrorKind>) {
-    span.set("recast.document.size", document as i64);
+    span.set(&keys::DOCUMENT_SIZE, document as i64);
     match written {
-        Ok(written) => span.set("recast.output.size", written as i64),
+        Ok(written) => span.set(&keys::OUTPUT_SIZE, written as i64),
         Err(kind) => {
-            span.set("error.type", kind.label());
+            span.set(&keys::ERROR_TYPE, kind.label());
             span.fail(kind.label());
         }
     }

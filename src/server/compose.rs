@@ -605,7 +605,7 @@ async fn run_timed(
             Err(_) => Err(crate::metrics::UpstreamErrorKind::NotJson),
         };
         super::call::mapping_span(&mut span, size, written);
-        state.tracer.end(span);
+        state.tracer.end_after(span, map);
     }
     match ran {
         Ok(exec::Outcome { limit: Some(limit), .. }) => Err(ApiError::Upstream {

@@ -212,8 +212,8 @@ async fn respond_to_call(state: &State, head: &CallHead, peer: Option<IpAddr>) -
         path,
         headers: &head.headers,
         peer,
-        version: "1.1",
-        route: Some("/v1/{uuid}/{path}"),
+        version: &crate::telemetry::keys::PROTOCOL_1_1,
+        route: Some(&traced::CALL),
     };
     let (scope, span) = traced::begin(state, &inbound);
     let answered = answered(state, &Method::GET, path, Endpoint::Call, called);

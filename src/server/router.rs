@@ -32,7 +32,11 @@ pub(super) async fn handle(state: &State, request: Request, peer: Option<IpAddr>
         path,
         headers: request.headers(),
         peer,
-        version: if request.version() == http::Version::HTTP_10 { "1.0" } else { "1.1" },
+        version: if request.version() == http::Version::HTTP_10 {
+            &crate::telemetry::keys::PROTOCOL_1_0
+        } else {
+            &crate::telemetry::keys::PROTOCOL_1_1
+        },
         route: traced::route_template(&segments(path), playground_file(&segments(path))),
     };
     let (scope, span) = traced::begin(state, &inbound);

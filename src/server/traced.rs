@@ -9,7 +9,7 @@ use http::{HeaderMap, Method, header};
 use uuid::Uuid;
 
 use super::{Response, State};
-use crate::telemetry::{self, Kind, Recorder, Scope, Span};
+use crate::telemetry::{self, Attribute, Kind, Recorder, Scope, Span, keys};
 use crate::trace_context::TraceParent;
 
 /// What a request's span is made of, read before it is served.
@@ -18,10 +18,10 @@ pub(super) struct Inbound<'a> {
     pub path: &'a str,
     pub headers: &'a HeaderMap,
     pub peer: Option<IpAddr>,
-    /// `1.0` or `1.1`.
-    pub version: &'static str,
+    /// `network.protocol.version`: 1.0 or 1.1.
+    pub version: &'static Attribute,
     /// The route template the path matched (`/v1/{uuid}/{path}`), never the path itself.
-    pub route: Option<&'static str>,
+    pub route: Option<&'static Template>,
 }
 
 /// What a route call tells its request's span: put into the answer's extensions, only while
@@ -44,42 +44,46 @@ pub(super) fn begin<'a>(state: &'a State, inbound: &Inbound<'_>) -> (Scope, Opti
     let (scope, parent) = state.tracer.serve(inbound.headers);
     let recorder = state.tracer.recorder().filter(|_| scope.recording);
     let span = recorder.map(|recorder| {
-        let method = telemetry::method_name(inbound.method);
+        let (method, method_attribute) = keys::method(inbound.method);
         let name: std::borrow::Cow<'static, str> = match (method, inbound.route) {
-            // A route call's, written without a format.
-            ("GET", Some(CALL)) => "GET /v1/{uuid}/{path}".into(),
-            ("_OTHER", Some(route)) => format!("HTTP {route}").into(),
+            // A GET's name is written with its template.
+            ("GET", Some(route)) => route.get.into(),
+            ("_OTHER", Some(route)) => format!("HTTP {}", route.path).into(),
             ("_OTHER", None) => "HTTP".into(),
-            (method, Some(route)) => format!("{method} {route}").into(),
+            (method, Some(route)) => format!("{method} {}", route.path).into(),
             (method, None) => method.into(),
         };
         let mut span = Span::start(scope.span, scope.state.as_ref(), parent, Kind::Server, &name);
-        span.set("http.request.method", method);
+        span.put(method_attribute);
         if method == "_OTHER" {
-            span.set("http.request.method_original", telemetry::cut(inbound.method.as_str(), MAX_HOST));
+            span.set(&keys::METHOD_ORIGINAL, telemetry::cut(inbound.method.as_str(), MAX_HOST));
         }
-        span.set("url.path", telemetry::cut(inbound.path, telemetry::MAX_URL));
-        span.set("url.scheme", "http");
+        span.set(&keys::URL_PATH, telemetry::cut(inbound.path, telemetry::MAX_URL));
+        span.put(&keys::SCHEME_HTTP);
         if let Some(route) = inbound.route {
-            span.set("http.route", route);
+            span.put(&route.attribute);
         }
         if let Some((host, port)) =
             inbound.headers.get(header::HOST).and_then(|h| h.to_str().ok()).and_then(host_port)
         {
-            span.set("server.address", telemetry::cut(host, MAX_HOST));
+            span.set(&keys::SERVER_ADDRESS, telemetry::cut(host, MAX_HOST));
             if let Some(port) = port {
-                span.set("server.port", port);
+                span.set(&keys::SERVER_PORT, port);
             }
         }
         if let Some(peer) = inbound.peer {
             let mut text = [0u8; 48];
-            span.set("client.address", address(peer, &mut text));
+            span.set(&keys::CLIENT_ADDRESS, address(peer, &mut text));
         }
         if let Some(agent) = inbound.headers.get(header::USER_AGENT).and_then(|a| a.to_str().ok()) {
-            let end = agent.char_indices().nth(MAX_USER_AGENT).map_or(agent.len(), |(at, _)| at);
-            span.set("user_agent.original", &agent[..end]);
+            // No more characters than bytes: only a long one is counted.
+            let end = match agent.len() <= MAX_USER_AGENT {
+                true => agent.len(),
+                false => agent.char_indices().nth(MAX_USER_AGENT).map_or(agent.len(), |(at, _)| at),
+            };
+            span.set(&keys::USER_AGENT, &agent[..end]);
         }
-        span.set("network.protocol.version", inbound.version);
+        span.put(inbound.version);
         (span, &**recorder)
     });
     (scope, span)
@@ -112,9 +116,6 @@ fn address(ip: IpAddr, buffer: &mut [u8; 48]) -> &str {
     std::str::from_utf8(&buffer[..len]).unwrap_or_default()
 }
 
-/// The template of a route call's path.
-const CALL: &str = "/v1/{uuid}/{path}";
-
 /// The longest `server.address` taken from a `Host` header, and `http.request.method_original`,
 /// in bytes.
 const MAX_HOST: usize = 256;
@@ -145,7 +146,7 @@ struct Pending<'a>(Option<(Span, &'a Recorder)>);
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if let Some((mut span, recorder)) = self.0.take() {
-            span.set("recast.abandoned", true);
+            span.set(&keys::ABANDONED, true);
             span.end(recorder);
         }
     }
@@ -154,18 +155,18 @@ impl Drop for Pending<'_> {
 /// The attributes an answer gives its span; Error for a 5xx.
 fn finish(span: &mut Span, response: &mut Response) {
     let status = response.status().as_u16();
-    span.set("http.response.status_code", i64::from(status));
+    span.set(&keys::STATUS_CODE, i64::from(status));
     let problem = response.extensions_mut().remove::<ProblemType>();
     if status >= 500 {
         let kind = problem.map_or_else(|| status.to_string(), |p| p.0.to_owned());
-        span.set("error.type", &kind);
+        span.set(&keys::ERROR_TYPE, &kind);
         span.fail(&kind);
     }
     if let Some(facts) = response.extensions_mut().remove::<CallFacts>() {
         let mut id = uuid::Uuid::encode_buffer();
-        span.set("recast.route.id", &*facts.route.hyphenated().encode_lower(&mut id));
+        span.set(&keys::ROUTE_ID, &*facts.route.hyphenated().encode_lower(&mut id));
         if let Some(cache) = facts.cache {
-            span.set("recast.cache", cache);
+            span.set(&keys::CACHE, cache);
         }
         if let Some(link) = facts.link {
             span.link(link);
@@ -190,20 +191,48 @@ fn host_port(value: &str) -> Option<(&str, Option<i64>)> {
     }
 }
 
+/// A route template, for `http.route`, and what a span is given from it.
+pub(super) struct Template {
+    pub path: &'static str,
+    /// The name of a GET's span.
+    get: &'static str,
+    /// Its `http.route`, written.
+    attribute: Attribute,
+}
+
+macro_rules! template {
+    ($path:literal) => {
+        Template { path: $path, get: concat!("GET ", $path), attribute: Attribute::text("http.route", $path) }
+    };
+}
+
+/// The template of a route call's path.
+pub(super) static CALL: Template = template!("/v1/{uuid}/{path}");
+static PREVIEW: Template = template!("/v1/preview");
+static MAPPING: Template = template!("/v1/mapping");
+static ROUTES: Template = template!("/v1/routes");
+static ROUTE: Template = template!("/v1/routes/{uuid}");
+static ROUTE_CACHE: Template = template!("/v1/routes/{uuid}/cache");
+static HEALTHZ: Template = template!("/healthz");
+static READYZ: Template = template!("/readyz");
+static METRICS: Template = template!("/metrics");
+static OPENAPI: Template = template!("/openapi.json");
+static FILE: Template = template!("/{file}");
+
 /// The route template of a path's segments (as the router splits them), for `http.route`.
-pub(super) fn route_template(segments: &[&str], playground: bool) -> Option<&'static str> {
+pub(super) fn route_template(segments: &[&str], playground: bool) -> Option<&'static Template> {
     Some(match segments {
-        ["v1", "preview"] => "/v1/preview",
-        ["v1", "mapping"] => "/v1/mapping",
-        ["v1", "routes"] => "/v1/routes",
-        ["v1", "routes", rest] if rest.ends_with("/cache") => "/v1/routes/{uuid}/cache",
-        ["v1", "routes", _] => "/v1/routes/{uuid}",
-        ["v1", _, _] => CALL,
-        ["healthz"] => "/healthz",
-        ["readyz"] => "/readyz",
-        ["metrics"] => "/metrics",
-        ["openapi.json"] => "/openapi.json",
-        [_] if playground => "/{file}",
+        ["v1", "preview"] => &PREVIEW,
+        ["v1", "mapping"] => &MAPPING,
+        ["v1", "routes"] => &ROUTES,
+        ["v1", "routes", rest] if rest.ends_with("/cache") => &ROUTE_CACHE,
+        ["v1", "routes", _] => &ROUTE,
+        ["v1", _, _] => &CALL,
+        ["healthz"] => &HEALTHZ,
+        ["readyz"] => &READYZ,
+        ["metrics"] => &METRICS,
+        ["openapi.json"] => &OPENAPI,
+        [_] if playground => &FILE,
         _ => return None,
     })
 }
@@ -225,8 +254,14 @@ mod tests {
         assert_eq!(host_port("example.com"), Some(("example.com", None)));
         assert_eq!(host_port("[::1]:9"), Some(("::1", Some(9))));
         assert_eq!(host_port(""), None);
-        assert_eq!(route_template(&["v1", "0f1c", "a/b/c"], false), Some("/v1/{uuid}/{path}"));
-        assert_eq!(route_template(&["v1", "routes", "x/cache"], false), Some("/v1/routes/{uuid}/cache"));
-        assert_eq!(route_template(&["nothing", "here"], false), None);
+        let path = |segments: &[&str]| route_template(segments, false).map(|t| t.path);
+        assert_eq!(path(&["v1", "0f1c", "a/b/c"]), Some("/v1/{uuid}/{path}"));
+        assert_eq!(path(&["v1", "routes", "x/cache"]), Some("/v1/routes/{uuid}/cache"));
+        assert_eq!(path(&["nothing", "here"]), None);
+        assert_eq!(CALL.get, "GET /v1/{uuid}/{path}");
+        assert_eq!(
+            route_template(&["index.html"], true).map(|t| t.attribute.bytes()),
+            Some(Attribute::text("http.route", "/{file}").bytes())
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! under way at a time, within `OTEL_EXPORTER_OTLP_TIMEOUT`; on shutdown, what is queued is
 //! exported within the grace period.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -20,6 +21,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use prost::encoding::{WireType, encoded_len_varint};
 use tokio::sync::{Notify, watch};
 
+use super::keys::{KEY_ROOM, Key};
 use super::settings::ExportSettings;
 use super::{Kind, Value};
 use crate::metrics::SpanCounts;
@@ -27,55 +29,106 @@ use crate::trace_context::TraceParent;
 
 /// Where recorded spans wait for the exporter, and what became of them.
 pub struct Recorder {
-    /// Each span as the protobuf of an OTLP `Span` (`super::Span::finish`).
-    queue: Mutex<Vec<Vec<u8>>>,
+    queue: Mutex<Queue>,
     max_queue: usize,
     max_batch: usize,
+    /// The bytes kept free at the start of each batch for the request's head ([`Writer::head_room`]).
+    head_room: usize,
     /// Told when the queue holds a batch.
     ready: Notify,
     pub counts: SpanCounts,
 }
 
+/// The queued spans: batches of at most `max_batch`, oldest first, each its spans already
+/// framed as the `ScopeSpans.spans` of a request, so that a span is copied once on its way out.
+struct Queue {
+    batches: VecDeque<Batch>,
+    /// Spans in all batches.
+    spans: usize,
+    /// The capacity a new batch starts with: the longest a batch has been, so that a batch
+    /// grows by copying only until the first few were exported.
+    room: usize,
+}
+
+/// Spans framed for a request, after room for its head.
+pub struct Batch {
+    written: Vec<u8>,
+    spans: usize,
+}
+
+impl Batch {
+    fn len(&self) -> usize {
+        self.spans
+    }
+}
+
 impl Recorder {
-    pub fn new(max_queue: usize, max_batch: usize) -> Recorder {
+    /// A recorder holding at most `max_queue` spans, in batches of `max_batch`, each with
+    /// `head_room` bytes free for its request's head.
+    pub fn new(max_queue: usize, max_batch: usize, head_room: usize) -> Recorder {
+        let max_batch = max_batch.clamp(1, max_queue.max(1));
         Recorder {
-            queue: Mutex::new(Vec::with_capacity(max_batch.min(max_queue))),
+            queue: Mutex::new(Queue {
+                batches: VecDeque::new(),
+                spans: 0,
+                // A first guess, about 500 bytes a span; then what batches took.
+                room: head_room + max_batch.min(1024) * 512,
+            }),
             max_queue,
-            max_batch: max_batch.clamp(1, max_queue.max(1)),
+            max_batch,
+            head_room,
             ready: Notify::new(),
             counts: SpanCounts::default(),
         }
     }
 
-    /// Queues a finished span, or drops it (counted) when the queue is full.
-    pub fn record(&self, span: Vec<u8>) {
-        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        if queue.len() >= self.max_queue {
-            drop(queue);
+    /// Queues a finished span (the protobuf of an OTLP `Span`), or drops it (counted) when the
+    /// queue is full.
+    pub fn record(&self, span: &[u8]) {
+        let mut guard = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let queue = &mut *guard;
+        if queue.spans >= self.max_queue {
+            drop(guard);
             self.counts.dropped_full.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        queue.push(span);
-        let batch = queue.len() == self.max_batch;
-        drop(queue);
-        if batch {
+        if queue.batches.back().is_none_or(|batch| batch.spans == self.max_batch) {
+            let mut written = Vec::with_capacity(queue.room);
+            written.resize(self.head_room, 0);
+            queue.batches.push_back(Batch { written, spans: 0 });
+        }
+        let mut full = false;
+        if let Some(batch) = queue.batches.back_mut() {
+            message(&mut batch.written, 2, span);
+            batch.spans += 1;
+            queue.spans += 1;
+            full = batch.spans == self.max_batch;
+        }
+        drop(guard);
+        if full {
             self.ready.notify_one();
         }
     }
 
-    /// Up to a batch of the oldest spans queued.
-    fn take(&self) -> Vec<Vec<u8>> {
+    /// The oldest batch, if any span is queued.
+    fn take(&self) -> Option<Batch> {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        if queue.len() <= self.max_batch {
-            return std::mem::take(&mut *queue);
-        }
-        let rest = queue.split_off(self.max_batch);
-        std::mem::replace(&mut *queue, rest)
+        let batch = queue.batches.pop_front()?;
+        queue.spans -= batch.spans;
+        queue.room = queue.room.max(batch.written.len());
+        Some(batch)
     }
 
     /// How many spans wait.
     pub fn queued(&self) -> usize {
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner).spans
+    }
+
+    /// Drops every queued span; returns how many.
+    fn clear(&self) -> usize {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        queue.batches.clear();
+        std::mem::take(&mut queue.spans)
     }
 }
 
@@ -86,7 +139,7 @@ pub struct Exporter {
     recorder: Arc<Recorder>,
     settings: ExportSettings,
     client: HttpsClient,
-    writer: std::sync::Mutex<Writer>,
+    writer: Writer,
 }
 
 /// Asks a running exporter to export what is queued and stop.
@@ -104,8 +157,7 @@ impl Flush {
     /// Drops what is still queued once the exporter was given up on, counted as lost with an
     /// export; returns how many.
     pub fn abandon(&self) -> u64 {
-        let lost = std::mem::take(&mut *self.recorder.queue.lock().unwrap_or_else(PoisonError::into_inner))
-            .len() as u64;
+        let lost = self.recorder.clear() as u64;
         self.recorder.counts.dropped_failed.fetch_add(lost, Ordering::Relaxed);
         lost
     }
@@ -128,8 +180,8 @@ impl Exporter {
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(1)
             .build(connector);
-        let recorder = Arc::new(Recorder::new(settings.max_queue, settings.max_batch));
-        let writer = std::sync::Mutex::new(Writer::new(&settings.resource));
+        let writer = Writer::new(&settings.resource);
+        let recorder = Arc::new(Recorder::new(settings.max_queue, settings.max_batch, writer.head_room()));
         (Exporter { recorder: recorder.clone(), settings, client, writer }, recorder)
     }
 
@@ -145,11 +197,7 @@ impl Exporter {
                     () = self.recorder.ready.notified() => false,
                     _ = stopped.changed() => true,
                 };
-                loop {
-                    let batch = self.recorder.take();
-                    if batch.is_empty() {
-                        break;
-                    }
+                while let Some(batch) = self.recorder.take() {
                     self.export(batch).await;
                     // More than a batch left: at once; less: at the next turn.
                     if !stopping && self.recorder.queued() < self.recorder.max_batch {
@@ -167,10 +215,9 @@ impl Exporter {
     }
 
     /// Sends one batch; counts what became of it.
-    async fn export(&self, batch: Vec<Vec<u8>>) {
+    async fn export(&self, batch: Batch) {
         let n = batch.len() as u64;
-        let body = self.writer.lock().unwrap_or_else(PoisonError::into_inner).request(&batch);
-        drop(batch);
+        let body = self.writer.request(batch);
         let outcome = tokio::time::timeout(self.settings.timeout, self.send(body)).await;
         let counts = &self.recorder.counts;
         let failure = match outcome {
@@ -193,10 +240,10 @@ impl Exporter {
         }
     }
 
-    async fn send(&self, body: Vec<u8>) -> Result<(), String> {
+    async fn send(&self, body: Bytes) -> Result<(), String> {
         let mut request = Request::post(self.settings.endpoint.clone())
             .header(header::CONTENT_TYPE, HeaderValue::from_static("application/x-protobuf"))
-            .body(Full::new(Bytes::from(body)))
+            .body(Full::new(body))
             .map_err(|e| e.to_string())?;
         for (name, value) in &self.settings.headers {
             request.headers_mut().insert(name.clone(), value.clone());
@@ -226,24 +273,24 @@ const MAX_STATE_RECORDED: usize = 512;
 const STATUS_ERROR: u64 = 2;
 
 /// Writes a batch as the protobuf of one `ExportTraceServiceRequest` around its spans, each
-/// written field by field as it was recorded (`super::Span`), with no message tree in between:
-/// building `opentelemetry-proto`'s messages, every id, name and value its own allocation, and
-/// dropping them would cost several times the writing. The tests decode what it writes with
-/// those messages. The resource and the scope, the same in every batch, are written once.
+/// written field by field as it was recorded (`super::Span`) and framed as it was queued
+/// ([`Recorder::record`]), with no message tree in between: building `opentelemetry-proto`'s
+/// messages, every id, name and value its own allocation, and dropping them would cost several
+/// times the writing. The tests decode what it writes with those messages. The resource and the
+/// scope, the same in every batch, are written once; a batch's head goes into the room left at
+/// its start, so its spans are not copied again.
 pub struct Writer {
     /// `ResourceSpans.resource`, written.
     resource: Vec<u8>,
     /// `ScopeSpans.scope` and `ScopeSpans.schema_url`, written.
     scope: Vec<u8>,
-    /// A batch's `ScopeSpans`, reused.
-    spans: Vec<u8>,
 }
 
 impl Writer {
     pub fn new(resource: &[(String, String)]) -> Writer {
         let mut attributes = Vec::new();
         for (key, value) in resource {
-            key_value(&mut attributes, 1, key, Value::Str(value));
+            text_key_value(&mut attributes, 1, key, value);
         }
         let mut written = Vec::new();
         message(&mut written, 1, &attributes);
@@ -253,24 +300,41 @@ impl Writer {
         string(&mut named, 2, env!("CARGO_PKG_VERSION"));
         message(&mut scope, 1, &named);
         string(&mut scope, 3, SCHEMA_URL);
-        Writer { resource: written, scope, spans: Vec::new() }
+        Writer { resource: written, scope }
     }
 
-    /// The request of `spans`, each the protobuf of a `Span`.
-    pub fn request(&mut self, spans: &[Vec<u8>]) -> Vec<u8> {
-        self.spans.clear();
-        self.spans.extend_from_slice(&self.scope);
-        for span in spans {
-            message(&mut self.spans, 2, span);
-        }
-        let scope_spans = self.spans.len();
+    /// The bytes a batch keeps free for the head of its request: the resource, the scope and
+    /// two fields' tags and lengths (a length takes at most five bytes below 32 GiB).
+    pub fn head_room(&self) -> usize {
+        2 * (1 + 5) + self.resource.len() + self.scope.len()
+    }
+
+    /// The request of a batch (made by a recorder with [`Writer::head_room`]).
+    pub fn request(&self, batch: Batch) -> Bytes {
+        let room = self.head_room();
+        let Batch { mut written, .. } = batch;
+        debug_assert!(written.len() >= room);
+        let scope_spans = self.scope.len() + (written.len() - room);
         let resource_spans = self.resource.len() + 1 + encoded_len_varint(scope_spans as u64) + scope_spans;
-        let mut out = Vec::with_capacity(resource_spans + 16);
-        field_key(1, WireType::LengthDelimited, &mut out);
-        put_varint(resource_spans as u64, &mut out);
-        out.extend_from_slice(&self.resource);
-        message(&mut out, 2, &self.spans);
-        out
+        let mut head = Vec::with_capacity(room);
+        field_key(1, WireType::LengthDelimited, &mut head);
+        put_varint(resource_spans as u64, &mut head);
+        head.extend_from_slice(&self.resource);
+        field_key(2, WireType::LengthDelimited, &mut head);
+        put_varint(scope_spans as u64, &mut head);
+        head.extend_from_slice(&self.scope);
+        let start = room - head.len();
+        written[start..room].copy_from_slice(&head);
+        Bytes::from(written).slice(start..)
+    }
+
+    /// A request of `spans`, each the protobuf of a `Span`, queued through a recorder of its own.
+    #[cfg(test)]
+    pub fn request_of(&self, spans: &[Vec<u8>]) -> Bytes {
+        let recorder = Recorder::new(spans.len().max(1), spans.len().max(1), self.head_room());
+        spans.iter().for_each(|span| recorder.record(span));
+        let batch = recorder.take().unwrap_or(Batch { written: vec![0; self.head_room()], spans: 0 });
+        self.request(batch)
     }
 }
 
@@ -288,22 +352,34 @@ pub struct Head<'a> {
 /// status, links and end follow).
 pub fn span_head(out: &mut Vec<u8>, span: Head<'_>) {
     let remote_parent = span.kind == Kind::Server && span.parent.is_some();
-    bytes(out, 1, &span.context.trace_id);
-    bytes(out, 2, &span.context.parent_id);
+    // The fields of fixed size are put together first and copied in one go.
+    let mut ids = [0u8; 2 + 16 + 2 + 8];
+    ids[..2].copy_from_slice(&[1 << 3 | 2, 16]);
+    ids[2..18].copy_from_slice(&span.context.trace_id);
+    ids[18..20].copy_from_slice(&[2 << 3 | 2, 8]);
+    ids[20..].copy_from_slice(&span.context.parent_id);
+    out.extend_from_slice(&ids);
     // A long `tracestate` is passed on whole but not copied into every span of the trace.
     if let Some(state) = span.state.filter(|state| state.len() <= MAX_STATE_RECORDED) {
         bytes(out, 3, state.as_bytes());
     }
     if let Some(parent) = &span.parent {
-        bytes(out, 4, parent);
+        let mut field = [4 << 3 | 2, 8, 0, 0, 0, 0, 0, 0, 0, 0];
+        field[2..].copy_from_slice(parent);
+        out.extend_from_slice(&field);
     }
     string(out, 5, span.name);
-    varint(out, 6, span.kind as u64);
-    fixed64(out, 7, span.start);
     let flags = u32::from(span.context.flags & crate::trace_context::SAMPLED)
         | HAS_IS_REMOTE
         | if remote_parent { IS_REMOTE } else { 0 };
-    fixed32(out, 16, flags);
+    // kind (6), start (7), flags (16: a key of two bytes).
+    let mut rest = [0u8; 2 + 9 + 6];
+    rest[..2].copy_from_slice(&[6 << 3, span.kind as u8]);
+    rest[2] = 7 << 3 | 1;
+    rest[3..11].copy_from_slice(&span.start.to_le_bytes());
+    rest[11..13].copy_from_slice(&[16 << 3 | 5 | 0x80, 1]);
+    rest[13..].copy_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&rest);
 }
 
 /// A span's link to another (field 13).
@@ -331,31 +407,61 @@ pub fn span_end(out: &mut Vec<u8>, end: u64) {
     fixed64(out, 8, end);
 }
 
-/// A `KeyValue` as field `tag`.
-pub(super) fn key_value(out: &mut Vec<u8>, tag: u32, key: &str, value: Value<'_>) {
-    let any = match value {
-        Value::Str(text) => string_len(1, text),
-        Value::Int(n) => 1 + encoded_len_varint(n as u64),
-        Value::Bool(_) => 2,
+/// A span's attribute (field 9) of `key` and `value`, its key's bytes copied as written at
+/// compile time. Inlined into each caller, whose key is a constant: this runs a dozen times per
+/// call.
+#[inline(always)]
+pub(super) fn attribute(out: &mut Vec<u8>, key: &Key, value: Value<'_>) {
+    // KeyValue { key (1), value (2): AnyValue { string_value (1) | bool_value (2) | int_value (3) } }
+    let (any, member, number) = match value {
+        Value::Str(text) => {
+            (1 + encoded_len_varint(text.len() as u64) + text.len(), 1 << 3 | 2, text.len() as u64)
+        }
+        Value::Parts(parts) => {
+            let n = parts.iter().map(|part| part.len()).sum::<usize>();
+            (1 + encoded_len_varint(n as u64) + n, 1 << 3 | 2, n as u64)
+        }
+        Value::Int(n) => (1 + encoded_len_varint(n as u64), 3 << 3, n as u64),
+        Value::Bool(b) => (2, 2 << 3, u64::from(b)),
     };
+    let len = key.len + 2 + any;
+    if len < 0x80 {
+        // The usual: every length one byte. The key is copied as its whole fixed-size block
+        // (no call to copy a length known only now), then the bytes past it are taken back.
+        out.reserve(2 + KEY_ROOM + 3 + 10);
+        out.extend_from_slice(&[9 << 3 | 2, len as u8]);
+        let at = out.len();
+        out.extend_from_slice(&key.written);
+        out.truncate(at + key.len);
+        out.extend_from_slice(&[2 << 3 | 2, any as u8, member]);
+        put_varint(number, out);
+    } else {
+        let len = key.len + 1 + encoded_len_varint(any as u64) + any;
+        field_key(9, WireType::LengthDelimited, out);
+        put_varint(len as u64, out);
+        out.extend_from_slice(key.bytes());
+        field_key(2, WireType::LengthDelimited, out);
+        put_varint(any as u64, out);
+        out.push(member);
+        put_varint(number, out);
+    }
+    match value {
+        Value::Str(text) => out.extend_from_slice(text.as_bytes()),
+        Value::Parts(parts) => parts.iter().for_each(|part| out.extend_from_slice(part.as_bytes())),
+        Value::Int(_) | Value::Bool(_) => {}
+    }
+}
+
+/// A `KeyValue` of any key and a text as field `tag`: the resource's attributes.
+fn text_key_value(out: &mut Vec<u8>, tag: u32, key: &str, value: &str) {
+    let any = string_len(1, value);
     let len = string_len(1, key) + 1 + encoded_len_varint(any as u64) + any;
     field_key(tag, WireType::LengthDelimited, out);
     put_varint(len as u64, out);
     string(out, 1, key);
     field_key(2, WireType::LengthDelimited, out);
     put_varint(any as u64, out);
-    // A oneof's member is written whatever its value.
-    match value {
-        Value::Str(text) => string(out, 1, text),
-        Value::Int(n) => {
-            field_key(3, WireType::Varint, out);
-            put_varint(n as u64, out);
-        }
-        Value::Bool(b) => {
-            field_key(2, WireType::Varint, out);
-            put_varint(u64::from(b), out);
-        }
-    }
+    string(out, 1, value);
 }
 
 /// A field's key: its tag and wire type, as a varint.
@@ -423,17 +529,18 @@ mod tests {
     use prost::Message as _;
 
     use super::*;
-    use crate::telemetry::{Span, now};
+    use crate::telemetry::{Span, keys, now};
 
     fn span(n: u8) -> Vec<u8> {
         let context = TraceParent { trace_id: [n; 16], parent_id: [n; 8], flags: 1 };
         let mut span = Span::start(context, None, None, Kind::Internal, "map");
-        span.set("recast.document.size", 10);
+        span.set(&keys::DOCUMENT_SIZE, 10);
         span.finish(u64::MAX)
     }
 
     /// The trace ids' first bytes of the spans of a batch, as the collector decodes it.
-    fn ids(batch: &[Vec<u8>]) -> Vec<u8> {
+    fn ids(batch: Option<Batch>) -> Vec<u8> {
+        let Some(batch) = batch else { return Vec::new() };
         let request = Writer::new(&[]).request(batch);
         let decoded = ExportTraceServiceRequest::decode(&request[..]).unwrap();
         decoded.resource_spans[0].scope_spans[0].spans.iter().map(|s| s.trace_id[0]).collect()
@@ -441,14 +548,20 @@ mod tests {
 
     #[test]
     fn a_full_queue_drops_and_counts_and_batches_come_out_oldest_first() {
-        let recorder = Recorder::new(3, 2);
+        let recorder = Recorder::new(3, 2, Writer::new(&[]).head_room());
         for n in 1..=5 {
-            recorder.record(span(n));
+            recorder.record(&span(n));
         }
         assert_eq!(recorder.counts.dropped_full.load(Ordering::Relaxed), 2);
-        assert_eq!(ids(&recorder.take()), [1, 2]);
-        assert_eq!(ids(&recorder.take()), [3]);
-        assert!(recorder.take().is_empty());
+        assert_eq!(recorder.queued(), 3);
+        assert_eq!(ids(recorder.take()), [1, 2]);
+        assert_eq!(recorder.queued(), 1);
+        recorder.record(&span(6));
+        recorder.record(&span(7));
+        assert_eq!(recorder.counts.dropped_full.load(Ordering::Relaxed), 2, "room again");
+        assert_eq!(ids(recorder.take()), [3, 6]);
+        assert_eq!(ids(recorder.take()), [7]);
+        assert!(recorder.take().is_none());
     }
 
     fn kv(key: &str, value: any_value::Value) -> KeyValue {
@@ -468,18 +581,21 @@ mod tests {
         let mut server =
             Span::start(context, Some(&state), Some([9; 8]), Kind::Server, "GET /v1/{uuid}/{path}");
         let long = "x".repeat(300);
-        server.set("url.path", "/v1/ü");
-        server.set("recast.abandoned", true);
-        server.set("negative", -5);
-        server.set("empty", "");
-        server.set("long", &long);
+        server.set(&keys::URL_PATH, "/v1/ü");
+        server.set(&keys::ABANDONED, true);
+        server.set(&Key::new("negative"), -5);
+        server.set(&Key::new("empty"), "");
+        server.set(&Key::new("long"), &long);
+        server.set(&Key::new("parts"), Value::Parts(&["a", "", "bc"]));
+        server.set(&Key::new("large"), i64::MAX);
+        server.put(&keys::SCHEME_HTTP);
         server.fail("upstream-timeout");
         server.link(TraceParent { trace_id: [3; 16], parent_id: [4; 8], flags: 1 });
         let started = now();
         let server = server.finish(started + 5);
         let client =
             Span::start(TraceParent { flags: 0, ..context }, None, Some([8; 8]), Kind::Client, "GET");
-        let request = Writer::new(&resource).request(&[server, client.finish(0)]);
+        let request = Writer::new(&resource).request_of(&[server, client.finish(0)]);
         let decoded = ExportTraceServiceRequest::decode(&request[..]).expect("the writer's bytes decode");
         let resource_spans = &decoded.resource_spans[0];
         let attributes = &resource_spans.resource.as_ref().unwrap().attributes;
@@ -504,6 +620,9 @@ mod tests {
                 kv("negative", any_value::Value::IntValue(-5)),
                 kv("empty", text("")),
                 kv("long", text(&long)),
+                kv("parts", text("abc")),
+                kv("large", any_value::Value::IntValue(i64::MAX)),
+                kv("url.scheme", text("http")),
             ],
             links: vec![proto::span::Link {
                 trace_id: vec![3; 16],
@@ -524,7 +643,7 @@ mod tests {
         );
         assert!(client.trace_state.is_empty() && client.status.is_none() && client.attributes.is_empty());
         // An empty batch is a request with no spans.
-        let empty = ExportTraceServiceRequest::decode(&Writer::new(&resource).request(&[])[..]).unwrap();
+        let empty = ExportTraceServiceRequest::decode(&Writer::new(&resource).request_of(&[])[..]).unwrap();
         assert!(empty.resource_spans[0].scope_spans[0].spans.is_empty());
     }
 }

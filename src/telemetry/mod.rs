@@ -14,6 +14,7 @@
 //! recorded: a call pays for its ids and its `traceparent` only.
 
 pub mod export;
+pub mod keys;
 pub mod settings;
 
 use std::cell::{Cell, RefCell};
@@ -25,6 +26,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 pub use self::export::Recorder;
+pub use self::keys::{Attribute, Key};
 pub use self::settings::{Sampler, TraceSettings};
 use crate::trace_context::{SAMPLED, TraceParent, trace_state};
 
@@ -188,6 +190,15 @@ impl Tracer {
         }
     }
 
+    /// Ends a span [`Tracer::child`] began, `took` after its start: the duration of the work
+    /// it covers, measured already, so the clock is not read again.
+    pub fn end_after(&self, span: Span, took: std::time::Duration) {
+        if let Some(recorder) = &self.recorder {
+            let end = span.start.saturating_add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX));
+            span.end_at(recorder, end);
+        }
+    }
+
     /// The scope of a request with `headers`: the caller's trace when its `traceparent` is well
     /// formed (its `tracestate` with it), else a new trace; a new span id; sampled as the sampler
     /// says; the caller's `baggage` carried whatever its trace.
@@ -258,6 +269,8 @@ pub enum Kind {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Value<'a> {
     Str(&'a str),
+    /// A text in pieces, written one after the other.
+    Parts(&'a [&'a str]),
     Int(i64),
     Bool(bool),
 }
@@ -299,6 +312,15 @@ pub struct Span {
 /// Room for a span's fields: a request's span with its attributes takes about 500 bytes.
 const SPAN_ROOM: usize = 640;
 
+/// Buffers of ended spans kept on a thread, and the largest kept: a span's buffer is copied into
+/// the recorder's queue, and begins the next span there instead of an allocation.
+const MAX_SPARES: usize = 4;
+const MAX_SPARE_ROOM: usize = 8 * SPAN_ROOM;
+
+thread_local! {
+    static SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
 impl Span {
     /// A span of `kind` named `name` whose own context is `context`, under `parent`, in a
     /// trace whose `tracestate` is `state`.
@@ -310,13 +332,22 @@ impl Span {
         name: &str,
     ) -> Span {
         let start = now();
-        let mut written = Vec::with_capacity(SPAN_ROOM);
+        let spare = SPARE.try_with(|spare| spare.borrow_mut().pop()).ok().flatten();
+        let mut written = spare.unwrap_or_else(|| Vec::with_capacity(SPAN_ROOM));
         export::span_head(&mut written, export::Head { context, parent, state, kind, name, start });
         Span { written, start }
     }
 
-    pub fn set<'a>(&mut self, key: &str, value: impl Into<Value<'a>>) {
-        export::key_value(&mut self.written, 9, key, value.into());
+    /// Adds the attribute `key` with `value`.
+    #[inline]
+    pub fn set<'a>(&mut self, key: &Key, value: impl Into<Value<'a>>) {
+        export::attribute(&mut self.written, key, value.into());
+    }
+
+    /// Adds an attribute written whole.
+    #[inline]
+    pub fn put(&mut self, attribute: &Attribute) {
+        self.written.extend_from_slice(attribute.bytes());
     }
 
     /// Status Error, described. Once per span.
@@ -328,9 +359,26 @@ impl Span {
         export::link(&mut self.written, &to);
     }
 
-    /// Ends the span now and hands it to `recorder`.
+    /// Ends the span now and hands it to `recorder`; its buffer is kept for the next span begun
+    /// on this thread.
     pub fn end(self, recorder: &Recorder) {
-        recorder.record(self.finish(now()));
+        self.end_at(recorder, now());
+    }
+
+    /// Ends the span at `end` (nanoseconds since the Unix epoch) and hands it to `recorder`.
+    pub fn end_at(self, recorder: &Recorder, end: u64) {
+        let mut written = self.finish(end);
+        recorder.record(&written);
+        if written.capacity() <= MAX_SPARE_ROOM {
+            written.clear();
+            // Not kept on a thread that is ending.
+            let _ = SPARE.try_with(|spare| {
+                let mut spare = spare.borrow_mut();
+                if spare.len() < MAX_SPARES {
+                    spare.push(written);
+                }
+            });
+        }
     }
 
     /// The span's protobuf, ended at `end` (its start, if that is earlier).
@@ -364,6 +412,30 @@ pub fn secret_name(name: &str) -> bool {
     WORDS
         .iter()
         .any(|word| name.windows(word.len()).any(|window| window.eq_ignore_ascii_case(word.as_bytes())))
+}
+
+/// Calls `with` with `uri` as a `url.full` ([`url_full`]): in pieces borrowed from `uri` when
+/// nothing in it is redacted or cut (a call's usual upstream URL), so that nothing is put
+/// together first.
+pub fn with_url_full<T>(uri: &http::Uri, with: impl FnOnce(Value<'_>) -> T) -> T {
+    let scheme = uri.scheme_str().unwrap_or("http");
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    let path = uri.path();
+    let query = uri.query();
+    let plain = !authority.contains('@')
+        && scheme.len() + 3 + authority.len() + path.len() + query.map_or(0, |q| q.len() + 1) <= MAX_URL
+        && !query.is_some_and(|query| {
+            query.split('&').any(|pair| {
+                pair.split_once('=').is_some_and(|(name, _)| {
+                    secret_name(&percent_encoding::percent_decode_str(name).decode_utf8_lossy())
+                })
+            })
+        });
+    match (plain, query) {
+        (true, Some(query)) => with(Value::Parts(&[scheme, "://", authority, path, "?", query])),
+        (true, None) => with(Value::Parts(&[scheme, "://", authority, path])),
+        (false, _) => with(Value::Str(&url_full(uri))),
+    }
 }
 
 /// `uri` as a `url.full`: without user information, the values of query parameters whose names
@@ -404,23 +476,6 @@ pub fn url_full(uri: &http::Uri) -> String {
     let kept = cut(&out, MAX_URL).len();
     out.truncate(kept);
     out
-}
-
-/// The low-cardinality name of a method for `http.request.method`: the methods of RFC 9110 and
-/// `PATCH` as they are, anything else `_OTHER`.
-pub fn method_name(method: &http::Method) -> &'static str {
-    match method.as_str() {
-        "GET" => "GET",
-        "POST" => "POST",
-        "PUT" => "PUT",
-        "PATCH" => "PATCH",
-        "DELETE" => "DELETE",
-        "HEAD" => "HEAD",
-        "OPTIONS" => "OPTIONS",
-        "TRACE" => "TRACE",
-        "CONNECT" => "CONNECT",
-        _ => "_OTHER",
-    }
 }
 
 #[cfg(test)]
@@ -515,6 +570,24 @@ mod tests {
             "https://api.example:8443/v1/x?q=soup&api_key=REDACTED&Access%5FToken=REDACTED&sig=REDACTED&page=2&flag"
         );
         assert_eq!(url_full(&"http://h/p".parse().unwrap()), "http://h/p");
+        // In pieces when nothing is taken out, whole when something is; the same text.
+        for uri in [
+            "https://u:p@api.example:8443/v1/x?q=soup&api_key=abc&page=2&flag",
+            "http://api.example/v1/x?q=soup&page=2&flag",
+            "http://api.example:81",
+            "http://api.example/a?tok%65n=1",
+        ] {
+            let uri: http::Uri = uri.parse().unwrap();
+            let written = with_url_full(&uri, |value| match value {
+                Value::Parts(parts) => ("parts", parts.concat()),
+                Value::Str(text) => ("whole", text.to_owned()),
+                other => panic!("{other:?}"),
+            });
+            let plain = !uri.to_string().contains('@')
+                && !uri.to_string().contains("key")
+                && !uri.to_string().contains("%65");
+            assert_eq!(written, (if plain { "parts" } else { "whole" }, url_full(&uri)), "{uri}");
+        }
         let long: http::Uri =
             format!("http://h/{}?a={}", "é".repeat(2000), "b".repeat(5000)).parse().unwrap();
         let full = url_full(&long);

@@ -2,10 +2,8 @@
 //! `traceparent` names to the upstream, whether or not spans are recorded), and, when they are,
 //! its CLIENT span with the HTTP client attributes of OpenTelemetry's conventions.
 
-use http::Uri;
-
 use super::{Answer, Propagated, Target, UpstreamClient, UpstreamError};
-use crate::telemetry::{self, Kind, Recorder, Span};
+use crate::telemetry::{self, Kind, Recorder, Span, keys};
 
 /// An attempt's trace, ended with its outcome ([`Attempt::end`]); one dropped before (the call
 /// was abandoned) records its span without an error status.
@@ -28,7 +26,7 @@ impl<'a> Attempt<'a> {
             });
             let span = client.spans.as_deref().filter(|_| scope.recording).map(|recorder| {
                 let request = target.request;
-                let method = telemetry::method_name(&request.method);
+                let (method, method_attribute) = keys::method(&request.method);
                 let mut span = Span::start(
                     context,
                     scope.state.as_ref(),
@@ -36,19 +34,19 @@ impl<'a> Attempt<'a> {
                     Kind::Client,
                     method,
                 );
-                span.set("http.request.method", method);
-                let (host, port) = host_and_port(&request.uri);
-                span.set("server.address", host);
-                span.set("server.port", port);
-                span.set("url.full", &telemetry::url_full(&request.uri));
+                span.put(method_attribute);
+                let (host, port) = host_and_port(target.origin);
+                span.set(&keys::SERVER_ADDRESS, host);
+                span.set(&keys::SERVER_PORT, port);
+                telemetry::with_url_full(&request.uri, |url| span.set(&keys::URL_FULL, url));
                 if resend > 0 {
-                    span.set("http.request.resend_count", i64::from(resend));
+                    span.set(&keys::RESEND_COUNT, i64::from(resend));
                 }
                 if let Some(source) = target.source {
-                    span.set("recast.source", source);
+                    span.set(&keys::SOURCE, source);
                 }
                 if target.token {
-                    span.set("recast.oauth2.token_request", true);
+                    span.set(&keys::TOKEN_REQUEST, true);
                 }
                 (span, recorder)
             });
@@ -63,17 +61,17 @@ impl<'a> Attempt<'a> {
         match outcome {
             Ok(answer) => {
                 let status = answer.status.as_u16();
-                span.set("http.response.status_code", i64::from(status));
-                span.set("network.protocol.version", if answer.http2 { "2" } else { "1.1" });
+                span.set(&keys::STATUS_CODE, i64::from(status));
+                span.put(if answer.http2 { &keys::PROTOCOL_2 } else { &keys::PROTOCOL_1_1 });
                 if status >= 400 {
                     let text = status_text(status);
-                    span.set("error.type", &text);
+                    span.set(&keys::ERROR_TYPE, &text);
                     span.fail(&text);
                 }
             }
             Err(error) => {
                 let kind = error_type(error);
-                span.set("error.type", kind);
+                span.set(&keys::ERROR_TYPE, kind);
                 span.fail(&error.to_string());
             }
         }
@@ -86,18 +84,19 @@ impl Drop for Attempt<'_> {
         // The caller went away (or the call's deadline ended it from outside): recorded as it
         // stands, not as an error of the upstream's.
         if let Some((mut span, recorder)) = self.span.take() {
-            span.set("recast.abandoned", true);
+            span.set(&keys::ABANDONED, true);
             span.end(recorder);
         }
     }
 }
 
-/// The host and port an upstream URI names, the port its scheme's when not written.
-pub(crate) fn host_and_port(uri: &Uri) -> (&str, i64) {
-    let host = uri.host().unwrap_or_default();
+/// The host and port of an origin (`scheme://host:port`, the port always written: see
+/// `super::origin`), an IPv6 host without its brackets.
+fn host_and_port(origin: &str) -> (&str, i64) {
+    let authority = origin.split_once(':').map_or(origin, |(_, rest)| rest.trim_start_matches('/'));
+    let (host, port) = authority.rsplit_once(':').unwrap_or((authority, ""));
     let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-    let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
-    (host, i64::from(port))
+    (host, port.parse::<u16>().map_or(0, i64::from))
 }
 
 /// A status code as the text `error.type` takes.
@@ -118,5 +117,23 @@ pub(crate) fn error_type(error: &UpstreamError) -> &'static str {
         UpstreamError::Unavailable { .. } => "breaker_open",
         UpstreamError::RateLimited { .. } => "rate_limited",
         UpstreamError::Auth(_) => "auth_failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_origins_host_and_port() {
+        for (uri, host, port) in [
+            ("http://API.example/v1", "api.example", 80),
+            ("https://api.example:8443/x?y", "api.example", 8443),
+            ("http://[::1]:9/", "::1", 9),
+            ("https://[2001:db8::1]/", "2001:db8::1", 443),
+        ] {
+            let origin = super::super::origin(&uri.parse().unwrap());
+            assert_eq!(host_and_port(&origin), (host, port), "{uri}");
+        }
     }
 }
