@@ -17,8 +17,8 @@ pub const TRACEPARENT: &str = "traceparent";
 pub const TRACESTATE: &str = "tracestate";
 
 /// The two as header names, which are looked up without being parsed first.
-const TRACEPARENT_NAME: http::HeaderName = http::HeaderName::from_static(TRACEPARENT);
-const TRACESTATE_NAME: http::HeaderName = http::HeaderName::from_static(TRACESTATE);
+pub const TRACEPARENT_NAME: http::HeaderName = http::HeaderName::from_static(TRACEPARENT);
+pub const TRACESTATE_NAME: http::HeaderName = http::HeaderName::from_static(TRACESTATE);
 
 /// The one flag this version of the recommendation defines: the caller may have recorded.
 pub const SAMPLED: u8 = 0x01;

@@ -13,7 +13,7 @@ use super::compose;
 use super::connection::RequestBody;
 use super::problem::UpstreamFailure;
 use super::reply::{json, read_body, timing};
-use super::traced::CallFacts;
+use super::traced::{self, CallFacts};
 use super::{ApiError, Response, SERVER_TIMING, State};
 use crate::cache::{self, CacheStatus, Joined, Key, Leader, Lookup, TimedOut};
 use crate::exec;
@@ -69,12 +69,12 @@ pub(super) async fn call(state: &State, request: RouteCall<'_>, uuid: &str, rout
         Some(route) => route.statuses.record(status),
         None => state.metrics.endpoint(Endpoint::Call, status),
     }
-    if let Some(route) = &called
-        && crate::telemetry::recording()
-    {
-        let facts =
-            CallFacts { route: route.uuid, cache: record.cache.map(CacheStatus::label), link: record.link };
-        response.extensions_mut().insert(facts);
+    if let Some(route) = &called {
+        traced::note_call(CallFacts {
+            route: route.uuid,
+            cache: record.cache.map(CacheStatus::label),
+            link: record.link,
+        });
     }
     response
 }

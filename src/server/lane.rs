@@ -216,7 +216,8 @@ async fn respond_to_call(state: &State, head: &CallHead, peer: Option<IpAddr>) -
         route: Some(&traced::CALL),
     };
     let (scope, span) = traced::begin(state, &inbound);
-    let answered = answered(state, &Method::GET, path, Endpoint::Call, called);
+    // Boxed as well: the trace's and the request id's wrappers each move what they are given.
+    let answered = crate::tasks::boxed(|| answered(state, &Method::GET, path, Endpoint::Call, called));
     let ids = scope.ids();
     stamped(request_id, Some(ids), traced::serve(scope, span, answered)).await
 }

@@ -3,7 +3,9 @@
 //! upstream calls made for it are its children), its attributes from the request and the
 //! answer, and what a route call adds (the route, the cache, the call it took its answer from).
 
+use std::cell::RefCell;
 use std::net::IpAddr;
+use std::pin::pin;
 
 use http::{HeaderMap, Method, header};
 use uuid::Uuid;
@@ -24,8 +26,7 @@ pub(super) struct Inbound<'a> {
     pub route: Option<&'static Template>,
 }
 
-/// What a route call tells its request's span: put into the answer's extensions, only while
-/// spans are recorded.
+/// What a route call tells its request's span ([`note_call`]).
 #[derive(Debug, Clone)]
 pub(super) struct CallFacts {
     pub route: Uuid,
@@ -33,6 +34,29 @@ pub(super) struct CallFacts {
     pub cache: Option<&'static str>,
     /// The span of the call whose upstream answer this one took (a coalesced miss).
     pub link: Option<TraceParent>,
+}
+
+thread_local! {
+    /// The SERVER span of the request being polled on this thread, while its trace is
+    /// recorded: where what a route call learns is written as it is learnt.
+    static SERVING: RefCell<Option<Span>> = const { RefCell::new(None) };
+}
+
+/// Adds a route call's facts to the SERVER span of the request being polled on this thread,
+/// when it is recorded.
+pub(super) fn note_call(facts: CallFacts) {
+    let _ = SERVING.try_with(|serving| {
+        if let Some(span) = serving.borrow_mut().as_mut() {
+            let mut id = uuid::Uuid::encode_buffer();
+            span.set(&keys::ROUTE_ID, &*facts.route.hyphenated().encode_lower(&mut id));
+            if let Some(cache) = facts.cache {
+                span.set(&keys::CACHE, cache);
+            }
+            if let Some(link) = facts.link {
+                span.link(link);
+            }
+        }
+    });
 }
 
 /// The problem type of an error answer, its `error.type`.
@@ -53,7 +77,7 @@ pub(super) fn begin<'a>(state: &'a State, inbound: &Inbound<'_>) -> (Scope, Opti
             (method, Some(route)) => format!("{method} {}", route.path).into(),
             (method, None) => method.into(),
         };
-        let mut span = Span::start(scope.span, scope.state.as_ref(), parent, Kind::Server, &name);
+        let mut span = Span::start(scope.span, scope.state(), parent, Kind::Server, &name);
         span.put(method_attribute);
         if method == "_OTHER" {
             span.set(&keys::METHOD_ORIGINAL, telemetry::cut(inbound.method.as_str(), MAX_HOST));
@@ -123,31 +147,56 @@ const MAX_HOST: usize = 256;
 /// The longest `user_agent.original` kept, in characters.
 const MAX_USER_AGENT: usize = 256;
 
-/// Serves a request in its scope, then ends its span with the answer. A request dropped before
-/// its answer (its client went away) still ends its span, marked `recast.abandoned`, so that the
-/// spans of its upstream calls keep their parent.
+/// Serves a request in its scope, then ends its span with the answer. While the request is
+/// polled its span is in [`SERVING`]. A request dropped before its answer (its client went
+/// away) still ends its span, marked `recast.abandoned`, so that the spans of its upstream calls
+/// keep their parent.
 pub(super) async fn serve(
     scope: Scope,
     span: Option<(Span, &Recorder)>,
     respond: impl Future<Output = Response>,
 ) -> Response {
-    let mut pending = Pending(span);
-    let mut response = telemetry::within(scope, respond).await;
-    if let Some((mut span, recorder)) = pending.0.take() {
+    let Some((span, recorder)) = span else { return telemetry::within(scope, respond).await };
+    let mut pending = Pending { span: Some(span), recorder };
+    let mut respond = pin!(respond);
+    let serving = std::future::poll_fn(|cx| {
+        let swap = Swap { previous: SERVING.replace(pending.span.take()), into: &mut pending.span };
+        let poll = respond.as_mut().poll(cx);
+        drop(swap);
+        poll
+    });
+    let mut response = telemetry::within(scope, serving).await;
+    if let Some(mut span) = pending.span.take() {
         finish(&mut span, &mut response);
-        span.end(recorder);
+        span.end(pending.recorder);
     }
     response
 }
 
+/// Puts back what [`SERVING`] held before a poll, and moves the span back out, also when the
+/// poll panics.
+struct Swap<'a> {
+    previous: Option<Span>,
+    into: &'a mut Option<Span>,
+}
+
+impl Drop for Swap<'_> {
+    fn drop(&mut self) {
+        *self.into = SERVING.replace(self.previous.take());
+    }
+}
+
 /// A request's span until its answer.
-struct Pending<'a>(Option<(Span, &'a Recorder)>);
+struct Pending<'a> {
+    span: Option<Span>,
+    recorder: &'a Recorder,
+}
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        if let Some((mut span, recorder)) = self.0.take() {
+        if let Some(mut span) = self.span.take() {
             span.set(&keys::ABANDONED, true);
-            span.end(recorder);
+            span.end(self.recorder);
         }
     }
 }
@@ -161,16 +210,6 @@ fn finish(span: &mut Span, response: &mut Response) {
         let kind = problem.map_or_else(|| status.to_string(), |p| p.0.to_owned());
         span.set(&keys::ERROR_TYPE, &kind);
         span.fail(&kind);
-    }
-    if let Some(facts) = response.extensions_mut().remove::<CallFacts>() {
-        let mut id = uuid::Uuid::encode_buffer();
-        span.set(&keys::ROUTE_ID, &*facts.route.hyphenated().encode_lower(&mut id));
-        if let Some(cache) = facts.cache {
-            span.set(&keys::CACHE, cache);
-        }
-        if let Some(link) = facts.link {
-            span.link(link);
-        }
     }
 }
 

@@ -42,13 +42,38 @@ pub struct Scope {
     pub span: TraceParent,
     /// Whether spans made under it are recorded: sampled, and an exporter to take them.
     pub recording: bool,
+    /// What of the caller's context is passed on as it came, if anything.
+    pub carried: Option<Arc<Carried>>,
+}
+
+/// What of a caller's trace context is passed on as it came. Shared, and apart from the scope,
+/// which is moved in and out of a thread-local at every poll: most requests carry nothing.
+#[derive(Debug, Default)]
+pub struct Carried {
     /// The caller's `tracestate`, when its `traceparent` was taken.
     pub state: Option<HeaderValue>,
     /// The caller's `baggage`, passed on unchanged.
     pub baggage: Option<HeaderValue>,
 }
 
+impl Carried {
+    /// Shared, when there is anything to carry.
+    fn shared(state: Option<HeaderValue>, baggage: Option<HeaderValue>) -> Option<Arc<Carried>> {
+        (state.is_some() || baggage.is_some()).then(|| Arc::new(Carried { state, baggage }))
+    }
+}
+
 impl Scope {
+    /// The caller's `tracestate`, when its `traceparent` was taken.
+    pub fn state(&self) -> Option<&HeaderValue> {
+        self.carried.as_deref().and_then(|carried| carried.state.as_ref())
+    }
+
+    /// The caller's `baggage`.
+    pub fn baggage(&self) -> Option<&HeaderValue> {
+        self.carried.as_deref().and_then(|carried| carried.baggage.as_ref())
+    }
+
     /// The ids its log lines carry: its trace's and its span's.
     pub fn ids(&self) -> crate::logging::TraceIds {
         crate::logging::TraceIds { trace_id: self.span.trace_id, span_id: self.span.parent_id }
@@ -179,7 +204,7 @@ impl Tracer {
         with_current(|scope| {
             let scope = scope.filter(|scope| scope.recording)?;
             let context = scope.span.child(span_id());
-            Some(Span::start(context, scope.state.as_ref(), Some(scope.span.parent_id), kind, name))
+            Some(Span::start(context, scope.state(), Some(scope.span.parent_id), kind, name))
         })
     }
 
@@ -203,7 +228,8 @@ impl Tracer {
     /// formed (its `tracestate` with it), else a new trace; a new span id; sampled as the sampler
     /// says; the caller's `baggage` carried whatever its trace.
     pub fn serve(&self, headers: &HeaderMap) -> (Scope, Option<[u8; 8]>) {
-        let parent = TraceParent::from_headers(headers);
+        let sent = Sent::of(headers);
+        let parent = if sent.traceparent { TraceParent::from_headers(headers) } else { None };
         let trace_id = parent.map_or_else(trace_id, |p| p.trace_id);
         let sampled = self.sampler.sampled(parent.map(|p| p.sampled()), &trace_id);
         // Only the sampled flag is ours to set; flags this version does not know are not passed on.
@@ -211,10 +237,38 @@ impl Tracer {
         let scope = Scope {
             span: TraceParent { trace_id, parent_id: span_id(), flags },
             recording: sampled && self.recorder.is_some(),
-            state: parent.and_then(|_| trace_state(headers)),
-            baggage: baggage(headers),
+            carried: Carried::shared(
+                parent.filter(|_| sent.tracestate).and_then(|_| trace_state(headers)),
+                if sent.baggage { baggage(headers) } else { None },
+            ),
         };
         (scope, parent.map(|p| p.parent_id))
+    }
+}
+
+/// Which of the trace context's headers a request has, found in one pass over its headers: a
+/// request has few, and most have none of these, so this costs less than looking each name up
+/// (a hash of it); those it has are then read by name.
+#[derive(Debug, Default, Clone, Copy)]
+struct Sent {
+    traceparent: bool,
+    tracestate: bool,
+    baggage: bool,
+}
+
+impl Sent {
+    fn of(headers: &HeaderMap) -> Sent {
+        let mut sent = Sent::default();
+        for name in headers.keys() {
+            if *name == crate::trace_context::TRACEPARENT_NAME {
+                sent.traceparent = true;
+            } else if *name == crate::trace_context::TRACESTATE_NAME {
+                sent.tracestate = true;
+            } else if *name == BAGGAGE {
+                sent.baggage = true;
+            }
+        }
+        sent
     }
 }
 
@@ -505,8 +559,8 @@ mod tests {
         assert_eq!(parent.map(|p| crate::hex::encode(&p)).as_deref(), Some("b7ad6b7169203331"));
         assert_eq!(scope.span.flags, 0, "the caller did not sample: nor does a parent-based sampler");
         assert!(!scope.recording, "no recorder");
-        assert_eq!(scope.state.as_ref().unwrap(), "congo=t61rcWkgMzE");
-        assert_eq!(scope.baggage.as_ref().unwrap(), "userId=alice");
+        assert_eq!(scope.state().unwrap(), "congo=t61rcWkgMzE");
+        assert_eq!(scope.baggage().unwrap(), "userId=alice");
         // A malformed traceparent starts a new trace, and its tracestate goes with it.
         headers.insert(
             "traceparent",
@@ -516,12 +570,8 @@ mod tests {
         assert!(parent.is_none());
         assert_ne!(fresh.span.trace_id, scope.span.trace_id);
         assert_eq!(fresh.span.flags, SAMPLED);
-        assert!(fresh.state.is_none());
-        assert_eq!(
-            fresh.baggage.as_ref().unwrap(),
-            "userId=alice",
-            "baggage is passed on whatever the trace"
-        );
+        assert!(fresh.state().is_none());
+        assert_eq!(fresh.baggage().unwrap(), "userId=alice", "baggage is passed on whatever the trace");
     }
 
     #[test]

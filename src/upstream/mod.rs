@@ -491,17 +491,25 @@ pub(crate) struct Extra<'a> {
 pub struct Propagated {
     /// Its text, written as it is (no header value made for it on HTTP/1.1).
     pub traceparent: [u8; crate::trace_context::LENGTH],
-    pub state: Option<HeaderValue>,
-    pub baggage: Option<HeaderValue>,
+    /// The caller's `tracestate` and `baggage`.
+    pub carried: Option<std::sync::Arc<crate::telemetry::Carried>>,
 }
 
 impl Propagated {
+    fn state(&self) -> Option<&HeaderValue> {
+        self.carried.as_deref().and_then(|carried| carried.state.as_ref())
+    }
+
+    fn baggage(&self) -> Option<&HeaderValue> {
+        self.carried.as_deref().and_then(|carried| carried.baggage.as_ref())
+    }
+
     /// The header lines it adds, by name.
     pub(crate) fn lines(&self) -> impl Iterator<Item = (&'static str, &[u8])> {
         [
             (crate::trace_context::TRACEPARENT, Some(&self.traceparent[..])),
-            (crate::trace_context::TRACESTATE, self.state.as_ref().map(HeaderValue::as_bytes)),
-            ("baggage", self.baggage.as_ref().map(HeaderValue::as_bytes)),
+            (crate::trace_context::TRACESTATE, self.state().map(HeaderValue::as_bytes)),
+            ("baggage", self.baggage().map(HeaderValue::as_bytes)),
         ]
         .into_iter()
         .filter_map(|(name, value)| value.map(|value| (name, value)))
@@ -512,8 +520,8 @@ impl Propagated {
     pub(crate) fn replaces(&self, name: &http::HeaderName) -> bool {
         match name.as_str() {
             "traceparent" => true,
-            "tracestate" => self.state.is_some(),
-            "baggage" => self.baggage.is_some(),
+            "tracestate" => self.state().is_some(),
+            "baggage" => self.baggage().is_some(),
             _ => false,
         }
     }

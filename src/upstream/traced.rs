@@ -19,21 +19,12 @@ impl<'a> Attempt<'a> {
         telemetry::with_current(|scope| {
             let Some(scope) = scope else { return Attempt { propagated: None, span: None } };
             let context = scope.span.child(telemetry::span_id());
-            let propagated = Some(Propagated {
-                traceparent: context.text(),
-                state: scope.state.clone(),
-                baggage: scope.baggage.clone(),
-            });
+            let propagated = Some(Propagated { traceparent: context.text(), carried: scope.carried.clone() });
             let span = client.spans.as_deref().filter(|_| scope.recording).map(|recorder| {
                 let request = target.request;
                 let (method, method_attribute) = keys::method(&request.method);
-                let mut span = Span::start(
-                    context,
-                    scope.state.as_ref(),
-                    Some(scope.span.parent_id),
-                    Kind::Client,
-                    method,
-                );
+                let mut span =
+                    Span::start(context, scope.state(), Some(scope.span.parent_id), Kind::Client, method);
                 span.put(method_attribute);
                 let (host, port) = host_and_port(target.origin);
                 span.set(&keys::SERVER_ADDRESS, host);
