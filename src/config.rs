@@ -30,6 +30,7 @@ pub const SHUTDOWN_GRACE_MS: &str = "RECAST_SHUTDOWN_GRACE_MS";
 pub const WORKERS: &str = "RECAST_WORKERS";
 pub const LOG: &str = "RECAST_LOG";
 pub const LOG_FORMAT: &str = "RECAST_LOG_FORMAT";
+pub const METRICS_ROUTE_LABEL: &str = "RECAST_METRICS_ROUTE_LABEL";
 pub const SECRET_KEY: &str = "RECAST_SECRET_KEY";
 pub const ADMIN_TOKEN: &str = "RECAST_ADMIN_TOKEN";
 pub const MAX_INFLIGHT: &str = "RECAST_MAX_INFLIGHT";
@@ -221,6 +222,11 @@ pub struct Config {
     #[arg(long, env = LOG_FORMAT, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// What `recast_requests_total` names a route call by: `uuid`, its route's (a series per
+    /// route and status), or `none` (every route's answers summed under `route="all_routes"`).
+    #[arg(long, env = METRICS_ROUTE_LABEL, value_enum, default_value_t = RouteLabel::Uuid)]
+    pub metrics_route_label: RouteLabel,
+
     /// Key that seals stored routes and their credentials: 64 hex digits (`recast new-key`).
     /// Unset: a key file `secret.key` is created in the data directory (mode 0600).
     #[arg(long, env = SECRET_KEY, hide_env_values = true)]
@@ -370,6 +376,15 @@ pub enum LogFormat {
     Json,
 }
 
+/// How `/metrics` labels the answers of route calls (`RECAST_METRICS_ROUTE_LABEL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RouteLabel {
+    /// By the route's uuid: a series per route and status.
+    Uuid,
+    /// All routes together, `route="all_routes"`: a series per status, however many routes.
+    None,
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -398,6 +413,7 @@ impl Default for Config {
             workers: None,
             log: DEFAULT_LOG.to_owned(),
             log_format: LogFormat::Text,
+            metrics_route_label: RouteLabel::Uuid,
             secret_key: None,
             admin_token: None,
             max_inflight: DEFAULT_MAX_INFLIGHT,
@@ -568,6 +584,7 @@ mod tests {
             WORKERS,
             LOG,
             LOG_FORMAT,
+            METRICS_ROUTE_LABEL,
             SECRET_KEY,
             ADMIN_TOKEN,
             MAX_INFLIGHT,

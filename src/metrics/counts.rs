@@ -23,6 +23,21 @@ impl StatusCounts {
     /// Counts one answer with `status`.
     #[inline]
     pub fn record(&self, status: u16) {
+        self.add(status, 1);
+    }
+
+    /// Adds what `other` counted (`RECAST_METRICS_ROUTE_LABEL=none` sums every route's).
+    pub fn merge(&self, other: &StatusCounts) {
+        let (seen, rest) = other.snapshot();
+        for (status, count) in seen {
+            self.add(status, count);
+        }
+        self.other.fetch_add(rest, Ordering::Relaxed);
+    }
+
+    /// Counts `n` answers with `status`.
+    #[inline]
+    fn add(&self, status: u16, n: u64) {
         for (code, count) in self.codes.iter().zip(&self.counts) {
             let mut seen = code.load(Ordering::Relaxed);
             if seen == 0 {
@@ -33,11 +48,11 @@ impl StatusCounts {
                 };
             }
             if seen == status {
-                count.fetch_add(1, Ordering::Relaxed);
+                count.fetch_add(n, Ordering::Relaxed);
                 return;
             }
         }
-        self.other.fetch_add(1, Ordering::Relaxed);
+        self.other.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Whether nothing was counted yet (the first slot is claimed by the first answer).

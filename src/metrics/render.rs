@@ -31,7 +31,7 @@ impl Metrics {
         let mut out = String::with_capacity(4096);
         let requests = "recast_requests_total";
         out.push_str(
-            "# HELP recast_requests_total Answers by route (a route's uuid, or the endpoint) and status.\n",
+            "# HELP recast_requests_total Answers by route (a route's uuid, all_routes, or the endpoint) and status.\n",
         );
         let _ = writeln!(out, "# TYPE {requests} counter");
         for endpoint in Endpoint::ALL {

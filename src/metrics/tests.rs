@@ -25,6 +25,27 @@ fn status_counts_keep_each_code_and_spill_into_other() {
 }
 
 #[test]
+fn merged_status_counts_add_up_and_keep_their_bound() {
+    let (a, b, all) = (StatusCounts::default(), StatusCounts::default(), StatusCounts::default());
+    for status in [200, 200, 404, 500] {
+        a.record(status);
+    }
+    for status in (0..9).map(|i| 201 + i) {
+        b.record(status);
+    }
+    b.record(200);
+    all.merge(&a);
+    all.merge(&b);
+    let (seen, other) = all.snapshot();
+    let total: u64 = seen.iter().map(|(_, n)| n).sum::<u64>() + other;
+    assert_eq!(total, 14, "{seen:?} {other}");
+    assert_eq!(seen.len(), STATUS_SLOTS);
+    // b's 200 came after its slots were full: it was b's `other`, and stays `other`.
+    assert_eq!(seen[0], (200, 2));
+    assert!(other > 0, "codes beyond the slots spill into other");
+}
+
+#[test]
 fn status_counts_lose_nothing_when_threads_race_for_slots() {
     let counts = StatusCounts::default();
     std::thread::scope(|scope| {

@@ -20,6 +20,7 @@ use super::{
     ApiError, Lifecycle, REQUEST_ID, Request, Response, SERVER_TIMING, State, admission, call, management,
     mapping, playground, preview, traced,
 };
+use crate::config::RouteLabel;
 use crate::logging::logged;
 use crate::metrics::{Endpoint, Gauges, PanicSite};
 
@@ -194,6 +195,9 @@ async fn dispatch(state: &State, request: Request, segments: &[&str]) -> Result<
 /// its examples and checks every answer against it.
 pub const OPENAPI: &str = include_str!("../../docs/openapi.json");
 
+/// The `route` label of every route call's answers under `RECAST_METRICS_ROUTE_LABEL=none`.
+pub const ALL_ROUTES: &str = "all_routes";
+
 /// `GET /metrics`: the Prometheus text exposition. Routes never called have no series, so a
 /// scrape copies out only the counts of routes that were.
 fn metrics(state: &State) -> Response {
@@ -219,9 +223,16 @@ fn metrics(state: &State) -> Response {
         }),
         cache: state.cache.gauges(),
     };
+    // Without the uuid label, every route's answers as one route's, however many routes.
+    let all = (state.config.metrics_route_label == RouteLabel::None).then(|| {
+        let all = crate::metrics::StatusCounts::default();
+        called.drain(..).for_each(|(_, counts)| all.merge(&counts));
+        all
+    });
+    let merged = all.as_ref().filter(|all| !all.is_empty()).map(|all| (ALL_ROUTES.to_owned(), all));
     let text = state.metrics.render(
         gauges,
-        called.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)),
+        called.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)).chain(merged),
         crate::metrics::OutboundCounts {
             breakers: &state.client.breakers(),
             retries: &state.client.retries(),

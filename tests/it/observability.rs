@@ -98,6 +98,43 @@ async fn metrics_count_requests_latencies_failures_and_routes() {
     service.stop().await;
 }
 
+/// `RECAST_METRICS_ROUTE_LABEL=none`: route calls' answers are summed over every route, a series
+/// per status however many routes there are, and no series names a route's uuid.
+#[tokio::test]
+async fn without_the_route_label_every_routes_answers_are_one_series_per_status() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(recast::config::Config {
+        metrics_route_label: recast::config::RouteLabel::None,
+        ..config()
+    })
+    .await;
+    let mut uuids = Vec::new();
+    for _ in 0..3 {
+        let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
+        for _ in 0..2 {
+            assert_eq!(get(&service.url(&path)).await.status, 200);
+        }
+        assert_eq!(send(Method::POST, &service.url(&path), &[], "").await.status, 405);
+        uuids.push(path[4..40].to_owned());
+    }
+    assert_eq!(get(&service.url("/v1/00000000-0000-4000-8000-000000000000/x")).await.status, 404);
+    let text = metrics(&service).await;
+    assert_eq!(sample(&text, r#"recast_requests_total{route="all_routes",status="200"}"#), 6.0, "{text}");
+    assert_eq!(sample(&text, r#"recast_requests_total{route="all_routes",status="405"}"#), 3.0);
+    assert_eq!(
+        sample(&text, r#"recast_requests_total{route="call",status="404"}"#),
+        1.0,
+        "no route: as before"
+    );
+    for uuid in &uuids {
+        assert!(!text.contains(uuid.as_str()), "{uuid} in\n{text}");
+    }
+    let series =
+        text.lines().filter(|l| l.starts_with(r#"recast_requests_total{route="all_routes""#)).count();
+    assert_eq!(series, 2, "{text}");
+    service.stop().await;
+}
+
 /// The log lines written after the service became ready, parsed (JSON lines).
 fn lines_after_ready(binary: &Binary) -> Vec<Value> {
     let text = binary.log_text();
