@@ -48,13 +48,13 @@ pub struct Attribute {
 }
 
 impl Attribute {
-    /// `key` with the text `value` (together at most 62 bytes: more fails the build).
+    /// `key` with the text `value` (together at most 64 bytes: more fails the build).
     pub const fn text(key: &str, value: &str) -> Attribute {
         let (key, value) = (key.as_bytes(), value.as_bytes());
         // KeyValue { key (1): key, value (2): AnyValue { string_value (1): value } }
         let any = 2 + value.len();
         let len = 2 + key.len() + 2 + any;
-        assert!(2 + len <= ATTRIBUTE_ROOM, "a constant attribute is at most 62 bytes");
+        assert!(2 + len <= ATTRIBUTE_ROOM, "a constant attribute's key and value are at most 64 bytes");
         let mut written = [0u8; ATTRIBUTE_ROOM];
         let mut at = 0;
         let head = [9 << 3 | 2, len as u8, 1 << 3 | 2, key.len() as u8];
