@@ -138,29 +138,20 @@ pub fn method(method: &http::Method) -> (&'static str, &'static Attribute) {
         Attribute::text("http.request.method", "CONNECT"),
         Attribute::text("http.request.method", "_OTHER"),
     ];
-    use http::Method;
-    // Compared as methods, not as texts.
-    let (name, i) = if *method == Method::GET {
-        ("GET", 0)
-    } else if *method == Method::POST {
-        ("POST", 1)
-    } else if *method == Method::PUT {
-        ("PUT", 2)
-    } else if *method == Method::PATCH {
-        ("PATCH", 3)
-    } else if *method == Method::DELETE {
-        ("DELETE", 4)
-    } else if *method == Method::HEAD {
-        ("HEAD", 5)
-    } else if *method == Method::OPTIONS {
-        ("OPTIONS", 6)
-    } else if *method == Method::TRACE {
-        ("TRACE", 7)
-    } else if *method == Method::CONNECT {
-        ("CONNECT", 8)
-    } else {
-        ("_OTHER", 9)
-    };
+    // Compared as methods, not as texts; the last attribute is `_OTHER`'s.
+    static KNOWN: [http::Method; 9] = [
+        http::Method::GET,
+        http::Method::POST,
+        http::Method::PUT,
+        http::Method::PATCH,
+        http::Method::DELETE,
+        http::Method::HEAD,
+        http::Method::OPTIONS,
+        http::Method::TRACE,
+        http::Method::CONNECT,
+    ];
+    let i = KNOWN.iter().position(|known| known == method).unwrap_or(KNOWN.len());
+    let name = KNOWN.get(i).map_or("_OTHER", http::Method::as_str);
     (name, &METHODS[i])
 }
 

@@ -55,9 +55,10 @@ impl<'a> Attempt<'a> {
                 span.set(&keys::STATUS_CODE, i64::from(status));
                 span.put(if answer.http2 { &keys::PROTOCOL_2 } else { &keys::PROTOCOL_1_1 });
                 if status >= 400 {
-                    let text = status_text(status);
-                    span.set(&keys::ERROR_TYPE, &text);
-                    span.fail(&text);
+                    let mut digits = itoa::Buffer::new();
+                    let text = digits.format(status);
+                    span.set(&keys::ERROR_TYPE, text);
+                    span.fail(text);
                 }
             }
             Err(error) => {
@@ -88,11 +89,6 @@ fn host_and_port(origin: &str) -> (&str, i64) {
     let (host, port) = authority.rsplit_once(':').unwrap_or((authority, ""));
     let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
     (host, port.parse::<u16>().map_or(0, i64::from))
-}
-
-/// A status code as the text `error.type` takes.
-fn status_text(status: u16) -> String {
-    status.to_string()
 }
 
 /// The `error.type` of a failure: a short name per kind, the same set `/metrics` counts by.

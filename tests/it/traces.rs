@@ -170,6 +170,12 @@ fn oauth_route(api: &Upstream, tokens: &Upstream) -> String {
     )
 }
 
+/// Registers the route `body` with the caller's `traceparent`.
+async fn register_under(service: &Service, body: String, traceparent: &str) -> crate::support::Answer {
+    let headers = [("content-type", "application/json"), ("traceparent", traceparent)];
+    send(Method::POST, &service.url("/v1/mapping"), &headers, body).await
+}
+
 fn has(span: &Span, key: &str, value: &str) -> bool {
     attr(span, key).as_deref() == Some(value)
 }
@@ -485,13 +491,7 @@ async fn an_oauth2_routes_token_fetch_is_a_client_span_of_the_call_that_made_it(
     let service = Service::start(traced(&collector)).await;
     let body = oauth_route(&api, &tokens);
     let caller = "00-05050505050505050505050505050505-0000000000000009-01";
-    let created = send(
-        Method::POST,
-        &service.url("/v1/mapping"),
-        &[("content-type", "application/json"), ("traceparent", caller)],
-        body,
-    )
-    .await;
+    let created = register_under(&service, body, caller).await;
     assert_eq!(created.status, 201, "{:?}", created.body);
     let spans = collector.trace(&[5; 16], 4).await;
     let server = one(&spans, "SERVER span", |s| s.kind == SERVER);
@@ -848,13 +848,7 @@ async fn a_token_endpoint_that_refuses_makes_a_token_span_and_an_attempt_that_se
     let service = Service::start(traced(&collector)).await;
     let body = oauth_route(&api, &tokens);
     let caller = "00-14141414141414141414141414141414-0000000000000016-01";
-    let refused = send(
-        Method::POST,
-        &service.url("/v1/mapping"),
-        &[("content-type", "application/json"), ("traceparent", caller)],
-        body,
-    )
-    .await;
+    let refused = register_under(&service, body, caller).await;
     assert!(refused.status.is_client_error() || refused.status.is_server_error(), "{:?}", refused.status);
     let spans = collector.trace(&[0x14; 16], 3).await;
     let token = one(&spans, "token fetch", |s| has(s, "recast.oauth2.token_request", "true"));
