@@ -232,6 +232,14 @@ pub enum RoutesCommand {
     Delete { uuid: String },
     /// Drop a route's cached answers on the service at `--url` (each node has its own cache).
     Purge { uuid: String },
+    /// A route's calls, errors by problem type and latency (p50, p99) on the node at `--url`.
+    Stats {
+        uuid: String,
+        /// Over the current minute and this many whole minutes before it (1 to 5), instead of
+        /// since the route was loaded.
+        #[arg(long)]
+        minutes: Option<usize>,
+    },
     /// Print every route of a standalone node's data directory, one sealed record per line, as
     /// stored (offline: stop the node first). For `recast routes import`.
     Export {
@@ -350,6 +358,10 @@ pub async fn routes(url: &str, token: Option<&str>, command: &RoutesCommand) -> 
         RoutesCommand::Get { uuid } => (Method::GET, format!("/v1/routes/{}", encoded(uuid))),
         RoutesCommand::Delete { uuid } => (Method::DELETE, format!("/v1/routes/{}", encoded(uuid))),
         RoutesCommand::Purge { uuid } => (Method::DELETE, format!("/v1/routes/{}/cache", encoded(uuid))),
+        RoutesCommand::Stats { uuid, minutes } => {
+            let window = minutes.map(|n| format!("?minutes={n}")).unwrap_or_default();
+            (Method::GET, format!("/v1/routes/{}/stats{window}", encoded(uuid)))
+        }
         RoutesCommand::Export { data_dir, secret_key } => return export(data_dir, secret_key.as_ref()),
         RoutesCommand::Import { file, database_url, secret_key } => {
             return import(file.as_deref(), database_url, secret_key).await;

@@ -63,7 +63,7 @@ enum Command {
         #[command(flatten)]
         limits: LimitArgs,
     },
-    /// List, show, delete or purge the routes of a running service; export and import routes
+    /// List, show, delete, purge or count (stats) the routes of a running service; export and import routes
     /// between a data directory and a cluster's database.
     Routes {
         /// The service's address.

@@ -54,6 +54,7 @@ impl RouteTable {
     pub fn apply(&self, mut route: Route) -> bool {
         if let Some(current) = self.get(&route.uuid) {
             route.statuses = current.statuses.clone();
+            route.stats = current.stats.clone();
         }
         self.apply_shared(Arc::new(route))
     }

@@ -8,6 +8,7 @@
 mod counts;
 mod outbound;
 mod render;
+mod stats;
 #[cfg(test)]
 mod tests;
 
@@ -19,6 +20,7 @@ pub use self::outbound::{
     BreakerState, FetchReason, KeptCounts, LimiterCounts, OriginBreaker, OriginRetries, TokenCounts,
 };
 pub use self::render::OutboundCounts;
+pub use self::stats::{ERROR_KINDS, MINUTES as STATS_MINUTES, RouteStats, Summary, unix_millis};
 
 /// The endpoints other than route calls, as the `route` label names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use self::request::Upstream;
-use crate::metrics::StatusCounts;
+use crate::metrics::{RouteStats, StatusCounts};
 use crate::rules::{Compiled, Limits, Problem, compile_json};
 use crate::storage::{SCHEMA_VERSION, StoredRoute};
 use crate::upstream::{BreakerScope, ClientCredentials, RateLimitSettings, RetrySettings, TlsSettings};
@@ -157,6 +157,8 @@ pub struct Route {
     /// Answers to calls of this route by status (`GET /metrics`); an update hands them on to the
     /// route that replaces this one.
     pub statuses: Arc<StatusCounts>,
+    /// Calls, errors and latency (`GET /v1/routes/{uuid}/stats`), handed on like `statuses`.
+    pub stats: Arc<RouteStats>,
     /// Cluster mode: the revision of the database change this version comes from (0 otherwise).
     pub revision: u64,
     /// This version's number in the process, unique: cached answers are kept by it, so a new
@@ -228,6 +230,7 @@ impl Route {
             rules,
             upstream,
             statuses: Default::default(),
+            stats: Default::default(),
             revision: 0,
             serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }

@@ -42,9 +42,13 @@ pub(super) async fn call(state: &State, request: RouteCall<'_>, uuid: &str, rout
     let mut record = CallRecord::default();
     // The route called, once it was found.
     let mut called = None;
+    let mut error = None;
     let mut response = match forward(state, request, uuid, route_path, &mut called, &mut record).await {
         Ok(response) => response,
-        Err(e) => e.to_response(instance),
+        Err(e) => {
+            error = Some(e.kind());
+            e.to_response(instance)
+        }
     };
     // Every answer of a route call says how long the upstream and the mapping took (SPEC §2.2),
     // zero for a step that did not happen; one answered from the cache has no upstream step,
@@ -66,7 +70,10 @@ pub(super) async fn call(state: &State, request: RouteCall<'_>, uuid: &str, rout
     }
     let status = response.status().as_u16();
     match &called {
-        Some(route) => route.statuses.record(status),
+        Some(route) => {
+            route.statuses.record(status);
+            route.stats.record(error, record.latency());
+        }
         None => state.metrics.endpoint(Endpoint::Call, status),
     }
     if let Some(route) = &called {
@@ -102,6 +109,17 @@ struct CallRecord {
     sources: Vec<(String, Duration)>,
     /// The span of the call that went upstream for this one (a coalesced miss).
     link: Option<TraceParent>,
+}
+
+impl CallRecord {
+    /// How long the call's steps took: the cache lookup of an answer from the cache, else the
+    /// upstream calls and the mapping; `None` for a call refused before either.
+    fn latency(&self) -> Option<Duration> {
+        match self.lookup {
+            Some(lookup) => Some(lookup),
+            None => Some(self.upstream + self.map).filter(|took| !took.is_zero()),
+        }
+    }
 }
 
 /// RFC 9211.

@@ -89,6 +89,62 @@ pub(super) fn purge(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
     Ok(response)
 }
 
+/// `GET /v1/routes/{uuid}/stats[?minutes=N]`: the route's calls, error answers by problem type
+/// and latency on this node, since it was loaded or over the last `N` minutes (1 to
+/// `RouteStats`'s window).
+pub(super) fn stats(state: &State, uuid: Uuid, query: Option<&str>) -> Result<Response, ApiError> {
+    state.loaded()?;
+    let mut minutes = None;
+    for (name, value) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        if name == "minutes" {
+            let most = crate::metrics::STATS_MINUTES;
+            minutes = Some(value.parse().ok().filter(|n| (1..=most).contains(n)).ok_or_else(|| {
+                ApiError::InvalidQuery(format!("`minutes` must be a number from 1 to {most}"))
+            })?);
+        }
+    }
+    let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
+    // `N` minutes: the current minute and the whole ones before it, at least `N` minutes back.
+    let summary = route.stats.summary(minutes);
+    let errors: BTreeMap<&str, u64> = super::problem::SLUGS
+        .iter()
+        .zip(summary.errors)
+        .filter(|&(_, count)| count > 0)
+        .map(|(slug, count)| (*slug, count))
+        .collect();
+    // Milliseconds to the microsecond.
+    let ms = |q| summary.percentile(q).map(|took| (took.as_micros() as f64) / 1000.0);
+    let view = StatsView {
+        uuid,
+        since: crate::metrics::unix_millis(summary.since),
+        minutes,
+        calls: summary.calls,
+        errors,
+        timed_calls: summary.timed(),
+        latency_ms: LatencyView { p50: ms(0.5), p99: ms(0.99) },
+    };
+    let body = serde_json::to_vec(&view).map_err(|e| ApiError::Storage(e.to_string()))?;
+    Ok(json(StatusCode::OK, body))
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatsView<'a> {
+    uuid: Uuid,
+    since: u64,
+    minutes: Option<usize>,
+    calls: u64,
+    errors: BTreeMap<&'a str, u64>,
+    timed_calls: u64,
+    latency_ms: LatencyView,
+}
+
+#[derive(Serialize)]
+struct LatencyView {
+    p50: Option<f64>,
+    p99: Option<f64>,
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Listing<'a> {

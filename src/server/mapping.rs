@@ -48,6 +48,7 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     let mut route = Route::new(uuid, existing.created_at, now_ms(), config, &state.config.limits());
     // The route's answer counts go on across the change.
     route.statuses = existing.statuses.clone();
+    route.stats = existing.stats.clone();
     // Validated like a registration; until it passes, the old route keeps serving.
     let live = live_call(state, &route, &parts.headers, &sample).await?;
     let _writing = state.writes.lock().await;

@@ -14,8 +14,9 @@ use crate::upstream::{CertificateAsked, UpstreamError};
 /// Base of every problem `type` URI.
 pub const TYPE_BASE: &str = "https://recast.dev/problems/";
 
-/// The last segment of every problem type recast answers with (see [`ApiError::slug`]).
-pub const SLUGS: [&str; 34] = [
+/// The last segment of every problem type recast answers with (see [`ApiError::slug`]); a
+/// route's stats count error answers by their place here.
+pub const SLUGS: [&str; crate::metrics::ERROR_KINDS] = [
     "invalid-json",
     "body-too-deep",
     "invalid-query",
@@ -339,6 +340,12 @@ impl ApiError {
             ApiError::Template { caller: false, .. } => "template-failed",
             ApiError::Source { error, .. } => error.slug(),
         }
+    }
+
+    /// The place of [`ApiError::slug`] in [`SLUGS`], as a route's stats count it.
+    pub fn kind(&self) -> usize {
+        let slug = self.slug();
+        SLUGS.iter().position(|listed| *listed == slug).unwrap_or(SLUGS.len())
     }
 
     fn title(&self) -> &'static str {

@@ -160,6 +160,14 @@ async fn dispatch(state: &State, request: Request, segments: &[&str]) -> Result<
                 _ => Err(ApiError::MethodNotAllowed { allow: "DELETE" }),
             }
         }
+        (_, ["v1", "routes", rest]) if rest.ends_with("/stats") => {
+            let id = &rest[..rest.len() - "/stats".len()];
+            let uuid = Uuid::try_parse(id).map_err(|_| ApiError::NotFound)?;
+            match method {
+                Method::GET => management::stats(state, uuid, request.uri().query()),
+                _ => Err(ApiError::MethodNotAllowed { allow: "GET" }),
+            }
+        }
         (_, ["v1", "routes", id]) => {
             let uuid = Uuid::try_parse(id).map_err(|_| ApiError::NotFound)?;
             match method {

@@ -252,6 +252,7 @@ static MAPPING: Template = template!("/v1/mapping");
 static ROUTES: Template = template!("/v1/routes");
 static ROUTE: Template = template!("/v1/routes/{uuid}");
 static ROUTE_CACHE: Template = template!("/v1/routes/{uuid}/cache");
+static ROUTE_STATS: Template = template!("/v1/routes/{uuid}/stats");
 static HEALTHZ: Template = template!("/healthz");
 static READYZ: Template = template!("/readyz");
 static METRICS: Template = template!("/metrics");
@@ -265,6 +266,7 @@ pub(super) fn route_template(segments: &[&str], playground: bool) -> Option<&'st
         ["v1", "mapping"] => &MAPPING,
         ["v1", "routes"] => &ROUTES,
         ["v1", "routes", rest] if rest.ends_with("/cache") => &ROUTE_CACHE,
+        ["v1", "routes", rest] if rest.ends_with("/stats") => &ROUTE_STATS,
         ["v1", "routes", _] => &ROUTE,
         ["v1", _, _] => &CALL,
         ["healthz"] => &HEALTHZ,
@@ -296,6 +298,7 @@ mod tests {
         let path = |segments: &[&str]| route_template(segments, false).map(|t| t.path);
         assert_eq!(path(&["v1", "0f1c", "a/b/c"]), Some("/v1/{uuid}/{path}"));
         assert_eq!(path(&["v1", "routes", "x/cache"]), Some("/v1/routes/{uuid}/cache"));
+        assert_eq!(path(&["v1", "routes", "x/stats"]), Some("/v1/routes/{uuid}/stats"));
         assert_eq!(path(&["nothing", "here"]), None);
         assert_eq!(CALL.get, "GET /v1/{uuid}/{path}");
         assert_eq!(

@@ -105,7 +105,7 @@ async fn preview_prints_what_the_preview_endpoint_answers() {
 }
 
 #[tokio::test]
-async fn routes_lists_shows_purges_and_deletes_with_the_admin_token() {
+async fn routes_lists_shows_purges_counts_and_deletes_with_the_admin_token() {
     let upstream = Upstream::json(SAMPLE).await;
     let service = Service::start(Config { admin_token: Some(Secret::new("admin-c4f2")), ..config() }).await;
     let registration = format!(
@@ -155,6 +155,18 @@ async fn routes_lists_shows_purges_and_deletes_with_the_admin_token() {
         Some("recast; fwd=miss; stored; ttl=600")
     );
     assert_eq!(upstream.received().len(), 3);
+
+    // The three calls above, counted on the route.
+    let stats =
+        recast(&["routes", "stats", &uuid, "--url", url, "--token", "admin-c4f2", "--minutes", "2"]).await;
+    assert_eq!(code(&stats), 0, "{}", text(&stats.stderr));
+    let counted = Json::parse(&stats.stdout);
+    assert_eq!(counted.get("calls"), Some(&Json::Number(3.into())), "{}", text(&stats.stdout));
+    assert_eq!(counted.get("minutes"), Some(&Json::Number(2.into())));
+    let window =
+        recast(&["routes", "stats", &uuid, "--url", url, "--token", "admin-c4f2", "--minutes", "9"]).await;
+    assert_eq!(code(&window), 1);
+    assert!(text(&window.stderr).starts_with("400"), "{}", text(&window.stderr));
 
     let deleted = recast(&["routes", "delete", &uuid, "--url", url, "--token", "admin-c4f2"]).await;
     assert_eq!(code(&deleted), 0, "{}", text(&deleted.stderr));
@@ -253,7 +265,7 @@ async fn the_help_names_every_command_the_docs_describe() {
     let top = text(&recast(&["--help"]).await.stdout);
     let routes = text(&recast(&["routes", "--help"]).await.stdout);
     let line = top.lines().find(|l| l.trim_start().starts_with("routes")).expect("routes in the help");
-    for command in ["list", "get", "delete", "purge", "export", "import"] {
+    for command in ["list", "get", "delete", "purge", "stats", "export", "import"] {
         assert!(
             docs.contains(&format!("routes [--url URL] [--token TOKEN] {command}"))
                 || docs.contains(&format!("`recast routes {command}")),
@@ -264,7 +276,7 @@ async fn the_help_names_every_command_the_docs_describe() {
             "recast routes --help: {command}\n{routes}"
         );
     }
-    for word in ["list", "show", "delete", "purge", "export", "import"] {
+    for word in ["list", "show", "delete", "purge", "stats", "export", "import"] {
         assert!(line.to_lowercase().contains(word), "recast --help says of routes: {line}");
     }
 }

@@ -41,9 +41,11 @@ async fn the_admin_token_guards_mapping_routes_and_metrics_and_nothing_else() {
     assert_eq!(created.status, 201);
     let path = created.json().get("path").and_then(|p| p.as_str()).unwrap().to_owned();
     let one = format!("/v1/routes/{}", &path[4..40]);
+    let stats = format!("{one}/stats");
     for (method, at) in [
         (Method::GET, "/v1/routes"),
         (Method::GET, one.as_str()),
+        (Method::GET, stats.as_str()),
         (Method::PUT, one.as_str()),
         (Method::DELETE, one.as_str()),
         (Method::GET, "/v1/routes/not-a-uuid"),
@@ -56,6 +58,7 @@ async fn the_admin_token_guards_mapping_routes_and_metrics_and_nothing_else() {
     assert_eq!(get(&service.url(&one)).await.status, 401);
     let shown = send(Method::GET, &service.url(&one), &[right], "").await;
     assert_eq!(shown.status, 200);
+    assert_eq!(send(Method::GET, &service.url(&stats), &[right], "").await.status, 200);
     let metrics = send(Method::GET, &service.url("/metrics"), &[right], "").await;
     assert_eq!(metrics.status, 200);
 

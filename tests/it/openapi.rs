@@ -247,6 +247,26 @@ async fn every_operation_answers_as_the_description_says() {
     answer.assert_problem(404, "not-found");
     spec.check(template, &Method::GET, &answer);
 
+    // The route's stats (the calls above counted in them), over a window and a bad one, then
+    // an unknown route's.
+    let stats = format!("{route}/stats");
+    for (query, expected) in [("", 200), ("?minutes=5", 200), ("?minutes=6", 400), ("?minutes=x", 400)] {
+        let answer = send(Method::GET, &url(&format!("{stats}{query}")), &[], "").await;
+        assert_eq!(answer.status, expected, "{query}: {:?}", answer.body);
+        spec.check("/v1/routes/{uuid}/stats", &Method::GET, &answer);
+        if expected == 200 {
+            let counted = value(&answer);
+            assert_eq!(counted["calls"], 9, "{counted}");
+            assert_eq!(counted["errors"]["method-not-allowed"], 4, "{counted}");
+            assert_eq!(counted["errors"]["upstream-error"], 3, "{counted}");
+            assert_eq!(counted["errors"]["not-found"], 1, "{counted}");
+        }
+    }
+    let answer =
+        send(Method::GET, &url("/v1/routes/00000000-0000-4000-8000-000000000000/stats"), &[], "").await;
+    answer.assert_problem(404, "not-found");
+    spec.check("/v1/routes/{uuid}/stats", &Method::GET, &answer);
+
     // Purging the route's cached answers, then an unknown route's.
     let purge = format!("{route}/cache");
     for (path, expected) in
@@ -290,11 +310,37 @@ async fn every_operation_answers_as_the_description_says() {
             assert_ne!(answer.status, 401, "{method} {template} asks for the admin token");
         }
     }
-    assert_eq!(secured, 7, "mapping, routes (list, get, put, delete, purge) and metrics");
+    assert_eq!(secured, 8, "mapping, routes (list, get, put, delete, purge, stats) and metrics");
     guarded.stop().await;
 
     let missing: Vec<_> = spec.operations().difference(&spec.exercised).cloned().collect();
     assert!(missing.is_empty(), "operations never exercised: {missing:?}");
+}
+
+#[test]
+fn every_answer_example_validates_against_its_schema() {
+    let spec = Spec::load();
+    let mut checked = 0;
+    for (template, method) in spec.operations() {
+        let responses = spec.doc["paths"][&template][&method]["responses"].as_object().expect("responses");
+        for (status, response) in responses {
+            let Some(content) = response.get("content").and_then(Value::as_object) else { continue };
+            for (media, described) in content {
+                let Some(examples) = described.get("examples").and_then(Value::as_object) else { continue };
+                for (name, example) in examples {
+                    let pointer = format!(
+                        "#/paths/{}/{method}/responses/{status}/content/{}/schema",
+                        escape(&template),
+                        escape(media)
+                    );
+                    spec.validate(&pointer, &example["value"])
+                        .unwrap_or_else(|why| panic!("{method} {template} {status} example {name}: {why}"));
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked >= 2, "{checked} answer examples");
 }
 
 #[test]

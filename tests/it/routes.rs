@@ -384,6 +384,98 @@ async fn routes_are_listed_newest_first_with_secrets_masked() {
 }
 
 #[tokio::test]
+async fn a_routes_stats_count_its_calls_errors_and_latency_and_outlive_an_update() {
+    let mode = std::sync::Arc::new(std::sync::Mutex::new(200u16));
+    let upstream = {
+        let mode = mode.clone();
+        Upstream::start(move |_| match *mode.lock().unwrap() {
+            200 => Reply { delay: Duration::from_millis(20), ..Reply::json(MEALS) },
+            status => Reply::with(status, "{}"),
+        })
+        .await
+    };
+    let service = Service::start(config()).await;
+    let registered_at = std::time::SystemTime::now();
+    let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
+    let uuid = &path[4..40];
+    let stats = |query: &str| {
+        let url = service.url(&format!("/v1/routes/{uuid}/stats{query}"));
+        async move { get(&url).await }
+    };
+    let number = |value: &Json| match value {
+        Json::Number(n) => n.as_f64().unwrap(),
+        other => panic!("{other} is not a number"),
+    };
+
+    // The live call of the registration is not a call of the route.
+    let fresh = stats("").await.json();
+    assert_eq!(fresh.get("calls"), Some(&Json::Number(0.into())));
+    assert_eq!(fresh.get("errors").map(Json::to_string).as_deref(), Some("{}"));
+    assert_eq!(fresh.get("latencyMs").map(Json::to_string).as_deref(), Some(r#"{"p50":null,"p99":null}"#));
+    let since = number(fresh.get("since").unwrap()) as u128;
+    let registered_ms = registered_at.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    assert!(since >= registered_ms && since < registered_ms + 10_000, "{since} {registered_ms}");
+
+    for _ in 0..6 {
+        assert_eq!(get(&service.url(&path)).await.status, 200);
+    }
+    *mode.lock().unwrap() = 500;
+    for _ in 0..2 {
+        get(&service.url(&path)).await.assert_problem(502, "upstream-error");
+    }
+    send(Method::POST, &service.url(&path), &[], "").await.assert_problem(405, "method-not-allowed");
+    *mode.lock().unwrap() = 200;
+
+    for query in ["", "?minutes=1", "?minutes=5"] {
+        let counted = stats(query).await;
+        assert_eq!(counted.status, 200, "{query}");
+        let counted = counted.json();
+        assert_eq!(counted.get("calls"), Some(&Json::Number(9.into())), "{query}");
+        assert_eq!(
+            counted.get("errors").map(Json::to_string).as_deref(),
+            Some(r#"{"method-not-allowed":1,"upstream-error":2}"#),
+            "{query}"
+        );
+        // The wrong method was refused before any step, so it is not timed.
+        assert_eq!(counted.get("timedCalls"), Some(&Json::Number(8.into())), "{query}");
+        let latency = counted.get("latencyMs").unwrap();
+        let (p50, p99) = (number(latency.get("p50").unwrap()), number(latency.get("p99").unwrap()));
+        // Six of eight timed calls waited 20 ms upstream: the median did, within its bucket.
+        assert!(p50 >= 20.0 * 0.75, "p50 {p50} ms");
+        assert!(p99 >= p50, "p99 {p99} < p50 {p50}");
+        let window_since = number(counted.get("since").unwrap()) as u128;
+        assert!(window_since >= since, "a window never begins before the route was loaded");
+    }
+
+    // An update keeps the counts; the route's calls after it add to them.
+    let updated = send(
+        Method::PUT,
+        &service.url(&format!("/v1/routes/{uuid}")),
+        &[],
+        registration(&upstream.url("/"), "", ""),
+    )
+    .await;
+    assert_eq!(updated.status, 200, "{:?}", updated.body);
+    assert_eq!(get(&service.url(&path)).await.status, 200);
+    assert_eq!(stats("").await.json().get("calls"), Some(&Json::Number(10.into())));
+
+    for bad in ["?minutes=0", "?minutes=6", "?minutes=-1", "?minutes=two"] {
+        stats(bad).await.assert_problem(400, "invalid-query");
+    }
+    let unknown = format!("/v1/routes/{}/stats", uuid::Uuid::new_v4());
+    get(&service.url(&unknown)).await.assert_problem(404, "not-found");
+    get(&service.url("/v1/routes/not-a-uuid/stats")).await.assert_problem(404, "not-found");
+    let post = send(Method::POST, &service.url(&format!("/v1/routes/{uuid}/stats")), &[], "").await;
+    post.assert_problem(405, "method-not-allowed");
+    assert_eq!(post.header("allow"), Some("GET"));
+
+    // A deleted route's counts go with it.
+    assert_eq!(send(Method::DELETE, &service.url(&format!("/v1/routes/{uuid}")), &[], "").await.status, 204);
+    stats("").await.assert_problem(404, "not-found");
+    service.stop().await;
+}
+
+#[tokio::test]
 async fn updates_are_validated_and_a_failed_update_keeps_the_old_route() {
     let mode = std::sync::Arc::new(std::sync::Mutex::new(200u16));
     let upstream = {
