@@ -249,6 +249,9 @@ pub enum RoutesCommand {
         /// The node's key, if it was started with one (else its key file is used).
         #[arg(long, env = crate::config::SECRET_KEY, hide_env_values = true)]
         secret_key: Option<crate::secrets::Secret>,
+        /// The node's key ring, if it was started with one (instead of --secret-key).
+        #[arg(long, env = crate::config::SECRET_KEYS, hide_env_values = true)]
+        secret_keys: Option<crate::secrets::Secret>,
     },
     /// Store the records of `recast routes export` in a cluster's database, as they are (each
     /// gets a revision); routes the database already has are skipped. The key must be the one
@@ -261,7 +264,12 @@ pub enum RoutesCommand {
         database_url: crate::secrets::Secret,
         /// The cluster's key (RECAST_SECRET_KEY of its nodes).
         #[arg(long, env = crate::config::SECRET_KEY, hide_env_values = true)]
-        secret_key: crate::secrets::Secret,
+        secret_key: Option<crate::secrets::Secret>,
+        /// The cluster's key ring (RECAST_SECRET_KEYS of its nodes), instead of --secret-key:
+        /// its keys must open the exported records, and the first seals nothing here (records
+        /// are stored as they are, with the ids of the keys that sealed them).
+        #[arg(long, env = crate::config::SECRET_KEYS, hide_env_values = true)]
+        secret_keys: Option<crate::secrets::Secret>,
     },
 }
 
@@ -317,7 +325,7 @@ pub async fn import(
         .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
         .map(<[u8]>::to_vec)
         .collect();
-    let key = match crate::secrets::SecretKey::load(Some(key), Path::new("."), false) {
+    let key = match crate::secrets::Keyring::load(Some(key), Path::new("."), false) {
         Ok(key) => key,
         Err(why) => return Outcome::failed(Exit::Usage, format!("{why}\n")),
     };
@@ -342,7 +350,6 @@ pub async fn import(
 /// admin token when given. Prints the service's JSON answer; an error answer's problem goes to
 /// standard error with exit 1.
 pub async fn routes(url: &str, token: Option<&str>, command: &RoutesCommand) -> Outcome {
-    let base = url.trim_end_matches('/');
     let (method, path) = match command {
         RoutesCommand::List { limit, cursor } => {
             let mut query = Vec::new();
@@ -362,32 +369,27 @@ pub async fn routes(url: &str, token: Option<&str>, command: &RoutesCommand) -> 
             let window = minutes.map(|n| format!("?minutes={n}")).unwrap_or_default();
             (Method::GET, format!("/v1/routes/{}/stats{window}", encoded(uuid)))
         }
-        RoutesCommand::Export { data_dir, secret_key } => return export(data_dir, secret_key.as_ref()),
-        RoutesCommand::Import { file, database_url, secret_key } => {
-            return import(file.as_deref(), database_url, secret_key).await;
+        RoutesCommand::Export { data_dir, secret_key, secret_keys } => {
+            return match one_setting(secret_key, secret_keys) {
+                Ok(keys) => export(data_dir, keys),
+                Err(outcome) => outcome,
+            };
         }
-    };
-    let mut request = Request::builder().method(method).uri(format!("{base}{path}"));
-    if let Some(token) = token {
-        match HeaderValue::try_from(format!("Bearer {token}")) {
-            Ok(value) => request = request.header(header::AUTHORIZATION, value),
-            Err(_) => {
-                return Outcome::failed(
+        RoutesCommand::Import { file, database_url, secret_key, secret_keys } => {
+            return match one_setting(secret_key, secret_keys) {
+                Ok(Some(keys)) => import(file.as_deref(), database_url, keys).await,
+                Ok(None) => Outcome::failed(
                     Exit::Usage,
-                    "the token holds characters a header cannot\n".to_owned(),
-                );
-            }
+                    "give the cluster's keys: RECAST_SECRET_KEYS (--secret-keys) or RECAST_SECRET_KEY (--secret-key)\n"
+                        .to_owned(),
+                ),
+                Err(outcome) => outcome,
+            };
         }
-    }
-    let request = match request.body(Full::new(Bytes::new())) {
-        Ok(request) => request,
-        Err(e) => return Outcome::failed(Exit::Usage, format!("`{url}` is not a usable service URL: {e}\n")),
     };
-    let (status, body) = match send(request).await {
+    let (status, body) = match admin_call(url, token, method, &path).await {
         Ok(answer) => answer,
-        Err(why) => {
-            return Outcome::failed(Exit::Unavailable, format!("cannot reach recast at {url}: {why}\n"));
-        }
+        Err(outcome) => return outcome,
     };
     match status {
         StatusCode::NO_CONTENT if matches!(command, RoutesCommand::Purge { .. }) => {
@@ -397,6 +399,82 @@ pub async fn routes(url: &str, token: Option<&str>, command: &RoutesCommand) -> 
         _ if status.is_success() => Outcome::ok([body.as_slice(), b"\n"].concat(), String::new()),
         _ => Outcome::failed(Exit::Problems, describe_problem(status, &body)),
     }
+}
+
+/// A `keys` command (`recast keys ...`; its doc comments are the commands' help).
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum KeysCommand {
+    /// Which key of the ring seals and how many stored routes each key sealed (`GET /v1/keys`).
+    Status,
+    /// Seal every stored route again with the ring's first key, online (`POST /v1/keys/reseal`).
+    Reseal {
+        /// Routes re-sealed per durable write (1 to 1000; the service's default is 256).
+        #[arg(long)]
+        batch: Option<usize>,
+    },
+}
+
+/// `recast keys ...` against the service at `url`, with the admin token when given. Prints the
+/// service's JSON answer; an error answer's problem goes to standard error with exit 1.
+pub async fn keys(url: &str, token: Option<&str>, command: &KeysCommand) -> Outcome {
+    let (method, path) = match command {
+        KeysCommand::Status => (Method::GET, "/v1/keys".to_owned()),
+        KeysCommand::Reseal { batch } => (
+            Method::POST,
+            format!("/v1/keys/reseal{}", batch.map(|n| format!("?batch={n}")).unwrap_or_default()),
+        ),
+    };
+    match admin_call(url, token, method, &path).await {
+        Ok((status, body)) if status.is_success() => {
+            Outcome::ok([body.as_slice(), b"\n"].concat(), String::new())
+        }
+        Ok((status, body)) => Outcome::failed(Exit::Problems, describe_problem(status, &body)),
+        Err(outcome) => outcome,
+    }
+}
+
+/// The key ring's setting of an offline command: `--secret-keys` or `--secret-key`, not both.
+fn one_setting<'a>(
+    key: &'a Option<crate::secrets::Secret>,
+    keys: &'a Option<crate::secrets::Secret>,
+) -> Result<Option<&'a crate::secrets::Secret>, Outcome> {
+    match (keys, key) {
+        (Some(_), Some(_)) => Err(Outcome::failed(
+            Exit::Usage,
+            "RECAST_SECRET_KEYS and RECAST_SECRET_KEY are both set: give the key ring alone\n".to_owned(),
+        )),
+        (Some(keys), None) => Ok(Some(keys)),
+        (None, key) => Ok(key.as_ref()),
+    }
+}
+
+/// One request to an admin endpoint of the service at `url`: its status and body, or the outcome
+/// of a request that could not be made or answered.
+async fn admin_call(
+    url: &str,
+    token: Option<&str>,
+    method: Method,
+    path: &str,
+) -> Result<(StatusCode, Vec<u8>), Outcome> {
+    let base = url.trim_end_matches('/');
+    let mut request = Request::builder().method(method).uri(format!("{base}{path}"));
+    if let Some(token) = token {
+        match HeaderValue::try_from(format!("Bearer {token}")) {
+            Ok(value) => request = request.header(header::AUTHORIZATION, value),
+            Err(_) => {
+                return Err(Outcome::failed(
+                    Exit::Usage,
+                    "the token holds characters a header cannot\n".to_owned(),
+                ));
+            }
+        }
+    }
+    let request = request
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| Outcome::failed(Exit::Usage, format!("`{url}` is not a usable service URL: {e}\n")))?;
+    send(request)
+        .await
+        .map_err(|why| Outcome::failed(Exit::Unavailable, format!("cannot reach recast at {url}: {why}\n")))
 }
 
 /// Characters left as they are in a path segment or query value: RFC 3986's unreserved ones.

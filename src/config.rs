@@ -32,6 +32,7 @@ pub const LOG: &str = "RECAST_LOG";
 pub const LOG_FORMAT: &str = "RECAST_LOG_FORMAT";
 pub const METRICS_ROUTE_LABEL: &str = "RECAST_METRICS_ROUTE_LABEL";
 pub const SECRET_KEY: &str = "RECAST_SECRET_KEY";
+pub const SECRET_KEYS: &str = "RECAST_SECRET_KEYS";
 pub const ADMIN_TOKEN: &str = "RECAST_ADMIN_TOKEN";
 pub const MAX_INFLIGHT: &str = "RECAST_MAX_INFLIGHT";
 pub const MAX_HEADER_BYTES: &str = "RECAST_MAX_HEADER_BYTES";
@@ -232,6 +233,12 @@ pub struct Config {
     #[arg(long, env = SECRET_KEY, hide_env_values = true)]
     pub secret_key: Option<Secret>,
 
+    /// The key ring: a comma list of keys of 64 hex digits. The first seals stored routes, every
+    /// one opens them; to rotate, put a new key first, restart, re-seal (`POST /v1/keys/reseal`),
+    /// then drop the old key. Instead of RECAST_SECRET_KEY, never with it.
+    #[arg(long, env = SECRET_KEYS, hide_env_values = true)]
+    pub secret_keys: Option<Secret>,
+
     /// Bearer token that the admin endpoints (`/v1/mapping`, `/v1/routes...`) require.
     /// Unset: they are open, which recast allows only on a loopback listen address.
     #[arg(long, env = ADMIN_TOKEN, hide_env_values = true)]
@@ -415,6 +422,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             metrics_route_label: RouteLabel::Uuid,
             secret_key: None,
+            secret_keys: None,
             admin_token: None,
             max_inflight: DEFAULT_MAX_INFLIGHT,
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
@@ -465,6 +473,19 @@ impl Config {
 
     /// Refuses to serve on `listen` with open admin endpoints unless it is a loopback address
     /// (SPEC §5), and refuses an empty admin token.
+    /// The key ring's setting: `RECAST_SECRET_KEYS`, or `RECAST_SECRET_KEY` as a ring of one;
+    /// `None` for the data directory's key file. Both set is refused.
+    pub fn keys(&self) -> Result<Option<&Secret>, String> {
+        match (&self.secret_keys, &self.secret_key) {
+            (Some(_), Some(_)) => Err(format!(
+                "{SECRET_KEYS} and {SECRET_KEY} are both set: give the key ring in {SECRET_KEYS} alone \
+                 (its first key seals)"
+            )),
+            (Some(ring), None) => Ok(Some(ring)),
+            (None, key) => Ok(key.as_ref()),
+        }
+    }
+
     pub fn check_exposure(&self, listen: SocketAddr) -> Result<(), String> {
         match &self.admin_token {
             Some(token) if token.expose().trim().is_empty() => {
@@ -586,6 +607,7 @@ mod tests {
             LOG_FORMAT,
             METRICS_ROUTE_LABEL,
             SECRET_KEY,
+            SECRET_KEYS,
             ADMIN_TOKEN,
             MAX_INFLIGHT,
             MAX_HEADER_BYTES,

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use crate::metrics::PanicSite;
-use crate::storage::{Cursor, Page, StorageError, Store, StoredRoute};
+use crate::secrets::Keyring;
+use crate::storage::{Cursor, KeyCounts, Page, ResealStep, StorageError, Store, StoredRoute};
 use crate::tasks::{Panicked, Tasks};
 
 /// What a store operation hands back when it is done.
@@ -33,6 +34,8 @@ pub enum StoreError {
     Failed(String),
     /// The operation panicked (a bug, already logged and counted); the message of the panic.
     Panicked(String),
+    /// A re-seal that must not run now (why).
+    ResealRefused(String),
 }
 
 impl std::fmt::Display for StoreError {
@@ -43,6 +46,7 @@ impl std::fmt::Display for StoreError {
             StoreError::NotFound => f.write_str("no such route"),
             StoreError::Failed(why) => write!(f, "storage failed: {why}"),
             StoreError::Panicked(panic) => write!(f, "a store operation panicked: {panic}"),
+            StoreError::ResealRefused(why) => f.write_str(why),
         }
     }
 }
@@ -68,6 +72,21 @@ pub trait RouteStore: Send + Sync {
 
     /// Up to `limit` routes, newest first, after `cursor`.
     fn page(&self, limit: usize, cursor: Option<Cursor>) -> Pending<'_, Page>;
+
+    /// The keys that seal and open the records.
+    fn keyring(&self) -> &Keyring;
+
+    /// How many stored records each key sealed (`GET /v1/keys`).
+    fn key_counts(&self) -> Pending<'_, KeyCounts>;
+
+    /// One step of a re-seal (`POST /v1/keys/reseal`): of the next `limit` records after
+    /// `after`, those another key sealed are sealed again with the ring's first key, as one
+    /// durable change. The caller holds the service's write lock for the step.
+    fn reseal_step(&self, after: Option<Vec<u8>>, limit: usize) -> Pending<'_, ResealStep>;
+
+    /// After a re-seal that sealed records again: what must follow (the embedded store compacts,
+    /// so the old sealed copies leave its files).
+    fn resealed(&self) -> Pending<'_, ()>;
 
     /// How this node stands with a store it shares with others, for `/readyz` and `/metrics`;
     /// `None` for a store of its own, which is always at hand.
@@ -129,5 +148,21 @@ impl RouteStore for LocalStore {
 
     fn page(&self, limit: usize, cursor: Option<Cursor>) -> Pending<'_, Page> {
         self.blocking(move |store| Ok(store.page(limit, cursor.as_ref())?))
+    }
+
+    fn keyring(&self) -> &Keyring {
+        self.store.keyring()
+    }
+
+    fn key_counts(&self) -> Pending<'_, KeyCounts> {
+        self.blocking(move |store| Ok(store.key_counts()?))
+    }
+
+    fn reseal_step(&self, after: Option<Vec<u8>>, limit: usize) -> Pending<'_, ResealStep> {
+        self.blocking(move |store| Ok(store.reseal_step(after.as_deref(), limit)?))
+    }
+
+    fn resealed(&self) -> Pending<'_, ()> {
+        self.blocking(move |store| Ok(store.forget_old_seals()?))
     }
 }

@@ -40,7 +40,7 @@ use tokio_postgres::{AsyncMessage, Client};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::metrics::PanicSite;
-use crate::secrets::{Secret, SecretKey};
+use crate::secrets::{Keyring, Secret};
 use crate::storage;
 use crate::store::StoreError;
 use crate::tasks::Tasks;
@@ -56,12 +56,14 @@ pub struct Database {
     config: tokio_postgres::Config,
     tls: MakeRustlsConnect,
     pool: Pool,
-    key: SecretKey,
+    key: Keyring,
     /// For connecting and for each statement.
     timeout: Duration,
     /// Runs the listening connection's task behind the panic guard.
     tasks: Tasks,
     pub status: Status,
+    /// How long a node not heard of is still counted as alive, as the heartbeat last said.
+    alive_ms: std::sync::atomic::AtomicU64,
 }
 
 /// Why talking to the database failed.
@@ -114,7 +116,7 @@ fn sorted(e: tokio_postgres::Error) -> DbError {
 impl Database {
     /// Reads the URL and sets the connection up (nothing is connected yet). The URL is never
     /// printed: it may hold a password.
-    pub fn new(url: &Secret, key: SecretKey, timeout: Duration, tasks: Tasks) -> Result<Database, String> {
+    pub fn new(url: &Secret, key: Keyring, timeout: Duration, tasks: Tasks) -> Result<Database, String> {
         let mut config = tokio_postgres::Config::from_str(url.expose())
             .map_err(|e| format!("RECAST_DATABASE_URL is not a valid postgres:// URL: {e}"))?;
         let statement_timeout = format!("-c statement_timeout={}", timeout.as_millis());
@@ -142,10 +144,19 @@ impl Database {
             .recycle_timeout(Some(timeout))
             .build()
             .map_err(|e| format!("the database pool cannot be built: {e}"))?;
-        Ok(Database { config, tls, pool, key, timeout, tasks, status: Status::new() })
+        Ok(Database {
+            config,
+            tls,
+            pool,
+            key,
+            timeout,
+            tasks,
+            status: Status::new(),
+            alive_ms: std::sync::atomic::AtomicU64::new(0),
+        })
     }
 
-    pub fn key(&self) -> &SecretKey {
+    pub fn key(&self) -> &Keyring {
         &self.key
     }
 

@@ -49,6 +49,9 @@ const MIGRATIONS: &[&str] = &[
          started_at timestamptz NOT NULL DEFAULT now(),
          seen_at timestamptz NOT NULL DEFAULT now()
      );",
+    // 4: the ids of the keys each node's ring holds (comma-separated), published with its
+    // heartbeat, so that a re-seal can tell whether every live node opens what it writes.
+    "ALTER TABLE recast_nodes ADD COLUMN key_ids text NOT NULL DEFAULT '';",
 ];
 
 /// Why the schema could not be made ready.

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use uuid::Uuid;
 
 use super::{CHANNEL, Database, DbError, PAGE};
-use crate::storage::{self, Cursor, Page, StoredRoute};
+use crate::secrets::Keyring;
+use crate::storage::{self, Cursor, KeyCounts, Page, ResealStep, StorageError, StoredRoute};
 use crate::store::{Pending, RouteStore, StoreError, StoreHealth};
 
 impl Database {
@@ -179,12 +180,154 @@ impl Database {
         for row in rows.iter().take(limit) {
             let uuid: Uuid = row.get(0);
             let record: Vec<u8> = row.get(1);
-            stored.push(storage::open_record(&self.key, uuid, &record)?.0);
+            match storage::open_record(&self.key, uuid, &record) {
+                Ok((route, _)) => stored.push(route),
+                // Listed by what can be read of it without the key; the route table holds it as
+                // a route that answers 503 and says why.
+                Err(StorageError::KeyMissing { uuid, created_at, updated_at, .. }) => {
+                    stored.push(StoredRoute {
+                        v: storage::SCHEMA_VERSION,
+                        uuid,
+                        created_at,
+                        updated_at,
+                        config: String::new(),
+                    })
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         let next = (rows.len() > limit)
             .then(|| stored.last().map(|r: &StoredRoute| Cursor::after(r.created_at, r.uuid)))
             .flatten();
         Ok(Page { stored, next })
+    }
+}
+
+impl Database {
+    /// How many records each key sealed, read a page at a time.
+    async fn key_counts(&self) -> Result<KeyCounts, StoreError> {
+        let client = self.pooled().await?;
+        let mut counts = KeyCounts::default();
+        let mut after: Option<Uuid> = None;
+        loop {
+            let rows = self
+                .within(client.query(
+                    "SELECT uuid, record FROM recast_routes
+                     WHERE record IS NOT NULL AND ($1::uuid IS NULL OR uuid > $1)
+                     ORDER BY uuid LIMIT $2",
+                    &[&after, &PAGE],
+                ))
+                .await?;
+            for row in &rows {
+                let uuid: Uuid = row.get(0);
+                let record: Vec<u8> = row.get(1);
+                match storage::record_sealed_by(&self.key, uuid, &record) {
+                    Ok(id) => *counts.records.entry(id).or_default() += 1,
+                    Err(_) => counts.unreadable += 1,
+                }
+                after = Some(uuid);
+            }
+            if (rows.len() as i64) < PAGE {
+                return Ok(counts);
+            }
+        }
+    }
+
+    /// One step of a re-seal: the next `limit` routes after `after` (by uuid), those another key
+    /// sealed sealed again with this node's sealing key, in one transaction with the revisions
+    /// they take, a history row and a notification, so every node loads them as any change.
+    /// Refused while a live node's ring lacks the sealing key: it could not open them.
+    async fn reseal_step(&self, after: Option<Uuid>, limit: usize) -> Result<ResealStep, StoreError> {
+        let sealing = self.key.sealing();
+        let lacking = self.nodes_without(sealing).await?;
+        if !lacking.is_empty() {
+            let nodes = lacking.iter().map(Uuid::to_string).collect::<Vec<_>>().join(", ");
+            return Err(StoreError::ResealRefused(format!(
+                "node(s) {nodes} are alive and their ring lacks the sealing key {sealing}: they could not \
+                 open what a re-seal writes. Add the key to every node's RECAST_SECRET_KEYS and restart \
+                 them first"
+            )));
+        }
+        let mut client = self.pooled().await?;
+        let work = async {
+            let tx = client.transaction().await?;
+            if after.is_none() {
+                tx.execute(
+                    "UPDATE recast_meta SET key_check = $1 WHERE id = 1",
+                    &[&storage::seal_key_check(&self.key)],
+                )
+                .await?;
+            }
+            // Locked until the commit: a change of one of them on any node waits, then finds it
+            // at its new revision (409 `conflict`, as for any change made meanwhile).
+            let rows = tx
+                .query(
+                    "SELECT uuid, record FROM recast_routes
+                     WHERE record IS NOT NULL AND ($1::uuid IS NULL OR uuid > $1)
+                     ORDER BY uuid LIMIT $2 FOR UPDATE",
+                    &[&after, &(limit as i64 + 1)],
+                )
+                .await?;
+            let mut step = ResealStep::default();
+            let mut due = Vec::new();
+            for row in rows.iter().take(limit) {
+                let uuid: Uuid = row.get(0);
+                let record: Vec<u8> = row.get(1);
+                step.scanned += 1;
+                match storage::resealed_record(&self.key, uuid, &record, 0) {
+                    Ok(Some(_)) => due.push((uuid, record)),
+                    Ok(None) => {}
+                    Err(StorageError::KeyMissing { key, .. }) => step.missing.push((uuid, key)),
+                    Err(e) => {
+                        tracing::error!(%uuid, error = %e, "a stored record that does not open was left as it is");
+                        step.unreadable += 1;
+                    }
+                }
+            }
+            if rows.len() > limit {
+                step.next = rows.get(limit - 1).map(|row| row.get::<_, Uuid>(0).as_bytes().to_vec());
+            }
+            if !due.is_empty() {
+                let row = tx
+                    .query_one(
+                        "WITH next AS (UPDATE recast_meta SET revision = revision + $1 WHERE id = 1 RETURNING revision)
+                         INSERT INTO recast_history (revision, change) SELECT revision, $2 FROM next
+                         ON CONFLICT (revision) DO UPDATE SET change = excluded.change, at = now()
+                         RETURNING revision",
+                        &[&(due.len() as i64), &Uuid::new_v4()],
+                    )
+                    .await?;
+                let first = row.get::<_, i64>(0) - due.len() as i64 + 1;
+                let mut columns = (Vec::new(), Vec::new(), Vec::new());
+                for (i, (uuid, record)) in due.iter().enumerate() {
+                    let revision = first + i as i64;
+                    let Ok(Some(resealed)) =
+                        storage::resealed_record(&self.key, *uuid, record, revision as u64)
+                    else {
+                        continue;
+                    };
+                    columns.0.push(*uuid);
+                    columns.1.push(revision);
+                    columns.2.push(resealed);
+                }
+                tx.execute(
+                    "UPDATE recast_routes AS r SET revision = u.revision, record = u.record
+                     FROM unnest($1::uuid[], $2::bigint[], $3::bytea[]) AS u(uuid, revision, record)
+                     WHERE r.uuid = u.uuid",
+                    &[&columns.0, &columns.1, &columns.2],
+                )
+                .await?;
+                tx.execute(
+                    "SELECT pg_notify($1, $2)",
+                    &[&CHANNEL, &(first + due.len() as i64 - 1).to_string()],
+                )
+                .await?;
+                step.resealed = columns.0.len();
+            }
+            tx.commit().await?;
+            Ok(step)
+        };
+        Ok(self.within(work).await?)
     }
 }
 
@@ -221,6 +364,25 @@ impl RouteStore for ClusterStore {
 
     fn page(&self, limit: usize, cursor: Option<Cursor>) -> Pending<'_, Page> {
         Box::pin(async move { self.database.page(limit, cursor).await })
+    }
+
+    fn keyring(&self) -> &Keyring {
+        self.database.key()
+    }
+
+    fn key_counts(&self) -> Pending<'_, KeyCounts> {
+        Box::pin(async move { self.database.key_counts().await })
+    }
+
+    fn reseal_step(&self, after: Option<Vec<u8>>, limit: usize) -> Pending<'_, ResealStep> {
+        let after = after.and_then(|bytes| Uuid::from_slice(&bytes).ok());
+        Box::pin(async move { self.database.reseal_step(after, limit).await })
+    }
+
+    /// The database keeps no copy to compact away (PostgreSQL's vacuum reclaims the old rows);
+    /// each node's snapshot gets the records as any change.
+    fn resealed(&self) -> Pending<'_, ()> {
+        Box::pin(async { Ok(()) })
     }
 
     fn health(&self) -> Option<StoreHealth> {

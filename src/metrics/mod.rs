@@ -29,6 +29,8 @@ pub enum Endpoint {
     Preview,
     Mapping,
     Routes,
+    /// `/v1/keys`, `/v1/keys/reseal`.
+    Keys,
     Health,
     Metrics,
     OpenApi,
@@ -40,10 +42,11 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    const ALL: [Endpoint; 9] = [
+    const ALL: [Endpoint; 10] = [
         Endpoint::Preview,
         Endpoint::Mapping,
         Endpoint::Routes,
+        Endpoint::Keys,
         Endpoint::Health,
         Endpoint::Metrics,
         Endpoint::OpenApi,
@@ -57,6 +60,7 @@ impl Endpoint {
             Endpoint::Preview => "preview",
             Endpoint::Mapping => "mapping",
             Endpoint::Routes => "routes",
+            Endpoint::Keys => "keys",
             Endpoint::Health => "health",
             Endpoint::Metrics => "metrics",
             Endpoint::OpenApi => "openapi",

@@ -164,6 +164,8 @@ pub struct Route {
     /// This version's number in the process, unique: cached answers are kept by it, so a new
     /// version never reads an older one's.
     pub serial: u64,
+    /// A stored route the key ring cannot open ([`Route::locked`]).
+    pub locked: bool,
 }
 
 /// Where a route's calls go: one upstream, or the sources of a composition. Either is run as a
@@ -233,6 +235,51 @@ impl Route {
             stats: Default::default(),
             revision: 0,
             serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            locked: false,
+        }
+    }
+
+    /// A stored route whose record the key ring cannot open (it names a key the ring lacks): it
+    /// is listed and answers 503 with `why` at any path under its uuid, its configuration
+    /// unknown, until the key is given back.
+    pub fn locked(uuid: Uuid, created_at: u64, updated_at: u64, revision: u64, why: String) -> Route {
+        let config = RouteConfig {
+            path: String::new(),
+            method: "GET".to_owned(),
+            base_url: String::new(),
+            upstream_path: String::new(),
+            upstream_method: "GET".to_owned(),
+            headers: BTreeMap::new(),
+            queries: BTreeMap::new(),
+            body: None,
+            pre_queries: BTreeMap::new(),
+            pre_headers: BTreeMap::new(),
+            pre_body: None,
+            auth: Auth::None,
+            rules: String::new(),
+            cache: None,
+            retry: None,
+            rate_limit: None,
+            tls: None,
+            http2_prior_knowledge: false,
+            breaker: BreakerScope::default(),
+            sources: Vec::new(),
+            forward_headers: Vec::new(),
+            templates: false,
+        };
+        Route {
+            uuid,
+            created_at,
+            updated_at,
+            config,
+            method: Method::GET,
+            rules: Err(Vec::new()),
+            upstream: Err(why),
+            statuses: Default::default(),
+            stats: Default::default(),
+            revision,
+            serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            locked: true,
         }
     }
 
@@ -260,6 +307,7 @@ impl Route {
     /// Why the route cannot serve calls, if it cannot.
     pub fn broken(&self) -> Option<String> {
         match (&self.rules, &self.upstream) {
+            (_, Err(why)) if self.locked => Some(why.clone()),
             (Err(problems), _) => Some(format!(
                 "its rules no longer compile: {}",
                 problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; ")

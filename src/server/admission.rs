@@ -43,7 +43,15 @@ fn sha256(bytes: &[u8]) -> [u8; 32] {
 /// Whether a path belongs to the admin endpoints. `/metrics` is one: its series name every
 /// route's uuid, and a uuid is all it takes to call a route.
 pub(super) fn is_admin_path(segments: &[&str]) -> bool {
-    matches!(segments, ["v1", "mapping"] | ["v1", "routes"] | ["v1", "routes", _] | ["metrics"])
+    matches!(
+        segments,
+        ["v1", "mapping"]
+            | ["v1", "routes"]
+            | ["v1", "routes", _]
+            | ["v1", "keys"]
+            | ["v1", "keys", "reseal"]
+            | ["metrics"]
+    )
 }
 
 /// Counts requests in flight; [`InFlight::enter`] refuses above the limit.
@@ -133,6 +141,8 @@ mod tests {
         assert!(!is_admin_path(&["v1", "preview"]));
         assert!(!is_admin_path(&["v1", "0b9d6c4e-8f0e-4a51-9d3a-2b7f1c8e5a10", "meals"]));
         assert!(is_admin_path(&["metrics"]));
+        assert!(is_admin_path(&["v1", "keys"]));
+        assert!(is_admin_path(&["v1", "keys", "reseal"]));
         assert!(!is_admin_path(&["healthz"]));
     }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use super::State;
 use crate::metrics::RulesSource;
 use crate::route::Route;
-use crate::storage::{RawRecord, Store};
+use crate::storage::{RawRecord, StorageError, Store};
 
 /// Loads and compiles every route `store` holds into the table, decoding and compiling on one thread
 /// per core while this one reads the store. A route that no longer compiles stays, and answers
@@ -34,15 +34,17 @@ pub(super) fn load_routes(state: &State, store: &Store) {
                             let next = receiver.lock().unwrap_or_else(PoisonError::into_inner).recv();
                             let Ok(batch) = next else { break };
                             for record in batch {
-                                let route = store.decode_revised(&record).map_err(|e| e.to_string());
-                                counts.add(
-                                    state,
-                                    route.and_then(|(stored, revision)| {
-                                        let mut route = Route::from_stored(stored, limits)?;
-                                        route.revision = revision;
-                                        Ok(route)
-                                    }),
-                                );
+                                let route = match store.decode_revised(&record) {
+                                    Ok((stored, revision)) => {
+                                        Route::from_stored(stored, limits).map(|mut route| {
+                                            route.revision = revision;
+                                            route
+                                        })
+                                    }
+                                    // Sealed by a key the ring lacks: listed, answering 503.
+                                    Err(e) => locked(&e).ok_or_else(|| e.to_string()),
+                                };
+                                counts.add(state, route);
                             }
                         }
                         counts
@@ -79,6 +81,16 @@ pub(super) fn load_routes(state: &State, store: &Store) {
         unreadable = counts.unreadable,
         "routes loaded"
     );
+}
+
+/// The route of a record sealed by a key the ring lacks ([`Route::locked`]).
+pub(super) fn locked(e: &StorageError) -> Option<Route> {
+    match e {
+        StorageError::KeyMissing { uuid, created_at, updated_at, revision, .. } => {
+            Some(Route::locked(*uuid, *created_at, *updated_at, revision.unwrap_or(0), e.to_string()))
+        }
+        _ => None,
+    }
 }
 
 /// What loading the stored routes found.

@@ -6,6 +6,7 @@ mod admission;
 mod call;
 mod compose;
 mod connection;
+mod keys;
 mod lane;
 mod load;
 mod management;
@@ -109,6 +110,8 @@ pub struct State {
     tasks: Tasks,
     /// Held while a route is replaced or deleted, so those changes apply one at a time.
     writes: tokio::sync::Mutex<()>,
+    /// Held while this node re-seals the stored routes (`POST /v1/keys/reseal`): one at a time.
+    resealing: tokio::sync::Mutex<()>,
     /// Mapped answers of routes registered with `cache`, and the upstream calls under way for
     /// them.
     cache: Arc<AnswerCache<call::Outcome>>,
@@ -154,6 +157,7 @@ impl State {
         result.map_err(|e| match e {
             StoreError::Unavailable(why) => ApiError::StoreUnavailable(why),
             StoreError::Conflict(why) => ApiError::Conflict(why),
+            StoreError::ResealRefused(why) => ApiError::ResealRefused(why),
             StoreError::NotFound => ApiError::NotFound,
             StoreError::Failed(why) => ApiError::Storage(why),
             StoreError::Panicked(_) => ApiError::Storage("the storage task did not finish".to_owned()),
@@ -197,10 +201,12 @@ pub async fn run_with(
         Some(path) => crate::upstream::read_ca_file(path).map_err(RunError::Config)?,
         None => Vec::new(),
     };
-    if config.database_url.is_some() && config.secret_key.is_none() {
+    let keys = config.keys().map_err(RunError::Config)?.cloned();
+    if config.database_url.is_some() && keys.is_none() {
         return Err(RunError::Config(
-            "RECAST_DATABASE_URL is set but RECAST_SECRET_KEY is not: every node of a cluster must \
-             unseal every route, so each needs the same key (`recast new-key` prints one)"
+            "RECAST_DATABASE_URL is set but RECAST_SECRET_KEYS (or RECAST_SECRET_KEY) is not: every \
+             node of a cluster must unseal every route, so each needs the same keys (`recast new-key` \
+             prints one)"
                 .to_owned(),
         ));
     }
@@ -217,7 +223,7 @@ pub async fn run_with(
     let metrics = Arc::new(Metrics::default());
     let tasks = Tasks::new(metrics.clone());
     let dir = config.data_dir.clone();
-    let secret = config.secret_key.clone();
+    let secret = keys.clone();
     let local = tasks
         .blocking(PanicSite::Loading, move || Store::open_holding_compactions(&dir, secret.as_ref()))
         .await
@@ -245,7 +251,7 @@ pub async fn run_with(
             )));
         }
         Some(url) => {
-            let key = crate::secrets::SecretKey::load(config.secret_key.as_ref(), &config.data_dir, false)
+            let key = crate::secrets::Keyring::load(keys.as_ref(), &config.data_dir, false)
                 .map_err(RunError::Config)?;
             let timeout = Duration::from_millis(config.database_timeout_ms);
             Some(Arc::new(Database::new(url, key, timeout, tasks.clone()).map_err(RunError::Config)?))
@@ -303,6 +309,7 @@ pub async fn run_with(
         store,
         table: if database.is_some() { RouteTable::cluster() } else { RouteTable::standalone() },
         writes: tokio::sync::Mutex::new(()),
+        resealing: tokio::sync::Mutex::new(()),
         tracer: crate::telemetry::Tracer::new(traces.sampler, recorder),
     });
     tracing::info!(state = ?Lifecycle::Idle, data = %local.dir().display(), "lifecycle");

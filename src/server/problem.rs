@@ -48,6 +48,7 @@ pub const SLUGS: [&str; crate::metrics::ERROR_KINDS] = [
     "storage-error",
     "store-unavailable",
     "conflict",
+    "reseal-refused",
     "internal-error",
     "bad-request",
     "template-failed",
@@ -115,6 +116,8 @@ pub enum ApiError {
     StoreUnavailable(String),
     /// Cluster mode: the route changed on another node since this update began (what it is now).
     Conflict(String),
+    /// A re-seal that cannot run now: one is under way, or a live node lacks the sealing key.
+    ResealRefused(String),
     /// A bug: the handler panicked. The panic is logged and counted (`recast_panics_total`).
     Internal,
 
@@ -288,7 +291,7 @@ impl ApiError {
             | ApiError::Overloaded
             | ApiError::Buffered { .. }
             | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Conflict(_) | ApiError::ResealRefused(_) => StatusCode::CONFLICT,
             ApiError::Storage(_) | ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Template { caller: true, .. } => StatusCode::BAD_REQUEST,
             ApiError::Template { caller: false, .. } => StatusCode::BAD_GATEWAY,
@@ -335,6 +338,7 @@ impl ApiError {
             ApiError::Storage(_) => "storage-error",
             ApiError::StoreUnavailable(_) => "store-unavailable",
             ApiError::Conflict(_) => "conflict",
+            ApiError::ResealRefused(_) => "reseal-refused",
             ApiError::Internal => "internal-error",
             ApiError::Template { caller: true, .. } => "bad-request",
             ApiError::Template { caller: false, .. } => "template-failed",
@@ -397,6 +401,7 @@ impl ApiError {
             ApiError::Storage(_) => "Storage failed; nothing was changed",
             ApiError::StoreUnavailable(_) => "The route database cannot be reached; nothing was changed",
             ApiError::Conflict(_) => "The route was changed elsewhere meanwhile; nothing was changed",
+            ApiError::ResealRefused(_) => "The stored routes cannot be re-sealed now; nothing was changed",
             ApiError::Internal => "recast failed on this request",
             ApiError::Template { caller: true, .. } => {
                 "The request does not give what the route's templates read"
@@ -417,7 +422,8 @@ impl ApiError {
             | ApiError::RouteUnavailable(why)
             | ApiError::Storage(why)
             | ApiError::StoreUnavailable(why)
-            | ApiError::Conflict(why) => why.clone(),
+            | ApiError::Conflict(why)
+            | ApiError::ResealRefused(why) => why.clone(),
             ApiError::InvalidBody(problems) | ApiError::InvalidRules(problems) => {
                 match problems.len() {
                     1 => "1 problem; see `errors`".to_owned(),
@@ -644,6 +650,7 @@ mod tests {
             ApiError::Storage(String::new()),
             ApiError::StoreUnavailable(String::new()),
             ApiError::Conflict(String::new()),
+            ApiError::ResealRefused(String::new()),
             ApiError::Internal,
             ApiError::Template { location: "/sources/a/path".to_owned(), why: String::new(), caller: true },
             ApiError::Template { location: "/sources/a/path".to_owned(), why: String::new(), caller: false },

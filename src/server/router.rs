@@ -17,8 +17,8 @@ use uuid::Uuid;
 
 use super::reply::{json, timing};
 use super::{
-    ApiError, Lifecycle, REQUEST_ID, Request, Response, SERVER_TIMING, State, admission, call, management,
-    mapping, playground, preview, traced,
+    ApiError, Lifecycle, REQUEST_ID, Request, Response, SERVER_TIMING, State, admission, call, keys,
+    management, mapping, playground, preview, traced,
 };
 use crate::config::RouteLabel;
 use crate::logging::logged;
@@ -127,6 +127,7 @@ pub(super) fn endpoint(segments: &[&str]) -> Endpoint {
         ["v1", "preview"] => Endpoint::Preview,
         ["v1", "mapping"] => Endpoint::Mapping,
         ["v1", "routes"] | ["v1", "routes", _] => Endpoint::Routes,
+        ["v1", "keys"] | ["v1", "keys", "reseal"] => Endpoint::Keys,
         ["v1", _, _] => Endpoint::Call,
         ["healthz" | "readyz"] => Endpoint::Health,
         ["metrics"] => Endpoint::Metrics,
@@ -177,6 +178,10 @@ async fn dispatch(state: &State, request: Request, segments: &[&str]) -> Result<
                 _ => Err(ApiError::MethodNotAllowed { allow: "GET, PUT, DELETE" }),
             }
         }
+        (&Method::GET, ["v1", "keys"]) => keys::status(state).await,
+        (_, ["v1", "keys"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
+        (&Method::POST, ["v1", "keys", "reseal"]) => keys::reseal(state, request.uri().query()).await,
+        (_, ["v1", "keys", "reseal"]) => Err(ApiError::MethodNotAllowed { allow: "POST" }),
         (_, ["v1", id, rest]) => {
             let (parts, body) = request.into_parts();
             let request = call::RouteCall {

@@ -318,9 +318,11 @@ fn compile(state: &State, database: &Database, changes: &[Change]) -> Vec<Option
                     part.iter()
                         .map(|change| {
                             change.record.as_ref().map(|record| {
-                                storage::open_record(key, change.uuid, record)
-                                    .map_err(|e| e.to_string())
-                                    .and_then(|(stored, _)| Route::from_stored(stored, limits))
+                                match storage::open_record(key, change.uuid, record) {
+                                    Ok((stored, _)) => Route::from_stored(stored, limits),
+                                    // Sealed by a key this node's ring lacks: listed, answering 503.
+                                    Err(e) => super::load::locked(&e).ok_or_else(|| e.to_string()),
+                                }
                             })
                         })
                         .collect::<Vec<_>>()

@@ -253,6 +253,8 @@ static ROUTES: Template = template!("/v1/routes");
 static ROUTE: Template = template!("/v1/routes/{uuid}");
 static ROUTE_CACHE: Template = template!("/v1/routes/{uuid}/cache");
 static ROUTE_STATS: Template = template!("/v1/routes/{uuid}/stats");
+static KEYS: Template = template!("/v1/keys");
+static KEYS_RESEAL: Template = template!("/v1/keys/reseal");
 static HEALTHZ: Template = template!("/healthz");
 static READYZ: Template = template!("/readyz");
 static METRICS: Template = template!("/metrics");
@@ -268,6 +270,8 @@ pub(super) fn route_template(segments: &[&str], playground: bool) -> Option<&'st
         ["v1", "routes", rest] if rest.ends_with("/cache") => &ROUTE_CACHE,
         ["v1", "routes", rest] if rest.ends_with("/stats") => &ROUTE_STATS,
         ["v1", "routes", _] => &ROUTE,
+        ["v1", "keys"] => &KEYS,
+        ["v1", "keys", "reseal"] => &KEYS_RESEAL,
         ["v1", _, _] => &CALL,
         ["healthz"] => &HEALTHZ,
         ["readyz"] => &READYZ,
@@ -299,6 +303,7 @@ mod tests {
         assert_eq!(path(&["v1", "0f1c", "a/b/c"]), Some("/v1/{uuid}/{path}"));
         assert_eq!(path(&["v1", "routes", "x/cache"]), Some("/v1/routes/{uuid}/cache"));
         assert_eq!(path(&["v1", "routes", "x/stats"]), Some("/v1/routes/{uuid}/stats"));
+        assert_eq!(path(&["v1", "keys", "reseal"]), Some("/v1/keys/reseal"));
         assert_eq!(path(&["nothing", "here"]), None);
         assert_eq!(CALL.get, "GET /v1/{uuid}/{path}");
         assert_eq!(

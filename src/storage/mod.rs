@@ -17,13 +17,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 use uuid::Uuid;
 
-use self::record::{CREATED, KEY_CHECK, ROUTE, Record, SCHEMA_V1, created_key, open, route_key, seal};
+use self::record::{
+    CREATED, KEY_CHECK, ROUTE, Record, SCHEMA_V1, created_key, open, resealed, route_key, seal, sealed_by,
+};
 pub use self::record::{
-    SCHEMA_VERSION, imported_record, key_check_opens, open_record, seal_key_check, seal_record,
+    SCHEMA_VERSION, imported_record, key_check_opens, open_record, record_sealed_by, resealed_record,
+    seal_key_check, seal_record,
 };
 pub use self::snapshot::Position;
 use crate::hex;
-use crate::secrets::{Secret, SecretKey};
+use crate::secrets::{Keyring, Secret};
 
 /// Present while clear copies of version 1 records may remain in the files: the store is
 /// compacted at start until it is gone.
@@ -45,6 +48,15 @@ pub enum StorageError {
     Corrupt { key: String, why: String },
     /// The secret key cannot be loaded, or is not the one the records were sealed with.
     Key(String),
+    /// A record was sealed by a key the ring lacks: the route cannot be read until the key is
+    /// given back.
+    KeyMissing {
+        uuid: Uuid,
+        key: crate::secrets::KeyId,
+        created_at: u64,
+        updated_at: u64,
+        revision: Option<u64>,
+    },
 }
 
 impl std::fmt::Display for StorageError {
@@ -61,6 +73,11 @@ impl std::fmt::Display for StorageError {
             StorageError::Io(why) => write!(f, "storage failed: {why}"),
             StorageError::Corrupt { key, why } => write!(f, "stored record {key} is unreadable: {why}"),
             StorageError::Key(why) => f.write_str(why),
+            StorageError::KeyMissing { uuid, key, .. } => write!(
+                f,
+                "route {uuid} was sealed by key {key}, which RECAST_SECRET_KEYS lacks; add that key \
+                 to the ring to serve it"
+            ),
         }
     }
 }
@@ -92,7 +109,7 @@ pub struct RawRecord(KeyValue);
 pub struct Store {
     db: DB,
     dir: PathBuf,
-    key: SecretKey,
+    key: Keyring,
     /// The last revision given to a change.
     revision: AtomicU64,
     /// Version 1 records sealed when the store was opened.
@@ -165,7 +182,7 @@ impl Store {
         };
         // Loaded while the database's lock is held, so two processes cannot both create a key.
         let sealed_before = db.get(KEY_CHECK).map_err(io)?.is_some();
-        let key = SecretKey::load(secret, dir, !sealed_before).map_err(StorageError::Key)?;
+        let key = Keyring::load(secret, dir, !sealed_before).map_err(StorageError::Key)?;
         let revision = AtomicU64::new(last_revision(&db)?);
         let mut store = Store {
             db,
@@ -285,6 +302,11 @@ impl Store {
         &self.key.origin
     }
 
+    /// The keys that seal and open the records.
+    pub fn keyring(&self) -> &Keyring {
+        &self.key
+    }
+
     /// Stores a new route or replaces one, durably (synced) and atomically with its index entry;
     /// answers the change's revision.
     pub fn put(&self, route: &StoredRoute) -> Result<u64, StorageError> {
@@ -300,11 +322,15 @@ impl Store {
     /// Removes a route and its index entry, durably; answers the deletion's revision, or `None`
     /// when there was no such route.
     pub fn delete(&self, uuid: Uuid) -> Result<Option<u64>, StorageError> {
-        let Some(route) = self.get(uuid)? else { return Ok(None) };
+        // Read without unsealing: a route sealed by a key the ring lacks can be deleted too.
+        let key = route_key(uuid);
+        let Some(bytes) = self.db.get_pinned(key).map_err(io)? else { return Ok(None) };
+        let record: Record = serde_json::from_slice(&bytes)
+            .map_err(|e| StorageError::Corrupt { key: hex::encode(&key), why: e.to_string() })?;
         let mut batch = WriteBatch::default();
         let revision = self.next_revision(&mut batch);
-        batch.delete(route_key(uuid));
-        batch.delete(created_key(route.created_at, uuid));
+        batch.delete(key);
+        batch.delete(created_key(record.created_at, uuid));
         self.write(batch)?;
         Ok(Some(revision))
     }
@@ -362,8 +388,21 @@ impl Store {
                 return Ok(Page { stored, next: last.map(|k: Box<[u8]>| hex::encode(&k)) });
             }
             let Some(uuid) = key.get(9..25).and_then(|b| Uuid::from_slice(b).ok()) else { continue };
-            if let Some(route) = self.get(uuid)? {
-                stored.push(route);
+            match self.get(uuid) {
+                Ok(Some(route)) => stored.push(route),
+                Ok(None) => {}
+                // Listed by what can be read of it without the key; the route table holds it
+                // as a route that answers 503 and says why.
+                Err(StorageError::KeyMissing { uuid, created_at, updated_at, .. }) => {
+                    stored.push(StoredRoute {
+                        v: SCHEMA_VERSION,
+                        uuid,
+                        created_at,
+                        updated_at,
+                        config: String::new(),
+                    })
+                }
+                Err(e) => return Err(e),
             }
             last = Some(key);
         }
@@ -376,6 +415,71 @@ impl Store {
         open(&self.key, key, value).map(|(route, revision)| (route, revision.unwrap_or(0)))
     }
 
+    /// How many stored records each key sealed, and how many could not be read.
+    pub fn key_counts(&self) -> Result<KeyCounts, StorageError> {
+        let mut counts = KeyCounts::default();
+        for entry in self.all_records() {
+            let (key, value) = entry.map_err(io)?;
+            match sealed_by(&self.key, &key, &value) {
+                Ok(id) => *counts.records.entry(id).or_default() += 1,
+                Err(_) => counts.unreadable += 1,
+            }
+        }
+        Ok(counts)
+    }
+
+    /// One step of a re-seal: of the next `limit` records after the route key `after`, seals
+    /// again with the ring's first key every one another key sealed, in one synced batch (so a
+    /// crash keeps each record as it was or as it is now, both open with the ring). The first
+    /// step also seals the key check with the first key. A record's route, times and revision
+    /// are unchanged.
+    pub fn reseal_step(&self, after: Option<&[u8]>, limit: usize) -> Result<ResealStep, StorageError> {
+        let mut step = ResealStep::default();
+        let mut batch = WriteBatch::default();
+        if after.is_none() {
+            batch.put(KEY_CHECK, seal_key_check(&self.key));
+        }
+        let start = match after {
+            Some(after) => [after, &[0]].concat(),
+            None => vec![ROUTE],
+        };
+        for entry in self.db.iterator(IteratorMode::From(&start, Direction::Forward)) {
+            let (key, value) = entry.map_err(io)?;
+            if key.first() != Some(&ROUTE) {
+                break;
+            }
+            if step.scanned == limit {
+                step.next = Some(step.last.take().unwrap_or_default());
+                break;
+            }
+            step.scanned += 1;
+            match resealed(&self.key, &key, &value) {
+                Ok(Some(record)) => {
+                    batch.put(&key, record);
+                    step.resealed += 1;
+                }
+                Ok(None) => {}
+                Err(StorageError::KeyMissing { uuid, key: id, .. }) => step.missing.push((uuid, id)),
+                Err(e) => {
+                    tracing::error!(error = %e, "a stored record that does not open was left as it is");
+                    step.unreadable += 1;
+                }
+            }
+            step.last = Some(key.to_vec());
+        }
+        self.write(batch)?;
+        Ok(step)
+    }
+
+    /// After a re-seal that sealed records again: compacts the store so that the copies sealed
+    /// by the old keys leave its files (a crash before the end repeats it at the next start).
+    pub fn forget_old_seals(&self) -> Result<(), StorageError> {
+        let mut marker = WriteBatch::default();
+        marker.put(COMPACT_PENDING, []);
+        self.write(marker)?;
+        self.compact_if_pending()
+    }
+
     /// Whether any route is stored.
     pub fn has_routes(&self) -> Result<bool, StorageError> {
         self.all_records().next().transpose().map(|first| first.is_some()).map_err(io)
@@ -386,6 +490,30 @@ impl Store {
         options.set_sync(true);
         self.db.write_opt(batch, &options).map_err(io)
     }
+}
+
+/// How many stored records each key sealed ([`Store::key_counts`]).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct KeyCounts {
+    pub records: std::collections::BTreeMap<crate::secrets::KeyId, usize>,
+    /// Records that do not open with any key of the ring and name none.
+    pub unreadable: usize,
+}
+
+/// What one step of a re-seal did ([`Store::reseal_step`]).
+#[derive(Debug, Default, Clone)]
+pub struct ResealStep {
+    /// Records looked at.
+    pub scanned: usize,
+    /// Records sealed again with the first key.
+    pub resealed: usize,
+    /// Records sealed by a key the ring lacks, left as they are.
+    pub missing: Vec<(Uuid, crate::secrets::KeyId)>,
+    /// Records that open with no key of the ring and name none, left as they are.
+    pub unreadable: usize,
+    /// Where the next step begins; `None` when this one reached the last record.
+    pub next: Option<Vec<u8>>,
+    last: Option<Vec<u8>>,
 }
 
 /// Where a listing continues: the index key of the last route of the previous page.

@@ -6,16 +6,17 @@
 //! whether a key is the one the records were sealed with.
 //!
 //! Records are JSON with a schema version. A route's configuration, which holds its upstream
-//! credentials, is sealed (AES-256-GCM, bound to the record's key); only identity, times and the
-//! revision are readable without the key. Version 1 records held the configuration in the clear;
-//! they are read only to be sealed.
+//! credentials, is sealed (AES-256-GCM, bound to the record's key); only identity, times, the
+//! revision and the id of the key that sealed it (`keyId`) are readable without the key. Records
+//! sealed before keys had ids have no `keyId`: whichever key of the ring opens them is theirs.
+//! Version 1 records held the configuration in the clear; they are read only to be sealed.
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::{StorageError, StoredRoute};
 use crate::hex;
-use crate::secrets::SecretKey;
+use crate::secrets::{KeyId, Keyring, NotOpened};
 
 /// The schema version written into every record.
 pub const SCHEMA_VERSION: u32 = 2;
@@ -45,11 +46,15 @@ pub(super) struct Record {
     /// mode; none in records written before revisions were kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) revision: Option<u64>,
+    /// The id of the key that sealed it (8 hex digits); none in records sealed before keys had
+    /// ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) key_id: Option<String>,
 }
 
 /// A route record as stored: identity and times readable, the configuration sealed with `key`
 /// and bound to `place` (the record's store key), and the revision of the change that wrote it.
-pub(super) fn seal(key: &SecretKey, place: &[u8], route: &StoredRoute, revision: Option<u64>) -> Vec<u8> {
+pub(super) fn seal(key: &Keyring, place: &[u8], route: &StoredRoute, revision: Option<u64>) -> Vec<u8> {
     let record = Record {
         v: SCHEMA_VERSION,
         uuid: route.uuid,
@@ -58,17 +63,28 @@ pub(super) fn seal(key: &SecretKey, place: &[u8], route: &StoredRoute, revision:
         config: None,
         sealed: Some(hex::encode(&key.seal(route.config.as_bytes(), place))),
         revision,
+        key_id: Some(key.sealing().to_string()),
     };
     serde_json::to_vec(&record).expect("a record serializes")
 }
 
 /// Reads a record sealed by [`seal`] at `place`; fails on anything else, on a record whose uuid is
-/// not its place's, and on a seal that does not open.
+/// not its place's, and on a seal that does not open ([`StorageError::KeyMissing`] when it names
+/// a key the ring lacks).
 pub(super) fn open(
-    key: &SecretKey,
+    key: &Keyring,
     place: &[u8],
     bytes: &[u8],
 ) -> Result<(StoredRoute, Option<u64>), StorageError> {
+    opened(key, place, bytes).map(|(route, revision, _)| (route, revision))
+}
+
+/// [`open`], with the id of the key that opened the record.
+fn opened(
+    key: &Keyring,
+    place: &[u8],
+    bytes: &[u8],
+) -> Result<(StoredRoute, Option<u64>, KeyId), StorageError> {
     let corrupt = |why: String| StorageError::Corrupt { key: hex::encode(place), why };
     let record: Record = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
     if record.v != SCHEMA_VERSION {
@@ -82,8 +98,20 @@ pub(super) fn open(
         .as_deref()
         .and_then(hex::decode)
         .ok_or_else(|| corrupt("no sealed configuration".into()))?;
-    let config =
-        key.open(&sealed, place).map_err(|_| corrupt("the sealed configuration does not open".into()))?;
+    let named = match record.key_id.as_deref() {
+        Some(text) => Some(KeyId::parse(text).ok_or_else(|| corrupt(format!("`{text}` is not a key id")))?),
+        None => None,
+    };
+    let (config, id) = key.open_with(&sealed, place, named).map_err(|e| match e {
+        NotOpened::KeyMissing(id) => StorageError::KeyMissing {
+            uuid: record.uuid,
+            key: id,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+            revision: record.revision,
+        },
+        NotOpened::Unreadable => corrupt("the sealed configuration does not open".into()),
+    })?;
     let config = String::from_utf8(config).map_err(|e| corrupt(e.to_string()))?;
     let route = StoredRoute {
         v: record.v,
@@ -92,17 +120,46 @@ pub(super) fn open(
         updated_at: record.updated_at,
         config,
     };
-    Ok((route, record.revision))
+    Ok((route, record.revision, id))
+}
+
+/// Which key sealed a stored record: the id it names, or for a record from before ids, the key
+/// of the ring that opens it.
+pub(super) fn sealed_by(key: &Keyring, place: &[u8], bytes: &[u8]) -> Result<KeyId, StorageError> {
+    let record: Record = serde_json::from_slice(bytes)
+        .map_err(|e| StorageError::Corrupt { key: hex::encode(place), why: e.to_string() })?;
+    if let Some(id) = record.key_id.as_deref().and_then(KeyId::parse) {
+        return Ok(id);
+    }
+    opened(key, place, bytes).map(|(_, _, id)| id)
+}
+
+/// The record at `place` sealed again with the ring's sealing key, its route, times and revision
+/// unchanged; `None` when the sealing key sealed it already.
+pub(super) fn resealed(key: &Keyring, place: &[u8], bytes: &[u8]) -> Result<Option<Vec<u8>>, StorageError> {
+    Ok(to_reseal(key, place, bytes)?.map(|(route, revision)| seal(key, place, &route, revision)))
+}
+
+/// The route and revision of the record at `place` when a key other than the ring's sealing key
+/// sealed it (or it names none); `None` when the sealing key did.
+fn to_reseal(
+    key: &Keyring,
+    place: &[u8],
+    bytes: &[u8],
+) -> Result<Option<(StoredRoute, Option<u64>)>, StorageError> {
+    let (route, revision, id) = opened(key, place, bytes)?;
+    let named = serde_json::from_slice::<Record>(bytes).ok().and_then(|record| record.key_id);
+    Ok((id != key.sealing() || named.is_none()).then_some((route, revision)))
 }
 
 /// A route record sealed for the database and every node's snapshot (cluster mode): the same
 /// bytes in both, with the revision of the change that wrote it.
-pub fn seal_record(key: &SecretKey, route: &StoredRoute, revision: u64) -> Vec<u8> {
+pub fn seal_record(key: &Keyring, route: &StoredRoute, revision: u64) -> Vec<u8> {
     seal(key, &route_key(route.uuid), route, Some(revision))
 }
 
 /// Reads a record of [`seal_record`] for route `uuid`, with its revision (0 when it has none).
-pub fn open_record(key: &SecretKey, uuid: Uuid, bytes: &[u8]) -> Result<(StoredRoute, u64), StorageError> {
+pub fn open_record(key: &Keyring, uuid: Uuid, bytes: &[u8]) -> Result<(StoredRoute, u64), StorageError> {
     open(key, &route_key(uuid), bytes).map(|(route, revision)| (route, revision.unwrap_or(0)))
 }
 
@@ -110,7 +167,7 @@ pub fn open_record(key: &SecretKey, uuid: Uuid, bytes: &[u8]) -> Result<(StoredR
 /// record with `revision` set; the sealed configuration is kept byte for byte, and must open
 /// with `key`.
 pub fn imported_record(
-    key: &SecretKey,
+    key: &Keyring,
     bytes: &[u8],
     revision: u64,
 ) -> Result<(StoredRoute, Vec<u8>), StorageError> {
@@ -122,13 +179,31 @@ pub fn imported_record(
     Ok((route, bytes))
 }
 
+/// Which key sealed the database record of route `uuid` (cluster mode): the id it names, or for
+/// a record from before ids, the key of the ring that opens it.
+pub fn record_sealed_by(key: &Keyring, uuid: Uuid, bytes: &[u8]) -> Result<KeyId, StorageError> {
+    sealed_by(key, &route_key(uuid), bytes)
+}
+
+/// The database record of route `uuid` sealed again with the ring's sealing key at `revision`,
+/// its route and times unchanged; `None` when the sealing key sealed it already.
+pub fn resealed_record(
+    key: &Keyring,
+    uuid: Uuid,
+    bytes: &[u8],
+    revision: u64,
+) -> Result<Option<Vec<u8>>, StorageError> {
+    let place = route_key(uuid);
+    Ok(to_reseal(key, &place, bytes)?.map(|(route, _)| seal(key, &place, &route, Some(revision))))
+}
+
 /// The sealed value that tells whether a key is the one records were sealed with.
-pub fn seal_key_check(key: &SecretKey) -> Vec<u8> {
+pub fn seal_key_check(key: &Keyring) -> Vec<u8> {
     key.seal(KEY_CHECK_TEXT, KEY_CHECK)
 }
 
 /// Whether `sealed` is [`seal_key_check`] of `key`.
-pub fn key_check_opens(key: &SecretKey, sealed: &[u8]) -> bool {
+pub fn key_check_opens(key: &Keyring, sealed: &[u8]) -> bool {
     key.open(sealed, KEY_CHECK).is_ok_and(|text| text == KEY_CHECK_TEXT)
 }
 

@@ -251,3 +251,153 @@ fn a_closed_store_has_its_writes_in_table_files_and_stops_its_background_work() 
     let store = Store::open(dir.path(), None).unwrap();
     assert_eq!(store.get(uuid).unwrap(), Some(route(uuid, "t")));
 }
+
+/// A store in `dir` opened with the ring `keys` (comma-joined).
+fn with_ring(dir: &Path, keys: &[&str]) -> Result<Store, StorageError> {
+    Store::open(dir, Some(&Secret::new(keys.join(","))))
+}
+
+#[test]
+fn a_rotated_ring_reseals_every_record_keeps_each_route_and_forgets_the_old_seals() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (new_key_hex().unwrap(), new_key_hex().unwrap());
+    let uuids: Vec<Uuid> = (0..7).map(|_| Uuid::new_v4()).collect();
+    let (old_id, new_id) = {
+        let store = with_ring(dir.path(), &[&old]).unwrap();
+        for (i, uuid) in uuids.iter().enumerate() {
+            store.put(&route(*uuid, &format!("token-{i}"))).unwrap();
+        }
+        let old_id = store.keyring().sealing();
+        assert_eq!(store.key_counts().unwrap().records.get(&old_id), Some(&7));
+        drop(store);
+        let store = with_ring(dir.path(), &[&new, &old]).unwrap();
+        (old_id, store.keyring().sealing())
+    };
+    // A ring whose keys are all new to the store: refused at start.
+    let stranger = new_key_hex().unwrap();
+    assert!(matches!(with_ring(dir.path(), &[&stranger]), Err(StorageError::Key(_))));
+
+    let store = with_ring(dir.path(), &[&new, &old]).unwrap();
+    // The sealed configuration of one record as the old key sealed it.
+    let old_record: serde_json::Value =
+        serde_json::from_slice(&store.db.get(route_key(uuids[0])).unwrap().unwrap()).unwrap();
+    let old_sealed = old_record["sealed"].as_str().unwrap().to_owned();
+    store.db.flush().unwrap();
+    assert!(!files_holding(dir.path(), old_sealed.as_bytes()).is_empty());
+    let revisions: Vec<_> = store.records().map(|r| store.decode_revised(&r.unwrap()).unwrap().1).collect();
+    // A route written now is sealed by the new key; the others stay the old key's until re-sealed.
+    let fresh = Uuid::new_v4();
+    store.put(&route(fresh, "token-new")).unwrap();
+    let counts = store.key_counts().unwrap();
+    assert_eq!((counts.records.get(&old_id), counts.records.get(&new_id)), (Some(&7), Some(&1)));
+    // Three records at a time: three steps, the last one without a next.
+    let mut after = None;
+    let (mut steps, mut resealed, mut scanned) = (0, 0, 0);
+    loop {
+        let step = store.reseal_step(after.as_deref(), 3).unwrap();
+        steps += 1;
+        resealed += step.resealed;
+        scanned += step.scanned;
+        assert!(step.missing.is_empty() && step.unreadable == 0);
+        match step.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!((steps, scanned, resealed), (3, 8, 7));
+    store.forget_old_seals().unwrap();
+    assert_eq!(
+        files_holding(dir.path(), old_sealed.as_bytes()),
+        Vec::<PathBuf>::new(),
+        "old seals left the files"
+    );
+    assert_eq!(store.key_counts().unwrap().records.into_iter().collect::<Vec<_>>(), vec![(new_id, 8)]);
+    // Nothing changed but the seals: the routes, their times and revisions are the same.
+    let after_revisions: Vec<_> = store
+        .records()
+        .map(|r| store.decode_revised(&r.unwrap()).unwrap())
+        .filter(|(route, _)| route.uuid != fresh)
+        .map(|(_, revision)| revision)
+        .collect();
+    assert_eq!(after_revisions, revisions);
+    for (i, uuid) in uuids.iter().enumerate() {
+        assert_eq!(store.get(*uuid).unwrap().unwrap(), route(*uuid, &format!("token-{i}")));
+    }
+    // A second re-seal finds nothing to do.
+    assert_eq!(store.reseal_step(None, 100).unwrap().resealed, 0);
+    drop(store);
+
+    // The old key can go: the store opens with the new key alone, every route with it.
+    let store = with_ring(dir.path(), &[&new]).unwrap();
+    assert_eq!(store.all().filter(|r| r.is_ok()).count(), 8);
+    drop(store);
+    // And the old key alone no longer opens the store (its key check is the new key's now).
+    assert!(matches!(with_ring(dir.path(), &[&old]), Err(StorageError::Key(_))));
+}
+
+#[test]
+fn a_record_sealed_by_a_key_the_ring_lacks_is_named_listed_and_deletable() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (new_key_hex().unwrap(), new_key_hex().unwrap());
+    let (kept, lost) = (Uuid::new_v4(), Uuid::new_v4());
+    let old_id = {
+        let store = with_ring(dir.path(), &[&old]).unwrap();
+        store.put(&route(lost, "lost")).unwrap();
+        store.keyring().sealing()
+    };
+    {
+        // The new key first, the old one kept: `kept` is sealed by the new key.
+        let store = with_ring(dir.path(), &[&new, &old]).unwrap();
+        store.put(&route(kept, "kept")).unwrap();
+        // The key check is re-sealed by the first step of a re-seal; here only that, so the
+        // old record stays the old key's.
+        let mut batch = WriteBatch::default();
+        batch.put(KEY_CHECK, seal_key_check(store.keyring()));
+        store.write(batch).unwrap();
+    }
+    let store = with_ring(dir.path(), &[&new]).unwrap();
+    assert_eq!(store.get(kept).unwrap().unwrap(), route(kept, "kept"));
+    match store.get(lost) {
+        Err(StorageError::KeyMissing { uuid, key, created_at: 7, updated_at: 8, .. }) => {
+            assert_eq!((uuid, key), (lost, old_id));
+        }
+        other => panic!("{other:?}"),
+    }
+    let message = store.get(lost).unwrap_err().to_string();
+    assert!(message.contains(&lost.to_string()) && message.contains(&old_id.to_string()), "{message}");
+    let counts = store.key_counts().unwrap();
+    assert_eq!(counts.records.get(&old_id), Some(&1), "counted under the id it names");
+    // A re-seal leaves it as it is, and says so.
+    let step = store.reseal_step(None, 10).unwrap();
+    assert_eq!((step.resealed, step.missing.clone()), (0, vec![(lost, old_id)]));
+    // Listed (its configuration unknown), and deletable.
+    let page = store.page(10, None).unwrap();
+    assert_eq!(page.stored.len(), 2);
+    assert!(page.stored.iter().any(|r| r.uuid == lost && r.config.is_empty()));
+    assert!(store.delete(lost).unwrap().is_some());
+    assert!(store.get(lost).unwrap().is_none());
+    assert_eq!(store.page(10, None).unwrap().stored.len(), 1);
+}
+
+#[test]
+fn records_sealed_before_key_ids_open_are_counted_by_the_key_that_opens_them_and_resealed() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = new_key_hex().unwrap();
+    let uuid = Uuid::new_v4();
+    let store = with_ring(dir.path(), &[&key]).unwrap();
+    store.put(&route(uuid, "legacy")).unwrap();
+    // The record as it was written before records named their key.
+    let place = route_key(uuid);
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&store.db.get(place).unwrap().unwrap()).unwrap();
+    assert_eq!(record["keyId"], store.keyring().sealing().to_string());
+    record.as_object_mut().unwrap().remove("keyId");
+    store.db.put(place, serde_json::to_vec(&record).unwrap()).unwrap();
+    assert_eq!(store.get(uuid).unwrap().unwrap(), route(uuid, "legacy"));
+    assert_eq!(store.key_counts().unwrap().records.get(&store.keyring().sealing()), Some(&1));
+    // A re-seal gives it its key's id.
+    assert_eq!(store.reseal_step(None, 10).unwrap().resealed, 1);
+    let record: serde_json::Value = serde_json::from_slice(&store.db.get(place).unwrap().unwrap()).unwrap();
+    assert_eq!(record["keyId"], store.keyring().sealing().to_string());
+    assert_eq!(store.reseal_step(None, 10).unwrap().resealed, 0);
+}

@@ -246,7 +246,11 @@ async fn a_node_refuses_to_start_without_a_key_or_with_another_key_than_the_data
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         Binary::spawn_with(cluster.dirs[1].path(), &env)
     };
-    assert!(keyless.wait_for_line("RECAST_SECRET_KEY is not").is_some(), "{}", keyless.log_text());
+    assert!(
+        keyless.wait_for_line("RECAST_SECRET_KEYS (or RECAST_SECRET_KEY) is not").is_some(),
+        "{}",
+        keyless.log_text()
+    );
     assert!(!keyless.exit_status().expect("it stops").success());
 
     let other = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";

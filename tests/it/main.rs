@@ -24,6 +24,7 @@ mod faults;
 mod fuzz_corpus;
 mod http2;
 mod json_suite;
+mod keys;
 mod lane;
 mod limits;
 mod nginx;
