@@ -74,6 +74,8 @@ fn new_key() -> String {
 
 #[tokio::test]
 async fn a_rotation_under_load_answers_every_call_and_the_old_key_can_then_go() {
+    // The run's own knob, not a setting of the service.
+    #[allow(clippy::disallowed_methods)]
     let routes: usize = std::env::var("ROTATION_ROUTES").ok().and_then(|n| n.parse().ok()).unwrap_or(60);
     let upstream = upstream().await;
     let dir = tempfile::tempdir().unwrap();
