@@ -18,7 +18,8 @@ use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 use uuid::Uuid;
 
 use self::record::{
-    CREATED, KEY_CHECK, ROUTE, Record, SCHEMA_V1, created_key, open, resealed, route_key, seal, sealed_by,
+    CREATED, KEY_CHECK, ROUTE, Record, SCHEMA_V1, created_key, key_check_opener, open, resealed, route_key,
+    seal, sealed_by,
 };
 pub use self::record::{
     SCHEMA_VERSION, imported_record, key_check_opens, open_record, record_sealed_by, resealed_record,
@@ -209,13 +210,19 @@ impl Store {
     /// has no key check yet: a new one, or one from before records were sealed.
     fn check_key(&self) -> Result<bool, StorageError> {
         match self.db.get(KEY_CHECK).map_err(io)? {
-            Some(sealed) if key_check_opens(&self.key, &sealed) => Ok(false),
-            Some(_) => Err(StorageError::Key(format!(
-                "the secret key ({}) is not the one the stored routes in {} were sealed with; \
-                     start with the right RECAST_SECRET_KEY or key file (nothing was changed)",
-                self.key.origin,
-                self.dir.display()
-            ))),
+            Some(sealed) => match key_check_opener(&self.key, &sealed) {
+                Some(id) if id == self.key.sealing() => Ok(false),
+                // Another key of the ring: the check is sealed again with the first, so the ring
+                // may lose the others once nothing else is sealed by them (a route still sealed
+                // by a key the ring lacks answers 503, named in the log).
+                Some(_) => {
+                    let mut batch = WriteBatch::default();
+                    batch.put(KEY_CHECK, seal_key_check(&self.key));
+                    self.write(batch)?;
+                    Ok(false)
+                }
+                None => Err(self.wrong_key()),
+            },
             // A new store, or one from before records were sealed (version 1 records only). Sealed
             // records without a key check mean the check was removed: refuse rather than guess.
             None if self.only_v1_records() => Ok(true),
@@ -224,6 +231,15 @@ impl Store {
                 self.dir.display()
             ))),
         }
+    }
+
+    fn wrong_key(&self) -> StorageError {
+        StorageError::Key(format!(
+            "the secret key ({}) is not the one the stored routes in {} were sealed with; \
+                     start with the right RECAST_SECRET_KEYS, RECAST_SECRET_KEY or key file (nothing was changed)",
+            self.key.origin,
+            self.dir.display()
+        ))
     }
 
     /// Whether every route record is version 1 (written before records were sealed); true when

@@ -202,9 +202,17 @@ pub fn seal_key_check(key: &Keyring) -> Vec<u8> {
     key.seal(KEY_CHECK_TEXT, KEY_CHECK)
 }
 
-/// Whether `sealed` is [`seal_key_check`] of `key`.
+/// Whether `sealed` is [`seal_key_check`] of a key of the ring.
 pub fn key_check_opens(key: &Keyring, sealed: &[u8]) -> bool {
-    key.open(sealed, KEY_CHECK).is_ok_and(|text| text == KEY_CHECK_TEXT)
+    key_check_opener(key, sealed).is_some()
+}
+
+/// The key of the ring that [`seal_key_check`] made `sealed` with, if one did.
+pub(super) fn key_check_opener(key: &Keyring, sealed: &[u8]) -> Option<KeyId> {
+    match key.open_with(sealed, KEY_CHECK, None) {
+        Ok((text, id)) if text == KEY_CHECK_TEXT => Some(id),
+        _ => None,
+    }
 }
 
 pub(super) fn route_key(uuid: Uuid) -> [u8; 17] {

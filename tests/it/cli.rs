@@ -168,6 +168,19 @@ async fn routes_lists_shows_purges_counts_and_deletes_with_the_admin_token() {
     assert_eq!(code(&window), 1);
     assert!(text(&window.stderr).starts_with("400"), "{}", text(&window.stderr));
 
+    // The key ring: one key, sealing the one route; a re-seal finds nothing to do.
+    let keys = recast(&["keys", "status", "--url", url, "--token", "admin-c4f2"]).await;
+    assert_eq!(code(&keys), 0, "{}", text(&keys.stderr));
+    let status = Json::parse(&keys.stdout);
+    let sealing = status.get("sealing").and_then(Json::as_str).unwrap().to_owned();
+    assert_eq!(sealing.len(), 8, "{}", text(&keys.stdout));
+    let resealed = recast(&["keys", "--url", url, "--token", "admin-c4f2", "reseal", "--batch", "5"]).await;
+    assert_eq!(code(&resealed), 0, "{}", text(&resealed.stderr));
+    assert_eq!(Json::parse(&resealed.stdout).get("resealed"), Some(&Json::Number(0.into())));
+    let refused = recast(&["keys", "reseal", "--url", url, "--token", "wrong"]).await;
+    assert_eq!(code(&refused), 1);
+    assert!(text(&refused.stderr).starts_with("401"), "{}", text(&refused.stderr));
+
     let deleted = recast(&["routes", "delete", &uuid, "--url", url, "--token", "admin-c4f2"]).await;
     assert_eq!(code(&deleted), 0, "{}", text(&deleted.stderr));
     let gone = recast(&["routes", "get", &uuid, "--url", url, "--token", "admin-c4f2"]).await;

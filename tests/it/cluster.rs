@@ -1064,3 +1064,134 @@ async fn a_composition_registered_on_one_node_serves_on_the_other() {
     let record: Vec<u8> = rows[0].get(0);
     assert!(!record.windows(15).any(|w| w == b"canary-composed"), "a token in the clear in the database");
 }
+
+/// Node `n` of `cluster` with the key ring `ring` (comma-joined) instead of `RECAST_SECRET_KEY`.
+async fn node_with_ring(cluster: &Cluster, n: usize, ring: &[&str]) -> Binary {
+    let mut env = cluster.env(&cluster.postgres.url());
+    env.retain(|(name, _)| name != "RECAST_SECRET_KEY");
+    env.push(("RECAST_SECRET_KEYS".to_owned(), ring.join(",")));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Binary::start_with(cluster.dirs[n].path(), &env).await
+}
+
+/// `GET /v1/keys` on `node`: (id, records) of each key listed.
+async fn sealed_by(node: &Binary) -> Vec<(String, u64)> {
+    let keys = get(&node.url("/v1/keys")).await.json();
+    keys.get("keys")
+        .unwrap()
+        .as_array()
+        .iter()
+        .map(|k| {
+            let records = match k.get("records") {
+                Some(Json::Number(n)) => n.as_u64().unwrap(),
+                other => panic!("{other:?}"),
+            };
+            (k.get("id").and_then(Json::as_str).unwrap().to_owned(), records)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_three_node_rotation_reseals_once_through_the_feed_and_carries_routes_exported_before_it() {
+    let upstream = Upstream::json(MEALS).await;
+    let new = "7e57ab1e7e57ab1e7e57ab1e7e57ab1e7e57ab1e7e57ab1e7e57ab1e7e57ab1e";
+    let id = |key: &str| -> String {
+        let bytes: Vec<u8> =
+            (0..32).map(|i| u8::from_str_radix(&key[2 * i..2 * i + 2], 16).unwrap()).collect();
+        ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref()[..4]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let (old_id, new_id) = (id(KEY), id(new));
+
+    // Routes of a standalone node, exported before the rotation: sealed by the old key.
+    let standalone = TempDir::new().unwrap();
+    let mut node = Binary::start_with(standalone.path(), &[("RECAST_SECRET_KEY", KEY)]).await;
+    let exported_uuids = [register(&node, &upstream, "s0").await, register(&node, &upstream, "s1").await];
+    assert!(node.terminate().success());
+    let dir = standalone.path().to_str().unwrap();
+    let (code, exported, stderr) =
+        routes_command(&["export", "--data-dir", dir], &[("RECAST_SECRET_KEY", KEY)], None);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&exported).contains(&format!(r#""keyId":"{old_id}""#)),
+        "records carry their key id"
+    );
+
+    let cluster = Cluster::start(3).await;
+    let url = cluster.postgres.url();
+    let mut nodes = vec![cluster.node(0).await, cluster.node(1).await, cluster.node(2).await];
+    let (code, _, stderr) = routes_command(
+        &["import"],
+        &[("RECAST_SECRET_KEY", KEY), ("RECAST_DATABASE_URL", url.as_str())],
+        Some(&exported),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let mut routes: Vec<(String, String)> =
+        exported_uuids.iter().enumerate().map(|(n, uuid)| (uuid.clone(), format!("s{n}"))).collect();
+    routes.extend(register_many(&nodes[0], &upstream, 0, 10).await);
+    for node in &nodes {
+        for (uuid, path) in &routes {
+            converges(node, uuid, path, Ok(FULL), Duration::from_secs(2)).await;
+        }
+    }
+    assert_eq!(sealed_by(&nodes[1]).await, vec![(old_id.clone(), 12)]);
+
+    // The new key put first on one node only: it may not re-seal, since the others could not open
+    // what it writes; it says which nodes lack the key.
+    nodes[0].terminate();
+    nodes[0] = node_with_ring(&cluster, 0, &[new, KEY]).await;
+    let refused = send(Method::POST, &nodes[0].url("/v1/keys/reseal"), &[], "").await;
+    let problem = refused.assert_problem(409, "reseal-refused");
+    let detail = problem.get("detail").and_then(Json::as_str).unwrap().to_owned();
+    assert!(detail.contains(&new_id) && detail.contains("lacks"), "{detail}");
+    assert_eq!(
+        sealed_by(&nodes[0]).await,
+        vec![(new_id.clone(), 0), (old_id.clone(), 12)],
+        "nothing re-sealed"
+    );
+
+    // Every node with the new ring: the re-seal on one node is made once, and every node loads
+    // the records through the feed and keeps serving each route with its own credentials.
+    for (n, node) in nodes.iter_mut().enumerate().skip(1) {
+        node.terminate();
+        *node = node_with_ring(&cluster, n, &[new, KEY]).await;
+    }
+    let resealed = send(Method::POST, &nodes[0].url("/v1/keys/reseal?batch=5"), &[], "").await;
+    assert_eq!(resealed.status, 200, "{:?}", resealed.body);
+    let report = resealed.json();
+    assert_eq!(report.get("resealed"), Some(&Json::Number(12.into())), "{report}");
+    for node in &nodes {
+        assert_eq!(sealed_by(node).await, vec![(new_id.clone(), 12), (old_id.clone(), 0)]);
+    }
+    // Once: a second re-seal, on another node, has nothing to do.
+    let again = send(Method::POST, &nodes[2].url("/v1/keys/reseal"), &[], "").await.json();
+    assert_eq!(again.get("resealed"), Some(&Json::Number(0.into())), "{again}");
+    // Each node took the re-sealed records at their new revisions.
+    let sql = cluster.sql().await;
+    for node in &nodes {
+        caught_up(node, &sql).await;
+        for (uuid, path) in &routes {
+            assert_eq!(call(node, uuid, path).await.as_deref(), Ok(FULL), "{uuid}");
+        }
+    }
+
+    // The old key gone from every ring: every node serves every route, the exported ones too.
+    for (n, node) in nodes.iter_mut().enumerate() {
+        node.terminate();
+        *node = node_with_ring(&cluster, n, &[new]).await;
+    }
+    for node in &nodes {
+        for (uuid, path) in &routes {
+            assert_eq!(call(node, uuid, path).await.as_deref(), Ok(FULL), "{uuid} without the old key");
+        }
+    }
+    let sent = upstream.received();
+    assert_eq!(sent.last().unwrap().headers["authorization"], "Bearer canary-r9-c1d2");
+    // And a node with the old key alone no longer starts: the key checks are the new key's.
+    nodes[0].terminate();
+    let mut old_only = cluster.spawn_with(0, &url, &[("RECAST_SECRET_KEY", KEY)]);
+    assert!(old_only.wait_for_line("not the one").is_some(), "{}", old_only.log_text());
+    assert!(!old_only.exit_status().expect("it stops").success());
+}

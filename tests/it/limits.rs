@@ -46,6 +46,8 @@ async fn the_admin_token_guards_mapping_routes_and_metrics_and_nothing_else() {
         (Method::GET, "/v1/routes"),
         (Method::GET, one.as_str()),
         (Method::GET, stats.as_str()),
+        (Method::GET, "/v1/keys"),
+        (Method::POST, "/v1/keys/reseal"),
         (Method::PUT, one.as_str()),
         (Method::DELETE, one.as_str()),
         (Method::GET, "/v1/routes/not-a-uuid"),
@@ -59,6 +61,7 @@ async fn the_admin_token_guards_mapping_routes_and_metrics_and_nothing_else() {
     let shown = send(Method::GET, &service.url(&one), &[right], "").await;
     assert_eq!(shown.status, 200);
     assert_eq!(send(Method::GET, &service.url(&stats), &[right], "").await.status, 200);
+    assert_eq!(send(Method::GET, &service.url("/v1/keys"), &[right], "").await.status, 200);
     let metrics = send(Method::GET, &service.url("/metrics"), &[right], "").await;
     assert_eq!(metrics.status, 200);
 

@@ -267,6 +267,18 @@ async fn every_operation_answers_as_the_description_says() {
     answer.assert_problem(404, "not-found");
     spec.check("/v1/routes/{uuid}/stats", &Method::GET, &answer);
 
+    // The key ring, and a re-seal (nothing to do: every route is sealed by the one key), with
+    // a good and a bad batch.
+    let answer = send(Method::GET, &url("/v1/keys"), &[], "").await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    spec.check("/v1/keys", &Method::GET, &answer);
+    assert_eq!(value(&answer)["keys"][0]["records"], 1);
+    for (query, expected) in [("", 200), ("?batch=1", 200), ("?batch=0", 400), ("?batch=1001", 400)] {
+        let answer = send(Method::POST, &url(&format!("/v1/keys/reseal{query}")), &[], "").await;
+        assert_eq!(answer.status, expected, "{query}: {:?}", answer.body);
+        spec.check("/v1/keys/reseal", &Method::POST, &answer);
+    }
+
     // Purging the route's cached answers, then an unknown route's.
     let purge = format!("{route}/cache");
     for (path, expected) in
@@ -310,7 +322,10 @@ async fn every_operation_answers_as_the_description_says() {
             assert_ne!(answer.status, 401, "{method} {template} asks for the admin token");
         }
     }
-    assert_eq!(secured, 8, "mapping, routes (list, get, put, delete, purge, stats) and metrics");
+    assert_eq!(
+        secured, 10,
+        "mapping, routes (list, get, put, delete, purge, stats), keys, reseal and metrics"
+    );
     guarded.stop().await;
 
     let missing: Vec<_> = spec.operations().difference(&spec.exercised).cloned().collect();
