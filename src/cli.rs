@@ -401,6 +401,10 @@ pub async fn routes(url: &str, token: Option<&str>, command: &RoutesCommand) -> 
     }
 }
 
+/// How long `recast keys reseal` waits for the answer (the service goes on with a re-seal whose
+/// caller left only to the end of its current batch).
+const RESEAL_WAIT: Duration = Duration::from_secs(3600);
+
 /// A `keys` command (`recast keys ...`; its doc comments are the commands' help).
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum KeysCommand {
@@ -472,7 +476,9 @@ async fn admin_call(
     let request = request
         .body(Full::new(Bytes::new()))
         .map_err(|e| Outcome::failed(Exit::Usage, format!("`{url}` is not a usable service URL: {e}\n")))?;
-    send(request)
+    // A re-seal answers when it is done, which takes a while for many routes.
+    let within = if path.starts_with("/v1/keys/reseal") { RESEAL_WAIT } else { Duration::from_secs(30) };
+    send(request, within)
         .await
         .map_err(|why| Outcome::failed(Exit::Unavailable, format!("cannot reach recast at {url}: {why}\n")))
 }
@@ -498,7 +504,7 @@ fn describe_problem(status: StatusCode, body: &[u8]) -> String {
     }
 }
 
-async fn send(request: Request<Full<Bytes>>) -> Result<(StatusCode, Vec<u8>), String> {
+async fn send(request: Request<Full<Bytes>>, within: Duration) -> Result<(StatusCode, Vec<u8>), String> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(Some(Duration::from_secs(5)));
@@ -509,7 +515,7 @@ async fn send(request: Request<Full<Bytes>>) -> Result<(StatusCode, Vec<u8>), St
         let body = answer.into_body().collect().await.map_err(|e| error_chain(&e))?.to_bytes();
         Ok((status, body.to_vec()))
     };
-    tokio::time::timeout(Duration::from_secs(30), exchange)
+    tokio::time::timeout(within, exchange)
         .await
-        .map_err(|_| "no answer within 30 s".to_owned())?
+        .map_err(|_| format!("no answer within {} s", within.as_secs()))?
 }

@@ -21,6 +21,9 @@ use crate::tasks::{Panicked, Tasks};
 /// What a store operation hands back when it is done.
 pub type Pending<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
+/// A lock a store operation keeps until it is done.
+pub type Held = Box<dyn std::any::Any + Send>;
+
 /// Why a store operation did not change anything.
 #[derive(Debug)]
 pub enum StoreError {
@@ -81,11 +84,12 @@ pub trait RouteStore: Send + Sync {
 
     /// One step of a re-seal (`POST /v1/keys/reseal`): of the next `limit` records after
     /// `after`, those another key sealed are sealed again with the ring's first key, as one
-    /// durable change. The caller holds the service's write lock for the step.
-    fn reseal_step(&self, after: Option<Vec<u8>>, limit: usize) -> Pending<'_, ResealStep>;
+    /// durable change. `held` is the service's write lock, kept until the step is written or
+    /// undone, whatever becomes of the future.
+    fn reseal_step(&self, after: Option<Vec<u8>>, limit: usize, held: Held) -> Pending<'_, ResealStep>;
 
-    /// After a re-seal that sealed records again: what must follow (the embedded store compacts,
-    /// so the old sealed copies leave its files).
+    /// After a re-seal: what must follow (the embedded store compacts, so the old sealed copies
+    /// leave its files).
     fn resealed(&self) -> Pending<'_, ()>;
 
     /// How this node stands with a store it shares with others, for `/readyz` and `/metrics`;
@@ -158,8 +162,12 @@ impl RouteStore for LocalStore {
         self.blocking(move |store| Ok(store.key_counts()?))
     }
 
-    fn reseal_step(&self, after: Option<Vec<u8>>, limit: usize) -> Pending<'_, ResealStep> {
-        self.blocking(move |store| Ok(store.reseal_step(after.as_deref(), limit)?))
+    fn reseal_step(&self, after: Option<Vec<u8>>, limit: usize, held: Held) -> Pending<'_, ResealStep> {
+        self.blocking(move |store| {
+            let step = store.reseal_step(after.as_deref(), limit);
+            drop(held);
+            Ok(step?)
+        })
     }
 
     fn resealed(&self) -> Pending<'_, ()> {

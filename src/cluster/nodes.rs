@@ -1,7 +1,8 @@
 //! The nodes alive: each node keeps a row of `recast_nodes` with the time it last said it is
 //! alive (the database's clock, so the nodes' clocks do not matter), and counts the rows seen
 //! lately. Outbound rate limits are shared by that count (`docs/upstreams.md`). The row also
-//! names the keys of the node's ring, which a re-seal checks (`store.rs`).
+//! names the keys of the node's ring, the sealing one first, which a re-seal checks
+//! (`store.rs`).
 
 use std::time::Duration;
 
@@ -41,8 +42,11 @@ impl Database {
     }
 
     /// The live nodes (heard from within the heartbeat's `alive`, or a minute before the first
-    /// heartbeat) whose ring lacks the key `id`.
-    pub(super) async fn nodes_without(&self, id: crate::secrets::KeyId) -> Result<Vec<Uuid>, DbError> {
+    /// heartbeat) that do not seal with the key `id`: the first of their ring's keys is another.
+    pub(super) async fn nodes_sealing_otherwise(
+        &self,
+        id: crate::secrets::KeyId,
+    ) -> Result<Vec<Uuid>, DbError> {
         let alive = match self.alive_ms.load(std::sync::atomic::Ordering::Relaxed) {
             0 => Duration::from_secs(60),
             ms => Duration::from_millis(ms),
@@ -51,7 +55,7 @@ impl Database {
         let rows = self
             .within(client.query(
                 "SELECT id FROM recast_nodes
-                 WHERE seen_at > now() - make_interval(secs => $1) AND NOT ($2 = ANY(string_to_array(key_ids, ',')))",
+                 WHERE seen_at > now() - make_interval(secs => $1) AND split_part(key_ids, ',', 1) <> $2",
                 &[&alive.as_secs_f64(), &id.to_string()],
             ))
             .await?;

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::{CHANNEL, Database, DbError, PAGE};
 use crate::secrets::Keyring;
 use crate::storage::{self, Cursor, KeyCounts, Page, ResealStep, StorageError, StoredRoute};
-use crate::store::{Pending, RouteStore, StoreError, StoreHealth};
+use crate::store::{Held, Pending, RouteStore, StoreError, StoreHealth};
 
 impl Database {
     /// One change in one transaction: the next revision from the counter row with its history
@@ -236,21 +236,25 @@ impl Database {
     /// One step of a re-seal: the next `limit` routes after `after` (by uuid), those another key
     /// sealed sealed again with this node's sealing key, in one transaction with the revisions
     /// they take, a history row and a notification, so every node loads them as any change.
-    /// Refused while a live node's ring lacks the sealing key: it could not open them.
+    /// Refused while a live node seals with another key (or lacks this one): it would seal new
+    /// routes with it, or could not open what this writes.
     async fn reseal_step(&self, after: Option<Uuid>, limit: usize) -> Result<ResealStep, StoreError> {
         let sealing = self.key.sealing();
-        let lacking = self.nodes_without(sealing).await?;
+        let lacking = self.nodes_sealing_otherwise(sealing).await?;
         if !lacking.is_empty() {
             let nodes = lacking.iter().map(Uuid::to_string).collect::<Vec<_>>().join(", ");
             return Err(StoreError::ResealRefused(format!(
-                "node(s) {nodes} are alive and their ring lacks the sealing key {sealing}: they could not \
-                 open what a re-seal writes. Add the key to every node's RECAST_SECRET_KEYS and restart \
-                 them first"
+                "node(s) {nodes} are alive and do not seal with key {sealing}, which this node seals \
+                 with: they would seal new routes with another key, or could not open what a re-seal \
+                 writes. Put the key first in every node's RECAST_SECRET_KEYS and restart them first"
             )));
         }
         let mut client = self.pooled().await?;
         let work = async {
             let tx = client.transaction().await?;
+            // The counter row first, as every change takes it, then the routes: locks taken in
+            // the same order as a change's cannot deadlock with one.
+            tx.execute("SELECT 1 FROM recast_meta WHERE id = 1 FOR UPDATE", &[]).await?;
             if after.is_none() {
                 tx.execute(
                     "UPDATE recast_meta SET key_check = $1 WHERE id = 1",
@@ -258,8 +262,9 @@ impl Database {
                 )
                 .await?;
             }
-            // Locked until the commit: a change of one of them on any node waits, then finds it
-            // at its new revision (409 `conflict`, as for any change made meanwhile).
+            // Locked until the commit: a change of one of them on any node waits for the counter
+            // row, then finds the route at its new revision (409 `conflict`, as for any change
+            // made meanwhile).
             let rows = tx
                 .query(
                     "SELECT uuid, record FROM recast_routes
@@ -374,9 +379,14 @@ impl RouteStore for ClusterStore {
         Box::pin(async move { self.database.key_counts().await })
     }
 
-    fn reseal_step(&self, after: Option<Vec<u8>>, limit: usize) -> Pending<'_, ResealStep> {
+    fn reseal_step(&self, after: Option<Vec<u8>>, limit: usize, held: Held) -> Pending<'_, ResealStep> {
         let after = after.and_then(|bytes| Uuid::from_slice(&bytes).ok());
-        Box::pin(async move { self.database.reseal_step(after, limit).await })
+        // A step dropped before its commit is rolled back: the lock may go with it.
+        Box::pin(async move {
+            let step = self.database.reseal_step(after, limit).await;
+            drop(held);
+            step
+        })
     }
 
     /// The database keeps no copy to compact away (PostgreSQL's vacuum reclaims the old rows);

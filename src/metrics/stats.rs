@@ -62,7 +62,7 @@ struct Tally<A> {
 }
 
 /// A counter of a tally: 64 bits for the whole time, 32 for a minute (a route would need more
-/// than 71,000 calls a second to pass it).
+/// than 71 million calls a second to pass it).
 trait Counter: Default {
     fn add(&self);
     fn get(&self) -> u64;
@@ -249,7 +249,13 @@ impl RouteStats {
             for slot in &counts.minutes {
                 let tag = slot.minute.load(Ordering::Acquire);
                 if tag != CLEARING && tag > first && tag <= now + 1 {
-                    slot.tally.add_to(&mut summary);
+                    // Read into a copy, kept only if the slot still counts the same minute: one
+                    // cleared meanwhile for a newer minute is left out.
+                    let mut read = summary.clone();
+                    slot.tally.add_to(&mut read);
+                    if slot.minute.load(Ordering::Acquire) == tag {
+                        summary = read;
+                    }
                 }
             }
         }

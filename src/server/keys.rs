@@ -50,10 +50,10 @@ pub(super) async fn reseal(state: &State, query: Option<&str>) -> Result<Respons
     let mut done = Resealed::default();
     let mut after = None;
     loop {
-        let step = {
-            let _writing = state.writes.lock().await;
-            state.stored(state.store.reseal_step(after.take(), batch).await)?
-        };
+        // The store holds the lock until the step is written, even if this request is dropped
+        // meanwhile: no change can land between a step's read and its write.
+        let writing = Box::new(state.writes.clone().lock_owned().await);
+        let step = state.stored(state.store.reseal_step(after.take(), batch, writing).await)?;
         done.scanned += step.scanned;
         done.resealed += step.resealed;
         done.unreadable += step.unreadable;
@@ -63,9 +63,8 @@ pub(super) async fn reseal(state: &State, query: Option<&str>) -> Result<Respons
             None => break,
         }
     }
-    if done.resealed > 0 {
-        state.stored(state.store.resealed().await)?;
-    }
+    // Also when this run found nothing to do: an earlier run may have ended before it.
+    state.stored(state.store.resealed().await)?;
     let seconds = started.elapsed().as_secs_f64();
     logged!(
         tracing::Level::INFO,

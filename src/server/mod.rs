@@ -108,8 +108,9 @@ pub struct State {
     metrics: Arc<Metrics>,
     /// Starts every task the service spawns, behind the panic guard.
     tasks: Tasks,
-    /// Held while a route is replaced or deleted, so those changes apply one at a time.
-    writes: tokio::sync::Mutex<()>,
+    /// Held while a route is replaced or deleted, so those changes apply one at a time; a re-seal
+    /// step hands it to the store, which holds it until the step is written.
+    writes: Arc<tokio::sync::Mutex<()>>,
     /// Held while this node re-seals the stored routes (`POST /v1/keys/reseal`): one at a time.
     resealing: tokio::sync::Mutex<()>,
     /// Mapped answers of routes registered with `cache`, and the upstream calls under way for
@@ -264,7 +265,28 @@ pub async fn run_with(
     if let Some(database) = &database {
         // A wrong key or a newer schema stops the start here when the database answers; when it
         // does not, the node serves its snapshot and the follower checks once it does.
-        match database.prepare_now().await {
+        let prepared = database.prepare_now().await;
+        // A snapshot sealed under another ring (the cluster's key was rotated while this node
+        // was away): served only once the database says this ring is the cluster's.
+        if local.key_check_unverified() {
+            match &prepared {
+                Ok(()) => {
+                    local.adopt_key_check().map_err(RunError::Storage)?;
+                    tracing::info!(
+                        "this node's snapshot was sealed under another key ring; the database's check opens with this one, which the snapshot now follows"
+                    );
+                }
+                Err(crate::cluster::DbError::Fatal(_)) => {}
+                Err(e) => {
+                    return Err(RunError::Config(format!(
+                        "no key of this node's ring opens its snapshot's key check, and the route database \
+                         cannot be reached to check the ring against the cluster's ({e}); start it once the \
+                         database answers"
+                    )));
+                }
+            }
+        }
+        match prepared {
             Ok(()) => {}
             Err(crate::cluster::DbError::Fatal(why)) => return Err(RunError::Config(why)),
             Err(e) => tracing::warn!(
@@ -308,7 +330,7 @@ pub async fn run_with(
         request_ids: RequestIds::new(),
         store,
         table: if database.is_some() { RouteTable::cluster() } else { RouteTable::standalone() },
-        writes: tokio::sync::Mutex::new(()),
+        writes: Arc::new(tokio::sync::Mutex::new(())),
         resealing: tokio::sync::Mutex::new(()),
         tracer: crate::telemetry::Tracer::new(traces.sampler, recorder),
     });

@@ -117,6 +117,9 @@ pub struct Store {
     pub migrated: usize,
     /// Whether [`Store::close`] ran.
     closed: std::sync::atomic::AtomicBool,
+    /// A cluster node's snapshot whose key check no key of the ring opens: the ring must be
+    /// checked against the database's before the snapshot is used ([`Store::adopt_key_check`]).
+    unverified: bool,
 }
 
 impl Drop for Store {
@@ -192,9 +195,12 @@ impl Store {
             revision,
             migrated: 0,
             closed: std::sync::atomic::AtomicBool::new(false),
+            unverified: false,
         };
-        if store.check_key()? {
-            store.migrated = store.seal_v1_records()?;
+        match store.check_key()? {
+            KeyCheck::Opens => {}
+            KeyCheck::None => store.migrated = store.seal_v1_records()?,
+            KeyCheck::Unverified => store.unverified = true,
         }
         store.compact_if_pending()?;
         Ok(store)
@@ -206,31 +212,36 @@ impl Store {
         self.db.set_options(&[("disable_auto_compactions", "false")]).map_err(io)
     }
 
-    /// Fails closed when the key does not open the key-check value. `Ok(true)` for a store that
-    /// has no key check yet: a new one, or one from before records were sealed.
-    fn check_key(&self) -> Result<bool, StorageError> {
+    /// Fails closed when no key of the ring opens the key-check value, except in a cluster
+    /// node's snapshot, whose records are the database's: there the ring is checked against the
+    /// database's key check before the snapshot is used ([`KeyCheck::Unverified`]).
+    fn check_key(&self) -> Result<KeyCheck, StorageError> {
         match self.db.get(KEY_CHECK).map_err(io)? {
-            Some(sealed) => match key_check_opener(&self.key, &sealed) {
-                Some(id) if id == self.key.sealing() => Ok(false),
-                // Another key of the ring: the check is sealed again with the first, so the ring
-                // may lose the others once nothing else is sealed by them (a route still sealed
-                // by a key the ring lacks answers 503, named in the log).
-                Some(_) => {
-                    let mut batch = WriteBatch::default();
-                    batch.put(KEY_CHECK, seal_key_check(&self.key));
-                    self.write(batch)?;
-                    Ok(false)
-                }
-                None => Err(self.wrong_key()),
-            },
+            Some(sealed) if key_check_opener(&self.key, &sealed).is_some() => Ok(KeyCheck::Opens),
+            Some(_) if self.position()?.is_some() || self.is_loading()? => Ok(KeyCheck::Unverified),
+            Some(_) => Err(self.wrong_key()),
             // A new store, or one from before records were sealed (version 1 records only). Sealed
             // records without a key check mean the check was removed: refuse rather than guess.
-            None if self.only_v1_records() => Ok(true),
+            None if self.only_v1_records() => Ok(KeyCheck::None),
             None => Err(StorageError::Key(format!(
                 "{} holds sealed routes but no key check; it was altered (nothing was changed)",
                 self.dir.display()
             ))),
         }
+    }
+
+    /// Whether this is a cluster node's snapshot whose key check the ring does not open: the
+    /// caller must check the ring against the database's, then [`Store::adopt_key_check`].
+    pub fn key_check_unverified(&self) -> bool {
+        self.unverified
+    }
+
+    /// Seals the key check again with the ring's first key: after a re-seal began, or once a
+    /// cluster node's ring was found to be the database's.
+    pub fn adopt_key_check(&self) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        batch.put(KEY_CHECK, seal_key_check(&self.key));
+        self.write(batch)
     }
 
     fn wrong_key(&self) -> StorageError {
@@ -506,6 +517,16 @@ impl Store {
         options.set_sync(true);
         self.db.write_opt(batch, &options).map_err(io)
     }
+}
+
+/// What the key check said when the store was opened.
+enum KeyCheck {
+    /// A key of the ring opens it.
+    Opens,
+    /// There is none yet (a new store, or version 1 records to seal).
+    None,
+    /// No key of the ring opens a cluster node's snapshot's check.
+    Unverified,
 }
 
 /// How many stored records each key sealed ([`Store::key_counts`]).

@@ -1139,18 +1139,26 @@ async fn a_three_node_rotation_reseals_once_through_the_feed_and_carries_routes_
     assert_eq!(sealed_by(&nodes[1]).await, vec![(old_id.clone(), 12)]);
 
     // The new key put first on one node only: it may not re-seal, since the others could not open
-    // what it writes; it says which nodes lack the key.
+    // what it writes; it names the nodes that seal with another key.
     nodes[0].terminate();
     nodes[0] = node_with_ring(&cluster, 0, &[new, KEY]).await;
     let refused = send(Method::POST, &nodes[0].url("/v1/keys/reseal"), &[], "").await;
     let problem = refused.assert_problem(409, "reseal-refused");
     let detail = problem.get("detail").and_then(Json::as_str).unwrap().to_owned();
-    assert!(detail.contains(&new_id) && detail.contains("lacks"), "{detail}");
+    assert!(detail.contains(&new_id) && detail.contains("do not seal with"), "{detail}");
     assert_eq!(
         sealed_by(&nodes[0]).await,
         vec![(new_id.clone(), 0), (old_id.clone(), 12)],
         "nothing re-sealed"
     );
+
+    // The others with the new key last (the first rolling restart): they open what it writes,
+    // but would seal with the old key after the re-seal; still refused.
+    for (n, node) in nodes.iter_mut().enumerate().skip(1) {
+        node.terminate();
+        *node = node_with_ring(&cluster, n, &[KEY, new]).await;
+    }
+    send(Method::POST, &nodes[0].url("/v1/keys/reseal"), &[], "").await.assert_problem(409, "reseal-refused");
 
     // Every node with the new ring: the re-seal on one node is made once, and every node loads
     // the records through the feed and keeps serving each route with its own credentials.
