@@ -21,9 +21,40 @@ use crate::upstream::BreakerScope;
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
 
+/// Routes a filtered listing reads at most per request: past it, the page ends early with a
+/// `nextCursor` that goes on from there.
+const MAX_SCANNED: usize = 5000;
+
+/// What a listing keeps: routes whose path, and whose upstream host (or a source's), hold the
+/// given texts, in any case.
+#[derive(Default)]
+struct Filter {
+    path: Option<String>,
+    host: Option<String>,
+}
+
+impl Filter {
+    fn is_empty(&self) -> bool {
+        self.path.is_none() && self.host.is_none()
+    }
+
+    fn keeps(&self, route: &Route) -> bool {
+        let holds = |text: &str, part: &str| text.to_ascii_lowercase().contains(part);
+        let host = |base: &str| url::Url::parse(base).ok().and_then(|u| u.host_str().map(str::to_owned));
+        self.path.as_deref().is_none_or(|part| holds(&route.config.path, part))
+            && self.host.as_deref().is_none_or(|part| {
+                std::iter::once(route.config.base_url.as_str())
+                    .chain(route.config.sources.iter().map(|source| source.base_url.as_str()))
+                    .filter_map(host)
+                    .any(|host| holds(&host, part))
+            })
+    }
+}
+
 pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response, ApiError> {
     state.loaded()?;
     let (mut limit, mut cursor) = (DEFAULT_LIMIT, None);
+    let mut filter = Filter::default();
     for (name, value) in url::form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         match &*name {
             "limit" => {
@@ -36,20 +67,47 @@ pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response,
                     ApiError::InvalidQuery("`cursor` must be a `nextCursor` of an earlier page".to_owned())
                 })?)
             }
+            "path" | "host" if value.len() > 256 => {
+                return Err(ApiError::InvalidQuery(format!("`{name}` may hold at most 256 bytes")));
+            }
+            "path" if !value.is_empty() => filter.path = Some(value.to_ascii_lowercase()),
+            "host" if !value.is_empty() => filter.host = Some(value.to_ascii_lowercase()),
             _ => {}
         }
     }
-    let page = state.stored(state.store.page(limit, cursor).await)?;
     let limits = state.config.limits();
-    let routes: Vec<Arc<Route>> = page
-        .stored
-        .into_iter()
-        .filter_map(|stored| {
-            state.table.get(&stored.uuid).or_else(|| Route::from_stored(stored, &limits).ok().map(Arc::new))
-        })
-        .collect();
+    let route_of = |stored: crate::storage::StoredRoute| {
+        state.table.get(&stored.uuid).or_else(|| Route::from_stored(stored, &limits).ok().map(Arc::new))
+    };
+    let (routes, next) = if filter.is_empty() {
+        let page = state.stored(state.store.page(limit, cursor).await)?;
+        (page.stored.into_iter().filter_map(route_of).collect::<Vec<_>>(), page.next)
+    } else {
+        // Pages read until `limit` routes are kept, the routes end, or `MAX_SCANNED` were read.
+        let (mut kept, mut scanned) = (Vec::new(), 0);
+        let next = 'pages: loop {
+            let page = state.stored(state.store.page(MAX_LIMIT, cursor.take()).await)?;
+            let (count, more) = (page.stored.len(), page.next.is_some());
+            for (i, stored) in page.stored.into_iter().enumerate() {
+                scanned += 1;
+                let at = Cursor::after(stored.created_at, stored.uuid);
+                if let Some(route) = route_of(stored).filter(|route| filter.keeps(route)) {
+                    kept.push(route);
+                }
+                if kept.len() == limit || scanned >= MAX_SCANNED {
+                    // The next page goes on after this route, unless it was the last.
+                    break 'pages (i + 1 < count || more).then_some(at);
+                }
+            }
+            match page.next.as_deref().and_then(Cursor::parse) {
+                Some(after) => cursor = Some(after),
+                None => break None,
+            }
+        };
+        (kept, next)
+    };
     let views: Vec<RouteView<'_>> = routes.iter().map(|route| RouteView::of(route)).collect();
-    let body = serde_json::to_vec(&Listing { routes: views, next_cursor: page.next.as_deref() })
+    let body = serde_json::to_vec(&Listing { routes: views, next_cursor: next.as_deref() })
         .map_err(|e| ApiError::Storage(e.to_string()))?;
     Ok(json(StatusCode::OK, body))
 }

@@ -3,8 +3,8 @@
 //! (every route opens after the restart with the ring, and a route sealed by a key the ring
 //! lacks answers 503 alone, named in the log), and the settings that stop the start.
 //!
-//! `ROTATION_ROUTES` sets how many routes the rotation run re-seals (60 by default); the run
-//! prints what it measured.
+//! `ROTATION_ROUTES` sets how many routes the rotation run re-seals (60 by default), and
+//! `ROTATION_BATCH` how many a step takes (16); the run prints what it measured.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -74,9 +74,11 @@ fn new_key() -> String {
 
 #[tokio::test]
 async fn a_rotation_under_load_answers_every_call_and_the_old_key_can_then_go() {
-    // The run's own knob, not a setting of the service.
+    // The run's own knobs, not settings of the service.
     #[allow(clippy::disallowed_methods)]
-    let routes: usize = std::env::var("ROTATION_ROUTES").ok().and_then(|n| n.parse().ok()).unwrap_or(60);
+    let knob =
+        |name: &str, default: usize| std::env::var(name).ok().and_then(|n| n.parse().ok()).unwrap_or(default);
+    let (routes, batch) = (knob("ROTATION_ROUTES", 60), knob("ROTATION_BATCH", 16));
     let upstream = upstream().await;
     let dir = tempfile::tempdir().unwrap();
     let (old, new) = (new_key(), new_key());
@@ -133,7 +135,7 @@ async fn a_rotation_under_load_answers_every_call_and_the_old_key_can_then_go() 
     }
     let before = answered.load(Ordering::SeqCst);
     let started = Instant::now();
-    let resealed = send(Method::POST, &binary.url("/v1/keys/reseal?batch=16"), &[], "").await;
+    let resealed = send(Method::POST, &binary.url(&format!("/v1/keys/reseal?batch={batch}")), &[], "").await;
     let took = started.elapsed();
     let during = answered.load(Ordering::SeqCst) - before;
     done.store(true, Ordering::SeqCst);
@@ -148,7 +150,7 @@ async fn a_rotation_under_load_answers_every_call_and_the_old_key_can_then_go() 
     assert_eq!(failed.load(Ordering::SeqCst), 0, "calls that did not answer 200 during the re-seal");
     assert!(during > 0, "calls were answered while the routes were re-sealed");
     eprintln!(
-        "rotation: {routes} routes re-sealed in {:.3} s ({:.0} routes/s, batches of 16); {during} calls answered meanwhile, all 200",
+        "rotation: {routes} routes re-sealed in {:.3} s ({:.0} routes/s, batches of {batch}); {during} calls answered meanwhile, all 200",
         took.as_secs_f64(),
         routes as f64 / took.as_secs_f64()
     );

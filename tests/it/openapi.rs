@@ -211,7 +211,7 @@ async fn every_operation_answers_as_the_description_says() {
     spec.check("/v1/mapping", &Method::POST, &answer);
 
     // Management.
-    for query in ["", "?limit=1", "?limit=0"] {
+    for query in ["", "?limit=1", "?limit=0", "?path=meal&host=127.0.0.1", "?host=nowhere"] {
         let answer = send(Method::GET, &url(&format!("/v1/routes{query}")), &[], "").await;
         spec.check("/v1/routes", &Method::GET, &answer);
     }

@@ -383,6 +383,54 @@ async fn routes_are_listed_newest_first_with_secrets_masked() {
     service.stop().await;
 }
 
+/// Every route a listing with `query` shows, page by page (`limit=2`): their paths, and how many
+/// pages it took.
+async fn listed(service: &Service, query: &str) -> (Vec<String>, usize) {
+    let (mut seen, mut pages, mut cursor) = (Vec::new(), 0, None::<String>);
+    loop {
+        let after = cursor.as_ref().map(|c| format!("&cursor={c}")).unwrap_or_default();
+        let page = get(&service.url(&format!("/v1/routes?limit=2{query}{after}"))).await;
+        assert_eq!(page.status, 200, "{query}: {:?}", page.body);
+        let page = page.json();
+        pages += 1;
+        for route in page.get("routes").unwrap().as_array() {
+            let path = route.get("path").and_then(Json::as_str).unwrap();
+            seen.push(path.rsplit('/').next().unwrap().to_owned());
+        }
+        match page.get("nextCursor") {
+            Some(Json::String(next)) => cursor = Some(next.clone()),
+            _ => return (seen, pages),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_listing_filtered_by_path_and_upstream_host_pages_through_the_routes_it_keeps() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(config()).await;
+    let by_name = upstream.url("/").replace("127.0.0.1", "localhost");
+    for (i, base) in
+        [&upstream.url("/"), &by_name, &upstream.url("/"), &by_name, &upstream.url("/")].iter().enumerate()
+    {
+        let name = if i % 2 == 0 { format!("shop/Orders{i}") } else { format!("users{i}") };
+        let body = registration(base, "", "").replace("meals/random", &name);
+        registered(&service, &body, &[]).await;
+    }
+    // Newest first, as without a filter; the texts are matched in any case.
+    assert_eq!(listed(&service, "&path=orders").await.0, vec!["Orders4", "Orders2", "Orders0"]);
+    assert_eq!(listed(&service, "&host=LOCALHOST").await.0, vec!["users3", "users1"]);
+    assert_eq!(listed(&service, "&host=127.0.0&path=shop").await.0, vec!["Orders4", "Orders2", "Orders0"]);
+    assert_eq!(listed(&service, "&path=nothing-like-it").await, (vec![], 1));
+    // Two kept a page: the last page holds the last kept route, with no cursor after it.
+    let (all, pages) = listed(&service, "&path=s").await;
+    assert_eq!((all.len(), pages), (5, 3));
+    // An empty filter is no filter.
+    assert_eq!(listed(&service, "&path=&host=").await.0.len(), 5);
+    let long = "x".repeat(257);
+    get(&service.url(&format!("/v1/routes?path={long}"))).await.assert_problem(400, "invalid-query");
+    service.stop().await;
+}
+
 #[tokio::test]
 async fn a_routes_stats_count_its_calls_errors_and_latency_and_outlive_an_update() {
     let mode = std::sync::Arc::new(std::sync::Mutex::new(200u16));
