@@ -177,7 +177,7 @@ ensure_nginx() {
 # part fails it instead of skipping it. A node or npm already on the PATH (from NodeSource or nvm,
 # say) is kept: Debian's packages would replace it with an older one.
 ensure_browser() {
-    ensure_npm_test tests/browser "$BROWSER_MARKER" "the playground's browser test needs playwright-core" chromium
+    ensure_npm_test tests/browser "$BROWSER_MARKER" "the browser tests of the playground and the console need playwright-core and axe-core" chromium
 }
 
 # Its name, which tests/it/playground.rs knows too.

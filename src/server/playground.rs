@@ -1,6 +1,7 @@
-//! The playground page at `GET /`: a static page, built into the binary, that previews rules on a
-//! sample through `POST /v1/preview?trace=true` as the user types and builds the body that
-//! registers them as a route.
+//! The pages built into the binary: the playground at `GET /`, which previews rules on a sample
+//! through `POST /v1/preview?trace=true` as the user types and builds the body that registers
+//! them as a route; and the routes console at `GET /console`, which lists the registered routes
+//! with their health through the admin API, with the admin token the user gives it.
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, header};
@@ -26,6 +27,12 @@ const SCRIPT: Asset =
     Asset { content_type: "text/javascript; charset=utf-8", body: include_str!("playground/playground.js") };
 const STYLE: Asset =
     Asset { content_type: "text/css; charset=utf-8", body: include_str!("playground/playground.css") };
+const CONSOLE: Asset =
+    Asset { content_type: "text/html; charset=utf-8", body: include_str!("playground/console.html") };
+const CONSOLE_SCRIPT: Asset =
+    Asset { content_type: "text/javascript; charset=utf-8", body: include_str!("playground/console.js") };
+const CONSOLE_STYLE: Asset =
+    Asset { content_type: "text/css; charset=utf-8", body: include_str!("playground/console.css") };
 
 /// The file a one-segment path names (the path `/` is the segment `""`).
 fn asset(segment: &str) -> Option<&'static Asset> {
@@ -33,6 +40,9 @@ fn asset(segment: &str) -> Option<&'static Asset> {
         "" | "index.html" => Some(&INDEX),
         "playground.js" => Some(&SCRIPT),
         "playground.css" => Some(&STYLE),
+        "console" => Some(&CONSOLE),
+        "console.js" => Some(&CONSOLE_SCRIPT),
+        "console.css" => Some(&CONSOLE_STYLE),
         _ => None,
     }
 }
@@ -76,6 +86,9 @@ mod tests {
             ("index.html", "text/html; charset=utf-8"),
             ("playground.js", "text/javascript; charset=utf-8"),
             ("playground.css", "text/css; charset=utf-8"),
+            ("console", "text/html; charset=utf-8"),
+            ("console.js", "text/javascript; charset=utf-8"),
+            ("console.css", "text/css; charset=utf-8"),
         ] {
             assert!(has_file(segment), "{segment}");
             let response = file(&Method::GET, segment).unwrap();
@@ -95,15 +108,24 @@ mod tests {
             let refused = file(&method, "").unwrap_err();
             assert!(matches!(refused, ApiError::MethodNotAllowed { allow: "GET" }), "{method}: {refused:?}");
         }
-        for name in ["index.htm", "playground", "playground.js.map", "v1"] {
+        for name in ["index.htm", "playground", "playground.js.map", "v1", "console.html", "console.js.map"] {
             assert!(!has_file(name), "{name}");
         }
     }
 
-    /// The policy forbids inline code, so the page must keep every script and style in its files.
+    /// The policy forbids inline code, so the pages must keep every script and style in their
+    /// files.
     #[test]
-    fn the_page_has_no_inline_code_and_loads_only_served_files() {
-        let page = INDEX.body;
+    fn the_pages_have_no_inline_code_and_load_only_served_files() {
+        for page in [INDEX.body, CONSOLE.body] {
+            no_inline_code(page);
+        }
+        for file in [SCRIPT.body, STYLE.body, CONSOLE_SCRIPT.body, CONSOLE_STYLE.body] {
+            assert!(!file.contains("http://") && !file.contains("https://"), "a file reaches out");
+        }
+    }
+
+    fn no_inline_code(page: &str) {
         assert!(!page.contains("<style"), "inline style element");
         assert!(!page.contains(" style="), "inline style attribute");
         assert_eq!(page.matches("<script").count(), page.matches("<script src=\"/").count(), "inline script");
@@ -113,12 +135,11 @@ mod tests {
         for quoted in ["src=\"", "href=\""] {
             for (at, _) in page.match_indices(quoted) {
                 let target = page[at + quoted.len()..].split('"').next().unwrap();
-                let served = target.strip_prefix('/').is_some_and(has_file) || target == "data:,";
+                let served = target.strip_prefix('/').is_some_and(has_file)
+                    || target == "data:,"
+                    || target.starts_with('#');
                 assert!(served, "the page loads {target}, which is not served here");
             }
-        }
-        for file in [SCRIPT.body, STYLE.body] {
-            assert!(!file.contains("http://") && !file.contains("https://"), "a file reaches out");
         }
     }
 }

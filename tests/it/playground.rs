@@ -1,5 +1,6 @@
-//! The playground page: its files served with their types and security headers, and the page
-//! driven end to end in headless Chromium against the real binary (`tests/browser/playground.mjs`).
+//! The playground and console pages: their files served with their types and security headers,
+//! and each page driven end to end in headless Chromium against the real binary
+//! (`tests/browser/playground.mjs`, `tests/browser/console.mjs`).
 //! Where Chromium, Node.js or playwright-core is missing the browser test says so in one line and
 //! is skipped, unless `scripts/test.sh` installed them (it leaves a marker in the target directory):
 //! then their absence fails it.
@@ -26,6 +27,9 @@ async fn the_page_and_its_files_are_served_with_their_types_and_policy() {
         ("/index.html", "text/html; charset=utf-8", r#"<script src="/playground.js" defer>"#),
         ("/playground.js", "text/javascript; charset=utf-8", "/v1/preview?trace=true"),
         ("/playground.css", "text/css; charset=utf-8", "prefers-color-scheme: dark"),
+        ("/console", "text/html; charset=utf-8", "<title>recast console</title>"),
+        ("/console.js", "text/javascript; charset=utf-8", "/v1/routes/${target.uuid}/stats?minutes=5"),
+        ("/console.css", "text/css; charset=utf-8", ":focus-visible"),
     ] {
         let answer = send(Method::GET, &service.url(path), &[], "").await;
         assert_eq!(answer.status, 200, "{path}");
@@ -97,6 +101,50 @@ async fn the_page_previews_marks_problems_and_builds_a_registration_in_chromium(
     println!("{stdout}");
 }
 
+/// Starts the binary with an admin token and runs `tests/browser/console.mjs` against it; its
+/// screenshots land in the target directory's `tmp/console` (docs/console.md shows them).
+#[tokio::test]
+async fn the_console_signs_in_lists_120_routes_filters_them_and_shows_their_health_in_chromium() {
+    let browser = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("browser");
+    if let Some(why) = missing_browser_parts(&browser) {
+        let marker = Path::new(env!("CARGO_TARGET_TMPDIR")).join(BROWSER_MARKER);
+        assert!(
+            !marker.exists(),
+            "{why}, but scripts/test.sh installed the browser test's parts ({} says so): \
+             run ./scripts/test.sh again to reinstall them",
+            marker.display()
+        );
+        let _ = writeln!(
+            std::io::stderr(),
+            "NOT RUN: the console's browser test did not run, because {why}; its `ok` below \
+             means only that. ./scripts/test.sh installs what it needs and runs it."
+        );
+        return;
+    }
+    const TOKEN: &str = "console-admin-5c2e";
+    let dir = tempfile::TempDir::new().unwrap();
+    let binary = Binary::start_with(dir.path(), &[("RECAST_ADMIN_TOKEN", TOKEN)]).await;
+    let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console");
+    let base = format!("http://{}", binary.addr);
+    let script = browser.join("console.mjs");
+    let output = tokio::task::spawn_blocking(move || {
+        let mut command = Command::new("node");
+        command.arg(script).arg(base).arg(TOKEN).arg(artifacts).stdout(Stdio::piped()).stderr(Stdio::piped());
+        Group::spawn(&mut command).expect("node runs").wait_with_output().expect("node's output")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the console's browser test failed ({}):\n{stdout}\n{stderr}\nrecast's log:\n{}",
+        output.status,
+        binary.log_text()
+    );
+    println!("{stdout}");
+}
+
 /// The file `scripts/test.sh` (`ensure_browser`) writes in the target directory's `tmp` once it has
 /// installed Chromium, Node.js and playwright-core.
 const BROWSER_MARKER: &str = "browser-test-required";
@@ -109,8 +157,10 @@ fn missing_browser_parts(browser: &Path) -> Option<String> {
     if !Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success()) {
         return Some("node is missing (Node.js 20 or newer)".to_owned());
     }
-    if !browser.join("node_modules").join("playwright-core").is_dir() {
-        return Some("playwright-core is not installed (npm ci --prefix tests/browser)".to_owned());
+    for package in ["playwright-core", "axe-core"] {
+        if !browser.join("node_modules").join(package).is_dir() {
+            return Some(format!("{package} is not installed (npm ci --prefix tests/browser)"));
+        }
     }
     None
 }

@@ -1,0 +1,264 @@
+// The routes console: signs in with the admin token (kept in this tab's session storage, sent
+// as `Authorization: Bearer`, never in a URL), lists the routes a page at a time by the API's
+// cursor, filtered by path and upstream host on the service, with each route's health from
+// `GET /v1/routes/{uuid}/stats?minutes=5`. No framework, nothing loaded from elsewhere.
+'use strict';
+
+const TOKEN_KEY = 'recast.adminToken';
+const PAGE_SIZE = 50;
+/** Stats asked at once while a page fills in. */
+const STATS_AT_ONCE = 6;
+
+const $ = (id) => document.getElementById(id);
+
+const page = {
+  /** The cursor of each page shown so far; the first is `null`. */
+  cursors: [null],
+  next: null,
+  filter: { path: '', host: '' },
+  /** Bumped by every load, so answers to an older one are dropped. */
+  generation: 0,
+};
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+/** One call of the admin API: `{status, body}` (the body parsed when it is JSON). */
+async function api(method, path) {
+  const headers = { accept: 'application/json' };
+  const held = token();
+  if (held) headers.authorization = `Bearer ${held}`;
+  const answer = await fetch(path, { method, headers, cache: 'no-store' });
+  const text = await answer.text();
+  let body = text;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    // Kept as text.
+  }
+  return { status: answer.status, body };
+}
+
+/** What a problem answer says, in one line. */
+function problemText(answer) {
+  const body = answer.body;
+  if (body && typeof body === 'object' && body.title) {
+    return body.detail ? `${body.title}: ${body.detail}` : body.title;
+  }
+  return `the service answered ${answer.status}`;
+}
+
+function say(id, text, isError = false) {
+  const element = $(id);
+  element.textContent = text;
+  element.classList.toggle('error', isError);
+}
+
+function show(view) {
+  $('signin').hidden = view !== 'signin';
+  $('routes').hidden = view !== 'routes';
+}
+
+/** Asks for the first page: it says whether the token (or no token) is let in. */
+async function start() {
+  const probe = await api('GET', '/v1/routes?limit=1').catch(() => null);
+  if (!probe) {
+    show('signin');
+    say('signin-status', 'The service cannot be reached.', true);
+    return;
+  }
+  if (probe.status === 401) {
+    const hadToken = Boolean(token());
+    sessionStorage.removeItem(TOKEN_KEY);
+    show('signin');
+    say('signin-status', hadToken ? 'That token was refused: it is not this service\'s admin token.' : '', hadToken);
+    $('token').focus();
+    return;
+  }
+  // Let in without a token: the admin endpoints are open.
+  $('open-notice').hidden = Boolean(token());
+  $('signout').hidden = !token();
+  show('routes');
+  await load(null);
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const given = $('token').value.trim();
+  if (!given) return;
+  sessionStorage.setItem(TOKEN_KEY, given);
+  $('token').value = '';
+  say('signin-status', 'Checking the token…');
+  await start();
+  if (!$('routes').hidden) $('main').focus();
+}
+
+function signOut() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  $('route-rows').replaceChildren();
+  say('signin-status', 'Signed out.');
+  start();
+}
+
+function listingPath(cursor) {
+  const query = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  if (page.filter.path) query.set('path', page.filter.path);
+  if (page.filter.host) query.set('host', page.filter.host);
+  if (cursor) query.set('cursor', cursor);
+  return `/v1/routes?${query}`;
+}
+
+/** Loads the page after `cursor` (the first for `null`) and fills in its rows. */
+async function load(cursor) {
+  const generation = ++page.generation;
+  say('routes-status', 'Loading routes…');
+  const answer = await api('GET', listingPath(cursor)).catch(() => null);
+  if (generation !== page.generation) return;
+  if (!answer) {
+    say('routes-status', 'The service cannot be reached.', true);
+    return;
+  }
+  if (answer.status === 401) {
+    start();
+    return;
+  }
+  if (answer.status !== 200) {
+    say('routes-status', problemText(answer), true);
+    return;
+  }
+  const routes = answer.body.routes;
+  page.next = answer.body.nextCursor;
+  $('next-page').disabled = !page.next;
+  $('first-page').disabled = page.cursors.length <= 1;
+  const rows = routes.map(row);
+  $('route-rows').replaceChildren(...rows.map((r) => r.element));
+  const pageNumber = page.cursors.length;
+  const filtered = page.filter.path || page.filter.host ? ' matching the filter' : '';
+  say(
+    'routes-status',
+    routes.length === 0
+      ? `No routes${filtered} on this page.`
+      : `Page ${pageNumber}: ${routes.length} route${routes.length === 1 ? '' : 's'}${filtered}${page.next ? '; more on the next page' : ''}.`,
+  );
+  await fillHealth(rows, generation);
+}
+
+function cell(text, className) {
+  const td = document.createElement('td');
+  td.textContent = text;
+  if (className) td.className = className;
+  return td;
+}
+
+/** What a route calls: its upstream's origin, or its sources' names and origins. */
+function upstreamOf(route) {
+  const origin = (base) => {
+    try {
+      const url = new URL(base);
+      return url.origin;
+    } catch {
+      return base;
+    }
+  };
+  if (route.sources) {
+    return Object.entries(route.sources)
+      .map(([name, source]) => `${name}: ${origin(source.originalApi.baseUrl)}`)
+      .join(', ');
+  }
+  return route.originalRoute ? origin(route.originalRoute.originalApi.baseUrl) : '';
+}
+
+/** The kind of credentials a route sends, never their value. */
+function authOf(route) {
+  if (route.authHeader && route.authHeader.type) return route.authHeader.type;
+  if (route.auth === 'runtime') return 'the caller\'s (X-Mapped-Auth)';
+  return 'none';
+}
+
+function cacheOf(route) {
+  if (!route.cache) return 'off';
+  const stale = route.cache.staleWhileRevalidateSeconds;
+  return `${route.cache.ttlSeconds} s${stale ? ` (+${stale} s stale)` : ''}`;
+}
+
+/** A table row for `route`, and the cell its health goes in. */
+function row(route) {
+  const tr = document.createElement('tr');
+  tr.dataset.uuid = route.uuid;
+  const path = route.path.replace(/^\/v1\/[^/]+\//, '');
+  tr.append(
+    cell(route.method),
+    cell(path || '(unknown)', 'path'),
+    cell(upstreamOf(route), 'upstream'),
+    cell(authOf(route)),
+    cell(cacheOf(route)),
+  );
+  const status = cell(route.status === 'ok' ? 'serving' : 'unavailable', route.status === 'ok' ? 'ok' : 'broken');
+  if (route.problem) status.title = route.problem;
+  const health = cell('…', 'health');
+  tr.append(status, health);
+  return { element: tr, uuid: route.uuid, health };
+}
+
+/** Asks each row's stats, a few at a time, and writes them into its health cell. */
+async function fillHealth(rows, generation) {
+  let next = 0;
+  const worker = async () => {
+    while (next < rows.length && generation === page.generation) {
+      const target = rows[next++];
+      const answer = await api('GET', `/v1/routes/${target.uuid}/stats?minutes=5`).catch(() => null);
+      if (generation !== page.generation) return;
+      target.health.replaceChildren(...healthText(answer));
+    }
+  };
+  await Promise.all(Array.from({ length: STATS_AT_ONCE }, worker));
+}
+
+/** The nodes that show one route's stats. */
+function healthText(answer) {
+  if (!answer || answer.status !== 200) return [document.createTextNode('not available')];
+  const stats = answer.body;
+  const parts = [document.createTextNode(`${stats.calls} call${stats.calls === 1 ? '' : 's'}`)];
+  const errors = Object.entries(stats.errors);
+  if (errors.length) {
+    const span = document.createElement('span');
+    span.className = 'errors';
+    span.textContent = `; errors: ${errors.map(([kind, n]) => `${kind} ${n}`).join(', ')}`;
+    parts.push(span);
+  }
+  const { p50, p99 } = stats.latencyMs;
+  if (p50 !== null) parts.push(document.createTextNode(`; p50 ${p50} ms, p99 ${p99} ms`));
+  return parts;
+}
+
+function applyFilter(event) {
+  event.preventDefault();
+  page.filter = { path: $('filter-path').value.trim(), host: $('filter-host').value.trim() };
+  page.cursors = [null];
+  load(null);
+}
+
+function clearFilter() {
+  $('filter-path').value = '';
+  $('filter-host').value = '';
+  applyFilter(new Event('submit'));
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  $('signin-form').addEventListener('submit', signIn);
+  $('signout').addEventListener('click', signOut);
+  $('filters').addEventListener('submit', applyFilter);
+  $('filter-clear').addEventListener('click', clearFilter);
+  $('next-page').addEventListener('click', () => {
+    if (!page.next) return;
+    page.cursors.push(page.next);
+    load(page.next);
+  });
+  $('first-page').addEventListener('click', () => {
+    page.cursors = [null];
+    load(null);
+  });
+  $('refresh').addEventListener('click', () => load(page.cursors[page.cursors.length - 1]));
+  start();
+});

@@ -1,0 +1,333 @@
+// Drives recast's routes console in headless Chromium and checks what it shows.
+//
+//   node tests/browser/console.mjs BASE_URL ADMIN_TOKEN ARTIFACT_DIR
+//
+// BASE_URL is a running recast started with RECAST_ADMIN_TOKEN=ADMIN_TOKEN whose outbound policy
+// allows 127.0.0.1 (`--upstream-allow 127.0.0.0/8`); it should hold no route yet. The script
+// registers 120 routes through the API, then signs in with a wrong token and the right one,
+// pages through the list, filters it by path and by upstream host, calls a route and sees its
+// health move, uses the page by keyboard alone, and signs out. axe-core checks every view for
+// serious or critical accessibility violations. Screenshots (PNG) go to ARTIFACT_DIR. Prints one
+// line per check; on the first failed check it prints what was expected and what was found,
+// saves failure.png, and exits 1.
+
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { chromium } from 'playwright-core';
+
+const [given, adminToken, artifacts] = process.argv.slice(2);
+if (!given || !adminToken || !artifacts) {
+  console.error('usage: node console.mjs BASE_URL ADMIN_TOKEN ARTIFACT_DIR');
+  process.exit(2);
+}
+const base = given.replace(/\/+$/, '');
+mkdirSync(artifacts, { recursive: true });
+rmSync(join(artifacts, 'failure.png'), { force: true });
+
+const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+
+/** How long one check waits for the page. */
+const WAIT_MS = 10_000;
+const ROUTES = 120;
+
+setTimeout(() => {
+  console.error('console: FAILED: the checks did not finish within 180 s');
+  process.exit(1);
+}, 180_000).unref();
+
+class Failed extends Error {}
+
+function check(condition, what, found) {
+  if (!condition) {
+    throw new Failed(found === undefined ? what : `${what}\n  found: ${found}`);
+  }
+}
+
+async function waitFor(what, read, accept) {
+  const deadline = Date.now() + WAIT_MS;
+  let last;
+  for (;;) {
+    last = await read();
+    if (accept(last)) return last;
+    if (Date.now() > deadline) throw new Failed(`${what}\n  found: ${JSON.stringify(last)}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** An upstream on 127.0.0.1 that answers every GET with a one-meal document. */
+async function startUpstream() {
+  const server = http.createServer((request, response) => {
+    response.setHeader('content-type', 'application/json');
+    response.end(JSON.stringify({ meals: [{ idMeal: '52772', strMeal: 'Teriyaki Chicken Casserole' }] }));
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { server, port: server.address().port };
+}
+
+/** Registers route `i`: every third under `shop/orders-<i>`, the others under `users/<i>`; the
+ * odd ones call the upstream by the name `localhost`, the even ones by its address. */
+async function register(i, port) {
+  const host = i % 2 === 1 ? 'localhost' : '127.0.0.1';
+  const body = {
+    path: i % 3 === 0 ? `shop/orders-${i}` : `users/${i}`,
+    originalRoute: { originalApi: { baseUrl: `http://${host}:${port}/` }, path: 'meal' },
+    authHeader: i === 0 ? { type: 'Bearer', token: 'upstream-secret-e51d' } : undefined,
+    cache: i === 3 ? { ttlSeconds: 60 } : undefined,
+    rulesAsString: {
+      newBodyFields: { id: { key: 'id', type: 'Int' }, name: { key: 'name', type: 'String' } },
+      oldBodyFields: { id: { keys: ['idMeal'], parents: ['meals'] }, name: { keys: ['strMeal'], parents: ['meals'] } },
+    },
+  };
+  const answer = await fetch(`${base}/v1/mapping`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${adminToken}` },
+    body: JSON.stringify(body),
+  });
+  const text = await answer.text();
+  check(answer.status === 201, `registration ${i} answers 201`, `${answer.status} ${text}`);
+  return JSON.parse(text);
+}
+
+const profile = mkdtempSync(join(tmpdir(), 'recast-chromium-'));
+const upstream = await startUpstream();
+let context;
+let page;
+let step = 'registering the routes';
+const problems = [];
+const requested = [];
+const started = Date.now();
+
+async function screenshot(name) {
+  // The viewport, as a user sees the view (a full page of 50 rows would be a long strip).
+  await page.screenshot({ path: join(artifacts, `${name}.png`) });
+}
+
+/** axe-core on the page as it is: no serious or critical violation. */
+async function accessible(view) {
+  const installed = await page.evaluate(() => typeof window.axe !== 'undefined');
+  // Evaluated through the browser's debugging protocol, which the page's policy does not govern.
+  if (!installed) await page.evaluate(AXE_SOURCE);
+  const violations = await page.evaluate(async () => {
+    const result = await window.axe.run(document, { resultTypes: ['violations'] });
+    return result.violations.map((v) => ({
+      id: v.id,
+      impact: v.impact,
+      help: v.help,
+      nodes: v.nodes.map((n) => `${n.target.join(' ')}: ${n.failureSummary}`),
+    }));
+  });
+  const bad = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  check(bad.length === 0, `axe-core finds no serious or critical violation (${view})`, JSON.stringify(bad));
+  console.log(`ok: axe-core: no serious or critical violation (${view}; ${violations.length} minor)`);
+}
+
+const rowPaths = () => page.locator('#route-rows tr td.path').allTextContents();
+const status = () => page.textContent('#routes-status');
+
+async function run() {
+  const registered = [];
+  for (let i = 0; i < ROUTES; i++) registered.push(await register(i, upstream.port));
+  console.log(`ok: ${ROUTES} routes registered`);
+
+  step = 'starting Chromium';
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+    viewport: { width: 1280, height: 900 },
+    colorScheme: 'light',
+  });
+  page = context.pages()[0] ?? (await context.newPage());
+  page.on('request', (request) => {
+    requested.push(request.url());
+    if (!request.url().startsWith(base) && !request.url().startsWith('data:')) {
+      problems.push(`the page asked another origin: ${request.url()}`);
+    }
+  });
+  page.on('pageerror', (error) => problems.push(`uncaught error in the page: ${error.message}`));
+  page.on('console', (message) => {
+    // Chromium logs the 401 of a refused token as a failed resource; that one is expected.
+    if (message.type() === 'error' && !message.text().startsWith('Failed to load resource')) {
+      problems.push(`console error: ${message.text()}`);
+    }
+  });
+
+  step = 'the console loads and asks for the token';
+  const response = await page.goto(`${base}/console`);
+  check(response.status() === 200, 'GET /console answers 200', response.status());
+  check(
+    (response.headers()['content-security-policy'] ?? '').startsWith("default-src 'self'"),
+    'GET /console carries the Content-Security-Policy',
+    response.headers()['content-security-policy'],
+  );
+  await page.waitForSelector('#signin:not([hidden])', { timeout: WAIT_MS });
+  check(await page.isHidden('#routes'), 'the routes stay hidden until signed in');
+  await accessible('sign in');
+  await screenshot('console-01-sign-in');
+  console.log('ok: the console asks for the admin token');
+
+  step = 'a wrong token is refused';
+  await page.fill('#token', 'not-the-token');
+  await page.click('#signin-form button[type=submit]');
+  await waitFor('the page says the token was refused', () => page.textContent('#signin-status'), (t) => t.includes('refused'));
+  check(await page.isHidden('#routes'), 'still signed out');
+  check(
+    (await page.evaluate(() => sessionStorage.getItem('recast.adminToken'))) === null,
+    'a refused token is not kept',
+  );
+  await accessible('wrong token');
+  await screenshot('console-02-wrong-token');
+  console.log('ok: a wrong token is refused and not kept');
+
+  step = 'signing in by keyboard alone';
+  await page.focus('#token');
+  await page.keyboard.type(adminToken);
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('#routes:not([hidden])', { timeout: WAIT_MS });
+  check(
+    (await page.evaluate(() => sessionStorage.getItem('recast.adminToken'))) === adminToken,
+    'the token is kept in session storage',
+  );
+  check(await page.isHidden('#open-notice'), 'no "admin endpoints are open" notice with a token');
+  await waitFor('the first page lists 50 routes', rowPaths, (paths) => paths.length === 50);
+  const newest = registered[ROUTES - 1];
+  check(
+    (await rowPaths())[0] === newest.path.replace(/^\/v1\/[^/]+\//, ''),
+    'newest first',
+    (await rowPaths())[0],
+  );
+  await waitFor('every row has its health', () => page.locator('td.health').allTextContents(), (cells) =>
+    cells.length === 50 && cells.every((c) => c.startsWith('0 calls')),
+  );
+  await accessible('routes');
+  await screenshot('console-03-routes');
+  console.log('ok: signed in by keyboard; the first page lists 50 routes, newest first, with their health');
+
+  step = 'paging through 120 routes';
+  const seen = new Set(await rowPaths());
+  await page.click('#next-page');
+  await waitFor('page 2 holds 50 more', status, (t) => t.startsWith('Page 2: 50 routes; more'));
+  (await rowPaths()).forEach((p) => seen.add(p));
+  await page.click('#next-page');
+  await waitFor('page 3 holds the last 20', status, (t) => t.startsWith('Page 3: 20 routes.'));
+  (await rowPaths()).forEach((p) => seen.add(p));
+  check(seen.size === ROUTES, 'the three pages hold every route once', seen.size);
+  check(await page.isDisabled('#next-page'), 'no page after the last');
+  await page.click('#first-page');
+  await waitFor('back on the first page', status, (t) => t.startsWith('Page 1: 50 routes'));
+  console.log('ok: three pages of 50, 50 and 20 routes, each route once');
+
+  step = 'filtering by path and by upstream host';
+  await page.fill('#filter-path', 'ORDERS');
+  await page.click('#filters button[type=submit]');
+  await waitFor('40 routes have "orders" in their path', status, (t) => t.startsWith('Page 1: 40 routes matching the filter.'));
+  check((await rowPaths()).every((p) => p.startsWith('shop/orders-')), 'only those routes are listed');
+  await accessible('filtered');
+  await screenshot('console-04-filtered');
+  await page.fill('#filter-host', 'localhost');
+  await page.click('#filters button[type=submit]');
+  // Paths of every third route, called by the name localhost (odd i): i = 3, 9, 15, ... (20).
+  await waitFor('20 of them call localhost', status, (t) => t.startsWith('Page 1: 20 routes matching the filter.'));
+  check(
+    (await page.locator('td.upstream').allTextContents()).every((u) => u.startsWith('http://localhost:')),
+    'each calls localhost',
+  );
+  await page.fill('#filter-path', 'no-such-route');
+  await page.click('#filters button[type=submit]');
+  await waitFor('a filter nothing matches', status, (t) => t.startsWith('No routes matching the filter'));
+  await page.click('#filter-clear');
+  await waitFor('the filter cleared', status, (t) => t.startsWith('Page 1: 50 routes;'));
+  console.log('ok: filtered by path (40 routes), by path and host (20), by nothing that matches, then cleared');
+
+  step = 'the auth type shows, never the secret';
+  const text = await page.textContent('#route-table');
+  check(!text.includes('upstream-secret-e51d'), 'no stored secret in the page');
+  const firstRoute = registered[0];
+  await page.fill('#filter-path', 'orders-0');
+  await page.click('#filters button[type=submit]');
+  await waitFor('route 0 alone', rowPaths, (paths) => paths.length === 1 && paths[0] === 'shop/orders-0');
+  const cells = await page.locator('#route-rows tr td').allTextContents();
+  check(cells[3] === 'Bearer', 'the auth type of route 0 is Bearer', JSON.stringify(cells));
+  console.log('ok: the auth type is shown, the token never');
+
+  step = 'the health moves after calls';
+  for (let n = 0; n < 3; n++) {
+    const call = await fetch(`${base}${firstRoute.path}`);
+    check(call.status === 200, 'a call of route 0 answers 200', call.status);
+  }
+  await page.click('#refresh');
+  await waitFor('route 0 shows 3 calls and its latency', () => page.textContent('td.health'), (t) =>
+    t.startsWith('3 calls') && t.includes('p50') && t.includes('p99'),
+  );
+  await screenshot('console-05-health');
+  console.log('ok: after 3 calls the route shows 3 calls with p50 and p99');
+
+  step = 'keyboard only: tab to a control, see its focus, use it';
+  await page.click('#filter-clear');
+  await waitFor('the filter cleared', status, (t) => t.startsWith('Page 1: 50 routes;'));
+  await page.focus('#filter-host');
+  let focused = '';
+  for (let n = 0; n < 6 && focused !== 'next-page'; n++) {
+    await page.keyboard.press('Tab');
+    focused = await page.evaluate(() => document.activeElement.id);
+  }
+  check(focused === 'next-page', 'Tab reaches "Next page" after the filters', focused);
+  const outline = await page.evaluate(() => getComputedStyle(document.activeElement).outlineStyle);
+  check(outline !== 'none', 'the focused control shows its focus', outline);
+  await page.keyboard.press('Enter');
+  await waitFor('Enter on "Next page" turns the page', status, (t) => t.startsWith('Page 2:'));
+  console.log('ok: Tab reaches the pager with a visible focus, Enter turns the page');
+
+  step = 'the dark colour scheme';
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await waitFor('page 2 has its health', () => page.locator('td.health').allTextContents(), (cells) =>
+    cells.length === 50 && cells.every((c) => c.includes('call')),
+  );
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await accessible('routes, dark');
+  await screenshot('console-06-dark');
+  console.log('ok: dark colour scheme');
+
+  step = 'signing out';
+  await page.click('#signout');
+  await page.waitForSelector('#signin:not([hidden])', { timeout: WAIT_MS });
+  check(
+    (await page.evaluate(() => sessionStorage.getItem('recast.adminToken'))) === null,
+    'signing out forgets the token',
+  );
+  console.log('ok: signed out, the token forgotten');
+
+  step = 'nothing went wrong in the page';
+  check(!requested.some((url) => url.includes(adminToken)), 'the token is never in a URL');
+  check(problems.length === 0, 'no uncaught errors, console errors or outside requests', problems.join('\n'));
+}
+
+let failed = false;
+try {
+  await run();
+  console.log(`console: all checks passed in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in ${artifacts}`);
+} catch (error) {
+  failed = true;
+  const why = error instanceof Failed ? error.message : error.stack;
+  console.error(`console: FAILED at "${step}": ${why}`);
+  if (problems.length > 0) console.error(`page problems so far:\n  ${problems.join('\n  ')}`);
+  if (page) await page.screenshot({ path: join(artifacts, 'failure.png'), fullPage: true }).catch(() => {});
+} finally {
+  await context?.close().catch(() => {});
+  upstream.server.close();
+  rmSync(profile, { recursive: true, force: true });
+}
+process.exit(failed ? 1 : 0);
