@@ -6,7 +6,8 @@
 // allows 127.0.0.1 (`--upstream-allow 127.0.0.0/8`); it should hold no route yet. The script
 // registers 120 routes through the API, then signs in with a wrong token and the right one,
 // pages through the list, filters it by path and by upstream host, calls a route and sees its
-// health move, uses the page by keyboard alone, and signs out. axe-core checks every view for
+// health move, opens it, purges its cache, deletes it after a confirmation, uses the page by
+// keyboard alone, and signs out. axe-core checks every view for
 // serious or critical accessibility violations. Screenshots (PNG) go to ARTIFACT_DIR. Prints one
 // line per check; on the first failed check it prints what was expected and what was found,
 // saves failure.png, and exits 1.
@@ -275,16 +276,66 @@ async function run() {
   await screenshot('console-05-health');
   console.log('ok: after 3 calls the route shows 3 calls with p50 and p99');
 
+  step = 'opening a route';
+  await page.click('td.path a');
+  await page.waitForSelector('#route:not([hidden])', { timeout: WAIT_MS });
+  await waitFor('the route is shown', () => page.textContent('#route-title'), (t) => t === 'GET shop/orders-0');
+  check(page.url().endsWith(`#route/${firstRoute.uuid}`), 'the address names the route', page.url());
+  const config = await page.textContent('#route-config');
+  check(config.includes('"token": "***"') && !config.includes('upstream-secret-e51d'), 'the token is masked', config);
+  await waitFor('its health since it was loaded shows the 3 calls', () => page.locator('#health-rows tr').allTextContents(), (rows) =>
+    rows.length === 2 && rows[0].startsWith('since it was loaded3none') && rows[1].startsWith('the last 5 minutes3none'),
+  );
+  await accessible('a route');
+  await screenshot('console-07-route');
+  console.log('ok: a route opens with its configuration (token masked) and its health');
+
+  step = 'purging a route\'s cache';
+  await page.click('#purge');
+  await waitFor('the purge is confirmed', () => page.textContent('#route-status'), (t) => t === 'Cached answers purged on this node.');
+  console.log('ok: purged');
+
+  step = 'deleting a route after a confirmation that names its path';
+  await page.click('#delete');
+  await page.waitForSelector('#confirm-delete[open]', { timeout: WAIT_MS });
+  const question = await page.textContent('#confirm-text');
+  check(question.includes(firstRoute.path), 'the confirmation names the path', question);
+  check(
+    (await page.evaluate(() => document.activeElement.id)) === 'confirm-cancel',
+    'the safe choice has the focus',
+    await page.evaluate(() => document.activeElement.id),
+  );
+  await accessible('delete confirmation');
+  await screenshot('console-08-delete');
+  await page.keyboard.press('Escape');
+  await waitFor('Escape keeps the route', () => page.isVisible('#confirm-delete'), (open) => !open);
+  check((await fetch(`${base}${firstRoute.path}`)).status === 200, 'the route still answers');
+  await page.click('#delete');
+  await page.click('#confirm-yes');
+  await page.waitForSelector('#routes:not([hidden])', { timeout: WAIT_MS });
+  await waitFor('the list says the route is deleted', status, (t) => t === `Deleted the route at ${firstRoute.path}.`);
+  check((await fetch(`${base}${firstRoute.path}`)).status === 404, 'the deleted route answers 404');
+  console.log('ok: the confirmation names the path; Escape keeps the route; Delete deletes it');
+
   step = 'keyboard only: tab to a control, see its focus, use it';
   await page.click('#filter-clear');
   await waitFor('the filter cleared', status, (t) => t.startsWith('Page 1: 50 routes;'));
+  // From the filters, Tab goes through the filter's buttons and each route's link to the pager.
   await page.focus('#filter-host');
-  let focused = '';
-  for (let n = 0; n < 6 && focused !== 'next-page'; n++) {
+  const order = [];
+  for (let n = 0; n < 60 && order[order.length - 1] !== 'next-page'; n++) {
     await page.keyboard.press('Tab');
-    focused = await page.evaluate(() => document.activeElement.id);
+    order.push(await page.evaluate(() => document.activeElement.id || document.activeElement.getAttribute('href')));
   }
-  check(focused === 'next-page', 'Tab reaches "Next page" after the filters', focused);
+  check(
+    order.length === 53 &&
+      order[0] === 'filter-apply' &&
+      order[1] === 'filter-clear' &&
+      order.slice(2, 52).every((target) => target.startsWith('#route/')) &&
+      order[52] === 'next-page',
+    'Tab goes: Filter, Clear, the 50 routes\' links, Next page (First page is disabled)',
+    JSON.stringify(order),
+  );
   const outline = await page.evaluate(() => getComputedStyle(document.activeElement).outlineStyle);
   check(outline !== 'none', 'the focused control shows its focus', outline);
   await page.keyboard.press('Enter');

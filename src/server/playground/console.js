@@ -1,7 +1,9 @@
 // The routes console: signs in with the admin token (kept in this tab's session storage, sent
 // as `Authorization: Bearer`, never in a URL), lists the routes a page at a time by the API's
 // cursor, filtered by path and upstream host on the service, with each route's health from
-// `GET /v1/routes/{uuid}/stats?minutes=5`. No framework, nothing loaded from elsewhere.
+// `GET /v1/routes/{uuid}/stats?minutes=5`; opens a route (`#route/<uuid>`: its configuration,
+// secrets masked, and its health), purges its cache, and deletes it after a confirmation that
+// names its path. No framework, nothing loaded from elsewhere.
 'use strict';
 
 const TOKEN_KEY = 'recast.adminToken';
@@ -58,6 +60,13 @@ function say(id, text, isError = false) {
 function show(view) {
   $('signin').hidden = view !== 'signin';
   $('routes').hidden = view !== 'routes';
+  $('route').hidden = view !== 'route';
+}
+
+/** The route a `#route/<uuid>` address names, if it does. */
+function routeInHash() {
+  const match = /^#route\/([0-9a-fA-F-]{36})$/.exec(location.hash);
+  return match ? match[1] : null;
 }
 
 /** Asks for the first page: it says whether the token (or no token) is let in. */
@@ -79,8 +88,19 @@ async function start() {
   // Let in without a token: the admin endpoints are open.
   $('open-notice').hidden = Boolean(token());
   $('signout').hidden = !token();
-  show('routes');
-  await load(null);
+  await navigate();
+}
+
+/** Shows what the address names: a route, or the list. */
+async function navigate() {
+  const uuid = routeInHash();
+  if (uuid) {
+    show('route');
+    await openRoute(uuid);
+  } else {
+    show('routes');
+    await load(page.cursors[page.cursors.length - 1]);
+  }
 }
 
 async function signIn(event) {
@@ -187,9 +207,14 @@ function row(route) {
   const tr = document.createElement('tr');
   tr.dataset.uuid = route.uuid;
   const path = route.path.replace(/^\/v1\/[^/]+\//, '');
+  const pathCell = cell('', 'path');
+  const link = document.createElement('a');
+  link.href = `#route/${route.uuid}`;
+  link.textContent = path || '(unknown)';
+  pathCell.append(link);
   tr.append(
     cell(route.method),
-    cell(path || '(unknown)', 'path'),
+    pathCell,
     cell(upstreamOf(route), 'upstream'),
     cell(authOf(route)),
     cell(cacheOf(route)),
@@ -232,6 +257,94 @@ function healthText(answer) {
   return parts;
 }
 
+/** The route shown, as the API gave it. */
+let shown = null;
+
+/** Opens route `uuid`: its configuration and its health. */
+async function openRoute(uuid) {
+  shown = null;
+  $('route-title').textContent = 'Loading the route…';
+  $('route-config').textContent = '';
+  $('health-rows').replaceChildren();
+  say('route-status', '');
+  const answer = await api('GET', `/v1/routes/${uuid}`).catch(() => null);
+  if (!answer) {
+    say('route-status', 'The service cannot be reached.', true);
+    return;
+  }
+  if (answer.status === 401) {
+    start();
+    return;
+  }
+  if (answer.status !== 200) {
+    $('route-title').textContent = 'No such route';
+    say('route-status', problemText(answer), true);
+    return;
+  }
+  shown = answer.body;
+  const path = shown.path.replace(/^\/v1\/[^/]+\//, '');
+  $('route-title').textContent = `${shown.method} ${path || '(unknown path)'}`;
+  if (shown.status !== 'ok') say('route-status', `This route cannot serve calls: ${shown.problem}`, true);
+  $('route-config').textContent = JSON.stringify(shown, null, 2);
+  const [total, recent] = await Promise.all([
+    api('GET', `/v1/routes/${uuid}/stats`).catch(() => null),
+    api('GET', `/v1/routes/${uuid}/stats?minutes=5`).catch(() => null),
+  ]);
+  $('health-rows').replaceChildren(healthRow('since it was loaded', total), healthRow('the last 5 minutes', recent));
+  $('route-title').focus?.();
+}
+
+/** A row of the route's health table. */
+function healthRow(over, answer) {
+  const tr = document.createElement('tr');
+  const th = document.createElement('th');
+  th.scope = 'row';
+  th.textContent = over;
+  tr.append(th);
+  if (!answer || answer.status !== 200) {
+    tr.append(cell('not available'), cell(''), cell(''), cell(''));
+    return tr;
+  }
+  const stats = answer.body;
+  const errors = Object.entries(stats.errors).map(([kind, n]) => `${kind} ${n}`).join(', ') || 'none';
+  const ms = (value) => (value === null ? '–' : `${value} ms`);
+  tr.append(cell(String(stats.calls)), cell(errors), cell(ms(stats.latencyMs.p50)), cell(ms(stats.latencyMs.p99)));
+  return tr;
+}
+
+async function purge() {
+  if (!shown) return;
+  const answer = await api('DELETE', `/v1/routes/${shown.uuid}/cache`).catch(() => null);
+  if (answer && answer.status === 204) say('route-status', 'Cached answers purged on this node.');
+  else say('route-status', answer ? problemText(answer) : 'The service cannot be reached.', true);
+}
+
+function askDelete() {
+  if (!shown) return;
+  $('confirm-text').textContent =
+    `The route at ${shown.path} will be deleted for good: every call to it answers 404 from then on, on every node.`;
+  $('confirm-delete').showModal();
+}
+
+async function confirmDelete() {
+  if ($('confirm-delete').returnValue !== 'delete' || !shown) {
+    $('delete').focus();
+    return;
+  }
+  const path = shown.path;
+  const answer = await api('DELETE', `/v1/routes/${shown.uuid}`).catch(() => null);
+  if (answer && answer.status === 204) {
+    shown = null;
+    history.pushState(null, '', '#');
+    show('routes');
+    await load(page.cursors[page.cursors.length - 1]);
+    say('routes-status', `Deleted the route at ${path}.`);
+    $('main').focus();
+  } else {
+    say('route-status', answer ? problemText(answer) : 'The service cannot be reached.', true);
+  }
+}
+
 function applyFilter(event) {
   event.preventDefault();
   page.filter = { path: $('filter-path').value.trim(), host: $('filter-host').value.trim() };
@@ -260,5 +373,16 @@ document.addEventListener('DOMContentLoaded', () => {
     load(null);
   });
   $('refresh').addEventListener('click', () => load(page.cursors[page.cursors.length - 1]));
+  $('back').addEventListener('click', (event) => {
+    event.preventDefault();
+    history.pushState(null, '', '#');
+    navigate();
+  });
+  $('purge').addEventListener('click', purge);
+  $('delete').addEventListener('click', askDelete);
+  $('confirm-delete').addEventListener('close', confirmDelete);
+  window.addEventListener('hashchange', () => {
+    if (token() || !$('routes').hidden || !$('route').hidden) navigate();
+  });
   start();
 });
