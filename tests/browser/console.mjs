@@ -6,8 +6,9 @@
 // allows 127.0.0.1 (`--upstream-allow 127.0.0.0/8`); it should hold no route yet. The script
 // registers 120 routes through the API, then signs in with a wrong token and the right one,
 // pages through the list, filters it by path and by upstream host, calls a route and sees its
-// health move, opens it, purges its cache, deletes it after a confirmation, uses the page by
-// keyboard alone, and signs out. axe-core checks every view for
+// health move, opens it, purges its cache, deletes it after a confirmation, registers a route
+// from the form (a rule problem marked at its field first), uses the page by keyboard alone, and
+// signs out. axe-core checks every view for
 // serious or critical accessibility violations. Screenshots (PNG) go to ARTIFACT_DIR. Prints one
 // line per check; on the first failed check it prints what was expected and what was found,
 // saves failure.png, and exits 1.
@@ -316,6 +317,60 @@ async function run() {
   await waitFor('the list says the route is deleted', status, (t) => t === `Deleted the route at ${firstRoute.path}.`);
   check((await fetch(`${base}${firstRoute.path}`)).status === 404, 'the deleted route answers 404');
   console.log('ok: the confirmation names the path; Escape keeps the route; Delete deletes it');
+
+  step = 'registering a route from the form';
+  await page.click('#to-register');
+  await page.waitForSelector('#register:not([hidden])', { timeout: WAIT_MS });
+  check(page.url().endsWith('#register'), 'the address names the form', page.url());
+  await page.fill('#reg-path', 'console/new');
+  await page.fill('#reg-base', `http://127.0.0.1:${upstream.port}/`);
+  await page.fill('#reg-upstream-path', 'meal');
+  await page.selectOption('#reg-auth', 'Bearer');
+  await page.fill('#reg-token', 'reg-secret-77');
+  await page.fill('#reg-cache', '30');
+  const brokenRules = (await page.inputValue('#reg-rules')).replace('"type": "Int"', '"type": "Integer"');
+  await page.fill('#reg-rules', brokenRules);
+  const shownBody = JSON.parse(await page.textContent('#reg-json'));
+  check(
+    shownBody.path === 'console/new' &&
+      shownBody.originalRoute.originalApi.baseUrl === `http://127.0.0.1:${upstream.port}/` &&
+      shownBody.authHeader.type === 'Bearer' &&
+      shownBody.authHeader.token === '***' &&
+      shownBody.cache.ttlSeconds === 30,
+    'the body it will send is shown as the form says, the token as ***',
+    JSON.stringify(shownBody),
+  );
+  check(!(await page.textContent('#register')).includes('reg-secret-77'), 'the typed token is not shown');
+  await page.click('#reg-submit');
+  await waitFor('the rule problem is listed with its location', () => page.locator('#register-errors li').allTextContents(), (items) =>
+    items.length === 1 && items[0].startsWith('/rulesAsString/newBodyFields/id/type: '),
+  );
+  check((await page.getAttribute('#reg-rules', 'aria-invalid')) === 'true', 'the rules field is marked invalid');
+  check(
+    (await page.textContent('#reg-rules-error')).startsWith('/rulesAsString/newBodyFields/id/type: '),
+    'the problem is written at the rules field',
+  );
+  check((await page.evaluate(() => document.activeElement.id)) === 'reg-rules', 'the focus moves to the field');
+  await accessible('register, with a problem');
+  await screenshot('console-09-register-problem');
+  await page.fill('#reg-rules', brokenRules.replace('"type": "Integer"', '"type": "Int"'));
+  await page.click('#reg-submit');
+  await waitFor('registered', () => page.textContent('#register-status'), (t) => t.startsWith('Registered: calls go to /v1/'));
+  check((await page.getAttribute('#reg-rules', 'aria-invalid')) === null, 'the mark is gone once fixed');
+  const newPath = (await page.textContent('#register-status')).match(/\/v1\/\S+\/console\/new/)[0];
+  const registeredCall = await fetch(`${base}${newPath}`);
+  check(registeredCall.status === 200, 'the new route answers 200', registeredCall.status);
+  check(
+    JSON.stringify(await registeredCall.json()) === JSON.stringify({ id: 52772, name: 'Teriyaki Chicken Casserole' }),
+    'the new route maps as its rules say',
+  );
+  await screenshot('console-10-registered');
+  await page.click('#register-errors a');
+  await waitFor('the new route opens', () => page.textContent('#route-title'), (t) => t === 'GET console/new');
+  check((await page.textContent('#route-config')).includes('"ttlSeconds": 30'), 'with the cache it was given');
+  await page.click('#back');
+  await page.waitForSelector('#routes:not([hidden])', { timeout: WAIT_MS });
+  console.log('ok: the form shows the body it sends (token masked), marks a rule problem at its field, then registers');
 
   step = 'keyboard only: tab to a control, see its focus, use it';
   await page.click('#filter-clear');

@@ -3,7 +3,8 @@
 // cursor, filtered by path and upstream host on the service, with each route's health from
 // `GET /v1/routes/{uuid}/stats?minutes=5`; opens a route (`#route/<uuid>`: its configuration,
 // secrets masked, and its health), purges its cache, and deletes it after a confirmation that
-// names its path. No framework, nothing loaded from elsewhere.
+// names its path; registers a route from a form (`#register`) that shows the body it sends and
+// marks each problem of the answer at its field. No framework, nothing loaded from elsewhere.
 'use strict';
 
 const TOKEN_KEY = 'recast.adminToken';
@@ -61,6 +62,7 @@ function show(view) {
   $('signin').hidden = view !== 'signin';
   $('routes').hidden = view !== 'routes';
   $('route').hidden = view !== 'route';
+  $('register').hidden = view !== 'register';
 }
 
 /** The route a `#route/<uuid>` address names, if it does. */
@@ -94,7 +96,11 @@ async function start() {
 /** Shows what the address names: a route, or the list. */
 async function navigate() {
   const uuid = routeInHash();
-  if (uuid) {
+  if (location.hash === '#register') {
+    show('register');
+    showBody();
+    $('register-title').focus();
+  } else if (uuid) {
     show('route');
     await openRoute(uuid);
   } else {
@@ -345,6 +351,167 @@ async function confirmDelete() {
   }
 }
 
+const EXAMPLE_RULES = `{
+  "newBodyFields": {
+    "id": { "key": "id", "type": "Int" },
+    "name": { "key": "name", "type": "String" }
+  },
+  "oldBodyFields": {
+    "id": { "keys": ["idMeal"], "parents": ["meals"] },
+    "name": { "keys": ["strMeal"], "parents": ["meals"] }
+  }
+}`;
+
+/** `name=value` (or `Name: value`) lines as an object; blank lines skipped. */
+function pairs(text, separator) {
+  const out = {};
+  for (const line of text.split('\n')) {
+    if (!line.trim()) continue;
+    const at = line.indexOf(separator);
+    if (at < 0) out[line.trim()] = '';
+    else out[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+  }
+  return out;
+}
+
+/** The registration the form describes; `masked` puts `***` for every secret. */
+function registration(masked) {
+  const secret = (value) => (masked && value ? '***' : value);
+  const upstream = {
+    originalApi: { baseUrl: $('reg-base').value.trim() },
+    path: $('reg-upstream-path').value.trim(),
+    method: $('reg-upstream-method').value,
+  };
+  const queries = pairs($('reg-queries').value, '=');
+  if (Object.keys(queries).length) upstream.queries = queries;
+  const headers = pairs($('reg-headers').value, ':');
+  if (Object.keys(headers).length) upstream.headers = headers;
+  const body = { path: $('reg-path').value.trim(), method: $('reg-method').value, originalRoute: upstream };
+  const auth = $('reg-auth').value;
+  if (auth === 'Bearer' || auth === 'Basic') body.authHeader = { type: auth, token: secret($('reg-token').value) };
+  else if (auth === 'Runtime') body.authHeader = { type: 'Runtime' };
+  else if (auth === 'OAuth2ClientCredentials') {
+    body.authHeader = {
+      type: auth,
+      tokenUrl: $('reg-token-url').value.trim(),
+      clientId: $('reg-client-id').value.trim(),
+      clientSecret: secret($('reg-client-secret').value),
+    };
+    if ($('reg-scope').value.trim()) body.authHeader.scope = $('reg-scope').value.trim();
+  }
+  const number = (id) => ($(id).value.trim() === '' ? null : Number($(id).value));
+  if (number('reg-cache') !== null) body.cache = { ttlSeconds: number('reg-cache') };
+  if (number('reg-retry') !== null) {
+    const on = $('reg-retry-on').value.split(',').map((item) => item.trim()).filter(Boolean);
+    body.retry = { attempts: number('reg-retry'), on: on.map((item) => (/^\d+$/.test(item) ? Number(item) : item)) };
+    if (upstream.method === 'POST' || upstream.method === 'PATCH') body.retry.unsafe = true;
+  }
+  if (number('reg-rate') !== null) body.rateLimit = { requestsPerSecond: number('reg-rate') };
+  // The rules as written when they are JSON (so the service locates their problems), else as text.
+  const rules = $('reg-rules').value;
+  try {
+    body.rulesAsString = JSON.parse(rules);
+  } catch {
+    body.rulesAsString = rules;
+  }
+  return body;
+}
+
+function showBody() {
+  $('reg-json').textContent = JSON.stringify(registration(true), null, 2);
+  const auth = $('reg-auth').value;
+  document.querySelectorAll('.auth-token').forEach((e) => (e.hidden = auth !== 'Bearer' && auth !== 'Basic'));
+  document.querySelectorAll('.auth-oauth').forEach((e) => (e.hidden = auth !== 'OAuth2ClientCredentials'));
+}
+
+/** Clears the marks of the last answer's problems. */
+function unmark() {
+  document.querySelectorAll('#register-form [aria-invalid]').forEach((field) => {
+    field.removeAttribute('aria-invalid');
+    field.removeAttribute('aria-describedby');
+  });
+  document.querySelectorAll('#register-form .field-error').forEach((note) => note.remove());
+  $('register-errors').replaceChildren();
+}
+
+/** The field a problem's location (a JSON pointer into the body) belongs to: the one whose
+ * `data-at` is the longest prefix of it. */
+function fieldAt(location) {
+  let best = null;
+  for (const field of document.querySelectorAll('#register-form [data-at]')) {
+    const at = field.dataset.at;
+    if ((location === at || location.startsWith(`${at}/`)) && (!best || at.length > best.dataset.at.length)) {
+      if (!field.closest('[hidden]')) best = field;
+    }
+  }
+  return best;
+}
+
+/** Marks `field` invalid with `message` below it, read with the field. */
+function mark(field, message) {
+  field.setAttribute('aria-invalid', 'true');
+  const note = document.createElement('span');
+  note.className = 'field-error';
+  note.id = `${field.id}-error`;
+  note.textContent = message;
+  field.insertAdjacentElement('afterend', note);
+  field.setAttribute('aria-describedby', note.id);
+}
+
+async function submitRegistration(event) {
+  event.preventDefault();
+  unmark();
+  say('register-status', 'Registering: recast makes a live call through the route…');
+  const held = token();
+  const headers = { 'content-type': 'application/json', accept: 'application/json' };
+  if (held) headers.authorization = `Bearer ${held}`;
+  let answer;
+  try {
+    const response = await fetch('/v1/mapping', { method: 'POST', headers, body: JSON.stringify(registration(false)) });
+    const text = await response.text();
+    answer = { status: response.status, body: text ? JSON.parse(text) : null };
+  } catch {
+    say('register-status', 'The service cannot be reached.', true);
+    return;
+  }
+  if (answer.status === 401) {
+    start();
+    return;
+  }
+  if (answer.status === 201) {
+    const created = answer.body;
+    say('register-status', `Registered: calls go to ${created.path}.`);
+    const link = document.createElement('a');
+    link.href = `#route/${created.uuid}`;
+    link.textContent = 'Open the new route';
+    const item = document.createElement('li');
+    item.className = 'done';
+    item.append(link);
+    $('register-errors').replaceChildren(item);
+    return;
+  }
+  say('register-status', problemText(answer), true);
+  const errors = (answer.body && Array.isArray(answer.body.errors)) ? answer.body.errors : [];
+  // A live call that failed is the upstream's: shown at the base URL.
+  if (!errors.length && answer.body && answer.body.type && answer.body.type.endsWith('/upstream-validation-failed')) {
+    errors.push({ location: '/originalRoute/originalApi/baseUrl', message: answer.body.detail || 'the live call failed' });
+  }
+  let first = null;
+  for (const error of errors) {
+    const item = document.createElement('li');
+    const where = document.createElement('code');
+    where.textContent = error.location;
+    item.append(where, document.createTextNode(`: ${error.message}`));
+    $('register-errors').append(item);
+    const field = fieldAt(error.location);
+    if (field && !field.hasAttribute('aria-invalid')) {
+      mark(field, error.location.startsWith(field.dataset.at + '/') ? `${error.location}: ${error.message}` : error.message);
+      first ??= field;
+    }
+  }
+  first?.focus();
+}
+
 function applyFilter(event) {
   event.preventDefault();
   page.filter = { path: $('filter-path').value.trim(), host: $('filter-host').value.trim() };
@@ -379,6 +546,15 @@ document.addEventListener('DOMContentLoaded', () => {
     navigate();
   });
   $('purge').addEventListener('click', purge);
+  $('register-back').addEventListener('click', (event) => {
+    event.preventDefault();
+    history.pushState(null, '', '#');
+    navigate();
+  });
+  $('reg-rules').value = EXAMPLE_RULES;
+  $('register-form').addEventListener('input', showBody);
+  $('register-form').addEventListener('change', showBody);
+  $('register-form').addEventListener('submit', submitRegistration);
   $('delete').addEventListener('click', askDelete);
   $('confirm-delete').addEventListener('close', confirmDelete);
   window.addEventListener('hashchange', () => {
