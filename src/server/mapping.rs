@@ -65,6 +65,52 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     Ok(registered(StatusCode::OK, &route, &live))
 }
 
+/// `POST /v1/routes/{uuid}/try`: makes the route's upstream call as a registration's live call
+/// does (nothing is stored, cached or counted as a call of the route), and answers
+/// `{"upstream", "output", "trace", "warnings"}`: the upstream's document as it came, and what
+/// the route's rules make of it, traced as `POST /v1/preview?trace=true` traces. A composed
+/// route has no one document: `upstream` is null and the trace empty. It calls the upstream for
+/// real, with the route's method and credentials.
+pub(super) async fn try_route(state: &State, request: Request, uuid: Uuid) -> Result<Response, ApiError> {
+    state.loaded()?;
+    let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
+    if let Some(why) = route.broken() {
+        return Err(ApiError::RouteUnavailable(why));
+    }
+    let (parts, _) = request.into_parts();
+    let live = live_call(state, &route, &parts.headers, &SampleRequest::default()).await?;
+    logged!(tracing::Level::INFO, uuid = %uuid, "route tried");
+    let mut out = Vec::with_capacity(live.preview.len() * 2 + 64);
+    out.extend_from_slice(b"{\"upstream\":");
+    let traced = match (live.document, &route.rules) {
+        (Some(mut document), Ok(compiled)) => {
+            out.extend_from_slice(&document);
+            json::with_parsed(&mut document, state.config.max_depth, |nodes| {
+                super::preview::preview_output(compiled.clone(), nodes, 0, true)
+            })
+            .ok()
+            .and_then(Result::ok)
+        }
+        _ => {
+            out.extend_from_slice(b"null");
+            None
+        }
+    };
+    match traced {
+        // `{"output": …, "trace": …, "warnings": …}`, its members after `upstream`.
+        Some(traced) if traced.first() == Some(&b'{') => {
+            out.push(b',');
+            out.extend_from_slice(&traced[1..]);
+        }
+        _ => {
+            out.extend_from_slice(b",\"output\":");
+            out.extend_from_slice(&live.preview);
+            out.extend_from_slice(b",\"trace\":[],\"warnings\":[]}");
+        }
+    }
+    Ok(json(StatusCode::OK, out))
+}
+
 /// Deepest a registration body may nest (the reader's own bound: it refuses 128 levels).
 const REGISTRATION_DEPTH: usize = 127;
 
@@ -167,6 +213,7 @@ async fn live_call(
             rules_warnings: composed.warnings,
             sample_warnings,
             sources: composed.reports,
+            document: None,
         });
     }
     let client = FromClient { query: Some(&query), headers: Some(&headers), body };
@@ -198,9 +245,16 @@ async fn live_call(
     let preview = called.body;
     let rules_warnings = called
         .document
+        .clone()
         .map(|document| live_warnings(route, document, state.config.max_depth))
         .unwrap_or_default();
-    Ok(Live { preview, rules_warnings, sample_warnings: unsent_sample(route, sample), sources: Vec::new() })
+    Ok(Live {
+        preview,
+        rules_warnings,
+        sample_warnings: unsent_sample(route, sample),
+        sources: Vec::new(),
+        document: called.document,
+    })
 }
 
 /// What a registration's live call gave: the mapped answer, the warnings of its trace (located
@@ -211,6 +265,8 @@ struct Live {
     sample_warnings: Vec<Problem>,
     /// A composed route's sources: what each did in the live call.
     sources: Vec<compose::Report>,
+    /// A route's own upstream's answer, as it came.
+    document: Option<Vec<u8>>,
 }
 
 /// A warning when `sampleRequest` has a body the live call did not send: the upstream is called

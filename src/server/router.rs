@@ -161,6 +161,14 @@ async fn dispatch(state: &State, request: Request, segments: &[&str]) -> Result<
                 _ => Err(ApiError::MethodNotAllowed { allow: "DELETE" }),
             }
         }
+        (_, ["v1", "routes", rest]) if rest.ends_with("/try") => {
+            let id = &rest[..rest.len() - "/try".len()];
+            let uuid = Uuid::try_parse(id).map_err(|_| ApiError::NotFound)?;
+            match method {
+                Method::POST => mapping::try_route(state, request, uuid).await,
+                _ => Err(ApiError::MethodNotAllowed { allow: "POST" }),
+            }
+        }
         (_, ["v1", "routes", rest]) if rest.ends_with("/stats") => {
             let id = &rest[..rest.len() - "/stats".len()];
             let uuid = Uuid::try_parse(id).map_err(|_| ApiError::NotFound)?;

@@ -253,6 +253,7 @@ static ROUTES: Template = template!("/v1/routes");
 static ROUTE: Template = template!("/v1/routes/{uuid}");
 static ROUTE_CACHE: Template = template!("/v1/routes/{uuid}/cache");
 static ROUTE_STATS: Template = template!("/v1/routes/{uuid}/stats");
+static ROUTE_TRY: Template = template!("/v1/routes/{uuid}/try");
 static KEYS: Template = template!("/v1/keys");
 static KEYS_RESEAL: Template = template!("/v1/keys/reseal");
 static HEALTHZ: Template = template!("/healthz");
@@ -269,6 +270,7 @@ pub(super) fn route_template(segments: &[&str], playground: bool) -> Option<&'st
         ["v1", "routes"] => &ROUTES,
         ["v1", "routes", rest] if rest.ends_with("/cache") => &ROUTE_CACHE,
         ["v1", "routes", rest] if rest.ends_with("/stats") => &ROUTE_STATS,
+        ["v1", "routes", rest] if rest.ends_with("/try") => &ROUTE_TRY,
         ["v1", "routes", _] => &ROUTE,
         ["v1", "keys"] => &KEYS,
         ["v1", "keys", "reseal"] => &KEYS_RESEAL,
@@ -304,6 +306,7 @@ mod tests {
         assert_eq!(path(&["v1", "routes", "x/cache"]), Some("/v1/routes/{uuid}/cache"));
         assert_eq!(path(&["v1", "routes", "x/stats"]), Some("/v1/routes/{uuid}/stats"));
         assert_eq!(path(&["v1", "keys", "reseal"]), Some("/v1/keys/reseal"));
+        assert_eq!(path(&["v1", "routes", "x/try"]), Some("/v1/routes/{uuid}/try"));
         assert_eq!(path(&["nothing", "here"]), None);
         assert_eq!(CALL.get, "GET /v1/{uuid}/{path}");
         assert_eq!(

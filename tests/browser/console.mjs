@@ -60,9 +60,13 @@ async function waitFor(what, read, accept) {
   }
 }
 
+let upstreamHits = 0;
+const upstreamCalls = () => upstreamHits;
+
 /** An upstream on 127.0.0.1 that answers every GET with a one-meal document. */
 async function startUpstream() {
   const server = http.createServer((request, response) => {
+    upstreamHits += 1;
     response.setHeader('content-type', 'application/json');
     response.end(JSON.stringify({ meals: [{ idMeal: '52772', strMeal: 'Teriyaki Chicken Casserole' }] }));
   });
@@ -288,8 +292,30 @@ async function run() {
     rows.length === 2 && rows[0].startsWith('since it was loaded3none') && rows[1].startsWith('the last 5 minutes3none'),
   );
   await accessible('a route');
-  await screenshot('console-07-route');
   console.log('ok: a route opens with its configuration (token masked) and its health');
+
+  step = 'trying a route';
+  const callsBefore = upstreamCalls();
+  await page.click('#try');
+  await page.waitForSelector('#tried:not([hidden])', { timeout: WAIT_MS });
+  check(upstreamCalls() === callsBefore + 1, 'one real upstream call', upstreamCalls() - callsBefore);
+  check(
+    JSON.parse(await page.textContent('#tried-upstream')).meals[0].idMeal === '52772',
+    'the upstream\'s document is shown',
+    await page.textContent('#tried-upstream'),
+  );
+  check(
+    (await page.textContent('#tried-output')) === JSON.stringify({ id: 52772, name: 'Teriyaki Chicken Casserole' }, null, 2),
+    'beside the mapped answer',
+    await page.textContent('#tried-output'),
+  );
+  const traced = await page.locator('#tried-rows tr').evaluateAll((rows) =>
+    rows.map((row) => [...row.querySelectorAll('td')].map((td) => td.textContent)),
+  );
+  check(traced.length === 2 && traced[0][1] === 'id' && traced[0][2] === '52772', 'with the trace of each target', JSON.stringify(traced));
+  await accessible('a route, tried');
+  await screenshot('console-07-route');
+  console.log('ok: trying a route shows the upstream\'s document beside the mapped answer, with the trace');
 
   step = 'purging a route\'s cache';
   await page.click('#purge');

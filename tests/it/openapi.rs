@@ -267,6 +267,23 @@ async fn every_operation_answers_as_the_description_says() {
     answer.assert_problem(404, "not-found");
     spec.check("/v1/routes/{uuid}/stats", &Method::GET, &answer);
 
+    // Trying the route: with the upstream failing (502), then answering, its document beside
+    // its mapped answer; then an unknown route.
+    let answer = send(Method::POST, &url(&format!("{route}/try")), &[], "").await;
+    answer.assert_problem(502, "upstream-validation-failed");
+    spec.check("/v1/routes/{uuid}/try", &Method::POST, &answer);
+    failing.store(0, Ordering::Relaxed);
+    let answer = send(Method::POST, &url(&format!("{route}/try")), &[], "").await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    spec.check("/v1/routes/{uuid}/try", &Method::POST, &answer);
+    let tried = value(&answer);
+    assert_eq!(tried["upstream"], serde_json::from_str::<Value>(MEALS).unwrap());
+    assert!(tried["output"].is_object() && tried["trace"].is_array(), "{tried}");
+    let answer =
+        send(Method::POST, &url("/v1/routes/00000000-0000-4000-8000-000000000000/try"), &[], "").await;
+    answer.assert_problem(404, "not-found");
+    spec.check("/v1/routes/{uuid}/try", &Method::POST, &answer);
+
     // The key ring, and a re-seal (nothing to do: every route is sealed by the one key), with
     // a good and a bad batch.
     let answer = send(Method::GET, &url("/v1/keys"), &[], "").await;
@@ -323,8 +340,8 @@ async fn every_operation_answers_as_the_description_says() {
         }
     }
     assert_eq!(
-        secured, 10,
-        "mapping, routes (list, get, put, delete, purge, stats), keys, reseal and metrics"
+        secured, 11,
+        "mapping, routes (list, get, put, delete, purge, stats, try), keys, reseal and metrics"
     );
     guarded.stop().await;
 

@@ -432,6 +432,31 @@ async fn a_listing_filtered_by_path_and_upstream_host_pages_through_the_routes_i
 }
 
 #[tokio::test]
+async fn trying_a_route_shows_the_upstreams_document_beside_the_mapped_answer_and_counts_no_call() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(config()).await;
+    let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
+    let uuid = &path[4..40];
+    let sent = upstream.received().len();
+    let tried = send(Method::POST, &service.url(&format!("/v1/routes/{uuid}/try")), &[], "").await;
+    assert_eq!(tried.status, 200, "{:?}", tried.body);
+    let tried: serde_json::Value = serde_json::from_slice(&tried.body).unwrap();
+    assert_eq!(tried["upstream"], serde_json::from_str::<serde_json::Value>(MEALS).unwrap());
+    assert_eq!(tried["output"], serde_json::json!({"id": 52772, "name": "Teriyaki Chicken"}));
+    let keys: Vec<&str> =
+        tried["trace"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["id", "name"]);
+    assert_eq!(upstream.received().len(), sent + 1, "one real upstream call");
+    // Not a call of the route.
+    let stats = get(&service.url(&format!("/v1/routes/{uuid}/stats"))).await.json();
+    assert_eq!(stats.get("calls"), Some(&Json::Number(0.into())));
+    let get_try = get(&service.url(&format!("/v1/routes/{uuid}/try"))).await;
+    get_try.assert_problem(405, "method-not-allowed");
+    assert_eq!(get_try.header("allow"), Some("POST"));
+    service.stop().await;
+}
+
+#[tokio::test]
 async fn a_routes_stats_count_its_calls_errors_and_latency_and_outlive_an_update() {
     let mode = std::sync::Arc::new(std::sync::Mutex::new(200u16));
     let upstream = {

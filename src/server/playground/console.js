@@ -269,6 +269,7 @@ let shown = null;
 /** Opens route `uuid`: its configuration and its health. */
 async function openRoute(uuid) {
   shown = null;
+  $('tried').hidden = true;
   $('route-title').textContent = 'Loading the route…';
   $('route-config').textContent = '';
   $('health-rows').replaceChildren();
@@ -316,6 +317,46 @@ function healthRow(over, answer) {
   const ms = (value) => (value === null ? '–' : `${value} ms`);
   tr.append(cell(String(stats.calls)), cell(errors), cell(ms(stats.latencyMs.p50)), cell(ms(stats.latencyMs.p99)));
   return tr;
+}
+
+/** Calls the route's upstream now: its document beside the mapped answer, and the trace. */
+async function tryRoute() {
+  if (!shown) return;
+  $('tried').hidden = true;
+  say('route-status', 'Calling the upstream…');
+  const answer = await api('POST', `/v1/routes/${shown.uuid}/try`).catch(() => null);
+  if (!answer) {
+    say('route-status', 'The service cannot be reached.', true);
+    return;
+  }
+  if (answer.status !== 200) {
+    say('route-status', problemText(answer), true);
+    return;
+  }
+  const tried = answer.body;
+  $('tried-upstream').textContent =
+    tried.upstream === null ? '(a composed route: no one document)' : JSON.stringify(tried.upstream, null, 2);
+  $('tried-output').textContent = JSON.stringify(tried.output, null, 2);
+  $('tried-rows').replaceChildren(
+    ...tried.trace.map((entry) => {
+      const tr = document.createElement('tr');
+      const id = entry.element === undefined ? entry.id : `${entry.id} [${entry.element}]`;
+      const value = entry.included ? JSON.stringify(entry.value) : '(left out)';
+      tr.append(cell(id), cell(entry.key), cell(value, entry.resolved ? '' : 'errors'), cell(entry.note));
+      return tr;
+    }),
+  );
+  $('tried-warnings').replaceChildren(
+    ...tried.warnings.map((warning) => {
+      const item = document.createElement('li');
+      const where = document.createElement('code');
+      where.textContent = warning.location || '(the rules)';
+      item.append(where, document.createTextNode(`: ${warning.message}`));
+      return item;
+    }),
+  );
+  $('tried').hidden = false;
+  say('route-status', 'The upstream answered; its document and the mapped answer are below.');
 }
 
 async function purge() {
@@ -546,6 +587,7 @@ document.addEventListener('DOMContentLoaded', () => {
     navigate();
   });
   $('purge').addEventListener('click', purge);
+  $('try').addEventListener('click', tryRoute);
   $('register-back').addEventListener('click', (event) => {
     event.preventDefault();
     history.pushState(null, '', '#');
