@@ -1,9 +1,10 @@
 // Drives recast's routes console in headless Chromium and checks what it shows.
 //
-//   node tests/browser/console.mjs BASE_URL ADMIN_TOKEN ARTIFACT_DIR
+//   node tests/browser/console.mjs BASE_URL ADMIN_TOKEN ARTIFACT_DIR OPEN_URL
 //
 // BASE_URL is a running recast started with RECAST_ADMIN_TOKEN=ADMIN_TOKEN whose outbound policy
-// allows 127.0.0.1 (`--upstream-allow 127.0.0.0/8`); it should hold no route yet. The script
+// allows 127.0.0.1 (`--upstream-allow 127.0.0.0/8`); it should hold no route yet. OPEN_URL is
+// another, started without an admin token: the console must say its admin endpoints are open. The script
 // registers 120 routes through the API, then signs in with a wrong token and the right one,
 // pages through the list, filters it by path and by upstream host, calls a route and sees its
 // health move, opens it, purges its cache, deletes it after a confirmation, registers a route
@@ -21,11 +22,12 @@ import { join } from 'node:path';
 
 import { chromium } from 'playwright-core';
 
-const [given, adminToken, artifacts] = process.argv.slice(2);
-if (!given || !adminToken || !artifacts) {
-  console.error('usage: node console.mjs BASE_URL ADMIN_TOKEN ARTIFACT_DIR');
+const [given, adminToken, artifacts, open] = process.argv.slice(2);
+if (!given || !adminToken || !artifacts || !open) {
+  console.error('usage: node console.mjs BASE_URL ADMIN_TOKEN ARTIFACT_DIR OPEN_URL');
   process.exit(2);
 }
+const openBase = open.replace(/\/+$/, '');
 const base = given.replace(/\/+$/, '');
 mkdirSync(artifacts, { recursive: true });
 rmSync(join(artifacts, 'failure.png'), { force: true });
@@ -159,7 +161,7 @@ async function run() {
   page = context.pages()[0] ?? (await context.newPage());
   page.on('request', (request) => {
     requested.push(request.url());
-    if (!request.url().startsWith(base) && !request.url().startsWith('data:')) {
+    if (!request.url().startsWith(base) && !request.url().startsWith(openBase) && !request.url().startsWith('data:')) {
       problems.push(`the page asked another origin: ${request.url()}`);
     }
   });
@@ -441,6 +443,22 @@ async function run() {
     'signing out forgets the token',
   );
   console.log('ok: signed out, the token forgotten');
+
+  step = 'a service without an admin token';
+  await page.emulateMedia({ colorScheme: 'light' });
+  await page.goto(`${openBase}/console`);
+  await page.waitForSelector('#routes:not([hidden])', { timeout: WAIT_MS });
+  check(await page.isVisible('#open-notice'), 'the page says the admin endpoints are open');
+  check(await page.isHidden('#signin'), 'no sign-in is asked');
+  check(await page.isHidden('#signout'), 'nothing to sign out of');
+  await waitFor('its empty list', status, (t) => t.startsWith('No routes on this page'));
+  await page.click('#to-register');
+  await page.waitForSelector('#register:not([hidden])', { timeout: WAIT_MS });
+  await page.click('#register-back');
+  await page.waitForSelector('#routes:not([hidden])', { timeout: WAIT_MS });
+  await accessible('admin endpoints open');
+  await screenshot('console-11-open');
+  console.log('ok: without an admin token the console says the admin endpoints are open, and navigates');
 
   step = 'nothing went wrong in the page';
   check(!requested.some((url) => url.includes(adminToken)), 'the token is never in a URL');

@@ -124,12 +124,23 @@ async fn the_console_signs_in_lists_120_routes_filters_them_and_shows_their_heal
     const TOKEN: &str = "console-admin-5c2e";
     let dir = tempfile::TempDir::new().unwrap();
     let binary = Binary::start_with(dir.path(), &[("RECAST_ADMIN_TOKEN", TOKEN)]).await;
+    // A second service, without an admin token: the console says its admin endpoints are open.
+    let open_dir = tempfile::TempDir::new().unwrap();
+    let open = Binary::start(open_dir.path()).await;
     let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console");
     let base = format!("http://{}", binary.addr);
+    let open_base = format!("http://{}", open.addr);
     let script = browser.join("console.mjs");
     let output = tokio::task::spawn_blocking(move || {
         let mut command = Command::new("node");
-        command.arg(script).arg(base).arg(TOKEN).arg(artifacts).stdout(Stdio::piped()).stderr(Stdio::piped());
+        command
+            .arg(script)
+            .arg(base)
+            .arg(TOKEN)
+            .arg(artifacts)
+            .arg(open_base)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         Group::spawn(&mut command).expect("node runs").wait_with_output().expect("node's output")
     })
     .await

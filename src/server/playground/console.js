@@ -23,6 +23,10 @@ const page = {
   generation: 0,
 };
 
+/** Whether the service let this page in (with its token, or with none when the admin
+ * endpoints are open). */
+let admitted = false;
+
 function token() {
   return sessionStorage.getItem(TOKEN_KEY);
 }
@@ -75,10 +79,12 @@ function routeInHash() {
 async function start() {
   const probe = await api('GET', '/v1/routes?limit=1').catch(() => null);
   if (!probe) {
+    admitted = false;
     show('signin');
     say('signin-status', 'The service cannot be reached.', true);
     return;
   }
+  admitted = probe.status !== 401;
   if (probe.status === 401) {
     const hadToken = Boolean(token());
     sessionStorage.removeItem(TOKEN_KEY);
@@ -600,7 +606,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('delete').addEventListener('click', askDelete);
   $('confirm-delete').addEventListener('close', confirmDelete);
   window.addEventListener('hashchange', () => {
-    if (token() || !$('routes').hidden || !$('route').hidden) navigate();
+    if (admitted) navigate();
   });
   start();
 });
