@@ -124,16 +124,7 @@ impl Database {
         // leaves a chain of versions that every later update walks.
         // The history records the import at its last revision: a node that stops inside it
         // loads everything again.
-        let row = self
-            .within(tx.query_one(
-                "WITH next AS (UPDATE recast_meta SET revision = revision + $1 WHERE id = 1 RETURNING revision)
-                 INSERT INTO recast_history (revision, change) SELECT revision, $2 FROM next
-                 ON CONFLICT (revision) DO UPDATE SET change = excluded.change, at = now()
-                 RETURNING revision",
-                &[&(fresh.len() as i64), &Uuid::new_v4()],
-            ))
-            .await?;
-        let first = row.get::<_, i64>(0) - fresh.len() as i64 + 1;
+        let first = self.within(next_revisions(&tx, fresh.len())).await?;
         for (n, chunk) in fresh.chunks(PAGE as usize).enumerate() {
             let mut rows = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for (k, &i) in chunk.iter().enumerate() {
@@ -279,8 +270,8 @@ impl Database {
                 let uuid: Uuid = row.get(0);
                 let record: Vec<u8> = row.get(1);
                 step.scanned += 1;
-                match storage::resealed_record(&self.key, uuid, &record, 0) {
-                    Ok(Some(_)) => due.push((uuid, record)),
+                match storage::route_to_reseal(&self.key, uuid, &record) {
+                    Ok(Some(route)) => due.push(route),
                     Ok(None) => {}
                     Err(StorageError::KeyMissing { key, .. }) => step.missing.push((uuid, key)),
                     Err(e) => {
@@ -293,47 +284,48 @@ impl Database {
                 step.next = rows.get(limit - 1).map(|row| row.get::<_, Uuid>(0).as_bytes().to_vec());
             }
             if !due.is_empty() {
-                let row = tx
-                    .query_one(
-                        "WITH next AS (UPDATE recast_meta SET revision = revision + $1 WHERE id = 1 RETURNING revision)
-                         INSERT INTO recast_history (revision, change) SELECT revision, $2 FROM next
-                         ON CONFLICT (revision) DO UPDATE SET change = excluded.change, at = now()
-                         RETURNING revision",
-                        &[&(due.len() as i64), &Uuid::new_v4()],
-                    )
-                    .await?;
-                let first = row.get::<_, i64>(0) - due.len() as i64 + 1;
-                let mut columns = (Vec::new(), Vec::new(), Vec::new());
-                for (i, (uuid, record)) in due.iter().enumerate() {
-                    let revision = first + i as i64;
-                    let Ok(Some(resealed)) =
-                        storage::resealed_record(&self.key, *uuid, record, revision as u64)
-                    else {
-                        continue;
-                    };
-                    columns.0.push(*uuid);
-                    columns.1.push(revision);
-                    columns.2.push(resealed);
-                }
+                let first = next_revisions(&tx, due.len()).await?;
+                let revisions: Vec<i64> = (first..).take(due.len()).collect();
+                let uuids: Vec<Uuid> = due.iter().map(|route| route.uuid).collect();
+                let records: Vec<Vec<u8>> = due
+                    .iter()
+                    .zip(&revisions)
+                    .map(|(route, &revision)| storage::seal_record(&self.key, route, revision as u64))
+                    .collect();
                 tx.execute(
                     "UPDATE recast_routes AS r SET revision = u.revision, record = u.record
                      FROM unnest($1::uuid[], $2::bigint[], $3::bytea[]) AS u(uuid, revision, record)
                      WHERE r.uuid = u.uuid",
-                    &[&columns.0, &columns.1, &columns.2],
+                    &[&uuids, &revisions, &records],
                 )
                 .await?;
-                tx.execute(
-                    "SELECT pg_notify($1, $2)",
-                    &[&CHANNEL, &(first + due.len() as i64 - 1).to_string()],
-                )
-                .await?;
-                step.resealed = columns.0.len();
+                let last = revisions.last().copied().unwrap_or(first);
+                tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &last.to_string()]).await?;
+                step.resealed = due.len();
             }
             tx.commit().await?;
             Ok(step)
         };
         Ok(self.within(work).await?)
     }
+}
+
+/// Takes the next `n` revisions in `tx`, in one bump of the counter with one history row at the
+/// last (a node that stops inside them loads everything again); the first of them.
+async fn next_revisions(
+    tx: &tokio_postgres::Transaction<'_>,
+    n: usize,
+) -> Result<i64, tokio_postgres::Error> {
+    let row = tx
+        .query_one(
+            "WITH next AS (UPDATE recast_meta SET revision = revision + $1 WHERE id = 1 RETURNING revision)
+             INSERT INTO recast_history (revision, change) SELECT revision, $2 FROM next
+             ON CONFLICT (revision) DO UPDATE SET change = excluded.change, at = now()
+             RETURNING revision",
+            &[&(n as i64), &Uuid::new_v4()],
+        )
+        .await?;
+    Ok(row.get::<_, i64>(0) - n as i64 + 1)
 }
 
 enum Write {

@@ -84,6 +84,37 @@ pub struct RouteConfig {
     pub templates: bool,
 }
 
+impl RouteConfig {
+    /// A configuration with no upstream of its own and nothing else set: what a composed route's
+    /// is made from (its sources added), and a route whose record cannot be opened shows.
+    pub fn without_upstream(path: String, method: String, auth: Auth, rules: String) -> RouteConfig {
+        RouteConfig {
+            path,
+            method,
+            base_url: String::new(),
+            upstream_path: String::new(),
+            upstream_method: "GET".to_owned(),
+            headers: BTreeMap::new(),
+            queries: BTreeMap::new(),
+            body: None,
+            pre_queries: BTreeMap::new(),
+            pre_headers: BTreeMap::new(),
+            pre_body: None,
+            auth,
+            rules,
+            cache: None,
+            retry: None,
+            rate_limit: None,
+            tls: None,
+            http2_prior_knowledge: false,
+            breaker: BreakerScope::Origin,
+            sources: Vec::new(),
+            forward_headers: Vec::new(),
+            templates: false,
+        }
+    }
+}
+
 /// A route's `cache` member: how long a mapped answer is fresh, and how long after that it may
 /// still be answered at once while one refresh runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,30 +274,8 @@ impl Route {
     /// is listed and answers 503 with `why` at any path under its uuid, its configuration
     /// unknown, until the key is given back.
     pub fn locked(uuid: Uuid, created_at: u64, updated_at: u64, revision: u64, why: String) -> Route {
-        let config = RouteConfig {
-            path: String::new(),
-            method: "GET".to_owned(),
-            base_url: String::new(),
-            upstream_path: String::new(),
-            upstream_method: "GET".to_owned(),
-            headers: BTreeMap::new(),
-            queries: BTreeMap::new(),
-            body: None,
-            pre_queries: BTreeMap::new(),
-            pre_headers: BTreeMap::new(),
-            pre_body: None,
-            auth: Auth::None,
-            rules: String::new(),
-            cache: None,
-            retry: None,
-            rate_limit: None,
-            tls: None,
-            http2_prior_knowledge: false,
-            breaker: BreakerScope::default(),
-            sources: Vec::new(),
-            forward_headers: Vec::new(),
-            templates: false,
-        };
+        let config =
+            RouteConfig::without_upstream(String::new(), "GET".to_owned(), Auth::None, String::new());
         Route {
             uuid,
             created_at,

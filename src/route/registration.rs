@@ -401,29 +401,12 @@ impl Registration {
             return Err(problems);
         }
         let runtime = sources.iter().any(|s| s.auth == Auth::Runtime);
+        let auth = if runtime { Auth::Runtime } else { Auth::None };
         Ok(RouteConfig {
-            path,
-            method,
-            base_url: String::new(),
-            upstream_path: String::new(),
-            upstream_method: "GET".to_owned(),
-            headers: BTreeMap::new(),
-            queries: BTreeMap::new(),
-            body: None,
-            pre_queries: BTreeMap::new(),
-            pre_headers: BTreeMap::new(),
-            pre_body: None,
-            auth: if runtime { Auth::Runtime } else { Auth::None },
-            rules: self.rules_as_string.get().to_owned(),
             cache,
-            retry: None,
-            rate_limit: None,
-            tls: None,
-            http2_prior_knowledge: false,
-            breaker: BreakerScope::Origin,
             sources,
             forward_headers,
-            templates: false,
+            ..RouteConfig::without_upstream(path, method, auth, self.rules_as_string.get().to_owned())
         })
     }
 }

@@ -22,7 +22,7 @@ use self::record::{
     seal, sealed_by,
 };
 pub use self::record::{
-    SCHEMA_VERSION, imported_record, key_check_opens, open_record, record_sealed_by, resealed_record,
+    SCHEMA_VERSION, imported_record, key_check_opens, open_record, record_sealed_by, route_to_reseal,
     seal_key_check, seal_record,
 };
 pub use self::snapshot::Position;
@@ -470,13 +470,15 @@ impl Store {
             Some(after) => [after, &[0]].concat(),
             None => vec![ROUTE],
         };
+        // The key of the record looked at last: where the next step begins, if there is more.
+        let mut last = None;
         for entry in self.db.iterator(IteratorMode::From(&start, Direction::Forward)) {
             let (key, value) = entry.map_err(io)?;
             if key.first() != Some(&ROUTE) {
                 break;
             }
             if step.scanned == limit {
-                step.next = Some(step.last.take().unwrap_or_default());
+                step.next = last.take();
                 break;
             }
             step.scanned += 1;
@@ -492,7 +494,7 @@ impl Store {
                     step.unreadable += 1;
                 }
             }
-            step.last = Some(key.to_vec());
+            last = Some(key.to_vec());
         }
         self.write(batch)?;
         Ok(step)
@@ -550,7 +552,6 @@ pub struct ResealStep {
     pub unreadable: usize,
     /// Where the next step begins; `None` when this one reached the last record.
     pub next: Option<Vec<u8>>,
-    last: Option<Vec<u8>>,
 }
 
 /// Where a listing continues: the index key of the last route of the previous page.

@@ -126,12 +126,18 @@ fn opened(
 /// Which key sealed a stored record: the id it names, or for a record from before ids, the key
 /// of the ring that opens it.
 pub(super) fn sealed_by(key: &Keyring, place: &[u8], bytes: &[u8]) -> Result<KeyId, StorageError> {
+    match named_key(place, bytes)? {
+        Some(id) => Ok(id),
+        None => opened(key, place, bytes).map(|(_, _, id)| id),
+    }
+}
+
+/// The key id a stored record names, read without opening it; `None` for a record from before
+/// ids.
+fn named_key(place: &[u8], bytes: &[u8]) -> Result<Option<KeyId>, StorageError> {
     let record: Record = serde_json::from_slice(bytes)
         .map_err(|e| StorageError::Corrupt { key: hex::encode(place), why: e.to_string() })?;
-    if let Some(id) = record.key_id.as_deref().and_then(KeyId::parse) {
-        return Ok(id);
-    }
-    opened(key, place, bytes).map(|(_, _, id)| id)
+    Ok(record.key_id.as_deref().and_then(KeyId::parse))
 }
 
 /// The record at `place` sealed again with the ring's sealing key, its route, times and revision
@@ -141,15 +147,16 @@ pub(super) fn resealed(key: &Keyring, place: &[u8], bytes: &[u8]) -> Result<Opti
 }
 
 /// The route and revision of the record at `place` when a key other than the ring's sealing key
-/// sealed it (or it names none); `None` when the sealing key did.
+/// sealed it (or it names none); `None`, without opening it, when it names the sealing key.
 fn to_reseal(
     key: &Keyring,
     place: &[u8],
     bytes: &[u8],
 ) -> Result<Option<(StoredRoute, Option<u64>)>, StorageError> {
-    let (route, revision, id) = opened(key, place, bytes)?;
-    let named = serde_json::from_slice::<Record>(bytes).ok().and_then(|record| record.key_id);
-    Ok((id != key.sealing() || named.is_none()).then_some((route, revision)))
+    if named_key(place, bytes)? == Some(key.sealing()) {
+        return Ok(None);
+    }
+    opened(key, place, bytes).map(|(route, revision, _)| Some((route, revision)))
 }
 
 /// A route record sealed for the database and every node's snapshot (cluster mode): the same
@@ -185,16 +192,10 @@ pub fn record_sealed_by(key: &Keyring, uuid: Uuid, bytes: &[u8]) -> Result<KeyId
     sealed_by(key, &route_key(uuid), bytes)
 }
 
-/// The database record of route `uuid` sealed again with the ring's sealing key at `revision`,
-/// its route and times unchanged; `None` when the sealing key sealed it already.
-pub fn resealed_record(
-    key: &Keyring,
-    uuid: Uuid,
-    bytes: &[u8],
-    revision: u64,
-) -> Result<Option<Vec<u8>>, StorageError> {
-    let place = route_key(uuid);
-    Ok(to_reseal(key, &place, bytes)?.map(|(route, _)| seal(key, &place, &route, Some(revision))))
+/// The route of the database record of route `uuid` when a key other than the ring's sealing key
+/// sealed it, to be sealed again ([`seal_record`]); `None` when the sealing key sealed it.
+pub fn route_to_reseal(key: &Keyring, uuid: Uuid, bytes: &[u8]) -> Result<Option<StoredRoute>, StorageError> {
+    Ok(to_reseal(key, &route_key(uuid), bytes)?.map(|(route, _)| route))
 }
 
 /// The sealed value that tells whether a key is the one records were sealed with.

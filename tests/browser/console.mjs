@@ -20,7 +20,7 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { chromium } from 'playwright-core';
+import { WAIT_MS, check, finish, launch, waitFor, watch } from './harness.mjs';
 
 const [given, adminToken, artifacts, open] = process.argv.slice(2);
 if (!given || !adminToken || !artifacts || !open) {
@@ -34,33 +34,12 @@ rmSync(join(artifacts, 'failure.png'), { force: true });
 
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 
-/** How long one check waits for the page. */
-const WAIT_MS = 10_000;
 const ROUTES = 120;
 
 setTimeout(() => {
   console.error('console: FAILED: the checks did not finish within 180 s');
   process.exit(1);
 }, 180_000).unref();
-
-class Failed extends Error {}
-
-function check(condition, what, found) {
-  if (!condition) {
-    throw new Failed(found === undefined ? what : `${what}\n  found: ${found}`);
-  }
-}
-
-async function waitFor(what, read, accept) {
-  const deadline = Date.now() + WAIT_MS;
-  let last;
-  for (;;) {
-    last = await read();
-    if (accept(last)) return last;
-    if (Date.now() > deadline) throw new Failed(`${what}\n  found: ${JSON.stringify(last)}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
 
 let upstreamHits = 0;
 const upstreamCalls = () => upstreamHits;
@@ -107,7 +86,6 @@ let page;
 let step = 'registering the routes';
 const problems = [];
 const requested = [];
-const started = Date.now();
 
 async function screenshot(name) {
   // The viewport, as a user sees the view (a full page of 50 rows would be a long strip).
@@ -130,7 +108,7 @@ async function accessible(view) {
   });
   const bad = violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
   check(bad.length === 0, `axe-core finds no serious or critical violation (${view})`, JSON.stringify(bad));
-  console.log(`ok: axe-core: no serious or critical violation (${view}; ${violations.length} minor)`);
+  console.log(`ok: axe-core: no serious or critical violation (${view}; ${violations.length} of lesser impact)`);
 }
 
 const rowPaths = () => page.locator('#route-rows tr td.path').allTextContents();
@@ -142,36 +120,9 @@ async function run() {
   console.log(`ok: ${ROUTES} routes registered`);
 
   step = 'starting Chromium';
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-    viewport: { width: 1280, height: 900 },
-    colorScheme: 'light',
-  });
-  page = context.pages()[0] ?? (await context.newPage());
-  page.on('request', (request) => {
-    requested.push(request.url());
-    if (!request.url().startsWith(base) && !request.url().startsWith(openBase) && !request.url().startsWith('data:')) {
-      problems.push(`the page asked another origin: ${request.url()}`);
-    }
-  });
-  page.on('pageerror', (error) => problems.push(`uncaught error in the page: ${error.message}`));
-  page.on('console', (message) => {
-    // Chromium logs the 401 of a refused token as a failed resource; that one is expected.
-    if (message.type() === 'error' && !message.text().startsWith('Failed to load resource')) {
-      problems.push(`console error: ${message.text()}`);
-    }
-  });
+  ({ context, page } = await launch(profile));
+  watch(page, [base, openBase], problems);
+  page.on('request', (request) => requested.push(request.url()));
 
   step = 'the console loads and asks for the token';
   const response = await page.goto(`${base}/console`);
@@ -465,19 +416,8 @@ async function run() {
   check(problems.length === 0, 'no uncaught errors, console errors or outside requests', problems.join('\n'));
 }
 
-let failed = false;
-try {
-  await run();
-  console.log(`console: all checks passed in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in ${artifacts}`);
-} catch (error) {
-  failed = true;
-  const why = error instanceof Failed ? error.message : error.stack;
-  console.error(`console: FAILED at "${step}": ${why}`);
-  if (problems.length > 0) console.error(`page problems so far:\n  ${problems.join('\n  ')}`);
-  if (page) await page.screenshot({ path: join(artifacts, 'failure.png'), fullPage: true }).catch(() => {});
-} finally {
+await finish('console', artifacts, run, () => ({ step, page, problems }), async () => {
   await context?.close().catch(() => {});
   upstream.server.close();
   rmSync(profile, { recursive: true, force: true });
-}
-process.exit(failed ? 1 : 0);
+});

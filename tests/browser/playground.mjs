@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 
-import { chromium } from 'playwright-core';
+import { Failed, check, finish, launch, waitFor, watch } from './harness.mjs';
 
 const [given, artifacts] = process.argv.slice(2);
 if (!given || !artifacts) {
@@ -23,9 +23,6 @@ if (!given || !artifacts) {
 const base = given.replace(/\/+$/, '');
 mkdirSync(artifacts, { recursive: true });
 rmSync(join(artifacts, 'failure.png'), { force: true });
-
-/** How long one check waits for the page. */
-const WAIT_MS = 10_000;
 
 // A browser that hangs must not hang the test run.
 setTimeout(() => {
@@ -98,26 +95,6 @@ const NOT_JSON_RULES = `{
   }
 }`;
 
-class Failed extends Error {}
-
-function check(condition, what, found) {
-  if (!condition) {
-    throw new Failed(found === undefined ? what : `${what}\n  found: ${found}`);
-  }
-}
-
-/** Waits until `read()` gives something `accept` takes; fails with the last reading. */
-async function waitFor(what, read, accept) {
-  const deadline = Date.now() + WAIT_MS;
-  let last;
-  for (;;) {
-    last = await read();
-    if (accept(last)) return last;
-    if (Date.now() > deadline) throw new Failed(`${what}\n  found: ${JSON.stringify(last)}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** An upstream on 127.0.0.1 that answers every GET with the README's recipe. */
@@ -154,7 +131,6 @@ let context;
 let page;
 let step = 'starting Chromium';
 const problems = [];
-const started = Date.now();
 
 async function screenshot(name) {
   await page.screenshot({ path: join(artifacts, `${name}.png`), fullPage: true });
@@ -184,37 +160,12 @@ async function marks() {
 }
 
 async function run() {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-    viewport: { width: 1280, height: 900 },
-    colorScheme: 'light',
-  });
+  ({ context, page } = await launch(profile));
   await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: new URL(base).origin });
-  page = context.pages()[0] ?? (await context.newPage());
+  watch(page, [base], problems);
   const previews = [];
   page.on('request', (request) => {
     if (new URL(request.url()).pathname === '/v1/preview') previews.push(request.url());
-    else if (!request.url().startsWith(base) && !request.url().startsWith('data:')) {
-      problems.push(`the page asked another origin: ${request.url()}`);
-    }
-  });
-  page.on('pageerror', (error) => problems.push(`uncaught error in the page: ${error.message}`));
-  page.on('console', (message) => {
-    // Chromium logs answers such as the 400 for broken rules; those are expected.
-    if (message.type() === 'error' && !message.text().startsWith('Failed to load resource')) {
-      problems.push(`console error: ${message.text()}`);
-    }
   });
 
   step = 'the page loads';
@@ -535,19 +486,8 @@ async function run() {
   check(problems.length === 0, 'no uncaught errors, console errors or outside requests', problems.join('\n'));
 }
 
-let failed = false;
-try {
-  await run();
-  console.log(`playground: all checks passed in ${((Date.now() - started) / 1000).toFixed(1)} s; screenshots in ${artifacts}`);
-} catch (error) {
-  failed = true;
-  const why = error instanceof Failed ? error.message : error.stack;
-  console.error(`playground: FAILED at "${step}": ${why}`);
-  if (problems.length > 0) console.error(`page problems so far:\n  ${problems.join('\n  ')}`);
-  if (page) await page.screenshot({ path: join(artifacts, 'failure.png'), fullPage: true }).catch(() => {});
-} finally {
+await finish('playground', artifacts, run, () => ({ step, page, problems }), async () => {
   await context?.close().catch(() => {});
   upstream.server.close();
   rmSync(profile, { recursive: true, force: true });
-}
-process.exit(failed ? 1 : 0);
+});

@@ -59,68 +59,21 @@ async fn the_page_and_its_files_are_served_with_their_types_and_policy() {
 /// the target directory's `tmp/playground`.
 #[tokio::test]
 async fn the_page_previews_marks_problems_and_builds_a_registration_in_chromium() {
-    let browser = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("browser");
-    if let Some(why) = missing_browser_parts(&browser) {
-        let marker = Path::new(env!("CARGO_TARGET_TMPDIR")).join(BROWSER_MARKER);
-        assert!(
-            !marker.exists(),
-            "{why}, but scripts/test.sh installed the browser test's parts ({} says so): \
-             run ./scripts/test.sh again to reinstall them",
-            marker.display()
-        );
-        // Straight to stderr, so the line shows even when the test harness captures output: the
-        // `ok` the harness prints for this test then means it did not run, and says so.
-        let _ = writeln!(
-            std::io::stderr(),
-            "NOT RUN: the playground's browser test did not run, because {why}; its `ok` below \
-             means only that. ./scripts/test.sh installs what it needs and runs it."
-        );
-        return;
-    }
+    let Some(browser) = browser_parts("the playground's") else { return };
     let dir = tempfile::TempDir::new().unwrap();
     let binary = Binary::start(dir.path()).await;
     let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("playground");
     let base = format!("http://{}", binary.addr);
-    let script = browser.join("playground.mjs");
-    // Node.js and the Chromium it starts form one group, killed whole once node exits.
-    let output = tokio::task::spawn_blocking(move || {
-        let mut command = Command::new("node");
-        command.arg(script).arg(base).arg(artifacts).stdout(Stdio::piped()).stderr(Stdio::piped());
-        Group::spawn(&mut command).expect("node runs").wait_with_output().expect("node's output")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the browser test failed ({}):\n{stdout}\n{stderr}\nrecast's log:\n{}",
-        output.status,
-        binary.log_text()
-    );
-    println!("{stdout}");
+    let args = [base, artifacts.display().to_string()];
+    run_in_chromium(&browser.join("playground.mjs"), &args, "the playground's", &binary).await;
 }
 
-/// Starts the binary with an admin token and runs `tests/browser/console.mjs` against it; its
-/// screenshots land in the target directory's `tmp/console` (docs/console.md shows them).
+/// Starts the binary with an admin token (and another without) and runs
+/// `tests/browser/console.mjs` against them; its screenshots land in the target directory's
+/// `tmp/console` (docs/console.md shows them).
 #[tokio::test]
 async fn the_console_signs_in_lists_120_routes_filters_them_and_shows_their_health_in_chromium() {
-    let browser = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("browser");
-    if let Some(why) = missing_browser_parts(&browser) {
-        let marker = Path::new(env!("CARGO_TARGET_TMPDIR")).join(BROWSER_MARKER);
-        assert!(
-            !marker.exists(),
-            "{why}, but scripts/test.sh installed the browser test's parts ({} says so): \
-             run ./scripts/test.sh again to reinstall them",
-            marker.display()
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "NOT RUN: the console's browser test did not run, because {why}; its `ok` below \
-             means only that. ./scripts/test.sh installs what it needs and runs it."
-        );
-        return;
-    }
+    let Some(browser) = browser_parts("the console's") else { return };
     const TOKEN: &str = "console-admin-5c2e";
     let dir = tempfile::TempDir::new().unwrap();
     let binary = Binary::start_with(dir.path(), &[("RECAST_ADMIN_TOKEN", TOKEN)]).await;
@@ -128,19 +81,45 @@ async fn the_console_signs_in_lists_120_routes_filters_them_and_shows_their_heal
     let open_dir = tempfile::TempDir::new().unwrap();
     let open = Binary::start(open_dir.path()).await;
     let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console");
-    let base = format!("http://{}", binary.addr);
-    let open_base = format!("http://{}", open.addr);
-    let script = browser.join("console.mjs");
+    let args = [
+        format!("http://{}", binary.addr),
+        TOKEN.to_owned(),
+        artifacts.display().to_string(),
+        format!("http://{}", open.addr),
+    ];
+    run_in_chromium(&browser.join("console.mjs"), &args, "the console's", &binary).await;
+}
+
+/// `tests/browser`, when Chromium, Node.js and the npm packages are here. Otherwise says in one
+/// line that `whose` browser test did not run and answers `None`, unless `scripts/test.sh`
+/// installed them (its marker is in the target directory): then their absence fails the test.
+fn browser_parts(whose: &str) -> Option<std::path::PathBuf> {
+    let browser = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("browser");
+    let Some(why) = missing_browser_parts(&browser) else { return Some(browser) };
+    let marker = Path::new(env!("CARGO_TARGET_TMPDIR")).join(BROWSER_MARKER);
+    assert!(
+        !marker.exists(),
+        "{why}, but scripts/test.sh installed the browser test's parts ({} says so): \
+         run ./scripts/test.sh again to reinstall them",
+        marker.display()
+    );
+    // Straight to stderr, so the line shows even when the test harness captures output: the
+    // `ok` the harness prints for this test then means it did not run, and says so.
+    let _ = writeln!(
+        std::io::stderr(),
+        "NOT RUN: {whose} browser test did not run, because {why}; its `ok` below means only \
+         that. ./scripts/test.sh installs what it needs and runs it."
+    );
+    None
+}
+
+/// Runs `node script args…` and fails with its output and `binary`'s log unless it succeeds.
+async fn run_in_chromium(script: &Path, args: &[String], whose: &str, binary: &Binary) {
+    let (script, args) = (script.to_owned(), args.to_vec());
+    // Node.js and the Chromium it starts form one group, killed whole once node exits.
     let output = tokio::task::spawn_blocking(move || {
         let mut command = Command::new("node");
-        command
-            .arg(script)
-            .arg(base)
-            .arg(TOKEN)
-            .arg(artifacts)
-            .arg(open_base)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        command.arg(script).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
         Group::spawn(&mut command).expect("node runs").wait_with_output().expect("node's output")
     })
     .await
@@ -149,7 +128,7 @@ async fn the_console_signs_in_lists_120_routes_filters_them_and_shows_their_heal
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "the console's browser test failed ({}):\n{stdout}\n{stderr}\nrecast's log:\n{}",
+        "{whose} browser test failed ({}):\n{stdout}\n{stderr}\nrecast's log:\n{}",
         output.status,
         binary.log_text()
     );
