@@ -4,6 +4,7 @@
 //! keeps, this module decides what a route is and what a call sends.
 
 pub mod composition;
+mod masked;
 mod registration;
 mod request;
 pub mod shape;
@@ -24,6 +25,7 @@ use crate::metrics::{RouteStats, StatusCounts};
 use crate::rules::{Compiled, Limits, Problem, compile_json};
 use crate::storage::{SCHEMA_VERSION, StoredRoute};
 use crate::upstream::{BreakerScope, ClientCredentials, RateLimitSettings, RetrySettings, TlsSettings};
+pub use masked::MASK;
 pub use registration::{AuthHeader, OriginalApi, OriginalRoute, Registration, SampleRequest};
 pub use request::{CallError, FromClient, MAPPED_AUTH};
 

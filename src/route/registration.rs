@@ -367,8 +367,9 @@ impl Registration {
             ("rateLimit", present(&self.rate_limit)),
             ("http2", present(&self.http2)),
             ("breaker", present(&self.breaker)),
-            ("preConfiguredQueries", self.pre_configured_queries.is_some()),
-            ("preConfiguredHeaders", self.pre_configured_headers.is_some()),
+            // Empty, as a composed route is shown (`GET /v1/routes/{uuid}`), they say nothing.
+            ("preConfiguredQueries", self.pre_configured_queries.as_ref().is_some_and(|q| !q.is_empty())),
+            ("preConfiguredHeaders", self.pre_configured_headers.as_ref().is_some_and(|h| !h.is_empty())),
             ("preConfiguredBody", self.pre_configured_body.as_deref().is_some_and(|b| b.get() != "null")),
         ];
         for (member, _) in single.iter().filter(|(_, given)| *given) {

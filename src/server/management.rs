@@ -13,7 +13,7 @@ use super::reply::json;
 use super::{ApiError, Response, State};
 use crate::json::{self as tape, write};
 use crate::logging::logged;
-use crate::route::{Auth, CacheSettings, Route};
+use crate::route::{Auth, CacheSettings, MASK, Route};
 use crate::storage::Cursor;
 use crate::upstream::BreakerScope;
 
@@ -354,14 +354,14 @@ struct OAuth2View<'a> {
 fn auth_view(auth: &Auth) -> (Option<AuthHeaderView<'_>>, &'static str) {
     match auth {
         Auth::Stored { kind, token } => {
-            let token = Some(token.as_ref().map(|_| "***"));
+            let token = Some(token.as_ref().map(|_| MASK));
             (Some(AuthHeaderView { kind: kind.name(), token, oauth2: None }), "stored")
         }
         Auth::OAuth2(credentials) => {
             let oauth2 = OAuth2View {
                 token_url: &credentials.token_url,
                 client_id: &credentials.client_id,
-                client_secret: "***",
+                client_secret: MASK,
                 scope: credentials.scope.as_deref(),
                 audience: credentials.audience.as_deref(),
                 client_auth: credentials.client_auth.name(),
@@ -378,7 +378,7 @@ fn tls_view(tls: &crate::upstream::TlsSettings) -> TlsView<'_> {
     TlsView {
         ca: tls.ca.as_deref(),
         client_cert: tls.client_cert.as_deref(),
-        client_key: tls.client_key.as_ref().map(|_| "***"),
+        client_key: tls.client_key.as_ref().map(|_| MASK),
     }
 }
 
@@ -413,7 +413,7 @@ impl<'a> RouteView<'a> {
                                 .iter()
                                 .map(|(name, value)| {
                                     let masked = name.eq_ignore_ascii_case("authorization");
-                                    (name.as_str(), if masked { "***" } else { value.as_str() })
+                                    (name.as_str(), if masked { MASK } else { value.as_str() })
                                 })
                                 .collect(),
                             queries: &source.queries,

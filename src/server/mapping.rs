@@ -44,7 +44,7 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     let existing = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
     let (parts, body) = request.into_parts();
     let body = read_body(state, &parts.headers, body).await?;
-    let (config, sample) = validated(state, &body, &parts.headers, Some(&existing.config.path))?;
+    let (config, sample) = validated(state, &body, &parts.headers, Some(&existing.config))?;
     let mut route = Route::new(uuid, existing.created_at, now_ms(), config, &state.config.limits());
     // The route's answer counts go on across the change.
     route.statuses = existing.statuses.clone();
@@ -119,12 +119,13 @@ const RULES_MEMBER: &str = "/rulesAsString";
 
 /// Reads and checks a registration body: its configuration and the sample request of its live
 /// call, or every problem of the body (its shape, its settings and its rules) at its location.
-/// An update passes the route's path.
+/// An update passes the route as stored: its path stays, and a secret sent back masked keeps
+/// the stored one.
 fn validated(
     state: &State,
     body: &[u8],
     headers: &HeaderMap,
-    fixed_path: Option<&str>,
+    stored: Option<&RouteConfig>,
 ) -> Result<(RouteConfig, SampleRequest), ApiError> {
     let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
         // Told in words and by place; the reader's only other refusal is depth.
@@ -138,14 +139,18 @@ fn validated(
         let mut registration: Registration = serde_json::from_slice(body)
             .map_err(|e| ApiError::InvalidBody(vec![Problem::new("", e.to_string())]))?;
         let sample = registration.sample_request.take().unwrap_or_default();
-        match registration.validate_with(
-            headers.contains_key(&MAPPED_AUTH),
-            fixed_path,
-            &state.config.limits(),
-        ) {
-            // The rules are compiled with the route (`Route::new`), and their problems told then.
-            Ok(config) => return Ok((config, sample)),
-            Err(found) => problems = found,
+        problems = stored.map(|stored| registration.keep_secrets(stored)).unwrap_or_default();
+        if problems.is_empty() {
+            match registration.validate_with(
+                headers.contains_key(&MAPPED_AUTH),
+                stored.map(|stored| stored.path.as_str()),
+                &state.config.limits(),
+            ) {
+                // The rules are compiled with the route (`Route::new`), and their problems told
+                // then.
+                Ok(config) => return Ok((config, sample)),
+                Err(found) => problems = found,
+            }
         }
     }
     // The rules are compiled here too, so that all problems come in one answer, each located

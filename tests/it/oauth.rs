@@ -447,6 +447,23 @@ async fn a_wrong_secret_is_refused_with_the_oauth_error_and_nothing_is_stored() 
     let answer = send(Method::PUT, &url, &[("content-type", "application/json")], update).await;
     answer.assert_problem(502, "upstream-auth-failed");
     call_ok(&service, &path, "basic-client").await;
+
+    // Sent back as shown, `"***"` keeps the stored secret (a wrong one would be refused as
+    // above), but not for a token URL elsewhere.
+    let uuid = &path[4..40];
+    let shown = crate::routes::shown_as_update(&service, uuid, |body| {
+        assert_eq!(body["authHeader"]["clientSecret"], "***");
+    })
+    .await;
+    let answer = crate::routes::update(&service, uuid, shown).await;
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    call_ok(&service, &path, "basic-client").await;
+    let moved = crate::routes::shown_as_update(&service, uuid, |body| {
+        body["authHeader"]["tokenUrl"] = servers.resource.url("/token").into();
+    })
+    .await;
+    let problem = crate::routes::update(&service, uuid, moved).await.assert_problem(400, "invalid-request");
+    assert_eq!(crate::support::error_locations(&problem), ["/authHeader/clientSecret"]);
     service.stop().await;
 }
 

@@ -7,7 +7,9 @@ use std::time::Duration;
 use http::Method;
 use recast::config::Config;
 
-use crate::support::{Answer, Json, Reply, Service, Upstream, config, get, located, post_json, send};
+use crate::support::{
+    Answer, Json, Reply, Service, Upstream, config, error_locations, get, located, post_json, send,
+};
 
 pub(crate) const MEALS: &str =
     r#"{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken","strArea":"Japanese"}]}"#;
@@ -582,6 +584,138 @@ async fn updates_are_validated_and_a_failed_update_keeps_the_old_route() {
     send(Method::PUT, &manage, &[], moved).await.assert_problem(400, "invalid-request");
     let unknown = service.url(&format!("/v1/routes/{}", uuid::Uuid::new_v4()));
     send(Method::PUT, &unknown, &[], only_name).await.assert_problem(404, "not-found");
+    service.stop().await;
+}
+
+/// What `GET /v1/routes/{uuid}` shows, as the body of an update: its members but the ones the
+/// service writes (`uuid`, `auth`, the times, `status`, `problem`, `revision`) and `path` (shown
+/// as the public path; it cannot change), edited by `edit`.
+pub(crate) async fn shown_as_update(
+    service: &Service,
+    uuid: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> String {
+    let shown = get(&service.url(&format!("/v1/routes/{uuid}"))).await;
+    assert_eq!(shown.status, 200);
+    let mut body: serde_json::Value = serde_json::from_slice(&shown.body).unwrap();
+    let members = body.as_object_mut().unwrap();
+    for written in ["uuid", "path", "auth", "createdAt", "updatedAt", "status", "problem", "revision"] {
+        members.remove(written);
+    }
+    edit(&mut body);
+    body.to_string()
+}
+
+/// Sends `body` as an update of route `uuid`.
+pub(crate) async fn update(service: &Service, uuid: &str, body: String) -> Answer {
+    let url = service.url(&format!("/v1/routes/{uuid}"));
+    send(Method::PUT, &url, &[("content-type", "application/json")], body).await
+}
+
+#[tokio::test]
+async fn a_route_as_shown_and_sent_back_keeps_its_secrets_where_they_were_given() {
+    let upstream = Upstream::json(MEALS).await;
+    let elsewhere = Upstream::json(MEALS).await;
+    let service = Service::start(config()).await;
+    let token = r#","authHeader":{"type":"Bearer","token":"kept-token-7"}"#;
+    let path = registered(&service, &registration(&upstream.url("/"), "", token), &[]).await;
+    let uuid = &path[4..40];
+    let authorization = |upstream: &Upstream| {
+        let last = upstream.received().pop().unwrap();
+        last.headers.get("authorization").map(|v| v.to_str().unwrap().to_owned())
+    };
+
+    // Shown with the token masked and sent back with other rules: the token is the stored one.
+    let edited = shown_as_update(&service, uuid, |body| {
+        assert_eq!(body["authHeader"]["token"], "***");
+        body["rulesAsString"]["newBodyFields"].as_object_mut().unwrap().remove("id");
+    })
+    .await;
+    let answer = update(&service, uuid, edited).await;
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    assert_eq!(authorization(&upstream).as_deref(), Some("Bearer kept-token-7"), "the live call");
+    assert_eq!(&get(&service.url(&path)).await.body[..], br#"{"name":"Teriyaki Chicken"}"#);
+    assert_eq!(authorization(&upstream).as_deref(), Some("Bearer kept-token-7"), "a call");
+
+    // The mask does not take a stored token anywhere else: to another origin, or as another type.
+    let before = (upstream.received().len(), elsewhere.received().len());
+    let moved = shown_as_update(&service, uuid, |body| {
+        body["originalRoute"]["originalApi"]["baseUrl"] = elsewhere.url("/").into();
+    })
+    .await;
+    let problem = update(&service, uuid, moved).await.assert_problem(400, "invalid-request");
+    let errors = problem["errors"].to_string();
+    assert!(errors.contains(r#""location":"/authHeader/token""#), "{errors}");
+    assert!(errors.contains("only while it goes to http://127.0.0.1:"), "{errors}");
+    let retyped = shown_as_update(&service, uuid, |body| body["authHeader"]["type"] = "Basic".into()).await;
+    let problem = update(&service, uuid, retyped).await.assert_problem(400, "invalid-request");
+    assert!(problem["errors"].to_string().contains("stores no Basic token here"), "{problem:?}");
+    assert_eq!((upstream.received().len(), elsewhere.received().len()), before, "no live call was made");
+    assert_eq!(&get(&service.url(&path)).await.body[..], br#"{"name":"Teriyaki Chicken"}"#, "unchanged");
+    assert_eq!(authorization(&upstream).as_deref(), Some("Bearer kept-token-7"));
+
+    // Given again, the token goes where it is sent.
+    let given = shown_as_update(&service, uuid, |body| {
+        body["originalRoute"]["originalApi"]["baseUrl"] = elsewhere.url("/").into();
+        body["authHeader"]["token"] = "new-token-8".into();
+    })
+    .await;
+    assert_eq!(update(&service, uuid, given).await.status, 200);
+    assert_eq!(authorization(&elsewhere).as_deref(), Some("Bearer new-token-8"));
+
+    // A route without a token has none to keep.
+    let open =
+        registered(&service, &registration(&upstream.url("/"), "", "").replace("meals/random", "open"), &[])
+            .await;
+    let masked = shown_as_update(&service, &open[4..40], |body| {
+        body["authHeader"] = serde_json::json!({"type": "Bearer", "token": "***"});
+    })
+    .await;
+    let problem = update(&service, &open[4..40], masked).await.assert_problem(400, "invalid-request");
+    assert!(problem["errors"].to_string().contains("stores no Bearer token here"), "{problem:?}");
+    // A registration has nothing stored: its `***` is a token like any other.
+    let literal = r#","authHeader":{"type":"Bearer","token":"***"}"#;
+    registered(&service, &registration(&upstream.url("/"), "", literal).replace("meals/random", "lit"), &[])
+        .await;
+    assert_eq!(authorization(&upstream).as_deref(), Some("Bearer ***"));
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_composed_route_as_shown_and_sent_back_keeps_each_source_s_token() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(config()).await;
+    let body = serde_json::json!({
+        "path": "both",
+        "sources": {
+            "meal": {"originalApi": {"baseUrl": upstream.url("/")}, "path": "a",
+                     "authHeader": {"type": "Bearer", "token": "source-token-1"}},
+            "open": {"originalApi": {"baseUrl": upstream.url("/")}, "path": "b"},
+        },
+        "rulesAsString": {"newBodyFields": {"name": {"key": "name", "type": "String"}},
+                          "oldBodyFields": {"name": {"keys": ["strMeal"], "parents": ["meal", "meals"]}}},
+    });
+    let path = registered(&service, &body.to_string(), &[]).await;
+    let uuid = &path[4..40];
+    let sent_back = shown_as_update(&service, uuid, |body| {
+        assert_eq!(body["sources"]["meal"]["authHeader"]["token"], "***");
+    })
+    .await;
+    let answer = update(&service, uuid, sent_back).await;
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    assert_eq!(&get(&service.url(&path)).await.body[..], br#"{"name":"Teriyaki Chicken"}"#);
+    let received = upstream.received();
+    let to_meal = received.iter().rev().find(|r| r.uri.path().ends_with("/a")).unwrap();
+    assert_eq!(to_meal.headers.get("authorization").unwrap(), "Bearer source-token-1");
+    let to_open = received.iter().rev().find(|r| r.uri.path().ends_with("/b")).unwrap();
+    assert!(to_open.headers.get("authorization").is_none(), "the other source has none");
+    // The mask in a source with no token of its own is refused at that source.
+    let borrowed = shown_as_update(&service, uuid, |body| {
+        body["sources"]["open"]["authHeader"] = serde_json::json!({"type": "Bearer", "token": "***"});
+    })
+    .await;
+    let problem = update(&service, uuid, borrowed).await.assert_problem(400, "invalid-request");
+    assert_eq!(error_locations(&problem), ["/sources/open/authHeader/token"], "{problem:?}");
     service.stop().await;
 }
 

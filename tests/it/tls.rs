@@ -326,6 +326,12 @@ async fn a_client_certificate_is_presented_and_its_connections_carry_no_other_ro
     assert!(tls["clientCert"].as_str().is_some_and(|c| c.contains("BEGIN CERTIFICATE")), "{listing}");
     let key_line = key.lines().nth(1).expect("the key's first base64 line");
     assert!(!listing.contains(key_line));
+    // Sent back as shown, `"***"` keeps the stored key: the live call presents it again.
+    let uuid = &path[4..40];
+    let shown = crate::routes::shown_as_update(&service, uuid, |_| {}).await;
+    let answer = crate::routes::update(&service, uuid, shown).await;
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    assert_eq!(get(&service.url(&path)).await.status, 200);
     service.stop().await;
     let mut read = 0;
     assert_eq!(files_holding(dir.path(), key_line, &mut read), Vec::<String>::new());
