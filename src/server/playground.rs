@@ -27,6 +27,8 @@ const SCRIPT: Asset =
     Asset { content_type: "text/javascript; charset=utf-8", body: include_str!("playground/playground.js") };
 const STYLE: Asset =
     Asset { content_type: "text/css; charset=utf-8", body: include_str!("playground/playground.css") };
+const EDITOR: Asset =
+    Asset { content_type: "text/javascript; charset=utf-8", body: include_str!("playground/editor.js") };
 const CONSOLE: Asset =
     Asset { content_type: "text/html; charset=utf-8", body: include_str!("playground/console.html") };
 const CONSOLE_SCRIPT: Asset =
@@ -40,6 +42,7 @@ fn asset(segment: &str) -> Option<&'static Asset> {
         "" | "index.html" => Some(&INDEX),
         "playground.js" => Some(&SCRIPT),
         "playground.css" => Some(&STYLE),
+        "editor.js" => Some(&EDITOR),
         "console" => Some(&CONSOLE),
         "console.js" => Some(&CONSOLE_SCRIPT),
         "console.css" => Some(&CONSOLE_STYLE),
@@ -86,6 +89,7 @@ mod tests {
             ("index.html", "text/html; charset=utf-8"),
             ("playground.js", "text/javascript; charset=utf-8"),
             ("playground.css", "text/css; charset=utf-8"),
+            ("editor.js", "text/javascript; charset=utf-8"),
             ("console", "text/html; charset=utf-8"),
             ("console.js", "text/javascript; charset=utf-8"),
             ("console.css", "text/css; charset=utf-8"),

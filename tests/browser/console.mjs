@@ -8,7 +8,9 @@
 // registers 120 routes through the API, then signs in with a wrong token and the right one,
 // pages through the list, filters it by path and by upstream host, calls a route and sees its
 // health move, opens it, purges its cache, deletes it after a confirmation, registers a route
-// from the form (a rule problem marked at its field first), uses the page by keyboard alone, and
+// from the form (a rule problem marked at its field first), edits a route's rules (previewed on the
+// document Try it brought; a rule problem marked in the editor, then a fix saved with the stored
+// token kept), uses the page by keyboard alone, and
 // signs out. axe-core checks every view for
 // serious or critical accessibility violations. Screenshots (PNG) go to ARTIFACT_DIR. Prints one
 // line per check; on the first failed check it prints what was expected and what was found,
@@ -43,11 +45,14 @@ setTimeout(() => {
 
 let upstreamHits = 0;
 const upstreamCalls = () => upstreamHits;
+/** The `Authorization` the upstream last received. */
+let upstreamAuthorization;
 
 /** An upstream on 127.0.0.1 that answers every GET with a one-meal document. */
 async function startUpstream() {
   const server = http.createServer((request, response) => {
     upstreamHits += 1;
+    upstreamAuthorization = request.headers.authorization;
     response.setHeader('content-type', 'application/json');
     response.end(JSON.stringify({ meals: [{ idMeal: '52772', strMeal: 'Teriyaki Chicken Casserole' }] }));
   });
@@ -269,6 +274,95 @@ async function run() {
   await accessible('a route, tried');
   await screenshot('console-07-route');
   console.log('ok: trying a route shows the upstream\'s document beside the mapped answer, with the trace');
+
+  step = 'editing the rules: previewed on the tried document';
+  const sampleText = await page.inputValue('#edit-sample');
+  check(JSON.parse(sampleText).meals[0].strMeal === 'Teriyaki Chicken Casserole', 'the tried document is the sample', sampleText);
+  const storedRules = await page.inputValue('#edit-rules');
+  check(JSON.parse(storedRules).newBodyFields.id.type === 'Int', 'the editor holds the route\'s rules', storedRules);
+  await waitFor('the preview maps the sample', () => page.textContent('#edit-output'), (t) =>
+    t === JSON.stringify({ id: 52772, name: 'Teriyaki Chicken Casserole' }, null, 2),
+  );
+
+  step = 'editing the rules: a rule problem is marked in the editor';
+  const wrong = storedRules.replace('"type": "Int"', '"type": "Integer"');
+  check(wrong !== storedRules, 'the test made a rule problem', storedRules);
+  await page.fill('#edit-rules', wrong);
+  const problemAt = (location) => async () =>
+    (await page.locator('#edit-problems li').allTextContents()).find((t) => t.startsWith(location));
+  await waitFor('the preview lists the problem at its rule', problemAt('/newBodyFields/id/type'), (t) => t !== undefined);
+  const wrongLine = wrong.split('\n').findIndex((line) => line.includes('"Integer"')) + 1;
+  await waitFor('and marks its line in the editor', () => page.locator('#edit-rules-backdrop .mark-error').evaluateAll((spans) => spans.map((s) => s.dataset.line)), (lines) => lines.includes(String(wrongLine)));
+  const callsBeforeSave = upstreamCalls();
+  await page.click('#save');
+  await waitFor('the update is refused', () => page.textContent('#edit-status'), (t) => t.startsWith('Not saved:'));
+  const refused = await problemAt('/rulesAsString/newBodyFields/id/type')();
+  check(refused !== undefined && refused.includes(`line ${wrongLine}`), 'located in the update and shown at its line of the rules', refused);
+  check(upstreamCalls() === callsBeforeSave, 'no live call for rules that do not compile', upstreamCalls() - callsBeforeSave);
+  await page.click('#edit-problems button.line');
+  const selected = await page.evaluate(() => {
+    const area = document.getElementById('edit-rules');
+    return [document.activeElement.id, area.value.slice(area.selectionStart, area.selectionEnd)];
+  });
+  check(selected[0] === 'edit-rules' && selected[1].includes('"Integer"'), 'its button selects the line in the editor', JSON.stringify(selected));
+  check(
+    (await (await fetch(`${base}${firstRoute.path}`)).text()) === JSON.stringify({ id: 52772, name: 'Teriyaki Chicken Casserole' }),
+    'the route keeps its stored rules',
+  );
+  await accessible('rules editor, with a problem');
+  await screenshot('console-12-rules-problem');
+
+  step = 'editing the rules: the fix is saved';
+  const fixed = JSON.stringify({
+    newBodyFields: { title: { key: 'title', type: 'String' }, id: { key: 'id', type: 'Int' } },
+    oldBodyFields: { title: { keys: ['strMeal'], parents: ['meals'] }, id: { keys: ['idMeal'], parents: ['meals'] } },
+  }, null, 2);
+  await page.fill('#edit-rules', fixed);
+  const expected = { title: 'Teriyaki Chicken Casserole', id: 52772 };
+  await waitFor('the preview maps the sample by the fix', () => page.textContent('#edit-output'), (t) => t === JSON.stringify(expected, null, 2));
+  const callsBeforeFix = upstreamCalls();
+  await page.click('#save');
+  await waitFor('the update is saved', () => page.textContent('#edit-status'), (t) => t.startsWith('Saved.'));
+  check(upstreamCalls() === callsBeforeFix + 1, 'one live call', upstreamCalls() - callsBeforeFix);
+  check(upstreamAuthorization === 'Bearer upstream-secret-e51d', 'with the stored token, shown as *** and kept', upstreamAuthorization);
+  check((await page.locator('#edit-problems li').count()) === 0, 'no problem is left', await page.locator('#edit-problems').textContent());
+  const mapped = await (await fetch(`${base}${firstRoute.path}`)).text();
+  check(mapped === JSON.stringify(expected), 'calls use the saved rules, in their order', mapped);
+  const configShown = await page.textContent('#route-config');
+  check(configShown.includes('"title"') && configShown.includes('"token": "***"'), 'the configuration shown follows, the token still masked', configShown);
+  await accessible('rules editor, saved');
+  await screenshot('console-13-rules-saved');
+  console.log('ok: the rules are edited, previewed on the tried document, refused with the problem marked at its line, then saved with the token kept');
+
+  step = 'editing a runtime-auth route: its live call needs the caller\'s credentials';
+  const runtimeAnswer = await fetch(`${base}/v1/mapping`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${adminToken}`, 'x-mapped-auth': 'Bearer caller-a' },
+    body: JSON.stringify({
+      path: 'runtime/meal',
+      originalRoute: { originalApi: { baseUrl: `http://127.0.0.1:${upstream.port}/` }, path: 'meal' },
+      rulesAsString: { newBodyFields: { name: { key: 'name', type: 'String' } }, oldBodyFields: { name: { keys: ['strMeal'], parents: ['meals'] } } },
+    }),
+  });
+  check(runtimeAnswer.status === 201, 'a runtime-auth route is registered', runtimeAnswer.status);
+  const runtimeRoute = await runtimeAnswer.json();
+  await page.evaluate((uuid) => { location.hash = `#route/${uuid}`; }, runtimeRoute.uuid);
+  await waitFor('the runtime-auth route is shown', () => page.textContent('#route-title'), (t) => t === 'GET runtime/meal');
+  check(await page.isVisible('#mapped-auth'), 'the page asks for an X-Mapped-Auth for its live calls');
+  const runtimeCalls = upstreamCalls();
+  await page.click('#save');
+  await waitFor('without one, nothing is sent', () => page.textContent('#edit-status'), (t) => t.includes('give an X-Mapped-Auth'));
+  check(upstreamCalls() === runtimeCalls, 'no live call without credentials', upstreamCalls() - runtimeCalls);
+  await page.fill('#mapped-auth', 'Bearer caller-b');
+  await page.click('#save');
+  await waitFor('with one, the rules are saved', () => page.textContent('#edit-status'), (t) => t.startsWith('Saved.'));
+  check(upstreamAuthorization === 'Bearer caller-b', 'the live call sent the X-Mapped-Auth given', upstreamAuthorization);
+  const runtimeShown = await (await fetch(`${base}/v1/routes/${runtimeRoute.uuid}`, { headers: { authorization: `Bearer ${adminToken}` } })).json();
+  check(runtimeShown.auth === 'runtime', 'the route still takes its callers\' credentials', runtimeShown.auth);
+  await fetch(`${base}/v1/routes/${runtimeRoute.uuid}`, { method: 'DELETE', headers: { authorization: `Bearer ${adminToken}` } });
+  await page.evaluate((uuid) => { location.hash = `#route/${uuid}`; }, firstRoute.uuid);
+  await waitFor('back on the first route', () => page.textContent('#route-title'), (t) => t === 'GET shop/orders-0');
+  console.log('ok: a runtime-auth route\'s rules are saved with the X-Mapped-Auth given for the live call, and it stays runtime-auth');
 
   step = 'purging a route\'s cache';
   await page.click('#purge');

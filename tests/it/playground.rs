@@ -24,9 +24,10 @@ async fn the_page_and_its_files_are_served_with_their_types_and_policy() {
         Service::start(Config { admin_token: Some(Secret::new("admin-9f2")), ..Config::default() }).await;
     for (path, content_type, holds) in [
         ("/", "text/html; charset=utf-8", "<title>recast playground</title>"),
-        ("/index.html", "text/html; charset=utf-8", r#"<script src="/playground.js" defer>"#),
+        ("/index.html", "text/html; charset=utf-8", r#"<script type="module" src="/playground.js">"#),
         ("/playground.js", "text/javascript; charset=utf-8", "/v1/preview?trace=true"),
         ("/playground.css", "text/css; charset=utf-8", "prefers-color-scheme: dark"),
+        ("/editor.js", "text/javascript; charset=utf-8", "export class Editor"),
         ("/console", "text/html; charset=utf-8", "<title>recast console</title>"),
         ("/console.js", "text/javascript; charset=utf-8", "/v1/routes/${target.uuid}/stats?minutes=5"),
         ("/console.css", "text/css; charset=utf-8", ":focus-visible"),

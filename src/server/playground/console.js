@@ -2,10 +2,12 @@
 // as `Authorization: Bearer`, never in a URL), lists the routes a page at a time by the API's
 // cursor, filtered by path and upstream host on the service, with each route's health from
 // `GET /v1/routes/{uuid}/stats?minutes=5`; opens a route (`#route/<uuid>`: its configuration,
-// secrets masked, and its health), purges its cache, and deletes it after a confirmation that
-// names its path; registers a route from a form (`#register`) that shows the body it sends and
-// marks each problem of the answer at its field. No framework, nothing loaded from elsewhere.
-'use strict';
+// secrets masked, and its health), calls its upstream now (Try it), edits its rules with a
+// preview on a sample and saves them through `PUT` (problems marked where they are in the rules),
+// purges its cache, and deletes it after a confirmation that names its path; registers a route
+// from a form (`#register`) that shows the body it sends and marks each problem of the answer at
+// its field. No framework, nothing loaded from elsewhere.
+import { Editor, compact, listProblems, places, pointerSegment, pretty } from '/editor.js';
 
 const TOKEN_KEY = 'recast.adminToken';
 const PAGE_SIZE = 50;
@@ -31,12 +33,13 @@ function token() {
   return sessionStorage.getItem(TOKEN_KEY);
 }
 
-/** One call of the admin API: `{status, body}` (the body parsed when it is JSON). */
-async function api(method, path) {
-  const headers = { accept: 'application/json' };
+/** One call of the admin API: `{status, body, text}` (the body parsed when it is JSON). */
+async function api(method, path, { headers: more = {}, body: sent } = {}) {
+  const headers = { accept: 'application/json', ...more };
   const held = token();
   if (held) headers.authorization = `Bearer ${held}`;
-  const answer = await fetch(path, { method, headers, cache: 'no-store' });
+  if (sent !== undefined) headers['content-type'] = 'application/json';
+  const answer = await fetch(path, { method, headers, body: sent, cache: 'no-store' });
   const text = await answer.text();
   let body = text;
   try {
@@ -44,7 +47,13 @@ async function api(method, path) {
   } catch {
     // Kept as text.
   }
-  return { status: answer.status, body };
+  return { status: answer.status, body, text };
+}
+
+/** The text of the member at `pointer` of a valid JSON text, as written there. */
+function rawAt(text, pointer) {
+  const place = places(text).get(pointer);
+  return place ? text.slice(place.start, place.end) : 'null';
 }
 
 /** What a problem answer says, in one line. */
@@ -269,12 +278,18 @@ function healthText(answer) {
   return parts;
 }
 
-/** The route shown, as the API gave it. */
+/** The route shown, as the API gave it, and the text it came as. */
 let shown = null;
+let shownText = '';
+/** The upstream's document the last Try it brought, as text. */
+let triedDocument = null;
 
 /** Opens route `uuid`: its configuration and its health. */
 async function openRoute(uuid) {
   shown = null;
+  triedDocument = null;
+  $('use-tried').disabled = true;
+  $('editing').hidden = true;
   $('tried').hidden = true;
   $('route-title').textContent = 'Loading the route…';
   $('route-config').textContent = '';
@@ -295,10 +310,12 @@ async function openRoute(uuid) {
     return;
   }
   shown = answer.body;
+  shownText = answer.text;
   const path = shown.path.replace(/^\/v1\/[^/]+\//, '');
   $('route-title').textContent = `${shown.method} ${path || '(unknown path)'}`;
   if (shown.status !== 'ok') say('route-status', `This route cannot serve calls: ${shown.problem}`, true);
   $('route-config').textContent = JSON.stringify(shown, null, 2);
+  startEditing();
   const [total, recent] = await Promise.all([
     api('GET', `/v1/routes/${uuid}/stats`).catch(() => null),
     api('GET', `/v1/routes/${uuid}/stats?minutes=5`).catch(() => null),
@@ -330,7 +347,7 @@ async function tryRoute() {
   if (!shown) return;
   $('tried').hidden = true;
   say('route-status', 'Calling the upstream…');
-  const answer = await api('POST', `/v1/routes/${shown.uuid}/try`).catch(() => null);
+  const answer = await api('POST', `/v1/routes/${shown.uuid}/try`, { headers: callerAuth() }).catch(() => null);
   if (!answer) {
     say('route-status', 'The service cannot be reached.', true);
     return;
@@ -340,18 +357,13 @@ async function tryRoute() {
     return;
   }
   const tried = answer.body;
-  $('tried-upstream').textContent =
-    tried.upstream === null ? '(a composed route: no one document)' : JSON.stringify(tried.upstream, null, 2);
-  $('tried-output').textContent = JSON.stringify(tried.output, null, 2);
-  $('tried-rows').replaceChildren(
-    ...tried.trace.map((entry) => {
-      const tr = document.createElement('tr');
-      const id = entry.element === undefined ? entry.id : `${entry.id} [${entry.element}]`;
-      const value = entry.included ? JSON.stringify(entry.value) : '(left out)';
-      tr.append(cell(id), cell(entry.key), cell(value, entry.resolved ? '' : 'errors'), cell(entry.note));
-      return tr;
-    }),
-  );
+  // Shown as the service wrote them: member order and numbers as they came.
+  triedDocument = tried.upstream === null ? null : pretty(rawAt(answer.text, '/upstream'));
+  $('tried-upstream').textContent = triedDocument ?? '(a composed route: no one document)';
+  $('tried-output').textContent = pretty(rawAt(answer.text, '/output'));
+  $('tried-rows').replaceChildren(...traceRows(tried.trace, answer.text));
+  $('use-tried').disabled = triedDocument === null;
+  if (triedDocument !== null && !sample.area.value.trim()) useTried();
   $('tried-warnings').replaceChildren(
     ...tried.warnings.map((warning) => {
       const item = document.createElement('li');
@@ -363,6 +375,191 @@ async function tryRoute() {
   );
   $('tried').hidden = false;
   say('route-status', 'The upstream answered; its document and the mapped answer are below.');
+}
+
+/** The rows of a trace (`POST /v1/preview?trace=true`), values as `text` wrote them. */
+function traceRows(trace, text) {
+  const at = places(text);
+  return trace.map((entry, n) => {
+    const tr = document.createElement('tr');
+    const id = entry.element === undefined ? entry.id : `${entry.id} [${entry.element}]`;
+    const place = at.get(`/trace/${n}/value`);
+    const value = entry.included && place ? text.slice(place.start, place.end) : '(left out)';
+    tr.append(cell(id), cell(entry.key), cell(value, entry.resolved ? '' : 'errors'), cell(entry.note));
+    return tr;
+  });
+}
+
+// The rules editor: the route's rules, previewed on a sample as they change, and saved through
+// `PUT /v1/routes/{uuid}`.
+
+const rules = new Editor('edit-rules');
+const sample = new Editor('edit-sample');
+/** Milliseconds of quiet typing before the preview is asked for. */
+const DEBOUNCE_MS = 250;
+/** The longest list of the rules kept on one line (`"keys": ["idMeal"]`). */
+const RULES_WIDTH = 60;
+/** Members of a route as shown that the service writes, not the client: not sent back. `path`
+ * is shown as the public path, and cannot change. */
+const WRITTEN = new Set(['uuid', 'path', 'auth', 'createdAt', 'updatedAt', 'status', 'problem', 'revision']);
+let previewTimer;
+/** Numbers the previews and saves asked for, so an answer to an older one is dropped. */
+let asked = 0;
+
+/** The caller's `X-Mapped-Auth` a runtime-auth route's live calls need, when given. */
+function callerAuth() {
+  const given = $('mapped-auth').value.trim();
+  return shown && shown.auth === 'runtime' && given ? { 'x-mapped-auth': given } : {};
+}
+
+/** Puts the route's stored rules in the editor; a route whose configuration is unknown (sealed
+ * by a key the ring lacks) has none to edit. */
+function startEditing() {
+  const stored = rawAt(shownText, '/rulesAsString');
+  $('editing').hidden = stored === 'null';
+  if (stored === 'null') return;
+  $('mapped-auth-field').hidden = shown.auth !== 'runtime';
+  rules.area.value = pretty(stored, RULES_WIDTH);
+  rules.area.defaultValue = rules.area.value;
+  rules.mark(new Map());
+  sample.area.value = '';
+  sample.mark(new Map());
+  clearEdit('Paste a sample upstream answer, or use Try it, to preview the rules.');
+}
+
+function clearEdit(status = '', isError = false) {
+  say('edit-status', status, isError);
+  $('edit-problems').replaceChildren();
+  $('edit-output-title').textContent = 'Output';
+  $('edit-output').textContent = '';
+  $('edit-trace-rows').replaceChildren();
+  $('edit-trace-wrap').hidden = true;
+}
+
+function useTried() {
+  if (triedDocument === null) return;
+  sample.area.value = triedDocument;
+  sample.paint();
+  previewEdit();
+}
+
+function schedulePreview() {
+  clearTimeout(previewTimer);
+  previewTimer = setTimeout(previewEdit, DEBOUNCE_MS);
+}
+
+/** Maps the sample by the rules in the editor (`POST /v1/preview?trace=true`). */
+async function previewEdit() {
+  const ticket = ++asked;
+  const rulesError = rules.check();
+  if (!sample.area.value.trim()) {
+    if (!rulesError) clearEdit('Paste a sample upstream answer, or use Try it, to preview the rules.');
+    return;
+  }
+  if (sample.check() || rulesError) {
+    clearEdit('Waiting for valid JSON; nothing was sent.', true);
+    return;
+  }
+  say('edit-status', 'Mapping the sample…');
+  const body = `{"originalResponse":${sample.area.value},"mappingRules":${rules.area.value}}`;
+  const answer = await api('POST', '/v1/preview?trace=true', { body }).catch(() => null);
+  if (ticket !== asked) return;
+  if (!answer) {
+    clearEdit('The service cannot be reached.', true);
+    return;
+  }
+  clearEdit();
+  const marks = new Map();
+  const spots = [];
+  if (answer.status === 200) {
+    $('edit-output-title').textContent = 'Output on the sample';
+    $('edit-output').textContent = pretty(rawAt(answer.text, '/output'));
+    $('edit-trace-rows').replaceChildren(...traceRows(answer.body.trace, answer.text));
+    $('edit-trace-wrap').hidden = false;
+    listProblems(rules, $('edit-problems'), answer.body.warnings, 'warning', marks, spots);
+    const warned = answer.body.warnings.length;
+    say('edit-status', `Previewed on the sample${warned ? `, with ${warned} warning${warned === 1 ? '' : 's'}` : ''}; not saved yet.`);
+  } else {
+    const errors = Array.isArray(answer.body?.errors) ? answer.body.errors : [];
+    listProblems(rules, $('edit-problems'), errors, 'error', marks, spots);
+    say('edit-status', `The preview failed: ${problemText(answer)}`, true);
+  }
+  rules.mark(marks, spots);
+}
+
+/** The route as stored, with the rules of the editor: the body of its `PUT`. Each member is
+ * sent back as the service wrote it (member order, numbers and masked secrets as they came). */
+function updateBody() {
+  const at = places(shownText);
+  const members = Object.keys(shown)
+    .filter((name) => !WRITTEN.has(name) && name !== 'rulesAsString')
+    .map((name) => {
+      const place = at.get(`/${pointerSegment(name)}`);
+      return `${JSON.stringify(name)}:${shownText.slice(place.start, place.end)}`;
+    });
+  members.push(`"rulesAsString":${compact(rules.area.value)}`);
+  return `{${members.join(',')}}`;
+}
+
+/** Saves the rules: `PUT` with the live call; its problems are marked where they are in the
+ * rules, and the others listed. */
+async function saveRules() {
+  if (!shown) return;
+  clearTimeout(previewTimer);
+  const ticket = ++asked;
+  if (rules.check()) {
+    say('edit-status', 'The rules are not valid JSON; nothing was sent.', true);
+    rules.area.focus();
+    return;
+  }
+  if (shown.auth === 'runtime' && !callerAuth()['x-mapped-auth']) {
+    say('edit-status', 'This route sends its caller\'s credentials: give an X-Mapped-Auth for the live call.', true);
+    $('mapped-auth').focus();
+    return;
+  }
+  say('edit-status', 'Saving: recast makes a live call through the route with these rules…');
+  const uuid = shown.uuid;
+  const answer = await api('PUT', `/v1/routes/${uuid}`, { headers: callerAuth(), body: updateBody() }).catch(() => null);
+  if (ticket !== asked) return;
+  if (!answer) {
+    say('edit-status', 'The service cannot be reached.', true);
+    return;
+  }
+  if (answer.status === 401) {
+    start();
+    return;
+  }
+  clearEdit();
+  const marks = new Map();
+  const spots = [];
+  if (answer.status === 200) {
+    $('edit-output-title').textContent = 'Output of the live call';
+    $('edit-output').textContent = pretty(rawAt(answer.text, '/preview'));
+    listProblems(rules, $('edit-problems'), answer.body.warnings, 'warning', marks, spots, '/rulesAsString');
+    rules.mark(marks, spots);
+    rules.area.defaultValue = rules.area.value;
+    say('edit-status', 'Saved. The live call mapped to the output below; calls use these rules now.');
+    // The configuration shown follows; the editor keeps the text as written.
+    const fresh = await api('GET', `/v1/routes/${uuid}`).catch(() => null);
+    if (fresh && fresh.status === 200 && shown && shown.uuid === uuid) {
+      shown = fresh.body;
+      shownText = fresh.text;
+      $('route-config').textContent = JSON.stringify(shown, null, 2);
+    }
+    return;
+  }
+  const errors = Array.isArray(answer.body?.errors) ? answer.body.errors : [];
+  // A live call that failed is the upstream's, or the mapping's: said in the status.
+  listProblems(rules, $('edit-problems'), errors, 'error', marks, spots, '/rulesAsString');
+  rules.mark(marks, spots);
+  say('edit-status', `Not saved: ${problemText(answer)}. The route keeps its stored rules.`, true);
+  $('edit-problems').querySelector('button.line')?.focus();
+}
+
+function resetRules() {
+  rules.area.value = rules.area.defaultValue;
+  rules.mark(new Map());
+  previewEdit();
 }
 
 async function purge() {
@@ -593,6 +790,11 @@ document.addEventListener('DOMContentLoaded', () => {
     navigate();
   });
   $('purge').addEventListener('click', purge);
+  rules.area.addEventListener('input', schedulePreview);
+  sample.area.addEventListener('input', schedulePreview);
+  $('use-tried').addEventListener('click', useTried);
+  $('save').addEventListener('click', saveRules);
+  $('edit-reset').addEventListener('click', resetRules);
   $('try').addEventListener('click', tryRoute);
   $('register-back').addEventListener('click', (event) => {
     event.preventDefault();
