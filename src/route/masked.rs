@@ -4,9 +4,11 @@
 //!
 //! The places are a token (`authHeader.token`), an OAuth2 client secret
 //! (`authHeader.clientSecret`) and a TLS client key (`tls.clientKey`), of the route or of a source
-//! of the same name. A stored secret stays with the upstream it was given for: it is kept only
+//! of the same name, and the `Authorization` header a source without `authHeader` sets itself. A stored secret stays with the upstream it was given for: it is kept only
 //! while the auth type and the origin it goes to (the base URL's, and for OAuth2 the token URL's)
 //! are the ones stored, so that an update cannot send it anywhere new without giving it again.
+
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
@@ -24,6 +26,8 @@ struct Stored<'a> {
     base_url: &'a str,
     auth: &'a Auth,
     tls: Option<&'a TlsSettings>,
+    /// A source's headers (a route's own cannot hold `Authorization`).
+    headers: Option<&'a BTreeMap<String, String>>,
 }
 
 impl Registration {
@@ -37,6 +41,7 @@ impl Registration {
                 base_url: &stored.base_url,
                 auth: &stored.auth,
                 tls: stored.tls.as_ref(),
+                headers: None,
             });
             // Given at both places, it is one `authHeader` (a difference is refused later).
             for (at, given) in [
@@ -59,6 +64,7 @@ impl Registration {
                     base_url: &s.base_url,
                     auth: &s.auth,
                     tls: s.tls.as_ref(),
+                    headers: Some(&s.headers),
                 });
                 keep_in_source(source, &at, was.as_ref(), &mut problems);
             }
@@ -89,6 +95,24 @@ fn keep_in_source(source: &mut Value, at: &str, stored: Option<&Stored<'_>>, pro
     }
     if let Some(tls) = members.get_mut("tls") {
         keep_key(tls, &format!("{at}/tls"), &base_url, stored, problems);
+    }
+    // Shown masked (`GET /v1/routes/{uuid}`): a credential the source sends itself.
+    if let Some(Value::Object(headers)) = members.get_mut("headers") {
+        for (name, value) in headers.iter_mut() {
+            if !name.eq_ignore_ascii_case("authorization") || value.as_str() != Some(MASK) {
+                continue;
+            }
+            let mut here = format!("{at}/headers");
+            push_pointer(&mut here, name);
+            let secret = stored
+                .and_then(|s| s.headers)
+                .and_then(|headers| headers.iter().find(|(stored, _)| stored.eq_ignore_ascii_case(name)))
+                .map(|(_, value)| value.as_str());
+            let base_urls = stored.map(|s| (s.base_url, base_url.as_str()));
+            if let Some(kept) = keep(&here, "Authorization header", secret, base_urls, problems) {
+                *value = Value::String(kept);
+            }
+        }
     }
 }
 

@@ -116,12 +116,25 @@ pub(super) fn show(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
     state.loaded()?;
     let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
     let body = serde_json::to_vec(&RouteView::of(&route)).map_err(|e| ApiError::Storage(e.to_string()))?;
-    Ok(json(StatusCode::OK, body))
+    let mut response = json(StatusCode::OK, body);
+    if let Ok(tag) = http::HeaderValue::try_from(super::reply::etag(&route)) {
+        response.headers_mut().insert(http::header::ETAG, tag);
+    }
+    Ok(response)
 }
 
-pub(super) async fn delete(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
+pub(super) async fn delete(
+    state: &State,
+    uuid: Uuid,
+    headers: &http::HeaderMap,
+) -> Result<Response, ApiError> {
     state.loaded()?;
     let _writing = state.writes.lock().await;
+    // With `If-Match`, only the version it names is deleted.
+    if headers.contains_key(http::header::IF_MATCH) {
+        let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
+        super::reply::if_match(headers, &route)?;
+    }
     // The store decides whether there is such a route (in a cluster, it may be there before this
     // node has it). Gone from the store first: once the answer says so, no restart brings it back.
     let revision = state.stored(state.store.delete(uuid).await)?;

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::compose;
 use super::problem::{UpstreamFailure, write_problems};
-use super::reply::{json, now_ms, read_body};
+use super::reply::{if_match, json, now_ms, read_body};
 use super::{ApiError, Request, Response, State};
 use crate::exec;
 use crate::json::{self, JsonError, write};
@@ -43,18 +43,21 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     state.loaded()?;
     let existing = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
     let (parts, body) = request.into_parts();
+    if_match(&parts.headers, &existing)?;
     let body = read_body(state, &parts.headers, body).await?;
     let (config, sample) = validated(state, &body, &parts.headers, Some(&existing.config))?;
-    let mut route = Route::new(uuid, existing.created_at, now_ms(), config, &state.config.limits());
+    // Each version's `updatedAt` is later than the one before: it is the version's `ETag`.
+    let updated_at = now_ms().max(existing.updated_at + 1);
+    let mut route = Route::new(uuid, existing.created_at, updated_at, config, &state.config.limits());
     // The route's answer counts go on across the change.
     route.statuses = existing.statuses.clone();
     route.stats = existing.stats.clone();
     // Validated like a registration; until it passes, the old route keeps serving.
     let live = live_call(state, &route, &parts.headers, &sample).await?;
     let _writing = state.writes.lock().await;
-    if state.table.get(&uuid).is_none() {
-        return Err(ApiError::NotFound);
-    }
+    let now = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
+    // Another change may have landed during the live call: `If-Match` names the version it edits.
+    if_match(&parts.headers, &now)?;
     // In cluster mode the database takes it only if it still holds the version this update began
     // from: two nodes updating at once get one 200 and one 409, never two overwrites.
     route.revision = state.stored(state.store.replace(route.to_stored(), existing.revision).await)?;
@@ -139,17 +142,20 @@ fn validated(
         let mut registration: Registration = serde_json::from_slice(body)
             .map_err(|e| ApiError::InvalidBody(vec![Problem::new("", e.to_string())]))?;
         let sample = registration.sample_request.take().unwrap_or_default();
-        problems = stored.map(|stored| registration.keep_secrets(stored)).unwrap_or_default();
-        if problems.is_empty() {
-            match registration.validate_with(
-                headers.contains_key(&MAPPED_AUTH),
-                stored.map(|stored| stored.path.as_str()),
-                &state.config.limits(),
-            ) {
-                // The rules are compiled with the route (`Route::new`), and their problems told
-                // then.
-                Ok(config) => return Ok((config, sample)),
-                Err(found) => problems = found,
+        // A mask that keeps nothing is told at its place; whatever validation says of the same
+        // place (a `"***"` that is no PEM key) is not told twice.
+        let masks = stored.map(|stored| registration.keep_secrets(stored)).unwrap_or_default();
+        let told = |p: &Problem| masks.iter().any(|mask| p.location.starts_with(&mask.location));
+        match registration.validate_with(
+            headers.contains_key(&MAPPED_AUTH),
+            stored.map(|stored| stored.path.as_str()),
+            &state.config.limits(),
+        ) {
+            // The rules are compiled with the route (`Route::new`), and their problems told then.
+            Ok(config) if masks.is_empty() => return Ok((config, sample)),
+            Ok(_) => problems = masks,
+            Err(found) => {
+                problems = masks.iter().cloned().chain(found.into_iter().filter(|p| !told(p))).collect()
             }
         }
     }

@@ -124,15 +124,26 @@ mod tests {
         for page in [INDEX.body, CONSOLE.body] {
             no_inline_code(page);
         }
-        for file in [SCRIPT.body, STYLE.body, CONSOLE_SCRIPT.body, CONSOLE_STYLE.body] {
+        for file in [SCRIPT.body, STYLE.body, EDITOR.body, CONSOLE_SCRIPT.body, CONSOLE_STYLE.body] {
             assert!(!file.contains("http://") && !file.contains("https://"), "a file reaches out");
+        }
+        // The scripts are modules: what they import is served here too.
+        for script in [SCRIPT.body, EDITOR.body, CONSOLE_SCRIPT.body] {
+            for line in script.lines().filter(|line| line.starts_with("import ")) {
+                let target = line.split(" from '").nth(1).and_then(|rest| rest.split('\'').next()).unwrap();
+                assert!(
+                    target.strip_prefix('/').is_some_and(has_file),
+                    "a script imports {target}, which is not served here"
+                );
+            }
         }
     }
 
     fn no_inline_code(page: &str) {
         assert!(!page.contains("<style"), "inline style element");
         assert!(!page.contains(" style="), "inline style attribute");
-        assert_eq!(page.matches("<script").count(), page.matches("<script src=\"/").count(), "inline script");
+        let loaded = page.matches("<script type=\"module\" src=\"/").count();
+        assert_eq!(page.matches("<script").count(), loaded, "inline script");
         for attribute in [" onclick=", " onload=", " oninput=", " onchange=", " onsubmit=", "javascript:"] {
             assert!(!page.contains(attribute), "inline handler {attribute}");
         }

@@ -48,6 +48,7 @@ pub const SLUGS: [&str; crate::metrics::ERROR_KINDS] = [
     "storage-error",
     "store-unavailable",
     "conflict",
+    "precondition-failed",
     "reseal-refused",
     "internal-error",
     "bad-request",
@@ -116,6 +117,8 @@ pub enum ApiError {
     StoreUnavailable(String),
     /// Cluster mode: the route changed on another node since this update began (what it is now).
     Conflict(String),
+    /// `If-Match` names a version of the route that is not the one there now (which is).
+    PreconditionFailed(String),
     /// A re-seal that cannot run now: one is under way, or a live node lacks the sealing key.
     ResealRefused(String),
     /// A bug: the handler panicked. The panic is logged and counted (`recast_panics_total`).
@@ -292,6 +295,7 @@ impl ApiError {
             | ApiError::Buffered { .. }
             | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Conflict(_) | ApiError::ResealRefused(_) => StatusCode::CONFLICT,
+            ApiError::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
             ApiError::Storage(_) | ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Template { caller: true, .. } => StatusCode::BAD_REQUEST,
             ApiError::Template { caller: false, .. } => StatusCode::BAD_GATEWAY,
@@ -338,6 +342,7 @@ impl ApiError {
             ApiError::Storage(_) => "storage-error",
             ApiError::StoreUnavailable(_) => "store-unavailable",
             ApiError::Conflict(_) => "conflict",
+            ApiError::PreconditionFailed(_) => "precondition-failed",
             ApiError::ResealRefused(_) => "reseal-refused",
             ApiError::Internal => "internal-error",
             ApiError::Template { caller: true, .. } => "bad-request",
@@ -401,6 +406,9 @@ impl ApiError {
             ApiError::Storage(_) => "Storage failed; nothing was changed",
             ApiError::StoreUnavailable(_) => "The route database cannot be reached; nothing was changed",
             ApiError::Conflict(_) => "The route was changed elsewhere meanwhile; nothing was changed",
+            ApiError::PreconditionFailed(_) => {
+                "The route is not at the version the request names; nothing was changed"
+            }
             ApiError::ResealRefused(_) => "The stored routes cannot be re-sealed now; nothing was changed",
             ApiError::Internal => "recast failed on this request",
             ApiError::Template { caller: true, .. } => {
@@ -423,6 +431,7 @@ impl ApiError {
             | ApiError::Storage(why)
             | ApiError::StoreUnavailable(why)
             | ApiError::Conflict(why)
+            | ApiError::PreconditionFailed(why)
             | ApiError::ResealRefused(why) => why.clone(),
             ApiError::InvalidBody(problems) | ApiError::InvalidRules(problems) => {
                 match problems.len() {
@@ -650,6 +659,7 @@ mod tests {
             ApiError::Storage(String::new()),
             ApiError::StoreUnavailable(String::new()),
             ApiError::Conflict(String::new()),
+            ApiError::PreconditionFailed(String::new()),
             ApiError::ResealRefused(String::new()),
             ApiError::Internal,
             ApiError::Template { location: "/sources/a/path".to_owned(), why: String::new(), caller: true },

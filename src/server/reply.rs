@@ -78,6 +78,31 @@ async fn read_limited(
 }
 
 /// The time now, in milliseconds since the Unix epoch.
+/// A route version's entity tag (RFC 9110 §8.8.3): its `updatedAt`, which every change of the
+/// route moves forward (`GET /v1/routes/{uuid}` answers it as `ETag`).
+pub(super) fn etag(route: &crate::route::Route) -> String {
+    format!("\"{}\"", route.updated_at)
+}
+
+/// `If-Match` (RFC 9110 §13.1.1) against the route as it is now: a change that names another
+/// version is refused with 412 (strong comparison: a weak tag never matches; `*` matches any
+/// route there is). Without the header, any version is changed.
+pub(super) fn if_match(headers: &HeaderMap, route: &crate::route::Route) -> Result<(), ApiError> {
+    let mut given = headers.get_all(header::IF_MATCH).iter().peekable();
+    if given.peek().is_none() {
+        return Ok(());
+    }
+    let now = etag(route);
+    let mut tags = given.flat_map(|value| value.to_str().unwrap_or_default().split(','));
+    if tags.any(|tag| matches!(tag.trim(), "*") || tag.trim() == now) {
+        return Ok(());
+    }
+    Err(ApiError::PreconditionFailed(format!(
+        "the route is at version {now} now (`ETag` of GET /v1/routes/{}); read it again, and change that version",
+        route.uuid
+    )))
+}
+
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }

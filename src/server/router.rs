@@ -182,7 +182,7 @@ async fn dispatch(state: &State, request: Request, segments: &[&str]) -> Result<
             match method {
                 Method::GET => management::show(state, uuid),
                 Method::PUT => mapping::update(state, request, uuid).await,
-                Method::DELETE => management::delete(state, uuid).await,
+                Method::DELETE => management::delete(state, uuid, request.headers()).await,
                 _ => Err(ApiError::MethodNotAllowed { allow: "GET, PUT, DELETE" }),
             }
         }

@@ -320,6 +320,23 @@ async function run() {
   await page.fill('#edit-rules', fixed);
   const expected = { title: 'Teriyaki Chicken Casserole', id: 52772 };
   await waitFor('the preview maps the sample by the fix', () => page.textContent('#edit-output'), (t) => t === JSON.stringify(expected, null, 2));
+  // Meanwhile, another admin gives the route a cache through the API.
+  const asAdmin = { authorization: `Bearer ${adminToken}` };
+  const current = await (await fetch(`${base}/v1/routes/${firstRoute.uuid}`, { headers: asAdmin })).json();
+  for (const written of ['uuid', 'path', 'auth', 'createdAt', 'updatedAt', 'status', 'problem', 'revision']) delete current[written];
+  current.cache = { ttlSeconds: 30 };
+  const meanwhile = await fetch(`${base}/v1/routes/${firstRoute.uuid}`, {
+    method: 'PUT',
+    headers: { ...asAdmin, 'content-type': 'application/json' },
+    body: JSON.stringify(current),
+  });
+  check(meanwhile.status === 200, 'another admin changed the route meanwhile', `${meanwhile.status} ${await meanwhile.text()}`);
+  const callsBeforeStale = upstreamCalls();
+  await page.click('#save');
+  await waitFor('the save names the change made meanwhile', () => page.textContent('#edit-status'), (t) => t.startsWith('Not saved: the route was changed meanwhile'));
+  check(upstreamCalls() === callsBeforeStale, 'no live call for a stale version', upstreamCalls() - callsBeforeStale);
+  check((await page.textContent('#route-config')).includes('"ttlSeconds": 30'), 'the configuration shown is the one now');
+  check((await page.inputValue('#edit-rules')) === fixed, 'the edited rules stay in the editor');
   const callsBeforeFix = upstreamCalls();
   await page.click('#save');
   await waitFor('the update is saved', () => page.textContent('#edit-status'), (t) => t.startsWith('Saved.'));
@@ -330,9 +347,10 @@ async function run() {
   check(mapped === JSON.stringify(expected), 'calls use the saved rules, in their order', mapped);
   const configShown = await page.textContent('#route-config');
   check(configShown.includes('"title"') && configShown.includes('"token": "***"'), 'the configuration shown follows, the token still masked', configShown);
+  check(configShown.includes('"ttlSeconds": 30'), 'and the change made meanwhile is kept', configShown);
   await accessible('rules editor, saved');
   await screenshot('console-13-rules-saved');
-  console.log('ok: the rules are edited, previewed on the tried document, refused with the problem marked at its line, then saved with the token kept');
+  console.log('ok: the rules are edited, previewed on the tried document, refused with the problem marked at its line, not saved over a change made meanwhile, then saved with the token and that change kept');
 
   step = 'editing a runtime-auth route: its live call needs the caller\'s credentials';
   const runtimeAnswer = await fetch(`${base}/v1/mapping`, {

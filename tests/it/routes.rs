@@ -641,11 +641,13 @@ async fn a_route_as_shown_and_sent_back_keeps_its_secrets_where_they_were_given(
     let before = (upstream.received().len(), elsewhere.received().len());
     let moved = shown_as_update(&service, uuid, |body| {
         body["originalRoute"]["originalApi"]["baseUrl"] = elsewhere.url("/").into();
+        body["path"] = "elsewhere".into();
     })
     .await;
     let problem = update(&service, uuid, moved).await.assert_problem(400, "invalid-request");
+    // Told with the body's other problems, in one answer.
+    assert_eq!(error_locations(&problem), ["/authHeader/token", "/path"], "{problem:?}");
     let errors = problem["errors"].to_string();
-    assert!(errors.contains(r#""location":"/authHeader/token""#), "{errors}");
     assert!(errors.contains("only while it goes to http://127.0.0.1:"), "{errors}");
     let retyped = shown_as_update(&service, uuid, |body| body["authHeader"]["type"] = "Basic".into()).await;
     let problem = update(&service, uuid, retyped).await.assert_problem(400, "invalid-request");
@@ -682,7 +684,7 @@ async fn a_route_as_shown_and_sent_back_keeps_its_secrets_where_they_were_given(
 }
 
 #[tokio::test]
-async fn a_composed_route_as_shown_and_sent_back_keeps_each_source_s_token() {
+async fn a_composed_route_as_shown_and_sent_back_keeps_each_source_s_credentials() {
     let upstream = Upstream::json(MEALS).await;
     let service = Service::start(config()).await;
     let body = serde_json::json!({
@@ -690,7 +692,8 @@ async fn a_composed_route_as_shown_and_sent_back_keeps_each_source_s_token() {
         "sources": {
             "meal": {"originalApi": {"baseUrl": upstream.url("/")}, "path": "a",
                      "authHeader": {"type": "Bearer", "token": "source-token-1"}},
-            "open": {"originalApi": {"baseUrl": upstream.url("/")}, "path": "b"},
+            "keyed": {"originalApi": {"baseUrl": upstream.url("/")}, "path": "b",
+                      "headers": {"Authorization": "Key source-key-2"}},
         },
         "rulesAsString": {"newBodyFields": {"name": {"key": "name", "type": "String"}},
                           "oldBodyFields": {"name": {"keys": ["strMeal"], "parents": ["meal", "meals"]}}},
@@ -699,6 +702,7 @@ async fn a_composed_route_as_shown_and_sent_back_keeps_each_source_s_token() {
     let uuid = &path[4..40];
     let sent_back = shown_as_update(&service, uuid, |body| {
         assert_eq!(body["sources"]["meal"]["authHeader"]["token"], "***");
+        assert_eq!(body["sources"]["keyed"]["headers"]["Authorization"], "***");
     })
     .await;
     let answer = update(&service, uuid, sent_back).await;
@@ -707,15 +711,78 @@ async fn a_composed_route_as_shown_and_sent_back_keeps_each_source_s_token() {
     let received = upstream.received();
     let to_meal = received.iter().rev().find(|r| r.uri.path().ends_with("/a")).unwrap();
     assert_eq!(to_meal.headers.get("authorization").unwrap(), "Bearer source-token-1");
-    let to_open = received.iter().rev().find(|r| r.uri.path().ends_with("/b")).unwrap();
-    assert!(to_open.headers.get("authorization").is_none(), "the other source has none");
-    // The mask in a source with no token of its own is refused at that source.
+    let to_keyed = received.iter().rev().find(|r| r.uri.path().ends_with("/b")).unwrap();
+    assert_eq!(to_keyed.headers.get("authorization").unwrap(), "Key source-key-2", "its own header");
+    // The mask in a source with no token of its own is refused at that source, and a header
+    // kept only for its origin.
     let borrowed = shown_as_update(&service, uuid, |body| {
-        body["sources"]["open"]["authHeader"] = serde_json::json!({"type": "Bearer", "token": "***"});
+        body["sources"]["keyed"]["headers"] = serde_json::json!({});
+        body["sources"]["keyed"]["authHeader"] = serde_json::json!({"type": "Bearer", "token": "***"});
     })
     .await;
     let problem = update(&service, uuid, borrowed).await.assert_problem(400, "invalid-request");
-    assert_eq!(error_locations(&problem), ["/sources/open/authHeader/token"], "{problem:?}");
+    assert_eq!(error_locations(&problem), ["/sources/keyed/authHeader/token"], "{problem:?}");
+    let moved = shown_as_update(&service, uuid, |body| {
+        body["sources"]["keyed"]["originalApi"]["baseUrl"] = "http://localhost:9/".into();
+    })
+    .await;
+    let problem = update(&service, uuid, moved).await.assert_problem(400, "invalid-request");
+    assert_eq!(error_locations(&problem), ["/sources/keyed/headers/Authorization"], "{problem:?}");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn if_match_changes_only_the_version_it_names() {
+    let held = crate::support::Held::start(MEALS).await;
+    let service = Service::start(config()).await;
+    let path = registered(&service, &registration(&held.url, "", ""), &[]).await;
+    let uuid = path[4..40].to_owned();
+    let manage = service.url(&format!("/v1/routes/{uuid}"));
+    let version = |answer: &Answer| answer.header("etag").expect("an ETag").to_owned();
+    let shown = get(&manage).await;
+    let first = version(&shown);
+    assert_eq!(first, format!("\"{}\"", shown.json().get("updatedAt").unwrap()), "its updatedAt");
+    let put = |tag: &str, body: String| {
+        let (url, tag) = (manage.clone(), tag.to_owned());
+        async move {
+            let mut headers = vec![("content-type", "application/json")];
+            if !tag.is_empty() {
+                headers.push(("if-match", tag.as_str()));
+            }
+            send(Method::PUT, &url, &headers, body).await
+        }
+    };
+    let body = registration(&held.url, "", "");
+    assert_eq!(put(&first, body.clone()).await.status, 200);
+    let second = version(&get(&manage).await);
+    assert_ne!(second, first, "a change moves the version");
+
+    // A stale, weak or unknown tag changes nothing; a list holding the version, or `*`, does.
+    let renamed = body.replace(r#""key":"name""#, r#""key":"title""#);
+    for stale in [first.as_str(), &format!("W/{second}"), "\"1\""] {
+        let problem = put(stale, renamed.clone()).await.assert_problem(412, "precondition-failed");
+        assert!(problem["detail"].to_string().contains(&second.replace('"', "\\\"")), "{problem:?}");
+    }
+    assert_eq!(version(&get(&manage).await), second, "nothing changed");
+    assert_eq!(put(&format!("\"1\", {second}"), renamed.clone()).await.status, 200);
+    assert_eq!(put("*", body.clone()).await.status, 200);
+
+    // A change that lands during an update's live call: the update names the version it began
+    // from, and is refused once its live call is over.
+    let now = version(&get(&manage).await);
+    let waiting = tokio::spawn(put(&now, registration(&held.url, r#","queries":{"hold":"1"}"#, "")));
+    held.arrived(1).await;
+    assert_eq!(put("", renamed.clone()).await.status, 200, "an update without If-Match");
+    held.release();
+    waiting.await.unwrap().assert_problem(412, "precondition-failed");
+    assert_eq!(&get(&service.url(&path)).await.body[..], br#"{"id":52772,"title":"Teriyaki Chicken"}"#);
+
+    // A delete with If-Match deletes only that version.
+    let last = version(&get(&manage).await);
+    send(Method::DELETE, &manage, &[("if-match", &now)], "").await.assert_problem(412, "precondition-failed");
+    assert_eq!(get(&service.url(&path)).await.status, 200, "still there");
+    assert_eq!(send(Method::DELETE, &manage, &[("if-match", &last)], "").await.status, 204);
+    assert_eq!(get(&service.url(&path)).await.status, 404);
     service.stop().await;
 }
 

@@ -33,7 +33,7 @@ function token() {
   return sessionStorage.getItem(TOKEN_KEY);
 }
 
-/** One call of the admin API: `{status, body, text}` (the body parsed when it is JSON). */
+/** One call of the admin API: `{status, body, text, etag}` (the body parsed when it is JSON). */
 async function api(method, path, { headers: more = {}, body: sent } = {}) {
   const headers = { accept: 'application/json', ...more };
   const held = token();
@@ -47,7 +47,7 @@ async function api(method, path, { headers: more = {}, body: sent } = {}) {
   } catch {
     // Kept as text.
   }
-  return { status: answer.status, body, text };
+  return { status: answer.status, body, text, etag: answer.headers.get('etag') };
 }
 
 /** The text of the member at `pointer` of a valid JSON text, as written there. */
@@ -278,9 +278,10 @@ function healthText(answer) {
   return parts;
 }
 
-/** The route shown, as the API gave it, and the text it came as. */
+/** The route shown, as the API gave it, the text it came as, and its version (`ETag`). */
 let shown = null;
 let shownText = '';
+let shownTag = null;
 /** The upstream's document the last Try it brought, as text. */
 let triedDocument = null;
 
@@ -288,6 +289,12 @@ let triedDocument = null;
 async function openRoute(uuid) {
   shown = null;
   triedDocument = null;
+  // What was asked for the route shown before is not shown on this one, and a caller's
+  // credentials typed for that route are not sent to this one.
+  clearTimeout(previewTimer);
+  asked++;
+  saves++;
+  $('mapped-auth').value = '';
   $('use-tried').disabled = true;
   $('editing').hidden = true;
   $('tried').hidden = true;
@@ -311,6 +318,7 @@ async function openRoute(uuid) {
   }
   shown = answer.body;
   shownText = answer.text;
+  shownTag = answer.etag;
   const path = shown.path.replace(/^\/v1\/[^/]+\//, '');
   $('route-title').textContent = `${shown.method} ${path || '(unknown path)'}`;
   if (shown.status !== 'ok') say('route-status', `This route cannot serve calls: ${shown.problem}`, true);
@@ -403,8 +411,10 @@ const RULES_WIDTH = 60;
  * is shown as the public path, and cannot change. */
 const WRITTEN = new Set(['uuid', 'path', 'auth', 'createdAt', 'updatedAt', 'status', 'problem', 'revision']);
 let previewTimer;
-/** Numbers the previews and saves asked for, so an answer to an older one is dropped. */
+/** Numbers the previews asked for, and the saves, so an answer to an older one (or one for
+ * another route) is dropped. */
 let asked = 0;
+let saves = 0;
 
 /** The caller's `X-Mapped-Auth` a runtime-auth route's live calls need, when given. */
 function callerAuth() {
@@ -504,9 +514,9 @@ function updateBody() {
 /** Saves the rules: `PUT` with the live call; its problems are marked where they are in the
  * rules, and the others listed. */
 async function saveRules() {
-  if (!shown) return;
+  if (!shown || $('save').disabled) return;
   clearTimeout(previewTimer);
-  const ticket = ++asked;
+  const ticket = ++saves;
   if (rules.check()) {
     say('edit-status', 'The rules are not valid JSON; nothing was sent.', true);
     rules.area.focus();
@@ -519,8 +529,12 @@ async function saveRules() {
   }
   say('edit-status', 'Saving: recast makes a live call through the route with these rules…');
   const uuid = shown.uuid;
-  const answer = await api('PUT', `/v1/routes/${uuid}`, { headers: callerAuth(), body: updateBody() }).catch(() => null);
-  if (ticket !== asked) return;
+  $('save').disabled = true;
+  // Only the version shown is replaced: a change made meanwhile is not undone by this one.
+  const headers = { ...callerAuth(), ...(shownTag ? { 'if-match': shownTag } : {}) };
+  const answer = await api('PUT', `/v1/routes/${uuid}`, { headers, body: updateBody() }).catch(() => null);
+  $('save').disabled = false;
+  if (ticket !== saves) return;
   if (!answer) {
     say('edit-status', 'The service cannot be reached.', true);
     return;
@@ -539,13 +553,16 @@ async function saveRules() {
     rules.mark(marks, spots);
     rules.area.defaultValue = rules.area.value;
     say('edit-status', 'Saved. The live call mapped to the output below; calls use these rules now.');
-    // The configuration shown follows; the editor keeps the text as written.
-    const fresh = await api('GET', `/v1/routes/${uuid}`).catch(() => null);
-    if (fresh && fresh.status === 200 && shown && shown.uuid === uuid) {
-      shown = fresh.body;
-      shownText = fresh.text;
-      $('route-config').textContent = JSON.stringify(shown, null, 2);
-    }
+    await followStored(uuid);
+    return;
+  }
+  if (answer.status === 412) {
+    await followStored(uuid);
+    say(
+      'edit-status',
+      'Not saved: the route was changed meanwhile (by another admin, or in another tab). Its configuration below is the one now; your rules stay in the editor: save again to put them on it.',
+      true,
+    );
     return;
   }
   const errors = Array.isArray(answer.body?.errors) ? answer.body.errors : [];
@@ -554,6 +571,17 @@ async function saveRules() {
   rules.mark(marks, spots);
   say('edit-status', `Not saved: ${problemText(answer)}. The route keeps its stored rules.`, true);
   $('edit-problems').querySelector('button.line')?.focus();
+}
+
+/** Shows the route as stored now (its configuration and version), the editor's text kept. */
+async function followStored(uuid) {
+  const fresh = await api('GET', `/v1/routes/${uuid}`).catch(() => null);
+  if (fresh && fresh.status === 200 && shown && shown.uuid === uuid) {
+    shown = fresh.body;
+    shownText = fresh.text;
+    shownTag = fresh.etag;
+    $('route-config').textContent = JSON.stringify(shown, null, 2);
+  }
 }
 
 function resetRules() {

@@ -30,7 +30,7 @@ export function pretty(text, inline = 0) {
   /** The list opening at token `i` on one line, and the index of its `]`, when it fits. */
   const oneLine = (i) => {
     let line = '[';
-    for (let j = i + 1; j < list.length && line.length <= inline; j++) {
+    for (let j = i + 1; j < list.length && line.length < inline; j++) {
       const t = list[j].text;
       if (t === ']') return { line: `${line}]`, end: j };
       if (t === '{' || t === '[') return null;
