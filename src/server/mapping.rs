@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::compose;
 use super::problem::{UpstreamFailure, write_problems};
-use super::reply::{if_match, json, now_ms, read_body};
+use super::reply::{etag, if_match, json, now_ms, read_body};
 use super::{ApiError, Request, Response, State};
 use crate::exec;
 use crate::json::{self, JsonError, write};
@@ -65,7 +65,12 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     state.table.apply_shared(route.clone());
     state.cache.drop_route(uuid);
     logged!(tracing::Level::INFO, uuid = %uuid, "route updated");
-    Ok(registered(StatusCode::OK, &route, &live))
+    let mut response = registered(StatusCode::OK, &route, &live);
+    // The version it made, for the next change's `If-Match`.
+    if let Ok(tag) = HeaderValue::try_from(etag(&route)) {
+        response.headers_mut().insert(header::ETAG, tag);
+    }
+    Ok(response)
 }
 
 /// `POST /v1/routes/{uuid}/try`: makes the route's upstream call as a registration's live call
@@ -145,7 +150,13 @@ fn validated(
         // A mask that keeps nothing is told at its place; whatever validation says of the same
         // place (a `"***"` that is no PEM key) is not told twice.
         let masks = stored.map(|stored| registration.keep_secrets(stored)).unwrap_or_default();
-        let told = |p: &Problem| masks.iter().any(|mask| p.location.starts_with(&mask.location));
+        let told = |p: &Problem| {
+            masks.iter().any(|mask| {
+                p.location
+                    .strip_prefix(&mask.location)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            })
+        };
         match registration.validate_with(
             headers.contains_key(&MAPPED_AUTH),
             stored.map(|stored| stored.path.as_str()),

@@ -77,7 +77,6 @@ async fn read_limited(
     Ok(buf)
 }
 
-/// The time now, in milliseconds since the Unix epoch.
 /// A route version's entity tag (RFC 9110 §8.8.3): its `updatedAt`, which every change of the
 /// route moves forward (`GET /v1/routes/{uuid}` answers it as `ETag`).
 pub(super) fn etag(route: &crate::route::Route) -> String {
@@ -94,7 +93,7 @@ pub(super) fn if_match(headers: &HeaderMap, route: &crate::route::Route) -> Resu
     }
     let now = etag(route);
     let mut tags = given.flat_map(|value| value.to_str().unwrap_or_default().split(','));
-    if tags.any(|tag| matches!(tag.trim(), "*") || tag.trim() == now) {
+    if tags.any(|tag| tag.trim() == "*" || tag.trim() == now) {
         return Ok(());
     }
     Err(ApiError::PreconditionFailed(format!(
@@ -103,6 +102,7 @@ pub(super) fn if_match(headers: &HeaderMap, route: &crate::route::Route) -> Resu
     )))
 }
 
+/// The time now, in milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }

@@ -753,9 +753,11 @@ async fn if_match_changes_only_the_version_it_names() {
         }
     };
     let body = registration(&held.url, "", "");
-    assert_eq!(put(&first, body.clone()).await.status, 200);
+    let updated = put(&first, body.clone()).await;
+    assert_eq!(updated.status, 200);
     let second = version(&get(&manage).await);
     assert_ne!(second, first, "a change moves the version");
+    assert_eq!(version(&updated), second, "the update answers the version it made");
 
     // A stale, weak or unknown tag changes nothing; a list holding the version, or `*`, does.
     let renamed = body.replace(r#""key":"name""#, r#""key":"title""#);
