@@ -332,6 +332,13 @@ async fn a_client_certificate_is_presented_and_its_connections_carry_no_other_ro
     let answer = crate::routes::update(&service, uuid, shown).await;
     assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
     assert_eq!(get(&service.url(&path)).await.status, 200);
+    // Not for another upstream: told once, at the key (not also as a key that is no PEM).
+    let moved = crate::routes::shown_as_update(&service, uuid, |body| {
+        body["originalRoute"]["originalApi"]["baseUrl"] = format!("https://127.0.0.1:{open}/").into();
+    })
+    .await;
+    let problem = crate::routes::update(&service, uuid, moved).await.assert_problem(400, "invalid-request");
+    assert_eq!(error_locations(&problem), ["/tls/clientKey"], "{problem:?}");
     service.stop().await;
     let mut read = 0;
     assert_eq!(files_holding(dir.path(), key_line, &mut read), Vec::<String>::new());

@@ -56,6 +56,20 @@ function rawAt(text, pointer) {
   return place ? text.slice(place.start, place.end) : 'null';
 }
 
+/** Whether an answer came to act on: when the service could not be reached, says so at
+ * `statusId`; when it refused the token, goes back to signing in. */
+function arrived(answer, statusId) {
+  if (!answer) {
+    say(statusId, 'The service cannot be reached.', true);
+    return false;
+  }
+  if (answer.status === 401) {
+    start();
+    return false;
+  }
+  return true;
+}
+
 /** What a problem answer says, in one line. */
 function problemText(answer) {
   const body = answer.body;
@@ -155,15 +169,7 @@ async function load(cursor) {
   const generation = ++page.generation;
   say('routes-status', 'Loading routes…');
   const answer = await api('GET', listingPath(cursor)).catch(() => null);
-  if (generation !== page.generation) return;
-  if (!answer) {
-    say('routes-status', 'The service cannot be reached.', true);
-    return;
-  }
-  if (answer.status === 401) {
-    start();
-    return;
-  }
+  if (generation !== page.generation || !arrived(answer, 'routes-status')) return;
   if (answer.status !== 200) {
     say('routes-status', problemText(answer), true);
     return;
@@ -303,14 +309,7 @@ async function openRoute(uuid) {
   $('health-rows').replaceChildren();
   say('route-status', '');
   const answer = await api('GET', `/v1/routes/${uuid}`).catch(() => null);
-  if (!answer) {
-    say('route-status', 'The service cannot be reached.', true);
-    return;
-  }
-  if (answer.status === 401) {
-    start();
-    return;
-  }
+  if (!arrived(answer, 'route-status')) return;
   if (answer.status !== 200) {
     $('route-title').textContent = 'No such route';
     say('route-status', problemText(answer), true);
@@ -356,10 +355,7 @@ async function tryRoute() {
   $('tried').hidden = true;
   say('route-status', 'Calling the upstream…');
   const answer = await api('POST', `/v1/routes/${shown.uuid}/try`, { headers: callerAuth() }).catch(() => null);
-  if (!answer) {
-    say('route-status', 'The service cannot be reached.', true);
-    return;
-  }
+  if (!arrived(answer, 'route-status')) return;
   if (answer.status !== 200) {
     say('route-status', problemText(answer), true);
     return;
@@ -534,15 +530,7 @@ async function saveRules() {
   const headers = { ...callerAuth(), ...(shownTag ? { 'if-match': shownTag } : {}) };
   const answer = await api('PUT', `/v1/routes/${uuid}`, { headers, body: updateBody() }).catch(() => null);
   $('save').disabled = false;
-  if (ticket !== saves) return;
-  if (!answer) {
-    say('edit-status', 'The service cannot be reached.', true);
-    return;
-  }
-  if (answer.status === 401) {
-    start();
-    return;
-  }
+  if (ticket !== saves || !arrived(answer, 'edit-status')) return;
   clearEdit();
   const marks = new Map();
   const spots = [];
@@ -734,22 +722,8 @@ async function submitRegistration(event) {
   event.preventDefault();
   unmark();
   say('register-status', 'Registering: recast makes a live call through the route…');
-  const held = token();
-  const headers = { 'content-type': 'application/json', accept: 'application/json' };
-  if (held) headers.authorization = `Bearer ${held}`;
-  let answer;
-  try {
-    const response = await fetch('/v1/mapping', { method: 'POST', headers, body: JSON.stringify(registration(false)) });
-    const text = await response.text();
-    answer = { status: response.status, body: text ? JSON.parse(text) : null };
-  } catch {
-    say('register-status', 'The service cannot be reached.', true);
-    return;
-  }
-  if (answer.status === 401) {
-    start();
-    return;
-  }
+  const answer = await api('POST', '/v1/mapping', { body: JSON.stringify(registration(false)) }).catch(() => null);
+  if (!arrived(answer, 'register-status')) return;
   if (answer.status === 201) {
     const created = answer.body;
     say('register-status', `Registered: calls go to ${created.path}.`);
