@@ -18,7 +18,6 @@
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
@@ -157,7 +156,7 @@ fn table_of(n: usize, registration: &str, limits: &Limits) -> (RouteTable, Vec<U
     for _ in 0..n {
         let route = route(registration, limits);
         uuids.push(route.uuid);
-        table.insert(Arc::new(route));
+        table.insert(route.into());
     }
     (table, uuids)
 }

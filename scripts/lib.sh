@@ -210,3 +210,30 @@ ensure_npm_test() {
     mkdir -p "$CARGO_TARGET_DIR/tmp"
     printf 'installed by scripts/test.sh: the test must run\n' >"$CARGO_TARGET_DIR/tmp/$marker"
 }
+
+# The mark of a test run: `scripts/test.sh` puts `SUITE_RUN=<mark>` in the environment of the
+# suite, and every process a test starts inherits it, also one that leaves its parent (as
+# `pg_ctl` leaves the PostgreSQL server) or starts its own process group. A process the suite did
+# not start (a developer's own `recast serve`, an editor's `node`, a browser) does not carry it.
+SUITE_MARK_NAME=SUITE_RUN
+
+# Prints, one per line (pid, then command line), the processes still running that carry
+# `SUITE_RUN=$1` in their environment: what a test run with that mark left behind. This shell
+# and what it runs now (the check itself) are not counted; zombies hold nothing and are not either.
+suite_leftovers() {
+    local mark="$SUITE_MARK_NAME=$1" dir pid ancestor state
+    for dir in /proc/[0-9]*; do
+        pid=${dir#/proc/}
+        tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qxF -- "$mark" || continue
+        # The state is the field after the command name, which is in parentheses and may hold
+        # spaces.
+        state=$(sed -n 's/^.*) \([A-Za-z]\).*$/\1/p' "$dir/stat" 2>/dev/null) || continue
+        [ -n "$state" ] && [ "$state" != Z ] || continue
+        ancestor=$pid
+        while [ -n "$ancestor" ] && [ "$ancestor" != 0 ] && [ "$ancestor" != 1 ] && [ "$ancestor" != "$$" ]; do
+            ancestor=$(sed -n 's/^.*) [A-Za-z] \([0-9]*\).*$/\1/p' "/proc/$ancestor/stat" 2>/dev/null)
+        done
+        [ "$ancestor" = "$$" ] && continue
+        printf '%s %s\n' "$pid" "$(tr '\0' ' ' <"$dir/cmdline" 2>/dev/null)"
+    done
+}

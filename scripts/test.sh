@@ -32,17 +32,18 @@ step "cargo clippy"
 announce_rocksdb debug
 cargo clippy --all-targets --locked -- -D warnings
 step "cargo test"
-suite_began=$(date +%s)
+# Every process the suite starts carries this run's mark (lib.sh: suite_leftovers).
+SUITE_RUN="$$-$(date +%s%N)"
+export SUITE_RUN
 cargo test --all-targets --locked
 cargo test --doc --locked
 
-# Every process a test starts (the binary, nginx, PostgreSQL, Node.js and Chromium) is stopped by
-# that test, also when it fails. One of those still running now, started since the tests began,
-# is a leftover: it is named, stopped, and the suite fails.
+# Every process a test starts (the binary, nginx, PostgreSQL, Node.js, Chromium, openssl) is
+# stopped by that test, also when it fails. One of those still running now is a leftover: it is
+# named, stopped, and the suite fails. Only this run's processes are judged: a process the suite
+# did not start is never touched, whenever it started.
 step "no process left behind"
-# (Zombies are left out: they hold nothing, and are the reaper's to collect.)
-left=$(ps -eo pid=,etimes=,stat=,comm=,args= | awk -v since=$(( $(date +%s) - suite_began )) \
-    '$2 <= since && $3 !~ /^Z/ && $4 ~ /^(recast|nginx|postgres|pg_ctl|node|chromium|chrome|chrome_crashpad)$/')
+left=$(suite_leftovers "$SUITE_RUN")
 if [ -n "$left" ]; then
     say "the tests left these processes running (now stopped):"
     printf '%s\n' "$left" >&2

@@ -486,6 +486,13 @@ impl Config {
         }
     }
 
+    /// Checks `RECAST_LOG` before the log is set up: a word that is neither a level nor
+    /// recast's own target would be read as the name of another target, and every line recast
+    /// writes would be dropped, its errors included. Such a filter stops the start instead.
+    pub fn check_log_filter(&self) -> Result<(), String> {
+        check_log_filter(&self.log)
+    }
+
     pub fn check_exposure(&self, listen: SocketAddr) -> Result<(), String> {
         match &self.admin_token {
             Some(token) if token.expose().trim().is_empty() => {
@@ -554,6 +561,37 @@ fn is_loopback(ip: std::net::IpAddr) -> bool {
         std::net::IpAddr::V4(v4) => v4.is_loopback(),
         std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(v6.is_loopback(), |v4| v4.is_loopback()),
     }
+}
+
+/// The level words of a log filter.
+const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// [`Config::check_log_filter`] of a filter's text: each of its comma-separated directives is a
+/// level, `target=level`, or recast's own target (`recast`, `recast::server`).
+pub fn check_log_filter(text: &str) -> Result<(), String> {
+    if text.trim().is_empty() {
+        return Err(format!(
+            "RECAST_LOG is empty, which would silence every line: give a level ({})",
+            LOG_LEVELS.join(", ")
+        ));
+    }
+    for directive in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        if directive.contains('=') || directive.contains('[') {
+            continue;
+        }
+        let word = directive.to_ascii_lowercase();
+        if LOG_LEVELS.contains(&word.as_str()) || word == "recast" || word.starts_with("recast::") {
+            continue;
+        }
+        let meant = crate::suggest::closest(&word, LOG_LEVELS.iter().copied())
+            .map(|level| format!(" (did you mean `{level}`?)"))
+            .unwrap_or_default();
+        return Err(format!(
+            "RECAST_LOG: `{directive}` is neither a level ({}) nor `target=level`, and as a target of its own it would silence every line recast writes{meant}",
+            LOG_LEVELS.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -675,5 +713,17 @@ mod tests {
         assert!(Cli::try_parse_from(["recast", "--max-depth", "0"]).is_err());
         assert!(Cli::try_parse_from(["recast", "--workers", "0"]).is_err());
         assert!(Cli::try_parse_from(["recast", "--listen", "nowhere"]).is_err());
+    }
+
+    #[test]
+    fn a_log_filter_that_would_silence_recast_is_refused() {
+        for good in ["info", "WARN", "recast=debug,hyper=warn", "debug,recast::server=trace", "recast", "off"]
+        {
+            assert_eq!(check_log_filter(good), Ok(()), "{good}");
+        }
+        let refused = check_log_filter("verbose").unwrap_err();
+        assert!(refused.starts_with("RECAST_LOG: `verbose` is neither a level"), "{refused}");
+        assert!(check_log_filter("recast=debug,infoo").unwrap_err().contains("did you mean `info`?"));
+        assert!(check_log_filter(" ").unwrap_err().contains("RECAST_LOG is empty"));
     }
 }

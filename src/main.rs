@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::builder::TypedValueParser as _;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use recast::cli::{self, Exit};
 use recast::config::{Config, LogFormat};
 use recast::rules::Limits;
@@ -128,7 +128,7 @@ impl LimitArgs {
 }
 
 fn main() -> ExitCode {
-    let outcome = match Cli::parse().command {
+    let outcome = match parsed().command {
         Command::Serve(config) => {
             return match serve(*config) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -170,6 +170,41 @@ fn main() -> ExitCode {
     ExitCode::from(outcome.exit as u8)
 }
 
+/// The command line, or the end of the process with clap's message. A value that came from a
+/// `RECAST_*` variable and not from its flag is named by the variable in that message.
+fn parsed() -> Cli {
+    Cli::try_parse().unwrap_or_else(|mut error| {
+        name_the_variable(&mut error);
+        error.exit()
+    })
+}
+
+/// In an error about a value that was not given as its flag on the command line but is set in
+/// the environment, names the variable (`RECAST_WORKERS (--workers)`) instead of the flag alone.
+fn name_the_variable(error: &mut clap::Error) {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(invalid)) = error.get(ContextKind::InvalidArg) else { return };
+    let invalid = invalid.clone();
+    let mut command = Cli::command();
+    // Built, so that its arguments can be written as clap writes them in its messages.
+    command.build();
+    let given: Vec<String> = std::env::args_os().map(|arg| arg.to_string_lossy().into_owned()).collect();
+    for sub in std::iter::once(&command).chain(command.get_subcommands()) {
+        let Some(arg) = sub.get_arguments().find(|arg| arg.to_string() == invalid) else { continue };
+        let (Some(variable), Some(long)) = (arg.get_env(), arg.get_long()) else { return };
+        let flag = format!("--{long}");
+        let on_the_line = given.iter().any(|g| *g == flag || g.starts_with(&format!("{flag}=")));
+        // Only whether it is set, to name it in clap's message: its value is clap's to read.
+        #[allow(clippy::disallowed_methods)]
+        let set = std::env::var_os(variable).is_some();
+        if !on_the_line && set {
+            let named = format!("{} (the {flag} flag)", variable.to_string_lossy());
+            error.insert(ContextKind::InvalidArg, ContextValue::String(named));
+        }
+        return;
+    }
+}
+
 fn serve(config: Config) -> anyhow::Result<()> {
     init_logging(&config)?;
     // Before binding, so an exposed address is never opened with open admin endpoints.
@@ -208,6 +243,7 @@ async fn stop_signal() {
 }
 
 fn init_logging(config: &Config) -> anyhow::Result<()> {
+    config.check_log_filter().map_err(anyhow::Error::msg)?;
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log)
         .with_context(|| format!("RECAST_LOG: `{}` is not a log filter", config.log))?;
     let builder = tracing_subscriber::fmt()

@@ -31,6 +31,8 @@ pub enum StoreError {
     Unavailable(String),
     /// The route is not the version this node holds: it changed elsewhere (what it is now).
     Conflict(String),
+    /// A conditional change named a version the store no longer holds (what it holds now).
+    Precondition(String),
     /// No such route.
     NotFound,
     /// The store refused or failed the operation.
@@ -45,7 +47,7 @@ impl std::fmt::Display for StoreError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StoreError::Unavailable(why) => write!(f, "the route store is unavailable: {why}"),
-            StoreError::Conflict(why) => f.write_str(why),
+            StoreError::Conflict(why) | StoreError::Precondition(why) => f.write_str(why),
             StoreError::NotFound => f.write_str("no such route"),
             StoreError::Failed(why) => write!(f, "storage failed: {why}"),
             StoreError::Panicked(panic) => write!(f, "a store operation panicked: {panic}"),
@@ -70,8 +72,9 @@ pub trait RouteStore: Send + Sync {
     fn replace(&self, route: StoredRoute, revision: u64) -> Pending<'_, u64>;
 
     /// Deletes a route, leaving a tombstone where there is a change feed; answers the deletion's
-    /// revision, or [`StoreError::NotFound`].
-    fn delete(&self, uuid: Uuid) -> Pending<'_, u64>;
+    /// revision, or [`StoreError::NotFound`]. With `revision`, only that version of it
+    /// (`If-Match`): [`StoreError::Precondition`] when the store holds another.
+    fn delete(&self, uuid: Uuid, revision: Option<u64>) -> Pending<'_, u64>;
 
     /// Up to `limit` routes, newest first, after `cursor`.
     fn page(&self, limit: usize, cursor: Option<Cursor>) -> Pending<'_, Page>;
@@ -146,7 +149,9 @@ impl RouteStore for LocalStore {
         self.blocking(move |store| Ok(store.put(&route)?))
     }
 
-    fn delete(&self, uuid: Uuid) -> Pending<'_, u64> {
+    fn delete(&self, uuid: Uuid, _revision: Option<u64>) -> Pending<'_, u64> {
+        // One writer: the service deletes under its write lock, after checking the version in
+        // the table, which no other process changes.
         self.blocking(move |store| store.delete(uuid)?.ok_or(StoreError::NotFound))
     }
 

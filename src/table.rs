@@ -1,20 +1,82 @@
 //! The route table: every loaded route, compiled, by uuid. Lookups on the request path take one
 //! shard's read lock for as long as it takes to clone an `Arc`; a registration or update builds
-//! the new route first and then swaps it in, so no lookup waits on compilation or storage.
+//! the new route first and then swaps it in, so no lookup waits on compilation or storage. A
+//! stored route the key ring cannot open is held as what it is, a [`LockedRoute`], never as a
+//! route: every handler that finds one must say what it does with it.
 
 use std::sync::Arc;
 
 use dashmap::DashMap;
 use uuid::Uuid;
 
-use crate::route::Route;
+use crate::route::{LockedRoute, Route};
+
+/// What the table holds under a uuid.
+#[derive(Debug, Clone)]
+pub enum Entry {
+    /// A route, compiled (it may still be unable to serve: [`Route::broken`]).
+    Route(Arc<Route>),
+    /// A stored route sealed by a key the ring lacks: only its times and revision are known.
+    Locked(Arc<LockedRoute>),
+}
+
+impl Entry {
+    pub fn uuid(&self) -> Uuid {
+        match self {
+            Entry::Route(route) => route.uuid,
+            Entry::Locked(locked) => locked.uuid,
+        }
+    }
+
+    /// The revision of the store change this version comes from (0 for a route stored before
+    /// revisions were kept): the version an `ETag` names.
+    pub fn revision(&self) -> u64 {
+        match self {
+            Entry::Route(route) => route.revision,
+            Entry::Locked(locked) => locked.revision,
+        }
+    }
+
+    pub fn created_at(&self) -> u64 {
+        match self {
+            Entry::Route(route) => route.created_at,
+            Entry::Locked(locked) => locked.created_at,
+        }
+    }
+
+    pub fn updated_at(&self) -> u64 {
+        match self {
+            Entry::Route(route) => route.updated_at,
+            Entry::Locked(locked) => locked.updated_at,
+        }
+    }
+
+    /// The route, unless it is locked.
+    pub fn route(&self) -> Option<&Arc<Route>> {
+        match self {
+            Entry::Route(route) => Some(route),
+            Entry::Locked(_) => None,
+        }
+    }
+}
+
+impl From<Route> for Entry {
+    fn from(route: Route) -> Entry {
+        Entry::Route(Arc::new(route))
+    }
+}
+
+impl From<LockedRoute> for Entry {
+    fn from(locked: LockedRoute) -> Entry {
+        Entry::Locked(Arc::new(locked))
+    }
+}
 
 /// Every version of a route carries the revision of the store change it comes from
-/// (`Route::revision`; 0 for a route stored before revisions were kept): the table keeps the
-/// newest, whatever order changes are applied in.
+/// ([`Entry::revision`]): the table keeps the newest, whatever order changes are applied in.
 #[derive(Default)]
 pub struct RouteTable {
-    routes: DashMap<Uuid, Arc<Route>>,
+    routes: DashMap<Uuid, Entry>,
     /// Cluster mode: the revision at which each deleted route was deleted, so that a change
     /// older than its deletion, applied late (a cluster node's own write after the follower
     /// applied the deletion), cannot bring it back. A node alone applies its changes one at a
@@ -39,45 +101,53 @@ impl RouteTable {
         self.deleted.len()
     }
 
-    pub fn get(&self, uuid: &Uuid) -> Option<Arc<Route>> {
+    pub fn get(&self, uuid: &Uuid) -> Option<Entry> {
         self.routes.get(uuid).map(|entry| entry.value().clone())
     }
 
     /// Adds a route or replaces the one with the same uuid, atomically for readers.
-    pub fn insert(&self, route: Arc<Route>) {
-        self.routes.insert(route.uuid, route);
+    pub fn insert(&self, entry: Entry) {
+        self.routes.insert(entry.uuid(), entry);
     }
 
-    /// Puts `route` in unless the table holds the same or a newer revision of it, or it was
-    /// deleted at a later revision; the route's answer counts go on from the version it replaces.
+    /// Puts `entry` in unless the table holds the same or a newer revision of it, or it was
+    /// deleted at a later revision; a route's answer counts go on from the route it replaces.
     /// Returns whether it went in.
-    pub fn apply(&self, mut route: Route) -> bool {
-        if let Some(current) = self.get(&route.uuid) {
-            route.statuses = current.statuses.clone();
-            route.stats = current.stats.clone();
-        }
-        self.apply_shared(Arc::new(route))
+    pub fn apply(&self, entry: Entry) -> bool {
+        let entry = match entry {
+            Entry::Route(route) => match (self.get(&route.uuid), Arc::try_unwrap(route)) {
+                (Some(Entry::Route(current)), Ok(mut route)) => {
+                    route.statuses = current.statuses.clone();
+                    route.stats = current.stats.clone();
+                    Entry::Route(Arc::new(route))
+                }
+                (_, Ok(route)) => Entry::Route(Arc::new(route)),
+                (_, Err(shared)) => Entry::Route(shared),
+            },
+            locked => locked,
+        };
+        self.apply_shared(entry)
     }
 
     /// [`RouteTable::apply`] for a route already shared, whose answer counts are its own (an
     /// update hands the old route's on before this).
-    pub fn apply_shared(&self, route: Arc<Route>) -> bool {
-        use dashmap::mapref::entry::Entry;
-        let revision = route.revision;
-        let entry = self.routes.entry(route.uuid);
+    pub fn apply_shared(&self, entry: Entry) -> bool {
+        use dashmap::mapref::entry::Entry as Place;
+        let (uuid, revision) = (entry.uuid(), entry.revision());
+        let place = self.routes.entry(uuid);
         // Checked while the entry is held: a deletion applied meanwhile either is seen here, or
         // its removal waits for this insert and then removes it.
-        if self.deleted.get(&route.uuid).is_some_and(|at| *at >= revision) {
+        if self.deleted.get(&uuid).is_some_and(|at| *at >= revision) {
             return false;
         }
-        match entry {
-            Entry::Occupied(current) if current.get().revision >= revision => false,
-            Entry::Occupied(mut current) => {
-                current.insert(route);
+        match place {
+            Place::Occupied(current) if current.get().revision() >= revision => false,
+            Place::Occupied(mut current) => {
+                current.insert(entry);
                 true
             }
-            Entry::Vacant(place) => {
-                place.insert(route);
+            Place::Vacant(place) => {
+                place.insert(entry);
                 true
             }
         }
@@ -90,15 +160,15 @@ impl RouteTable {
         if self.remembers_deletions {
             self.deleted.entry(uuid).and_modify(|at| *at = (*at).max(revision)).or_insert(revision);
         }
-        self.routes.remove_if(&uuid, |_, route| route.revision < revision).is_some()
+        self.routes.remove_if(&uuid, |_, entry| entry.revision() < revision).is_some()
     }
 
     /// Cluster mode, after a full reload: removes every route `keep` refuses, remembering each as
     /// deleted at revision `at`. Returns how many were removed.
-    pub fn retain(&self, at: u64, keep: impl Fn(&Route) -> bool) -> usize {
+    pub fn retain(&self, at: u64, keep: impl Fn(&Entry) -> bool) -> usize {
         let mut gone = Vec::new();
-        self.routes.retain(|uuid, route| {
-            let kept = keep(route);
+        self.routes.retain(|uuid, entry| {
+            let kept = keep(entry);
             if !kept {
                 gone.push(*uuid);
             }
@@ -118,13 +188,14 @@ impl RouteTable {
 
     /// Every route's uuid and revision, sorted by uuid.
     pub fn revisions(&self) -> Vec<(Uuid, u64)> {
-        let mut all: Vec<(Uuid, u64)> = self.routes.iter().map(|e| (*e.key(), e.value().revision)).collect();
+        let mut all: Vec<(Uuid, u64)> =
+            self.routes.iter().map(|e| (*e.key(), e.value().revision())).collect();
         all.sort_unstable();
         all
     }
 
-    /// Runs `f` on every route, in no particular order.
-    pub fn for_each(&self, mut f: impl FnMut(&Arc<Route>)) {
+    /// Runs `f` on every entry, in no particular order.
+    pub fn for_each(&self, mut f: impl FnMut(&Entry)) {
         for entry in &self.routes {
             f(entry.value());
         }
@@ -161,7 +232,7 @@ mod tests {
         let cluster = RouteTable::cluster();
         for n in 0..100 {
             for table in [&alone, &cluster] {
-                assert!(table.apply(route(n, 2 * n as u64 + 1)));
+                assert!(table.apply(route(n, 2 * n as u64 + 1).into()));
                 assert!(table.delete(Uuid::from_u128(n), 2 * n as u64 + 2));
             }
         }
@@ -173,7 +244,7 @@ mod tests {
         assert_eq!((cluster.len(), cluster.deletions_remembered()), (0, 100));
         // A cluster node's own write applied after the follower applied a later deletion stays
         // out.
-        assert!(!cluster.apply(route(7, 1)));
+        assert!(!cluster.apply(route(7, 1).into()));
         cluster.forget_deletions();
         assert_eq!(cluster.deletions_remembered(), 0);
     }

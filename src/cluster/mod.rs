@@ -170,7 +170,14 @@ impl Database {
         work: impl Future<Output = Result<T, tokio_postgres::Error>>,
     ) -> Result<T, DbError> {
         match tokio::time::timeout(self.timeout, work).await {
-            Ok(done) => done.map_err(sorted),
+            Ok(Ok(done)) => {
+                if !self.status.is_up() {
+                    // Only a follower waiting now is woken: no permit is kept for later.
+                    self.status.answered.notify_waiters();
+                }
+                Ok(done)
+            }
+            Ok(Err(e)) => Err(sorted(e)),
             Err(_) => Err(DbError::Unavailable(format!(
                 "the database did not answer within {} ms (RECAST_DATABASE_TIMEOUT_MS)",
                 self.timeout.as_millis()
@@ -271,6 +278,9 @@ pub struct Status {
     /// Milliseconds after `origin` when the node last knew it had every change; `u64::MAX`: never.
     synced_at: AtomicU64,
     origin: Instant,
+    /// Told when a statement of this node succeeds while the follower counts the database as
+    /// down (a heartbeat, a write): the follower, waiting to reconnect, tries at once.
+    answered: tokio::sync::Notify,
 }
 
 impl Status {
@@ -280,7 +290,13 @@ impl Status {
             revision: AtomicU64::new(0),
             synced_at: AtomicU64::new(u64::MAX),
             origin: Instant::now(),
+            answered: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Completes when a statement of this node next succeeds (see [`Status::answered`]'s field).
+    pub async fn answered(&self) {
+        self.answered.notified().await
     }
 
     pub fn is_up(&self) -> bool {

@@ -30,9 +30,13 @@ impl Database {
                     "UPDATE recast_routes SET revision = $2, updated_at = $3, record = $4
                      WHERE uuid = $1 AND revision = $5 AND record IS NOT NULL"
                 }
-                Write::Delete => {
+                Write::Delete(None) => {
                     "UPDATE recast_routes SET revision = $2, record = NULL, deleted_at = now()
                      WHERE uuid = $1 AND record IS NOT NULL"
+                }
+                Write::Delete(Some(_)) => {
+                    "UPDATE recast_routes SET revision = $2, record = NULL, deleted_at = now()
+                     WHERE uuid = $1 AND record IS NOT NULL AND revision = $3"
                 }
             };
             // The next revision and its history row in one round trip. A row already at that
@@ -64,7 +68,8 @@ impl Database {
                     )
                     .await?
                 }
-                Write::Delete => tx.execute(&write, &[&uuid, &revision]).await?,
+                Write::Delete(None) => tx.execute(&write, &[&uuid, &revision]).await?,
+                Write::Delete(Some(held)) => tx.execute(&write, &[&uuid, &revision, &(*held as i64)]).await?,
             };
             if changed == 0 {
                 // Rolled back when `tx` is dropped. Why: deleted, or changed since this node read it.
@@ -78,6 +83,10 @@ impl Database {
                     (Some(row), Write::Replace(_, held)) => StoreError::Conflict(format!(
                         "route {uuid} was changed on another node meanwhile (it is at revision {}, this \
                          update was made on revision {held}); read it again and retry",
+                        row.get::<_, i64>(0)
+                    )),
+                    (Some(row), Write::Delete(Some(held))) => StoreError::Precondition(format!(
+                        "the route is at version \"{}\" now, not \"{held}\" (`ETag` of GET /v1/routes/{uuid}); read it again, and delete that version",
                         row.get::<_, i64>(0)
                     )),
                     _ => StoreError::NotFound,
@@ -332,7 +341,8 @@ enum Write {
     Create(StoredRoute),
     /// The route, and the revision this node held it at.
     Replace(StoredRoute, u64),
-    Delete,
+    /// A deletion; of the revision given only (`If-Match`).
+    Delete(Option<u64>),
 }
 
 /// The database as the route store of the service.
@@ -355,8 +365,8 @@ impl RouteStore for ClusterStore {
         Box::pin(async move { self.database.change(route.uuid, Write::Replace(route, revision)).await })
     }
 
-    fn delete(&self, uuid: Uuid) -> Pending<'_, u64> {
-        Box::pin(async move { self.database.change(uuid, Write::Delete).await })
+    fn delete(&self, uuid: Uuid, revision: Option<u64>) -> Pending<'_, u64> {
+        Box::pin(async move { self.database.change(uuid, Write::Delete(revision)).await })
     }
 
     fn page(&self, limit: usize, cursor: Option<Cursor>) -> Pending<'_, Page> {

@@ -88,7 +88,7 @@ pub struct RouteConfig {
 
 impl RouteConfig {
     /// A configuration with no upstream of its own and nothing else set: what a composed route's
-    /// is made from (its sources added), and a route whose record cannot be opened shows.
+    /// is made from (its sources added).
     pub fn without_upstream(path: String, method: String, auth: Auth, rules: String) -> RouteConfig {
         RouteConfig {
             path,
@@ -114,6 +114,50 @@ impl RouteConfig {
             forward_headers: Vec::new(),
             templates: false,
         }
+    }
+}
+
+/// Deepest a stored JSON member (a body, the rules) may nest: what `GET /v1/routes/{uuid}` can
+/// show back, and what a registration body can carry (the JSON reader's bound).
+pub const SHOWN_DEPTH: usize = 127;
+
+/// A stored JSON member as `GET /v1/routes/{uuid}` shows it: rewritten without white space, its
+/// members in their order; or why it cannot be shown (it is then never shown as `null`, which
+/// saving the view back would store).
+pub fn shown(text: &str) -> Result<Box<serde_json::value::RawValue>, String> {
+    let mut buf = text.as_bytes().to_vec();
+    let mut out = Vec::with_capacity(text.len());
+    crate::json::with_parsed(&mut buf, SHOWN_DEPTH, |nodes| crate::json::write::value(&mut out, nodes, 0))
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8(out).map_err(|e| e.to_string())?;
+    serde_json::value::RawValue::from_string(text).map_err(|e| e.to_string())
+}
+
+impl RouteConfig {
+    /// Problems of members `GET` could not show back (see [`shown`]), each at its place.
+    pub fn unshowable(&self) -> Vec<Problem> {
+        let mut members: Vec<(String, &str)> = vec![("/rulesAsString".to_owned(), self.rules.as_str())];
+        if let Some(body) = &self.body {
+            members.push(("/originalRoute/body".to_owned(), body));
+        }
+        if let Some(body) = &self.pre_body {
+            members.push(("/preConfiguredBody".to_owned(), body));
+        }
+        for source in &self.sources {
+            if let Some(body) = &source.body {
+                let mut at = "/sources".to_owned();
+                crate::json::push_pointer(&mut at, &source.name);
+                members.push((format!("{at}/body"), body));
+            }
+        }
+        members
+            .into_iter()
+            .filter_map(|(at, text)| {
+                shown(text).err().map(|why| {
+                    Problem::new(at, format!("it could not be shown back by GET /v1/routes/{{uuid}} ({why})"))
+                })
+            })
+            .collect()
     }
 }
 
@@ -197,8 +241,19 @@ pub struct Route {
     /// This version's number in the process, unique: cached answers are kept by it, so a new
     /// version never reads an older one's.
     pub serial: u64,
-    /// A stored route the key ring cannot open ([`Route::locked`]).
-    pub locked: bool,
+}
+
+/// A stored route whose record the key ring cannot open (it names a key the ring lacks): its
+/// configuration, path included, is unknown until the key is given back. It is listed, answers
+/// 503 with `why` at any path under its uuid, and takes `DELETE` only: an update could not
+/// keep what it cannot read.
+#[derive(Debug)]
+pub struct LockedRoute {
+    pub uuid: Uuid,
+    pub created_at: u64,
+    pub updated_at: u64,
+    pub revision: u64,
+    pub why: String,
 }
 
 /// Where a route's calls go: one upstream, or the sources of a composition. Either is run as a
@@ -268,29 +323,6 @@ impl Route {
             stats: Default::default(),
             revision: 0,
             serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            locked: false,
-        }
-    }
-
-    /// A stored route whose record the key ring cannot open (it names a key the ring lacks): it
-    /// is listed and answers 503 with `why` at any path under its uuid, its configuration
-    /// unknown, until the key is given back.
-    pub fn locked(uuid: Uuid, created_at: u64, updated_at: u64, revision: u64, why: String) -> Route {
-        let config =
-            RouteConfig::without_upstream(String::new(), "GET".to_owned(), Auth::None, String::new());
-        Route {
-            uuid,
-            created_at,
-            updated_at,
-            config,
-            method: Method::GET,
-            rules: Err(Vec::new()),
-            upstream: Err(why),
-            statuses: Default::default(),
-            stats: Default::default(),
-            revision,
-            serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            locked: true,
         }
     }
 
@@ -318,7 +350,6 @@ impl Route {
     /// Why the route cannot serve calls, if it cannot.
     pub fn broken(&self) -> Option<String> {
         match (&self.rules, &self.upstream) {
-            (_, Err(why)) if self.locked => Some(why.clone()),
             (Err(problems), _) => Some(format!(
                 "its rules no longer compile: {}",
                 problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; ")

@@ -233,7 +233,9 @@ impl Registration {
                 problems.push(Problem::new("/path", "the path of a route cannot change"));
                 fixed.to_owned()
             }
-            (_, Some(fixed)) => fixed.to_owned(),
+            // The stored path is checked as a given one is: an update never stores one that a
+            // registration could not have.
+            (_, Some(fixed)) => route_path(fixed, &mut problems),
             (Some(path), None) => route_path(path, &mut problems),
             (None, None) => {
                 problems.push(Problem::new("/path", "missing required member `path`"));

@@ -430,3 +430,22 @@ fn requests_are_the_same_when_every_part_is_and_then_share_a_fingerprint() {
         others.iter().map(|(_, r)| r.fingerprint()).chain([reference.fingerprint()]).collect();
     assert_eq!(fingerprints.len(), others.len() + 1);
 }
+
+/// A member `GET /v1/routes/{uuid}` could not show back is a problem at its place; what a
+/// registration body can carry (at most 127 levels) always can be.
+#[test]
+fn what_cannot_be_shown_back_is_located() {
+    let json = r#"{"path":"p","originalRoute":{"originalApi":{"baseUrl":"https://a.example"},"path":"","method":"POST"},
+        "rulesAsString":{"newBodyFields":{"a":{"key":"a","type":"String"}},"oldBodyFields":{"a":{"keys":["a"]}}}}"#;
+    let registration: Registration = serde_json::from_str(json).expect("a registration");
+    let mut config = registration.validate(false, None).expect("valid");
+    let nested = |levels: usize| format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+    config.body = Some(nested(crate::route::SHOWN_DEPTH));
+    assert!(config.unshowable().is_empty());
+    config.body = Some(nested(crate::route::SHOWN_DEPTH + 1));
+    config.pre_body = Some(nested(200));
+    let problems = config.unshowable();
+    let at: Vec<&str> = problems.iter().map(|p| p.location.as_str()).collect();
+    assert_eq!(at, ["/originalRoute/body", "/preConfiguredBody"]);
+    assert!(problems[0].message.contains("could not be shown back"), "{problems:?}");
+}

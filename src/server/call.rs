@@ -20,6 +20,7 @@ use crate::exec;
 use crate::json::JsonError;
 use crate::metrics::{CacheCounts, Endpoint, Metrics, PanicSite, UpstreamErrorKind};
 use crate::route::{CacheSettings, CallError, FromClient, Route};
+use crate::table::Entry;
 use crate::telemetry::{Kind, Span, keys};
 use crate::trace_context::TraceParent;
 use crate::upstream::{Answer, Freshness, MediaType, UpstreamRequest};
@@ -161,10 +162,13 @@ async fn forward(
 ) -> Result<Response, ApiError> {
     let uuid = Uuid::try_parse(uuid).map_err(|_| ApiError::NotFound)?;
     state.loaded()?;
-    let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
+    let route = match state.table.get(&uuid).ok_or(ApiError::NotFound)? {
+        Entry::Route(route) => route,
+        // A route the key ring cannot open has no known path: any path under its uuid is told why.
+        Entry::Locked(locked) => return Err(ApiError::RouteUnavailable(locked.why.clone())),
+    };
     let route = &*called.insert(route);
-    // A route the key ring cannot open has no known path: any path under its uuid is told why.
-    if !route.locked && !same_path(route_path, &route.config.path) {
+    if !same_path(route_path, &route.config.path) {
         return Err(ApiError::NotFound);
     }
     if let Some(why) = route.broken() {

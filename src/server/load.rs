@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::State;
 use crate::metrics::RulesSource;
-use crate::route::Route;
+use crate::route::{LockedRoute, Route};
 use crate::storage::{RawRecord, StorageError, Store};
+use crate::table::Entry;
 
 /// Loads and compiles every route `store` holds into the table, decoding and compiling on one thread
 /// per core while this one reads the store. A route that no longer compiles stays, and answers
@@ -38,11 +39,11 @@ pub(super) fn load_routes(state: &State, store: &Store) {
                                     Ok((stored, revision)) => {
                                         Route::from_stored(stored, limits).map(|mut route| {
                                             route.revision = revision;
-                                            route
+                                            Entry::from(route)
                                         })
                                     }
                                     // Sealed by a key the ring lacks: listed, answering 503.
-                                    Err(e) => locked(&e).ok_or_else(|| e.to_string()),
+                                    Err(e) => locked(&e, None).ok_or_else(|| e.to_string()),
                                 };
                                 counts.add(state, route);
                             }
@@ -83,11 +84,18 @@ pub(super) fn load_routes(state: &State, store: &Store) {
     );
 }
 
-/// The route of a record sealed by a key the ring lacks ([`Route::locked`]).
-pub(super) fn locked(e: &StorageError) -> Option<Route> {
+/// What the table holds for a record sealed by a key the ring lacks ([`LockedRoute`]), at
+/// `revision` when the caller knows it (a change of the database), else at the record's own.
+pub(super) fn locked(e: &StorageError, revision: Option<u64>) -> Option<Entry> {
     match e {
-        StorageError::KeyMissing { uuid, created_at, updated_at, revision, .. } => {
-            Some(Route::locked(*uuid, *created_at, *updated_at, revision.unwrap_or(0), e.to_string()))
+        StorageError::KeyMissing { uuid, created_at, updated_at, revision: sealed, .. } => {
+            Some(Entry::from(LockedRoute {
+                uuid: *uuid,
+                created_at: *created_at,
+                updated_at: *updated_at,
+                revision: revision.or(*sealed).unwrap_or(0),
+                why: e.to_string(),
+            }))
         }
         _ => None,
     }
@@ -103,18 +111,24 @@ struct Loaded {
 
 impl Loaded {
     /// Puts a loaded route in the table, or logs why it could not be loaded.
-    fn add(&mut self, state: &State, route: Result<Route, String>) {
-        match route {
-            Ok(route) => {
-                if let Some(why) = route.broken() {
-                    self.broken += 1;
-                    if route.rules.is_err() {
-                        state.metrics.compile_failure(RulesSource::Stored);
+    fn add(&mut self, state: &State, entry: Result<Entry, String>) {
+        match entry {
+            Ok(entry) => {
+                let why = match &entry {
+                    Entry::Route(route) => {
+                        if route.rules.is_err() {
+                            state.metrics.compile_failure(RulesSource::Stored);
+                        }
+                        route.broken()
                     }
-                    tracing::error!(uuid = %route.uuid, %why, "stored route cannot serve calls; it answers 503");
+                    Entry::Locked(locked) => Some(locked.why.clone()),
+                };
+                if let Some(why) = why {
+                    self.broken += 1;
+                    tracing::error!(uuid = %entry.uuid(), %why, "stored route cannot serve calls; it answers 503");
                 }
                 self.loaded += 1;
-                state.table.insert(Arc::new(route));
+                state.table.insert(entry);
             }
             Err(why) => {
                 self.unreadable += 1;

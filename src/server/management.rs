@@ -2,7 +2,6 @@
 //! `/v1/routes/{uuid}`. Secrets are never shown: a stored token reads `"***"`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use http::StatusCode;
 use serde::Serialize;
@@ -11,10 +10,10 @@ use uuid::Uuid;
 
 use super::reply::json;
 use super::{ApiError, Response, State};
-use crate::json::{self as tape, write};
 use crate::logging::logged;
-use crate::route::{Auth, CacheSettings, MASK, Route};
+use crate::route::{Auth, CacheSettings, LockedRoute, MASK, Route};
 use crate::storage::Cursor;
+use crate::table::Entry;
 use crate::upstream::BreakerScope;
 
 /// Routes per page when `limit` is not given, and the most a page may hold.
@@ -38,7 +37,9 @@ impl Filter {
         self.path.is_none() && self.host.is_none()
     }
 
-    fn keeps(&self, route: &Route) -> bool {
+    fn keeps(&self, entry: &Entry) -> bool {
+        // A locked route's path and upstream are unknown: it matches no filter.
+        let Entry::Route(route) = entry else { return self.is_empty() };
         let holds = |text: &str, part: &str| text.to_ascii_lowercase().contains(part);
         let host = |base: &str| url::Url::parse(base).ok().and_then(|u| u.host_str().map(str::to_owned));
         self.path.as_deref().is_none_or(|part| holds(&route.config.path, part))
@@ -77,7 +78,7 @@ pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response,
     }
     let limits = state.config.limits();
     let route_of = |stored: crate::storage::StoredRoute| {
-        state.table.get(&stored.uuid).or_else(|| Route::from_stored(stored, &limits).ok().map(Arc::new))
+        state.table.get(&stored.uuid).or_else(|| Route::from_stored(stored, &limits).ok().map(Entry::from))
     };
     let (routes, next) = if filter.is_empty() {
         let page = state.stored(state.store.page(limit, cursor).await)?;
@@ -91,7 +92,7 @@ pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response,
             for (i, stored) in page.stored.into_iter().enumerate() {
                 scanned += 1;
                 let at = Cursor::after(stored.created_at, stored.uuid);
-                if let Some(route) = route_of(stored).filter(|route| filter.keeps(route)) {
+                if let Some(route) = route_of(stored).filter(|entry| filter.keeps(entry)) {
                     kept.push(route);
                 }
                 if kept.len() == limit || scanned >= MAX_SCANNED {
@@ -106,7 +107,7 @@ pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response,
         };
         (kept, next)
     };
-    let views: Vec<RouteView<'_>> = routes.iter().map(|route| RouteView::of(route)).collect();
+    let views = routes.iter().map(View::of).collect::<Result<Vec<_>, _>>()?;
     let body = serde_json::to_vec(&Listing { routes: views, next_cursor: next.as_deref() })
         .map_err(|e| ApiError::Storage(e.to_string()))?;
     Ok(json(StatusCode::OK, body))
@@ -115,7 +116,7 @@ pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response,
 pub(super) fn show(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
     state.loaded()?;
     let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
-    let body = serde_json::to_vec(&RouteView::of(&route)).map_err(|e| ApiError::Storage(e.to_string()))?;
+    let body = serde_json::to_vec(&View::of(&route)?).map_err(|e| ApiError::Storage(e.to_string()))?;
     let mut response = json(StatusCode::OK, body);
     if let Ok(tag) = http::HeaderValue::try_from(super::reply::etag(&route)) {
         response.headers_mut().insert(http::header::ETAG, tag);
@@ -130,14 +131,17 @@ pub(super) async fn delete(
 ) -> Result<Response, ApiError> {
     state.loaded()?;
     let _writing = state.writes.lock().await;
-    // With `If-Match`, only the version it names is deleted.
+    // With `If-Match`, only the version it names is deleted: checked here against this node's
+    // copy, and by the store as it deletes (in a cluster, the database may hold a newer one).
+    let mut version = None;
     if headers.contains_key(http::header::IF_MATCH) {
         let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
         super::reply::if_match(headers, &route)?;
+        version = Some(route.revision());
     }
     // The store decides whether there is such a route (in a cluster, it may be there before this
     // node has it). Gone from the store first: once the answer says so, no restart brings it back.
-    let revision = state.stored(state.store.delete(uuid).await)?;
+    let revision = state.stored(state.store.delete(uuid, version).await)?;
     state.table.delete(uuid, revision);
     state.cache.drop_route(uuid);
     logged!(tracing::Level::INFO, %uuid, "route deleted");
@@ -150,8 +154,9 @@ pub(super) async fn delete(
 /// the upstream calls under way from storing theirs; the next call goes upstream.
 pub(super) fn purge(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
     state.loaded()?;
-    if state.table.get(&uuid).is_none() {
-        return Err(ApiError::NotFound);
+    match state.table.get(&uuid).ok_or(ApiError::NotFound)? {
+        Entry::Route(_) => {}
+        Entry::Locked(locked) => return Err(locked_refusal(&locked)),
     }
     state.cache.drop_route(uuid);
     logged!(tracing::Level::INFO, %uuid, "cached answers purged");
@@ -174,9 +179,12 @@ pub(super) fn stats(state: &State, uuid: Uuid, query: Option<&str>) -> Result<Re
             })?);
         }
     }
-    let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
     // `N` minutes: the current minute and the whole ones before it, at least `N` minutes back.
-    let summary = route.stats.summary(minutes);
+    let summary = match state.table.get(&uuid).ok_or(ApiError::NotFound)? {
+        Entry::Route(route) => route.stats.summary(minutes),
+        // Its calls are answered before any route serves them: it has none of its own.
+        Entry::Locked(_) => crate::metrics::RouteStats::default().summary(minutes),
+    };
     let errors: BTreeMap<&str, u64> = super::problem::SLUGS
         .iter()
         .zip(summary.errors)
@@ -219,8 +227,54 @@ struct LatencyView {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Listing<'a> {
-    routes: Vec<RouteView<'a>>,
+    routes: Vec<View<'a>>,
     next_cursor: Option<&'a str>,
+}
+
+/// The answer to a change of a route the key ring cannot open: 409, it takes `DELETE` only.
+pub(super) fn locked_refusal(locked: &LockedRoute) -> ApiError {
+    ApiError::Conflict(format!(
+        "route {} cannot be read ({}); until its key is given back it takes DELETE only",
+        locked.uuid, locked.why
+    ))
+}
+
+/// A table entry as management shows it.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum View<'a> {
+    Route(Box<RouteView<'a>>),
+    Locked(LockedView<'a>),
+}
+
+impl<'a> View<'a> {
+    fn of(entry: &'a Entry) -> Result<View<'a>, ApiError> {
+        Ok(match entry {
+            Entry::Route(route) => View::Route(Box::new(RouteView::of(route)?)),
+            Entry::Locked(locked) => View::Locked(LockedView {
+                uuid: locked.uuid,
+                status: "locked",
+                problem: &locked.why,
+                created_at: locked.created_at,
+                updated_at: locked.updated_at,
+                revision: (locked.revision != 0).then_some(locked.revision),
+            }),
+        })
+    }
+}
+
+/// A stored route the key ring cannot open: what is known of it without the key.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LockedView<'a> {
+    uuid: Uuid,
+    /// `locked`.
+    status: &'static str,
+    problem: &'a str,
+    created_at: u64,
+    updated_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    revision: Option<u64>,
 }
 
 /// A route as management shows it: its registration as given (rules and bodies as the client
@@ -396,70 +450,80 @@ fn tls_view(tls: &crate::upstream::TlsSettings) -> TlsView<'_> {
 }
 
 impl<'a> RouteView<'a> {
-    fn of(route: &'a Route) -> RouteView<'a> {
+    /// The view of `route`, or a failure when a stored member cannot be read back (never shown
+    /// as `null`: saving such a view would store `null`). Registration refuses what could not be.
+    fn of(route: &'a Route) -> Result<RouteView<'a>, ApiError> {
         let c = &route.config;
-        let raw = |text: &Option<String>| text.as_deref().and_then(compact);
+        let unreadable = |member: &str, why: String| {
+            ApiError::Storage(format!("the stored {member} of route {} cannot be shown: {why}", route.uuid))
+        };
+        let raw = |member: &str, text: &Option<String>| -> Result<Option<Box<RawValue>>, ApiError> {
+            text.as_deref()
+                .map(|text| crate::route::shown(text).map_err(|why| unreadable(member, why)))
+                .transpose()
+        };
         let (auth_header, auth) = auth_view(&c.auth);
         let problem = route.broken();
-        RouteView {
-            uuid: route.uuid,
-            path: route.public_path(),
-            method: &c.method,
-            original_route: c.sources.is_empty().then(|| OriginalRouteView {
+        let original_route = match c.sources.is_empty() {
+            true => Some(OriginalRouteView {
                 original_api: BaseUrlView { base_url: &c.base_url },
                 path: &c.upstream_path,
                 method: &c.upstream_method,
                 headers: &c.headers,
                 queries: &c.queries,
-                body: raw(&c.body),
+                body: raw("originalRoute.body", &c.body)?,
             }),
-            sources: (!c.sources.is_empty()).then(|| {
-                c.sources
+            false => None,
+        };
+        let mut sources = BTreeMap::new();
+        for source in &c.sources {
+            let view = SourceView {
+                original_api: BaseUrlView { base_url: &source.base_url },
+                path: &source.path,
+                method: &source.method,
+                headers: source
+                    .headers
                     .iter()
-                    .map(|source| {
-                        let view = SourceView {
-                            original_api: BaseUrlView { base_url: &source.base_url },
-                            path: &source.path,
-                            method: &source.method,
-                            headers: source
-                                .headers
-                                .iter()
-                                .map(|(name, value)| {
-                                    let masked = name.eq_ignore_ascii_case("authorization");
-                                    (name.as_str(), if masked { MASK } else { value.as_str() })
-                                })
-                                .collect(),
-                            queries: &source.queries,
-                            body: raw(&source.body),
-                            auth_header: match &source.auth {
-                                Auth::Runtime => {
-                                    Some(AuthHeaderView { kind: "Runtime", token: None, oauth2: None })
-                                }
-                                auth => auth_view(auth).0,
-                            },
-                            retry: source.retry.as_ref(),
-                            rate_limit: source.rate_limit.as_ref(),
-                            tls: source.tls.as_ref().map(tls_view),
-                            http2: source.http2_prior_knowledge.then_some("prior-knowledge"),
-                            after: &source.after,
-                            when: source.when.as_deref(),
-                            for_each: source.for_each.as_deref(),
-                            max_calls: source.for_each.as_ref().map(|_| source.max_calls),
-                            concurrency: source.for_each.as_ref().map(|_| source.concurrency),
-                            optional: source.optional,
-                            timeout_ms: source.timeout_ms,
-                        };
-                        (source.name.as_str(), view)
+                    .map(|(name, value)| {
+                        let masked = name.eq_ignore_ascii_case("authorization");
+                        (name.as_str(), if masked { MASK } else { value.as_str() })
                     })
-                    .collect()
-            }),
+                    .collect(),
+                queries: &source.queries,
+                body: raw("body of a source", &source.body)?,
+                auth_header: match &source.auth {
+                    Auth::Runtime => Some(AuthHeaderView { kind: "Runtime", token: None, oauth2: None }),
+                    auth => auth_view(auth).0,
+                },
+                retry: source.retry.as_ref(),
+                rate_limit: source.rate_limit.as_ref(),
+                tls: source.tls.as_ref().map(tls_view),
+                http2: source.http2_prior_knowledge.then_some("prior-knowledge"),
+                after: &source.after,
+                when: source.when.as_deref(),
+                for_each: source.for_each.as_deref(),
+                max_calls: source.for_each.as_ref().map(|_| source.max_calls),
+                concurrency: source.for_each.as_ref().map(|_| source.concurrency),
+                optional: source.optional,
+                timeout_ms: source.timeout_ms,
+            };
+            sources.insert(source.name.as_str(), view);
+        }
+        Ok(RouteView {
+            uuid: route.uuid,
+            path: route.public_path(),
+            method: &c.method,
+            original_route,
+            sources: (!sources.is_empty()).then_some(sources),
             forward_headers: &c.forward_headers,
             pre_configured_queries: &c.pre_queries,
             pre_configured_headers: &c.pre_headers,
-            pre_configured_body: raw(&c.pre_body),
+            pre_configured_body: raw("preConfiguredBody", &c.pre_body)?,
             auth_header,
             auth,
-            rules_as_string: compact(&c.rules),
+            rules_as_string: Some(
+                crate::route::shown(&c.rules).map_err(|why| unreadable("rulesAsString", why))?,
+            ),
             cache: c.cache.as_ref(),
             retry: c.retry.as_ref(),
             rate_limit: c.rate_limit.as_ref(),
@@ -471,14 +535,6 @@ impl<'a> RouteView<'a> {
             status: if problem.is_some() { "unavailable" } else { "ok" },
             problem,
             revision: (route.revision != 0).then_some(route.revision),
-        }
+        })
     }
-}
-
-/// JSON text rewritten without white space, members in their order.
-fn compact(text: &str) -> Option<Box<RawValue>> {
-    let mut buf = text.as_bytes().to_vec();
-    let mut out = Vec::with_capacity(text.len());
-    tape::with_parsed(&mut buf, 64, |nodes| write::value(&mut out, nodes, 0)).ok()?;
-    RawValue::from_string(String::from_utf8(out).ok()?).ok()
 }

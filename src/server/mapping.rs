@@ -18,6 +18,7 @@ use crate::route::{
     CallError, FromClient, MAPPED_AUTH, Registration, Route, RouteConfig, SampleRequest, shape,
 };
 use crate::rules::{Problem, compile_json};
+use crate::table::Entry;
 use crate::upstream::UpstreamError;
 
 pub(super) async fn register(state: &State, request: Request) -> Result<Response, ApiError> {
@@ -30,7 +31,7 @@ pub(super) async fn register(state: &State, request: Request) -> Result<Response
     let live = live_call(state, &route, &parts.headers, &sample).await?;
     route.revision = state.stored(state.store.create(route.to_stored()).await)?;
     let route = Arc::new(route);
-    state.table.apply_shared(route.clone());
+    state.table.apply_shared(Entry::Route(route.clone()));
     logged!(tracing::Level::INFO, uuid = %route.uuid, path = %route.config.path, "route registered");
     let mut response = registered(StatusCode::CREATED, &route, &live);
     if let Ok(location) = HeaderValue::try_from(route.public_path()) {
@@ -41,14 +42,19 @@ pub(super) async fn register(state: &State, request: Request) -> Result<Response
 
 pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Result<Response, ApiError> {
     state.loaded()?;
-    let existing = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
     let (parts, body) = request.into_parts();
-    if_match(&parts.headers, &existing)?;
+    let entry = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
+    if_match(&parts.headers, &entry)?;
+    // A route the key ring cannot open takes DELETE only: its configuration, path included, is
+    // unknown, and whatever an update stored would replace it.
+    let existing = match entry {
+        Entry::Route(route) => route,
+        Entry::Locked(locked) => return Err(super::management::locked_refusal(&locked)),
+    };
     let body = read_body(state, &parts.headers, body).await?;
     let (config, sample) = validated(state, &body, &parts.headers, Some(&existing.config))?;
-    // Each version's `updatedAt` is later than the one before: it is the version's `ETag`.
-    let updated_at = now_ms().max(existing.updated_at + 1);
-    let mut route = Route::new(uuid, existing.created_at, updated_at, config, &state.config.limits());
+    let mut route =
+        Route::new(uuid, existing.created_at, existing.updated_at, config, &state.config.limits());
     // The route's answer counts go on across the change.
     route.statuses = existing.statuses.clone();
     route.stats = existing.stats.clone();
@@ -58,16 +64,22 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     let now = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
     // Another change may have landed during the live call: `If-Match` names the version it edits.
     if_match(&parts.headers, &now)?;
-    // In cluster mode the database takes it only if it still holds the version this update began
-    // from: two nodes updating at once get one 200 and one 409, never two overwrites.
+    if let Entry::Locked(locked) = &now {
+        return Err(super::management::locked_refusal(locked));
+    }
+    // Later than the version it replaces, whatever the clock says.
+    route.updated_at = now_ms().max(now.updated_at() + 1);
+    // The store gives the version its revision as it writes it (the `ETag`). In cluster mode the
+    // database takes it only if it still holds the version this update began from: two nodes
+    // updating at once get one 200 and one 409, never two overwrites.
     route.revision = state.stored(state.store.replace(route.to_stored(), existing.revision).await)?;
     let route = Arc::new(route);
-    state.table.apply_shared(route.clone());
+    state.table.apply_shared(Entry::Route(route.clone()));
     state.cache.drop_route(uuid);
     logged!(tracing::Level::INFO, uuid = %uuid, "route updated");
     let mut response = registered(StatusCode::OK, &route, &live);
     // The version it made, for the next change's `If-Match`.
-    if let Ok(tag) = HeaderValue::try_from(etag(&route)) {
+    if let Ok(tag) = HeaderValue::try_from(etag(&Entry::Route(route))) {
         response.headers_mut().insert(header::ETAG, tag);
     }
     Ok(response)
@@ -81,7 +93,10 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
 /// real, with the route's method and credentials.
 pub(super) async fn try_route(state: &State, request: Request, uuid: Uuid) -> Result<Response, ApiError> {
     state.loaded()?;
-    let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
+    let route = match state.table.get(&uuid).ok_or(ApiError::NotFound)? {
+        Entry::Route(route) => route,
+        Entry::Locked(locked) => return Err(super::management::locked_refusal(&locked)),
+    };
     if let Some(why) = route.broken() {
         return Err(ApiError::RouteUnavailable(why));
     }
@@ -163,7 +178,14 @@ fn validated(
             &state.config.limits(),
         ) {
             // The rules are compiled with the route (`Route::new`), and their problems told then.
-            Ok(config) if masks.is_empty() => return Ok((config, sample)),
+            // What `GET` could not show back is refused: a view saved back would lose it.
+            Ok(config) if masks.is_empty() => {
+                let unshowable = config.unshowable();
+                if unshowable.is_empty() {
+                    return Ok((config, sample));
+                }
+                problems = unshowable;
+            }
             Ok(_) => problems = masks,
             Err(found) => {
                 problems = masks.iter().cloned().chain(found.into_iter().filter(|p| !told(p))).collect()

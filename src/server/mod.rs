@@ -158,6 +158,7 @@ impl State {
         result.map_err(|e| match e {
             StoreError::Unavailable(why) => ApiError::StoreUnavailable(why),
             StoreError::Conflict(why) => ApiError::Conflict(why),
+            StoreError::Precondition(why) => ApiError::PreconditionFailed(why),
             StoreError::ResealRefused(why) => ApiError::ResealRefused(why),
             StoreError::NotFound => ApiError::NotFound,
             StoreError::Failed(why) => ApiError::Storage(why),

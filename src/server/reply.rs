@@ -77,16 +77,17 @@ async fn read_limited(
     Ok(buf)
 }
 
-/// A route version's entity tag (RFC 9110 §8.8.3): its `updatedAt`, which every change of the
-/// route moves forward (`GET /v1/routes/{uuid}` answers it as `ETag`).
-pub(super) fn etag(route: &crate::route::Route) -> String {
-    format!("\"{}\"", route.updated_at)
+/// A route version's entity tag (RFC 9110 §8.8.3): its revision, which only the store gives, as
+/// it writes the change, and which every change of any route moves forward (`GET
+/// /v1/routes/{uuid}` answers it as `ETag`). Two versions never share one, whatever their clocks.
+pub(super) fn etag(route: &crate::table::Entry) -> String {
+    format!("\"{}\"", route.revision())
 }
 
 /// `If-Match` (RFC 9110 §13.1.1) against the route as it is now: a change that names another
 /// version is refused with 412 (strong comparison: a weak tag never matches; `*` matches any
 /// route there is). Without the header, any version is changed.
-pub(super) fn if_match(headers: &HeaderMap, route: &crate::route::Route) -> Result<(), ApiError> {
+pub(super) fn if_match(headers: &HeaderMap, route: &crate::table::Entry) -> Result<(), ApiError> {
     let mut given = headers.get_all(header::IF_MATCH).iter().peekable();
     if given.peek().is_none() {
         return Ok(());
@@ -98,7 +99,7 @@ pub(super) fn if_match(headers: &HeaderMap, route: &crate::route::Route) -> Resu
     }
     Err(ApiError::PreconditionFailed(format!(
         "the route is at version {now} now (`ETag` of GET /v1/routes/{}); read it again, and change that version",
-        route.uuid
+        route.uuid()
     )))
 }
 

@@ -23,6 +23,7 @@ use super::{
 use crate::config::RouteLabel;
 use crate::logging::logged;
 use crate::metrics::{Endpoint, Gauges, PanicSite};
+use crate::table::Entry;
 
 /// Answers one request that hyper read, from `peer`.
 pub(super) async fn handle(state: &State, request: Request, peer: Option<IpAddr>) -> Response {
@@ -224,11 +225,16 @@ pub const ALL_ROUTES: &str = "all_routes";
 fn metrics(state: &State) -> Response {
     let (mut loaded, mut broken) = (0, 0);
     let mut called = Vec::new();
-    state.table.for_each(|route| {
+    state.table.for_each(|entry| {
         loaded += 1;
-        broken += usize::from(!route.serves());
-        if !route.statuses.is_empty() {
-            called.push((route.uuid, route.statuses.clone()));
+        match entry {
+            Entry::Route(route) => {
+                broken += usize::from(!route.serves());
+                if !route.statuses.is_empty() {
+                    called.push((route.uuid, route.statuses.clone()));
+                }
+            }
+            Entry::Locked(_) => broken += 1,
         }
     });
     let gauges = Gauges {

@@ -9,7 +9,8 @@
 //! notification costs at most one interval; every statement has a deadline, so a connection
 //! that swallows traffic is noticed. When the feed says the node must load everything (no
 //! snapshot, a recreated or restored database, pruned tombstones), it does, in pages, and then
-//! removes what the database no longer holds. Reconnects back off exponentially with jitter.
+//! removes what the database no longer holds. Reconnects back off exponentially with jitter, up to
+//! one sync interval, and at once when another statement of the node succeeds.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use crate::cluster::{Change, Database, DbError, Feed, Plan, Reading};
 use crate::metrics::{PanicSite, RulesSource};
 use crate::route::Route;
 use crate::storage::{self, Position, Store};
+use crate::table::Entry;
 use crate::tasks::Tasks;
 use crate::upstream::UpstreamClient;
 
@@ -55,7 +57,12 @@ pub(super) async fn follow(
             routes = follower.state.table.len(),
             "the route database cannot be followed; the routes loaded keep serving, changes wait"
         );
-        tokio::time::sleep(wait).await;
+        // The database answering one of this node's other statements (its heartbeat, a write)
+        // ends the wait: changes made as it came back reach this node at once.
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = follower.database.status.answered() => {}
+        }
     }
 }
 
@@ -94,8 +101,9 @@ impl Follower {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let retention = Duration::from_millis(config.tombstone_retention_ms);
         // Pruning is cheap but needs no hurry: at most once a minute, or each retention period.
+        // (Not `clamp`: a sync interval longer than a minute would be a floor above its ceiling.)
         let prune_every =
-            retention.clamp(Duration::from_millis(config.sync_interval_ms), Duration::from_secs(60));
+            retention.min(Duration::from_secs(60)).max(Duration::from_millis(config.sync_interval_ms));
         let mut pruned_at: Option<Instant> = None;
         loop {
             if let Err(e) = self.catch_up(&mut feed, position).await {
@@ -195,8 +203,8 @@ impl Follower {
         let (loaded, database, snapshot) = (state.clone(), self.database.clone(), self.snapshot.clone());
         self.blocking(move || {
             // Routes this node wrote after the reload's view was taken stay.
-            let removed = loaded.table.retain(target.revision, |route| {
-                seen.contains(&route.uuid) || (comparable && route.revision > target.revision)
+            let removed = loaded.table.retain(target.revision, |entry| {
+                seen.contains(&entry.uuid()) || (comparable && entry.revision() > target.revision)
             });
             tracing::info!(
                 routes = loaded.table.len(),
@@ -256,19 +264,24 @@ impl Follower {
                             state.cache.drop_route(change.uuid);
                         }
                     }
-                    Some(Ok(mut route)) => {
-                        route.revision = change.revision;
-                        if let Some(why) = route.broken() {
-                            if route.rules.is_err() {
-                                state.metrics.compile_failure(RulesSource::Stored);
+                    Some(Ok(entry)) => {
+                        let why = match &entry {
+                            Entry::Route(route) => {
+                                if route.rules.is_err() {
+                                    state.metrics.compile_failure(RulesSource::Stored);
+                                }
+                                route.broken()
                             }
-                            tracing::error!(uuid = %route.uuid, %why, "route from the database cannot serve calls; it answers 503");
+                            Entry::Locked(locked) => Some(locked.why.clone()),
+                        };
+                        let uuid = entry.uuid();
+                        if let Some(why) = why {
+                            tracing::error!(%uuid, %why, "route from the database cannot serve calls; it answers 503");
                         }
-                        let uuid = route.uuid;
                         let changed = if comparable {
-                            state.table.apply(route)
+                            state.table.apply(entry)
                         } else {
-                            state.table.insert(Arc::new(route));
+                            state.table.insert(entry);
                             true
                         };
                         if changed {
@@ -304,7 +317,7 @@ impl Follower {
 }
 
 /// Unseals and compiles each change's route (`None` for a tombstone), on one thread per core.
-fn compile(state: &State, database: &Database, changes: &[Change]) -> Vec<Option<Result<Route, String>>> {
+fn compile(state: &State, database: &Database, changes: &[Change]) -> Vec<Option<Result<Entry, String>>> {
     let limits = state.config.limits();
     let key = database.key();
     let threads = crate::config::cores().min(changes.len().div_ceil(64)).max(1);
@@ -319,9 +332,13 @@ fn compile(state: &State, database: &Database, changes: &[Change]) -> Vec<Option
                         .map(|change| {
                             change.record.as_ref().map(|record| {
                                 match storage::open_record(key, change.uuid, record) {
-                                    Ok((stored, _)) => Route::from_stored(stored, limits),
+                                    Ok((stored, _)) => Route::from_stored(stored, limits).map(|mut route| {
+                                        route.revision = change.revision;
+                                        Entry::from(route)
+                                    }),
                                     // Sealed by a key this node's ring lacks: listed, answering 503.
-                                    Err(e) => super::load::locked(&e).ok_or_else(|| e.to_string()),
+                                    Err(e) => super::load::locked(&e, Some(change.revision))
+                                        .ok_or_else(|| e.to_string()),
                                 }
                             })
                         })
@@ -337,8 +354,7 @@ fn compile(state: &State, database: &Database, changes: &[Change]) -> Vec<Option
     })
 }
 
-/// Waits between reconnects: doubling from 100 ms up to 10 s (or the sync interval, if longer),
-/// each wait drawn between half and all of it so that many nodes do not come back at once.
+/// Waits between reconnects: doubling from 100 ms up to the sync interval, each wait drawn between half and all of it so that many nodes do not come back at once.
 struct Backoff {
     next: Duration,
     max: Duration,
@@ -347,8 +363,10 @@ struct Backoff {
 impl Backoff {
     const FIRST: Duration = Duration::from_millis(100);
 
+    /// Waits that double from [`Backoff::FIRST`] up to the sync interval: however long the
+    /// database was away, the node tries again within one interval of its return.
     fn new(interval: Duration) -> Backoff {
-        Backoff { next: Backoff::FIRST, max: interval.max(Duration::from_secs(10)) }
+        Backoff { next: Backoff::FIRST, max: interval.max(Backoff::FIRST) }
     }
 
     fn next(&mut self) -> Duration {
@@ -422,7 +440,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_to_its_ceiling_with_jitter_and_starts_again_after_a_reset() {
+    fn backoff_doubles_to_the_sync_interval_with_jitter_and_starts_again_after_a_reset() {
         let mut backoff = Backoff::new(Duration::from_millis(1000));
         let mut ceilings = Vec::new();
         for _ in 0..10 {
@@ -431,8 +449,13 @@ mod tests {
             assert!(wait >= full / 2 && wait <= full, "{wait:?} outside [{:?}, {full:?}]", full / 2);
             ceilings.push(full.as_millis());
         }
-        assert_eq!(ceilings, [100, 200, 400, 800, 1600, 3200, 6400, 10000, 10000, 10000]);
+        assert_eq!(ceilings, [100, 200, 400, 800, 1000, 1000, 1000, 1000, 1000, 1000]);
         backoff.reset();
         assert!(backoff.next() <= Duration::from_millis(100));
+        // A longer interval is the ceiling; a shorter one than the first wait, the first wait.
+        let mut long = Backoff::new(Duration::from_secs(60));
+        let ceiling = (0..12).map(|_| (long.next, long.next()).0).max().unwrap();
+        assert_eq!(ceiling, Duration::from_secs(60));
+        assert_eq!(Backoff::new(Duration::from_millis(10)).max, Backoff::FIRST);
     }
 }

@@ -337,3 +337,43 @@ async fn check_registration_validates_a_composition_offline_graph_included() {
     );
     assert_eq!(code(&recast(&["check", "--rules", &good, "--registration", &good]).await), 2);
 }
+
+/// A log filter that would silence every line (a word that is no level) stops the start with a
+/// message; an invalid value taken from a variable is named by the variable, not by its flag.
+#[tokio::test]
+async fn settings_that_would_mislead_stop_the_start_naming_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap().to_owned();
+    let serve = |variables: &[(&str, &str)]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_recast"));
+        command.args(["serve", "--listen", "127.0.0.1:0", "--data-dir", &data]);
+        for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("RECAST_")) {
+            command.env_remove(name);
+        }
+        command.envs(variables.iter().copied());
+        command
+    };
+    let run = |mut command: Command| async move {
+        let output = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            tokio::task::spawn_blocking(move || command.output()),
+        )
+        .await
+        .expect("the binary stops by itself")
+        .unwrap()
+        .unwrap();
+        (code(&output), text(&output.stderr))
+    };
+    let (exit, stderr) = run(serve(&[("RECAST_LOG", "verbose")])).await;
+    assert_ne!(exit, 0, "{stderr}");
+    assert!(stderr.contains("RECAST_LOG: `verbose` is neither a level"), "{stderr}");
+    let (exit, stderr) = run(serve(&[("RECAST_WORKERS", "0")])).await;
+    assert_eq!(exit, 2, "{stderr}");
+    assert!(stderr.contains("RECAST_WORKERS (the --workers flag)"), "{stderr}");
+    // Given as a flag, the flag is what is named.
+    let mut flagged = serve(&[]);
+    flagged.args(["--workers", "0"]);
+    let (exit, stderr) = run(flagged).await;
+    assert_eq!(exit, 2, "{stderr}");
+    assert!(stderr.contains("--workers") && !stderr.contains("RECAST_WORKERS"), "{stderr}");
+}

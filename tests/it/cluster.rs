@@ -472,6 +472,41 @@ async fn with_the_database_down_routes_are_served_writes_get_503_and_changes_flo
     assert_eq!(count, 2, "only the two acknowledged registrations are in the database");
 }
 
+/// A database away long enough for a follower's waits to reach their longest, then back: a
+/// change made the moment it answers again reaches every node within 2 s (the waits stop at the
+/// sync interval, and a node's own statement that succeeds ends its follower's wait).
+#[tokio::test]
+async fn after_a_long_outage_a_change_made_as_the_database_returns_reaches_every_node_within_2_s() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(3).await;
+    let nodes = [cluster.node(0).await, cluster.node(1).await, cluster.node(2).await];
+    let uuid = register(&nodes[0], &upstream, "soup").await;
+    for node in &nodes {
+        converges(node, &uuid, "soup", Ok(FULL), Duration::from_secs(1)).await;
+    }
+    let cluster = on_postgres(cluster, Postgres::stop_immediate).await;
+    // Reconnects failing for 16 s: waits doubling from 100 ms would pass 10 s by then.
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let cluster = on_postgres(cluster, Postgres::start_again).await;
+    // The change, as soon as one node can make it.
+    let made = Instant::now();
+    let answer = loop {
+        let answer = delete(&nodes[1], &uuid).await;
+        if answer.status != 503 || made.elapsed() > Duration::from_secs(10) {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(answer.status, 204, "{:?}", answer.body);
+    let made = Instant::now();
+    for node in &nodes {
+        converges(node, &uuid, "soup", Err(404), Duration::from_secs(2)).await;
+    }
+    let took = made.elapsed();
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    drop(cluster);
+}
+
 #[tokio::test]
 async fn a_node_away_during_100_changes_catches_up_by_delta_then_reloads_once_tombstones_are_pruned() {
     let upstream = Upstream::json(MEALS).await;
@@ -651,6 +686,44 @@ async fn held(node: &Binary, uuid: &str) -> Option<u64> {
         404 => None,
         status => panic!("{status}: {:?}", answer.body),
     }
+}
+
+/// A `DELETE` with `If-Match` is conditional in the database, as an update is: a node whose
+/// copy still holds the version the tag names, while the database has moved on (a change it has
+/// not seen yet), deletes nothing and answers 412.
+#[tokio::test]
+async fn a_delete_with_if_match_deletes_only_the_version_the_database_holds() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(1).await;
+    // Changes reach this node by notification only: the database's own change below sends none.
+    let node = cluster.node_with(0, &[("RECAST_SYNC_INTERVAL_MS", "600000")]).await;
+    let uuid = register(&node, &upstream, "soup").await;
+    let manage = node.url(&format!("/v1/routes/{uuid}"));
+    let tag = get(&manage).await.header("etag").expect("an ETag").to_owned();
+    // Another version in the database, which this node has not seen.
+    let sql = cluster.sql().await;
+    let next: i64 = sql
+        .query_one("UPDATE recast_meta SET revision = revision + 1 WHERE id = 1 RETURNING revision", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let moved = sql
+        .execute("UPDATE recast_routes SET revision = $1 WHERE uuid = $2::text::uuid", &[&next, &uuid])
+        .await
+        .unwrap();
+    assert_eq!(moved, 1);
+    assert_eq!(get(&manage).await.header("etag"), Some(tag.as_str()), "the node's copy is the old version");
+    let refused = send(Method::DELETE, &manage, &[("if-match", tag.as_str())], "").await;
+    let problem = refused.assert_problem(412, "precondition-failed");
+    assert!(problem["detail"].as_str().unwrap().contains(&format!("\"{next}\"")), "{problem}");
+    let held: bool = sql
+        .query_one("SELECT record IS NOT NULL FROM recast_routes WHERE uuid = $1::text::uuid", &[&uuid])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(held, "the database still holds the route");
+    // Without `If-Match`, whatever the database holds is deleted.
+    assert_eq!(send(Method::DELETE, &manage, &[], "").await.status, 204);
 }
 
 #[tokio::test]

@@ -258,7 +258,7 @@ async fn a_crash_midway_through_a_reseal_leaves_every_route_openable_with_the_ri
                         .await
                         .assert_problem(503, "route-unavailable");
                     let shown = json(&get(&binary.url(&format!("/v1/routes/{uuid}"))).await.body);
-                    assert_eq!(shown["status"], "unavailable", "{shown}");
+                    assert_eq!(shown["status"], "locked", "{shown}");
                 }
                 locked += 1;
             }
@@ -284,6 +284,76 @@ async fn a_crash_midway_through_a_reseal_leaves_every_route_openable_with_the_ri
     for uuid in uuids.iter().step_by(53) {
         assert_eq!(get(&binary.url(&format!("/v1/{uuid}/meal"))).await.status, 200, "{uuid}");
     }
+}
+
+/// A route sealed by a key the ring lacks is shown as locked (no configuration, no path) and
+/// takes `DELETE` only: an update, as the documented GET → PUT round trip sends it (without
+/// `path`), is refused and changes nothing, so the route serves again when the key comes back.
+#[tokio::test]
+async fn a_locked_route_takes_delete_only_and_serves_again_with_its_key() {
+    let upstream = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (new_key(), new_key());
+    let register = |binary: &Binary, token: &str| {
+        let (url, body) = (binary.url("/v1/mapping"), registration(&upstream.url("/"), token));
+        async move {
+            let answer = send(Method::POST, &url, &[], body).await;
+            assert_eq!(answer.status, 201, "{:?}", answer.body);
+            json(&answer.body)["uuid"].as_str().unwrap().to_owned()
+        }
+    };
+    let mut binary = Binary::start_with(dir.path(), &[("RECAST_SECRET_KEYS", &old)]).await;
+    let locked = register(&binary, "t1").await;
+    let deleted = register(&binary, "t2").await;
+    binary.terminate();
+    // The new key seals from now on; then the old one goes before a re-seal took the first two
+    // (as a re-seal cut short leaves them): the store's key check sealed by the new key.
+    let ring = format!("{new},{old}");
+    let mut binary = Binary::start_with(dir.path(), &[("RECAST_SECRET_KEYS", &ring)]).await;
+    let open = register(&binary, "t3").await;
+    binary.terminate();
+    recast::storage::Store::open(dir.path(), Some(&recast::secrets::Secret::new(&ring)))
+        .unwrap()
+        .adopt_key_check()
+        .unwrap();
+    let mut binary = Binary::start_with(dir.path(), &[("RECAST_SECRET_KEYS", &new)]).await;
+
+    let manage = binary.url(&format!("/v1/routes/{locked}"));
+    let shown = get(&manage).await;
+    assert_eq!(shown.status, 200);
+    let view = json(&shown.body);
+    assert_eq!(view["status"], "locked", "{view}");
+    assert!(view.get("path").is_none() && view.get("rulesAsString").is_none(), "{view}");
+    assert!(view["problem"].as_str().unwrap().contains(&id(&old)), "{view}");
+    let tag = shown.header("etag").expect("an ETag").to_owned();
+    // The GET → PUT round trip of a route, without `path`; with `If-Match` or without.
+    let body = registration(&upstream.url("/"), "t9").replace(r#""path":"meal","#, "");
+    for headers in [vec![], vec![("if-match", tag.as_str())]] {
+        let refused = send(Method::PUT, &manage, &headers, body.clone()).await;
+        let problem = refused.assert_problem(409, "conflict");
+        assert!(problem["detail"].as_str().unwrap().contains("DELETE only"), "{problem}");
+    }
+    let tried = send(Method::POST, &format!("{manage}/try"), &[], "").await;
+    tried.assert_problem(409, "conflict");
+    send(Method::DELETE, &format!("{manage}/cache"), &[], "").await.assert_problem(409, "conflict");
+    assert_eq!(get(&binary.url(&format!("/v1/{locked}/"))).await.status, 503, "no route at an empty path");
+    // The listing shows it as it is.
+    let listed = json(&get(&binary.url("/v1/routes")).await.body);
+    let row = listed["routes"].as_array().unwrap().iter().find(|r| r["uuid"] == locked.as_str()).cloned();
+    assert_eq!(row.unwrap()["status"], "locked", "{listed}");
+    // DELETE works on a locked route (with its version, too).
+    let gone = binary.url(&format!("/v1/routes/{deleted}"));
+    let version = get(&gone).await.header("etag").unwrap().to_owned();
+    assert_eq!(send(Method::DELETE, &gone, &[("if-match", &version)], "").await.status, 204);
+    assert_eq!(get(&binary.url(&format!("/v1/{open}/meal"))).await.status, 200);
+    binary.terminate();
+
+    // The old key back: the locked route serves at its path, with its own credentials.
+    let binary = Binary::start_with(dir.path(), &[("RECAST_SECRET_KEYS", &format!("{new},{old}"))]).await;
+    let sent = upstream.received().len();
+    assert_eq!(get(&binary.url(&format!("/v1/{locked}/meal"))).await.status, 200);
+    assert_eq!(upstream.received()[sent].headers["authorization"], "Bearer t1");
+    assert_eq!(get(&binary.url(&format!("/v1/routes/{deleted}"))).await.status, 404);
 }
 
 #[tokio::test]

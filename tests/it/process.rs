@@ -113,3 +113,57 @@ impl Drop for Group {
         }
     }
 }
+
+/// `scripts/test.sh`'s check after the suite judges only the processes its run started: those
+/// that carry its mark in their environment, also one that left its process group, and never
+/// a process of the same name that the suite did not start (a developer's own `node`).
+#[test]
+fn the_suite_judges_only_the_processes_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    // A program named as one the tests start, which waits.
+    let node = dir.path().join("node");
+    std::fs::copy("/bin/sleep", &node).unwrap();
+    let mark = format!("check-{}-{}", std::process::id(), line!());
+    let spawn = |marked: bool| {
+        let mut command = Command::new(&node);
+        command.arg("60");
+        if marked {
+            command.env("SUITE_RUN", &mark);
+        } else {
+            command.env_remove("SUITE_RUN");
+        }
+        Group::spawn(&mut command).unwrap()
+    };
+    let ours = spawn(true);
+    let theirs = spawn(false);
+    // One of ours that left its parent: started by a shell that exits at once (as `pg_ctl`
+    // starts PostgreSQL's server).
+    let detached = Command::new("sh")
+        .args(["-c", "\"$0\" 60 >/dev/null 2>&1 & echo $!"])
+        .arg(&node)
+        .env("SUITE_RUN", &mark)
+        .output()
+        .unwrap();
+    let detached: u32 = String::from_utf8_lossy(&detached.stdout).trim().parse().unwrap();
+    let leftovers = |mark: &str| {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let output = Command::new("bash")
+            .args(["-c", &format!(". '{root}/scripts/lib.sh' && suite_leftovers \"$0\""), mark])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let pids: Vec<u32> = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|line| line.split_whitespace().next().unwrap().parse().unwrap())
+            .collect();
+        pids
+    };
+    let found = leftovers(&mark);
+    let _ = Command::new("kill").args(["-s", "KILL", &detached.to_string()]).status();
+    assert!(found.contains(&ours.id()), "{found:?}");
+    assert!(found.contains(&detached), "{found:?}");
+    assert!(!found.contains(&theirs.id()), "a process the run did not start is judged: {found:?}");
+    assert_eq!(found.len(), 2, "{found:?}");
+    // Another run's mark finds none of them.
+    assert!(leftovers(&format!("{mark}-other")).is_empty());
+}

@@ -612,6 +612,31 @@ pub(crate) async fn update(service: &Service, uuid: &str, body: String) -> Answe
     send(Method::PUT, &url, &[("content-type", "application/json")], body).await
 }
 
+/// A stored body nested deeper than 64 levels is shown as it is (it used to read `null`), and
+/// the view sent back stores it again.
+#[tokio::test]
+async fn a_deep_body_is_shown_and_kept_by_the_round_trip() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(Config { max_depth: 300, ..config() }).await;
+    let deep = format!("{}1{}", "[".repeat(100), "]".repeat(100));
+    let body = format!(r#","method":"POST","body":{{"deep":{deep}}}"#);
+    let path = registered(&service, &registration(&upstream.url("/"), &body, ""), &[]).await;
+    let uuid = &path[4..40];
+    let shown: serde_json::Value =
+        serde_json::from_slice(&get(&service.url(&format!("/v1/routes/{uuid}"))).await.body).unwrap();
+    let shown_body = shown["originalRoute"]["body"].to_string();
+    assert_eq!(shown_body, format!(r#"{{"deep":{deep}}}"#));
+    let edited = shown_as_update(&service, uuid, |_| {}).await;
+    let answer = update(&service, uuid, edited).await;
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    let sent = upstream.received().pop().unwrap();
+    assert_eq!(String::from_utf8_lossy(&sent.body), format!(r#"{{"deep":{deep}}}"#), "the live call's body");
+    let again = get(&service.url(&format!("/v1/routes/{uuid}"))).await;
+    assert!(String::from_utf8_lossy(&again.body).contains(&deep), "kept");
+
+    service.stop().await;
+}
+
 #[tokio::test]
 async fn a_route_as_shown_and_sent_back_keeps_its_secrets_where_they_were_given() {
     let upstream = Upstream::json(MEALS).await;
@@ -741,7 +766,7 @@ async fn if_match_changes_only_the_version_it_names() {
     let version = |answer: &Answer| answer.header("etag").expect("an ETag").to_owned();
     let shown = get(&manage).await;
     let first = version(&shown);
-    assert_eq!(first, format!("\"{}\"", shown.json().get("updatedAt").unwrap()), "its updatedAt");
+    assert_eq!(first, format!("\"{}\"", shown.json().get("revision").unwrap()), "its revision");
     let put = |tag: &str, body: String| {
         let (url, tag) = (manage.clone(), tag.to_owned());
         async move {
@@ -785,6 +810,47 @@ async fn if_match_changes_only_the_version_it_names() {
     assert_eq!(get(&service.url(&path)).await.status, 200, "still there");
     assert_eq!(send(Method::DELETE, &manage, &[("if-match", &last)], "").await.status, 204);
     assert_eq!(get(&service.url(&path)).await.status, 404);
+    service.stop().await;
+}
+
+/// Two updates without `If-Match` whose live calls overlap land as two versions, tagged in the
+/// order they land (the store gives the tag as it writes): a client that read the version the
+/// first to land made cannot pass over the second, which it never saw.
+#[tokio::test]
+async fn overlapping_updates_are_tagged_in_the_order_they_land() {
+    let held = crate::support::Held::start(MEALS).await;
+    let service = Service::start(config()).await;
+    let path = registered(&service, &registration(&held.url, "", ""), &[]).await;
+    let manage = service.url(&format!("/v1/routes/{}", &path[4..40]));
+    let version = |answer: &Answer| -> u64 {
+        answer.header("etag").expect("an ETag").trim_matches('"').parse().expect("a number")
+    };
+    let put = |body: String, tag: Option<u64>| {
+        let url = manage.clone();
+        async move {
+            let tag = tag.map(|tag| format!("\"{tag}\""));
+            let mut headers = vec![("content-type", "application/json")];
+            if let Some(tag) = &tag {
+                headers.push(("if-match", tag.as_str()));
+            }
+            send(Method::PUT, &url, &headers, body).await
+        }
+    };
+    // The first update's live call is held at the upstream; the second passes it and lands.
+    let slow = tokio::spawn(put(registration(&held.url, r#","queries":{"hold":"1"}"#, ""), None));
+    held.arrived(1).await;
+    let renamed = registration(&held.url, "", "").replace(r#""key":"name""#, r#""key":"title""#);
+    let fast = put(renamed.clone(), None).await;
+    assert_eq!(fast.status, 200, "{:?}", fast.body);
+    let read = version(&get(&manage).await);
+    assert_eq!(read, version(&fast));
+    held.release();
+    let slow = slow.await.unwrap();
+    assert_eq!(slow.status, 200, "{:?}", slow.body);
+    assert!(version(&slow) > version(&fast), "{} after {}", version(&slow), version(&fast));
+    assert_eq!(version(&get(&manage).await), version(&slow));
+    // The client that read between them: its update names a version that is gone.
+    put(renamed, Some(read)).await.assert_problem(412, "precondition-failed");
     service.stop().await;
 }
 

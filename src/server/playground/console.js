@@ -233,20 +233,22 @@ function cacheOf(route) {
 function row(route) {
   const tr = document.createElement('tr');
   tr.dataset.uuid = route.uuid;
-  const path = route.path.replace(/^\/v1\/[^/]+\//, '');
+  // A locked route (sealed by a key the ring lacks) shows no configuration: no path, no method.
+  const path = (route.path || '').replace(/^\/v1\/[^/]+\//, '');
   const pathCell = cell('', 'path');
   const link = document.createElement('a');
   link.href = `#route/${route.uuid}`;
   link.textContent = path || '(unknown)';
   pathCell.append(link);
   tr.append(
-    cell(route.method),
+    cell(route.method || ''),
     pathCell,
     cell(upstreamOf(route), 'upstream'),
     cell(authOf(route)),
     cell(cacheOf(route)),
   );
-  const status = cell(route.status === 'ok' ? 'serving' : 'unavailable', route.status === 'ok' ? 'ok' : 'broken');
+  const label = { ok: 'serving', locked: 'locked' }[route.status] || 'unavailable';
+  const status = cell(label, route.status === 'ok' ? 'ok' : 'broken');
   if (route.problem) status.title = route.problem;
   const health = cell('…', 'health');
   tr.append(status, health);
@@ -318,8 +320,8 @@ async function openRoute(uuid) {
   shown = answer.body;
   shownText = answer.text;
   shownTag = answer.etag;
-  const path = shown.path.replace(/^\/v1\/[^/]+\//, '');
-  $('route-title').textContent = `${shown.method} ${path || '(unknown path)'}`;
+  const path = (shown.path || '').replace(/^\/v1\/[^/]+\//, '');
+  $('route-title').textContent = `${shown.method || ''} ${path || '(unknown path)'}`.trim();
   if (shown.status !== 'ok') say('route-status', `This route cannot serve calls: ${shown.problem}`, true);
   $('route-config').textContent = JSON.stringify(shown, null, 2);
   startEditing();
