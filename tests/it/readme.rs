@@ -381,3 +381,10 @@ async fn the_rules_table_shows_what_its_rules_give() {
     }
     service.stop().await;
 }
+
+/// The README is the product page: at most 250 lines; detail belongs in `docs/`.
+#[test]
+fn the_readme_keeps_to_its_budget_of_lines() {
+    let lines = README.lines().count();
+    assert!(lines <= 250, "README.md has {lines} lines, more than 250: move detail into docs/");
+}
