@@ -46,6 +46,7 @@ pub const HEARTBEAT_MS: &str = "RECAST_HEARTBEAT_MS";
 pub const MAX_STALENESS_MS: &str = "RECAST_MAX_STALENESS_MS";
 pub const TOMBSTONE_RETENTION_MS: &str = "RECAST_TOMBSTONE_RETENTION_MS";
 pub const UPSTREAM_COMPRESSION: &str = "RECAST_UPSTREAM_COMPRESSION";
+pub const PROPAGATE_BAGGAGE: &str = "RECAST_PROPAGATE_BAGGAGE";
 pub const UPSTREAM_CA_FILE: &str = "RECAST_UPSTREAM_CA_FILE";
 pub const UPSTREAM_HTTP2: &str = "RECAST_UPSTREAM_HTTP2";
 pub const CACHE_BYTES: &str = "RECAST_CACHE_BYTES";
@@ -350,6 +351,11 @@ pub struct Config {
     #[arg(long, env = TRACES_SAMPLER_ARG)]
     pub otel_traces_sampler_arg: Option<String>,
 
+    /// Whether a caller's W3C `baggage` is passed on to upstreams (SPEC §2.2); its
+    /// `traceparent` context and `tracestate` always are.
+    #[arg(long, env = PROPAGATE_BAGGAGE, default_value_t = false, action = clap::ArgAction::Set)]
+    pub propagate_baggage: bool,
+
     /// Traces: `true` records and exports no span whatever the endpoint (`traceparent` is still
     /// passed on).
     #[arg(long, env = SDK_DISABLED, default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_otel_bool)]
@@ -446,6 +452,7 @@ impl Default for Config {
             otel_resource_attributes: None,
             otel_traces_sampler: DEFAULT_TRACES_SAMPLER.to_owned(),
             otel_traces_sampler_arg: None,
+            propagate_baggage: false,
             otel_sdk_disabled: false,
             otel_bsp_max_queue_size: DEFAULT_BSP_MAX_QUEUE_SIZE,
             otel_bsp_schedule_delay: DEFAULT_BSP_SCHEDULE_DELAY_MS,
@@ -676,6 +683,7 @@ mod tests {
             TRACES_SAMPLER,
             TRACES_SAMPLER_ARG,
             SDK_DISABLED,
+            PROPAGATE_BAGGAGE,
             BSP_MAX_QUEUE_SIZE,
             BSP_SCHEDULE_DELAY,
             BSP_MAX_EXPORT_BATCH_SIZE,

@@ -214,6 +214,7 @@ pub async fn run_with(
     }
     // Traces: settings recast cannot follow stop the start, as any other setting's would.
     let traces = config.traces().map_err(RunError::Config)?;
+    let propagate_baggage = config.propagate_baggage;
     let exporter = match traces.export.clone() {
         Some(settings) => {
             let tls = crate::upstream::collector_config(settings.certificate.as_deref())
@@ -333,7 +334,7 @@ pub async fn run_with(
         table: if database.is_some() { RouteTable::cluster() } else { RouteTable::standalone() },
         writes: Arc::new(tokio::sync::Mutex::new(())),
         resealing: tokio::sync::Mutex::new(()),
-        tracer: crate::telemetry::Tracer::new(traces.sampler, recorder),
+        tracer: crate::telemetry::Tracer::new(traces.sampler, recorder).with_baggage(propagate_baggage),
     });
     tracing::info!(state = ?Lifecycle::Idle, data = %local.dir().display(), "lifecycle");
     tracing::info!(key = %local.key_origin(), "stored routes are sealed with the secret key from");

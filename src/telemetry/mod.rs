@@ -186,11 +186,18 @@ pub fn now() -> u64 {
 pub struct Tracer {
     sampler: Sampler,
     recorder: Option<Arc<Recorder>>,
+    /// `RECAST_PROPAGATE_BAGGAGE`: whether a caller's `baggage` is passed on to upstreams.
+    baggage: bool,
 }
 
 impl Tracer {
     pub fn new(sampler: Sampler, recorder: Option<Arc<Recorder>>) -> Tracer {
-        Tracer { sampler, recorder }
+        Tracer { sampler, recorder, baggage: false }
+    }
+
+    /// The tracer that passes a caller's `baggage` on to upstreams (`RECAST_PROPAGATE_BAGGAGE`).
+    pub fn with_baggage(self, baggage: bool) -> Tracer {
+        Tracer { baggage, ..self }
     }
 
     /// Where recorded spans go, when anywhere.
@@ -226,7 +233,7 @@ impl Tracer {
 
     /// The scope of a request with `headers`: the caller's trace when its `traceparent` is well
     /// formed (its `tracestate` with it), else a new trace; a new span id; sampled as the sampler
-    /// says; the caller's `baggage` carried whatever its trace.
+    /// says; the caller's `baggage` carried whatever its trace, when the tracer passes it on.
     pub fn serve(&self, headers: &HeaderMap) -> (Scope, Option<[u8; 8]>) {
         let sent = Sent::of(headers);
         let parent = if sent.traceparent { TraceParent::from_headers(headers) } else { None };
@@ -239,7 +246,7 @@ impl Tracer {
             recording: sampled && self.recorder.is_some(),
             carried: Carried::shared(
                 parent.filter(|_| sent.tracestate).and_then(|_| trace_state(headers)),
-                if sent.baggage { baggage(headers) } else { None },
+                if sent.baggage && self.baggage { baggage(headers) } else { None },
             ),
         };
         (scope, parent.map(|p| p.parent_id))
@@ -546,7 +553,7 @@ mod tests {
 
     #[test]
     fn a_request_joins_its_callers_trace_or_starts_one() {
-        let tracer = Tracer::new(Sampler { parent_based: true, ratio: 1.0 }, None);
+        let tracer = Tracer::new(Sampler { parent_based: true, ratio: 1.0 }, None).with_baggage(true);
         let mut headers = HeaderMap::new();
         headers.insert(
             "traceparent",
@@ -572,6 +579,9 @@ mod tests {
         assert_eq!(fresh.span.flags, SAMPLED);
         assert!(fresh.state().is_none());
         assert_eq!(fresh.baggage().unwrap(), "userId=alice", "baggage is passed on whatever the trace");
+        // Unless the tracer does not pass baggage on (the default).
+        let (scope, _) = Tracer::new(Sampler { parent_based: true, ratio: 1.0 }, None).serve(&headers);
+        assert!(scope.baggage().is_none());
     }
 
     #[test]

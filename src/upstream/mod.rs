@@ -504,26 +504,26 @@ impl Propagated {
         self.carried.as_deref().and_then(|carried| carried.baggage.as_ref())
     }
 
-    /// The header lines it adds, by name.
-    pub(crate) fn lines(&self) -> impl Iterator<Item = (&'static str, &[u8])> {
+    /// The header lines it adds to `request`'s own, by name: its `traceparent` always (in place
+    /// of one the request has), the caller's `tracestate` and `baggage` only where the request
+    /// has none of its own (a header a route configures is never replaced by a caller's).
+    pub(crate) fn lines<'a>(
+        &'a self,
+        request: &'a http::HeaderMap,
+    ) -> impl Iterator<Item = (&'static str, &'a [u8])> + 'a {
         [
             (crate::trace_context::TRACEPARENT, Some(&self.traceparent[..])),
             (crate::trace_context::TRACESTATE, self.state().map(HeaderValue::as_bytes)),
             ("baggage", self.baggage().map(HeaderValue::as_bytes)),
         ]
         .into_iter()
+        .filter(move |(name, _)| *name == crate::trace_context::TRACEPARENT || !request.contains_key(*name))
         .filter_map(|(name, value)| value.map(|value| (name, value)))
     }
 
-    /// Whether a header of the request is one it replaces: `traceparent` always, `tracestate`
-    /// and `baggage` when it has one to send (a route's own is sent otherwise).
+    /// Whether a header of the request is one it replaces: `traceparent`, recast's own.
     pub(crate) fn replaces(&self, name: &http::HeaderName) -> bool {
-        match name.as_str() {
-            "traceparent" => true,
-            "tracestate" => self.state().is_some(),
-            "baggage" => self.baggage().is_some(),
-            _ => false,
-        }
+        name.as_str() == crate::trace_context::TRACEPARENT
     }
 }
 

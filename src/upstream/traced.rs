@@ -19,7 +19,10 @@ impl<'a> Attempt<'a> {
         telemetry::with_current(|scope| {
             let Some(scope) = scope else { return Attempt { propagated: None, span: None } };
             let context = scope.span.child(telemetry::span_id());
-            let propagated = Some(Propagated { traceparent: context.text(), carried: scope.carried.clone() });
+            // A token fetch is shared by every caller of its credentials: it carries none's
+            // `tracestate` or `baggage`.
+            let carried = if target.token { None } else { scope.carried.clone() };
+            let propagated = Some(Propagated { traceparent: context.text(), carried });
             let span = client.spans.as_deref().filter(|_| scope.recording).map(|recorder| {
                 let request = target.request;
                 let (method, method_attribute) = keys::method(&request.method);

@@ -151,7 +151,7 @@ pub(super) fn encode(request: &UpstreamRequest, extra: super::Extra<'_>, compres
     if let Some(value) = authorization {
         line(&mut out, b"authorization", value.as_bytes());
     }
-    for (name, value) in extra.trace.iter().flat_map(|trace| trace.lines()) {
+    for (name, value) in extra.trace.iter().flat_map(|trace| trace.lines(&request.headers)) {
         line(&mut out, name.as_bytes(), value);
     }
     if !request.body.is_empty() || matches!(request.method, Method::POST | Method::PUT | Method::PATCH) {

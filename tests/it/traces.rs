@@ -294,7 +294,7 @@ async fn a_call_is_a_server_span_with_its_attempt_and_mapping_and_the_upstream_j
         ("4bf92f3577b34da6a3ce929d0e0e4736", hex(&client.span_id), "01")
     );
     assert_eq!(received.headers["tracestate"], "vendor=x,other=y");
-    assert_eq!(received.headers["baggage"], "tenant=acme,user=42");
+    assert!(received.headers.get("baggage").is_none(), "baggage stays without RECAST_PROPAGATE_BAGGAGE");
     let resource = collector.resources.lock().unwrap()[0].clone();
     assert!(resource.contains(&("service.name".to_owned(), "recast".to_owned())), "{resource:?}");
 
@@ -310,9 +310,10 @@ async fn a_call_is_a_server_span_with_its_attempt_and_mapping_and_the_upstream_j
 async fn a_malformed_traceparent_starts_a_new_trace_and_a_callers_unsampled_one_is_not_recorded() {
     let collector = Collector::start(Mode::Take).await;
     let upstream = Upstream::json(MEALS).await;
-    let service = Service::start(traced(&collector)).await;
+    let service = Service::start(Config { propagate_baggage: true, ..traced(&collector) }).await;
     let path = registered(&service, &registration(&upstream.url("/"), "", ""), &[]).await;
-    // Upper-case hex: not a traceparent; its tracestate goes with it, its baggage does not.
+    // Upper-case hex: not a traceparent; its tracestate goes with it, its baggage (passed on by
+    // RECAST_PROPAGATE_BAGGAGE) does not.
     let bad = [
         ("traceparent", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"),
         ("tracestate", "vendor=x"),
@@ -754,36 +755,56 @@ async fn a_stop_during_an_export_still_exports_what_was_queued_meanwhile() {
     }
 }
 
+/// A route's own `tracestate` and `baggage` headers are sent as configured, whatever the caller
+/// sends (with `RECAST_PROPAGATE_BAGGAGE` on, too), by a route's own upstream and by a source
+/// alike; its own `traceparent` is replaced by recast's. A token fetch, shared by every caller,
+/// carries only its `traceparent`.
 #[tokio::test]
-async fn a_routes_own_baggage_and_tracestate_are_sent_unless_the_caller_sent_its_own() {
+async fn configured_baggage_and_tracestate_are_never_replaced_by_a_callers() {
     let upstream = Upstream::json(MEALS).await;
-    let service = Service::start(config()).await;
+    let tokens = Upstream::json(r#"{"access_token":"t0k3n","token_type":"Bearer","expires_in":3600}"#).await;
+    let service = Service::start(Config { propagate_baggage: true, ..config() }).await;
     let own = r#","headers":{"baggage":"route=1","tracestate":"r=1","traceparent":"00-11111111111111111111111111111111-1111111111111111-01"}"#;
-    let path = registered(&service, &registration(&upstream.url("/"), own, ""), &[]).await;
-    assert_eq!(get(&service.url(&path)).await.status, 200);
-    let received = upstream.received().pop().unwrap();
-    let values = |name: &str| {
-        received.headers.get_all(name).iter().map(|v| v.to_str().unwrap().to_owned()).collect::<Vec<_>>()
-    };
-    assert_eq!(values("baggage"), ["route=1"], "the route's own, the caller sent none");
-    assert_eq!(values("tracestate"), ["r=1"]);
-    let parents = values("traceparent");
-    assert_eq!(parents.len(), 1, "recast's traceparent replaces the route's: {parents:?}");
-    assert!(!parents[0].starts_with("00-1111"), "{parents:?}");
+    let single = registered(&service, &registration(&upstream.url("/"), own, ""), &[]).await;
+    let composed = json!({
+        "path": "composed",
+        "sources": {"a": {"originalApi": {"baseUrl": upstream.url("/")}, "path": "x",
+                          "headers": {"baggage": "source=1", "tracestate": "s=1"}}},
+        "rulesAsString": {"newBodyFields": {"m": {"key": "m", "type": "Json"}}, "oldBodyFields": {"m": {"expr": "a.meals"}}},
+    });
+    let composed = registered(&service, &composed.to_string(), &[]).await;
     let caller = [
         ("traceparent", "00-12121212121212121212121212121212-0000000000000014-01"),
         ("tracestate", "c=2"),
         ("baggage", "caller=2"),
     ];
-    assert_eq!(send(Method::GET, &service.url(&path), &caller, "").await.status, 200);
-    let received = upstream.received().pop().unwrap();
-    let values = |name: &str| {
+    let values = |received: &crate::support::Received, name: &str| {
         received.headers.get_all(name).iter().map(|v| v.to_str().unwrap().to_owned()).collect::<Vec<_>>()
     };
-    assert_eq!(
-        (values("baggage"), values("tracestate")),
-        (vec!["caller=2".to_owned()], vec!["c=2".to_owned()])
-    );
+    for (path, baggage, state) in [(&single, "route=1", "r=1"), (&composed, "source=1", "s=1")] {
+        for headers in [&[][..], &caller[..]] {
+            assert_eq!(send(Method::GET, &service.url(path), headers, "").await.status, 200);
+            let received = upstream.received().pop().unwrap();
+            assert_eq!(values(&received, "baggage"), [baggage], "{path} {headers:?}");
+            assert_eq!(values(&received, "tracestate"), [state], "{path} {headers:?}");
+            let parents = values(&received, "traceparent");
+            assert_eq!(parents.len(), 1, "recast's traceparent replaces the route's: {parents:?}");
+            assert!(!parents[0].starts_with("00-1111"), "{parents:?}");
+        }
+    }
+    // A route that configures neither passes the caller's on (here, a registration's live call);
+    // its token endpoint gets neither.
+    let mut headers = caller.to_vec();
+    headers.push(("content-type", "application/json"));
+    let created =
+        send(Method::POST, &service.url("/v1/mapping"), &headers, oauth_route(&upstream, &tokens)).await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let received = upstream.received().pop().unwrap();
+    assert_eq!(values(&received, "baggage"), ["caller=2"]);
+    assert_eq!(values(&received, "tracestate"), ["c=2"]);
+    let token = tokens.received().pop().expect("a token fetch");
+    assert!(token.headers.get("baggage").is_none() && token.headers.get("tracestate").is_none(), "{token:?}");
+    assert!(token.headers.get("traceparent").is_some());
     service.stop().await;
 }
 

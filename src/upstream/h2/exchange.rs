@@ -44,7 +44,7 @@ pub(in crate::upstream) async fn exchange(
         if let Some(value) = extra.authorization {
             headers.insert(header::AUTHORIZATION, value.clone());
         }
-        for (name, value) in extra.trace.iter().flat_map(|trace| trace.lines()) {
+        for (name, value) in extra.trace.iter().flat_map(|trace| trace.lines(&request.headers)) {
             // Read from well-formed headers, or written as hex: always a valid value.
             if let Ok(value) = HeaderValue::from_bytes(value) {
                 headers.insert(name, value);
