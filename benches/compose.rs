@@ -8,7 +8,8 @@ use std::hint::black_box;
 
 use criterion::Criterion;
 use recast::json::ondemand::{Indexed, Part, with_parts};
-use recast::route::composition::{Caller, Composition};
+use recast::route::composition::Composition;
+use recast::route::render::CallerParts;
 use recast::route::sources;
 use recast::route::template::{Context, Scratch};
 use recast::rules::{Limits, compile_json};
@@ -65,7 +66,7 @@ fn main() {
                     let scratch = Scratch::new(1 << 20, 1 << 20);
                     let arena = scratch.arena();
                     let context = Context { doc, item: None, arena: &arena };
-                    black_box(c.request(&context, &Caller { mapped_auth: None }).unwrap())
+                    black_box(c.request(&context, &CallerParts::default()).unwrap())
                 },
             )
             .unwrap()

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::{LIMITS, Reached};
 use crate::expr::Patterns;
 use crate::json;
-use crate::route::composition::Caller;
+use crate::route::render::CallerParts;
 use crate::route::template::{Context, Scratch, Template};
 use crate::route::{Registration, Route, shape};
 
@@ -145,7 +145,7 @@ pub fn compose_render(data: &[u8]) -> Reached {
         let scratch = Scratch::new(1 << 20, 1 << 20);
         let arena = scratch.arena();
         let context = Context { doc, item: None, arena: &arena };
-        source.request(&context, &Caller { mapped_auth: None })
+        source.request(&context, &CallerParts::default())
     })
     .expect("the context is JSON");
     let Ok(request) = rendered else { return Reached::DocumentRefused };
@@ -157,7 +157,11 @@ pub fn compose_render(data: &[u8]) -> Reached {
         .expect("a validated path compiles");
     let (skeleton, _) = template.skeleton();
     let skeleton = skeleton.split('?').next().unwrap_or_default().trim_start_matches('/');
-    let expected = base.path().trim_end_matches('/').matches('/').count() + 1 + skeleton.matches('/').count();
+    // An empty path goes to the base URL as given; any other below its path.
+    let expected = match skeleton.is_empty() {
+        true => base.path().matches('/').count(),
+        false => base.path().trim_end_matches('/').matches('/').count() + 1 + skeleton.matches('/').count(),
+    };
     assert_eq!(request.uri.path().matches('/').count(), expected, "{} from {skeleton:?}", request.uri);
     for value in request.headers.values() {
         assert!(

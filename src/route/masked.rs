@@ -4,7 +4,8 @@
 //!
 //! The places are a token (`authHeader.token`), an OAuth2 client secret
 //! (`authHeader.clientSecret`) and a TLS client key (`tls.clientKey`), of the route or of a source
-//! of the same name, and the `Authorization` header a source without `authHeader` sets itself. A stored secret stays with the upstream it was given for: it is kept only
+//! of the same name, and the `Authorization` header a route or a source without `authHeader`
+//! sets itself. A stored secret stays with the upstream it was given for: it is kept only
 //! while the auth type and the origin it goes to (the base URL's, and for OAuth2 the token URL's)
 //! are the ones stored, so that an update cannot send it anywhere new without giving it again.
 
@@ -12,8 +13,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::registration::AuthHeader;
-use super::{Auth, Registration, RouteConfig};
+use super::config::{Auth, RouteConfig};
+use super::fields::AuthHeader;
+use super::registration::Registration;
 use crate::json::push_pointer;
 use crate::rules::Problem;
 use crate::upstream::TlsSettings;
@@ -26,8 +28,9 @@ struct Stored<'a> {
     base_url: &'a str,
     auth: &'a Auth,
     tls: Option<&'a TlsSettings>,
-    /// A source's headers (a route's own cannot hold `Authorization`).
-    headers: Option<&'a BTreeMap<String, String>>,
+    /// Its configured headers, by the member that holds them (`headers`, and for a route's own
+    /// upstream `preConfiguredHeaders`).
+    headers: Vec<&'a BTreeMap<String, String>>,
 }
 
 impl Registration {
@@ -41,7 +44,7 @@ impl Registration {
                 base_url: &stored.base_url,
                 auth: &stored.auth,
                 tls: stored.tls.as_ref(),
-                headers: None,
+                headers: vec![&stored.headers, &stored.pre_headers],
             });
             // Given at both places, it is one `authHeader` (a difference is refused later).
             for (at, given) in [
@@ -55,6 +58,25 @@ impl Registration {
             if let Some(tls) = &mut self.tls {
                 keep_key(tls, "/tls", &base_url, route.as_ref(), &mut problems);
             }
+            // Shown masked: a credential the route sends itself, in either member.
+            let base_urls = route.as_ref().map(|s| (s.base_url, base_url.as_str()));
+            let stored_headers = route.as_ref().map(|s| s.headers.clone()).unwrap_or_default();
+            for (at, given, held) in [
+                ("/originalRoute/headers", original.headers.as_mut(), stored_headers.first().copied()),
+                ("/preConfiguredHeaders", self.pre_configured_headers.as_mut(), stored_headers.get(1).copied()),
+            ] {
+                for (name, value) in given.into_iter().flatten() {
+                    if !name.eq_ignore_ascii_case("authorization") || value != MASK {
+                        continue;
+                    }
+                    let mut here = at.to_owned();
+                    push_pointer(&mut here, name);
+                    let secret = authorization_in(held, name);
+                    if let Some(kept) = keep(&here, "Authorization header", secret, base_urls, &mut problems) {
+                        *value = kept;
+                    }
+                }
+            }
         }
         if let Some(Value::Object(sources)) = &mut self.sources {
             for (name, source) in sources.iter_mut() {
@@ -64,7 +86,7 @@ impl Registration {
                     base_url: &s.base_url,
                     auth: &s.auth,
                     tls: s.tls.as_ref(),
-                    headers: Some(&s.headers),
+                    headers: vec![&s.headers],
                 });
                 keep_in_source(source, &at, was.as_ref(), &mut problems);
             }
@@ -104,16 +126,18 @@ fn keep_in_source(source: &mut Value, at: &str, stored: Option<&Stored<'_>>, pro
             }
             let mut here = format!("{at}/headers");
             push_pointer(&mut here, name);
-            let secret = stored
-                .and_then(|s| s.headers)
-                .and_then(|headers| headers.iter().find(|(stored, _)| stored.eq_ignore_ascii_case(name)))
-                .map(|(_, value)| value.as_str());
+            let secret = authorization_in(stored.and_then(|s| s.headers.first().copied()), name);
             let base_urls = stored.map(|s| (s.base_url, base_url.as_str()));
             if let Some(kept) = keep(&here, "Authorization header", secret, base_urls, problems) {
                 *value = Value::String(kept);
             }
         }
     }
+}
+
+/// The stored value of the header `name` (any case) in `headers`.
+fn authorization_in<'a>(headers: Option<&'a BTreeMap<String, String>>, name: &str) -> Option<&'a str> {
+    headers?.iter().find(|(stored, _)| stored.eq_ignore_ascii_case(name)).map(|(_, value)| value.as_str())
 }
 
 /// Keeps a masked token or client secret of `given`, an `authHeader` at `at` for an upstream at

@@ -1,224 +1,43 @@
-//! Routes (SPEC §2.1, §2.2): what a client registers ([`registration`]), the configuration that is
-//! validated from it and stored ([`RouteConfig`]), the compiled [`Route`] the route table holds,
-//! and the upstream request of one call ([`request`]). No IO here: the server calls, the store
-//! keeps, this module decides what a route is and what a call sends.
+//! Routes (SPEC §2.1–§2.3): what a client registers ([`registration`], its members checked by
+//! [`fields`]), the configuration validated from it and stored ([`config`]), and the compiled
+//! [`Route`] the route table holds: its rules, and its upstream, a route's own ([`request`]) or
+//! a composed route's sources ([`composition`], their [`graph`]); both make their requests with
+//! the one request builder ([`render`]) over the caller's request ([`context`]) and call with
+//! their [`settings`]. No IO here: the server calls, the store keeps, this module decides what a
+//! route is and what a call sends.
 
 pub mod composition;
+pub mod config;
+pub mod context;
+mod fields;
+mod graph;
 mod masked;
 mod registration;
+pub mod render;
 mod request;
+pub mod settings;
 pub mod shape;
 pub mod sources;
 pub mod template;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use http::Method;
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use self::request::Upstream;
+use self::composition::Composition;
+use self::request::Single;
 use crate::metrics::{RouteStats, StatusCounts};
 use crate::rules::{Compiled, Limits, Problem, compile_json};
 use crate::storage::{SCHEMA_VERSION, StoredRoute};
-use crate::upstream::{BreakerScope, ClientCredentials, RateLimitSettings, RetrySettings, TlsSettings};
+use crate::upstream::{RouteTls, TokenRequest, UpstreamRequest};
+pub use config::{Auth, AuthKind, CacheSettings, RouteConfig, SHOWN_DEPTH, SourceConfig, shown};
+pub use fields::AuthHeader;
 pub use masked::MASK;
-pub use registration::{AuthHeader, OriginalApi, OriginalRoute, Registration, SampleRequest};
+pub use registration::{OriginalApi, OriginalRoute, Registration, SampleRequest};
 pub use request::{CallError, FromClient, MAPPED_AUTH};
-
-/// A validated route configuration: what is stored, and what [`Route`] is compiled from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RouteConfig {
-    /// The route's own path below `/v1/{uuid}/`, without a leading slash.
-    pub path: String,
-    /// The method clients call the route with.
-    pub method: String,
-    pub base_url: String,
-    /// `originalRoute.path` as given (it may hold a query string).
-    pub upstream_path: String,
-    pub upstream_method: String,
-    pub headers: BTreeMap<String, String>,
-    pub queries: BTreeMap<String, String>,
-    /// JSON text of `originalRoute.body`.
-    pub body: Option<String>,
-    pub pre_queries: BTreeMap<String, String>,
-    pub pre_headers: BTreeMap<String, String>,
-    /// JSON text of `preConfiguredBody`.
-    pub pre_body: Option<String>,
-    pub auth: Auth,
-    /// The `rulesAsString` value as sent (a rules object, or a string holding one), as JSON text.
-    pub rules: String,
-    /// Whether and how long mapped answers are cached (`cache`); `None` for no caching.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache: Option<CacheSettings>,
-    /// What failed upstream calls are sent again (`retry`); `None`: only the sends that are
-    /// always safe.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry: Option<RetrySettings>,
-    /// The upstream's quota (`rateLimit`); `None`: no limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate_limit: Option<RateLimitSettings>,
-    /// A private CA and a client certificate for the upstream (`tls`); `None`: neither.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<TlsSettings>,
-    /// `"http2": "prior-knowledge"`: an `http` upstream spoken to in HTTP/2 from the start (h2c).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub http2_prior_knowledge: bool,
-    /// `"breaker": {"scope": "route"}`: the route's calls are counted by a breaker of its own;
-    /// by default, by its origin's.
-    #[serde(default, skip_serializing_if = "BreakerScope::is_origin")]
-    pub breaker: BreakerScope,
-    /// A composed route's sources (SPEC §2.3), in the order given; empty for a route of one
-    /// upstream (`originalRoute`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub sources: Vec<sources::SourceConfig>,
-    /// The caller's headers templates may read (lower-case names).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub forward_headers: Vec<String>,
-    /// Whether `{{ expr }}` in the members of `originalRoute` and the `preConfigured…` ones are
-    /// templates over `request` (SPEC §2.3); a route stored before templates existed has none,
-    /// and its text is sent as written.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub templates: bool,
-}
-
-impl RouteConfig {
-    /// A configuration with no upstream of its own and nothing else set: what a composed route's
-    /// is made from (its sources added).
-    pub fn without_upstream(path: String, method: String, auth: Auth, rules: String) -> RouteConfig {
-        RouteConfig {
-            path,
-            method,
-            base_url: String::new(),
-            upstream_path: String::new(),
-            upstream_method: "GET".to_owned(),
-            headers: BTreeMap::new(),
-            queries: BTreeMap::new(),
-            body: None,
-            pre_queries: BTreeMap::new(),
-            pre_headers: BTreeMap::new(),
-            pre_body: None,
-            auth,
-            rules,
-            cache: None,
-            retry: None,
-            rate_limit: None,
-            tls: None,
-            http2_prior_knowledge: false,
-            breaker: BreakerScope::Origin,
-            sources: Vec::new(),
-            forward_headers: Vec::new(),
-            templates: false,
-        }
-    }
-}
-
-/// Deepest a stored JSON member (a body, the rules) may nest: what `GET /v1/routes/{uuid}` can
-/// show back, and what a registration body can carry (the JSON reader's bound).
-pub const SHOWN_DEPTH: usize = 127;
-
-/// A stored JSON member as `GET /v1/routes/{uuid}` shows it: rewritten without white space, its
-/// members in their order; or why it cannot be shown (it is then never shown as `null`, which
-/// saving the view back would store).
-pub fn shown(text: &str) -> Result<Box<serde_json::value::RawValue>, String> {
-    let mut buf = text.as_bytes().to_vec();
-    let mut out = Vec::with_capacity(text.len());
-    crate::json::with_parsed(&mut buf, SHOWN_DEPTH, |nodes| crate::json::write::value(&mut out, nodes, 0))
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8(out).map_err(|e| e.to_string())?;
-    serde_json::value::RawValue::from_string(text).map_err(|e| e.to_string())
-}
-
-impl RouteConfig {
-    /// Problems of members `GET` could not show back (see [`shown`]), each at its place.
-    pub fn unshowable(&self) -> Vec<Problem> {
-        let mut members: Vec<(String, &str)> = vec![("/rulesAsString".to_owned(), self.rules.as_str())];
-        if let Some(body) = &self.body {
-            members.push(("/originalRoute/body".to_owned(), body));
-        }
-        if let Some(body) = &self.pre_body {
-            members.push(("/preConfiguredBody".to_owned(), body));
-        }
-        for source in &self.sources {
-            if let Some(body) = &source.body {
-                let mut at = "/sources".to_owned();
-                crate::json::push_pointer(&mut at, &source.name);
-                members.push((format!("{at}/body"), body));
-            }
-        }
-        members
-            .into_iter()
-            .filter_map(|(at, text)| {
-                shown(text).err().map(|why| {
-                    Problem::new(at, format!("it could not be shown back by GET /v1/routes/{{uuid}} ({why})"))
-                })
-            })
-            .collect()
-    }
-}
-
-/// A route's `cache` member: how long a mapped answer is fresh, and how long after that it may
-/// still be answered at once while one refresh runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CacheSettings {
-    pub ttl_seconds: u64,
-    pub stale_while_revalidate_seconds: u64,
-}
-
-/// How a route authenticates to its upstream. Its `Debug` masks the stored token.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "mode", rename_all = "camelCase")]
-pub enum Auth {
-    /// No `authHeader` and no `X-Mapped-Auth` at registration: nothing stored; a caller's
-    /// `X-Mapped-Auth` is still passed on.
-    None,
-    /// Registered with `X-Mapped-Auth` only: every call must bring one.
-    Runtime,
-    /// An `authHeader` was given and is stored.
-    Stored { kind: AuthKind, token: Option<String> },
-    /// `OAuth2ClientCredentials`: the client credentials are stored; the tokens they bring are
-    /// kept in memory only.
-    #[serde(rename = "oauth2")]
-    OAuth2(ClientCredentials),
-}
-
-impl std::fmt::Debug for Auth {
-    // The stored token is never printed.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Auth::None => f.write_str("None"),
-            Auth::Runtime => f.write_str("Runtime"),
-            Auth::Stored { kind, token } => f
-                .debug_struct("Stored")
-                .field("kind", kind)
-                .field("token", &token.as_ref().map(|_| "***"))
-                .finish(),
-            Auth::OAuth2(credentials) => f.debug_tuple("OAuth2").field(credentials).finish(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum AuthKind {
-    Bearer,
-    Basic,
-    None,
-}
-
-impl AuthKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            AuthKind::Bearer => "Bearer",
-            AuthKind::Basic => "Basic",
-            AuthKind::None => "None",
-        }
-    }
-}
 
 /// A route ready to be called: its configuration, its compiled rules (or why they do not compile),
 /// and the upstream request parts that do not change from call to call.
@@ -256,30 +75,69 @@ pub struct LockedRoute {
     pub why: String,
 }
 
-/// Where a route's calls go: one upstream, or the sources of a composition. Either is run as a
-/// schedule of sources, one way: a route's own upstream is the one-source case
-/// ([`composition::Composition::own`]).
+/// Where a route's calls go: its own upstream, or the sources of a composition.
 #[derive(Debug)]
 enum Target {
-    Single(Box<Upstream>, Arc<composition::Composition>),
-    Composed(Arc<composition::Composition>),
+    Single(Box<Single>),
+    Composed(Arc<Composition>),
+}
+
+/// One upstream a route calls, for what is checked of all of them before a live call (the
+/// outbound policy): its request and its settings, and the source's name for a composed route.
+pub struct Upstream<'a> {
+    pub request: &'a render::RequestTemplate,
+    pub calls: &'a settings::CallSettings,
+    pub source: Option<&'a str>,
 }
 
 impl Route {
     /// The composition of a composed route (SPEC §2.3).
-    pub fn composition(&self) -> Option<&Arc<composition::Composition>> {
+    pub fn composition(&self) -> Option<&Arc<Composition>> {
         match &self.upstream {
             Ok(Target::Composed(composition)) => Some(composition),
             _ => None,
         }
     }
 
-    /// What a call runs: a composed route's sources, or the route's own upstream as the one
-    /// source; `None` for a route that cannot serve ([`Route::broken`] says why).
-    pub fn schedule(&self) -> Option<&Arc<composition::Composition>> {
+    /// A route's own upstream (SPEC §2.2).
+    pub fn single(&self) -> Option<&Single> {
         match &self.upstream {
-            Ok(Target::Single(_, schedule) | Target::Composed(schedule)) => Some(schedule),
-            Err(_) => None,
+            Ok(Target::Single(single)) => Some(single),
+            _ => None,
+        }
+    }
+
+    /// Every upstream the route calls: its own, or each source.
+    pub fn upstreams(&self) -> Vec<Upstream<'_>> {
+        match &self.upstream {
+            Ok(Target::Single(single)) => {
+                vec![Upstream { request: &single.request, calls: &single.calls, source: None }]
+            }
+            Ok(Target::Composed(composition)) => composition
+                .sources
+                .iter()
+                .map(|s| Upstream { request: &s.request, calls: &s.calls, source: Some(&s.name) })
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// The token request of the route's own OAuth2 client credentials, if it has them.
+    pub fn token_request(&self) -> Option<&Arc<TokenRequest>> {
+        self.single()?.calls.oauth.as_ref()
+    }
+
+    /// The route's own `tls`, read, if it has one.
+    pub fn tls(&self) -> Option<&RouteTls> {
+        self.single()?.calls.tls.as_deref()
+    }
+
+    /// Builds the upstream request of one call of a route's own upstream (SPEC §2.2).
+    pub fn upstream_request(&self, client: &FromClient<'_>) -> Result<UpstreamRequest, CallError> {
+        match &self.upstream {
+            Ok(Target::Single(single)) => single.request(client),
+            Ok(Target::Composed(_)) => Err(CallError::Broken("a composed route has no single upstream".into())),
+            Err(why) => Err(CallError::Broken(why.clone())),
         }
     }
 }
@@ -293,15 +151,19 @@ impl Route {
     pub fn new(uuid: Uuid, created_at: u64, updated_at: u64, config: RouteConfig, limits: &Limits) -> Route {
         let rules = compile_json(config.rules.as_bytes(), limits);
         let upstream = if config.sources.is_empty() {
-            Upstream::new(&config, limits).map(|upstream| {
-                let schedule = Arc::new(upstream.schedule(&config, uuid));
-                Target::Single(Box::new(upstream), schedule)
-            })
+            Single::compile(&config, uuid, limits).map(|single| Target::Single(Box::new(single))).map_err(
+                |problems| {
+                    format!(
+                        "its upstream no longer builds: {}",
+                        problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; ")
+                    )
+                },
+            )
         } else {
             // The worst case of calls is registration's check; a stored composition past a bound
             // lowered since still serves, and each call is held to it as it runs.
             let limits = Limits { max_source_calls: usize::MAX, ..*limits };
-            composition::Composition::compile(&config.sources, &config.forward_headers, uuid, &limits)
+            Composition::compile(&config.sources, &config.forward_headers, uuid, &limits)
                 .map(|composition| Target::Composed(Arc::new(composition)))
                 .map_err(|problems| {
                     format!(

@@ -5,17 +5,13 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::Auth;
-use super::registration::{
-    AuthHeader, BaseUrl, auth, method_of, rate_limit_settings, retry_settings, tls_settings,
-};
+use super::config::{Auth, SourceConfig};
+use super::fields::{AuthHeader, BaseUrl, auth, method_of, rate_limit_settings, retry_settings, tls_settings};
 use crate::json::push_pointer;
 use crate::rules::Problem;
 use crate::suggest;
-use crate::upstream::{RateLimitSettings, RetrySettings, TlsSettings};
 
 /// At most this many sources in one composition.
 pub const MAX_SOURCES: usize = 16;
@@ -27,46 +23,6 @@ pub const DEFAULT_MAX_CALLS: u32 = 32;
 pub const DEFAULT_CONCURRENCY: u32 = 8;
 /// The longest `timeoutMs`: an hour (the call's own deadline bounds it anyway).
 const MAX_TIMEOUT_MS: u64 = 3_600_000;
-
-/// One source as stored: the members of `originalRoute`, its upstream settings, and where it
-/// stands in the composition.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SourceConfig {
-    pub name: String,
-    pub base_url: String,
-    /// `path` as given, templates included (it may hold a literal query string).
-    pub path: String,
-    pub method: String,
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    #[serde(default)]
-    pub queries: BTreeMap<String, String>,
-    /// JSON text of `body`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<String>,
-    pub auth: Auth,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry: Option<RetrySettings>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate_limit: Option<RateLimitSettings>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<TlsSettings>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub http2_prior_knowledge: bool,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub after: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub when: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub for_each: Option<String>,
-    pub max_calls: u32,
-    pub concurrency: u32,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub optional: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-}
 
 /// The members a source takes.
 const MEMBERS: [&str; 18] = [

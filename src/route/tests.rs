@@ -5,7 +5,7 @@ use http::header::HeaderName;
 use http::{HeaderMap, HeaderValue, Method};
 use uuid::Uuid;
 
-use super::registration::{BaseUrl, UpstreamPath};
+use super::fields::{BaseUrl, UpstreamPath};
 use super::*;
 use crate::upstream::UpstreamRequest;
 
@@ -152,11 +152,11 @@ fn every_problem_of_a_registration_is_reported() {
         [
             "/path",
             "/method",
+            "/authHeader",
             "/originalRoute/originalApi/baseUrl",
             "/originalRoute/path",
             "/originalRoute/headers/Host",
-            "/originalRoute/headers/X-Ok",
-            "/authHeader"
+            "/originalRoute/headers/X-Ok"
         ],
         "{problems:?}"
     );
@@ -332,8 +332,7 @@ fn templates_of_a_single_route_render_over_the_request_and_an_older_route_keeps_
 }
 
 #[test]
-fn a_single_route_runs_as_one_source_with_its_own_upstream_s_settings() {
-    use composition::Call;
+fn a_single_route_calls_with_its_own_upstream_s_settings() {
     let c = config(
         r#"{"originalApi":{"baseUrl":"http://127.0.0.1:9/"},"path":"/x"}"#,
         r#","rateLimit":{"requestsPerSecond":5,"burst":2},"retry":{"attempts":2,"on":[503]},"breaker":{"scope":"route"},"http2":"prior-knowledge""#,
@@ -341,31 +340,32 @@ fn a_single_route_runs_as_one_source_with_its_own_upstream_s_settings() {
     let uuid = Uuid::new_v4();
     let route = Route::new(uuid, 0, 0, c.clone(), &Limits::default());
     assert!(route.composition().is_none(), "not a composed route");
-    let schedule = route.schedule().expect("a route that serves has a schedule");
-    assert!(schedule.is_own());
-    let [source] = schedule.sources.as_slice() else { panic!("one source: {:?}", schedule.sources) };
-    assert!(matches!(source.call, Call::Own));
-    assert!(
-        source.after.is_empty() && source.when.is_none() && source.for_each.is_none() && !source.optional
-    );
+    let own = route.single().expect("a route that serves has its own upstream");
     // Its rate limit, breaker and retries are the route's, kept for the route.
-    assert_eq!((source.key, source.breaker), (uuid, Some(uuid)));
-    assert_eq!((&source.rate_limit, &source.retry, source.h2c), (&c.rate_limit, &c.retry, true));
+    let calls = &own.calls;
+    assert_eq!((calls.key, calls.breaker), (uuid, Some(uuid)));
+    assert_eq!((&calls.rate_limit, &calls.retry, calls.h2c), (&c.rate_limit, &c.retry, true));
+    let upstreams = route.upstreams();
+    let [upstream] = upstreams.as_slice() else { panic!("one upstream") };
+    assert!(upstream.source.is_none());
+    assert_eq!(upstream.request.origin().to_string(), "http://127.0.0.1:9/");
     // By default, its origin's breaker counts its calls.
     let plain = config(r#"{"originalApi":{"baseUrl":"http://127.0.0.1:9/"},"path":"/x"}"#, "");
     let route = Route::new(uuid, 0, 0, plain, &Limits::default());
-    assert_eq!(route.schedule().map(|s| s.sources[0].breaker), Some(None));
+    assert_eq!(route.single().map(|own| own.calls.breaker), Some(None));
 
-    // A composed route's schedule is its sources, none of them its own.
+    // A composed route's upstreams are its sources, each counted by its origin's breaker.
     let json = format!(
-        r#"{{"path":"p","sources":{{"a":{{"originalApi":{{"baseUrl":"http://127.0.0.1:9/"}},"path":"/a"}},"b":{{"originalApi":{{"baseUrl":"http://127.0.0.1:9/"}},"path":"/b"}}}},"rulesAsString":{RULES}}}"#
+        r#"{{"path":"p","sources":{{"a":{{"originalApi":{{"baseUrl":"http://127.0.0.1:9/"}},"path":"/a"}},"b":{{"originalApi":{{"baseUrl":"http://127.0.0.1:8/"}},"path":"/b"}}}},"rulesAsString":{RULES}}}"#
     );
     let composed = registration(&json).validate(false, None).expect("valid");
     let route = Route::new(uuid, 0, 0, composed, &Limits::default());
-    let schedule = route.schedule().expect("a schedule");
-    assert!(!schedule.is_own() && schedule.sources.len() == 2);
-    assert!(schedule.sources.iter().all(|s| matches!(s.call, Call::Rendered(_)) && s.breaker.is_none()));
-    assert!(std::ptr::eq(schedule.as_ref(), route.composition().expect("composed").as_ref()));
+    assert!(route.single().is_none());
+    let upstreams = route.upstreams();
+    let named: Vec<(Option<&str>, String)> =
+        upstreams.iter().map(|u| (u.source, u.request.origin().to_string())).collect();
+    assert_eq!(named, [(Some("a"), "http://127.0.0.1:9/".to_owned()), (Some("b"), "http://127.0.0.1:8/".to_owned())]);
+    assert!(upstreams.iter().all(|u| u.calls.breaker.is_none()));
 }
 
 #[test]
@@ -448,4 +448,85 @@ fn what_cannot_be_shown_back_is_located() {
     let at: Vec<&str> = problems.iter().map(|p| p.location.as_str()).collect();
     assert_eq!(at, ["/originalRoute/body", "/preConfiguredBody"]);
     assert!(problems[0].message.contains("could not be shown back"), "{problems:?}");
+}
+
+/// The one request builder: a route's own upstream and a source refuse the same headers, repeat
+/// a query parameter for a list alike, send a body only with the methods that carry one, and
+/// mark every configured header value sensitive (kept out of HTTP/2's header tables).
+#[test]
+fn a_route_s_own_upstream_and_a_source_build_requests_one_way() {
+    use crate::route::render::CallerParts;
+    use crate::route::template::{Context, Scratch};
+    let base = r#"{"baseUrl":"http://127.0.0.1:9/"}"#;
+    let own = |headers: &str, auth: &str| {
+        format!(
+            r#"{{"path":"p","originalRoute":{{"originalApi":{base},"path":"x","headers":{headers}}}{auth},"rulesAsString":{RULES}}}"#
+        )
+    };
+    let source = |headers: &str, auth: &str| {
+        format!(
+            r#"{{"path":"p","sources":{{"a":{{"originalApi":{base},"path":"x","headers":{headers}{auth}}}}},"rulesAsString":{RULES}}}"#
+        )
+    };
+    let located = |json: &str| -> Vec<String> {
+        match registration(json).validate(false, None) {
+            Ok(_) => Vec::new(),
+            Err(problems) => problems.iter().map(|p| p.message.clone()).collect(),
+        }
+    };
+    let bearer = r#","authHeader":{"type":"Bearer","token":"t"}"#;
+    for (header, refused_alone, refused_beside_auth) in [
+        ("Host", true, true),
+        ("Content-Length", true, true),
+        ("Connection", true, true),
+        ("Transfer-Encoding", true, true),
+        ("Proxy-Anything", true, true),
+        ("Accept-Encoding", true, true),
+        ("X-Mapped-Auth", true, true),
+        ("Authorization", false, true),
+        ("X-Api-Key", false, false),
+    ] {
+        let headers = format!(r#"{{"{header}":"v"}}"#);
+        for (build, kind) in [(&own as &dyn Fn(&str, &str) -> String, "own"), (&source, "source")] {
+            let alone = located(&build(&headers, ""));
+            let beside = located(&build(&headers, bearer));
+            assert_eq!(!alone.is_empty(), refused_alone, "{header} alone, {kind}: {alone:?}");
+            assert_eq!(!beside.is_empty(), refused_beside_auth, "{header} beside authHeader, {kind}: {beside:?}");
+        }
+    }
+
+    // A query template whose value is a list repeats the parameter, for a route's own upstream
+    // as for a source; a configured header value is sensitive.
+    let templated = config(
+        r#"{"originalApi":{"baseUrl":"http://127.0.0.1:9/"},"path":"x","queries":{"id":"{{request.query.id}}"},"headers":{"X-Api-Key":"k3y"}}"#,
+        "",
+    );
+    let sent = request(templated, &FromClient { query: Some("id=1&id=2"), ..Default::default() });
+    assert_eq!(sent.uri.query(), Some("id=1&id=2"));
+    assert!(sent.headers["x-api-key"].is_sensitive());
+    assert!(!format!("{sent:?}").contains("k3y"), "configured values are not printed");
+    let route = Route::new(
+        Uuid::nil(),
+        0,
+        0,
+        registration(&format!(
+            r#"{{"path":"p","sources":{{"a":{{"originalApi":{base},"path":"x","queries":{{"id":"{{{{request.query.id}}}}"}},"headers":{{"X-Api-Key":"k3y"}},"body":{{"b":1}}}}}},"rulesAsString":{RULES}}}"#
+        ))
+        .validate(false, None)
+        .expect("valid"),
+        &Limits::default(),
+    );
+    let composition = route.composition().expect("composed");
+    let mut context = br#"{"request":{"query":{"id":["1","2"]},"headers":{},"body":null}}"#.to_vec();
+    let sent = crate::json::with_parsed(&mut context, 64, |doc| {
+        let scratch = Scratch::new(1 << 20, 1 << 20);
+        let arena = scratch.arena();
+        let context = Context { doc, item: None, arena: &arena };
+        composition.sources[0].request(&context, &CallerParts::default()).expect("a request")
+    })
+    .unwrap();
+    assert_eq!(sent.uri.query(), Some("id=1&id=2"));
+    assert!(sent.headers["x-api-key"].is_sensitive());
+    // A `GET` source sends no body, as a route's own `GET` upstream does not.
+    assert!(sent.body.is_empty() && sent.headers.get("content-type").is_none(), "{sent:?}");
 }

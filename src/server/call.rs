@@ -1,29 +1,28 @@
-//! `{METHOD} /v1/{uuid}/{path}` (SPEC §2.2): calls a route's upstream and answers with the mapped
-//! body; and the upstream exchange and mapping that the registration's live call shares.
+//! `{METHOD} /v1/{uuid}/{path}` (SPEC §2.2, §2.3): finds the route, builds the request its call
+//! reads (a route's own upstream's, or what a composed route reads of the caller's), answers
+//! from the cache or joins its flight when the route has `cache`, and otherwise calls: a route's
+//! own upstream through `single`, a composed route's sources through `compose`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use uuid::Uuid;
 
 use super::compose;
 use super::connection::RequestBody;
-use super::problem::UpstreamFailure;
+use super::fetched::{MappedAnswer, Outcome};
+use super::problem::{ApiError, UpstreamFailure};
 use super::reply::{json, read_body, timing};
+use super::single;
+use super::state::{Response, SERVER_TIMING, State};
 use super::traced::{self, CallFacts};
-use super::{ApiError, Response, SERVER_TIMING, State};
 use crate::cache::{self, CacheStatus, Joined, Key, Leader, Lookup, TimedOut};
-use crate::exec;
-use crate::json::JsonError;
-use crate::metrics::{CacheCounts, Endpoint, Metrics, PanicSite, UpstreamErrorKind};
+use crate::metrics::{CacheCounts, Endpoint, PanicSite};
 use crate::route::{CacheSettings, CallError, FromClient, Route};
 use crate::table::Entry;
-use crate::telemetry::{Kind, Span, keys};
 use crate::trace_context::TraceParent;
-use crate::upstream::{Answer, Freshness, MediaType, UpstreamRequest};
+use crate::upstream::UpstreamRequest;
 
 /// A route call's request, as the router or the lane read it.
 pub(super) struct RouteCall<'a> {
@@ -125,32 +124,6 @@ impl CallRecord {
 
 /// RFC 9211.
 const CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
-
-/// The outcome of one upstream call and its mapping, as the call that made it and every call
-/// that waited for it answer.
-#[derive(Debug, Clone)]
-pub(super) struct Outcome {
-    mapped: Result<MappedAnswer, ApiError>,
-    upstream: Duration,
-    map: Duration,
-    /// A composed route: each source (`src.<name>`) and how long it took, for `Server-Timing`.
-    sources: Vec<(String, Duration)>,
-    /// The span the upstream calls were made under: a flight's, for the calls that wait on it.
-    traced: Option<TraceParent>,
-}
-
-/// A mapped 2xx answer.
-#[derive(Debug, Clone)]
-struct MappedAnswer {
-    status: StatusCode,
-    body: Bytes,
-    freshness: Freshness,
-    /// The seconds it was kept fresh for, when it was.
-    stored: Option<u64>,
-    /// A composed answer with optional sources that failed: its `Recast-Partial` (such an
-    /// answer is never kept).
-    partial: Option<HeaderValue>,
-}
 
 async fn forward(
     state: &State,
@@ -377,11 +350,35 @@ fn miss(outcome: &Outcome, collapsed: bool) -> CacheStatus {
     CacheStatus::Miss { stored, collapsed }
 }
 
-/// A call's upstream calls and the mapping of their document, one way for every route: a
-/// composed route's sources, or a route's own upstream as the one source (`compose::run`).
+/// A call's upstream calls and the mapping of their answers: a route's own upstream
+/// (`single`), or a composed route's sources (`compose`).
 async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcome {
     let started = Instant::now();
-    let Some(schedule) = route.schedule() else {
+    if let Some(own) = route.single() {
+        return match single::run(state, route, &own.calls, request, false).await {
+            Ok(called) => Outcome {
+                upstream: started.elapsed().saturating_sub(called.map),
+                map: called.map,
+                sources: Vec::new(),
+                traced: None,
+                mapped: Ok(MappedAnswer {
+                    status: called.status,
+                    body: called.body.into(),
+                    freshness: called.freshness,
+                    stored: None,
+                    partial: None,
+                }),
+            },
+            Err(error) => Outcome {
+                mapped: Err(error),
+                upstream: started.elapsed(),
+                map: Duration::ZERO,
+                sources: Vec::new(),
+                traced: None,
+            },
+        };
+    }
+    let Some(composition) = route.composition() else {
         let why = route.broken().unwrap_or_default();
         return Outcome {
             mapped: Err(ApiError::RouteUnavailable(why)),
@@ -391,16 +388,16 @@ async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcom
             traced: None,
         };
     };
-    match compose::run(state, route, schedule, request, false).await {
+    match compose::run(state, route, composition, request, false).await {
         Ok(composed) => Outcome {
             upstream: started.elapsed().saturating_sub(composed.map),
             map: composed.map,
             sources: composed.reports.iter().map(|r| (format!("src.{}", r.name), r.took)).collect(),
             traced: None,
             mapped: Ok(MappedAnswer {
-                status: composed.status,
+                status: http::StatusCode::OK,
                 body: composed.body.into(),
-                freshness: composed.freshness,
+                freshness: crate::upstream::Freshness::default(),
                 stored: None,
                 partial: compose::partial_header(&composed.partial),
             }),
@@ -430,123 +427,6 @@ fn answer(outcome: Outcome, record: &mut CallRecord) -> Result<Response, ApiErro
             Ok(response)
         }
         Err(error) => Err(error),
-    }
-}
-
-/// Maps a 2xx JSON answer by the route's rules; any other answer is a failure, counted by kind.
-/// The upstream's body is never passed on. Returns the time the mapping took (zero when there
-/// was nothing to map).
-pub(super) fn map_answer(
-    state: &State,
-    route: &Route,
-    answer: &mut Answer,
-) -> (Result<Vec<u8>, UpstreamFailure>, Duration) {
-    let span = state.tracer.child(Kind::Internal, "map");
-    let size = answer.body.len();
-    let (mapped, took) = map_success(route, answer, state.config.max_depth, &state.metrics);
-    match &mapped {
-        Ok(_) => state.metrics.mapping.observe(took),
-        Err(failure) => state.metrics.upstream_error(failure.kind()),
-    }
-    if let Some(mut span) = span {
-        mapping_span(&mut span, size, mapped.as_ref().map(Vec::len).map_err(|failure| failure.kind()));
-        state.tracer.end_after(span, took);
-    }
-    (mapped, took)
-}
-
-/// The attributes of a mapping's span: the size of the document read and of the answer
-/// written, or why there is none (Error).
-pub(super) fn mapping_span(span: &mut Span, document: usize, written: Result<usize, UpstreamErrorKind>) {
-    span.set(&keys::DOCUMENT_SIZE, document as i64);
-    match written {
-        Ok(written) => span.set(&keys::OUTPUT_SIZE, written as i64),
-        Err(kind) => {
-            span.set(&keys::ERROR_TYPE, kind.label());
-            span.fail(kind.label());
-        }
-    }
-}
-
-fn map_success(
-    route: &Route,
-    answer: &mut Answer,
-    max_depth: usize,
-    metrics: &Metrics,
-) -> (Result<Vec<u8>, UpstreamFailure>, Duration) {
-    if !answer.status.is_success() {
-        return (Err(UpstreamFailure::Status(answer.status, answer.certificate_asked)), Duration::ZERO);
-    }
-    let Ok(compiled) = &route.rules else {
-        return (
-            Err(UpstreamFailure::NotJson("the route's rules do not compile".to_owned())),
-            Duration::ZERO,
-        );
-    };
-    let started = Instant::now();
-    let mut out = Vec::with_capacity(answer.body.len() / 2 + 64);
-    let empty = answer.body.is_empty();
-    let parsed = exec::map_text(&compiled.plan, &mut answer.body, max_depth, &mut out);
-    let took = started.elapsed();
-    if let Ok(outcome) = &parsed
-        && outcome.expression_errors > 0
-    {
-        metrics.expression_errors.fetch_add(u64::from(outcome.expression_errors), Ordering::Relaxed);
-    }
-    let mapped = match parsed {
-        Ok(exec::Outcome { limit: Some(limit), .. }) => {
-            Err(UpstreamFailure::MappingLimit { limit, bound: compiled.plan.bounds().of(limit) })
-        }
-        Ok(_) => Ok(out),
-        Err(e) => Err(UpstreamFailure::NotJson(not_json(empty, answer.content_type, &e))),
-    };
-    (mapped, took)
-}
-
-/// What an upstream's 2xx answer that is not JSON was, in words: what its `Content-Type` said
-/// and what is wrong, never the body itself.
-pub(super) fn not_json(empty: bool, content_type: MediaType, error: &JsonError) -> String {
-    if empty {
-        return "the upstream answered with an empty body, not JSON".to_owned();
-    }
-    match (content_type.as_str(), error) {
-        (_, JsonError::TooDeep { limit }) => {
-            format!("the upstream's JSON nests deeper than {limit} levels (RECAST_MAX_DEPTH)")
-        }
-        (Some(_), error) if content_type.is_json() => {
-            format!(
-                "the upstream's answer says it is JSON (`{}`) but is not valid JSON: {error}",
-                content_type.as_str().unwrap_or_default()
-            )
-        }
-        (Some(kind), _) => format!("the upstream answered with `{kind}`, not JSON"),
-        (None, error) => {
-            format!("the upstream answered with something that is not JSON (no Content-Type): {error}")
-        }
-    }
-}
-
-impl UpstreamFailure {
-    /// The `kind` label of `recast_upstream_errors_total`.
-    pub(super) fn kind(&self) -> UpstreamErrorKind {
-        match self {
-            UpstreamFailure::Status(status, _) if status.is_client_error() => UpstreamErrorKind::Status4xx,
-            UpstreamFailure::Status(status, _) if status.is_server_error() => UpstreamErrorKind::Status5xx,
-            UpstreamFailure::Status(..) => UpstreamErrorKind::StatusOther,
-            UpstreamFailure::Unreachable(_) => UpstreamErrorKind::Unreachable,
-            UpstreamFailure::Timeout => UpstreamErrorKind::Timeout,
-            UpstreamFailure::TooLarge { .. } => UpstreamErrorKind::TooLarge,
-            UpstreamFailure::NotJson(_) => UpstreamErrorKind::NotJson,
-            UpstreamFailure::Encoding(_) => UpstreamErrorKind::Encoding,
-            UpstreamFailure::NotAllowed(_) => UpstreamErrorKind::NotAllowed,
-            UpstreamFailure::MappingLimit { .. }
-            | UpstreamFailure::ComposedTooLarge { .. }
-            | UpstreamFailure::TooManyCalls { .. } => UpstreamErrorKind::MappingLimit,
-            UpstreamFailure::Unavailable { .. } => UpstreamErrorKind::BreakerOpen,
-            UpstreamFailure::RateLimited { .. } => UpstreamErrorKind::RateLimited,
-            UpstreamFailure::AuthFailed { .. } => UpstreamErrorKind::AuthFailed,
-            UpstreamFailure::TlsFailed(_) => UpstreamErrorKind::Tls,
-        }
     }
 }
 

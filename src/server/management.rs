@@ -293,7 +293,7 @@ struct RouteView<'a> {
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     forward_headers: &'a [String],
     pre_configured_queries: &'a BTreeMap<String, String>,
-    pre_configured_headers: &'a BTreeMap<String, String>,
+    pre_configured_headers: BTreeMap<&'a str, &'a str>,
     pre_configured_body: Option<Box<RawValue>>,
     auth_header: Option<AuthHeaderView<'a>>,
     auth: &'static str,
@@ -326,7 +326,8 @@ struct OriginalRouteView<'a> {
     original_api: BaseUrlView<'a>,
     path: &'a str,
     method: &'a str,
-    headers: &'a BTreeMap<String, String>,
+    /// An `Authorization` header the route sets itself is a credential: masked.
+    headers: BTreeMap<&'a str, &'a str>,
     queries: &'a BTreeMap<String, String>,
     body: Option<Box<RawValue>>,
 }
@@ -417,6 +418,17 @@ struct OAuth2View<'a> {
     client_auth: &'static str,
 }
 
+/// Configured headers as shown: an `Authorization` header is a credential, masked.
+fn masked(headers: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+    headers
+        .iter()
+        .map(|(name, value)| {
+            let credential = name.eq_ignore_ascii_case("authorization");
+            (name.as_str(), if credential { MASK } else { value.as_str() })
+        })
+        .collect()
+}
+
 /// A stored auth as shown: its `authHeader` with secrets masked, and the route's auth mode.
 fn auth_view(auth: &Auth) -> (Option<AuthHeaderView<'_>>, &'static str) {
     match auth {
@@ -469,7 +481,7 @@ impl<'a> RouteView<'a> {
                 original_api: BaseUrlView { base_url: &c.base_url },
                 path: &c.upstream_path,
                 method: &c.upstream_method,
-                headers: &c.headers,
+                headers: masked(&c.headers),
                 queries: &c.queries,
                 body: raw("originalRoute.body", &c.body)?,
             }),
@@ -481,14 +493,7 @@ impl<'a> RouteView<'a> {
                 original_api: BaseUrlView { base_url: &source.base_url },
                 path: &source.path,
                 method: &source.method,
-                headers: source
-                    .headers
-                    .iter()
-                    .map(|(name, value)| {
-                        let masked = name.eq_ignore_ascii_case("authorization");
-                        (name.as_str(), if masked { MASK } else { value.as_str() })
-                    })
-                    .collect(),
+                headers: masked(&source.headers),
                 queries: &source.queries,
                 body: raw("body of a source", &source.body)?,
                 auth_header: match &source.auth {
@@ -517,7 +522,7 @@ impl<'a> RouteView<'a> {
             sources: (!sources.is_empty()).then_some(sources),
             forward_headers: &c.forward_headers,
             pre_configured_queries: &c.pre_queries,
-            pre_configured_headers: &c.pre_headers,
+            pre_configured_headers: masked(&c.pre_headers),
             pre_configured_body: raw("preConfiguredBody", &c.pre_body)?,
             auth_header,
             auth,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use uuid::Uuid;
 
-use super::compose;
+use super::{compose, single};
 use super::problem::{UpstreamFailure, write_problems};
 use super::reply::{etag, if_match, json, now_ms, read_body};
 use super::{ApiError, Request, Response, State};
@@ -227,6 +227,9 @@ async fn live_call(
         state.metrics.compile_failure(RulesSource::Registration);
         return Err(ApiError::InvalidRules(in_registration(problems).collect()));
     }
+    // SPEC §2.1 step 1: every upstream's address, and every token URL, against the outbound
+    // policy, before any call.
+    check_upstreams(state, route).await?;
     // As called by the request `sampleRequest` describes: its query, and its body as JSON.
     let query = sample.query_string();
     let body = sample.body_bytes();
@@ -252,6 +255,8 @@ async fn live_call(
                 ))
             })
             .collect();
+        let mut sample_warnings: Vec<Problem> = sample_warnings;
+        sample_warnings.extend(unsent_bodies(route));
         return Ok(Live {
             preview: composed.body,
             rules_warnings: composed.warnings,
@@ -260,45 +265,55 @@ async fn live_call(
             document: None,
         });
     }
+    let Some(own) = route.single() else {
+        return Err(ApiError::InvalidRequest(route.broken().unwrap_or_default()));
+    };
     let client = FromClient { query: Some(&query), headers: Some(&headers), body };
     let request = route.upstream_request(&client).map_err(|e| match e {
         CallError::AuthRequired => ApiError::AuthRequired,
         CallError::Broken(why) => ApiError::InvalidRequest(why),
         CallError::Template { location, why } => ApiError::Template { location, why, caller: true },
     })?;
-    // SPEC §2.1 step 1: the upstream's address against the outbound policy, before any call.
-    let failed = |failure| ApiError::Upstream { failure, validating: true };
-    if let Err(refused) = state.client.check_policy(&request.uri).await {
-        let failure = UpstreamFailure::from(refused);
-        state.metrics.upstream_error(failure.kind());
-        return Err(failed(failure));
-    }
-    // The token endpoint of OAuth2 client credentials passes the same policy (a name that does
-    // not resolve is left to the live call, which answers that no token came).
-    if let Some(token) = route.token_request()
-        && let Err(UpstreamError::NotAllowed(refusal)) = state.client.check_policy(token.uri()).await
-    {
-        let failure = UpstreamFailure::NotAllowed(format!("the token URL: {refusal}"));
-        state.metrics.upstream_error(failure.kind());
-        return Err(failed(failure));
-    }
-    let Some(schedule) = route.schedule() else {
-        return Err(ApiError::InvalidRequest(route.broken().unwrap_or_default()));
-    };
-    let called = compose::run(state, route, schedule, request, true).await.map_err(|failed| failed.error)?;
-    let preview = called.body;
+    let called = single::run(state, route, &own.calls, request, true).await?;
     let rules_warnings = called
         .document
         .clone()
         .map(|document| live_warnings(route, document, state.config.max_depth))
         .unwrap_or_default();
     Ok(Live {
-        preview,
+        preview: called.body,
         rules_warnings,
         sample_warnings: unsent_sample(route, sample),
         sources: Vec::new(),
         document: called.document,
     })
+}
+
+/// Every upstream a route calls (its own, or each source), and every token URL, checked against
+/// the outbound policy before the live call makes its first request (SPEC §2.1): a composed
+/// registration never calls an earlier source, with its credentials, when a later one is
+/// refused. A source's refusal names it. A token URL whose name does not resolve is left to the
+/// live call, which answers that no token came.
+async fn check_upstreams(state: &State, route: &Route) -> Result<(), ApiError> {
+    for upstream in route.upstreams() {
+        let refused = |failure: UpstreamFailure| {
+            state.metrics.upstream_error(failure.kind());
+            let error = ApiError::Upstream { failure, validating: true };
+            match upstream.source {
+                Some(name) => ApiError::Source { name: name.to_owned(), error: Box::new(error) },
+                None => error,
+            }
+        };
+        if let Err(refusal) = state.client.check_policy(&upstream.request.origin()).await {
+            return Err(refused(UpstreamFailure::from(refusal)));
+        }
+        if let Some(token) = &upstream.calls.oauth
+            && let Err(UpstreamError::NotAllowed(refusal)) = state.client.check_policy(token.uri()).await
+        {
+            return Err(refused(UpstreamFailure::NotAllowed(format!("the token URL: {refusal}"))));
+        }
+    }
+    Ok(())
 }
 
 /// What a registration's live call gave: the mapped answer, the warnings of its trace (located
@@ -317,8 +332,9 @@ struct Live {
 /// with a method that carries none, or the route sends a body of its own (as it will on every
 /// call).
 fn unsent_sample(route: &Route, sample: &SampleRequest) -> Vec<Problem> {
+    let mut warnings = unsent_bodies(route);
     if sample.body_bytes().is_empty() {
-        return Vec::new();
+        return warnings;
     }
     let method = route.config.upstream_method.as_str();
     let why = if !matches!(method, "POST" | "PUT" | "PATCH") {
@@ -327,9 +343,33 @@ fn unsent_sample(route: &Route, sample: &SampleRequest) -> Vec<Problem> {
         "the route's own body (`preConfiguredBody` or `originalRoute.body`) is sent instead, on every call"
             .to_owned()
     } else {
-        return Vec::new();
+        return warnings;
     };
-    vec![Problem::new("/sampleRequest/body", format!("not sent by the live call: {why}"))]
+    warnings.push(Problem::new("/sampleRequest/body", format!("not sent by the live call: {why}")));
+    warnings
+}
+
+/// A warning for each configured body that no call sends: its upstream's method carries none
+/// (a body goes with POST, PUT and PATCH, for a route's own upstream and for a source alike).
+fn unsent_bodies(route: &Route) -> Vec<Problem> {
+    let mut warnings = Vec::new();
+    for upstream in route.upstreams().iter().filter(|u| u.request.drops_body()) {
+        let method = upstream.request.method();
+        let at = match upstream.source {
+            Some(name) => {
+                let mut at = "/sources".to_owned();
+                json::push_pointer(&mut at, name);
+                format!("{at}/body")
+            }
+            None if route.config.pre_body.is_some() => "/preConfiguredBody".to_owned(),
+            None => "/originalRoute/body".to_owned(),
+        };
+        warnings.push(Problem::new(
+            at,
+            format!("never sent: the upstream is called with {method}, which carries no body (POST, PUT and PATCH do)"),
+        ));
+    }
+    warnings
 }
 
 /// The warnings a traced run of the live call's answer gives (SPEC §1.8: expressions that failed;

@@ -6,41 +6,42 @@ mod admission;
 mod call;
 mod compose;
 mod connection;
+mod fetched;
 mod keys;
 mod lane;
 mod load;
 mod management;
+mod map;
 mod mapping;
 mod playground;
 mod preview;
 pub mod problem;
 mod reply;
 mod router;
+mod single;
+mod state;
 mod sync;
 mod traced;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::AtomicU8;
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::HeaderName;
-use http_body_util::Full;
 use hyper_util::rt::TokioTimer;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use self::admission::{AdminToken, InFlight};
 use self::connection::{Activity, Open};
-use self::router::RequestIds;
+
 use crate::cache::AnswerCache;
 use crate::cluster::{ClusterStore, Database};
 use crate::config::{Config, DEFAULT_MAX_HEADERS};
 use crate::metrics::{Metrics, PanicSite};
 use crate::policy::{Lookup, OutboundPolicy, SystemLookup};
 use crate::storage::{StorageError, Store};
-use crate::store::{LocalStore, RouteStore, StoreError};
+use crate::store::{LocalStore, RouteStore};
 use crate::table::RouteTable;
 use crate::tasks::Tasks;
 use crate::upstream::UpstreamClient;
@@ -48,27 +49,8 @@ use crate::workers::Workers;
 pub use preview::preview_output;
 pub use problem::ApiError;
 pub use router::OPENAPI;
-
-/// What every handler answers with.
-pub type Response = http::Response<Full<Bytes>>;
-
-/// A request as hyper reads it, its body watched by the connection's driver.
-type Request = http::Request<connection::RequestBody>;
-
-pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-pub const SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
-
-/// Where the service is in its life (SPEC §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Lifecycle {
-    /// Starting: loading and compiling the stored routes; only health, readiness and previews
-    /// are answered.
-    Idle = 0,
-    Running = 1,
-    /// Shutting down: no new connections, in-flight requests finish.
-    Stopped = 2,
-}
+pub use state::{Lifecycle, REQUEST_ID, Response, SERVER_TIMING, State};
+use state::{Request, RequestIds};
 
 /// Why the service could not run.
 #[derive(Debug)]
@@ -90,82 +72,6 @@ impl std::fmt::Display for RunError {
 }
 
 impl std::error::Error for RunError {}
-
-/// State shared by every connection.
-pub struct State {
-    config: Config,
-    lifecycle: AtomicU8,
-    request_ids: RequestIds,
-    /// Where routes are kept: the embedded RocksDB, or the database in cluster mode, chosen at
-    /// start; the handlers never ask which.
-    store: Arc<dyn RouteStore>,
-    table: RouteTable,
-    client: UpstreamClient,
-    admin: Option<AdminToken>,
-    in_flight: InFlight,
-    /// Upstream answers held by calls (`RECAST_MAX_BUFFERED_BYTES`).
-    buffered: admission::Buffered,
-    metrics: Arc<Metrics>,
-    /// Starts every task the service spawns, behind the panic guard.
-    tasks: Tasks,
-    /// Held while a route is replaced or deleted, so those changes apply one at a time; a re-seal
-    /// step hands it to the store, which holds it until the step is written.
-    writes: Arc<tokio::sync::Mutex<()>>,
-    /// Held while this node re-seals the stored routes (`POST /v1/keys/reseal`): one at a time.
-    resealing: tokio::sync::Mutex<()>,
-    /// Mapped answers of routes registered with `cache`, and the upstream calls under way for
-    /// them.
-    cache: Arc<AnswerCache<call::Outcome>>,
-    /// This state itself, for work that outlives the call that starts it (a cache refresh).
-    me: Weak<State>,
-    /// How requests are sampled, and where their spans go.
-    tracer: crate::telemetry::Tracer,
-}
-
-impl State {
-    pub fn lifecycle(&self) -> Lifecycle {
-        match self.lifecycle.load(Ordering::Acquire) {
-            0 => Lifecycle::Idle,
-            1 => Lifecycle::Running,
-            _ => Lifecycle::Stopped,
-        }
-    }
-
-    /// Moves from `from` to `to`, only if the state is still `from`.
-    fn advance(&self, from: Lifecycle, to: Lifecycle) {
-        let moved =
-            self.lifecycle.compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire);
-        if moved.is_ok() {
-            tracing::info!(state = ?to, routes = self.table.len(), "lifecycle");
-        }
-    }
-
-    fn enter(&self, next: Lifecycle) {
-        self.lifecycle.store(next as u8, Ordering::Release);
-        tracing::info!(state = ?next, routes = self.table.len(), "lifecycle");
-    }
-
-    /// Route calls and route management wait until the stored routes are loaded.
-    fn loaded(&self) -> Result<(), ApiError> {
-        match self.lifecycle() {
-            Lifecycle::Idle => Err(ApiError::Starting),
-            _ => Ok(()),
-        }
-    }
-
-    /// The outcome of a store operation, as an answer would say it.
-    fn stored<T>(&self, result: Result<T, StoreError>) -> Result<T, ApiError> {
-        result.map_err(|e| match e {
-            StoreError::Unavailable(why) => ApiError::StoreUnavailable(why),
-            StoreError::Conflict(why) => ApiError::Conflict(why),
-            StoreError::Precondition(why) => ApiError::PreconditionFailed(why),
-            StoreError::ResealRefused(why) => ApiError::ResealRefused(why),
-            StoreError::NotFound => ApiError::NotFound,
-            StoreError::Failed(why) => ApiError::Storage(why),
-            StoreError::Panicked(_) => ApiError::Storage("the storage task did not finish".to_owned()),
-        })
-    }
-}
 
 /// Serves HTTP on `listener` until `shutdown` completes: opens the store in the configured data
 /// directory, answers health checks at once, loads and compiles every stored route (`Idle`), then

@@ -602,6 +602,31 @@ pub fn write_problems(out: &mut Vec<u8>, problems: &[Problem]) {
     out.push(b']');
 }
 
+impl UpstreamFailure {
+    /// The `kind` label of `recast_upstream_errors_total`.
+    pub(super) fn kind(&self) -> crate::metrics::UpstreamErrorKind {
+        use crate::metrics::UpstreamErrorKind;
+        match self {
+            UpstreamFailure::Status(status, _) if status.is_client_error() => UpstreamErrorKind::Status4xx,
+            UpstreamFailure::Status(status, _) if status.is_server_error() => UpstreamErrorKind::Status5xx,
+            UpstreamFailure::Status(..) => UpstreamErrorKind::StatusOther,
+            UpstreamFailure::Unreachable(_) => UpstreamErrorKind::Unreachable,
+            UpstreamFailure::Timeout => UpstreamErrorKind::Timeout,
+            UpstreamFailure::TooLarge { .. } => UpstreamErrorKind::TooLarge,
+            UpstreamFailure::NotJson(_) => UpstreamErrorKind::NotJson,
+            UpstreamFailure::Encoding(_) => UpstreamErrorKind::Encoding,
+            UpstreamFailure::NotAllowed(_) => UpstreamErrorKind::NotAllowed,
+            UpstreamFailure::MappingLimit { .. }
+            | UpstreamFailure::ComposedTooLarge { .. }
+            | UpstreamFailure::TooManyCalls { .. } => UpstreamErrorKind::MappingLimit,
+            UpstreamFailure::Unavailable { .. } => UpstreamErrorKind::BreakerOpen,
+            UpstreamFailure::RateLimited { .. } => UpstreamErrorKind::RateLimited,
+            UpstreamFailure::AuthFailed { .. } => UpstreamErrorKind::AuthFailed,
+            UpstreamFailure::TlsFailed(_) => UpstreamErrorKind::Tls,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

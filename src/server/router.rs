@@ -4,13 +4,11 @@
 //! description) and request ids.
 
 use std::future::Future;
-use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use http::{HeaderValue, Method, StatusCode, header};
 use http_body_util::Full;
 use tracing::Level;
 use uuid::Uuid;
@@ -301,67 +299,4 @@ fn readiness(state: &State) -> Response {
         lag.as_millis()
     );
     json(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, body)
-}
-
-/// Request ids: the client's `X-Request-Id` when it is sane, else a new one made of a random
-/// per-process prefix and a counter (unique without a system call per request).
-pub(super) struct RequestIds {
-    prefix: u32,
-    next: AtomicU64,
-}
-
-impl RequestIds {
-    pub(super) fn new() -> RequestIds {
-        let prefix = std::collections::hash_map::RandomState::new().build_hasher().finish() as u32;
-        RequestIds { prefix, next: AtomicU64::new(1) }
-    }
-
-    pub(super) fn for_headers(&self, headers: &HeaderMap) -> HeaderValue {
-        if let Some(given) = headers.get(REQUEST_ID)
-            && is_sane_request_id(given.as_bytes())
-        {
-            return given.clone();
-        }
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut id = [0u8; 21];
-        crate::hex::write_u64(&mut id[..8], u64::from(self.prefix));
-        id[8] = b'-';
-        crate::hex::write_u64(&mut id[9..], n);
-        HeaderValue::from_bytes(&id).unwrap_or(HeaderValue::from_static("unknown"))
-    }
-}
-
-/// 1 to 128 characters of letters, digits and `-_.:`.
-fn is_sane_request_id(id: &[u8]) -> bool {
-    (1..=128).contains(&id.len())
-        && id.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn request_ids_keep_sane_client_ids_and_replace_others() {
-        let ids = RequestIds::new();
-        let with = |id: &str| {
-            let mut headers = HeaderMap::new();
-            headers.insert(REQUEST_ID, HeaderValue::from_str(id).unwrap());
-            ids.for_headers(&headers)
-        };
-        assert_eq!(with("abc-123_x.y:z"), "abc-123_x.y:z");
-        let replaced = with("has space");
-        assert_ne!(replaced, "has space");
-        assert_ne!(with(&"a".repeat(129)), "a".repeat(129).as_str());
-        let fresh = ids.for_headers(&HeaderMap::new());
-        assert!(is_sane_request_id(fresh.as_bytes()));
-        assert_ne!(fresh, replaced, "generated ids are unique");
-    }
-
-    #[test]
-    fn generated_request_ids_are_prefix_and_counter_in_hex() {
-        let ids = RequestIds { prefix: 0xdead_beef, next: AtomicU64::new(0x1_2345_6789) };
-        assert_eq!(ids.for_headers(&HeaderMap::new()), "deadbeef-000123456789");
-        assert_eq!(ids.for_headers(&HeaderMap::new()), "deadbeef-00012345678a");
-    }
 }

@@ -269,3 +269,32 @@ async fn a_refused_connection_is_tried_once_more_for_any_method() {
     assert_eq!(lookup.asked.lock().unwrap().len(), 2);
     server.abort();
 }
+
+/// A composed registration checks every source's address and token URL before its first call:
+/// a source refused by the policy stops it before an earlier source (and its credentials) is
+/// called, whatever their order; the refusal names the source.
+#[tokio::test]
+async fn a_composed_registration_checks_every_source_before_calling_any() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(config()).await;
+    let allowed = serde_json::json!({"originalApi": {"baseUrl": upstream.url("/")}, "path": "meal",
+                                     "authHeader": {"type": "Bearer", "token": "first-source-token"}});
+    let refused_base = serde_json::json!({"originalApi": {"baseUrl": "http://10.1.2.3/"}, "path": "x", "after": ["a"]});
+    let refused_token = serde_json::json!({"originalApi": {"baseUrl": upstream.url("/")}, "path": "y", "after": ["a"],
+        "authHeader": {"type": "OAuth2ClientCredentials", "tokenUrl": "http://169.254.169.254/token",
+                       "clientId": "c", "clientSecret": "s"}});
+    for (later, says) in [(refused_base, "RECAST_UPSTREAM_ALLOW"), (refused_token, "the token URL")] {
+        let body = serde_json::json!({
+            "path": "both",
+            "sources": {"a": allowed, "z": later},
+            "rulesAsString": {"newBodyFields": {"m": {"key": "m", "type": "Json"}}, "oldBodyFields": {"m": {"expr": "a.meals"}}},
+        });
+        let answer = register(&service, &body.to_string(), &[]).await;
+        let problem = answer.assert_problem(400, "upstream-not-allowed");
+        assert_eq!(problem.get("source").and_then(|s| s.as_str()), Some("z"), "{problem}");
+        assert!(problem["detail"].to_string().contains(says), "{problem}");
+    }
+    assert_eq!(upstream.connections(), 0, "no source was called");
+    assert_eq!(route_count(&service).await, 0);
+    service.stop().await;
+}

@@ -1115,3 +1115,33 @@ async fn a_route_answers_at_its_path_percent_encoded() {
         .assert_problem(404, "not-found");
     service.stop().await;
 }
+
+/// A route without `authHeader` may send an `Authorization` header of its own (as a source may):
+/// shown masked, kept by the GET → PUT round trip, never replaced by a caller's `X-Mapped-Auth`.
+/// A body configured for a method that carries none is never sent, and the registration says so.
+#[tokio::test]
+async fn a_routes_own_authorization_header_is_a_credential_and_an_unsent_body_is_warned_of() {
+    let upstream = Upstream::json(MEALS).await;
+    let service = Service::start(config()).await;
+    let extra = r#","headers":{"Authorization":"Token own-5ecret"},"body":{"never":"sent"}"#;
+    let answer = register(&service, &registration(&upstream.url("/"), extra, ""), &[]).await;
+    assert_eq!(answer.status, 201, "{}", String::from_utf8_lossy(&answer.body));
+    let warnings = answer.json()["warnings"].to_string();
+    assert!(warnings.contains("/originalRoute/body") && warnings.contains("never sent"), "{warnings}");
+    let path = answer.json()["path"].as_str().unwrap().to_owned();
+    let sent = upstream.received().pop().unwrap();
+    assert_eq!(sent.headers["authorization"], "Token own-5ecret");
+    assert!(sent.body.is_empty(), "GET sends no body");
+    let uuid = &path[4..40];
+    let shown = get(&service.url(&format!("/v1/routes/{uuid}"))).await;
+    assert!(!String::from_utf8_lossy(&shown.body).contains("own-5ecret"), "masked when shown");
+    let edited = shown_as_update(&service, uuid, |body| {
+        assert_eq!(body["originalRoute"]["headers"]["Authorization"], "***");
+    })
+    .await;
+    assert_eq!(update(&service, uuid, edited).await.status, 200);
+    let with_caller = send(Method::GET, &service.url(&path), &[("x-mapped-auth", "Bearer caller")], "").await;
+    assert_eq!(with_caller.status, 200);
+    assert_eq!(upstream.received().pop().unwrap().headers["authorization"], "Token own-5ecret");
+    service.stop().await;
+}
