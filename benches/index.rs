@@ -1,5 +1,5 @@
 //! The first stage of on-demand reading against the tape: how long finding every token of a
-//! document (`json::index::build`) and checking their order (`json::index::validate`) take,
+//! document (`json::index::build`) and checking their order (`json::ondemand::validate`) take,
 //! against simd-json's parse of the same document into a tape, on the engine bench's documents.
 //! The index and the read are also timed with the fallback kernel (SSE2), where the processor
 //! has AVX2 (`json::simd`).
@@ -42,7 +42,7 @@ fn main() {
             let mut index = Vec::new();
             b.iter(|| {
                 recast::json::index::build(black_box(&body), &mut index).is_ok()
-                    && recast::json::index::validate(&body, &index, 64).is_ok()
+                    && recast::json::ondemand::validate(&body, &index, 64).is_ok()
             })
         });
         // What a call that reads nothing costs: the index, and the walk that checks every token

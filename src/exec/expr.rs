@@ -45,7 +45,7 @@ pub(crate) fn write_value(
                 return false;
             }
             match v {
-                Val::TapeList(i) | Val::TapeObject(i) => crate::json::write::value(out, nodes, i),
+                Val::TapeList(i) | Val::TapeObject(i) => crate::json::value(out, nodes, i),
                 _ => view.write(out, v),
             }
             true

@@ -948,7 +948,7 @@ fn value(nodes: &Doc<'_, '_>, ty: Type, at: usize, ignore: bool, out: &mut Vec<u
             if ignore && is_empty_value(nodes, at) {
                 return false;
             }
-            write::value(out, nodes, at);
+            crate::json::value(out, nodes, at);
             return true;
         }
         (_, Node::Array { .. }) => return list(nodes, ty, at, ignore, out),

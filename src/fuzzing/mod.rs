@@ -141,7 +141,7 @@ fn split_members(doc: &json::Doc<'_, '_>) -> Option<Vec<SplitMember>> {
     };
     let text = |i: usize| {
         let mut text = Vec::new();
-        write::value(&mut text, doc, i);
+        json::value(&mut text, doc, i);
         text
     };
     let mut members = Vec::with_capacity(*len);

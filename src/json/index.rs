@@ -8,7 +8,7 @@
 //! from token to token, and skips a string without reading its characters, because they were
 //! checked here.
 
-use super::JsonError;
+use super::error::JsonError;
 use super::simd::{self, Kernel};
 
 /// Positions of the tokens of `input`, in order, into `out` (emptied first).
@@ -268,14 +268,6 @@ fn code_unit(input: &[u8], at: usize) -> Result<u32, JsonError> {
     })
 }
 
-/// Checks that the tokens `index` found in `input` make one JSON text nested at most
-/// `max_depth` deep, and that every number and literal is well formed, so that `input` is
-/// taken or refused exactly as [`super::with_parsed`] takes or refuses it.
-pub fn validate(input: &[u8], index: &[u32], max_depth: usize) -> Result<(), JsonError> {
-    // The walk that reads a text on demand, wanting nothing of it.
-    super::ondemand::check(input, index, max_depth)
-}
-
 /// Checks the number or literal that starts at `at` (its text runs to the next space or
 /// structural character) and answers its text.
 pub(super) fn scalar_text(input: &[u8], at: usize) -> Result<&[u8], JsonError> {
@@ -388,7 +380,7 @@ pub fn agrees_with_parser(text: &[u8], max_depth: usize) -> Result<bool, String>
         let mut buf = text.to_vec();
         let parsed = super::with_parsed(&mut buf, depth, |_| ());
         let mut index = Vec::new();
-        let checked = build(text, &mut index).and_then(|()| validate(text, &index, depth));
+        let checked = build(text, &mut index).and_then(|()| super::ondemand::validate(text, &index, depth));
         (parsed, checked, index)
     };
     let (parsed, checked, index) = verdicts(max_depth);

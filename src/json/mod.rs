@@ -10,6 +10,8 @@
 #[allow(unsafe_code)]
 pub mod write;
 
+mod doc;
+mod error;
 pub mod index;
 pub mod keys;
 pub mod ondemand;
@@ -21,76 +23,9 @@ pub mod simd;
 
 use std::cell::RefCell;
 
+pub use doc::{Doc, Nodes, PADDING, value};
+pub use error::JsonError;
 pub use simd_json::{Node, StaticNode};
-
-/// Nodes of a parsed document; value positions are indexes into this slice.
-pub type Nodes<'a> = [Node<'a>];
-
-/// A parsed document as [`with_parsed`] hands it out: its nodes (what it dereferences to) and the
-/// buffer their strings point into, which lets the writer read those strings in whole chunks
-/// ([`write::Backing`]).
-pub struct Doc<'t, 'a> {
-    nodes: &'t Nodes<'a>,
-    backing: write::Backing<'a>,
-    /// By node, the text of a float that the writer would write as that very text ("" for any
-    /// other node; shorter than `nodes` when the last such float comes before their end). A text
-    /// read on demand keeps these, so that such a float is copied, not formatted again; a parsed
-    /// document has none.
-    floats: &'t [&'a str],
-}
-
-impl<'a> Doc<'_, 'a> {
-    /// The buffer the document's strings point into.
-    #[inline(always)]
-    pub fn backing(&self) -> write::Backing<'a> {
-        self.backing
-    }
-
-    /// The text of the float at node `i`, when the writer writes that float as exactly this text
-    /// ([`write::canonical_decimal`]) and the document kept it.
-    #[inline(always)]
-    pub fn float_text(&self, i: usize) -> Option<&'a str> {
-        self.floats.get(i).copied().filter(|text| !text.is_empty())
-    }
-}
-
-impl<'a> std::ops::Deref for Doc<'_, 'a> {
-    type Target = Nodes<'a>;
-
-    #[inline(always)]
-    fn deref(&self) -> &Nodes<'a> {
-        self.nodes
-    }
-}
-
-/// Why a byte string is not a document recast accepts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JsonError {
-    /// Not JSON at all (syntax, encoding): what is wrong, in words, and at which byte when it
-    /// is at one.
-    Syntax { what: String, at: Option<usize> },
-    /// Valid JSON nested deeper than the configured limit.
-    TooDeep { limit: usize },
-}
-
-impl JsonError {
-    /// A syntax error of no one byte (the encoding, the length).
-    pub fn whole(what: &str) -> JsonError {
-        JsonError::Syntax { what: what.to_owned(), at: None }
-    }
-}
-
-impl std::fmt::Display for JsonError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            JsonError::Syntax { what, at: Some(at) } => write!(f, "{what} at byte {at}"),
-            JsonError::Syntax { what, at: None } => f.write_str(what),
-            JsonError::TooDeep { limit } => {
-                write!(f, "JSON nested deeper than {limit} levels")
-            }
-        }
-    }
-}
 
 /// Checks that `input` is one JSON text nested at most `max_depth` deep, as [`with_parsed`]
 /// would take it, and says in words what is wrong and where when it is not: for texts a user
@@ -98,7 +33,7 @@ impl std::fmt::Display for JsonError {
 pub fn diagnose(input: &[u8], max_depth: usize) -> Result<(), JsonError> {
     let mut index = Vec::new();
     index::build(input, &mut index)?;
-    index::validate(input, &index, max_depth)
+    ondemand::validate(input, &index, max_depth)
 }
 
 /// The parser's reason for refusing a text, in words (its own names for them are not for users).
@@ -120,11 +55,6 @@ fn parser_words(error: &simd_json::ErrorType) -> &'static str {
         _ => "not a value",
     }
 }
-
-impl std::error::Error for JsonError {}
-
-/// Spare capacity a buffer given to [`with_parsed`] should have beyond the document.
-pub const PADDING: usize = simd_json::INPUT_PADDING;
 
 /// Parses `input` in place (simd-json unescapes strings inside the buffer) and runs `f` on the
 /// parsed document.

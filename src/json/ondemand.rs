@@ -19,9 +19,12 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::doc::{Doc, PADDING};
+use super::error::JsonError;
 use super::index::{self, syntax};
 use super::keys::{KeyTable, words};
-use super::{Doc, JsonError, Node, PADDING, StaticNode, write};
+use super::write;
+use simd_json::{Node, StaticNode};
 
 /// What a plan reads of a document: a tree of [`Want`]s, the root's first.
 #[derive(Debug, Clone)]
@@ -350,8 +353,8 @@ fn with_tape<'s, R>(
 
 /// Checks that the tokens `index` found in `input` make one JSON text nested at most
 /// `max_depth` deep, and that every number and literal is well formed: [`with_read`]'s walk,
-/// wanting nothing ([`index::validate`]).
-pub(super) fn check(input: &[u8], index: &[u32], max_depth: usize) -> Result<(), JsonError> {
+/// wanting nothing ([`validate`]).
+pub fn validate(input: &[u8], index: &[u32], max_depth: usize) -> Result<(), JsonError> {
     let Ok(source) = simdutf8::basic::from_utf8(input) else {
         return Err(JsonError::whole("the text is not UTF-8"));
     };
@@ -1206,7 +1209,7 @@ mod tests {
 
     fn written(doc: &crate::json::Doc<'_, '_>) -> String {
         let mut out = Vec::new();
-        crate::json::write::value(&mut out, doc, 0);
+        crate::json::value(&mut out, doc, 0);
         String::from_utf8(out).unwrap()
     }
 

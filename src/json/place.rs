@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::JsonError;
+use super::error::JsonError;
 
 /// A place in a text.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,9 +3,7 @@
 
 use std::marker::PhantomData;
 
-use smallvec::SmallVec;
-
-use super::{Doc, Node, StaticNode};
+use simd_json::StaticNode;
 
 /// The buffer a parsed document's strings point into, padding included (simd-json parses in
 /// place, so every string of a tape lies inside it). A string inside it can be read in whole
@@ -633,78 +631,6 @@ pub fn scalar(out: &mut Vec<u8>, node: &StaticNode) {
     }
 }
 
-/// Copies the value at `start` to `out` as compact JSON. Works iteratively, so nesting depth costs
-/// heap (a small stack of open containers), never call-stack frames.
-pub fn value(out: &mut Vec<u8>, doc: &Doc<'_, '_>, start: usize) {
-    let (nodes, backing) = (&**doc, doc.backing());
-    // Members (for objects) or elements (for lists) still to write in each open container.
-    let mut open: SmallVec<[(bool, usize); 16]> = SmallVec::new();
-    let mut i = start;
-    loop {
-        match nodes.get(i) {
-            Some(Node::String(s)) => string_in(out, s, backing),
-            Some(Node::Static(s)) => match doc.float_text(i) {
-                Some(text) => out.extend_from_slice(text.as_bytes()),
-                None => scalar(out, s),
-            },
-            Some(Node::Object { len, .. }) => {
-                if *len > 0 && key(out, nodes, backing, i + 1, b'{') {
-                    open.push((true, *len));
-                    i += 2;
-                    continue;
-                }
-                out.extend_from_slice(b"{}");
-            }
-            Some(Node::Array { len, .. }) => {
-                if *len > 0 {
-                    out.push(b'[');
-                    open.push((false, *len));
-                    i += 1;
-                    continue;
-                }
-                out.extend_from_slice(b"[]");
-            }
-            // Unreachable for a tape from the parser; written as null rather than trusted.
-            None => out.extend_from_slice(b"null"),
-        }
-        i += 1;
-        // A value is complete: close finished containers, then separate the next member.
-        loop {
-            let Some((is_object, left)) = open.last_mut() else { return };
-            *left -= 1;
-            if *left == 0 {
-                out.push(if *is_object { b'}' } else { b']' });
-                open.pop();
-                continue;
-            }
-            if *is_object {
-                if !key(out, nodes, backing, i, b',') {
-                    // A malformed tape: close everything instead of reading on.
-                    for (is_object, _) in open.drain(..).rev() {
-                        out.push(if is_object { b'}' } else { b']' });
-                    }
-                    return;
-                }
-                i += 1;
-            } else {
-                out.push(b',');
-            }
-            break;
-        }
-    }
-}
-
-/// Writes `lead`, the member name at `i` and a colon; `false` if `i` holds no member name.
-fn key(out: &mut Vec<u8>, nodes: &[Node<'_>], backing: Backing<'_>, i: usize, lead: u8) -> bool {
-    let Some(Node::String(name)) = nodes.get(i) else {
-        return false;
-    };
-    out.push(lead);
-    string_in(out, name, backing);
-    out.push(b':');
-    true
-}
-
 /// The high bit of each byte of the word that is `"`, `\` or a control character (below 0x20);
 /// zero when the word needs no escaping.
 #[inline(always)]
@@ -739,6 +665,9 @@ static ESCAPE: [u8; 256] = {
 
 #[cfg(test)]
 mod tests {
+    use simd_json::Node;
+
+    use super::super::value;
     use super::*;
 
     fn escaped(s: &str) -> String {

@@ -146,7 +146,12 @@ impl Composition {
 }
 
 /// Compiles one source: its `when`, `forEach` and request, and the settings of its calls.
-fn source(compiler: &mut Compiler<'_>, config: &SourceConfig, after: Vec<usize>, route: Uuid) -> Option<Source> {
+fn source(
+    compiler: &mut Compiler<'_>,
+    config: &SourceConfig,
+    after: Vec<usize>,
+    route: Uuid,
+) -> Option<Source> {
     let at = compiler.at.clone();
     let before = compiler.problems.len();
     let when = config.when.as_ref().and_then(|text| compiler.expression(text, format!("{at}/when"), false));
@@ -165,8 +170,16 @@ fn source(compiler: &mut Compiler<'_>, config: &SourceConfig, after: Vec<usize>,
         method_at: format!("{at}/method"),
         path: &config.path,
         path_at: format!("{at}/path"),
-        queries: config.queries.iter().map(|(n, v)| (n.as_str(), v.as_str(), located("queries", n))).collect(),
-        headers: config.headers.iter().map(|(n, v)| (n.as_str(), v.as_str(), located("headers", n))).collect(),
+        queries: config
+            .queries
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str(), located("queries", n)))
+            .collect(),
+        headers: config
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str(), located("headers", n)))
+            .collect(),
         bodies: config.body.iter().map(|b| (b.as_str(), format!("{at}/body"))).collect(),
         auth: &config.auth,
         auth_at: format!("{at}/authHeader"),

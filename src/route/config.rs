@@ -108,7 +108,7 @@ pub const SHOWN_DEPTH: usize = 127;
 pub fn shown(text: &str) -> Result<Box<serde_json::value::RawValue>, String> {
     let mut buf = text.as_bytes().to_vec();
     let mut out = Vec::with_capacity(text.len());
-    crate::json::with_parsed(&mut buf, SHOWN_DEPTH, |nodes| crate::json::write::value(&mut out, nodes, 0))
+    crate::json::with_parsed(&mut buf, SHOWN_DEPTH, |nodes| crate::json::value(&mut out, nodes, 0))
         .map_err(|e| e.to_string())?;
     let text = String::from_utf8(out).map_err(|e| e.to_string())?;
     serde_json::value::RawValue::from_string(text).map_err(|e| e.to_string())
@@ -240,4 +240,3 @@ pub struct SourceConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
 }
-

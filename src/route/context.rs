@@ -60,4 +60,3 @@ pub fn check_body(body: &[u8], max_depth: usize) -> Result<(), json::JsonError> 
     }
     json::diagnose(body, max_depth.saturating_sub(2))
 }
-

@@ -72,7 +72,10 @@ impl AuthHeader {
 
 /// `breaker`: absent or `null` for the origin's breaker; else an object whose `scope` is
 /// `"origin"` (the default) or `"route"`, a breaker of the route's own.
-pub(super) fn breaker_settings(given: Option<&serde_json::Value>, problems: &mut Vec<Problem>) -> BreakerScope {
+pub(super) fn breaker_settings(
+    given: Option<&serde_json::Value>,
+    problems: &mut Vec<Problem>,
+) -> BreakerScope {
     let example = r#"{"scope": "route"}"#;
     let Some(members) = settings_object(given, "breaker", &["scope"], example, problems) else {
         return BreakerScope::Origin;

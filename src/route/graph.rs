@@ -27,7 +27,11 @@ impl Graph {
     /// The graph of sources named `names`, each waiting for its `after`; `None` when they wait
     /// for each other in a cycle (the problem added). Unknown names are problems too, and left
     /// out.
-    pub fn of<'a>(names: &[&str], after: impl Iterator<Item = &'a [String]>, problems: &mut Vec<Problem>) -> Option<Graph> {
+    pub fn of<'a>(
+        names: &[&str],
+        after: impl Iterator<Item = &'a [String]>,
+        problems: &mut Vec<Problem>,
+    ) -> Option<Graph> {
         let mut waits: Vec<Vec<usize>> = Vec::new();
         for (source, after) in names.iter().zip(after) {
             let mut direct = Vec::new();

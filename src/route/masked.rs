@@ -63,7 +63,11 @@ impl Registration {
             let stored_headers = route.as_ref().map(|s| s.headers.clone()).unwrap_or_default();
             for (at, given, held) in [
                 ("/originalRoute/headers", original.headers.as_mut(), stored_headers.first().copied()),
-                ("/preConfiguredHeaders", self.pre_configured_headers.as_mut(), stored_headers.get(1).copied()),
+                (
+                    "/preConfiguredHeaders",
+                    self.pre_configured_headers.as_mut(),
+                    stored_headers.get(1).copied(),
+                ),
             ] {
                 for (name, value) in given.into_iter().flatten() {
                     if !name.eq_ignore_ascii_case("authorization") || value != MASK {
@@ -72,7 +76,8 @@ impl Registration {
                     let mut here = at.to_owned();
                     push_pointer(&mut here, name);
                     let secret = authorization_in(held, name);
-                    if let Some(kept) = keep(&here, "Authorization header", secret, base_urls, &mut problems) {
+                    if let Some(kept) = keep(&here, "Authorization header", secret, base_urls, &mut problems)
+                    {
                         *value = kept;
                     }
                 }

@@ -136,7 +136,9 @@ impl Route {
     pub fn upstream_request(&self, client: &FromClient<'_>) -> Result<UpstreamRequest, CallError> {
         match &self.upstream {
             Ok(Target::Single(single)) => single.request(client),
-            Ok(Target::Composed(_)) => Err(CallError::Broken("a composed route has no single upstream".into())),
+            Ok(Target::Composed(_)) => {
+                Err(CallError::Broken("a composed route has no single upstream".into()))
+            }
             Err(why) => Err(CallError::Broken(why.clone())),
         }
     }

@@ -305,12 +305,7 @@ impl Registration {
         );
         let forward_headers = super::sources::forward_headers(self.forward_headers.as_ref(), &mut problems);
         if problems.is_empty()
-            && let Err(found) = Composition::compile(
-                &sources,
-                &forward_headers,
-                uuid::Uuid::nil(),
-                limits,
-            )
+            && let Err(found) = Composition::compile(&sources, &forward_headers, uuid::Uuid::nil(), limits)
         {
             problems.extend(found);
         }
@@ -327,4 +322,3 @@ impl Registration {
         })
     }
 }
-

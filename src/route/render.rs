@@ -149,22 +149,47 @@ pub enum RequestError {
 /// Why a path with a `%` that starts no escape is refused.
 const LONE_PERCENT: &str = "a `%` in `path` must start an escape (`%` and two hex digits): before a template, a value could finish it";
 
+/// Checks a header value, configured or rendered, as one rule: one line of visible ASCII, space
+/// or tab, at most [`MAX_HEADER_VALUE`] bytes.
+fn header_text(value: &str) -> Result<(), &'static str> {
+    if value.len() > MAX_HEADER_VALUE {
+        return Err("header value is longer than 8 KiB");
+    }
+    if !value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)) {
+        return Err("header value holds a character other than visible ASCII, space or tab");
+    }
+    Ok(())
+}
+
 /// Why `name` may not be configured, if it may not: framing and hop-by-hop headers, `Host`,
 /// `Proxy-*`, the codings recast decodes, the caller's credential, and `Authorization` beside
 /// an `authHeader`. The one list for a route's own upstream and for sources.
 pub fn reserved_header(name: &HeaderName, auth: &Auth) -> Option<String> {
-    const FRAMING: [&str; 9] =
-        ["host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade", "expect"];
+    const FRAMING: [&str; 9] = [
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+    ];
     let name = name.as_str();
     if FRAMING.contains(&name) || name.starts_with("proxy-") {
-        return Some(format!("`{name}` cannot be configured: recast writes the request's framing and hop-by-hop headers"));
+        return Some(format!(
+            "`{name}` cannot be configured: recast writes the request's framing and hop-by-hop headers"
+        ));
     }
     match name {
-        "accept-encoding" => {
-            Some("`accept-encoding` cannot be configured: recast asks for the codings it decodes (gzip, br)".to_owned())
-        }
+        "accept-encoding" => Some(
+            "`accept-encoding` cannot be configured: recast asks for the codings it decodes (gzip, br)"
+                .to_owned(),
+        ),
         "x-mapped-auth" => Some(
-            "`x-mapped-auth` cannot be configured: it is the caller's credential (use `authHeader`)".to_owned(),
+            "`x-mapped-auth` cannot be configured: it is the caller's credential (use `authHeader`)"
+                .to_owned(),
         ),
         "authorization" if !matches!(auth, Auth::None) => {
             Some("`Authorization` cannot be configured beside an `authHeader`".to_owned())
@@ -254,12 +279,9 @@ impl Compiler<'_> {
             }
             let Some(slot) = self.text(value, location.clone(), members.templates) else { continue };
             if let Some(text) = slot.template.literal()
-                && HeaderValue::from_str(text).is_err()
+                && let Err(why) = header_text(text)
             {
-                self.problems.push(Problem::new(
-                    location,
-                    "not a valid header value (control characters such as CR or LF)",
-                ));
+                self.problems.push(Problem::new(location, why));
                 continue;
             }
             headers.push((header, slot));
@@ -406,7 +428,11 @@ impl Compiler<'_> {
     /// A member's text: a template, or as written (`templates` false).
     fn text(&mut self, text: &str, location: String, templates: bool) -> Option<Slot> {
         if !templates {
-            return Some(Slot { template: Template::literal_text(text.to_owned()), location, only_request: true });
+            return Some(Slot {
+                template: Template::literal_text(text.to_owned()),
+                location,
+                only_request: true,
+            });
         }
         match Template::compile(text, self.item, self.max_depth, self.patterns) {
             Ok(template) => {
@@ -490,7 +516,11 @@ impl Compiler<'_> {
         Some(match nodes[i] {
             Node::String(s) if s.contains("{{") => {
                 let slot = self.text(s, at.clone(), true)?;
-                if slot.template.whole().is_some() { BodyTemplate::Whole(slot) } else { BodyTemplate::Text(slot) }
+                if slot.template.whole().is_some() {
+                    BodyTemplate::Whole(slot)
+                } else {
+                    BodyTemplate::Text(slot)
+                }
             }
             Node::Object { .. } => {
                 let mut members = Vec::new();
@@ -521,7 +551,7 @@ impl Compiler<'_> {
             }
             _ => {
                 scratch.clear();
-                json::write::value(scratch, nodes, i);
+                json::value(scratch, nodes, i);
                 BodyTemplate::Raw(String::from_utf8_lossy(scratch).into_owned())
             }
         })
@@ -535,7 +565,12 @@ fn last_of_each<T, K: std::hash::Hash + Eq>(items: Vec<T>, key: impl Fn(&T) -> K
     for (i, item) in items.iter().enumerate() {
         last.insert(key(item), i);
     }
-    items.into_iter().enumerate().filter(|(i, item)| last.get(&key(item)) == Some(i)).map(|(_, item)| item).collect()
+    items
+        .into_iter()
+        .enumerate()
+        .filter(|(i, item)| last.get(&key(item)) == Some(i))
+        .map(|(_, item)| item)
+        .collect()
 }
 
 impl RequestTemplate {
@@ -595,7 +630,9 @@ impl RequestTemplate {
             match body {
                 Some(body) => {
                     sent = body;
-                    headers.entry(header::CONTENT_TYPE).or_insert(HeaderValue::from_static("application/json"));
+                    headers
+                        .entry(header::CONTENT_TYPE)
+                        .or_insert(HeaderValue::from_static("application/json"));
                 }
                 None if self.caller_passes => {
                     if let Some(body) = caller.body.filter(|b| !b.is_empty()) {
@@ -652,15 +689,7 @@ impl RequestTemplate {
         for (name, slot) in &self.headers {
             let mut value = String::new();
             slot.template.render(context, as_is, &mut value).map_err(|e| slot.failure(e))?;
-            if value.len() > MAX_HEADER_VALUE {
-                return Err(slot.fails("the rendered header value is longer than 8 KiB".to_owned()));
-            }
-            if !value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)) {
-                return Err(slot.fails(
-                    "the rendered header value holds a character other than visible ASCII, space or tab"
-                        .to_owned(),
-                ));
-            }
+            header_text(&value).map_err(|why| slot.fails(format!("the rendered {why}")))?;
             let mut value = HeaderValue::from_str(&value)
                 .map_err(|_| slot.fails("the rendered header value is not one".to_owned()))?;
             value.set_sensitive(true);
@@ -685,7 +714,12 @@ impl RequestTemplate {
 
     /// `target` with the caller's query pairs (but those the request configures), then the
     /// configured ones.
-    fn uri(&self, target: &str, caller: Option<&str>, configured: &[(&str, &str)]) -> Result<Uri, RequestError> {
+    fn uri(
+        &self,
+        target: &str,
+        caller: Option<&str>,
+        configured: &[(&str, &str)],
+    ) -> Result<Uri, RequestError> {
         let mut query = url::form_urlencoded::Serializer::new(String::new());
         if let Some(given) = caller.filter(|q| !q.is_empty()) {
             let names: HashSet<&str> = configured.iter().map(|(name, _)| *name).collect();

@@ -62,11 +62,15 @@ impl Single {
             location
         };
         let mut queries = Vec::new();
-        for (at, map) in [("/originalRoute/queries", &config.queries), ("/preConfiguredQueries", &config.pre_queries)] {
+        for (at, map) in
+            [("/originalRoute/queries", &config.queries), ("/preConfiguredQueries", &config.pre_queries)]
+        {
             queries.extend(map.iter().map(|(n, v)| (n.as_str(), v.as_str(), located(at, n))));
         }
         let mut headers = Vec::new();
-        for (at, map) in [("/originalRoute/headers", &config.headers), ("/preConfiguredHeaders", &config.pre_headers)] {
+        for (at, map) in
+            [("/originalRoute/headers", &config.headers), ("/preConfiguredHeaders", &config.pre_headers)]
+        {
             // A later name wins, whatever its case.
             headers.extend(map.iter().map(|(n, v)| (n.as_str(), v.as_str(), located(at, n))));
         }

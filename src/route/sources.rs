@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::config::{Auth, SourceConfig};
-use super::fields::{AuthHeader, BaseUrl, auth, method_of, rate_limit_settings, retry_settings, tls_settings};
+use super::fields::{
+    AuthHeader, BaseUrl, auth, method_of, rate_limit_settings, retry_settings, tls_settings,
+};
 use crate::json::push_pointer;
 use crate::rules::Problem;
 use crate::suggest;

@@ -364,7 +364,10 @@ fn a_single_route_calls_with_its_own_upstream_s_settings() {
     let upstreams = route.upstreams();
     let named: Vec<(Option<&str>, String)> =
         upstreams.iter().map(|u| (u.source, u.request.origin().to_string())).collect();
-    assert_eq!(named, [(Some("a"), "http://127.0.0.1:9/".to_owned()), (Some("b"), "http://127.0.0.1:8/".to_owned())]);
+    assert_eq!(
+        named,
+        [(Some("a"), "http://127.0.0.1:9/".to_owned()), (Some("b"), "http://127.0.0.1:8/".to_owned())]
+    );
     assert!(upstreams.iter().all(|u| u.calls.breaker.is_none()));
 }
 
@@ -491,7 +494,11 @@ fn a_route_s_own_upstream_and_a_source_build_requests_one_way() {
             let alone = located(&build(&headers, ""));
             let beside = located(&build(&headers, bearer));
             assert_eq!(!alone.is_empty(), refused_alone, "{header} alone, {kind}: {alone:?}");
-            assert_eq!(!beside.is_empty(), refused_beside_auth, "{header} beside authHeader, {kind}: {beside:?}");
+            assert_eq!(
+                !beside.is_empty(),
+                refused_beside_auth,
+                "{header} beside authHeader, {kind}: {beside:?}"
+            );
         }
     }
 

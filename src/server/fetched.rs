@@ -35,4 +35,3 @@ pub(super) struct MappedAnswer {
     /// answer is never kept).
     pub(super) partial: Option<HeaderValue>,
 }
-

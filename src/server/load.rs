@@ -145,3 +145,13 @@ impl Loaded {
         }
     }
 }
+
+/// Turns the store's background compactions back on (they are held while routes load).
+pub(super) fn resume_compactions(store: &Store) {
+    if let Err(e) = store.resume_compactions() {
+        tracing::error!(
+            error = %e,
+            "turning the store's background compactions back on failed; if they are still off, table files pile up until a restart"
+        );
+    }
+}

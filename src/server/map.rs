@@ -106,4 +106,3 @@ pub(super) fn not_json(empty: bool, content_type: MediaType, error: &JsonError) 
         }
     }
 }
-

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use uuid::Uuid;
 
-use super::{compose, single};
 use super::problem::{UpstreamFailure, write_problems};
 use super::reply::{etag, if_match, json, now_ms, read_body};
 use super::{ApiError, Request, Response, State};
+use super::{compose, single};
 use crate::exec;
 use crate::json::{self, JsonError, write};
 use crate::logging::logged;

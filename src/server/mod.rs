@@ -24,8 +24,8 @@ mod sync;
 mod traced;
 
 use std::future::Future;
-use std::sync::atomic::AtomicU8;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU8;
 use std::time::Duration;
 
 use hyper_util::rt::TokioTimer;
@@ -303,7 +303,7 @@ pub async fn run_with(
             // routes, and merges its table files once it has written them all into its store.
             if database.is_none() || position.is_some() {
                 // Table files left to merge are merged from now on, in the background.
-                resume_compactions(&local);
+                load::resume_compactions(&local);
                 // Unless a shutdown came first: then the state stays `Stopped`.
                 state.advance(Lifecycle::Idle, Lifecycle::Running);
             }
@@ -529,13 +529,3 @@ async fn flush_traces(
 /// How long a stopping cluster node waits for the database to take its row off, and a stopping
 /// node for its store to close, when the grace period has less left.
 const LEAVING: Duration = Duration::from_millis(500);
-
-/// Turns the store's background compactions back on (they are held while routes load).
-pub(crate) fn resume_compactions(store: &Store) {
-    if let Err(e) = store.resume_compactions() {
-        tracing::error!(
-            error = %e,
-            "turning the store's background compactions back on failed; if they are still off, table files pile up until a restart"
-        );
-    }
-}

@@ -509,7 +509,7 @@ impl ApiError {
         };
         // The request's span names the problem as its `error.type`.
         if crate::telemetry::recording() {
-            response.extensions_mut().insert(super::traced::ProblemType(slug));
+            response.extensions_mut().insert(ProblemType(slug));
         }
         response
     }
@@ -626,6 +626,10 @@ impl UpstreamFailure {
         }
     }
 }
+
+/// The problem type of an error answer, its `error.type`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ProblemType(pub &'static str);
 
 #[cfg(test)]
 mod tests {

@@ -179,5 +179,4 @@ mod tests {
         assert!(is_sane_request_id(fresh.as_bytes()));
         assert_ne!(fresh, replaced, "generated ids are unique");
     }
-
 }

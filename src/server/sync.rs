@@ -237,7 +237,7 @@ impl Follower {
             if first {
                 tracing::info!(revision = target.revision, "snapshot written: the next start serves from it");
                 // Held since the start, so that merging did not share the cores with the load.
-                super::resume_compactions(&snapshot);
+                super::load::resume_compactions(&snapshot);
             }
             Ok::<(), storage::StorageError>(())
         })

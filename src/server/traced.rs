@@ -59,10 +59,6 @@ pub(super) fn note_call(facts: CallFacts) {
     });
 }
 
-/// The problem type of an error answer, its `error.type`.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct ProblemType(pub &'static str);
-
 /// A request's scope and, when its trace is recorded, its SERVER span begun now.
 pub(super) fn begin<'a>(state: &'a State, inbound: &Inbound<'_>) -> (Scope, Option<(Span, &'a Recorder)>) {
     let (scope, parent) = state.tracer.serve(inbound.headers);
@@ -205,7 +201,7 @@ impl Drop for Pending<'_> {
 fn finish(span: &mut Span, response: &mut Response) {
     let status = response.status().as_u16();
     span.set(&keys::STATUS_CODE, i64::from(status));
-    let problem = response.extensions_mut().remove::<ProblemType>();
+    let problem = response.extensions_mut().remove::<super::problem::ProblemType>();
     if status >= 500 {
         let kind = problem.map_or_else(|| status.to_string(), |p| p.0.to_owned());
         span.set(&keys::ERROR_TYPE, &kind);

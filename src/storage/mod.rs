@@ -6,6 +6,7 @@
 //! Version 1 records (configuration in the clear) are sealed at start, and the store is
 //! compacted so the clear copies leave the files.
 
+mod error;
 mod record;
 mod snapshot;
 #[cfg(test)]
@@ -17,6 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 use uuid::Uuid;
 
+pub use self::error::StorageError;
+pub use self::record::StoredRoute;
 use self::record::{
     CREATED, KEY_CHECK, ROUTE, Record, SCHEMA_V1, created_key, key_check_opener, open, resealed, route_key,
     seal, sealed_by,
@@ -35,70 +38,6 @@ const COMPACT_PENDING: &[u8] = b"m";
 /// `v`, then a revision: the last revision the store gave a change (the highest such key; the
 /// one before is removed with each change).
 const REVISION: u8 = b'v';
-
-/// Why storage failed.
-#[derive(Debug)]
-pub enum StorageError {
-    /// Another process holds the data directory.
-    Locked { dir: PathBuf },
-    /// The data directory cannot be opened or created (permissions, not a directory, corrupt).
-    Open { dir: PathBuf, why: String },
-    /// A read or write failed.
-    Io(String),
-    /// A stored record cannot be read.
-    Corrupt { key: String, why: String },
-    /// The secret key cannot be loaded, or is not the one the records were sealed with.
-    Key(String),
-    /// A record was sealed by a key the ring lacks: the route cannot be read until the key is
-    /// given back.
-    KeyMissing {
-        uuid: Uuid,
-        key: crate::secrets::KeyId,
-        created_at: u64,
-        updated_at: u64,
-        revision: Option<u64>,
-    },
-}
-
-impl std::fmt::Display for StorageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StorageError::Locked { dir } => write!(
-                f,
-                "the data directory {} is in use by another recast process (only one may use it)",
-                dir.display()
-            ),
-            StorageError::Open { dir, why } => {
-                write!(f, "cannot open the data directory {}: {why}", dir.display())
-            }
-            StorageError::Io(why) => write!(f, "storage failed: {why}"),
-            StorageError::Corrupt { key, why } => write!(f, "stored record {key} is unreadable: {why}"),
-            StorageError::Key(why) => f.write_str(why),
-            StorageError::KeyMissing { uuid, key, .. } => write!(
-                f,
-                "route {uuid} was sealed by key {key}, which RECAST_SECRET_KEYS lacks; add that key \
-                 to the ring to serve it"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for StorageError {}
-
-/// A route as stored: identity, times, and the registration as the client gave it. The record's
-/// content beyond these members is owned by the route module; storage only keeps it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredRoute {
-    /// Schema version of the record.
-    pub v: u32,
-    pub uuid: Uuid,
-    /// Milliseconds since the Unix epoch.
-    pub created_at: u64,
-    pub updated_at: u64,
-    /// The route's configuration (see `route::RouteConfig`) as JSON text. Storage keeps it and
-    /// does not read it: the route module reads it once, straight into its own type.
-    pub config: String,
-}
 
 /// A key and its value, as RocksDB's iterator gives them.
 type KeyValue = (Box<[u8]>, Box<[u8]>);

@@ -14,9 +14,24 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{StorageError, StoredRoute};
+use super::error::StorageError;
 use crate::hex;
 use crate::secrets::{KeyId, Keyring, NotOpened};
+
+/// A route as stored: identity, times, and the registration as the client gave it. The record's
+/// content beyond these members is owned by the route module; storage only keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredRoute {
+    /// Schema version of the record.
+    pub v: u32,
+    pub uuid: Uuid,
+    /// Milliseconds since the Unix epoch.
+    pub created_at: u64,
+    pub updated_at: u64,
+    /// The route's configuration (see `route::RouteConfig`) as JSON text. Storage keeps it and
+    /// does not read it: the route module reads it once, straight into its own type.
+    pub config: String,
+}
 
 /// The schema version written into every record.
 pub const SCHEMA_VERSION: u32 = 2;

@@ -23,7 +23,7 @@ use tokio::sync::{Notify, watch};
 
 use super::keys::{KEY_ROOM, Key};
 use super::settings::ExportSettings;
-use super::{Kind, Value};
+use super::value::{Kind, Value};
 use crate::metrics::SpanCounts;
 use crate::trace_context::TraceParent;
 

@@ -16,6 +16,7 @@
 pub mod export;
 pub mod keys;
 pub mod settings;
+mod value;
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -28,6 +29,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 pub use self::export::Recorder;
 pub use self::keys::{Attribute, Key};
 pub use self::settings::{Sampler, TraceSettings};
+pub use self::value::{Kind, Value};
 use crate::trace_context::{SAMPLED, TraceParent, trace_state};
 
 /// The W3C `baggage` header, passed on to upstreams as the caller sent it.
@@ -316,48 +318,6 @@ pub fn cut(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
-}
-
-/// The kind of a span, as OTLP numbers them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Internal = 1,
-    Server = 2,
-    Client = 3,
-}
-
-/// An attribute's value, borrowed: it is written into the span at once.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Value<'a> {
-    Str(&'a str),
-    /// A text in pieces, written one after the other.
-    Parts(&'a [&'a str]),
-    Int(i64),
-    Bool(bool),
-}
-
-impl<'a> From<&'a str> for Value<'a> {
-    fn from(text: &'a str) -> Value<'a> {
-        Value::Str(text)
-    }
-}
-
-impl<'a> From<&'a String> for Value<'a> {
-    fn from(text: &'a String) -> Value<'a> {
-        Value::Str(text)
-    }
-}
-
-impl From<i64> for Value<'_> {
-    fn from(n: i64) -> Value<'static> {
-        Value::Int(n)
-    }
-}
-
-impl From<bool> for Value<'_> {
-    fn from(b: bool) -> Value<'static> {
-        Value::Bool(b)
-    }
 }
 
 /// A span being recorded: started now in a trace, and written as the protobuf of an OTLP `Span`

@@ -2,12 +2,13 @@
 //! with the connect timeout over the TLS handshake too, and what a connector's error means.
 
 use http::uri::Authority;
-use hyper_rustls::HttpsConnector;
 use hyper_util::rt::TokioIo;
 use tower_service::Service as _;
 use tracing::{Instrument as _, Level};
 
-use super::{Connector, RouteTls, UpstreamClient, UpstreamError, error_chain, tls, wire};
+use super::connector::{Connector, with_config};
+use super::stream::Stream;
+use super::{RouteTls, UpstreamClient, UpstreamError, error_chain, tls};
 use crate::logging::logged;
 use crate::policy::refusal_in;
 
@@ -32,7 +33,7 @@ impl UpstreamClient {
         &self,
         mut connector: Connector,
         uri: &http::Uri,
-    ) -> Result<(wire::Stream, Option<tls::CertificateAsked>), Connecting> {
+    ) -> Result<(Stream, Option<tls::CertificateAsked>), Connecting> {
         let connecting = connector.call(uri.clone());
         // The connector logs too (at debug); its lines name the request like ours.
         let logs = tracing::enabled!(target: "hyper_util::client::legacy::connect::http", Level::DEBUG);
@@ -97,21 +98,4 @@ fn connection_refused(error: &(dyn std::error::Error + 'static)) -> bool {
         cause = e.source();
     }
     false
-}
-
-/// `inner` with TLS (rustls with ring, Mozilla's roots) for `https://` URLs, HTTP/1.1.
-pub(crate) fn https_or_http<C>(inner: C) -> HttpsConnector<C> {
-    let roots = tls::roots(&[]).unwrap_or_else(|_| rustls::RootCertStore::empty());
-    with_config(inner, tls::default_config(roots), false)
-}
-
-/// `inner` with TLS as `config` says for `https://` URLs: HTTP/1.1, and HTTP/2 offered by ALPN
-/// when `http2`.
-pub(super) fn with_config<C>(inner: C, config: rustls::ClientConfig, http2: bool) -> HttpsConnector<C> {
-    let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config).https_or_http();
-    if http2 {
-        builder.enable_all_versions().wrap_connector(inner)
-    } else {
-        builder.enable_http1().wrap_connector(inner)
-    }
 }

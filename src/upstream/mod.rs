@@ -5,10 +5,13 @@
 //! followed. Connections are made by hyper's connector behind the outbound policy
 //! ([`crate::policy::Guarded`]); the exchange itself is [`wire`], driven by the calling task.
 
+mod answer;
 mod breaker;
 mod call;
 mod coding;
 mod connect;
+mod connector;
+mod error;
 mod exchange;
 mod freshness;
 mod h2;
@@ -19,6 +22,8 @@ mod per_key;
 mod pool;
 mod request;
 mod retry;
+mod spawner;
+mod stream;
 mod tls;
 mod traced;
 mod wire;
@@ -27,23 +32,26 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use http::{HeaderValue, StatusCode};
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::time::Instant;
 
-pub(crate) use self::connect::https_or_http;
-use self::connect::with_config;
+pub(crate) use self::connector::https_or_http;
+use self::connector::{Connector, Plain, with_config};
 use self::per_key::PerKey;
 use self::pool::{Key, Pool, Pools};
-use crate::metrics::{KeptCounts, LimiterCounts, OriginBreaker, OriginRetries, PanicSite, TokenCounts};
-use crate::policy::{Guarded, Lookup, NotAllowed, OutboundPolicy, PolicyResolver, literal_address};
+use self::spawner::Spawner;
+use crate::metrics::{KeptCounts, LimiterCounts, OriginBreaker, OriginRetries, TokenCounts};
+use crate::policy::{Guarded, Lookup, OutboundPolicy, PolicyResolver, literal_address};
 use crate::tasks::Tasks;
+pub use answer::{Answer, MediaType};
 pub use breaker::{BreakerScope, BreakerSettings, Breakers};
+pub use error::{AuthFailure, UpstreamError};
 pub use freshness::{Freshness, MAX_DELTA_SECONDS};
 pub use limit::{LimitScope, MAX_BURST, MAX_RATE, MAX_WAIT_MS, RateLimitSettings};
-pub use oauth::{AuthFailure, ClientAuth, ClientCredentials, TokenRequest};
-pub use request::UpstreamRequest;
+pub use oauth::{ClientAuth, ClientCredentials, TokenRequest};
+pub(crate) use request::Extra;
+use request::origin;
+pub use request::{Propagated, UpstreamRequest};
 pub use retry::{Failure, MAX_ATTEMPTS, RetryOn, RetrySettings, retriable_status};
 pub use tls::{CertificateAsked, RouteTls, TlsProblem, TlsSettings, collector_config, read_ca_file};
 
@@ -66,131 +74,6 @@ pub struct UpstreamSettings {
     /// Whether `https` upstreams are offered HTTP/2 by ALPN (`RECAST_UPSTREAM_HTTP2=auto`).
     pub http2: bool,
 }
-
-/// An upstream's answer, read whole.
-#[derive(Debug)]
-pub struct Answer {
-    pub status: StatusCode,
-    /// The body, with spare capacity for the JSON parser's padding.
-    pub body: Vec<u8>,
-    /// What its headers say about caching it.
-    pub freshness: Freshness,
-    /// What its `Retry-After` asks (a 429 or 503 answer's is heeded by a route's retries).
-    pub retry_after: Option<Duration>,
-    /// Whether the upstream asked for a client certificate when the connection was made (a
-    /// 400 or 403 may be its refusal of the one given, or of none).
-    pub certificate_asked: Option<tls::CertificateAsked>,
-    /// What its `Content-Type` says it is (told when the body is not JSON).
-    pub content_type: MediaType,
-    /// Whether it came over HTTP/2 (else HTTP/1.1).
-    pub http2: bool,
-}
-
-/// The media type a `Content-Type` names (`text/html`), without its parameters, lowercased and
-/// cut to [`MediaType::MAX`] bytes; kept inline, so that no answer allocates for it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct MediaType {
-    bytes: [u8; MediaType::MAX],
-    len: u8,
-}
-
-impl Default for MediaType {
-    fn default() -> MediaType {
-        MediaType { bytes: [0; MediaType::MAX], len: 0 }
-    }
-}
-
-impl MediaType {
-    /// Longest media type kept.
-    pub const MAX: usize = 64;
-
-    /// The media type of a `Content-Type` value; none when it holds no plain token.
-    pub fn of(value: &[u8]) -> MediaType {
-        let essence = value.split(|&b| b == b';').next().unwrap_or_default().trim_ascii();
-        let mut kept = MediaType::default();
-        if essence.iter().all(|b| b.is_ascii_graphic()) {
-            let len = essence.len().min(MediaType::MAX);
-            kept.bytes[..len].copy_from_slice(&essence[..len]);
-            kept.bytes[..len].make_ascii_lowercase();
-            kept.len = len as u8;
-        }
-        kept
-    }
-
-    /// The media type, if the answer named one.
-    pub fn as_str(&self) -> Option<&str> {
-        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).ok().filter(|s| !s.is_empty())
-    }
-
-    /// Whether it names JSON (`application/json`, `application/problem+json`, ...).
-    pub fn is_json(&self) -> bool {
-        self.as_str().is_some_and(|t| t == "application/json" || t.ends_with("+json"))
-    }
-}
-
-impl std::fmt::Debug for MediaType {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", self.as_str())
-    }
-}
-
-/// Why no answer came back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UpstreamError {
-    /// No connection: refused, unreachable, name not resolved.
-    Connect(String),
-    /// TLS refused the connection: the upstream's certificate is not trusted, or the upstream
-    /// refused the handshake or the certificate recast presented (why).
-    Tls(String),
-    /// The connection broke during the exchange.
-    Broken(String),
-    /// The deadline passed.
-    Timeout,
-    /// The body is larger than allowed (decoded, when it comes in a content coding).
-    TooLarge { limit: usize },
-    /// A 2xx answer in a content coding recast does not decode (its name), or a coded body that
-    /// does not decode (why).
-    Coding(String),
-    /// The outbound policy refuses the upstream's address; nothing was sent.
-    NotAllowed(NotAllowed),
-    /// The upstream's breaker is open after failures in a row; nothing was sent. When to try
-    /// again.
-    Unavailable { retry_after: Duration },
-    /// The route's outbound rate limit left no slot within its `maxWaitMs`; nothing was sent.
-    /// When a slot is free.
-    RateLimited { retry_after: Duration },
-    /// The route's token endpoint gave no access token; nothing was sent upstream.
-    Auth(AuthFailure),
-}
-
-impl std::fmt::Display for UpstreamError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            UpstreamError::Connect(why) => write!(f, "the upstream could not be reached: {why}"),
-            UpstreamError::Tls(why) => write!(f, "the TLS handshake with the upstream failed: {why}"),
-            UpstreamError::Broken(why) => write!(f, "the connection to the upstream broke: {why}"),
-            UpstreamError::Timeout => f.write_str("the upstream did not answer in time"),
-            UpstreamError::TooLarge { limit } => {
-                write!(f, "the upstream's answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
-            }
-            UpstreamError::Coding(why) => f.write_str(why),
-            UpstreamError::NotAllowed(refusal) => refusal.fmt(f),
-            UpstreamError::Unavailable { .. } => f.write_str(
-                "calls to this upstream failed repeatedly, so recast does not call it until its \
-                 cooldown ends (RECAST_BREAKER_FAILURES, RECAST_BREAKER_COOLDOWN_MS); nothing was sent",
-            ),
-            UpstreamError::RateLimited { .. } => f.write_str(
-                "the route's rateLimit (the upstream's quota) has no slot free within its maxWaitMs; nothing was sent",
-            ),
-            UpstreamError::Auth(failure) => write!(f, "{failure}; nothing was sent to the upstream"),
-        }
-    }
-}
-
-type Connector = HttpsConnector<Plain>;
-/// The TCP connector every TLS connector wraps: the policy's resolver, and its check of literal
-/// addresses.
-type Plain = Guarded<HttpConnector<PolicyResolver>>;
 
 /// How often idle connections past `IDLE_TIMEOUT` are looked for and closed.
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
@@ -223,27 +106,6 @@ pub struct UpstreamClient {
     spawner: Spawner,
     /// Where the spans of attempts go, when traces are exported.
     spans: Option<Arc<crate::telemetry::Recorder>>,
-}
-
-/// Where the client's own tasks run: behind the panic guard, and, once the service gives one, on
-/// a runtime of its own, away from the workers, so that a worker busy with a mapping holds up no
-/// other worker's call on a connection it would have opened.
-#[derive(Clone)]
-struct Spawner {
-    tasks: Tasks,
-    on: Option<tokio::runtime::Handle>,
-}
-
-impl Spawner {
-    fn spawn<F>(&self, future: F)
-    where
-        F: std::future::Future<Output = ()> + Send + 'static,
-    {
-        match &self.on {
-            Some(handle) => drop(self.tasks.spawn_on(handle, PanicSite::Background, future)),
-            None => drop(self.tasks.spawn(PanicSite::Background, future)),
-        }
-    }
 }
 
 impl UpstreamClient {
@@ -477,56 +339,6 @@ pub struct Outbound<'a> {
     pub source: Option<&'a str>,
 }
 
-/// What an attempt writes into its request beside the request itself, and into no cache key:
-/// the token held, and the trace context of the attempt's span.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Extra<'a> {
-    pub authorization: Option<&'a HeaderValue>,
-    pub trace: Option<&'a Propagated>,
-}
-
-/// The trace context an attempt passes on: its span as the parent (`traceparent`), and the
-/// caller's `tracestate` and `baggage` as they came.
-#[derive(Debug, Clone)]
-pub struct Propagated {
-    /// Its text, written as it is (no header value made for it on HTTP/1.1).
-    pub traceparent: [u8; crate::trace_context::LENGTH],
-    /// The caller's `tracestate` and `baggage`.
-    pub carried: Option<std::sync::Arc<crate::telemetry::Carried>>,
-}
-
-impl Propagated {
-    fn state(&self) -> Option<&HeaderValue> {
-        self.carried.as_deref().and_then(|carried| carried.state.as_ref())
-    }
-
-    fn baggage(&self) -> Option<&HeaderValue> {
-        self.carried.as_deref().and_then(|carried| carried.baggage.as_ref())
-    }
-
-    /// The header lines it adds to `request`'s own, by name: its `traceparent` always (in place
-    /// of one the request has), the caller's `tracestate` and `baggage` only where the request
-    /// has none of its own (a header a route configures is never replaced by a caller's).
-    pub(crate) fn lines<'a>(
-        &'a self,
-        request: &'a http::HeaderMap,
-    ) -> impl Iterator<Item = (&'static str, &'a [u8])> + 'a {
-        [
-            (crate::trace_context::TRACEPARENT, Some(&self.traceparent[..])),
-            (crate::trace_context::TRACESTATE, self.state().map(HeaderValue::as_bytes)),
-            ("baggage", self.baggage().map(HeaderValue::as_bytes)),
-        ]
-        .into_iter()
-        .filter(move |(name, _)| *name == crate::trace_context::TRACEPARENT || !request.contains_key(*name))
-        .filter_map(|(name, value)| value.map(|value| (name, value)))
-    }
-
-    /// Whether a header of the request is one it replaces: `traceparent`, recast's own.
-    pub(crate) fn replaces(&self, name: &http::HeaderName) -> bool {
-        name.as_str() == crate::trace_context::TRACEPARENT
-    }
-}
-
 /// What an attempt sends, where: the request, its origin (the breaker's key) and the route's TLS.
 struct Target<'a> {
     request: &'a UpstreamRequest,
@@ -542,15 +354,6 @@ struct Target<'a> {
     /// For spans: the composed route's source, and whether this is a token fetch.
     source: Option<&'a str>,
     token: bool,
-}
-
-/// `scheme://host:port` of `uri`, the host in lower case and the port always written: what a
-/// breaker is kept by.
-fn origin(uri: &http::Uri) -> String {
-    let scheme = uri.scheme_str().unwrap_or("http");
-    let host = uri.host().unwrap_or_default().to_ascii_lowercase();
-    let port = uri.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
-    format!("{scheme}://{host}:{port}")
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use http::header::HeaderName;
-use http::{HeaderMap, Method, Uri};
+use http::{HeaderMap, HeaderValue, Method, Uri};
 
 /// The request a call sends upstream.
 #[derive(Debug, Clone)]
@@ -92,4 +92,63 @@ impl UpstreamRequest {
         self.body.hash(&mut hasher);
         hasher.finish()
     }
+}
+
+/// What an attempt writes into its request beside the request itself, and into no cache key:
+/// the token held, and the trace context of the attempt's span.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Extra<'a> {
+    pub authorization: Option<&'a HeaderValue>,
+    pub trace: Option<&'a Propagated>,
+}
+
+/// The trace context an attempt passes on: its span as the parent (`traceparent`), and the
+/// caller's `tracestate` and `baggage` as they came.
+#[derive(Debug, Clone)]
+pub struct Propagated {
+    /// Its text, written as it is (no header value made for it on HTTP/1.1).
+    pub traceparent: [u8; crate::trace_context::LENGTH],
+    /// The caller's `tracestate` and `baggage`.
+    pub carried: Option<std::sync::Arc<crate::telemetry::Carried>>,
+}
+
+impl Propagated {
+    fn state(&self) -> Option<&HeaderValue> {
+        self.carried.as_deref().and_then(|carried| carried.state.as_ref())
+    }
+
+    fn baggage(&self) -> Option<&HeaderValue> {
+        self.carried.as_deref().and_then(|carried| carried.baggage.as_ref())
+    }
+
+    /// The header lines it adds to `request`'s own, by name: its `traceparent` always (in place
+    /// of one the request has), the caller's `tracestate` and `baggage` only where the request
+    /// has none of its own (a header a route configures is never replaced by a caller's).
+    pub(crate) fn lines<'a>(
+        &'a self,
+        request: &'a http::HeaderMap,
+    ) -> impl Iterator<Item = (&'static str, &'a [u8])> + 'a {
+        [
+            (crate::trace_context::TRACEPARENT, Some(&self.traceparent[..])),
+            (crate::trace_context::TRACESTATE, self.state().map(HeaderValue::as_bytes)),
+            ("baggage", self.baggage().map(HeaderValue::as_bytes)),
+        ]
+        .into_iter()
+        .filter(move |(name, _)| *name == crate::trace_context::TRACEPARENT || !request.contains_key(*name))
+        .filter_map(|(name, value)| value.map(|value| (name, value)))
+    }
+
+    /// Whether a header of the request is one it replaces: `traceparent`, recast's own.
+    pub(crate) fn replaces(&self, name: &http::HeaderName) -> bool {
+        name.as_str() == crate::trace_context::TRACEPARENT
+    }
+}
+
+/// `scheme://host:port` of `uri`, the host in lower case and the port always written: what a
+/// breaker is kept by.
+pub(super) fn origin(uri: &http::Uri) -> String {
+    let scheme = uri.scheme_str().unwrap_or("http");
+    let host = uri.host().unwrap_or_default().to_ascii_lowercase();
+    let port = uri.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
+    format!("{scheme}://{host}:{port}")
 }

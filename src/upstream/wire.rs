@@ -10,25 +10,22 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Method, StatusCode, header};
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
 use super::UpstreamRequest;
+use super::answer::{Answer, MediaType};
 use super::coding::{Body, Coding, Sink};
-use super::{Answer, Freshness};
+use super::freshness::Freshness;
+use super::request::Extra;
+pub(super) use super::stream::{Failed, READ_SIZE, Stream};
 use crate::http1::{self, line};
 use crate::json::PADDING;
-
-/// The stream of one upstream connection, plain or TLS.
-pub(super) type Stream = TokioIo<hyper_rustls::MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>>;
 
 /// The largest answer head read.
 const MAX_HEAD: usize = 64 * 1024;
 /// The most header lines an answer may have.
 const MAX_HEADERS: usize = 128;
-/// What a read asks for at least.
-pub(super) const READ_SIZE: usize = 8 * 1024;
 /// The most interim (1xx) answers skipped before the answer.
 const MAX_INTERIM: usize = 16;
 /// The longest chunk size line, extensions included.
@@ -51,28 +48,6 @@ pub(super) struct Connection {
     /// Whether it may go back to the pool of the worker that used it: not when it was made on
     /// another runtime (by a shared open), whose event loop drives it.
     pub(super) poolable: bool,
-}
-
-/// Why an exchange failed.
-#[derive(Debug)]
-pub(super) enum Failed {
-    /// Not one byte of the request went out: the connection refused the first write. On a pooled
-    /// connection the upstream closed it; the request may be sent again whatever its method.
-    Unsent(String),
-    /// TLS refused the exchange: a certificate not trusted, or an alert from the upstream (why).
-    Tls(String),
-    /// The connection failed before any byte of an answer came back: on a pooled connection, the
-    /// upstream most likely closed it while it was idle, and an idempotent request may be sent
-    /// again.
-    Stale(String),
-    /// The connection broke, or the answer is not HTTP/1.1.
-    Broken(String),
-    /// The body is larger than allowed (decoded, when it comes in a content coding).
-    TooLarge,
-    /// A 2xx answer's content coding is not one recast decodes (its name).
-    UnknownCoding(String),
-    /// A coded body does not decode (why).
-    Undecodable(String),
 }
 
 /// Whether a connection may carry another request once its answer is read.
@@ -99,7 +74,7 @@ struct AnswerHead {
     coding: Coding,
     freshness: Freshness,
     retry_after: Option<Duration>,
-    content_type: super::MediaType,
+    content_type: MediaType,
 }
 
 /// A `Retry-After` value (RFC 9110 §10.2.3): whole seconds, or a date, as the time from now
@@ -124,7 +99,7 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
 /// `compression` is on, else `identity`), the request's headers (with `authorization` in place of
 /// its own `Authorization`, when given), `Content-Length` when there is a body or the method
 /// carries one, and the body.
-pub(super) fn encode(request: &UpstreamRequest, extra: super::Extra<'_>, compression: bool) -> Vec<u8> {
+pub(super) fn encode(request: &UpstreamRequest, extra: Extra<'_>, compression: bool) -> Vec<u8> {
     let authorization = extra.authorization;
     let mut out = Vec::with_capacity(256 + request.body.len());
     out.extend_from_slice(request.method.as_str().as_bytes());
@@ -331,7 +306,7 @@ impl Connection {
         let mut coding = Coding::Identity;
         let mut freshness = Freshness::default();
         let mut retry_after = None;
-        let mut content_type = super::MediaType::default();
+        let mut content_type = MediaType::default();
         for line in answer.headers.iter() {
             let name = line.name.as_bytes();
             if name.eq_ignore_ascii_case(b"content-length") {
@@ -364,7 +339,7 @@ impl Connection {
             } else if name.eq_ignore_ascii_case(b"retry-after") {
                 retry_after = retry_after_of(line.value);
             } else if name.eq_ignore_ascii_case(b"content-type") {
-                content_type = super::MediaType::of(line.value);
+                content_type = MediaType::of(line.value);
             } else {
                 freshness.line(name, line.value);
             }

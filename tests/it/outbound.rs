@@ -279,7 +279,8 @@ async fn a_composed_registration_checks_every_source_before_calling_any() {
     let service = Service::start(config()).await;
     let allowed = serde_json::json!({"originalApi": {"baseUrl": upstream.url("/")}, "path": "meal",
                                      "authHeader": {"type": "Bearer", "token": "first-source-token"}});
-    let refused_base = serde_json::json!({"originalApi": {"baseUrl": "http://10.1.2.3/"}, "path": "x", "after": ["a"]});
+    let refused_base =
+        serde_json::json!({"originalApi": {"baseUrl": "http://10.1.2.3/"}, "path": "x", "after": ["a"]});
     let refused_token = serde_json::json!({"originalApi": {"baseUrl": upstream.url("/")}, "path": "y", "after": ["a"],
         "authHeader": {"type": "OAuth2ClientCredentials", "tokenUrl": "http://169.254.169.254/token",
                        "clientId": "c", "clientSecret": "s"}});

@@ -10,7 +10,7 @@ use bumpalo::Bump;
 use futures_util::stream::StreamExt;
 
 use super::document::with_context;
-use super::outcome::{Done, Ended, Failure, Value};
+use super::outcome::{CallResult, Done, Ended, Failure, Value};
 use super::shared::{Sent, Shared};
 use crate::expr::{Arena, Budget};
 use crate::json::ondemand::Indexed;
@@ -242,10 +242,6 @@ async fn source_call(
     }
 }
 
-/// How one request of a source ended: its status and its body, indexed ([`Value::One`]), or its
-/// status (when it answered) and why it failed.
-pub(super) type CallResult = Result<(u16, Value), (Option<u16>, UpstreamFailure)>;
-
 /// One request of a source: its answer's status and body when it is a 2xx JSON answer.
 async fn one_call(state: &State, source: &Source, request: &UpstreamRequest, shared: &Shared) -> CallResult {
     // `RECAST_MAX_SOURCE_CALLS` and `RECAST_MAX_COMPOSED_BYTES` bound a composition's sources.
@@ -288,7 +284,6 @@ async fn one_call(state: &State, source: &Source, request: &UpstreamRequest, sha
     }
 }
 
-
 /// The answer to `request` of `source` (whose `fingerprint` is given): the one an identical
 /// request of this call got or is getting, else a new call's.
 async fn once(
@@ -323,4 +318,3 @@ async fn once(
     };
     answer.get_or_init(|| one_call(state, source, &request, shared)).await.clone()
 }
-

@@ -124,4 +124,3 @@ fn read<R>(
     with_parts(names, parts, wants, max_depth, f)
         .map_err(|(member, e)| format!("the answer of `{}` is not JSON: {e}", names[member]))
 }
-

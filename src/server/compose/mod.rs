@@ -28,6 +28,7 @@ use http::HeaderValue;
 use self::calls::{Prepared, prepare, run_source};
 use self::document::with_document;
 use self::outcome::{Done, Failure};
+pub(in crate::server) use self::request::caller_request;
 use self::request::{CallerRequest, request_document};
 use self::shared::{Release, Shared};
 use crate::exec;
@@ -38,7 +39,6 @@ use crate::route::{MAPPED_AUTH, Route};
 use crate::server::problem::{ApiError, UpstreamFailure};
 use crate::server::state::State;
 use crate::upstream::UpstreamRequest;
-pub(in crate::server) use self::request::caller_request;
 
 /// A call that mapped: its answer, and what each source did.
 pub(in crate::server) struct Composed {
@@ -298,13 +298,7 @@ async fn run_timed(
             if !partial.is_empty() {
                 state.metrics.composed.partial.fetch_add(1, Ordering::Relaxed);
             }
-            Ok(Composed {
-                body: out,
-                partial,
-                reports,
-                map,
-                warnings,
-            })
+            Ok(Composed { body: out, partial, reports, map, warnings })
         }
         Err(why) => Err(ApiError::Upstream { failure: UpstreamFailure::NotJson(why), validating }),
     }

@@ -149,3 +149,6 @@ impl Done {
     }
 }
 
+/// How one request of a source ended: its status and its body, indexed ([`Value::One`]), or its
+/// status (when it answered) and why it failed.
+pub(super) type CallResult = Result<(u16, Value), (Option<u16>, UpstreamFailure)>;

@@ -88,4 +88,3 @@ pub(super) fn request_document(
     // The document puts it one level down; its body was checked two levels down.
     Indexed::new(text, max_depth.saturating_sub(1)).map(|text| Some(Arc::new(text))).map_err(|e| refused(&e))
 }
-

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::server::state::State;
 use crate::upstream::UpstreamRequest;
 
-use super::calls::CallResult;
+use super::outcome::CallResult;
 
 /// What one call shares among its sources: the requests it may still send and the bytes its
 /// answers may still take.
@@ -56,4 +56,3 @@ impl Drop for Release<'_> {
         self.state.buffered.release(held);
     }
 }
-

@@ -10,8 +10,15 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 
-use super::{MOST_STREAMS, STREAMS_BEFORE_SETTINGS};
 use crate::upstream::wire::Stream;
+
+/// The calls one connection carries at once until the server's first SETTINGS frame says how
+/// many it allows (RFC 9113 §6.5.2 asks servers to allow at least 100).
+pub(super) const STREAMS_BEFORE_SETTINGS: usize = 100;
+
+/// The most calls one connection carries at once, however many the server allows; also what a
+/// server that sets no limit gets.
+pub(super) const MOST_STREAMS: usize = 1000;
 
 /// What the server of a connection said in its SETTINGS frames (RFC 9113 §6.5): how many streams
 /// it allows at once, whether that is known (its first SETTINGS frame read, or its server's

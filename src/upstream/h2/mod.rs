@@ -27,14 +27,6 @@ use super::{Key, Spawner, UpstreamError, error_chain, tls};
 use crate::flight::Flights;
 pub(super) use exchange::exchange;
 
-/// The calls one connection carries at once until the server's first SETTINGS frame says how
-/// many it allows (RFC 9113 §6.5.2 asks servers to allow at least 100).
-const STREAMS_BEFORE_SETTINGS: usize = 100;
-
-/// The most calls one connection carries at once, however many the server allows; also what a
-/// server that sets no limit gets.
-const MOST_STREAMS: usize = 1000;
-
 /// How many sweeps (of 30 s) an upstream that picked HTTP/1.1 is remembered with no call looking
 /// for it: longer than its idle pooled connections are kept (90 s).
 const HTTP1_SWEEPS: u8 = 4;

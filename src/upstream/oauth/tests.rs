@@ -1,3 +1,6 @@
+use http::StatusCode;
+
+use super::fetch::{MAX_ERROR_CODE, read_token};
 use super::*;
 
 fn credentials(client_auth: ClientAuth) -> ClientCredentials {
