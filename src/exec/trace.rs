@@ -116,6 +116,7 @@ pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut V
         entries: Vec::new(),
         failure: None,
         failed: Vec::new(),
+        failed_at: std::collections::HashSet::new(),
         seen: vec![Seen::default(); plan.targets.len()],
         left_out: vec![0; plan.targets.len() + 1],
         wrote: false,
@@ -205,6 +206,9 @@ struct Tracer<'r, 'a> {
     failure: Option<String>,
     /// A warning per expression that failed (its first failure).
     failed: Vec<Problem>,
+    /// The targets (`None`: `each`) whose expression failure is in `failed`: each is told once,
+    /// its location made only then.
+    failed_at: std::collections::HashSet<Option<u32>>,
     /// By target, what was seen of those that read names.
     seen: Vec<Seen>,
     /// Elements `group_by` left out, by target, and last for `each`'s expression.
@@ -236,10 +240,10 @@ impl Observer for Tracer<'_, '_> {
 
     fn expression(&mut self, target: Option<u32>, error: Option<&EvalError>) {
         let failure = error.map(|e| format!("{} ({})", e.message, e.kind.name()));
-        let location = self.expression_at(target);
         if let Some(why) = &failure
-            && !self.failed.iter().any(|p| p.location == location)
+            && self.failed_at.insert(target)
         {
+            let location = self.expression_at(target);
             let element = self.element.map(|e| format!(" (element {e})")).unwrap_or_default();
             self.failed.push(Problem::new(
                 location,

@@ -301,10 +301,17 @@ pub const MAX_PATTERNS: usize = 32;
 /// How large one compiled pattern may be.
 pub const PATTERN_BYTES: usize = 1 << 20;
 
-/// The patterns of one rules document's expressions, by their text.
+/// The patterns of one rules document's expressions, by their text. Every distinct pattern
+/// tried counts toward [`MAX_PATTERNS`], whether it compiles or not, and once one does not, no
+/// other is compiled: what one document's patterns may cost to compile is bounded by that many
+/// attempts, each stopped at [`PATTERN_BYTES`].
 #[derive(Default)]
 pub struct Patterns {
     compiled: std::collections::HashMap<Box<str>, Pattern>,
+    /// Distinct patterns tried, compiled or not.
+    tried: usize,
+    /// The first pattern that did not compile, and why.
+    failed: Option<(Box<str>, String)>,
 }
 
 /// A compiled pattern, with what searching with it costs.
@@ -326,25 +333,49 @@ impl Patterns {
         if let Some(pattern) = self.compiled.get(text) {
             return Ok(pattern.clone());
         }
-        if self.compiled.len() >= MAX_PATTERNS {
+        if let Some((failed, why)) = &self.failed {
+            return Err(match &**failed == text {
+                true => why.clone(),
+                false => format!(
+                    "the pattern {text:?} is not compiled: the pattern {failed:?} before it does not compile, and none is compiled after one that does not"
+                ),
+            });
+        }
+        if self.tried >= MAX_PATTERNS {
             return Err(format!("a rules document has at most {MAX_PATTERNS} distinct patterns"));
         }
-        let regex =
-            regex::RegexBuilder::new(text).size_limit(PATTERN_BYTES).nest_limit(32).build().map_err(|e| {
-                format!("the pattern {text:?} does not compile: {}", lower::one_line(&e.to_string()))
-            })?;
-        // Parsed again (it compiled, so it parses) for its size and its longest match.
-        let hir = regex_syntax::ParserBuilder::new().nest_limit(32).build().parse(text).ok();
-        let unbounded = hir.as_ref().is_none_or(|hir| hir.properties().maximum_len().is_none());
-        let automaton = regex_automata::nfa::thompson::NFA::compiler()
-            .configure(regex_automata::nfa::thompson::Config::new().nfa_size_limit(Some(PATTERN_BYTES)))
-            .build(text)
-            .map_or(PATTERN_BYTES, |nfa| nfa.memory_usage());
-        let weight = 8 + (automaton / 4096) as u64;
-        let pattern = Pattern { regex, weight, unbounded };
-        self.compiled.insert(text.into(), pattern.clone());
-        Ok(pattern)
+        self.tried += 1;
+        match compile_pattern(text) {
+            Ok(pattern) => {
+                self.compiled.insert(text.into(), pattern.clone());
+                Ok(pattern)
+            }
+            Err(why) => {
+                let why = format!("the pattern {text:?} does not compile: {}", lower::one_line(&why));
+                self.failed = Some((text.into(), why.clone()));
+                Err(why)
+            }
+        }
     }
+}
+
+/// Compiles `text`, its cheapest checks first: parsed (its nesting bounded), its automaton built
+/// (its size bounded, which is where a pattern too large stops), then the searcher.
+fn compile_pattern(text: &str) -> Result<Pattern, String> {
+    let hir =
+        regex_syntax::ParserBuilder::new().nest_limit(32).build().parse(text).map_err(|e| e.to_string())?;
+    let unbounded = hir.properties().maximum_len().is_none();
+    let automaton = regex_automata::nfa::thompson::NFA::compiler()
+        .configure(regex_automata::nfa::thompson::Config::new().nfa_size_limit(Some(PATTERN_BYTES)))
+        .build_from_hir(&hir)
+        .map_err(|e| e.to_string())?
+        .memory_usage();
+    let regex = regex::RegexBuilder::new(text)
+        .size_limit(PATTERN_BYTES)
+        .nest_limit(32)
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(Pattern { regex, weight: 8 + (automaton / 4096) as u64, unbounded })
 }
 
 impl Program {

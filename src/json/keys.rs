@@ -13,9 +13,15 @@ pub type Slot = u32;
 /// Each entry keeps the name's length and its first and last eight bytes ([`words`]). Those
 /// determine a name of up to 16 bytes completely, so most comparisons are two integer compares;
 /// longer names are compared in full after the words match.
+///
+/// The hash is keyed by a secret drawn once per process, and takes every byte of a longer name:
+/// names chosen to collide (the same first and last bytes, or words that cancel out in a fixed
+/// mix) spread like any others, so no rules can make building or probing a table quadratic.
 #[derive(Clone)]
 pub struct KeyTable {
     mask: usize,
+    /// The process's hash key, kept beside the entries it places.
+    key: (u64, u64),
     entries: Box<[Entry]>,
     /// All names, back to back; entries point into it.
     names: Box<[u8]>,
@@ -41,6 +47,7 @@ impl KeyTable {
         let free = Entry { head: 0, tail: 0, start: 0, len: 0, slot: EMPTY };
         let mut table = KeyTable {
             mask: size - 1,
+            key: process_key(),
             entries: vec![free; size].into_boxed_slice(),
             names: names.iter().flat_map(|(n, _)| n.bytes()).collect(),
             len: names.len(),
@@ -48,7 +55,7 @@ impl KeyTable {
         let mut start = 0;
         for &(name, slot) in names {
             let (head, tail) = words(name.as_bytes());
-            let mut i = hash(head, tail, name.len()) & table.mask;
+            let mut i = hash(table.key, name.as_bytes(), head, tail) & table.mask;
             while table.entries[i].slot != EMPTY {
                 i = (i + 1) & table.mask;
             }
@@ -67,7 +74,7 @@ impl KeyTable {
     /// [`KeyTable::get`] for a name whose [`words`] are known.
     #[inline(always)]
     pub fn get_words(&self, name: &[u8], head: u64, tail: u64) -> Option<Slot> {
-        let mut i = hash(head, tail, name.len()) & self.mask;
+        let mut i = hash(self.key, name, head, tail) & self.mask;
         loop {
             let entry = self.entries.get(i)?;
             if entry.slot == EMPTY {
@@ -112,6 +119,27 @@ impl KeyTable {
     }
 }
 
+#[cfg(test)]
+impl KeyTable {
+    /// The most entries a lookup of one of its names walks.
+    fn longest_probe(&self) -> usize {
+        self.names()
+            .into_iter()
+            .map(|(name, slot)| {
+                let (head, tail) = words(name.as_bytes());
+                let mut i = hash(self.key, name.as_bytes(), head, tail) & self.mask;
+                let mut probes = 1;
+                while self.entries[i].slot != slot {
+                    i = (i + 1) & self.mask;
+                    probes += 1;
+                }
+                probes
+            })
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 impl fmt::Debug for KeyTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_map().entries(self.names()).finish()
@@ -137,12 +165,42 @@ pub fn words(name: &[u8]) -> (u64, u64) {
     }
 }
 
-/// Mixes the words and length of a name; distinct for the usual families of API field names
-/// (`strIngredient1`, `strIngredient2`, ...).
+/// The hash of a name (its words given): its words and length, and for a name longer than 16
+/// bytes every eight bytes between them, each folded through a 128-bit multiply with `key`.
 #[inline(always)]
-fn hash(head: u64, tail: u64, len: usize) -> usize {
-    let mixed = (head ^ tail.rotate_left(29) ^ len as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (mixed ^ (mixed >> 29)) as usize
+fn hash(key: (u64, u64), name: &[u8], head: u64, tail: u64) -> usize {
+    let mut mixed = fold(head ^ key.0, tail ^ key.1 ^ name.len() as u64);
+    if name.len() > 16 {
+        for chunk in name[8..name.len() - 8].chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            mixed = fold(mixed ^ u64::from_le_bytes(word), key.0 ^ 0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    mixed as usize
+}
+
+/// The high and low halves of `a * b`, xored: a multiply that lets every bit of each reach
+/// every bit of the result.
+#[inline(always)]
+fn fold(a: u64, b: u64) -> u64 {
+    let product = u128::from(a) * u128::from(b);
+    (product as u64) ^ ((product >> 64) as u64)
+}
+
+/// The key of every table's hash in this process, drawn once from the system's randomness.
+fn process_key() -> (u64, u64) {
+    static KEY: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
+    *KEY.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let draw = |n: u64| {
+            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+            hasher.write_u64(n);
+            // Odd, so that a multiply by it loses no bit.
+            hasher.finish() | 1
+        };
+        (draw(1), draw(2))
+    })
 }
 
 #[cfg(test)]
@@ -190,5 +248,36 @@ mod tests {
         }
         assert_eq!(table.get(b"c"), None);
         assert_eq!(table.get(b"aaaaaaaaaa"), None);
+    }
+
+    /// Names made to collide under a fixed mix of their first and last words (the same words
+    /// with different middles; words that cancel out) spread over the table like any others.
+    #[test]
+    fn names_made_to_collide_do_not() {
+        let middles: Vec<String> = (0..20_000).map(|n| format!("aaaaaaaa{n:06}zzzzzzzz")).collect();
+        // 16-byte names whose last word turned by 29 bits is their first: a fixed mix of the
+        // first word with the last so turned gives them all one hash.
+        let cancelling: Vec<String> = (0..u64::MAX)
+            .map(|n| {
+                let head = u64::from_le_bytes(std::array::from_fn(|i| b'a' + ((n >> (5 * i)) % 26) as u8));
+                let mut bytes = head.to_le_bytes().to_vec();
+                bytes.extend_from_slice(&head.rotate_right(29).to_le_bytes());
+                bytes
+            })
+            .filter_map(|bytes| String::from_utf8(bytes).ok().filter(|s| s.is_ascii()))
+            .take(3_000)
+            .collect();
+        for names in [middles, cancelling] {
+            let mut unique = names.clone();
+            unique.sort();
+            unique.dedup();
+            let pairs: Vec<(&str, Slot)> =
+                unique.iter().enumerate().map(|(i, n)| (n.as_str(), i as Slot)).collect();
+            let table = KeyTable::new(&pairs);
+            for (name, slot) in &pairs {
+                assert_eq!(table.get(name.as_bytes()), Some(*slot));
+            }
+            assert!(table.longest_probe() < 40, "a cluster of {} entries", table.longest_probe());
+        }
     }
 }

@@ -25,8 +25,15 @@ use crate::json::ondemand::{Fills, NO_SLOT, Want, Wants};
 /// reached by rules within the limits, whose wants are at most a few per target).
 const MOST_WANTS: usize = 4096;
 
+/// A plan with more slots than this reads the whole document: building its wants would cost more
+/// than reading it all saves (no rules within the limits come near it).
+const MOST_SLOTS: usize = 2 * MOST_WANTS;
+
 /// What `plan` reads of a document, or `None` when it may read anything.
 pub(crate) fn wants(plan: &Plan) -> Option<Wants> {
+    if plan.slot_count > MOST_SLOTS {
+        return None;
+    }
     let programs: Vec<&Program> = plan
         .ops
         .iter()
@@ -79,18 +86,24 @@ pub(crate) fn wants(plan: &Plan) -> Option<Wants> {
     for op in plan.ops.iter().rev() {
         let (input, tree) = match op {
             Op::Scan { input, strict, table } => {
+                // Each slot is filled by one op: its tree moves up to it, never copied (a copy at
+                // every level of a deep `parents` would cost the tree times the depth).
                 let members = table
                     .names()
                     .into_iter()
                     .map(|(name, slot)| {
-                        (name.into(), Tree { slot: Some(slot), ..slots[slot as usize].clone() })
+                        (name.into(), Tree { slot: Some(slot), ..std::mem::take(&mut slots[slot as usize]) })
                     })
                     .collect();
                 (input, Tree { lists: !strict, members, ..Tree::default() })
             }
-            Op::Index { input, slot, .. } => {
-                (input, Tree { elements: Some(Box::new(slots[*slot as usize].clone())), ..Tree::default() })
-            }
+            Op::Index { input, slot, .. } => (
+                input,
+                Tree {
+                    elements: Some(Box::new(std::mem::take(&mut slots[*slot as usize]))),
+                    ..Tree::default()
+                },
+            ),
             _ => continue,
         };
         match input {

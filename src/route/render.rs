@@ -818,11 +818,21 @@ impl Slot {
 /// Checks the segments of a rendered path that hold a value (`ranges`, their places in it): none
 /// may be empty, `.` or `..` once decoded, nor hold `.` or `..` between slashes once decoded.
 pub(super) fn check_segments(path: &str, ranges: &[(usize, usize)]) -> Result<(), String> {
+    // The values come in the order they were written: one pass over both.
+    let mut values = ranges.iter().peekable();
     let mut from = 0;
     for segment in path.split('/') {
         let (begin, end) = (from, from + segment.len());
         from += segment.len() + 1;
-        if !ranges.iter().any(|&(a, b)| a >= begin && b <= end) {
+        let mut holds = false;
+        while let Some(&&(a, b)) = values.peek() {
+            if a > end {
+                break;
+            }
+            holds |= a >= begin && b <= end;
+            values.next();
+        }
+        if !holds {
             continue;
         }
         let decoded = percent_encoding::percent_decode_str(segment).decode_utf8_lossy();

@@ -314,6 +314,10 @@ fn one(
     })
 }
 
+/// The most headers `forwardHeaders` may name (a caller's request carries at most
+/// `RECAST_MAX_HEADERS` anyway).
+const MAX_FORWARDED: usize = 64;
+
 /// `forwardHeaders`: header names (lower-cased) whose values the caller's request brings into
 /// `request.headers`. Credentials and cookies are not among them: `X-Mapped-Auth` goes only to
 /// `Runtime` sources, and the others are the caller's own.
@@ -321,6 +325,13 @@ pub fn forward_headers(given: Option<&Value>, problems: &mut Vec<Problem>) -> Ve
     const REFUSED: [&str; 5] = ["authorization", "x-mapped-auth", "cookie", "proxy-authorization", "host"];
     match given {
         None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(names)) if names.len() > MAX_FORWARDED => {
+            problems.push(Problem::new(
+                "/forwardHeaders",
+                format!("at most {MAX_FORWARDED} headers are forwarded; this lists {}", names.len()),
+            ));
+            Vec::new()
+        }
         Some(Value::Array(names)) => {
             let mut headers = Vec::new();
             for (i, name) in names.iter().enumerate() {

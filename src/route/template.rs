@@ -123,12 +123,15 @@ impl Template {
     /// comes after a `?` or `#` (in a path: in its query or fragment).
     pub fn skeleton(&self) -> (String, bool) {
         let mut text = String::new();
-        let mut after_query = false;
+        let (mut in_query, mut after_query) = (false, false);
         for piece in &self.pieces {
             match piece {
-                Piece::Text(t) => text.push_str(t),
+                Piece::Text(t) => {
+                    text.push_str(t);
+                    in_query |= t.contains(['?', '#']);
+                }
                 Piece::Expr(_) => {
-                    after_query |= text.contains(['?', '#']);
+                    after_query |= in_query;
                     text.push('x');
                 }
             }

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
-use super::{Each, KeyEntry, Limits, Problem, Rules, Type, parse};
+use super::{Each, KeyEntry, Limits, MAX_PROBLEMS, Problem, Rules, Type, parse};
 use crate::expr::{self, PathStep, Program};
 use crate::json::{self, Node, Nodes};
 use crate::plan::{self, Input, KeyTable, Member, Op, Plan, Read, SlotId, Span, Target};
@@ -109,6 +109,9 @@ fn expression(
     }
 }
 
+/// The most warnings one expression's lint gives.
+const MAX_LINTS: usize = 8;
+
 /// Whole-document checks. Returns the warnings; problems are appended.
 fn check(
     rules: &Rules,
@@ -134,9 +137,17 @@ fn check(
     }
     let mut warnings = Vec::new();
     let mut lint = |source: &str, at: String| {
-        for (offset, message) in expr::lint(source, limits.max_depth) {
-            let character = source[..offset].chars().count();
-            warnings.push(Problem::new(at.clone(), format!("at character {character}: {message}")));
+        // An expression too long to compile is refused for that; a few warnings of one are
+        // enough to tell its mistake, and the document's are bounded as its problems are.
+        if source.len() > expr::MAX_EXPR_BYTES || warnings.len() >= MAX_PROBLEMS {
+            return;
+        }
+        // Offsets come in order: characters are counted once, from one to the next.
+        let (mut counted, mut characters) = (0, 0);
+        for (offset, message) in expr::lint(source, limits.max_depth).into_iter().take(MAX_LINTS) {
+            characters += source[counted..offset].chars().count();
+            counted = offset;
+            warnings.push(Problem::new(at.clone(), format!("at character {characters}: {message}")));
         }
     };
     if let Some(Each::Expr(source)) = &rules.each {
@@ -150,6 +161,9 @@ fn check(
     let sources: HashMap<&str, _> = rules.old_body_fields.iter().map(|old| (old.id.as_str(), old)).collect();
     let mut keys: HashMap<&str, &str> = HashMap::new();
     for new in &rules.new_body_fields {
+        if problems.len() >= MAX_PROBLEMS {
+            break;
+        }
         // Built only for a problem: most documents have none.
         let at = || pointer(&["newBodyFields", &new.id]);
         if let Some(key) = &new.key {
@@ -187,6 +201,9 @@ fn check(
     }
     let used: HashSet<&str> = rules.new_body_fields.iter().map(|new| new.id.as_str()).collect();
     for old in &rules.old_body_fields {
+        if problems.len() >= MAX_PROBLEMS {
+            break;
+        }
         if old.parents.len() > limits.max_depth {
             problems.push(too_deep(
                 &pointer(&["oldBodyFields", &old.id, "parents"]),
@@ -197,7 +214,7 @@ fn check(
         if let Some(source) = &old.expr {
             expression(source, &pointer(&["oldBodyFields", &old.id, "expr"]), limits, patterns, problems);
         }
-        if !used.contains(old.id.as_str()) {
+        if !used.contains(old.id.as_str()) && warnings.len() < MAX_PROBLEMS {
             warnings.push(Problem::new(
                 pointer(&["oldBodyFields", &old.id]),
                 format!("`{}` is not used by any target and is ignored", old.id),

@@ -59,6 +59,14 @@ pub const DEFAULT_MAX_SOURCE_CALLS: usize = 64;
 /// Most problems one answer lists; a list cut short ends with a problem that counts the rest.
 pub const MAX_LISTED: usize = 200;
 
+/// The most problems reading or compiling one rules document collects: past them it stops
+/// looking, so that a document of many mistakes costs what this many cost.
+pub const MAX_PROBLEMS: usize = 1000;
+
+/// The longest rule id a rules document may have, in bytes. Every problem of a rule carries its
+/// id in its location: a longer one would make each of them that long.
+pub const MAX_ID_BYTES: usize = 1024;
+
 /// One problem (or warning) in a rules document.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use smallvec::SmallVec;
 
-use super::{Each, KeyEntry, NewField, OldField, Problem, Rules, Type};
+use super::{Each, KeyEntry, MAX_ID_BYTES, MAX_PROBLEMS, NewField, OldField, Problem, Rules, Type};
 use crate::json::{self, Node, Nodes, StaticNode};
 use crate::suggest;
 
@@ -28,6 +28,9 @@ pub fn parse(nodes: &Nodes<'_>, root: usize, problems: &mut Vec<Problem>) -> Rul
     let mut seen = MemberNames::default();
     let (mut has_new, mut has_old) = (false, false);
     for (name, value) in top {
+        if problems.len() >= MAX_PROBLEMS {
+            break;
+        }
         let at = At::Member(&At::Root, name);
         if !first_time(&mut seen, name, &at, problems) {
             continue;
@@ -78,6 +81,21 @@ fn entries<T>(
     let mut seen = MemberNames::default();
     let mut out = Vec::new();
     for (id, value) in members {
+        if problems.len() >= MAX_PROBLEMS {
+            break;
+        }
+        // Told once, at the object, and not read: each problem of the rule would carry it.
+        if id.len() > MAX_ID_BYTES {
+            problems.push(Problem::new(
+                at.pointer(),
+                format!(
+                    "a rule id is at most {MAX_ID_BYTES} bytes; one of {} bytes starts `{}`",
+                    id.len(),
+                    id.chars().take(32).collect::<String>()
+                ),
+            ));
+            continue;
+        }
         let at = At::Member(at, id);
         if !first_time(&mut seen, id, &at, problems) {
             continue;
@@ -105,6 +123,9 @@ fn new_field(
     let (mut has_key, mut has_type) = (false, false);
     let mut seen = MemberNames::default();
     for (name, value) in members {
+        if problems.len() >= MAX_PROBLEMS {
+            break;
+        }
         let at = At::Member(at, name);
         if !first_time(&mut seen, name, &at, problems) {
             continue;
@@ -162,6 +183,9 @@ fn old_field(
     let mut misspelt = false;
     let mut seen = MemberNames::default();
     for (name, value) in members {
+        if problems.len() >= MAX_PROBLEMS {
+            break;
+        }
         let at = At::Member(at, name);
         if !first_time(&mut seen, name, &at, problems) {
             continue;
@@ -220,6 +244,9 @@ fn key_entries(nodes: &Nodes<'_>, i: usize, at: &At<'_>, problems: &mut Vec<Prob
     let mut out = Vec::new();
     let mut listed = 0;
     for (n, value) in elements.enumerate() {
+        if problems.len() >= MAX_PROBLEMS {
+            break;
+        }
         listed += 1;
         let at = At::Index(at, n);
         let Some(Node::String(text)) = nodes.get(value) else {
@@ -272,6 +299,9 @@ fn optional_path(
     };
     let mut path = Vec::new();
     for (n, value) in elements.enumerate() {
+        if problems.len() >= MAX_PROBLEMS {
+            break;
+        }
         match nodes.get(value) {
             Some(Node::String(name)) if !name.trim().is_empty() => path.push((*name).to_owned()),
             Some(Node::String(_)) => {

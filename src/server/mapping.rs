@@ -13,11 +13,12 @@ use super::{compose, single};
 use crate::exec;
 use crate::json::{self, JsonError, write};
 use crate::logging::logged;
+use crate::metrics::Metrics;
 use crate::metrics::RulesSource;
 use crate::route::{
     CallError, FromClient, MAPPED_AUTH, Registration, Route, RouteConfig, SampleRequest, shape,
 };
-use crate::rules::{Problem, compile_json};
+use crate::rules::{Limits, Problem, compile_json};
 use crate::table::Entry;
 use crate::upstream::UpstreamError;
 
@@ -25,9 +26,7 @@ pub(super) async fn register(state: &State, request: Request) -> Result<Response
     state.loaded()?;
     let (parts, body) = request.into_parts();
     let body = read_body(state, &parts.headers, body).await?;
-    let (config, sample) = validated(state, &body, &parts.headers, None)?;
-    let now = now_ms();
-    let mut route = Route::new(Uuid::new_v4(), now, now, config, &state.config.limits());
+    let (mut route, sample) = compiled(state, body, &parts.headers, None).await?;
     let live = live_call(state, &route, &parts.headers, &sample).await?;
     route.revision = state.stored(state.store.create(route.to_stored()).await)?;
     let route = Arc::new(route);
@@ -52,9 +51,7 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
         Entry::Locked(locked) => return Err(super::management::locked_refusal(&locked)),
     };
     let body = read_body(state, &parts.headers, body).await?;
-    let (config, sample) = validated(state, &body, &parts.headers, Some(&existing.config))?;
-    let mut route =
-        Route::new(uuid, existing.created_at, existing.updated_at, config, &state.config.limits());
+    let (mut route, sample) = compiled(state, body, &parts.headers, Some(existing.clone())).await?;
     // The route's answer counts go on across the change.
     route.statuses = existing.statuses.clone();
     route.stats = existing.stats.clone();
@@ -140,14 +137,45 @@ const REGISTRATION_DEPTH: usize = 127;
 /// Where a registration's rules are in its body: their problems are located from there.
 const RULES_MEMBER: &str = "/rulesAsString";
 
+/// The route a registration (or an update of `existing`) makes, and the sample request of its
+/// live call: its body read, checked and compiled off the async workers, within the budget of
+/// one compile ([`State::compile`]).
+async fn compiled(
+    state: &State,
+    body: Vec<u8>,
+    headers: &HeaderMap,
+    existing: Option<Arc<Route>>,
+) -> Result<(Route, SampleRequest), ApiError> {
+    let limits = state.config.limits();
+    let metrics = state.metrics.clone();
+    let runtime_auth = headers.contains_key(&MAPPED_AUTH);
+    state
+        .compile(move || {
+            let stored = existing.as_ref().map(|route| &route.config);
+            let (config, sample) = validated(&limits, &metrics, &body, runtime_auth, stored)?;
+            let route = match &existing {
+                Some(existing) => {
+                    Route::new(existing.uuid, existing.created_at, existing.updated_at, config, &limits)
+                }
+                None => {
+                    let now = now_ms();
+                    Route::new(Uuid::new_v4(), now, now, config, &limits)
+                }
+            };
+            Ok((route, sample))
+        })
+        .await?
+}
+
 /// Reads and checks a registration body: its configuration and the sample request of its live
 /// call, or every problem of the body (its shape, its settings and its rules) at its location.
 /// An update passes the route as stored: its path stays, and a secret sent back masked keeps
 /// the stored one.
 fn validated(
-    state: &State,
+    limits: &Limits,
+    metrics: &Metrics,
     body: &[u8],
-    headers: &HeaderMap,
+    runtime_auth: bool,
     stored: Option<&RouteConfig>,
 ) -> Result<(RouteConfig, SampleRequest), ApiError> {
     let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
@@ -172,11 +200,7 @@ fn validated(
                     .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
             })
         };
-        match registration.validate_with(
-            headers.contains_key(&MAPPED_AUTH),
-            stored.map(|stored| stored.path.as_str()),
-            &state.config.limits(),
-        ) {
+        match registration.validate_with(runtime_auth, stored.map(|stored| stored.path.as_str()), limits) {
             // The rules are compiled with the route (`Route::new`), and their problems told then.
             // What `GET` could not show back is refused: a view saved back would lose it.
             Ok(config) if masks.is_empty() => {
@@ -202,9 +226,9 @@ fn validated(
     }
     let rules = serde_json::from_slice::<RulesOnly<'_>>(body).ok().and_then(|r| r.rules);
     if let Some(rules) = rules.filter(|rules| rules.get() != "null")
-        && let Err(found) = compile_json(rules.get().as_bytes(), &state.config.limits())
+        && let Err(found) = compile_json(rules.get().as_bytes(), limits)
     {
-        state.metrics.compile_failure(RulesSource::Registration);
+        metrics.compile_failure(RulesSource::Registration);
         problems.extend(in_registration(&found));
     }
     Err(ApiError::InvalidBody(problems))

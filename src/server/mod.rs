@@ -240,6 +240,7 @@ pub async fn run_with(
         table: if database.is_some() { RouteTable::cluster() } else { RouteTable::standalone() },
         writes: Arc::new(tokio::sync::Mutex::new(())),
         resealing: tokio::sync::Mutex::new(()),
+        compilers: Arc::new(tokio::sync::Semaphore::new(crate::config::cores())),
         tracer: crate::telemetry::Tracer::new(traces.sampler, recorder).with_baggage(propagate_baggage),
     });
     tracing::info!(state = ?Lifecycle::Idle, data = %local.dir().display(), "lifecycle");

@@ -9,9 +9,9 @@ use super::reply::{json, read_body, timing};
 use super::{ApiError, Request, Response, SERVER_TIMING, State};
 use crate::exec;
 use crate::json::{self as tape};
-use crate::metrics::RulesSource;
+use crate::metrics::{Metrics, RulesSource};
 use crate::plan::Limit;
-use crate::rules::{Compiled, MAX_LISTED, Problem, compile_value};
+use crate::rules::{Compiled, Limits, MAX_LISTED, Problem, compile_value};
 use crate::suggest;
 
 /// Members of a preview body.
@@ -36,8 +36,15 @@ pub(super) async fn preview(state: &State, request: Request) -> Result<Response,
         })
     };
     tape::diagnose(&body, depth).map_err(|e| refused(&e))?;
-    let out = tape::with_parsed(&mut body, depth, |nodes| map_sample(state, nodes, traced))
-        .map_err(|e| ApiError::InvalidJson(e.to_string()))??;
+    // Compiled and mapped off the async workers, within the budget of one compile: whatever
+    // rules a preview holds, a worker only hands them over.
+    let (limits, metrics) = (state.config.limits(), state.metrics.clone());
+    let out = state
+        .compile(move || {
+            tape::with_parsed(&mut body, depth, |nodes| map_sample(&limits, &metrics, nodes, traced))
+                .map_err(|e| ApiError::InvalidJson(e.to_string()))?
+        })
+        .await??;
     let mut response = json(StatusCode::OK, out);
     response.headers_mut().insert(SERVER_TIMING, timing(&[("map", started.elapsed())]));
     Ok(response)
@@ -45,10 +52,15 @@ pub(super) async fn preview(state: &State, request: Request) -> Result<Response,
 
 /// Compiles the body's rules and maps its sample; with `traced`, wraps the output with the trace
 /// and the warnings.
-fn map_sample(state: &State, nodes: &tape::Doc<'_, '_>, traced: bool) -> Result<Vec<u8>, ApiError> {
+fn map_sample(
+    limits: &Limits,
+    metrics: &Metrics,
+    nodes: &tape::Doc<'_, '_>,
+    traced: bool,
+) -> Result<Vec<u8>, ApiError> {
     let (sample, rules) = members(nodes)?;
-    let compiled = compile_value(nodes, rules, &state.config.limits()).map_err(|problems| {
-        state.metrics.compile_failure(RulesSource::Preview);
+    let compiled = compile_value(nodes, rules, limits).map_err(|problems| {
+        metrics.compile_failure(RulesSource::Preview);
         ApiError::InvalidRules(problems)
     })?;
     preview_output(compiled, nodes, sample, traced)

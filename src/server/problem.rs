@@ -105,6 +105,12 @@ pub enum ApiError {
     Starting,
     /// `RECAST_MAX_INFLIGHT` requests are already in flight.
     Overloaded,
+    /// Every compiler stayed busy for the budget of one compile ([`super::state::COMPILE_BUDGET`]).
+    CompilersBusy,
+    /// Compiling what the request sent took longer than the budget of one compile.
+    CompileTooLong {
+        budget: std::time::Duration,
+    },
     /// The upstream answers calls hold passed `RECAST_MAX_BUFFERED_BYTES` (`limit`).
     Buffered {
         limit: usize,
@@ -292,8 +298,10 @@ impl ApiError {
             ApiError::Starting
             | ApiError::RouteUnavailable(_)
             | ApiError::Overloaded
+            | ApiError::CompilersBusy
             | ApiError::Buffered { .. }
             | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::CompileTooLong { .. } => StatusCode::BAD_REQUEST,
             ApiError::Conflict(_) | ApiError::ResealRefused(_) => StatusCode::CONFLICT,
             ApiError::PreconditionFailed(_) => StatusCode::PRECONDITION_FAILED,
             ApiError::Storage(_) | ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -319,7 +327,8 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method-not-allowed",
             ApiError::AuthRequired => "auth-required",
             ApiError::AdminTokenRequired => "admin-token-required",
-            ApiError::Overloaded | ApiError::Buffered { .. } => "overloaded",
+            ApiError::Overloaded | ApiError::CompilersBusy | ApiError::Buffered { .. } => "overloaded",
+            ApiError::CompileTooLong { .. } => "invalid-request",
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::NotAllowed(_) => "upstream-not-allowed",
                 UpstreamFailure::MappingLimit { .. }
@@ -375,6 +384,8 @@ impl ApiError {
             ApiError::AuthRequired => "This route needs X-Mapped-Auth",
             ApiError::AdminTokenRequired => "This endpoint needs the admin token",
             ApiError::Overloaded => "recast is at its limit of requests in flight",
+            ApiError::CompilersBusy => "recast is compiling as much as it may at once",
+            ApiError::CompileTooLong { .. } => "What the request sent takes too long to compile",
             ApiError::Buffered { .. } => "recast holds as many upstream answers as it may",
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::NotAllowed(_) => "The upstream's address is not allowed; nothing was sent",
@@ -490,6 +501,14 @@ impl ApiError {
                     .to_owned()
             }
             ApiError::Overloaded => "RECAST_MAX_INFLIGHT requests are in flight; try again in a moment".to_owned(),
+            ApiError::CompilersBusy => format!(
+                "every compiler (one per core) stayed busy for {} s; try again in a moment",
+                super::state::COMPILE_BUDGET.as_secs()
+            ),
+            ApiError::CompileTooLong { budget } => format!(
+                "compiling it took longer than {} s, the most one request's rules, patterns and templates may take; send fewer or simpler ones",
+                budget.as_secs()
+            ),
             ApiError::Buffered { limit } => format!(
                 "the upstream answers calls in flight hold passed {limit} bytes (RECAST_MAX_BUFFERED_BYTES); try again in a moment"
             ),
@@ -570,6 +589,7 @@ impl ApiError {
             ApiError::Starting
             | ApiError::RouteUnavailable(_)
             | ApiError::Overloaded
+            | ApiError::CompilersBusy
             | ApiError::Buffered { .. }
             | ApiError::StoreUnavailable(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -5,6 +5,7 @@
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -15,11 +16,16 @@ use super::fetched::Outcome;
 use super::problem::ApiError;
 use crate::cache::AnswerCache;
 use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PanicSite};
 use crate::store::{RouteStore, StoreError};
 use crate::table::RouteTable;
 use crate::tasks::Tasks;
 use crate::upstream::UpstreamClient;
+
+/// How long compiling what one request sent may take ([`State::compile`]): rules and their
+/// patterns, templates, a registration's members. The bounds of each part keep the worst far
+/// below it; past it the request is refused.
+pub(super) const COMPILE_BUDGET: Duration = Duration::from_secs(2);
 
 /// What every handler answers with.
 pub type Response = http::Response<Full<Bytes>>;
@@ -69,6 +75,8 @@ pub struct State {
     pub(super) cache: Arc<AnswerCache<Outcome>>,
     /// This state itself, for work that outlives the call that starts it (a cache refresh).
     pub(super) me: Weak<State>,
+    /// A permit per core: what compiles rules, templates or a registration ([`State::compile`]).
+    pub(super) compilers: Arc<tokio::sync::Semaphore>,
     /// How requests are sampled, and where their spans go.
     pub(super) tracer: crate::telemetry::Tracer,
 }
@@ -101,6 +109,32 @@ impl State {
         match self.lifecycle() {
             Lifecycle::Idle => Err(ApiError::Starting),
             _ => Ok(()),
+        }
+    }
+
+    /// Runs `work`, a compile of what a request sent (rules, templates, a registration), off the
+    /// async workers: on the blocking pool, at most one per core at once, and within
+    /// [`COMPILE_BUDGET`], waiting for a compiler included. A worker only hands it over and
+    /// waits, so that however costly the work, no other request on its thread waits with it.
+    /// Work that outlasts the budget is answered then; it keeps its compiler until it ends, so
+    /// no more compile at once than there are compilers.
+    pub(super) async fn compile<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let deadline = tokio::time::Instant::now() + COMPILE_BUDGET;
+        let permit = match tokio::time::timeout_at(deadline, self.compilers.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => permit,
+            _ => return Err(ApiError::CompilersBusy),
+        };
+        let work = move || {
+            let _permit = permit;
+            work()
+        };
+        match tokio::time::timeout_at(deadline, self.tasks.blocking(PanicSite::Request, work)).await {
+            Ok(Ok(done)) => Ok(done),
+            Ok(Err(_)) => Err(ApiError::Internal),
+            Err(_) => Err(ApiError::CompileTooLong { budget: COMPILE_BUDGET }),
         }
     }
 

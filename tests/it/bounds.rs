@@ -396,3 +396,90 @@ async fn patterns_are_bounded_in_number_and_paid_for_by_what_a_search_may_read()
     assert_eq!(&answer.body[..], br#"{"v":66667}"#);
     service.stop().await;
 }
+
+/// A rules document of `n` sources, each `expr` one of `exprs(i)`, and a target for each.
+fn rules_of(n: usize, expr: impl Fn(usize) -> String) -> String {
+    let targets: Vec<String> = (0..n).map(|i| format!(r#""t{i}":{{"key":"t{i}","type":"Json"}}"#)).collect();
+    let sources: Vec<String> = (0..n)
+        .map(|i| format!(r#""t{i}":{{"expr":{}}}"#, serde_json::to_string(&expr(i)).unwrap()))
+        .collect();
+    format!(r#"{{"newBodyFields":{{{}}},"oldBodyFields":{{{}}}}}"#, targets.join(","), sources.join(","))
+}
+
+/// What a preview's rules cost to compile is bounded whatever they hold, and it is paid off the
+/// workers that serve connections: a thousand patterns that fail the size limit are one failed
+/// compile (every distinct pattern tried counts, and none is compiled after one fails), four
+/// such previews at once leave `/healthz` answering, and the documents that used to grow
+/// quadratically (a long rule id with many bad keys, a long expression of lint warnings, deep
+/// `parents` over many names, names made to collide in a scan's table) stay small and quick.
+#[tokio::test]
+async fn compiling_a_preview_costs_a_bounded_share_of_the_process_off_its_workers() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let binary = std::sync::Arc::new(Binary::start_with(dir.path(), &[("RECAST_WORKERS", "2")]).await);
+    let url = binary.url("/v1/preview");
+    // Each pattern is distinct and past the size limit of one compiled pattern.
+    let failing = rules_of(1000, |i| format!(r"regex_match(s, '(?:\w{{2000}}){{3}}{i}')"));
+    let body = preview_of(r#"{"s":"a"}"#, &failing);
+    let answer = post_json(&url, body.clone()).await;
+    let problem = answer.assert_problem(400, "invalid-rules");
+    let text = problem.to_string();
+    assert!(text.contains("does not compile") && text.contains("is not compiled"), "{text}");
+    // Four at once, and the service's own health the while.
+    let before = binary.peak_memory();
+    let previews: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, body) = (url.clone(), body.clone());
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let answer = post_json(&url, body).await;
+                (answer.status.as_u16(), started.elapsed())
+            })
+        })
+        .collect();
+    let mut slowest_health = Duration::ZERO;
+    for _ in 0..10 {
+        let started = Instant::now();
+        let health = crate::support::get(&binary.url("/healthz")).await;
+        assert_eq!(health.status, 200);
+        slowest_health = slowest_health.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for preview in previews {
+        let (status, took) = preview.await.unwrap();
+        assert!(status == 400 || status == 503, "{status}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+    assert!(slowest_health < Duration::from_millis(500), "/healthz waited {slowest_health:?}");
+
+    let cases = [
+        // A long rule id with thousands of bad keys: each problem used to carry the id.
+        format!(
+            r#"{{"newBodyFields":{{}},"oldBodyFields":{{"{}":{{"keys":[{}]}}}}}}"#,
+            "i".repeat(50_000),
+            vec!["0"; 25_000].join(",")
+        ),
+        // An expression of 200,000 comparisons of quoted names: each lint warning counted the
+        // characters before it.
+        rules_of(1, |_| format!(r#"a{}"#, r#" == "a""#.repeat(100_000))),
+        // `parents` 60 deep over 20,000 names: each level used to copy every name below it.
+        format!(
+            r#"{{"newBodyFields":{{"t":{{"key":"t","type":"String"}}}},"oldBodyFields":{{"t":{{"keys":[{}],"parents":[{}]}}}}}}"#,
+            (0..20_000).map(|i| format!(r#""n{i}""#)).collect::<Vec<_>>().join(","),
+            vec![r#""p""#; 60].join(",")
+        ),
+        // 20,000 names with the same first and last bytes in one scan's table.
+        format!(
+            r#"{{"newBodyFields":{{"t":{{"key":"t","type":"String"}}}},"oldBodyFields":{{"t":{{"keys":["{}"]}}}}}}"#,
+            (0..20_000).map(|i| format!("aaaaaaaa{i:06}zzzzzzzz")).collect::<Vec<_>>().join(", ")
+        ),
+    ];
+    for rules in cases {
+        let started = Instant::now();
+        let answer = post_json(&url, preview_of(r#"{"p":{}}"#, &rules)).await;
+        let took = started.elapsed();
+        assert!(answer.status == 200 || answer.status == 400, "{}", String::from_utf8_lossy(&answer.body));
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+    let grown = binary.peak_memory().saturating_sub(before);
+    assert!(grown < 256 << 20, "the peak grew by {grown} bytes");
+}
