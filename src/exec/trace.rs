@@ -270,6 +270,36 @@ impl Observer for Tracer<'_, '_> {
         }
         let Some(t) = self.plan.targets.get(target as usize) else { return };
         if let Some(source) = &t.expr {
+            // Nothing found, and no failure: a name it reads that the document lacks is most
+            // likely misspelt (told with the name probably meant, as for `keys`).
+            if failure.is_none() && value.is_none_or(|v| v == b"null") {
+                // The first name missing that has a name probably meant, else the first missing
+                // (`a.discount || a.prise` tells of `prise`).
+                let start = self.element_pointer();
+                let mut told: Option<Miss> = None;
+                for path in &t.reads {
+                    let found = locate(
+                        self.nodes,
+                        root,
+                        Some(start.clone()),
+                        path.iter().map(|p| &**p),
+                        &mut self.steps_left,
+                    );
+                    match found {
+                        Err(miss) if miss.absent && miss.suggested => {
+                            told = Some(miss);
+                            break;
+                        }
+                        Err(miss) if miss.absent && told.is_none() => told = Some(miss),
+                        _ => {}
+                    }
+                }
+                self.saw(target, told.as_ref());
+                if self.steps_left == 0 {
+                    self.stopped = Some(Limit::Steps);
+                    return;
+                }
+            }
             let included = value.is_some();
             let fate = if included { "written as null" } else { "left out (ignoreEmptyValues)" };
             let note = match (&failure, value) {
@@ -289,11 +319,7 @@ impl Observer for Tracer<'_, '_> {
             });
             return;
         }
-        let start = match (&self.each, self.element) {
-            (Some((list, true)), Some(index)) => format!("{list}/{index}"),
-            (Some((object, false)), _) => object.clone(),
-            _ => String::new(),
-        };
+        let start = self.element_pointer();
         let included = value.is_some();
         let mut names = t.keys.iter().flat_map(KeyEntry::names);
         let (resolved, note) = match (&*t.keys, names.next()) {
@@ -352,11 +378,13 @@ type Found = Result<(usize, String), Miss>;
 struct Miss {
     why: String,
     absent: bool,
+    /// The name probably meant is told.
+    suggested: bool,
 }
 
 impl Miss {
     fn other(why: String) -> Miss {
-        Miss { why, absent: false }
+        Miss { why, absent: false, suggested: false }
     }
 }
 
@@ -390,6 +418,15 @@ impl Tracer<'_, '_> {
             None => seen.found = true,
             Some(miss) if miss.absent && seen.absent.is_none() => seen.absent = Some(miss.why.clone()),
             Some(_) => {}
+        }
+    }
+
+    /// Where the element being mapped is (the root without `each`).
+    fn element_pointer(&self) -> String {
+        match (&self.each, self.element) {
+            (Some((list, true)), Some(index)) => format!("{list}/{index}"),
+            (Some((object, false)), _) => object.clone(),
+            _ => String::new(),
         }
     }
 
@@ -497,6 +534,7 @@ fn locate<'p>(
             // members were counted in the steps taken above.
             // Looked for among the first members only, and paid for: comparing two names takes
             // up to a table of their lengths.
+            let mut suggested = false;
             if pointer.is_some()
                 && members <= SUGGESTED_AMONG
                 && let Some(left) = steps.checked_sub(members * SUGGESTION_STEPS)
@@ -505,9 +543,10 @@ fn locate<'p>(
                 *steps = left;
                 if let Some(meant) = crate::suggest::closest(step, names.map(|(name, _)| name)) {
                     why.push_str(&format!(" (did you mean `{meant}`?)"));
+                    suggested = true;
                 }
             }
-            Miss { why, absent: true }
+            Miss { why, absent: true, suggested }
         })?;
         if let Some(pointer) = &mut pointer {
             json::push_pointer(pointer, step);

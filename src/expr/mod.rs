@@ -456,6 +456,112 @@ impl Program {
         Ok(())
     }
 
+    /// The chains of names the program reads, each from where it starts (the value the program
+    /// starts on, or a variable) and as far as it goes by names, indexes, slices, projections
+    /// and flattening (`sum(orders.items[*].price)` reads `orders.items.price`; `a.b[?x].c`
+    /// reads `a.b`; `$item.id` reads `id` of `$item`), for telling where a value it found none
+    /// of is missing. At most `most` chains, the first ones.
+    pub fn read_paths(&self, most: usize) -> Vec<(Start, Vec<&str>)> {
+        let mut paths = Vec::new();
+        if let Some(top) = self.steps.len().checked_sub(1) {
+            self.paths_at(top as StepId, &mut paths, most);
+        }
+        paths
+    }
+
+    /// [`Program::read_paths`] of step `id`, which runs on the value the program starts on.
+    fn paths_at<'p>(&'p self, id: StepId, paths: &mut Vec<(Start, Vec<&'p str>)>, most: usize) {
+        if paths.len() >= most {
+            return;
+        }
+        let kids = |range: Range| &self.kids[range.range()];
+        match &self.steps[id as usize] {
+            Step::Field(_)
+            | Step::Path(_)
+            | Step::Sub(..)
+            | Step::ListProject(..)
+            | Step::SliceProject(..)
+            | Step::ObjectProject(..)
+            | Step::Flatten(_)
+            | Step::Filter(..) => {
+                if let Some((start, names, _)) = self.chain(id)
+                    && !names.is_empty()
+                {
+                    paths.push((start, names));
+                }
+            }
+            // What the left side of a pipe gives is not the document.
+            Step::Pipe(left, _) => self.paths_at(*left, paths, most),
+            Step::Not(inner) | Step::Sign(_, inner) => self.paths_at(*inner, paths, most),
+            Step::Or(a, b) | Step::And(a, b) | Step::Compare(_, a, b) | Step::Arith(_, a, b) => {
+                self.paths_at(*a, paths, most);
+                self.paths_at(*b, paths, most);
+            }
+            Step::Ternary(a, b, c) => {
+                for kid in [a, b, c] {
+                    self.paths_at(*kid, paths, most);
+                }
+            }
+            Step::MultiList(range) | Step::MultiHash(range, _) | Step::Call(_, range, _) => {
+                for kid in kids(*range) {
+                    self.paths_at(*kid, paths, most);
+                }
+            }
+            Step::Let(bindings, body) => {
+                for pair in kids(*bindings).chunks_exact(2) {
+                    self.paths_at(pair[1], paths, most);
+                }
+                self.paths_at(*body, paths, most);
+            }
+            Step::Current
+            | Step::Root
+            | Step::Var(_)
+            | Step::Const(_)
+            | Step::Index(_)
+            | Step::Slice(..)
+            | Step::Expref(_) => {}
+        }
+    }
+
+    /// Where step `id` starts, the names it reads one after another from there, and whether the
+    /// whole step is such a chain (so what follows it continues the chain); `None` for a step
+    /// that reads no chain.
+    fn chain(&self, id: StepId) -> Option<(Start, Vec<&str>, bool)> {
+        Some(match &self.steps[id as usize] {
+            Step::Field(name) => (Start::Context, vec![&**name], true),
+            Step::Path(range) => {
+                (Start::Context, self.paths[range.range()].iter().map(|n| &**n).collect(), true)
+            }
+            Step::Index(_) | Step::Slice(..) | Step::Current | Step::Root => {
+                (Start::Context, Vec::new(), true)
+            }
+            &Step::Var(slot) => (Start::Var(slot), Vec::new(), true),
+            Step::Flatten(inner) => self.chain(*inner)?,
+            Step::Sub(left, right)
+            | Step::ListProject(left, right)
+            | Step::SliceProject(left, right)
+            | Step::ObjectProject(left, right) => {
+                let (start, mut names, whole) = self.chain(*left)?;
+                // `a.*` has no name of its own to read below: a chain goes on below a name only.
+                if whole && !matches!(self.steps[id as usize], Step::ObjectProject(..)) {
+                    return Some(match self.chain(*right) {
+                        Some((Start::Context, more, whole)) => {
+                            names.extend(more);
+                            (start, names, whole)
+                        }
+                        _ => (start, names, false),
+                    });
+                }
+                (start, names, false)
+            }
+            Step::Filter(list, ..) => {
+                let (start, names, _) = self.chain(*list)?;
+                (start, names, false)
+            }
+            _ => return None,
+        })
+    }
+
     /// The text of a program that is a string literal and nothing else (`'{{'`).
     pub fn constant_text(&self) -> Option<&str> {
         match (self.steps.as_slice(), self.consts.as_slice()) {
@@ -495,6 +601,15 @@ impl Program {
         walk(self, root as StepId, &mut steps)?;
         Some(steps)
     }
+}
+
+/// Where a chain of names of [`Program::read_paths`] starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// The value the program starts on (`@`; in rules, the document).
+    Context,
+    /// A variable: a `let` binding's slot, or a template's `$item`.
+    Var(u32),
 }
 
 /// One step of a plain path ([`Program::plain_path`]).

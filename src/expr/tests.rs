@@ -546,3 +546,28 @@ fn expressions_read_on_demand_map_what_the_whole_parse_maps() {
     eprintln!("ON_DEMAND {on_demand}");
     assert!(on_demand > 300, "only {on_demand} cases were read on demand");
 }
+
+#[test]
+fn the_names_an_expression_reads_are_chained_as_far_as_names_go() {
+    let reads = |source: &str| {
+        let program = compile(source, DEPTH).unwrap();
+        let shown = |(start, names): (Start, Vec<&str>)| match start {
+            Start::Context => names.join("."),
+            Start::Var(_) => format!("$.{}", names.join(".")),
+        };
+        program.read_paths(4).into_iter().map(shown).collect::<Vec<_>>()
+    };
+    assert_eq!(reads("a.b.c"), ["a.b.c"]);
+    assert_eq!(reads("a.b[0].c"), ["a.b.c"]);
+    assert_eq!(reads("sum(orders.items[*].price)"), ["orders.items.price"]);
+    assert_eq!(reads("a[].b"), ["a.b"]);
+    assert_eq!(reads("a.b[?x == `1`].c"), ["a.b"]);
+    assert_eq!(reads("a.*.b"), ["a"]);
+    assert_eq!(reads("x || y.z"), ["x", "y.z"]);
+    assert_eq!(reads("join(',', [a, b.c])"), ["a", "b.c"]);
+    assert_eq!(reads("a | b"), ["a"]);
+    assert_eq!(reads("sort_by(items, &price)"), ["items"]);
+    assert_eq!(reads("'text'"), Vec::<String>::new());
+    assert_eq!(reads("let $x = a in $x.b.c"), ["a", "$.b.c"]);
+    assert_eq!(reads("[a, b, c, d, e, f]").len(), 4, "at most as many as asked");
+}

@@ -144,7 +144,7 @@ pub fn compose_render(data: &[u8]) -> Reached {
     let rendered = json::with_parsed(&mut context, 64, |doc| {
         let scratch = Scratch::new(1 << 20, 1 << 20);
         let arena = scratch.arena();
-        let context = Context { doc, item: None, arena: &arena };
+        let context = Context { doc, item: None, arena: &arena, explain: false };
         source.request(&context, &CallerParts::default())
     })
     .expect("the context is JSON");

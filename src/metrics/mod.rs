@@ -99,6 +99,9 @@ pub enum UpstreamErrorKind {
     ComposedTooLarge,
     /// A composed call would have sent more than `RECAST_MAX_SOURCE_CALLS` requests.
     TooManyCalls,
+    /// A composed call under way found `RECAST_MAX_BUFFERED_BYTES` passed; nothing more was
+    /// sent.
+    Buffered,
     /// Refused by the route's outbound rate limit; nothing was sent.
     RateLimited,
     /// The route's OAuth2 token endpoint gave no token; nothing was sent.
@@ -108,7 +111,7 @@ pub enum UpstreamErrorKind {
 }
 
 impl UpstreamErrorKind {
-    const ALL: [UpstreamErrorKind; 16] = [
+    const ALL: [UpstreamErrorKind; 17] = [
         UpstreamErrorKind::Unreachable,
         UpstreamErrorKind::Timeout,
         UpstreamErrorKind::TooLarge,
@@ -125,6 +128,7 @@ impl UpstreamErrorKind {
         UpstreamErrorKind::Tls,
         UpstreamErrorKind::ComposedTooLarge,
         UpstreamErrorKind::TooManyCalls,
+        UpstreamErrorKind::Buffered,
     ];
 
     pub fn label(self) -> &'static str {
@@ -145,6 +149,7 @@ impl UpstreamErrorKind {
             UpstreamErrorKind::Tls => "tls",
             UpstreamErrorKind::ComposedTooLarge => "composed_too_large",
             UpstreamErrorKind::TooManyCalls => "too_many_calls",
+            UpstreamErrorKind::Buffered => "buffered",
         }
     }
 }
@@ -268,6 +273,8 @@ pub struct ComposedCounts {
     pub calls: AtomicU64,
     /// Calls answered with `Recast-Partial`.
     pub partial: AtomicU64,
+    /// `forEach` sources whose value was not a list (nor an object): no call made.
+    pub not_a_list: AtomicU64,
     /// By [`SourceFailureKind::index`], twice: required, then optional.
     failures: [AtomicU64; 2 * SourceFailureKind::COUNT],
 }
@@ -319,6 +326,7 @@ impl Default for ComposedCounts {
         ComposedCounts {
             calls: AtomicU64::new(0),
             partial: AtomicU64::new(0),
+            not_a_list: AtomicU64::new(0),
             failures: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }

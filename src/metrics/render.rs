@@ -137,6 +137,11 @@ impl Metrics {
                 load(&self.composed.partial),
             ),
             (
+                "recast_source_not_a_list_total",
+                "forEach sources of composed routes whose value was not a list (nor an object), so no call was made (registrations' live calls included).",
+                load(&self.composed.not_a_list),
+            ),
+            (
                 "recast_cache_evictions_total",
                 "Cached answers dropped to stay within RECAST_CACHE_BYTES, or refused as too large for it.",
                 gauges.cache.evictions,

@@ -98,6 +98,7 @@ fn the_exposition_has_every_family_with_help_and_type() {
     metrics.upstream_error(UpstreamErrorKind::Timeout);
     metrics.compile_failure(RulesSource::Stored);
     metrics.panicked(PanicSite::Connection);
+    metrics.composed.not_a_list.store(2, std::sync::atomic::Ordering::Relaxed);
     let route = StatusCounts::default();
     route.record(201);
     let gauges = Gauges {
@@ -166,6 +167,7 @@ fn the_exposition_has_every_family_with_help_and_type() {
         "recast_rule_compile_failures_total{source=\"stored\"} 1",
         "recast_panics_total{site=\"connection\"} 1",
         "recast_panics_total{site=\"request\"} 0",
+        "recast_source_not_a_list_total 2",
         "recast_routes_loaded 3",
         "recast_routes_broken 1",
         "recast_in_flight_requests 2",

@@ -273,7 +273,14 @@ pub(crate) struct Target {
     pub keys: Box<[KeyEntry]>,
     /// The expression, for a target whose source is one.
     pub expr: Option<Box<str>>,
+    /// The chains of names the expression reads from the document (its first few,
+    /// [`Program::read_paths`](crate::expr::Program::read_paths)): where a trace looks for why
+    /// it found nothing.
+    pub reads: Box<[Box<[Box<str>]>]>,
 }
+
+/// Chains of names of an expression a trace looks for when it found nothing.
+pub(crate) const TRACED_READS: usize = 4;
 
 impl Plan {
     /// What the plan reads of a document, or `None` when it may read anything.

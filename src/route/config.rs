@@ -65,6 +65,39 @@ pub struct RouteConfig {
     /// and its text is sent as written.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub templates: bool,
+    /// `sampleRequest` (SPEC §2.1): the caller's request live calls are made as (a registration's,
+    /// an update's that gives none, a *Try it*). It holds no secret, and is shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_request: Option<StoredSample>,
+}
+
+/// A route's `sampleRequest` as stored: the query of the caller's request and its body (JSON
+/// text), as the live call sends them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredSample {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub query: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+}
+
+impl StoredSample {
+    /// The query as a caller would send it (`a=1&b=2`), encoded.
+    pub fn query_string(&self) -> String {
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        for (name, value) in &self.query {
+            query.append_pair(name, value);
+        }
+        query.finish()
+    }
+
+    /// The body as a caller would send it: its JSON text (none for `null` or no body).
+    pub fn body_bytes(&self) -> bytes::Bytes {
+        match self.body.as_deref() {
+            None | Some("null") => bytes::Bytes::new(),
+            Some(text) => bytes::Bytes::copy_from_slice(text.as_bytes()),
+        }
+    }
 }
 
 impl RouteConfig {
@@ -94,6 +127,7 @@ impl RouteConfig {
             sources: Vec::new(),
             forward_headers: Vec::new(),
             templates: false,
+            sample_request: None,
         }
     }
 }
@@ -123,6 +157,9 @@ impl RouteConfig {
         }
         if let Some(body) = &self.pre_body {
             members.push(("/preConfiguredBody".to_owned(), body));
+        }
+        if let Some(body) = self.sample_request.as_ref().and_then(|sample| sample.body.as_ref()) {
+            members.push(("/sampleRequest/body".to_owned(), body));
         }
         for source in &self.sources {
             if let Some(body) = &source.body {

@@ -33,7 +33,9 @@ use crate::metrics::{RouteStats, StatusCounts};
 use crate::rules::{Compiled, Limits, Problem, compile_json};
 use crate::storage::{SCHEMA_VERSION, StoredRoute};
 use crate::upstream::{RouteTls, TokenRequest, UpstreamRequest};
-pub use config::{Auth, AuthKind, CacheSettings, RouteConfig, SHOWN_DEPTH, SourceConfig, shown};
+pub use config::{
+    Auth, AuthKind, CacheSettings, RouteConfig, SHOWN_DEPTH, SourceConfig, StoredSample, shown,
+};
 pub use fields::AuthHeader;
 pub use masked::MASK;
 pub use registration::{OriginalApi, OriginalRoute, Registration, SampleRequest};

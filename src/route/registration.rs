@@ -64,7 +64,7 @@ pub struct Registration {
     /// hand.
     #[serde(default)]
     pub breaker: Option<serde_json::Value>,
-    /// The caller's request the live call is made as (SPEC §2.1); never stored.
+    /// The caller's request the live calls are made as (SPEC §2.1); stored with the route.
     #[serde(default)]
     pub sample_request: Option<SampleRequest>,
 }
@@ -81,20 +81,11 @@ pub struct SampleRequest {
 }
 
 impl SampleRequest {
-    /// The query as a caller would send it (`a=1&b=2`), encoded.
-    pub fn query_string(&self) -> String {
-        let mut query = url::form_urlencoded::Serializer::new(String::new());
-        for (name, value) in self.query.iter().flatten() {
-            query.append_pair(name, value);
-        }
-        query.finish()
-    }
-
-    /// The body as a caller would send it: its JSON text (none for `null` or no body).
-    pub fn body_bytes(&self) -> bytes::Bytes {
-        match self.body.as_deref().map(RawValue::get) {
-            None | Some("null") => bytes::Bytes::new(),
-            Some(text) => bytes::Bytes::copy_from_slice(text.as_bytes()),
+    /// As stored with the route.
+    pub fn stored(self) -> super::config::StoredSample {
+        super::config::StoredSample {
+            query: self.query.unwrap_or_default(),
+            body: self.body.map(|body| body.get().to_owned()).filter(|text| text != "null"),
         }
     }
 }
@@ -249,6 +240,7 @@ impl Registration {
             sources: Vec::new(),
             forward_headers,
             templates: true,
+            sample_request: None,
         };
         // Its request, compiled as every call's will be: one check for every route's upstream
         // (a place the checks above told of already is not told twice).

@@ -142,6 +142,9 @@ pub enum RequestError {
     /// A template failed: where, why (naming a type, never a value), and whether it read only
     /// `request`.
     Template { location: String, why: String, only_request: bool },
+    /// A template's value was null because a member its expression reads is missing: where,
+    /// which member and the closest name there is (an admin's live call only).
+    Missing { location: String, why: String, only_request: bool },
     /// A call of a `Runtime` request without `X-Mapped-Auth`.
     AuthRequired,
 }
@@ -673,7 +676,8 @@ impl RequestTemplate {
                             .map_err(|e| slot.failure(e))?;
                     }
                 } else {
-                    scalar_text(value, &mut |text: &str| pairs.push((name, text.to_owned())))
+                    context
+                        .scalar(program, value, &mut |text: &str| pairs.push((name, text.to_owned())))
                         .map_err(|e| slot.failure(e))?;
                 }
                 continue;
@@ -807,7 +811,14 @@ impl RequestTemplate {
 
 impl Slot {
     fn failure(&self, error: RenderError) -> RequestError {
-        self.fails(error.to_string())
+        match error {
+            RenderError::Missing(_) => RequestError::Missing {
+                location: self.location.clone(),
+                why: error.to_string(),
+                only_request: self.only_request,
+            },
+            _ => self.fails(error.to_string()),
+        }
     }
 
     fn fails(&self, why: String) -> RequestError {

@@ -161,7 +161,9 @@ impl Single {
         };
         rendered.map_err(|e| match e {
             RequestError::AuthRequired => CallError::AuthRequired,
-            RequestError::Template { location, why, .. } => CallError::Template { location, why },
+            RequestError::Template { location, why, .. } | RequestError::Missing { location, why, .. } => {
+                CallError::Template { location, why }
+            }
         })
     }
 
@@ -185,7 +187,7 @@ impl Single {
         json::with_parsed(&mut text, self.max_depth, |doc| {
             let scratch = Scratch::new(self.max_expr_bytes, self.max_mapping_steps);
             let arena = scratch.arena();
-            let context = Context { doc, item: None, arena: &arena };
+            let context = Context { doc, item: None, arena: &arena, explain: false };
             self.request.render(Some(&context), caller)
         })
         .map_err(|e| CallError::Template { location: "(request)".to_owned(), why: e.to_string() })

@@ -69,12 +69,24 @@ const REGISTRATION: Shape = Shape::Object(&[
     ("sampleRequest", SAMPLE_REQUEST, false),
 ]);
 
+/// The body of a *Try it* (`POST /v1/routes/{uuid}/try`): a `sampleRequest` used once.
+const TRY: Shape = Shape::Object(&[("sampleRequest", SAMPLE_REQUEST, false)]);
+
+/// Every problem with the shape of a *Try it*'s `body`, as [`check`] tells a registration's.
+pub fn check_try(body: &Value) -> Vec<Problem> {
+    checked(body, TRY)
+}
+
 /// Every problem with the shape of the registration `body`: as many as an answer lists, the last
 /// place counting the rest.
 pub fn check(body: &Value) -> Vec<Problem> {
+    checked(body, REGISTRATION)
+}
+
+fn checked(body: &Value, shape: Shape) -> Vec<Problem> {
     let mut problems = Problems { listed: Vec::new(), unlisted: 0 };
     let mut at = String::new();
-    walk(body, REGISTRATION, &mut at, &mut problems);
+    walk(body, shape, &mut at, &mut problems);
     let Problems { mut listed, unlisted } = problems;
     if unlisted > 0 {
         listed.push(Problem::new("", format!("{unlisted} more problems of the body's shape are not listed")));

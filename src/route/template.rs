@@ -228,6 +228,12 @@ impl Template {
     }
 }
 
+/// Chains of names of a template's expression looked along for a missing member.
+const READ_PATHS: usize = 4;
+
+/// Members of an object a missing name's closest one is looked for among.
+const SUGGESTED_AMONG: usize = 256;
+
 /// Why a template could not be rendered. It names the value's type, never the value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RenderError {
@@ -235,6 +241,9 @@ pub enum RenderError {
     Failed(String),
     /// The value cannot be written where the template is (null, a list, an object).
     Type(&'static str),
+    /// The value is null because a member the expression reads is missing: which, and the
+    /// closest name there is (an admin's live call only, [`Context::explain`]).
+    Missing(String),
 }
 
 impl std::fmt::Display for RenderError {
@@ -247,6 +256,7 @@ impl std::fmt::Display for RenderError {
             RenderError::Type(kind) => {
                 write!(f, "its value is {} {kind}, which cannot be written as text here", article(kind))
             }
+            RenderError::Missing(why) => write!(f, "its value is null: {why}"),
         }
     }
 }
@@ -261,6 +271,11 @@ pub struct Context<'d, 'a> {
     pub doc: &'d Doc<'d, 'a>,
     pub item: Option<Val<'d>>,
     pub arena: &'d Arena<'d>,
+    /// An admin's live call (a registration's, an update's, a *Try it*): a value that is null
+    /// because a member its expression reads is missing says which, with the closest name the
+    /// object has ([`RenderError::Missing`]). Those words name the document's members, so a
+    /// route's callers never get them.
+    pub explain: bool,
 }
 
 impl<'d, 'a> Context<'d, 'a> {
@@ -277,7 +292,73 @@ impl<'d, 'a> Context<'d, 'a> {
     /// Hands the text of `program`'s value (a scalar) to `f`.
     fn text(&self, program: &'d Program, mut f: impl FnMut(&str)) -> Result<(), RenderError> {
         let value = self.eval(program)?;
-        scalar_text(value, &mut f)
+        self.scalar(program, value, &mut f)
+    }
+
+    /// Hands the text of `value`, the value of `program`, to `f`: [`scalar_text`], a null
+    /// explained when the context says so.
+    pub fn scalar(
+        &self,
+        program: &Program,
+        value: Val<'_>,
+        f: &mut impl FnMut(&str),
+    ) -> Result<(), RenderError> {
+        scalar_text(value, f).map_err(|error| match error {
+            RenderError::Type("null") if self.explain => {
+                self.missing(program).map_or(error, RenderError::Missing)
+            }
+            other => other,
+        })
+    }
+
+    /// Why `program` found nothing, when a member it reads is missing: the first name, along
+    /// the chains of names it reads (from the context, or from `$item`), that an object lacks,
+    /// with the closest name the object has (looked for among its first
+    /// [`SUGGESTED_AMONG`] members).
+    fn missing(&self, program: &Program) -> Option<String> {
+        let nodes: &[simd_json::Node<'_>] = self.doc;
+        for (start, names) in program.read_paths(READ_PATHS) {
+            let (mut at, mut shown) = match start {
+                expr::Start::Context => (0, String::new()),
+                expr::Start::Var(_) => match self.item {
+                    Some(Val::TapeObject(i) | Val::TapeList(i)) => (i, "$item".to_owned()),
+                    _ => continue,
+                },
+            };
+            'names: for name in names {
+                // Through lists to their first element, as a projection's first value.
+                while let Some(simd_json::Node::Array { len, .. }) = nodes.get(at) {
+                    if *len == 0 {
+                        break 'names;
+                    }
+                    at += 1;
+                    shown.push_str("[0]");
+                }
+                let Some(members) = crate::json::members(nodes, at) else { break };
+                match crate::json::member(nodes, at, name) {
+                    Some(next) => {
+                        at = next;
+                        if !shown.is_empty() {
+                            shown.push('.');
+                        }
+                        shown.push_str(name);
+                    }
+                    None => {
+                        let owner =
+                            if shown.is_empty() { "the context".to_owned() } else { format!("`{shown}`") };
+                        let meant =
+                            crate::suggest::closest(name, members.take(SUGGESTED_AMONG).map(|(n, _)| n));
+                        return Some(match meant {
+                            Some(meant) => {
+                                format!("{owner} has no member `{name}` (did you mean `{meant}`?)")
+                            }
+                            None => format!("{owner} has no member `{name}`"),
+                        });
+                    }
+                }
+            }
+        }
+        None
     }
 
     /// The view of the context for writing values.
@@ -375,7 +456,7 @@ mod tests {
             let scratch = Scratch::new(1 << 20, 1 << 20);
             let arena = scratch.arena();
             let item = View { nodes: doc }.field(Val::from_tape(doc, 0), "__item");
-            let context = Context { doc, item: Some(item), arena: &arena };
+            let context = Context { doc, item: Some(item), arena: &arena, explain: true };
             let mut out = String::new();
             template.render(&context, encode, &mut out).map(|()| out)
         })
@@ -412,6 +493,18 @@ mod tests {
         assert_eq!(r("{{user.n}}"), Err(RenderError::Type("null")));
         assert_eq!(r("{{user.l}}"), Err(RenderError::Type("array")));
         assert_eq!(r("{{user}}"), Err(RenderError::Type("object")));
+        // Null for want of a member: which one, and the name probably meant (an admin's call).
+        let missing = |why: &str| Err(RenderError::Missing(why.to_owned()));
+        assert_eq!(r("{{user.nmae}}"), missing("`user` has no member `nmae` (did you mean `name`?)"));
+        assert_eq!(r("{{user.l[0].x}}"), Err(RenderError::Type("null")));
+        assert_eq!(
+            r("{{usr.id || user.idd}}"),
+            missing("the context has no member `usr` (did you mean `user`?)")
+        );
+        assert_eq!(
+            render("{{$item.ids}}", context, r#"{"id": 1}"#, encode_segment),
+            missing("`$item` has no member `ids` (did you mean `id`?)")
+        );
         for (value, encoded) in [
             ("../admin", "..%2Fadmin"),
             ("%2e%2e", "%252e%252e"),

@@ -528,7 +528,7 @@ fn a_route_s_own_upstream_and_a_source_build_requests_one_way() {
     let sent = crate::json::with_parsed(&mut context, 64, |doc| {
         let scratch = Scratch::new(1 << 20, 1 << 20);
         let arena = scratch.arena();
-        let context = Context { doc, item: None, arena: &arena };
+        let context = Context { doc, item: None, arena: &arena, explain: false };
         composition.sources[0].request(&context, &CallerParts::default()).expect("a request")
     })
     .unwrap();

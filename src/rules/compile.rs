@@ -281,6 +281,13 @@ fn lower(rules: &Rules, limits: &Limits, patterns: &mut expr::Patterns) -> Plan 
                 parents: Box::default(),
                 keys: Box::default(),
                 expr: Some(source.as_str().into()),
+                // Those from the document (a `let` variable's are not where the trace looks).
+                reads: compiled
+                    .read_paths(crate::plan::TRACED_READS)
+                    .into_iter()
+                    .filter(|(start, _)| *start == expr::Start::Context)
+                    .map(|(_, names)| names.into_iter().map(Box::from).collect())
+                    .collect(),
             });
             let member = Member::new(key);
             // A plain path reads its value through the scans, as `keys` do, but by JMESPath's
@@ -318,6 +325,7 @@ fn lower(rules: &Rules, limits: &Limits, patterns: &mut expr::Patterns) -> Plan 
             parents: old.parents.iter().map(|p| p.as_str().into()).collect(),
             keys: old.keys.clone().into(),
             expr: None,
+            reads: Box::default(),
         });
         let member = Member::new(key);
         emits.push(match (reads.as_slice(), ty) {

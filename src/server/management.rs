@@ -310,6 +310,9 @@ struct RouteView<'a> {
     http2: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     breaker: Option<BreakerView>,
+    /// The caller's request its live calls are made as (it holds no secret).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sample_request: Option<SampleView<'a>>,
     created_at: u64,
     updated_at: u64,
     status: &'static str,
@@ -372,6 +375,15 @@ struct SourceView<'a> {
 #[serde(rename_all = "camelCase")]
 struct BaseUrlView<'a> {
     base_url: &'a str,
+}
+
+/// A route's `sampleRequest`: its query, and its body as given.
+#[derive(Serialize)]
+struct SampleView<'a> {
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    query: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body: Option<Box<RawValue>>,
 }
 
 /// A route's `breaker`, when it has one of its own.
@@ -535,6 +547,12 @@ impl<'a> RouteView<'a> {
             http2: c.http2_prior_knowledge.then_some("prior-knowledge"),
             breaker: (!c.breaker.is_origin()).then_some(BreakerView { scope: c.breaker }),
             tls: c.tls.as_ref().map(tls_view),
+            sample_request: match &c.sample_request {
+                Some(sample) => {
+                    Some(SampleView { query: &sample.query, body: raw("sampleRequest.body", &sample.body)? })
+                }
+                None => None,
+            },
             created_at: route.created_at,
             updated_at: route.updated_at,
             status: if problem.is_some() { "unavailable" } else { "ok" },

@@ -16,7 +16,7 @@ use crate::logging::logged;
 use crate::metrics::Metrics;
 use crate::metrics::RulesSource;
 use crate::route::{
-    CallError, FromClient, MAPPED_AUTH, Registration, Route, RouteConfig, SampleRequest, shape,
+    CallError, FromClient, MAPPED_AUTH, Registration, Route, RouteConfig, SampleRequest, StoredSample, shape,
 };
 use crate::rules::{Limits, Problem, compile_json};
 use crate::table::Entry;
@@ -82,12 +82,13 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     Ok(response)
 }
 
-/// `POST /v1/routes/{uuid}/try`: makes the route's upstream call as a registration's live call
-/// does (nothing is stored, cached or counted as a call of the route), and answers
-/// `{"upstream", "output", "trace", "warnings"}`: the upstream's document as it came, and what
-/// the route's rules make of it, traced as `POST /v1/preview?trace=true` traces. A composed
-/// route has no one document: `upstream` is null and the trace empty. It calls the upstream for
-/// real, with the route's method and credentials.
+/// `POST /v1/routes/{uuid}/try`: makes the route's upstream calls as a registration's live call
+/// does, as called by its stored `sampleRequest` (nothing is stored, cached or counted as a call
+/// of the route), and answers `{"upstream", "output", "trace", "warnings"}`: the document the
+/// rules map (the upstream's as it came; a composed route's, each source's value with `request`
+/// and `_sources`), and what the route's rules make of it, traced as `POST
+/// /v1/preview?trace=true` traces. It calls the upstreams for real, with the route's methods and
+/// credentials.
 pub(super) async fn try_route(state: &State, request: Request, uuid: Uuid) -> Result<Response, ApiError> {
     state.loaded()?;
     let route = match state.table.get(&uuid).ok_or(ApiError::NotFound)? {
@@ -97,15 +98,23 @@ pub(super) async fn try_route(state: &State, request: Request, uuid: Uuid) -> Re
     if let Some(why) = route.broken() {
         return Err(ApiError::RouteUnavailable(why));
     }
-    let (parts, _) = request.into_parts();
-    let live = live_call(state, &route, &parts.headers, &SampleRequest::default()).await?;
+    let (parts, body) = request.into_parts();
+    // As its live calls are made: with the route's own sample request, or the one this try
+    // gives (`{"sampleRequest": {...}}`, used once, not stored).
+    let body = read_body(state, &parts.headers, body).await?;
+    let sample = match tried_sample(&body)? {
+        Some(given) => given,
+        None => route.config.sample_request.clone().unwrap_or_default(),
+    };
+    let live = live_call(state, &route, &parts.headers, &sample).await?;
     logged!(tracing::Level::INFO, uuid = %uuid, "route tried");
     let mut out = Vec::with_capacity(live.preview.len() * 2 + 64);
     out.extend_from_slice(b"{\"upstream\":");
     let traced = match (live.document, &route.rules) {
         (Some(mut document), Ok(compiled)) => {
             out.extend_from_slice(&document);
-            json::with_parsed(&mut document, state.config.max_depth, |nodes| {
+            // A composed route's document holds each answer two levels down.
+            json::with_parsed(&mut document, state.config.max_depth + 2, |nodes| {
                 super::preview::preview_output(compiled.clone(), nodes, 0, true)
             })
             .ok()
@@ -131,6 +140,32 @@ pub(super) async fn try_route(state: &State, request: Request, uuid: Uuid) -> Re
     Ok(json(StatusCode::OK, out))
 }
 
+/// The body of `POST /v1/routes/{uuid}/try`: none, or `{"sampleRequest": {...}}`.
+fn tried_sample(body: &[u8]) -> Result<Option<StoredSample>, ApiError> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    struct Tried {
+        #[serde(default)]
+        sample_request: Option<SampleRequest>,
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
+        let error = json::diagnose(body, REGISTRATION_DEPTH)
+            .err()
+            .unwrap_or(JsonError::TooDeep { limit: REGISTRATION_DEPTH });
+        ApiError::bad_body(body, &error, |limit| format!("the body nests deeper than {limit} levels"))
+    })?;
+    let problems = shape::check_try(&value);
+    if !problems.is_empty() {
+        return Err(ApiError::InvalidBody(problems));
+    }
+    let tried: Tried = serde_json::from_slice(body)
+        .map_err(|e| ApiError::InvalidBody(vec![Problem::new("", e.to_string())]))?;
+    Ok(tried.sample_request.map(SampleRequest::stored))
+}
+
 /// Deepest a registration body may nest (the reader's own bound: it refuses 128 levels).
 const REGISTRATION_DEPTH: usize = 127;
 
@@ -145,7 +180,7 @@ async fn compiled(
     body: Vec<u8>,
     headers: &HeaderMap,
     existing: Option<Arc<Route>>,
-) -> Result<(Route, SampleRequest), ApiError> {
+) -> Result<(Route, StoredSample), ApiError> {
     let limits = state.config.limits();
     let metrics = state.metrics.clone();
     let runtime_auth = headers.contains_key(&MAPPED_AUTH);
@@ -177,7 +212,7 @@ fn validated(
     body: &[u8],
     runtime_auth: bool,
     stored: Option<&RouteConfig>,
-) -> Result<(RouteConfig, SampleRequest), ApiError> {
+) -> Result<(RouteConfig, StoredSample), ApiError> {
     let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
         // Told in words and by place; the reader's only other refusal is depth.
         let error = json::diagnose(body, REGISTRATION_DEPTH)
@@ -189,7 +224,12 @@ fn validated(
     if problems.is_empty() {
         let mut registration: Registration = serde_json::from_slice(body)
             .map_err(|e| ApiError::InvalidBody(vec![Problem::new("", e.to_string())]))?;
-        let sample = registration.sample_request.take().unwrap_or_default();
+        // Given, it is stored with the route (an empty one clears it); an update that gives none
+        // keeps the stored one.
+        let sample = match registration.sample_request.take() {
+            Some(given) => Some(given.stored()).filter(|sample| *sample != StoredSample::default()),
+            None => stored.and_then(|stored| stored.sample_request.clone()),
+        };
         // A mask that keeps nothing is told at its place; whatever validation says of the same
         // place (a `"***"` that is no PEM key) is not told twice.
         let masks = stored.map(|stored| registration.keep_secrets(stored)).unwrap_or_default();
@@ -203,9 +243,11 @@ fn validated(
         match registration.validate_with(runtime_auth, stored.map(|stored| stored.path.as_str()), limits) {
             // The rules are compiled with the route (`Route::new`), and their problems told then.
             // What `GET` could not show back is refused: a view saved back would lose it.
-            Ok(config) if masks.is_empty() => {
+            Ok(mut config) if masks.is_empty() => {
+                config.sample_request = sample;
                 let unshowable = config.unshowable();
                 if unshowable.is_empty() {
+                    let sample = config.sample_request.clone().unwrap_or_default();
                     return Ok((config, sample));
                 }
                 problems = unshowable;
@@ -245,7 +287,7 @@ async fn live_call(
     state: &State,
     route: &Route,
     headers: &HeaderMap,
-    sample: &SampleRequest,
+    sample: &StoredSample,
 ) -> Result<Live, ApiError> {
     if let Err(problems) = &route.rules {
         state.metrics.compile_failure(RulesSource::Registration);
@@ -280,13 +322,28 @@ async fn live_call(
             })
             .collect();
         let mut sample_warnings: Vec<Problem> = sample_warnings;
+        // A `forEach` over what is not a list made no call: most often a path that misses.
+        sample_warnings.extend(composed.reports.iter().filter_map(|report| {
+            let kind = report.not_a_list?;
+            let mut at = "/sources".to_owned();
+            json::push_pointer(&mut at, &report.name);
+            at.push_str("/forEach");
+            // A boolean, a number, a string or null: a list and an object have elements.
+            let gave = if kind == "null" { "null".to_owned() } else { format!("a {kind}") };
+            Some(Problem::new(
+                at,
+                format!(
+                    "in the live call it gave {gave}, not a list: this source made no call (`_sources` says `not-a-list`)"
+                ),
+            ))
+        }));
         sample_warnings.extend(unsent_bodies(route));
         return Ok(Live {
             preview: composed.body,
             rules_warnings: composed.warnings,
             sample_warnings,
             sources: composed.reports,
-            document: None,
+            document: composed.document,
         });
     }
     let Some(own) = route.single() else {
@@ -324,7 +381,9 @@ async fn check_upstreams(state: &State, route: &Route) -> Result<(), ApiError> {
             state.metrics.upstream_error(failure.kind());
             let error = ApiError::Upstream { failure, validating: true };
             match upstream.source {
-                Some(name) => ApiError::Source { name: name.to_owned(), error: Box::new(error) },
+                Some(name) => {
+                    ApiError::Source { name: name.to_owned(), element: None, error: Box::new(error) }
+                }
                 None => error,
             }
         };
@@ -355,7 +414,7 @@ struct Live {
 /// A warning when `sampleRequest` has a body the live call did not send: the upstream is called
 /// with a method that carries none, or the route sends a body of its own (as it will on every
 /// call).
-fn unsent_sample(route: &Route, sample: &SampleRequest) -> Vec<Problem> {
+fn unsent_sample(route: &Route, sample: &StoredSample) -> Vec<Problem> {
     let mut warnings = unsent_bodies(route);
     if sample.body_bytes().is_empty() {
         return warnings;

@@ -105,8 +105,10 @@ pub enum ApiError {
     Starting,
     /// `RECAST_MAX_INFLIGHT` requests are already in flight.
     Overloaded,
-    /// Every compiler stayed busy for the budget of one compile ([`super::state::COMPILE_BUDGET`]).
-    CompilersBusy,
+    /// Every compiler stayed busy for the budget of one compile.
+    CompilersBusy {
+        budget: std::time::Duration,
+    },
     /// Compiling what the request sent took longer than the budget of one compile.
     CompileTooLong {
         budget: std::time::Duration,
@@ -142,6 +144,8 @@ pub enum ApiError {
     /// A source's failure: the problem its failure makes, with `"source": name` added.
     Source {
         name: String,
+        /// The `forEach` element (its index) whose failure it is.
+        element: Option<usize>,
         error: Box<ApiError>,
     },
 }
@@ -178,6 +182,12 @@ pub enum UpstreamFailure {
     /// One call of a composed route would send more than `RECAST_MAX_SOURCE_CALLS` (`limit`)
     /// requests, retries counted; nothing more was sent.
     TooManyCalls {
+        limit: usize,
+    },
+    /// The upstream answers and rendered requests all calls hold passed
+    /// `RECAST_MAX_BUFFERED_BYTES` (`limit`) while a composed call was under way: it starts no
+    /// more source or element, and ends.
+    Buffered {
         limit: usize,
     },
     /// The upstream's breaker is open (why, and when to try again); nothing was sent.
@@ -288,7 +298,9 @@ impl ApiError {
             ApiError::Upstream { failure, validating } => match failure {
                 // A registration names an upstream the policy refuses: the client's mistake.
                 UpstreamFailure::NotAllowed(_) if *validating => StatusCode::BAD_REQUEST,
-                UpstreamFailure::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+                UpstreamFailure::Unavailable { .. } | UpstreamFailure::Buffered { .. } => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
                 UpstreamFailure::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
                 UpstreamFailure::Timeout => StatusCode::GATEWAY_TIMEOUT,
                 // A client error of the upstream keeps its status on route calls (SPEC §2.2).
@@ -298,7 +310,7 @@ impl ApiError {
             ApiError::Starting
             | ApiError::RouteUnavailable(_)
             | ApiError::Overloaded
-            | ApiError::CompilersBusy
+            | ApiError::CompilersBusy { .. }
             | ApiError::Buffered { .. }
             | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::CompileTooLong { .. } => StatusCode::BAD_REQUEST,
@@ -327,13 +339,14 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method-not-allowed",
             ApiError::AuthRequired => "auth-required",
             ApiError::AdminTokenRequired => "admin-token-required",
-            ApiError::Overloaded | ApiError::CompilersBusy | ApiError::Buffered { .. } => "overloaded",
+            ApiError::Overloaded | ApiError::CompilersBusy { .. } | ApiError::Buffered { .. } => "overloaded",
             ApiError::CompileTooLong { .. } => "invalid-request",
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::NotAllowed(_) => "upstream-not-allowed",
                 UpstreamFailure::MappingLimit { .. }
                 | UpstreamFailure::ComposedTooLarge { .. }
                 | UpstreamFailure::TooManyCalls { .. } => "mapping-limit",
+                UpstreamFailure::Buffered { .. } => "overloaded",
                 UpstreamFailure::Unavailable { .. } => "upstream-unavailable",
                 UpstreamFailure::RateLimited { .. } => "upstream-rate-limited",
                 UpstreamFailure::AuthFailed { .. } => "upstream-auth-failed",
@@ -384,7 +397,7 @@ impl ApiError {
             ApiError::AuthRequired => "This route needs X-Mapped-Auth",
             ApiError::AdminTokenRequired => "This endpoint needs the admin token",
             ApiError::Overloaded => "recast is at its limit of requests in flight",
-            ApiError::CompilersBusy => "recast is compiling as much as it may at once",
+            ApiError::CompilersBusy { .. } => "recast is compiling as much as it may at once",
             ApiError::CompileTooLong { .. } => "What the request sent takes too long to compile",
             ApiError::Buffered { .. } => "recast holds as many upstream answers as it may",
             ApiError::Upstream { failure, validating } => match failure {
@@ -394,6 +407,7 @@ impl ApiError {
                     "The answers of the route's sources are too large together"
                 }
                 UpstreamFailure::TooManyCalls { .. } => "The route's sources would send too many requests",
+                UpstreamFailure::Buffered { .. } => "recast holds as many upstream answers as it may",
                 UpstreamFailure::Unavailable { .. } => {
                     "The upstream is failing; recast is not calling it for now"
                 }
@@ -494,6 +508,9 @@ impl ApiError {
                 UpstreamFailure::TooManyCalls { limit } => format!(
                     "one call may send at most {limit} requests, retries counted (RECAST_MAX_SOURCE_CALLS); no more were sent"
                 ),
+                UpstreamFailure::Buffered { limit } => format!(
+                    "the upstream answers and requests calls in flight hold passed {limit} bytes (RECAST_MAX_BUFFERED_BYTES) while this call was under way; it sent nothing more; try again in a moment"
+                ),
             },
             ApiError::Starting => "try again in a moment".to_owned(),
             ApiError::AdminTokenRequired => {
@@ -501,9 +518,9 @@ impl ApiError {
                     .to_owned()
             }
             ApiError::Overloaded => "RECAST_MAX_INFLIGHT requests are in flight; try again in a moment".to_owned(),
-            ApiError::CompilersBusy => format!(
+            ApiError::CompilersBusy { budget } => format!(
                 "every compiler (one per core) stayed busy for {} s; try again in a moment",
-                super::state::COMPILE_BUDGET.as_secs()
+                budget.as_secs()
             ),
             ApiError::CompileTooLong { budget } => format!(
                 "compiling it took longer than {} s, the most one request's rules, patterns and templates may take; send fewer or simpler ones",
@@ -516,14 +533,19 @@ impl ApiError {
                 "a bug in recast stopped this request; it is logged with the request id".to_owned()
             }
             ApiError::Template { location, why, .. } => format!("{location}: {why}"),
-            ApiError::Source { name, error } => format!("source `{name}`: {}", error.detail()),
+            ApiError::Source { name, element: None, error } => format!("source `{name}`: {}", error.detail()),
+            ApiError::Source { name, element: Some(element), error } => {
+                format!("source `{name}`, element {element}: {}", error.detail())
+            }
         }
     }
 
     /// The full answer: status, headers and problem body. `instance` is the request path.
     pub fn to_response(&self, instance: &str) -> http::Response<Full<Bytes>> {
         let (mut response, slug) = match self {
-            ApiError::Source { name, error } => (error.render(instance, Some(name)), error.slug()),
+            ApiError::Source { name, element, error } => {
+                (error.render(instance, Some((name, *element))), error.slug())
+            }
             _ => (self.render(instance, None), self.slug()),
         };
         // The request's span names the problem as its `error.type`.
@@ -534,7 +556,7 @@ impl ApiError {
     }
 
     /// [`ApiError::to_response`], with the failed source's name in the body when there is one.
-    fn render(&self, instance: &str, source: Option<&str>) -> http::Response<Full<Bytes>> {
+    fn render(&self, instance: &str, source: Option<(&str, Option<usize>)>) -> http::Response<Full<Bytes>> {
         let status = self.status();
         let mut body = Vec::with_capacity(256);
         body.extend_from_slice(b"{\"type\":");
@@ -544,12 +566,22 @@ impl ApiError {
         body.extend_from_slice(b",\"status\":");
         write::u64(&mut body, u64::from(status.as_u16()));
         body.extend_from_slice(b",\"detail\":");
-        write::string(&mut body, &self.detail());
+        match source {
+            // The `forEach` element that failed, by its index.
+            Some((_, Some(element))) => {
+                write::string(&mut body, &format!("element {element}: {}", self.detail()))
+            }
+            _ => write::string(&mut body, &self.detail()),
+        }
         body.extend_from_slice(b",\"instance\":");
         write::string(&mut body, instance);
-        if let Some(name) = source {
+        if let Some((name, element)) = source {
             body.extend_from_slice(b",\"source\":");
             write::string(&mut body, name);
+            if let Some(element) = element {
+                body.extend_from_slice(b",\"element\":");
+                write::u64(&mut body, element as u64);
+            }
         }
         match self {
             ApiError::InvalidRules(problems) | ApiError::InvalidBody(problems) => {
@@ -589,8 +621,9 @@ impl ApiError {
             ApiError::Starting
             | ApiError::RouteUnavailable(_)
             | ApiError::Overloaded
-            | ApiError::CompilersBusy
+            | ApiError::CompilersBusy { .. }
             | ApiError::Buffered { .. }
+            | ApiError::Upstream { failure: UpstreamFailure::Buffered { .. }, .. }
             | ApiError::StoreUnavailable(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
@@ -639,6 +672,7 @@ impl UpstreamFailure {
             UpstreamFailure::MappingLimit { .. }
             | UpstreamFailure::ComposedTooLarge { .. }
             | UpstreamFailure::TooManyCalls { .. } => UpstreamErrorKind::MappingLimit,
+            UpstreamFailure::Buffered { .. } => UpstreamErrorKind::Buffered,
             UpstreamFailure::Unavailable { .. } => UpstreamErrorKind::BreakerOpen,
             UpstreamFailure::RateLimited { .. } => UpstreamErrorKind::RateLimited,
             UpstreamFailure::AuthFailed { .. } => UpstreamErrorKind::AuthFailed,
@@ -684,6 +718,7 @@ mod tests {
                 UpstreamFailure::TlsFailed("UnknownIssuer".to_owned()),
                 UpstreamFailure::ComposedTooLarge { limit: 1 },
                 UpstreamFailure::TooManyCalls { limit: 1 },
+                UpstreamFailure::Buffered { limit: 1 },
             ]
         };
         let mut all = vec![
@@ -713,7 +748,7 @@ mod tests {
             ApiError::Internal,
             ApiError::Template { location: "/sources/a/path".to_owned(), why: String::new(), caller: true },
             ApiError::Template { location: "/sources/a/path".to_owned(), why: String::new(), caller: false },
-            ApiError::Source { name: "a".to_owned(), error: Box::new(ApiError::Internal) },
+            ApiError::Source { name: "a".to_owned(), element: None, error: Box::new(ApiError::Internal) },
         ];
         all.extend(failures().into_iter().map(|f| upstream(f, false)));
         all.extend(failures().into_iter().map(|f| upstream(f, true)));

@@ -63,6 +63,10 @@ pub(super) async fn run(
     let _held = Held(state, answer.body.len());
     let document = validating.then(|| answer.body.clone());
     let (mapped, map) = map_answer(state, route, &mut answer);
+    // An answer that is not JSON is the upstream's failure: its CLIENT span says so.
+    if let (Err(failure @ UpstreamFailure::NotJson(why)), Some(span)) = (&mapped, answer.span.take()) {
+        span.fail(failure.kind().label(), why);
+    }
     let body = mapped.map_err(|failure| ApiError::Upstream { failure, validating })?;
     Ok(Called { body, status: answer.status, freshness: answer.freshness, document, map })
 }

@@ -125,7 +125,7 @@ impl State {
         let deadline = tokio::time::Instant::now() + COMPILE_BUDGET;
         let permit = match tokio::time::timeout_at(deadline, self.compilers.clone().acquire_owned()).await {
             Ok(Ok(permit)) => permit,
-            _ => return Err(ApiError::CompilersBusy),
+            _ => return Err(ApiError::CompilersBusy { budget: COMPILE_BUDGET }),
         };
         let work = move || {
             let _permit = permit;

@@ -1,12 +1,14 @@
 //! An upstream's answer as the client reads it: its status, its body (with room for the JSON
 //! parser's padding), what its headers say of caching it and of its type, and how it came.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
 
 use super::freshness::Freshness;
 use super::tls::CertificateAsked;
+use crate::telemetry::{Recorder, Span, keys};
 
 /// An upstream's answer, read whole.
 #[derive(Debug)]
@@ -25,6 +27,49 @@ pub struct Answer {
     pub content_type: MediaType,
     /// Whether it came over HTTP/2 (else HTTP/1.1).
     pub http2: bool,
+    /// A 2xx answer's CLIENT span, when the call's is recorded: recorded when dropped, or as
+    /// failed by its reader ([`AnsweredSpan::fail`]: a body that is not JSON).
+    pub span: Option<AnsweredSpan>,
+}
+
+/// The CLIENT span of an attempt the upstream answered 2xx: ended when the answer was read,
+/// recorded when dropped, unless its reader finds the body is not what the call needs
+/// ([`AnsweredSpan::fail`]).
+pub struct AnsweredSpan {
+    span: Option<Span>,
+    recorder: Arc<Recorder>,
+    /// When the answer was read (nanoseconds since the Unix epoch).
+    end: u64,
+}
+
+impl AnsweredSpan {
+    pub(super) fn new(span: Span, recorder: Arc<Recorder>) -> AnsweredSpan {
+        AnsweredSpan { span: Some(span), recorder, end: crate::telemetry::now() }
+    }
+
+    /// Records the span as failed: its `error.type` (`not_json`) and why, in words that name no
+    /// value.
+    pub fn fail(mut self, kind: &str, why: &str) {
+        if let Some(mut span) = self.span.take() {
+            span.set(&keys::ERROR_TYPE, kind);
+            span.fail(why);
+            span.end_at(&self.recorder, self.end);
+        }
+    }
+}
+
+impl Drop for AnsweredSpan {
+    fn drop(&mut self) {
+        if let Some(span) = self.span.take() {
+            span.end_at(&self.recorder, self.end);
+        }
+    }
+}
+
+impl std::fmt::Debug for AnsweredSpan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AnsweredSpan")
+    }
 }
 
 /// The media type a `Content-Type` names (`text/html`), without its parameters, lowercased and

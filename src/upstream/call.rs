@@ -63,8 +63,8 @@ impl UpstreamClient {
             );
             if let Err(free_in) = self.limiters.take(key, settings, wait).await {
                 // Nothing was sent; the refusal is the attempt's span all the same.
-                let refused = Err(UpstreamError::RateLimited { retry_after: free_in });
-                traced::Attempt::begin(self, &target, 0).end(&refused);
+                let mut refused = Err(UpstreamError::RateLimited { retry_after: free_in });
+                traced::Attempt::begin(self, &target, 0).end(&mut refused);
                 return refused;
             }
         }
@@ -128,8 +128,8 @@ impl UpstreamClient {
             Ok(bearer) => bearer,
             Err(error) => {
                 // No token, nothing sent: the attempt's span says so (`auth_failed`).
-                let failed = Err(error);
-                traced::Attempt::begin(self, target, *sent).end(&failed);
+                let mut failed = Err(error);
+                traced::Attempt::begin(self, target, *sent).end(&mut failed);
                 *sent += 1;
                 return failed;
             }
@@ -171,8 +171,8 @@ impl UpstreamClient {
         resend: u32,
     ) -> Result<Answer, UpstreamError> {
         let trace = traced::Attempt::begin(self, target, resend);
-        let answer = self.attempt_traced(target, authorization, started, deadline, &trace).await;
-        trace.end(&answer);
+        let mut answer = self.attempt_traced(target, authorization, started, deadline, &trace).await;
+        trace.end(&mut answer);
         answer
     }
 
@@ -182,7 +182,7 @@ impl UpstreamClient {
         authorization: Option<&HeaderValue>,
         started: Instant,
         deadline: Instant,
-        trace: &traced::Attempt<'_>,
+        trace: &traced::Attempt,
     ) -> Result<Answer, UpstreamError> {
         let ticket = self
             .breakers

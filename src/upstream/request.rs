@@ -15,6 +15,17 @@ pub struct UpstreamRequest {
 }
 
 impl UpstreamRequest {
+    /// About the memory it holds: its parts' bytes and what keeps them (for
+    /// `RECAST_MAX_BUFFERED_BYTES`, which counts the requests a composed call has rendered).
+    pub fn held_bytes(&self) -> usize {
+        const PER_HEADER: usize = 64;
+        let headers: usize =
+            self.headers.iter().map(|(name, value)| name.as_str().len() + value.len() + PER_HEADER).sum();
+        let uri = self.uri.authority().map_or(0, |a| a.as_str().len())
+            + self.uri.path_and_query().map_or(0, |p| p.as_str().len());
+        std::mem::size_of::<UpstreamRequest>() + uri + headers + self.body.len()
+    }
+
     /// A SHA-256 of everything this request sends upstream: its method, its target, every header
     /// (name and value) and its body. Two calls of one route version share a cached answer only
     /// when their requests have the same digest, that is only when they would send the same

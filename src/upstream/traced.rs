@@ -2,20 +2,23 @@
 //! `traceparent` names to the upstream, whether or not spans are recorded), and, when they are,
 //! its CLIENT span with the HTTP client attributes of OpenTelemetry's conventions.
 
+use std::sync::Arc;
+
+use super::answer::AnsweredSpan;
 use super::{Answer, Propagated, Target, UpstreamClient, UpstreamError};
 use crate::telemetry::{self, Kind, Recorder, Span, keys};
 
 /// An attempt's trace, ended with its outcome ([`Attempt::end`]); one dropped before (the call
 /// was abandoned) records its span without an error status.
-pub(super) struct Attempt<'a> {
+pub(super) struct Attempt {
     pub(super) propagated: Option<Propagated>,
-    span: Option<(Span, &'a Recorder)>,
+    span: Option<(Span, Arc<Recorder>)>,
 }
 
-impl<'a> Attempt<'a> {
+impl Attempt {
     /// The trace of an attempt of `target`, the `resend`th time its request is sent again, under
     /// the span being polled on this thread (none outside a request).
-    pub(super) fn begin(client: &'a UpstreamClient, target: &Target<'_>, resend: u32) -> Attempt<'a> {
+    pub(super) fn begin(client: &UpstreamClient, target: &Target<'_>, resend: u32) -> Attempt {
         telemetry::with_current(|scope| {
             let Some(scope) = scope else { return Attempt { propagated: None, span: None } };
             let context = scope.span.child(telemetry::span_id());
@@ -23,7 +26,7 @@ impl<'a> Attempt<'a> {
             // `tracestate` or `baggage`.
             let carried = if target.token { None } else { scope.carried.clone() };
             let propagated = Some(Propagated { traceparent: context.text(), carried });
-            let span = client.spans.as_deref().filter(|_| scope.recording).map(|recorder| {
+            let span = client.spans.as_ref().filter(|_| scope.recording).map(|recorder| {
                 let request = target.request;
                 let (method, method_attribute) = keys::method(&request.method);
                 let mut span =
@@ -42,15 +45,16 @@ impl<'a> Attempt<'a> {
                 if target.token {
                     span.set(&keys::TOKEN_REQUEST, true);
                 }
-                (span, recorder)
+                (span, Arc::clone(recorder))
             });
             Attempt { propagated, span }
         })
     }
 
     /// Ends the attempt's span with its outcome: the status and protocol of an answer, the kind
-    /// of a failure; Error for a 4xx or 5xx answer and for every failure.
-    pub(super) fn end(mut self, outcome: &Result<Answer, UpstreamError>) {
+    /// of a failure; Error for a 4xx or 5xx answer and for every failure. A 2xx answer takes its
+    /// span along, ended now, recorded when its reader is done with it ([`AnsweredSpan`]).
+    pub(super) fn end(mut self, outcome: &mut Result<Answer, UpstreamError>) {
         let Some((mut span, recorder)) = self.span.take() else { return };
         match outcome {
             Ok(answer) => {
@@ -62,6 +66,9 @@ impl<'a> Attempt<'a> {
                     let text = digits.format(status);
                     span.set(&keys::ERROR_TYPE, text);
                     span.fail(text);
+                } else if answer.status.is_success() {
+                    answer.span = Some(AnsweredSpan::new(span, recorder));
+                    return;
                 }
             }
             Err(error) => {
@@ -70,17 +77,17 @@ impl<'a> Attempt<'a> {
                 span.fail(&error.to_string());
             }
         }
-        span.end(recorder);
+        span.end(&recorder);
     }
 }
 
-impl Drop for Attempt<'_> {
+impl Drop for Attempt {
     fn drop(&mut self) {
         // The caller went away (or the call's deadline ended it from outside): recorded as it
         // stands, not as an error of the upstream's.
         if let Some((mut span, recorder)) = self.span.take() {
             span.set(&keys::ABANDONED, true);
-            span.end(recorder);
+            span.end(&recorder);
         }
     }
 }

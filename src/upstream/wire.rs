@@ -190,6 +190,7 @@ impl Connection {
             certificate_asked: self.certificate_asked,
             content_type: head.content_type,
             http2: false,
+            span: None,
         };
         Ok((answer, reuse))
     }

@@ -10,7 +10,8 @@
 // health move, opens it, purges its cache, deletes it after a confirmation, registers a route
 // from the form (a rule problem marked at its field first), edits a route's rules (previewed on the
 // document Try it brought; a rule problem marked in the editor, then a fix saved with the stored
-// token kept), uses the page by keyboard alone, and
+// token kept), tries and saves a composed route whose templates read its stored sample request,
+// uses the page by keyboard alone, and
 // signs out. axe-core checks every view for
 // serious or critical accessibility violations. Screenshots (PNG) go to ARTIFACT_DIR. Prints one
 // line per check; on the first failed check it prints what was expected and what was found,
@@ -381,6 +382,44 @@ async function run() {
   await page.evaluate((uuid) => { location.hash = `#route/${uuid}`; }, firstRoute.uuid);
   await waitFor('back on the first route', () => page.textContent('#route-title'), (t) => t === 'GET shop/orders-0');
   console.log('ok: a runtime-auth route\'s rules are saved with the X-Mapped-Auth given for the live call, and it stays runtime-auth');
+
+  step = 'a composed route whose templates read the request: tried and saved with its sample request';
+  const composedAnswer = await fetch(`${base}/v1/mapping`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${adminToken}` },
+    body: JSON.stringify({
+      path: 'composed/meal',
+      sources: { meal: { originalApi: { baseUrl: `http://127.0.0.1:${upstream.port}/` }, path: 'meal', queries: { id: '{{request.query.id}}' } } },
+      sampleRequest: { query: { id: '52772' } },
+      rulesAsString: { newBodyFields: { name: { key: 'name', type: 'String' } }, oldBodyFields: { name: { expr: 'meal.meals[0].strMeal' } } },
+    }),
+  });
+  check(composedAnswer.status === 201, 'a composed route reading request.query is registered', `${composedAnswer.status}`);
+  const composedRoute = await composedAnswer.json();
+  await page.evaluate((uuid) => { location.hash = `#route/${uuid}`; }, composedRoute.uuid);
+  await waitFor('the composed route is shown', () => page.textContent('#route-title'), (t) => t === 'GET composed/meal');
+  const requestShown = JSON.parse(await page.inputValue('#edit-request'));
+  check(requestShown.query?.id === '52772', 'its stored sample request is in the editor', JSON.stringify(requestShown));
+  let composedCalls = upstreamCalls();
+  await page.click('#try');
+  await waitFor('Try it calls its source', () => page.textContent('#route-status'), (t) => t.startsWith('The upstream answered'));
+  check(upstreamCalls() === composedCalls + 1, 'one source call', upstreamCalls() - composedCalls);
+  const triedShown = JSON.parse(await page.textContent('#tried-upstream'));
+  check(triedShown.request?.query?.id === '52772' && triedShown.meal?.meals?.[0]?.idMeal === '52772', 'the document of the try holds the request and the source', JSON.stringify(triedShown));
+  await waitFor('the sample is the tried document, mapped', () => page.textContent('#edit-output'), (t) => t === JSON.stringify({ name: 'Teriyaki Chicken Casserole' }, null, 2));
+  await page.fill('#edit-request', '{"query": {"id": "9"}}');
+  await page.fill('#edit-rules', JSON.stringify({ newBodyFields: { title: { key: 'title', type: 'String' } }, oldBodyFields: { title: { expr: 'meal.meals[0].strMeal' } } }));
+  composedCalls = upstreamCalls();
+  await page.click('#save');
+  await waitFor('the composed route is saved', () => page.textContent('#edit-status'), (t) => t.startsWith('Saved.'));
+  check(upstreamCalls() === composedCalls + 1, 'with one live call', upstreamCalls() - composedCalls);
+  const composedStored = await (await fetch(`${base}/v1/routes/${composedRoute.uuid}`, { headers: { authorization: `Bearer ${adminToken}` } })).json();
+  check(JSON.stringify(composedStored.sampleRequest) === JSON.stringify({ query: { id: '9' } }), 'the edited sample request is stored', JSON.stringify(composedStored.sampleRequest));
+  await accessible('composed route, tried and saved');
+  await fetch(`${base}/v1/routes/${composedRoute.uuid}`, { method: 'DELETE', headers: { authorization: `Bearer ${adminToken}` } });
+  await page.evaluate((uuid) => { location.hash = `#route/${uuid}`; }, firstRoute.uuid);
+  await waitFor('back on the first route', () => page.textContent('#route-title'), (t) => t === 'GET shop/orders-0');
+  console.log('ok: a composed route reading request is tried with its stored sample request (its document becomes the preview sample), and saved with an edited one');
 
   step = 'purging a route\'s cache';
   await page.click('#purge');

@@ -916,24 +916,49 @@ async fn what_a_template_over_item_reads_is_the_sources_and_call_bounds_end_the_
     .await;
     assert_eq!(status, 400, "{problem}");
     assert!(problem["errors"].to_string().contains("must start an escape"), "{problem}");
-    // `$item` is a value of `ids`' answer: a template over it that fails is not the caller's
-    // mistake (502 template-failed, not 400).
-    let (status, problem) = register(
-        &service,
-        &json!({
-            "path": "items",
+    // `$item` is a value of `ids`' answer: at registration, a template over a member its live
+    // call lacks is the registration's mistake (400 at the template, with the member and the
+    // name probably meant); at a call, an answer that changed shape is not the caller's (502
+    // template-failed, naming no member of the answer).
+    let items = |path: &str, template: &str| {
+        json!({
+            "path": path,
             "sources": {
                 "ids": source(&ids, "i"),
-                "each": with(source(&item, "e/{{$item.id}}"), json!({"after": ["ids"], "forEach": "ids.ids"})),
+                "each": with(source(&item, template), json!({"after": ["ids"], "forEach": "ids.ids"})),
             },
             "rulesAsString": rules(&[("v", "each")]),
-        }),
-        &[],
-    )
-    .await;
-    assert_eq!(status, 502, "{problem}");
-    assert_eq!(problem["type"], "https://recast.dev/problems/template-failed");
+        })
+    };
+    let (status, problem) = register(&service, &items("items", "e/{{$item.id}}"), &[]).await;
+    assert_eq!(status, 400, "{problem}");
+    assert_eq!(problem["type"], "https://recast.dev/problems/invalid-request");
     assert_eq!(problem["source"], "each");
+    // The element whose request failed is named by its index.
+    assert_eq!(problem["element"], 1, "{problem}");
+    assert_eq!(
+        problem["errors"],
+        json!([{"location": "/sources/each/path", "message": "its value is null: `$item` has no member `id`"}]),
+    );
+    let (status, problem) = register(&service, &items("typo", "e/{{ids.ids[0].idd}}"), &[]).await;
+    assert_eq!(status, 400, "{problem}");
+    assert_eq!(
+        problem["errors"][0]["message"],
+        "its value is null: `ids.ids[0]` has no member `idd` (did you mean `id`?)"
+    );
+    let shape = Arc::new(Mutex::new(r#"{"ids":[{"id":1}]}"#));
+    let changing = {
+        let shape = shape.clone();
+        Upstream::start(move |_| Reply::json(*shape.lock().unwrap())).await
+    };
+    let mut later = items("later", "e/{{$item.id}}");
+    later["sources"]["ids"] = source(&changing, "i");
+    let (status, registered) = register(&service, &later, &[]).await;
+    assert_eq!(status, 201, "{registered}");
+    *shape.lock().unwrap() = r#"{"ids":[{"secret_name":2}]}"#;
+    let failed = get(&service.url(registered["path"].as_str().unwrap())).await;
+    failed.assert_problem(502, "template-failed");
+    assert!(!String::from_utf8_lossy(&failed.body).contains("secret_name"), "{:?}", failed.body);
     // RECAST_MAX_COMPOSED_BYTES passed by an optional source still ends the call.
     let (status, problem) = register(
         &service,
@@ -1116,6 +1141,33 @@ async fn a_composed_registration_suggests_the_names_its_rules_may_have_meant() {
     assert!(!answer["warnings"].to_string().contains("did you mean"), "{answer}");
     let path = answer["path"].as_str().unwrap().to_owned();
     assert_eq!(body(&get(&service.url(&path)).await), json!({"n": 3, "p": 5}));
+    // `expr` rules, as composed routes are mostly written: a plain path, one under a function
+    // and a projection, one after `||`; and one that finds its value, which is not told.
+    registration["path"] = json!("exprs");
+    registration["rulesAsString"] = rules(&[
+        ("t", "orders.totl"),
+        ("s", "sum(orders.itms[*].price)"),
+        ("d", "orders.discount || orders.items[0].prise"),
+        ("ok", "orders.items[0].price"),
+    ]);
+    let (status, answer) = register(&service, &registration, &[]).await;
+    assert_eq!(status, 201, "{answer}");
+    let warnings: Vec<(String, String)> = answer["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| (w["location"].as_str().unwrap().to_owned(), w["message"].as_str().unwrap().to_owned()))
+        .collect();
+    let told = |id: &str| warnings.iter().find(|(at, _)| at == &format!("/rulesAsString/oldBodyFields/{id}"));
+    assert!(
+        told("t").is_some_and(|(_, m)| m.contains("/orders has no member `totl` (did you mean `total`?)")),
+        "{warnings:?}"
+    );
+    // `sum` of nothing is 0, not null: nothing to tell.
+    assert!(told("s").is_none(), "{warnings:?}");
+    // Of two names missing, the one with a name probably meant is told.
+    assert!(told("d").is_some_and(|(_, m)| m.contains("/orders/items/0 has no member `prise` (did you mean `price`?)")), "{warnings:?}");
+    assert!(told("ok").is_none(), "{warnings:?}");
     service.stop().await;
 }
 
@@ -1187,5 +1239,224 @@ async fn request_and_sources_are_in_the_document_for_the_rules_that_read_them_an
     let refused = send(Method::POST, &url, &[("content-type", "application/json")], "{not json").await;
     refused.assert_problem(400, "invalid-json");
     assert_eq!(upstream.received().len(), before, "no call was made");
+    service.stop().await;
+}
+
+/// `sampleRequest` is stored with the route (SPEC §2.1): `GET` shows it; *Try it* calls as it
+/// says (or as the sample a try gives, once) and answers the document the rules map; an update
+/// that gives none makes its live call with the stored one and keeps it; one that gives `{}`
+/// clears it, and the live call then finds no `request.query.id` (nothing stored).
+#[tokio::test]
+async fn the_sample_request_is_stored_shown_and_used_by_try_and_an_update_that_gives_none() {
+    let upstream = Upstream::json(r#"{"v":1}"#).await;
+    let service = Service::start(config()).await;
+    let registration = json!({
+        "path": "sampled",
+        "sources": {"a": with(source(&upstream, "items/{{request.query.id}}"), json!({
+            "headers": {"x-name": "{{request.body.name}}"},
+        }))},
+        "sampleRequest": {"query": {"id": "42"}, "body": {"name": "Ada", "deep": [[{"x": 1.50}]]}},
+        "rulesAsString": rules(&[("v", "a.v"), ("id", "request.query.id")]),
+    });
+    let path = registered(&service, &registration).await;
+    let uuid = path.split('/').nth(2).unwrap().to_owned();
+    let manage = service.url(&format!("/v1/routes/{uuid}"));
+    let last = |upstream: &Upstream| {
+        upstream.received().last().map(|c| (c.uri.path().to_owned(), c.headers.get("x-name").cloned()))
+    };
+    assert_eq!(last(&upstream), Some(("/items/42".to_owned(), Some(http::HeaderValue::from_static("Ada")))));
+    // Shown as given.
+    assert_eq!(body(&get(&manage).await)["sampleRequest"], registration["sampleRequest"]);
+    // Try it: as the stored sample says; its document holds the request and each source's value.
+    let tried = send(Method::POST, &format!("{manage}/try"), &[], "").await;
+    assert_eq!(tried.status, 200, "{:?}", tried.body);
+    let tried = body(&tried);
+    assert_eq!(tried["upstream"]["a"], json!({"v": 1}));
+    assert_eq!(tried["upstream"]["request"]["query"], json!({"id": "42"}));
+    assert_eq!(tried["output"], json!({"v": 1, "id": "42"}));
+    assert_eq!(tried["trace"].as_array().map(Vec::len), Some(2), "{tried}");
+    assert_eq!(last(&upstream).unwrap().0, "/items/42");
+    // A try may give its own, used once.
+    let json_body = [("content-type", "application/json")];
+    let given = r#"{"sampleRequest": {"query": {"id": "7"}, "body": {"name": "Bo"}}}"#;
+    let tried = send(Method::POST, &format!("{manage}/try"), &json_body, given).await;
+    assert_eq!(body(&tried)["output"], json!({"v": 1, "id": "7"}));
+    assert_eq!(last(&upstream), Some(("/items/7".to_owned(), Some(http::HeaderValue::from_static("Bo")))));
+    let misspelt =
+        send(Method::POST, &format!("{manage}/try"), &json_body, r#"{"sampleRequest": {"qurey": {}}}"#).await;
+    misspelt.assert_problem(400, "invalid-request");
+    assert!(String::from_utf8_lossy(&misspelt.body).contains("/sampleRequest/qurey"), "{:?}", misspelt.body);
+    // The console's round trip: the view, saved back without it, keeps it.
+    let mut view = body(&get(&manage).await);
+    for written in
+        ["uuid", "path", "auth", "createdAt", "updatedAt", "status", "problem", "revision", "sampleRequest"]
+    {
+        view.as_object_mut().unwrap().remove(written);
+    }
+    let updated = send(Method::PUT, &manage, &json_body, view.to_string()).await;
+    assert_eq!(updated.status, 200, "{:?}", updated.body);
+    assert_eq!(body(&updated)["preview"], json!({"v": 1, "id": "42"}));
+    assert_eq!(last(&upstream).unwrap().0, "/items/42");
+    assert_eq!(body(&get(&manage).await)["sampleRequest"]["query"], json!({"id": "42"}));
+    // `{}` clears it: the live call then has no `request.query.id`, and nothing is stored.
+    view["sampleRequest"] = json!({});
+    let calls = upstream.received().len();
+    let cleared = send(Method::PUT, &manage, &json_body, view.to_string()).await;
+    assert_eq!(cleared.status, 400, "{:?}", cleared.body);
+    assert_eq!(upstream.received().len(), calls);
+    assert_eq!(body(&get(&manage).await)["sampleRequest"]["query"], json!({"id": "42"}));
+    service.stop().await;
+}
+
+/// A `forEach` whose value is not a list (an upstream that changed shape, a path that misses)
+/// makes no call, but not silently: the registration warns at `/sources/<name>/forEach`, and each
+/// call names it in `_sources` (`not-a-list`) and counts it in `recast_source_not_a_list_total`.
+#[tokio::test]
+async fn a_for_each_over_what_is_not_a_list_is_warned_of_named_and_counted() {
+    let shape = Arc::new(Mutex::new(r#"{"addresses":"none"}"#));
+    let user = {
+        let shape = shape.clone();
+        Upstream::start(move |_| Reply::json(*shape.lock().unwrap())).await
+    };
+    let city = Upstream::json(r#"{"name":"Lyon"}"#).await;
+    let service = Service::start(config()).await;
+    let (status, registered) = register(
+        &service,
+        &json!({
+            "path": "cities",
+            "sources": {
+                "user": source(&user, "u"),
+                "city": with(source(&city, "c/{{$item}}"), json!({"after": ["user"], "forEach": "user.addresses"})),
+            },
+            "rulesAsString": rules(&[("cities", "city[*].name"), ("why", "_sources.city")]),
+        }),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 201, "{registered}");
+    let warnings = registered["warnings"].as_array().unwrap();
+    let warning = warnings
+        .iter()
+        .find(|w| w["location"] == "/sources/city/forEach")
+        .unwrap_or_else(|| panic!("{warnings:?}"));
+    assert!(warning["message"].as_str().unwrap().contains("gave a string, not a list"), "{warning}");
+    assert_eq!(city.received().len(), 0);
+    let path = registered["path"].as_str().unwrap().to_owned();
+    let answer = get(&service.url(&path)).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    assert_eq!(body(&answer), json!({"cities": [], "why": {"status": null, "outcome": "not-a-list"}}));
+    assert_eq!(answer.header("recast-partial"), None);
+    // The upstream gives a list again: the source is called per element.
+    *shape.lock().unwrap() = r#"{"addresses":[7]}"#;
+    let answer = get(&service.url(&path)).await;
+    assert_eq!(body(&answer), json!({"cities": ["Lyon"], "why": {"status": [200], "outcome": ["ok"]}}));
+    let metrics = String::from_utf8_lossy(&get(&service.url("/metrics")).await.body).into_owned();
+    assert!(metrics.lines().any(|l| l == "recast_source_not_a_list_total 2"), "{metrics}");
+    service.stop().await;
+}
+
+/// A required `forEach` source that fails names the element that failed (its index) in the
+/// problem, beside the source.
+#[tokio::test]
+async fn a_failed_for_each_element_is_named_by_its_index() {
+    let user = Upstream::json(r#"{"addresses":[7,8,9]}"#).await;
+    let city = Upstream::start(|received| {
+        if received.uri.path().ends_with("/8") {
+            Reply::with(500, "{}")
+        } else {
+            Reply::json(r#"{"name":"x"}"#)
+        }
+    })
+    .await;
+    let service = Service::start(config()).await;
+    let (status, problem) = register(
+        &service,
+        &json!({
+            "path": "cities",
+            "sources": {
+                "user": source(&user, "u"),
+                "city": with(source(&city, "c/{{$item}}"), json!({"after": ["user"], "forEach": "user.addresses", "concurrency": 1})),
+            },
+            "rulesAsString": rules(&[("cities", "city[*].name")]),
+        }),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 502, "{problem}");
+    assert_eq!(
+        (problem["source"].as_str(), problem["element"].as_u64()),
+        (Some("city"), Some(1)),
+        "{problem}"
+    );
+    assert!(
+        problem["detail"].as_str().unwrap().starts_with("element 1: the upstream answered 500"),
+        "{problem}"
+    );
+    assert_eq!(problem["upstreamStatus"], 500);
+    service.stop().await;
+}
+
+/// `RECAST_MAX_BUFFERED_BYTES` bounds what a call holds once admitted, not only admission: a
+/// source waiting for an answer that passed it is not started, and a `forEach` whose rendered
+/// requests pass it sends none of them (503 `overloaded`, the source named, `Retry-After`).
+#[tokio::test]
+async fn a_call_admitted_under_max_buffered_bytes_starts_nothing_more_once_past_it() {
+    let big =
+        Upstream::json(Box::leak(format!(r#"{{"pad":"{}","ids":[]}}"#, "x".repeat(30_000)).into_boxed_str()))
+            .await;
+    let ids = Upstream::json(Box::leak(
+        format!(r#"{{"ids":[{}]}}"#, (0..100).map(|i| i.to_string()).collect::<Vec<_>>().join(","))
+            .into_boxed_str(),
+    ))
+    .await;
+    let item = Upstream::json(r#"{"x":1}"#).await;
+    let dir = tempfile::TempDir::new().unwrap();
+    let roomy = Config { max_source_calls: 200, ..config() };
+    let service = Service::start_in(roomy.clone(), dir.path()).await;
+    let after_big = registered(
+        &service,
+        &json!({
+            "path": "after-big",
+            "sources": {"big": source(&big, "b"), "next": with(source(&item, "n"), json!({"after": ["big"]}))},
+            "rulesAsString": rules(&[("x", "next.x")]),
+        }),
+    )
+    .await;
+    let long = "p".repeat(1000);
+    let rendered = registered(
+        &service,
+        &json!({
+            "path": "rendered",
+            "sources": {
+                "ids": source(&ids, "i"),
+                "each": with(source(&item, &format!("e/{{{{$item}}}}/{long}")), json!({"after": ["ids"], "forEach": "ids.ids", "maxCalls": 100})),
+            },
+            "rulesAsString": rules(&[("n", "length(each)")]),
+        }),
+    )
+    .await;
+    assert_eq!(body(&get(&service.url(&rendered)).await), json!({"n": 100}));
+    service.stop().await;
+    let service = Service::start_in(Config { max_buffered_bytes: 20_000, ..roomy }, dir.path()).await;
+    let sent = item.received().len();
+    let answer = get(&service.url(&after_big)).await;
+    let problem = answer.assert_problem(503, "overloaded");
+    assert_eq!(problem.get("source").and_then(|s| s.as_str()), Some("next"));
+    assert_eq!(answer.header("retry-after"), Some("1"));
+    assert!(String::from_utf8_lossy(&answer.body).contains("RECAST_MAX_BUFFERED_BYTES"));
+    let answer = get(&service.url(&rendered)).await;
+    let problem = answer.assert_problem(503, "overloaded");
+    assert_eq!(problem.get("source").and_then(|s| s.as_str()), Some("each"));
+    assert_eq!(item.received().len(), sent, "nothing past the bound is sent");
+    let metrics = String::from_utf8_lossy(&get(&service.url("/metrics")).await.body).into_owned();
+    let line = "recast_source_failures_total{kind=\"buffered\",required=\"true\"} 2";
+    assert!(metrics.lines().any(|l| l == line), "{line} not in\n{metrics}");
+    // What the calls held is let go: a call under the bound is taken again.
+    let small = registered(
+        &service,
+        &json!({"path": "small", "sources": {"a": source(&item, "s")}, "rulesAsString": rules(&[("x", "a.x")])}),
+    )
+    .await;
+    assert_eq!(body(&get(&service.url(&small)).await), json!({"x": 1}));
     service.stop().await;
 }

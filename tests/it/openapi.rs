@@ -279,6 +279,16 @@ async fn every_operation_answers_as_the_description_says() {
     let tried = value(&answer);
     assert_eq!(tried["upstream"], serde_json::from_str::<Value>(MEALS).unwrap());
     assert!(tried["output"].is_object() && tried["trace"].is_array(), "{tried}");
+    let sample = spec.example("/v1/routes/{uuid}/try", &Method::POST, "sample");
+    let answer = send(
+        Method::POST,
+        &url(&format!("{route}/try")),
+        &[("content-type", "application/json")],
+        sample.to_string(),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    spec.check("/v1/routes/{uuid}/try", &Method::POST, &answer);
     let answer =
         send(Method::POST, &url("/v1/routes/00000000-0000-4000-8000-000000000000/try"), &[], "").await;
     answer.assert_problem(404, "not-found");

@@ -989,7 +989,7 @@ async fn every_problem_of_a_registration_is_listed_at_its_location_in_the_body()
 }
 
 #[tokio::test]
-async fn the_live_call_is_made_as_the_sample_request_and_the_sample_is_not_stored() {
+async fn the_live_call_is_made_as_the_sample_request_which_is_stored_for_later_ones() {
     // An upstream that needs a body and a query: without them it answers 400.
     let upstream = Upstream::start(|r| {
         let query = r.uri.query().unwrap_or_default().to_owned();
@@ -1013,20 +1013,31 @@ async fn the_live_call_is_made_as_the_sample_request_and_the_sample_is_not_store
     assert_eq!(live.body, r#"{"order":1042}"#);
     assert_eq!(live.uri.query(), Some("page=2&q=a+b"));
     assert_eq!(live.headers.get("content-type").unwrap(), "application/json");
-    // Never stored: the listing and the route show nothing of it.
+    // Stored with the route, and shown (it holds no secret).
     let uuid = answer.json()["uuid"].as_str().unwrap().to_owned();
     let shown = get(&service.url(&format!("/v1/routes/{uuid}"))).await;
-    assert!(!String::from_utf8_lossy(&shown.body).contains("sampleRequest"));
-    assert!(!String::from_utf8_lossy(&shown.body).contains("1042"));
-    // An update takes one too.
+    assert!(
+        String::from_utf8_lossy(&shown.body)
+            .contains(r#""sampleRequest":{"query":{"page":"2","q":"a b"},"body":{"order":1042}}"#),
+        "{:?}",
+        shown.body
+    );
+    // An update that gives none makes its live call with the stored one, and keeps it.
+    let before = upstream.received().len();
     let update = send(
         Method::PUT,
         &service.url(&format!("/v1/routes/{uuid}")),
         &[("content-type", "application/json")],
-        sampled.clone(),
+        plain.clone(),
     )
     .await;
     assert_eq!(update.status, 200, "{}", String::from_utf8_lossy(&update.body));
+    assert_eq!(upstream.received().len(), before + 1);
+    let live = upstream.received().pop().unwrap();
+    assert_eq!(live.body, r#"{"order":1042}"#);
+    assert_eq!(live.uri.query(), Some("page=2&q=a+b"));
+    let shown = get(&service.url(&format!("/v1/routes/{uuid}"))).await;
+    assert!(String::from_utf8_lossy(&shown.body).contains(r#""body":{"order":1042}"#), "{:?}", shown.body);
     // A sample body the live call does not send is not dropped without a word.
     let unsent = registration(
         &upstream.url("/"),

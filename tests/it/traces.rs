@@ -535,6 +535,52 @@ async fn a_composed_routes_sources_are_client_spans_named_by_source() {
     service.stop().await;
 }
 
+/// A 2xx answer that is not JSON is its upstream's failure: the CLIENT span of that source (and
+/// of a route's own upstream) says `error.type` `not_json` with status Error; the others' don't.
+#[tokio::test]
+async fn a_source_whose_answer_is_not_json_has_a_client_span_that_says_so() {
+    let collector = Collector::start(Mode::Take).await;
+    let html =
+        || Reply { content_type: "text/html", ..Reply::with(200, "<html>down for maintenance</html>") };
+    let (a, b, own) = (
+        Upstream::json(r#"{"v":1}"#).await,
+        scripted(move |_| html()).await,
+        scripted(move |_| html()).await,
+    );
+    let service = Service::start(traced(&collector)).await;
+    let source = |upstream: &Upstream| json!({"originalApi": {"baseUrl": upstream.url("/")}, "path": "x"});
+    let mut optional = source(&b);
+    optional["optional"] = json!(true);
+    let body = json!({
+        "path": "html",
+        "sources": {"a": source(&a), "b": optional},
+        "rulesAsString": {"newBodyFields": {"v": {"key": "v", "type": "Json"}}, "oldBodyFields": {"v": {"expr": "a.v"}}},
+    });
+    let path = registered(&service, &body.to_string(), &[]).await;
+    let caller = "00-0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b-000000000000000b-01";
+    let answer = send(Method::GET, &service.url(&path), &[("traceparent", caller)], "").await;
+    assert_eq!((answer.status.as_u16(), answer.header("recast-partial")), (200, Some("b;status=not_json")));
+    let spans = collector.trace(&[0x0b; 16], 4).await;
+    let b_span = one(&spans, "b", |s| s.kind == CLIENT && has(s, "recast.source", "b"));
+    assert!(
+        has(b_span, "error.type", "not_json") && has(b_span, "http.response.status_code", "200"),
+        "{b_span:#?}"
+    );
+    assert_eq!(b_span.status.as_ref().map(|s| s.code), Some(ERROR), "{b_span:#?}");
+    let a_span = one(&spans, "a", |s| s.kind == CLIENT && has(s, "recast.source", "a"));
+    assert!(a_span.status.is_none() && attr(a_span, "error.type").is_none(), "{a_span:#?}");
+    // A route's own upstream, the same.
+    let path = registered(&service, &registration(&own.url("/"), "", ""), &[]).await;
+    let caller = "00-0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c-000000000000000c-01";
+    let answer = send(Method::GET, &service.url(&path), &[("traceparent", caller)], "").await;
+    answer.assert_problem(502, "upstream-not-json");
+    let spans = collector.trace(&[0x0c; 16], 3).await;
+    let client = one(&spans, "CLIENT span", |s| s.kind == CLIENT);
+    assert!(has(client, "error.type", "not_json"), "{client:#?}");
+    assert_eq!(client.status.as_ref().map(|s| s.code), Some(ERROR), "{client:#?}");
+    service.stop().await;
+}
+
 #[tokio::test]
 async fn samplers_off_and_by_ratio_decide_what_is_recorded_and_say_so_upstream() {
     let collector = Collector::start(Mode::Take).await;

@@ -28,16 +28,34 @@ pub(super) enum Prepared {
     Calls { requests: Vec<UpstreamRequest>, list: bool },
 }
 
+/// What every source of one call renders its requests with.
+pub(super) struct Rendering<'a> {
+    /// `request` of the context, when something reads it.
+    pub(super) request_text: Option<&'a Indexed>,
+    /// What the call's sources share: the rendered requests' bytes are counted there.
+    pub(super) shared: &'a Shared,
+    pub(super) caller: &'a CallerParts<'a>,
+    /// One budget for every source's templates, `when` and `forEach` in the call.
+    pub(super) budget: &'a Budget,
+    /// An admin's live call: a template's missing member is told ([`Context::explain`]).
+    pub(super) validating: bool,
+}
+
 /// Evaluates a source's `when` and `forEach` and renders its requests over its context.
 pub(super) fn prepare(
     state: &State,
     composition: &Composition,
     i: usize,
-    request_text: Option<&Indexed>,
     done: &[Option<Done>],
-    caller: &CallerParts<'_>,
-    budget: &Budget,
+    call: &Rendering<'_>,
 ) -> Prepared {
+    let Rendering { request_text, shared, caller, budget, validating } = *call;
+    // `RECAST_MAX_BUFFERED_BYTES` is checked as each source starts (and as each of its
+    // requests is rendered, and sent): a call admitted under it ends once it is passed.
+    let buffered = || Failure::Upstream(UpstreamFailure::Buffered { limit: state.buffered.limit() });
+    if state.buffered.full() {
+        return Prepared::Done(Done::failed(buffered()));
+    }
     let source = &composition.sources[i];
     let config = &state.config;
     let dependency = source
@@ -46,10 +64,9 @@ pub(super) fn prepare(
         .find(|&&j| done[j].as_ref().is_some_and(|d| d.failure.is_some()))
         .map(|&j| composition.sources[j].name.clone());
     let prepared = with_context(composition, source, request_text, done, config.max_depth, |doc| {
-        // One budget for every source's templates, `when` and `forEach` in the call.
         let bump = Bump::new();
         let arena = Arena::new(&bump, budget);
-        let context = Context { doc, item: None, arena: &arena };
+        let context = Context { doc, item: None, arena: &arena, explain: validating };
         match source.wanted(&context) {
             Ok(false) => return Prepared::Done(Done::skipped()),
             Err(e) => return Prepared::Done(Done::failed(Failure::Template(e))),
@@ -60,14 +77,21 @@ pub(super) fn prepare(
         }
         if source.for_each.is_none() {
             return match source.request(&context, caller) {
+                Ok(request) if !shared.hold_request(state, &request) => {
+                    Prepared::Done(Done::failed(buffered()))
+                }
                 Ok(request) => Prepared::Calls { requests: vec![request], list: false },
                 Err(e) => Prepared::Done(Done::failed(Failure::Template(e))),
             };
         }
         let elements = match source.elements(&context) {
             Ok(Elements::Of(elements)) => elements,
-            // Not a list: no call (SPEC §1.6: a scalar or nothing has no elements).
-            Ok(Elements::NotAList(_)) => Vec::new(),
+            // Not a list: no call (SPEC §1.6: a scalar or nothing has no elements), but said:
+            // counted, and named in `_sources` (a registration warns of it).
+            Ok(Elements::NotAList(kind)) => {
+                state.metrics.composed.not_a_list.fetch_add(1, Ordering::Relaxed);
+                return Prepared::Done(Done::not_a_list(kind));
+            }
             Err(e) => return Prepared::Done(Done::failed(Failure::Template(e))),
         };
         if elements.len() > source.max_calls {
@@ -80,11 +104,19 @@ pub(super) fn prepare(
             }));
         }
         let mut requests = Vec::with_capacity(elements.len());
-        for item in elements {
-            let context = Context { doc, item: Some(item), arena: &arena };
+        for (element, item) in elements.into_iter().enumerate() {
+            let context = Context { doc, item: Some(item), arena: &arena, explain: validating };
             match source.request(&context, caller) {
+                Ok(request) if !shared.hold_request(state, &request) => {
+                    return Prepared::Done(Done { element: Some(element), ..Done::failed(buffered()) });
+                }
                 Ok(request) => requests.push(request),
-                Err(e) => return Prepared::Done(Done::failed(Failure::Template(e))),
+                Err(e) => {
+                    return Prepared::Done(Done {
+                        element: Some(element),
+                        ..Done::failed(Failure::Template(e))
+                    });
+                }
             }
         }
         Prepared::Calls { requests, list: true }
@@ -156,7 +188,9 @@ pub(super) async fn run_source(
                 answers[index - 1],
                 Some(Err((
                     _,
-                    UpstreamFailure::ComposedTooLarge { .. } | UpstreamFailure::TooManyCalls { .. }
+                    UpstreamFailure::ComposedTooLarge { .. }
+                        | UpstreamFailure::TooManyCalls { .. }
+                        | UpstreamFailure::Buffered { .. }
                 )))
             );
             if failed && (!source.optional || bound) {
@@ -168,7 +202,8 @@ pub(super) async fn run_source(
     let mut values = Vec::with_capacity(of_element.len());
     let mut failure = None;
     let mut failed_elements = 0;
-    for &at in &of_element {
+    let mut first_failed = None;
+    for (element, &at) in of_element.iter().enumerate() {
         match &answers[at] {
             Some(Ok((status, body))) => {
                 ended.push(Ended { status: Some(*status), outcome: "ok", kind: None });
@@ -183,7 +218,10 @@ pub(super) async fn run_source(
                 ended.push(Ended { status: *status, outcome, kind });
                 values.push(None);
                 failed_elements += 1;
-                failure.get_or_insert_with(|| why.clone());
+                if failure.is_none() {
+                    failure = Some(why.clone());
+                    first_failed = Some(element);
+                }
             }
             None => {
                 // Not called: a required source failed at an element before it.
@@ -202,6 +240,8 @@ pub(super) async fn run_source(
             failed_elements: 0,
             took: started.elapsed(),
             calls,
+            not_a_list: None,
+            element: None,
         };
     }
     // A `forEach` source fails when it is required and an element failed; an optional one
@@ -217,6 +257,8 @@ pub(super) async fn run_source(
         failed_elements,
         took: started.elapsed(),
         calls,
+        not_a_list: None,
+        element: first_failed,
     }
 }
 
@@ -244,6 +286,10 @@ async fn source_call(
 
 /// One request of a source: its answer's status and body when it is a 2xx JSON answer.
 async fn one_call(state: &State, source: &Source, request: &UpstreamRequest, shared: &Shared) -> CallResult {
+    // Nothing more is sent past `RECAST_MAX_BUFFERED_BYTES`.
+    if state.buffered.full() {
+        return Err((None, UpstreamFailure::Buffered { limit: state.buffered.limit() }));
+    }
     // `RECAST_MAX_SOURCE_CALLS` and `RECAST_MAX_COMPOSED_BYTES` bound a composition's sources.
     if !shared.take_calls(source.calls.attempts()) {
         return Err((None, UpstreamFailure::TooManyCalls { limit: shared.max_calls }));
@@ -258,7 +304,7 @@ async fn one_call(state: &State, source: &Source, request: &UpstreamRequest, sha
         state.metrics.upstream_error(failure.kind());
         Err((status, failure))
     };
-    let answer = match answer {
+    let mut answer = match answer {
         Ok(answer) => answer,
         Err(e) => return fail(None, UpstreamFailure::from(e)),
     };
@@ -266,6 +312,8 @@ async fn one_call(state: &State, source: &Source, request: &UpstreamRequest, sha
     if !answer.status.is_success() {
         return fail(Some(status), UpstreamFailure::Status(answer.status, answer.certificate_asked));
     }
+    // Its CLIENT span, recorded once the body is known to be JSON (or as failed when not).
+    let span = answer.span.take();
     let total = shared.bytes.fetch_add(answer.body.len(), Ordering::Relaxed) + answer.body.len();
     state.buffered.add(answer.body.len());
     if total > shared.max_bytes {
@@ -280,7 +328,13 @@ async fn one_call(state: &State, source: &Source, request: &UpstreamRequest, sha
             state.buffered.add(index);
             Ok((status, Value::One(Arc::new(indexed))))
         }
-        Err(e) => fail(Some(status), UpstreamFailure::NotJson(not_json(empty, answer.content_type, &e))),
+        Err(e) => {
+            let failure = UpstreamFailure::NotJson(not_json(empty, answer.content_type, &e));
+            if let (UpstreamFailure::NotJson(why), Some(span)) = (&failure, span) {
+                span.fail(failure.kind().label(), why);
+            }
+            fail(Some(status), failure)
+        }
     }
 }
 

@@ -25,7 +25,7 @@ use futures_util::FutureExt as _;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::HeaderValue;
 
-use self::calls::{Prepared, prepare, run_source};
+use self::calls::{Prepared, Rendering, prepare, run_source};
 use self::document::with_document;
 use self::outcome::{Done, Failure};
 pub(in crate::server) use self::request::caller_request;
@@ -50,6 +50,9 @@ pub(in crate::server) struct Composed {
     pub map: Duration,
     /// A registration's live call: the warnings of its trace (SPEC §1.8), located in the rules.
     pub warnings: Vec<crate::rules::Problem>,
+    /// A live call (a registration's, an update's, a *Try it*): the document the rules mapped,
+    /// written out, which a preview of the rules can be made on.
+    pub document: Option<Vec<u8>>,
 }
 
 /// What one source did, for `Server-Timing` and a registration's answer.
@@ -61,6 +64,9 @@ pub(in crate::server) struct Report {
     pub calls: usize,
     /// Why an optional source failed, when it did (a registration's warnings).
     pub failed: Option<String>,
+    /// A `forEach` source whose value was not a list: that value's type (a registration's
+    /// warnings).
+    pub not_a_list: Option<&'static str>,
 }
 
 /// How long after the deadline the sources still out are given up (they end at the deadline
@@ -119,6 +125,7 @@ async fn run_timed(
         calls_left: AtomicUsize::new(config.max_source_calls),
         bytes: AtomicUsize::new(0),
         indexes: AtomicUsize::new(0),
+        requests: AtomicUsize::new(0),
         max_bytes: config.max_composed_bytes,
         max_calls: config.max_source_calls,
         sent: Default::default(),
@@ -155,7 +162,19 @@ async fn run_timed(
                     continue;
                 }
                 started.add(i);
-                let prepared = prepare(state, composition, i, request_text.as_deref(), &done, &who, &budget);
+                let prepared = prepare(
+                    state,
+                    composition,
+                    i,
+                    &done,
+                    &Rendering {
+                        request_text: request_text.as_deref(),
+                        shared: &shared,
+                        caller: &who,
+                        budget: &budget,
+                        validating,
+                    },
+                );
                 match prepared {
                     Prepared::Done(outcome) => {
                         done[i] = Some(outcome);
@@ -204,7 +223,7 @@ async fn run_timed(
                 // Every required source answered: optional ones still out are `null`.
                 if let Some(i) = (0..n).find(|&i| done[i].is_none() && !sources[i].optional) {
                     let failure = Failure::Upstream(UpstreamFailure::Timeout);
-                    return Err(failure.to_error(&sources[i], validating));
+                    return Err(failure.to_error(&sources[i], None, validating));
                 }
                 for slot in done.iter_mut().filter(|d| d.is_none()) {
                     // Optional: a source of a composed route.
@@ -247,6 +266,7 @@ async fn run_timed(
             took: outcome.took,
             calls: outcome.calls,
             failed,
+            not_a_list: outcome.not_a_list,
         });
     }
     let span = state.tracer.child(crate::telemetry::Kind::Internal, "map");
@@ -254,10 +274,14 @@ async fn run_timed(
     let mut out = Vec::new();
     let mut warnings = Vec::new();
     let mut wrote = true;
+    let mut document = None;
     let ran = with_document(composition, request_text.as_deref(), &done, wants, config.max_depth, |doc| {
         if !validating {
             return exec::execute(&compiled.plan, doc, 0, &mut out);
         }
+        let mut text = Vec::new();
+        crate::json::value(&mut text, doc, 0);
+        document = Some(text);
         // A registration's live call is traced for its warnings.
         let trace = exec::execute_traced(&compiled.plan, doc, 0, &mut out);
         warnings = trace.notes;
@@ -298,7 +322,7 @@ async fn run_timed(
             if !partial.is_empty() {
                 state.metrics.composed.partial.fetch_add(1, Ordering::Relaxed);
             }
-            Ok(Composed { body: out, partial, reports, map, warnings })
+            Ok(Composed { body: out, partial, reports, map, warnings, document })
         }
         Err(why) => Err(ApiError::Upstream { failure: UpstreamFailure::NotJson(why), validating }),
     }
@@ -323,8 +347,9 @@ fn settle(
         }
     }
     done.iter().enumerate().find_map(|(i, d)| {
-        let failure = d.as_ref()?.failure.as_ref().filter(|f| !sources[i].optional || f.is_call_bound())?;
-        Some(failure.to_error(&sources[i], validating))
+        let d = d.as_ref()?;
+        let failure = d.failure.as_ref().filter(|f| !sources[i].optional || f.is_call_bound())?;
+        Some(failure.to_error(&sources[i], d.element, validating))
     })
 }
 

@@ -39,6 +39,10 @@ pub(super) struct Done {
     pub(super) failed_elements: usize,
     pub(super) took: Duration,
     pub(super) calls: usize,
+    /// A `forEach` source whose value was not a list: that value's type (no call was made).
+    pub(super) not_a_list: Option<&'static str>,
+    /// The `forEach` element whose failure is `failure` (its index), for the problem.
+    pub(super) element: Option<usize>,
 }
 
 /// Why a source failed.
@@ -90,19 +94,29 @@ impl Failure {
         matches!(
             self,
             Failure::Upstream(
-                UpstreamFailure::ComposedTooLarge { .. } | UpstreamFailure::TooManyCalls { .. }
+                UpstreamFailure::ComposedTooLarge { .. }
+                    | UpstreamFailure::TooManyCalls { .. }
+                    | UpstreamFailure::Buffered { .. }
             )
         )
     }
 
     /// The problem a required source's failure answers with: a route's own upstream's as SPEC
     /// §2.2 says, a composed route's source's with its name (§2.3).
-    pub(super) fn to_error(&self, source: &Source, validating: bool) -> ApiError {
+    pub(super) fn to_error(&self, source: &Source, element: Option<usize>, validating: bool) -> ApiError {
         let error = match self {
             Failure::Upstream(failure) => ApiError::Upstream { failure: failure.clone(), validating },
             Failure::Template(RequestError::AuthRequired) => ApiError::AuthRequired,
             Failure::Template(RequestError::Template { location, why, only_request }) => {
                 ApiError::Template { location: location.clone(), why: why.clone(), caller: *only_request }
+            }
+            // A live call's answer lacks what a template reads: the registration's own mistake
+            // (most often a misspelt name), told at the template with the name probably meant.
+            Failure::Template(RequestError::Missing { location, why, only_request: false }) => {
+                ApiError::InvalidBody(vec![crate::rules::Problem::new(location.clone(), why.clone())])
+            }
+            Failure::Template(RequestError::Missing { location, why, only_request: true }) => {
+                ApiError::Template { location: location.clone(), why: why.clone(), caller: true }
             }
             Failure::Dependency(dependency) => ApiError::Upstream {
                 failure: UpstreamFailure::Unreachable(format!(
@@ -118,7 +132,7 @@ impl Failure {
                 caller: *only_request,
             },
         };
-        ApiError::Source { name: source.name.clone(), error: Box::new(error) }
+        ApiError::Source { name: source.name.clone(), element, error: Box::new(error) }
     }
 }
 
@@ -132,6 +146,19 @@ impl Done {
             failed_elements: 0,
             took: Duration::ZERO,
             calls: 0,
+            not_a_list: None,
+            element: None,
+        }
+    }
+
+    /// A `forEach` source whose value was a `kind`, not a list: no call, an empty list as its
+    /// value (as `each` takes it), `outcome: "not-a-list"`.
+    pub(super) fn not_a_list(kind: &'static str) -> Done {
+        Done {
+            value: Value::List(Vec::new()),
+            ended: vec![Ended { status: None, outcome: "not-a-list", kind: None }],
+            not_a_list: Some(kind),
+            ..Done::skipped()
         }
     }
 
@@ -145,6 +172,8 @@ impl Done {
             failed_elements: 0,
             took: Duration::ZERO,
             calls: 0,
+            not_a_list: None,
+            element: None,
         }
     }
 }

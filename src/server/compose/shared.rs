@@ -17,6 +17,10 @@ pub(super) struct Shared {
     pub(super) bytes: AtomicUsize,
     /// What their indexes hold beside them (also in `RECAST_MAX_BUFFERED_BYTES`'s count).
     pub(super) indexes: AtomicUsize,
+    /// What the requests its sources rendered hold (also in `RECAST_MAX_BUFFERED_BYTES`'s
+    /// count, until the call ends: a `forEach` source's are all rendered before the first is
+    /// sent).
+    pub(super) requests: AtomicUsize,
     pub(super) max_bytes: usize,
     pub(super) max_calls: usize,
     /// The requests sent so far (see [`Shared::once`]): identical ones are sent once and their
@@ -38,6 +42,15 @@ pub(super) struct Sent {
 }
 
 impl Shared {
+    /// Counts a rendered request's bytes in the call's and the process's; whether the process's
+    /// bound (`RECAST_MAX_BUFFERED_BYTES`) still holds.
+    pub(super) fn hold_request(&self, state: &State, request: &UpstreamRequest) -> bool {
+        let bytes = request.held_bytes();
+        self.requests.fetch_add(bytes, Ordering::Relaxed);
+        state.buffered.add(bytes);
+        !state.buffered.full()
+    }
+
     /// Takes `n` of the requests left, or says there are not so many.
     pub(super) fn take_calls(&self, n: usize) -> bool {
         self.calls_left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| left.checked_sub(n)).is_ok()
@@ -52,7 +65,9 @@ pub(super) struct Release<'a> {
 
 impl Drop for Release<'_> {
     fn drop(&mut self) {
-        let held = self.shared.bytes.load(Ordering::Relaxed) + self.shared.indexes.load(Ordering::Relaxed);
+        let held = self.shared.bytes.load(Ordering::Relaxed)
+            + self.shared.indexes.load(Ordering::Relaxed)
+            + self.shared.requests.load(Ordering::Relaxed);
         self.state.buffered.release(held);
     }
 }

@@ -355,8 +355,14 @@ function healthRow(over, answer) {
 async function tryRoute() {
   if (!shown) return;
   $('tried').hidden = true;
+  // Called as the sample request in the editor says (the stored one until it is edited).
+  if (request.area.value.trim() && request.check()) {
+    say('route-status', 'The sample request is not valid JSON; nothing was sent.', true);
+    return;
+  }
   say('route-status', 'Calling the upstream…');
-  const answer = await api('POST', `/v1/routes/${shown.uuid}/try`, { headers: callerAuth() }).catch(() => null);
+  const body = `{"sampleRequest":${sampleRequestText()}}`;
+  const answer = await api('POST', `/v1/routes/${shown.uuid}/try`, { headers: callerAuth(), body }).catch(() => null);
   if (!arrived(answer, 'route-status')) return;
   if (answer.status !== 200) {
     say('route-status', problemText(answer), true);
@@ -365,7 +371,7 @@ async function tryRoute() {
   const tried = answer.body;
   // Shown as the service wrote them: member order and numbers as they came.
   triedDocument = tried.upstream === null ? null : pretty(rawAt(answer.text, '/upstream'));
-  $('tried-upstream').textContent = triedDocument ?? '(a composed route: no one document)';
+  $('tried-upstream').textContent = triedDocument ?? '(no document: the rules did not run)';
   $('tried-output').textContent = pretty(rawAt(answer.text, '/output'));
   $('tried-rows').replaceChildren(...traceRows(tried.trace, answer.text));
   $('use-tried').disabled = triedDocument === null;
@@ -401,6 +407,7 @@ function traceRows(trace, text) {
 
 const rules = new Editor('edit-rules');
 const sample = new Editor('edit-sample');
+const request = new Editor('edit-request');
 /** Milliseconds of quiet typing before the preview is asked for. */
 const DEBOUNCE_MS = 250;
 /** The longest list of the rules kept on one line (`"keys": ["idMeal"]`). */
@@ -432,6 +439,9 @@ function startEditing() {
   rules.mark(new Map());
   sample.area.value = '';
   sample.mark(new Map());
+  const storedRequest = rawAt(shownText, '/sampleRequest');
+  request.area.value = storedRequest === 'null' ? '' : pretty(storedRequest, RULES_WIDTH);
+  request.mark(new Map());
   clearEdit('Paste a sample upstream answer, or use Try it, to preview the rules.');
 }
 
@@ -495,16 +505,22 @@ async function previewEdit() {
   rules.mark(marks, spots);
 }
 
-/** The route as stored, with the rules of the editor: the body of its `PUT`. Each member is
+/** The sample request in the editor, compact (`{}`, no query and no body, when it is empty). */
+function sampleRequestText() {
+  return request.area.value.trim() ? compact(request.area.value) : '{}';
+}
+
+/** The route as stored, with the rules and the sample request of the editor: the body of its `PUT`. Each member is
  * sent back as the service wrote it (member order, numbers and masked secrets as they came). */
 function updateBody() {
   const at = places(shownText);
   const members = Object.keys(shown)
-    .filter((name) => !WRITTEN.has(name) && name !== 'rulesAsString')
+    .filter((name) => !WRITTEN.has(name) && name !== 'rulesAsString' && name !== 'sampleRequest')
     .map((name) => {
       const place = at.get(`/${pointerSegment(name)}`);
       return `${JSON.stringify(name)}:${shownText.slice(place.start, place.end)}`;
     });
+  members.push(`"sampleRequest":${sampleRequestText()}`);
   members.push(`"rulesAsString":${compact(rules.area.value)}`);
   return `{${members.join(',')}}`;
 }
@@ -518,6 +534,11 @@ async function saveRules() {
   if (rules.check()) {
     say('edit-status', 'The rules are not valid JSON; nothing was sent.', true);
     rules.area.focus();
+    return;
+  }
+  if (request.area.value.trim() && request.check()) {
+    say('edit-status', 'The sample request is not valid JSON; nothing was sent.', true);
+    request.area.focus();
     return;
   }
   if (shown.auth === 'runtime' && !callerAuth()['x-mapped-auth']) {

@@ -91,6 +91,7 @@ pub(in crate::upstream) async fn exchange(
             certificate_asked,
             content_type,
             http2: true,
+            span: None,
         });
     }
     let mut taken = Body::new(&coding, true, limit)?;
@@ -112,6 +113,7 @@ pub(in crate::upstream) async fn exchange(
         certificate_asked: lease.certificate_asked(),
         content_type,
         http2: true,
+        span: None,
     })
 }
 
