@@ -162,8 +162,9 @@ ROCKSDB_CPU_MINUTES=19
 
 # What the tests need beyond the build: curl runs the README's walk-through as written,
 # PostgreSQL's server binaries start the throwaway clusters of `tests/it/postgres.rs`, and openssl
-# makes the certificate authorities of `tests/it/tls.rs`.
-TEST_PACKAGES=(curl postgresql openssl python3)
+# makes the certificate authorities of `tests/it/tls.rs`; valgrind's callgrind counts the
+# instructions of the performance budget (scripts/budget.sh).
+TEST_PACKAGES=(curl postgresql openssl python3 valgrind)
 
 # nginx, for the test of the load-balancing configuration in docs/cluster.md and for the load
 # bench: any of Debian's flavours will do; nginx-light when there is none.

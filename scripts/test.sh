@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs recast's whole test suite: formatting, lints, and every test (unit, snapshot, conformance,
-# HTTP, property, fuzz corpus replay, and one pass of each benchmark).
+# Runs recast's whole test suite: formatting, lints, every test (unit, snapshot, conformance,
+# HTTP, property, fuzz corpus replay, and one pass of each benchmark), and the performance budget
+# (instructions per call of a release build against benches/budget.json: scripts/budget.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -37,6 +38,11 @@ SUITE_RUN="$$-$(date +%s%N)"
 export SUITE_RUN
 cargo test --all-targets --locked
 cargo test --doc --locked
+
+# Instructions per call (callgrind) of the recipe, list, expression, composed and traced calls,
+# each at most 3% above benches/budget.json.
+step "performance budget"
+scripts/budget.sh
 
 # Every process a test starts (the binary, nginx, PostgreSQL, Node.js, Chromium, openssl) is
 # stopped by that test, also when it fails. One of those still running now is a leftover: it is

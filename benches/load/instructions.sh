@@ -9,13 +9,17 @@
 # kept-alive connection; and for the list read by one expression that names one of its two top-level
 # members (`expr`: the other, the items, is skipped). Then the same for compose.sh's three-source
 # composition of the recipe against the single route that maps the same fields, three times (the
-# aim: a composed call at most 1.1× its three single calls). The kernel's work (sockets) and the upstream's are not counted: this
-# measures recast's own code, not a call's whole cost (run.sh does).
+# aim: a composed call at most 1.1× its three single calls). Last, `traced`: the recipe route of
+# a second process of the same build that records every call's spans and exports them to a local
+# receiver (nginx answering 200 to `POST /v1/traces`). The kernel's work (sockets) and the
+# upstream's are not counted: this measures recast's own code, not a call's whole cost (run.sh
+# does).
 #
-# Settings (environment): LOAD_CALLS (default 200), LOAD_PORT (first of three ports, default
+# Settings (environment): LOAD_CALLS (default 200), LOAD_PORT (first of five ports, default
 # 18180), LOAD_BEFORE (the path of another recast binary, counted the same way; a column gives
 # this build's count against it), LOAD_PROFILES (a directory: each count's callgrind file is kept
-# there as <build>-<count>.callgrind, for `callgrind_annotate`).
+# there as <build>-<count>.callgrind, for `callgrind_annotate`), LOAD_COUNTS (a file: this
+# build's counts are written there as JSON, `{"recipe": N, ...}`, which scripts/budget.sh reads).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib.sh
@@ -25,8 +29,9 @@ CALLS=${LOAD_CALLS:-200}
 PORT=${LOAD_PORT:-18180}
 BEFORE=${LOAD_BEFORE:-}
 PROFILES=${LOAD_PROFILES:-}
+COUNTS=${LOAD_COUNTS:-}
 [ -z "$PROFILES" ] || mkdir -p "$PROFILES"
-UPSTREAM_PORT=$PORT
+UPSTREAM_PORT=$PORT RECEIVER_PORT=$((PORT + 3))
 if [ -n "$BEFORE" ] && [ ! -x "$BEFORE" ]; then
     say "LOAD_BEFORE=$BEFORE is not an executable recast binary"
     exit 1
@@ -35,7 +40,7 @@ fi
 ensure_toolchain
 ensure_nginx
 ensure_packages "${BUILD_PACKAGES[@]}" valgrind curl
-ensure_free_ports $PORT $((PORT + 1)) $((PORT + 2))
+ensure_free_ports $PORT $((PORT + 1)) $((PORT + 2)) $RECEIVER_PORT $((PORT + 4))
 use_ccache
 announce_rocksdb release
 cargo build --release --locked --bin recast
@@ -49,14 +54,18 @@ cp "$WORK/recipe.json" "$WORK/a"
 cp "$WORK/recipe.json" "$WORK/b"
 cp "$WORK/recipe.json" "$WORK/c/52772"
 start_nginx upstream "    keepalive_requests 1000000;
-    server { listen 127.0.0.1:$UPSTREAM_PORT; root $WORK; default_type application/json; }"
+    client_max_body_size 64m;
+    server { listen 127.0.0.1:$UPSTREAM_PORT; root $WORK; default_type application/json; }
+    server { listen 127.0.0.1:$RECEIVER_PORT; location = /v1/traces { return 200; } }"
 wait_for "http://127.0.0.1:$UPSTREAM_PORT/recipe.json"
 
-# Starts a recast binary ($2) under callgrind on port $3, named $1, with its routes; sets
-# <name>_PID, <name>_recipe, <name>_list, <name>_expr, <name>_composed and <name>_single.
+# Starts a recast binary ($2) under callgrind on port $3, named $1, with its routes (and the
+# environment assignments after them); sets <name>_PID, <name>_recipe, <name>_list, <name>_expr,
+# <name>_composed and <name>_single.
 start() {
     local name=$1 binary=$2 port=$3 doc rules file path body
-    RECAST_LISTEN=127.0.0.1:$port RECAST_DATA_DIR=$WORK/$name-data RECAST_UPSTREAM_ALLOW=127.0.0.1/32 RECAST_LOG=warn \
+    shift 3
+    env RECAST_LISTEN=127.0.0.1:$port RECAST_DATA_DIR=$WORK/$name-data RECAST_UPSTREAM_ALLOW=127.0.0.1/32 RECAST_LOG=warn "$@" \
         valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$WORK/$name.callgrind" \
         "$binary" serve 2>>"$WORK/$name.log" &
     PIDS+=($!)
@@ -119,6 +128,10 @@ count() { # $1 name, $2 URL, $3 what is counted: instructions per call
 
 start now "$CARGO_TARGET_DIR/release/recast" $((PORT + 1))
 [ -n "$BEFORE" ] && start before "$BEFORE" $((PORT + 2))
+# Every span recorded and exported (the default sampler, a call with no `traceparent` starting
+# a sampled trace).
+start traced "$CARGO_TARGET_DIR/release/recast" $((PORT + 4)) OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$RECEIVER_PORT"
+declare -A MEASURED
 echo "instructions per route call (callgrind, user space, $CALLS calls after 205 on one connection)"
 if [ -n "$BEFORE" ]; then
     echo "| document | this build | LOAD_BEFORE | this build / LOAD_BEFORE |"
@@ -130,6 +143,7 @@ fi
 for doc in recipe list expr; do
     url=now_$doc
     now=$(count now "${!url}" "$doc")
+    MEASURED[$doc]=$now
     if [ -n "$BEFORE" ]; then
         url=before_$doc
         then=$(count before "${!url}" "$doc")
@@ -148,5 +162,14 @@ for name in now ${BEFORE:+before}; do
     url=${name}_single
     single=$(count "$name" "${!url}" single)
     label="this build"; [ "$name" = before ] && label=LOAD_BEFORE
+    [ "$name" = now ] && MEASURED[composed]=$composed
     awk -v l="$label" -v c="$composed" -v s="$single" 'BEGIN { printf "| %s | %d | %d | %.3f× |\n", l, c, s, c / (3 * s) }'
 done
+echo
+echo "the recipe route with every span recorded and exported (instructions per call)"
+MEASURED[traced]=$(count traced "$traced_recipe" traced)
+awk -v t="${MEASURED[traced]}" -v r="${MEASURED[recipe]}" 'BEGIN { printf "| traced | %d | %.3f× the untraced recipe call |\n", t, t / r }'
+if [ -n "$COUNTS" ]; then
+    printf '{"recipe": %d, "list": %d, "expr": %d, "composed": %d, "traced": %d}\n' \
+        "${MEASURED[recipe]}" "${MEASURED[list]}" "${MEASURED[expr]}" "${MEASURED[composed]}" "${MEASURED[traced]}" >"$COUNTS"
+fi
