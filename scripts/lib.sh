@@ -119,6 +119,8 @@ BUILD_PACKAGES=(gcc g++ clang libclang-dev ccache)
 # script runs again whenever CC or CXX change. Compilers set by the caller are kept.
 use_ccache() {
     export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/recast/ccache}"
+    # Set already by this function (a script that runs another, as test.sh runs budget.sh).
+    [ "${CC:-}" = "ccache clang" ] && [ "${CXX:-}" = "ccache clang++" ] && return 0
     if [ -n "${CC:-}${CXX:-}" ]; then
         say "compiling C and C++ with CC=${CC:-(unset)} and CXX=${CXX:-(unset)} as set, not with ccache and clang"
         return 0
@@ -225,7 +227,8 @@ suite_leftovers() {
     local mark="$SUITE_MARK_NAME=$1" dir pid ancestor state
     for dir in /proc/[0-9]*; do
         pid=${dir#/proc/}
-        tr '\0' '\n' <"$dir/environ" 2>/dev/null | grep -qxF -- "$mark" || continue
+        # One grep over the NUL-separated file: no pipe whose writer an early match could kill.
+        grep -qzxF -- "$mark" "$dir/environ" 2>/dev/null || continue
         # The state is the field after the command name, which is in parentheses and may hold
         # spaces.
         state=$(sed -n 's/^.*) \([A-Za-z]\).*$/\1/p' "$dir/stat" 2>/dev/null) || continue

@@ -36,24 +36,28 @@ step "cargo test"
 # Every process the suite starts carries this run's mark (lib.sh: suite_leftovers).
 SUITE_RUN="$$-$(date +%s%N)"
 export SUITE_RUN
-cargo test --all-targets --locked
+# Every process a test starts (the binary, nginx, PostgreSQL, Node.js, Chromium, openssl,
+# valgrind) is stopped by that test, also when it fails. One of those still running after a step
+# is a leftover: it is named, stopped, and the suite fails. Only this run's processes are judged:
+# a process the suite did not start is never touched, whenever it started.
+left_behind() {
+    local left
+    left=$(suite_leftovers "$SUITE_RUN")
+    if [ -n "$left" ]; then
+        say "the $1 left these processes running (now stopped):"
+        printf '%s\n' "$left" >&2
+        printf '%s\n' "$left" | awk '{print $1}' | xargs -r kill -KILL 2>/dev/null || true
+        return 1
+    fi
+}
+cargo test --all-targets --locked || { left_behind tests || true; exit 1; }
 cargo test --doc --locked
+step "no process left behind"
+left_behind tests
 
 # Instructions per call (callgrind) of the recipe, list, expression, composed and traced calls,
 # each at most 3% above benches/budget.json.
 step "performance budget"
-scripts/budget.sh
-
-# Every process a test starts (the binary, nginx, PostgreSQL, Node.js, Chromium, openssl) is
-# stopped by that test, also when it fails. One of those still running now is a leftover: it is
-# named, stopped, and the suite fails. Only this run's processes are judged: a process the suite
-# did not start is never touched, whenever it started.
-step "no process left behind"
-left=$(suite_leftovers "$SUITE_RUN")
-if [ -n "$left" ]; then
-    say "the tests left these processes running (now stopped):"
-    printf '%s\n' "$left" >&2
-    printf '%s\n' "$left" | awk '{print $1}' | xargs -r kill -KILL 2>/dev/null || true
-    exit 1
-fi
+scripts/budget.sh || { left_behind "budget's counts" || true; exit 1; }
+left_behind "budget's counts"
 step "all tests passed"

@@ -99,9 +99,10 @@ start() {
 }
 
 calls() { # $1 URL, $2 how many: one after another on one connection, each answer a 200
-    local urls=() i
-    for ((i = 0; i < $2; i++)); do urls+=("$1"); done
-    if curl -s -o /dev/null -w '%{http_code}\n' "${urls[@]}" | grep -qv '^200$'; then
+    local urls=() i codes
+    # `-o` holds for the one URL after it: each is given its own.
+    for ((i = 0; i < $2; i++)); do urls+=(-o /dev/null "$1"); done
+    if ! codes=$(curl -s -w '%{http_code}\n' "${urls[@]}") || grep -qv '^200$' <<<"$codes"; then
         say "a call of $1 did not answer 200"; exit 1
     fi
 }
@@ -123,7 +124,12 @@ count() { # $1 name, $2 URL, $3 what is counted: instructions per call
         sleep 0.1
     done
     [ -z "$PROFILES" ] || cp "$file" "$PROFILES/$1-$3.callgrind"
-    callgrind_annotate "$file" 2>/dev/null | awk -v n="$CALLS" '/PROGRAM TOTALS/ { gsub(",", "", $1); printf "%.0f", $1 / n }'
+    local counted
+    counted=$(callgrind_annotate "$file" 2>/dev/null | awk -v n="$CALLS" '/PROGRAM TOTALS/ { gsub(",", "", $1); printf "%.0f", $1 / n }')
+    if ! [[ "$counted" =~ ^[1-9][0-9]*$ ]]; then
+        say "callgrind counted nothing for $3 ($1): its file is ${file:-missing}"; exit 1
+    fi
+    printf '%s' "$counted"
 }
 
 start now "$CARGO_TARGET_DIR/release/recast" $((PORT + 1))

@@ -66,7 +66,7 @@ pub struct RouteConfig {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub templates: bool,
     /// `sampleRequest` (SPEC §2.1): the caller's request live calls are made as (a registration's,
-    /// an update's that gives none, a *Try it*). It holds no secret, and is shown.
+    /// an update's that gives none, a *Try it*): a sample, sealed with the route and shown as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_request: Option<StoredSample>,
 }

@@ -320,10 +320,13 @@ impl<'d, 'a> Context<'d, 'a> {
         for (start, names) in program.read_paths(READ_PATHS) {
             let (mut at, mut shown) = match start {
                 expr::Start::Context => (0, String::new()),
-                expr::Start::Var(_) => match self.item {
+                // `$item` takes the first slot ([`Template::compile`]); a `let` variable is not
+                // looked along.
+                expr::Start::Var(0) => match self.item {
                     Some(Val::TapeObject(i) | Val::TapeList(i)) => (i, "$item".to_owned()),
                     _ => continue,
                 },
+                expr::Start::Var(_) => continue,
             };
             'names: for name in names {
                 // Through lists to their first element, as a projection's first value.
@@ -504,6 +507,11 @@ mod tests {
         assert_eq!(
             render("{{$item.ids}}", context, r#"{"id": 1}"#, encode_segment),
             missing("`$item` has no member `ids` (did you mean `id`?)")
+        );
+        // A `let` variable is not `$item`: not looked along.
+        assert_eq!(
+            render("{{ let $u = user in $u.nmae }}", context, r#"{"nmae": 1}"#, encode_segment),
+            Err(RenderError::Type("null"))
         );
         for (value, encoded) in [
             ("../admin", "..%2Fadmin"),

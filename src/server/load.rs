@@ -5,7 +5,6 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::State;
-use crate::metrics::RulesSource;
 use crate::route::{LockedRoute, Route};
 use crate::storage::{RawRecord, StorageError, Store};
 use crate::table::Entry;
@@ -114,15 +113,7 @@ impl Loaded {
     fn add(&mut self, state: &State, entry: Result<Entry, String>) {
         match entry {
             Ok(entry) => {
-                let why = match &entry {
-                    Entry::Route(route) => {
-                        if route.rules.is_err() {
-                            state.metrics.compile_failure(RulesSource::Stored);
-                        }
-                        route.broken()
-                    }
-                    Entry::Locked(locked) => Some(locked.why.clone()),
-                };
+                let why = state.stored_problem(&entry);
                 if let Some(why) = why {
                     self.broken += 1;
                     tracing::error!(uuid = %entry.uuid(), %why, "stored route cannot serve calls; it answers 503");

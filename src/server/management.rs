@@ -310,7 +310,7 @@ struct RouteView<'a> {
     http2: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     breaker: Option<BreakerView>,
-    /// The caller's request its live calls are made as (it holds no secret).
+    /// The caller's request its live calls are made as: a sample, shown as given.
     #[serde(skip_serializing_if = "Option::is_none")]
     sample_request: Option<SampleView<'a>>,
     created_at: u64,

@@ -27,7 +27,7 @@ pub(super) async fn register(state: &State, request: Request) -> Result<Response
     let (parts, body) = request.into_parts();
     let body = read_body(state, &parts.headers, body).await?;
     let (mut route, sample) = compiled(state, body, &parts.headers, None).await?;
-    let live = live_call(state, &route, &parts.headers, &sample).await?;
+    let live = live_call(state, &route, &parts.headers, &sample, false).await?;
     route.revision = state.stored(state.store.create(route.to_stored()).await)?;
     let route = Arc::new(route);
     state.table.apply_shared(Entry::Route(route.clone()));
@@ -56,7 +56,7 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     route.statuses = existing.statuses.clone();
     route.stats = existing.stats.clone();
     // Validated like a registration; until it passes, the old route keeps serving.
-    let live = live_call(state, &route, &parts.headers, &sample).await?;
+    let live = live_call(state, &route, &parts.headers, &sample, false).await?;
     let _writing = state.writes.lock().await;
     let now = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
     // Another change may have landed during the live call: `If-Match` names the version it edits.
@@ -106,7 +106,7 @@ pub(super) async fn try_route(state: &State, request: Request, uuid: Uuid) -> Re
         Some(given) => given,
         None => route.config.sample_request.clone().unwrap_or_default(),
     };
-    let live = live_call(state, &route, &parts.headers, &sample).await?;
+    let live = live_call(state, &route, &parts.headers, &sample, true).await?;
     logged!(tracing::Level::INFO, uuid = %uuid, "route tried");
     let mut out = Vec::with_capacity(live.preview.len() * 2 + 64);
     out.extend_from_slice(b"{\"upstream\":");
@@ -140,6 +140,17 @@ pub(super) async fn try_route(state: &State, request: Request, uuid: Uuid) -> Re
     Ok(json(StatusCode::OK, out))
 }
 
+/// A registration's, an update's or a try's body read as JSON; what is not is told in words and
+/// by place (the reader's only other refusal is depth).
+fn admin_json(body: &[u8]) -> Result<serde_json::Value, ApiError> {
+    serde_json::from_slice(body).map_err(|_| {
+        let error = json::diagnose(body, REGISTRATION_DEPTH)
+            .err()
+            .unwrap_or(JsonError::TooDeep { limit: REGISTRATION_DEPTH });
+        ApiError::bad_body(body, &error, |limit| format!("the body nests deeper than {limit} levels"))
+    })
+}
+
 /// The body of `POST /v1/routes/{uuid}/try`: none, or `{"sampleRequest": {...}}`.
 fn tried_sample(body: &[u8]) -> Result<Option<StoredSample>, ApiError> {
     #[derive(serde::Deserialize)]
@@ -151,13 +162,7 @@ fn tried_sample(body: &[u8]) -> Result<Option<StoredSample>, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
-        let error = json::diagnose(body, REGISTRATION_DEPTH)
-            .err()
-            .unwrap_or(JsonError::TooDeep { limit: REGISTRATION_DEPTH });
-        ApiError::bad_body(body, &error, |limit| format!("the body nests deeper than {limit} levels"))
-    })?;
-    let problems = shape::check_try(&value);
+    let problems = shape::check_try(&admin_json(body)?);
     if !problems.is_empty() {
         return Err(ApiError::InvalidBody(problems));
     }
@@ -213,14 +218,7 @@ fn validated(
     runtime_auth: bool,
     stored: Option<&RouteConfig>,
 ) -> Result<(RouteConfig, StoredSample), ApiError> {
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| {
-        // Told in words and by place; the reader's only other refusal is depth.
-        let error = json::diagnose(body, REGISTRATION_DEPTH)
-            .err()
-            .unwrap_or(JsonError::TooDeep { limit: REGISTRATION_DEPTH });
-        ApiError::bad_body(body, &error, |limit| format!("the body nests deeper than {limit} levels"))
-    })?;
-    let mut problems = shape::check(&value);
+    let mut problems = shape::check(&admin_json(body)?);
     if problems.is_empty() {
         let mut registration: Registration = serde_json::from_slice(body)
             .map_err(|e| ApiError::InvalidBody(vec![Problem::new("", e.to_string())]))?;
@@ -282,12 +280,13 @@ fn in_registration(found: &[Problem]) -> impl Iterator<Item = Problem> + '_ {
 }
 
 /// Checks that the route compiles and makes its live call; returns the mapped output and the
-/// warnings of its trace.
+/// warnings of its trace (and, `tried`, a composed route's document, for *Try it* to show).
 async fn live_call(
     state: &State,
     route: &Route,
     headers: &HeaderMap,
     sample: &StoredSample,
+    tried: bool,
 ) -> Result<Live, ApiError> {
     if let Err(problems) = &route.rules {
         state.metrics.compile_failure(RulesSource::Registration);
@@ -305,8 +304,9 @@ async fn live_call(
     }
     if let Some(composition) = route.composition() {
         let read = compose::caller_request(composition, Some(&query), &headers, body)?;
-        let composed =
-            compose::run(state, route, composition, read, true).await.map_err(|failed| failed.error)?;
+        let composed = compose::run(state, route, composition, read, true, tried)
+            .await
+            .map_err(|failed| failed.error)?;
         // An optional source that failed is a warning, located at the source.
         let sample_warnings = composed
             .reports

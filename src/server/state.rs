@@ -16,9 +16,9 @@ use super::fetched::Outcome;
 use super::problem::ApiError;
 use crate::cache::AnswerCache;
 use crate::config::Config;
-use crate::metrics::{Metrics, PanicSite};
+use crate::metrics::{Metrics, PanicSite, RulesSource};
 use crate::store::{RouteStore, StoreError};
-use crate::table::RouteTable;
+use crate::table::{Entry, RouteTable};
 use crate::tasks::Tasks;
 use crate::upstream::UpstreamClient;
 
@@ -82,6 +82,21 @@ pub struct State {
 }
 
 impl State {
+    /// Why a route loaded from the store (at start, or from another node) cannot serve calls,
+    /// if it cannot: rules that no longer compile (counted), a broken configuration, or a seal
+    /// the key ring cannot open.
+    pub(super) fn stored_problem(&self, entry: &Entry) -> Option<String> {
+        match entry {
+            Entry::Route(route) => {
+                if route.rules.is_err() {
+                    self.metrics.compile_failure(RulesSource::Stored);
+                }
+                route.broken()
+            }
+            Entry::Locked(locked) => Some(locked.why.clone()),
+        }
+    }
+
     pub fn lifecycle(&self) -> Lifecycle {
         match self.lifecycle.load(Ordering::Acquire) {
             0 => Lifecycle::Idle,

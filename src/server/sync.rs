@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::{Lifecycle, State};
 use crate::cluster::{Change, Database, DbError, Feed, Plan, Reading};
-use crate::metrics::{PanicSite, RulesSource};
+use crate::metrics::PanicSite;
 use crate::route::Route;
 use crate::storage::{self, Position, Store};
 use crate::table::Entry;
@@ -265,15 +265,7 @@ impl Follower {
                         }
                     }
                     Some(Ok(entry)) => {
-                        let why = match &entry {
-                            Entry::Route(route) => {
-                                if route.rules.is_err() {
-                                    state.metrics.compile_failure(RulesSource::Stored);
-                                }
-                                route.broken()
-                            }
-                            Entry::Locked(locked) => Some(locked.why.clone()),
-                        };
+                        let why = state.stored_problem(&entry);
                         let uuid = entry.uuid();
                         if let Some(why) = why {
                             tracing::error!(%uuid, %why, "route from the database cannot serve calls; it answers 503");

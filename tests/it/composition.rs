@@ -1305,6 +1305,24 @@ async fn the_sample_request_is_stored_shown_and_used_by_try_and_an_update_that_g
     assert_eq!(cleared.status, 400, "{:?}", cleared.body);
     assert_eq!(upstream.received().len(), calls);
     assert_eq!(body(&get(&manage).await)["sampleRequest"]["query"], json!({"id": "42"}));
+    // A route that does not read `request` takes `{}`, and no longer has one.
+    let plain = json!({
+        "path": "plain",
+        "sources": {"a": source(&upstream, "items")},
+        "sampleRequest": {"query": {"id": "1"}},
+        "rulesAsString": rules(&[("v", "a.v")]),
+    });
+    let path = registered(&service, &plain).await;
+    let manage = service.url(&format!("/v1/routes/{}", path.split('/').nth(2).unwrap()));
+    let mut view = body(&get(&manage).await);
+    assert_eq!(view["sampleRequest"], json!({"query": {"id": "1"}}));
+    for written in ["uuid", "path", "auth", "createdAt", "updatedAt", "status", "problem", "revision"] {
+        view.as_object_mut().unwrap().remove(written);
+    }
+    view["sampleRequest"] = json!({});
+    let cleared = send(Method::PUT, &manage, &json_body, view.to_string()).await;
+    assert_eq!(cleared.status, 200, "{:?}", cleared.body);
+    assert_eq!(body(&get(&manage).await).get("sampleRequest"), None);
     service.stop().await;
 }
 
@@ -1449,8 +1467,12 @@ async fn a_call_admitted_under_max_buffered_bytes_starts_nothing_more_once_past_
     assert_eq!(problem.get("source").and_then(|s| s.as_str()), Some("each"));
     assert_eq!(item.received().len(), sent, "nothing past the bound is sent");
     let metrics = String::from_utf8_lossy(&get(&service.url("/metrics")).await.body).into_owned();
-    let line = "recast_source_failures_total{kind=\"buffered\",required=\"true\"} 2";
-    assert!(metrics.lines().any(|l| l == line), "{line} not in\n{metrics}");
+    for line in [
+        "recast_source_failures_total{kind=\"buffered\",required=\"true\"} 2",
+        "recast_upstream_errors_total{kind=\"buffered\"} 2",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} not in\n{metrics}");
+    }
     // What the calls held is let go: a call under the bound is taken again.
     let small = registered(
         &service,

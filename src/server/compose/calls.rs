@@ -50,12 +50,13 @@ pub(super) fn prepare(
     call: &Rendering<'_>,
 ) -> Prepared {
     let Rendering { request_text, shared, caller, budget, validating } = *call;
-    // `RECAST_MAX_BUFFERED_BYTES` is checked as each source starts (and as each of its
-    // requests is rendered, and sent): a call admitted under it ends once it is passed.
-    let buffered = || Failure::Upstream(UpstreamFailure::Buffered { limit: state.buffered.limit() });
-    if state.buffered.full() {
-        return Prepared::Done(Done::failed(buffered()));
-    }
+    // `RECAST_MAX_BUFFERED_BYTES` is checked as each source that is called starts (and as each
+    // of its requests is rendered, and sent): a call admitted under it ends once it is passed.
+    let buffered = || {
+        let failure = UpstreamFailure::Buffered { limit: state.buffered.limit() };
+        state.metrics.upstream_error(failure.kind());
+        Failure::Upstream(failure)
+    };
     let source = &composition.sources[i];
     let config = &state.config;
     let dependency = source
@@ -74,6 +75,9 @@ pub(super) fn prepare(
         }
         if let Some(dependency) = dependency {
             return Prepared::Done(Done::failed(Failure::Dependency(dependency)));
+        }
+        if state.buffered.full() {
+            return Prepared::Done(Done::failed(buffered()));
         }
         if source.for_each.is_none() {
             return match source.request(&context, caller) {
@@ -286,9 +290,13 @@ async fn source_call(
 
 /// One request of a source: its answer's status and body when it is a 2xx JSON answer.
 async fn one_call(state: &State, source: &Source, request: &UpstreamRequest, shared: &Shared) -> CallResult {
+    let fail = |status: Option<u16>, failure: UpstreamFailure| {
+        state.metrics.upstream_error(failure.kind());
+        Err((status, failure))
+    };
     // Nothing more is sent past `RECAST_MAX_BUFFERED_BYTES`.
     if state.buffered.full() {
-        return Err((None, UpstreamFailure::Buffered { limit: state.buffered.limit() }));
+        return fail(None, UpstreamFailure::Buffered { limit: state.buffered.limit() });
     }
     // `RECAST_MAX_SOURCE_CALLS` and `RECAST_MAX_COMPOSED_BYTES` bound a composition's sources.
     if !shared.take_calls(source.calls.attempts()) {
@@ -300,10 +308,6 @@ async fn one_call(state: &State, source: &Source, request: &UpstreamRequest, sha
     // element's under `concurrency`) stay small and are not copied whole each time they move.
     let answer = crate::tasks::boxed(|| state.client.call_with(request, &outbound)).await;
     state.metrics.upstream.observe(started.elapsed());
-    let fail = |status: Option<u16>, failure: UpstreamFailure| {
-        state.metrics.upstream_error(failure.kind());
-        Err((status, failure))
-    };
     let mut answer = match answer {
         Ok(answer) => answer,
         Err(e) => return fail(None, UpstreamFailure::from(e)),

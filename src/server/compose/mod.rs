@@ -50,8 +50,8 @@ pub(in crate::server) struct Composed {
     pub map: Duration,
     /// A registration's live call: the warnings of its trace (SPEC §1.8), located in the rules.
     pub warnings: Vec<crate::rules::Problem>,
-    /// A live call (a registration's, an update's, a *Try it*): the document the rules mapped,
-    /// written out, which a preview of the rules can be made on.
+    /// A *Try it* (`keep_document`): the document the rules mapped, written out, which a
+    /// preview of the rules can be made on.
     pub document: Option<Vec<u8>>,
 }
 
@@ -82,17 +82,19 @@ pub(in crate::server) struct Failed {
 
 /// Runs a call of the composed `route` (its `composition`) and maps the document. `request` is
 /// what the call reads of the caller's request, as its cache key is made of it
-/// ([`caller_request`]). A required failure answers as SPEC §2.3 says; `validating` for a
-/// registration's live call.
+/// ([`caller_request`]). A required failure answers as SPEC §2.3 says; `validating` for an
+/// admin's live call (a registration's, an update's, a *Try it*), `keep_document` for a *Try
+/// it*, which shows the document the rules mapped.
 pub(in crate::server) async fn run(
     state: &State,
     route: &Route,
     composition: &Composition,
     request: UpstreamRequest,
     validating: bool,
+    keep_document: bool,
 ) -> Result<Composed, Failed> {
     let mut sources = Vec::new();
-    run_timed(state, route, composition, request, validating, &mut sources)
+    run_timed(state, route, composition, request, validating, keep_document, &mut sources)
         .await
         .map_err(|error| Failed { error, sources })
 }
@@ -103,6 +105,7 @@ async fn run_timed(
     composition: &Composition,
     request: UpstreamRequest,
     validating: bool,
+    keep_document: bool,
     timings: &mut Vec<(String, Duration)>,
 ) -> Result<Composed, ApiError> {
     let caller = CallerRequest::of(&request);
@@ -279,9 +282,11 @@ async fn run_timed(
         if !validating {
             return exec::execute(&compiled.plan, doc, 0, &mut out);
         }
-        let mut text = Vec::new();
-        crate::json::value(&mut text, doc, 0);
-        document = Some(text);
+        if keep_document {
+            let mut text = Vec::new();
+            crate::json::value(&mut text, doc, 0);
+            document = Some(text);
+        }
         // A registration's live call is traced for its warnings.
         let trace = exec::execute_traced(&compiled.plan, doc, 0, &mut out);
         warnings = trace.notes;
