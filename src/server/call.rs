@@ -388,7 +388,7 @@ async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcom
             traced: None,
         };
     };
-    match compose::run(state, route, composition, request, false, false).await {
+    match compose::run(state, route, composition, request, compose::Purpose::Call).await {
         Ok(composed) => Outcome {
             upstream: started.elapsed().saturating_sub(composed.map),
             map: composed.map,

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use uuid::Uuid;
 
+use super::compose::{self, Purpose};
 use super::problem::{UpstreamFailure, write_problems};
 use super::reply::{etag, if_match, json, now_ms, read_body};
+use super::single;
 use super::{ApiError, Request, Response, State};
-use super::{compose, single};
 use crate::exec;
 use crate::json::{self, JsonError, write};
 use crate::logging::logged;
@@ -27,7 +28,7 @@ pub(super) async fn register(state: &State, request: Request) -> Result<Response
     let (parts, body) = request.into_parts();
     let body = read_body(state, &parts.headers, body).await?;
     let (mut route, sample) = compiled(state, body, &parts.headers, None).await?;
-    let live = live_call(state, &route, &parts.headers, &sample, false).await?;
+    let live = live_call(state, &route, &parts.headers, &sample, Purpose::Validate).await?;
     route.revision = state.stored(state.store.create(route.to_stored()).await)?;
     let route = Arc::new(route);
     state.table.apply_shared(Entry::Route(route.clone()));
@@ -56,7 +57,7 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     route.statuses = existing.statuses.clone();
     route.stats = existing.stats.clone();
     // Validated like a registration; until it passes, the old route keeps serving.
-    let live = live_call(state, &route, &parts.headers, &sample, false).await?;
+    let live = live_call(state, &route, &parts.headers, &sample, Purpose::Validate).await?;
     let _writing = state.writes.lock().await;
     let now = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
     // Another change may have landed during the live call: `If-Match` names the version it edits.
@@ -106,7 +107,7 @@ pub(super) async fn try_route(state: &State, request: Request, uuid: Uuid) -> Re
         Some(given) => given,
         None => route.config.sample_request.clone().unwrap_or_default(),
     };
-    let live = live_call(state, &route, &parts.headers, &sample, true).await?;
+    let live = live_call(state, &route, &parts.headers, &sample, Purpose::Try).await?;
     logged!(tracing::Level::INFO, uuid = %uuid, "route tried");
     let mut out = Vec::with_capacity(live.preview.len() * 2 + 64);
     out.extend_from_slice(b"{\"upstream\":");
@@ -280,13 +281,13 @@ fn in_registration(found: &[Problem]) -> impl Iterator<Item = Problem> + '_ {
 }
 
 /// Checks that the route compiles and makes its live call; returns the mapped output and the
-/// warnings of its trace (and, `tried`, a composed route's document, for *Try it* to show).
+/// warnings of its trace (and for [`Purpose::Try`], a composed route's document, to show).
 async fn live_call(
     state: &State,
     route: &Route,
     headers: &HeaderMap,
     sample: &StoredSample,
-    tried: bool,
+    purpose: Purpose,
 ) -> Result<Live, ApiError> {
     if let Err(problems) = &route.rules {
         state.metrics.compile_failure(RulesSource::Registration);
@@ -304,9 +305,8 @@ async fn live_call(
     }
     if let Some(composition) = route.composition() {
         let read = compose::caller_request(composition, Some(&query), &headers, body)?;
-        let composed = compose::run(state, route, composition, read, true, tried)
-            .await
-            .map_err(|failed| failed.error)?;
+        let composed =
+            compose::run(state, route, composition, read, purpose).await.map_err(|failed| failed.error)?;
         // An optional source that failed is a warning, located at the source.
         let sample_warnings = composed
             .reports

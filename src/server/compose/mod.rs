@@ -50,7 +50,7 @@ pub(in crate::server) struct Composed {
     pub map: Duration,
     /// A registration's live call: the warnings of its trace (SPEC §1.8), located in the rules.
     pub warnings: Vec<crate::rules::Problem>,
-    /// A *Try it* (`keep_document`): the document the rules mapped, written out, which a
+    /// A *Try it* ([`Purpose::Try`]): the document the rules mapped, written out, which a
     /// preview of the rules can be made on.
     pub document: Option<Vec<u8>>,
 }
@@ -82,21 +82,30 @@ pub(in crate::server) struct Failed {
 
 /// Runs a call of the composed `route` (its `composition`) and maps the document. `request` is
 /// what the call reads of the caller's request, as its cache key is made of it
-/// ([`caller_request`]). A required failure answers as SPEC §2.3 says; `validating` for an
-/// admin's live call (a registration's, an update's, a *Try it*), `keep_document` for a *Try
-/// it*, which shows the document the rules mapped.
+/// ([`caller_request`]). A required failure answers as SPEC §2.3 says, as `purpose` has it.
 pub(in crate::server) async fn run(
     state: &State,
     route: &Route,
     composition: &Composition,
     request: UpstreamRequest,
-    validating: bool,
-    keep_document: bool,
+    purpose: Purpose,
 ) -> Result<Composed, Failed> {
     let mut sources = Vec::new();
-    run_timed(state, route, composition, request, validating, keep_document, &mut sources)
+    run_timed(state, route, composition, request, purpose, &mut sources)
         .await
         .map_err(|error| Failed { error, sources })
+}
+
+/// Why a composed route's sources are called.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(in crate::server) enum Purpose {
+    /// A call of the route.
+    Call,
+    /// An admin's live call (a registration's, an update's): the whole document read and traced
+    /// for its warnings, a template's missing member told.
+    Validate,
+    /// A *Try it*: validated, and the document the rules mapped kept, to be shown.
+    Try,
 }
 
 async fn run_timed(
@@ -104,10 +113,10 @@ async fn run_timed(
     route: &Route,
     composition: &Composition,
     request: UpstreamRequest,
-    validating: bool,
-    keep_document: bool,
+    purpose: Purpose,
     timings: &mut Vec<(String, Duration)>,
 ) -> Result<Composed, ApiError> {
+    let validating = purpose != Purpose::Call;
     let caller = CallerRequest::of(&request);
     let mapped_auth = caller.headers.get(&MAPPED_AUTH);
     if composition.runtime_auth && mapped_auth.is_none() {
@@ -282,7 +291,7 @@ async fn run_timed(
         if !validating {
             return exec::execute(&compiled.plan, doc, 0, &mut out);
         }
-        if keep_document {
+        if purpose == Purpose::Try {
             let mut text = Vec::new();
             crate::json::value(&mut text, doc, 0);
             document = Some(text);
