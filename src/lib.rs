@@ -6,6 +6,7 @@
 #![deny(unsafe_code)]
 
 pub mod cache;
+pub mod callers;
 pub mod cli;
 pub mod cluster;
 pub mod config;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
+use crate::callers::StoredConsumer;
 use crate::metrics::PanicSite;
 use crate::secrets::Keyring;
 use crate::storage::{Cursor, KeyCounts, Page, ResealStep, StorageError, Store, StoredRoute};
@@ -94,6 +95,15 @@ pub trait RouteStore: Send + Sync {
     /// After a re-seal: what must follow (the embedded store compacts, so the old sealed copies
     /// leave its files).
     fn resealed(&self) -> Pending<'_, ()>;
+
+    /// Stores a consumer in place of what was stored of it (SPEC §2.4).
+    fn put_consumer(&self, consumer: StoredConsumer) -> Pending<'_, ()>;
+
+    /// Removes a consumer; [`StoreError::NotFound`] when there was none.
+    fn delete_consumer(&self, name: String) -> Pending<'_, ()>;
+
+    /// Every stored consumer.
+    fn consumers(&self) -> Pending<'_, Vec<StoredConsumer>>;
 
     /// How this node stands with a store it shares with others, for `/readyz` and `/metrics`;
     /// `None` for a store of its own, which is always at hand.
@@ -177,5 +187,19 @@ impl RouteStore for LocalStore {
 
     fn resealed(&self) -> Pending<'_, ()> {
         self.blocking(move |store| Ok(store.forget_old_seals()?))
+    }
+
+    fn put_consumer(&self, consumer: StoredConsumer) -> Pending<'_, ()> {
+        self.blocking(move |store| Ok(store.put_consumer(&consumer)?))
+    }
+
+    fn delete_consumer(&self, name: String) -> Pending<'_, ()> {
+        self.blocking(
+            move |store| if store.delete_consumer(&name)? { Ok(()) } else { Err(StoreError::NotFound) },
+        )
+    }
+
+    fn consumers(&self) -> Pending<'_, Vec<StoredConsumer>> {
+        self.blocking(move |store| Ok(store.consumers()?))
     }
 }

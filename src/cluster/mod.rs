@@ -20,11 +20,13 @@
 //! follower's listening connection and what it reads; in [`nodes`] the heartbeat of the nodes
 //! alive; in [`schema`] the migrations.
 
+mod consumers;
 mod feed;
 mod nodes;
 mod schema;
 mod store;
 
+pub use consumers::ConsumerChange;
 pub use feed::{Change, Feed, Page, Plan, Reading};
 pub use store::ClusterStore;
 

@@ -52,6 +52,17 @@ const MIGRATIONS: &[&str] = &[
     // 4: the ids of the keys each node's ring holds (comma-separated), published with its
     // heartbeat, so that a re-seal can tell whether every live node opens what it writes.
     "ALTER TABLE recast_nodes ADD COLUMN key_ids text NOT NULL DEFAULT '';",
+    // 5: consumers and their keys' digests (SPEC §2.4), each change with the next number of its
+    // own sequence; a deleted consumer keeps its row, without a record, so every node learns of
+    // the deletion (`consumers.rs`). Consumers left behind by a schema dropped without them are
+    // kept: they are what callers call with.
+    "CREATE SEQUENCE IF NOT EXISTS recast_consumer_revisions;
+     CREATE TABLE IF NOT EXISTS recast_consumers (
+         name text PRIMARY KEY,
+         revision bigint NOT NULL,
+         record text
+     );
+     CREATE INDEX IF NOT EXISTS recast_consumers_by_revision ON recast_consumers (revision);",
 ];
 
 /// Why the schema could not be made ready.

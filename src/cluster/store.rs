@@ -397,6 +397,20 @@ impl RouteStore for ClusterStore {
         Box::pin(async { Ok(()) })
     }
 
+    fn put_consumer(&self, consumer: crate::callers::StoredConsumer) -> Pending<'_, ()> {
+        Box::pin(async move { Ok(self.database.put_consumer(&consumer).await?) })
+    }
+
+    fn delete_consumer(&self, name: String) -> Pending<'_, ()> {
+        Box::pin(async move {
+            if self.database.delete_consumer(&name).await? { Ok(()) } else { Err(StoreError::NotFound) }
+        })
+    }
+
+    fn consumers(&self) -> Pending<'_, Vec<crate::callers::StoredConsumer>> {
+        Box::pin(async move { Ok(self.database.live_consumers().await?) })
+    }
+
     fn health(&self) -> Option<StoreHealth> {
         let status = &self.database.status;
         Some(StoreHealth { up: status.is_up(), revision: status.revision(), lag: status.lag() })

@@ -31,6 +31,8 @@ pub enum Endpoint {
     Routes,
     /// `/v1/keys`, `/v1/keys/reseal`.
     Keys,
+    /// `/v1/consumers…`.
+    Consumers,
     Health,
     Metrics,
     OpenApi,
@@ -42,11 +44,12 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    const ALL: [Endpoint; 10] = [
+    const ALL: [Endpoint; 11] = [
         Endpoint::Preview,
         Endpoint::Mapping,
         Endpoint::Routes,
         Endpoint::Keys,
+        Endpoint::Consumers,
         Endpoint::Health,
         Endpoint::Metrics,
         Endpoint::OpenApi,
@@ -61,6 +64,7 @@ impl Endpoint {
             Endpoint::Mapping => "mapping",
             Endpoint::Routes => "routes",
             Endpoint::Keys => "keys",
+            Endpoint::Consumers => "consumers",
             Endpoint::Health => "health",
             Endpoint::Metrics => "metrics",
             Endpoint::OpenApi => "openapi",

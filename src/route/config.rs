@@ -69,6 +69,13 @@ pub struct RouteConfig {
     /// an update's that gives none, a *Try it*): a sample, sealed with the route and shown as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_request: Option<StoredSample>,
+    /// `callers` (SPEC §2.4): who may call the route; `None`: anyone, not said on purpose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callers: Option<crate::callers::CallersConfig>,
+    /// `caller` (SPEC §2.4): the `$caller` live calls are made as (JSON text of an object), a
+    /// sample kept like `sampleRequest`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
 }
 
 /// A route's `sampleRequest` as stored: the query of the caller's request and its body (JSON
@@ -128,6 +135,8 @@ impl RouteConfig {
             forward_headers: Vec::new(),
             templates: false,
             sample_request: None,
+            callers: None,
+            caller: None,
         }
     }
 }

@@ -52,6 +52,8 @@ pub struct Route {
     pub method: Method,
     pub rules: Result<Compiled, Vec<Problem>>,
     upstream: Result<Target, String>,
+    /// Who may call it (SPEC §2.4): `None` for an open route.
+    gate: Result<Option<Arc<crate::callers::Gate>>, String>,
     /// Answers to calls of this route by status (`GET /metrics`); an update hands them on to the
     /// route that replaces this one.
     pub statuses: Arc<StatusCounts>,
@@ -177,6 +179,9 @@ impl Route {
                 })
         };
         let method = config.method.parse().unwrap_or(Method::GET);
+        let gate = crate::callers::Gate::compile(config.callers.as_ref(), uuid)
+            .map(|gate| gate.map(Arc::new))
+            .map_err(|why| format!("its callers no longer compile: {why}"));
         Route {
             uuid,
             created_at,
@@ -185,6 +190,7 @@ impl Route {
             method,
             rules,
             upstream,
+            gate,
             statuses: Default::default(),
             stats: Default::default(),
             revision: 0,
@@ -221,8 +227,14 @@ impl Route {
                 problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; ")
             )),
             (_, Err(why)) => Some(why.clone()),
-            _ => None,
+            _ => self.gate.as_ref().err().cloned(),
         }
+    }
+
+    /// Who may call the route; `None` for an open route (or one whose callers do not compile,
+    /// which is [`Route::broken`]).
+    pub fn gate(&self) -> Option<&Arc<crate::callers::Gate>> {
+        self.gate.as_ref().ok().and_then(Option::as_ref)
     }
 
     /// The path clients call: `/v1/{uuid}/{path}`.

@@ -67,6 +67,12 @@ pub struct Registration {
     /// The caller's request the live calls are made as (SPEC §2.1); stored with the route.
     #[serde(default)]
     pub sample_request: Option<SampleRequest>,
+    /// Who may call the route (SPEC §2.4); checked by hand ([`crate::callers::config`]).
+    #[serde(default)]
+    pub callers: Option<serde_json::Value>,
+    /// A sample `$caller` for live calls (SPEC §2.4); stored with the route.
+    #[serde(default)]
+    pub caller: Option<serde_json::Value>,
 }
 
 /// `sampleRequest`: the query and the body of the caller's request a registration's live call
@@ -213,6 +219,8 @@ impl Registration {
             }
         };
         let forward_headers = super::sources::forward_headers(self.forward_headers.as_ref(), &mut problems);
+        let callers = crate::callers::config::callers(self.callers.as_ref(), &mut problems);
+        caller_sample(self.caller.as_ref(), &mut problems);
         let queries = original.queries.clone().unwrap_or_default();
         let pre_queries = self.pre_configured_queries.clone().unwrap_or_default();
         let body = json_text(original.body.as_deref());
@@ -241,6 +249,8 @@ impl Registration {
             forward_headers,
             templates: true,
             sample_request: None,
+            callers,
+            caller: None,
         };
         // Its request, compiled as every call's will be: one check for every route's upstream
         // (a place the checks above told of already is not told twice).
@@ -296,6 +306,8 @@ impl Registration {
             &mut problems,
         );
         let forward_headers = super::sources::forward_headers(self.forward_headers.as_ref(), &mut problems);
+        let callers = crate::callers::config::callers(self.callers.as_ref(), &mut problems);
+        caller_sample(self.caller.as_ref(), &mut problems);
         if problems.is_empty()
             && let Err(found) = Composition::compile(&sources, &forward_headers, uuid::Uuid::nil(), limits)
         {
@@ -310,7 +322,19 @@ impl Registration {
             cache,
             sources,
             forward_headers,
+            callers,
             ..RouteConfig::without_upstream(path, method, auth, self.rules_as_string.get().to_owned())
         })
+    }
+}
+
+/// `caller`: a sample `$caller`, an object (or `null`: none).
+fn caller_sample(given: Option<&serde_json::Value>, problems: &mut Vec<Problem>) {
+    match given {
+        None | Some(serde_json::Value::Null | serde_json::Value::Object(_)) => {}
+        Some(_) => problems.push(Problem::new(
+            "/caller",
+            "must be an object: the `$caller` live calls are made as, such as {\"kind\": \"jwt\", \"id\": \"u1\", \"claims\": {...}}",
+        )),
     }
 }

@@ -67,6 +67,8 @@ const REGISTRATION: Shape = Shape::Object(&[
     ("http2", Shape::Any, false),
     ("breaker", Shape::Any, false),
     ("sampleRequest", SAMPLE_REQUEST, false),
+    ("callers", Shape::Any, false),
+    ("caller", Shape::Any, false),
 ]);
 
 /// The body of a *Try it* (`POST /v1/routes/{uuid}/try`): a `sampleRequest` used once.
@@ -211,7 +213,7 @@ mod tests {
             found,
             [
                 "/authHeader/tokn: unknown member `tokn`; did you mean `token`? The known members are type, token, tokenUrl, clientId, clientSecret, scope, audience, clientAuth",
-                "/extra: unknown member `extra`; the known members are path, method, originalRoute, sources, forwardHeaders, preConfiguredQueries, preConfiguredHeaders, preConfiguredBody, authHeader, rulesAsString, cache, retry, rateLimit, tls, http2, breaker, sampleRequest",
+                "/extra: unknown member `extra`; the known members are path, method, originalRoute, sources, forwardHeaders, preConfiguredQueries, preConfiguredHeaders, preConfiguredBody, authHeader, rulesAsString, cache, retry, rateLimit, tls, http2, breaker, sampleRequest, callers, caller",
                 "/originalRoute/headers/a: must be a string, found a number",
                 "/originalRoute/originalAPI: unknown member `originalAPI`; did you mean `originalApi`? The known members are originalApi, path, method, headers, queries, body, authHeader",
                 "/originalRoute/path: must be a string, found a number",
@@ -232,7 +234,7 @@ mod tests {
         assert_eq!(
             problems(json!([])),
             [
-                "(document): must be an object (with path, method, originalRoute, sources, forwardHeaders, preConfiguredQueries, preConfiguredHeaders, preConfiguredBody, authHeader, rulesAsString, cache, retry, rateLimit, tls, http2, breaker, sampleRequest), found a list"
+                "(document): must be an object (with path, method, originalRoute, sources, forwardHeaders, preConfiguredQueries, preConfiguredHeaders, preConfiguredBody, authHeader, rulesAsString, cache, retry, rateLimit, tls, http2, breaker, sampleRequest, callers, caller), found a list"
             ]
         );
         assert_eq!(

@@ -322,7 +322,8 @@ const MAX_FORWARDED: usize = 64;
 /// `request.headers`. Credentials and cookies are not among them: `X-Mapped-Auth` goes only to
 /// `Runtime` sources, and the others are the caller's own.
 pub fn forward_headers(given: Option<&Value>, problems: &mut Vec<Problem>) -> Vec<String> {
-    const REFUSED: [&str; 5] = ["authorization", "x-mapped-auth", "cookie", "proxy-authorization", "host"];
+    const REFUSED: [&str; 6] =
+        ["authorization", "x-mapped-auth", "x-api-key", "cookie", "proxy-authorization", "host"];
     match given {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(names)) if names.len() > MAX_FORWARDED => {

@@ -50,6 +50,8 @@ pub(super) fn is_admin_path(segments: &[&str]) -> bool {
             | ["v1", "routes", _]
             | ["v1", "keys"]
             | ["v1", "keys", "reseal"]
+            | ["v1", "consumers"]
+            | ["v1", "consumers", _]
             | ["metrics"]
     )
 }

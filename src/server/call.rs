@@ -150,6 +150,17 @@ async fn forward(
     if *request.method != route.method {
         return Err(ApiError::MethodNotAllowed { allow: method_name(&route.method) });
     }
+    // Who calls (SPEC §2.4): before the cache, the body and any upstream call.
+    let _caller = match route.gate() {
+        Some(gate) => Some(
+            state
+                .door
+                .admit(gate, request.headers, request.query, state.client.nodes())
+                .await
+                .map_err(ApiError::Caller)?,
+        ),
+        None => None,
+    };
     // The upstream answers calls hold (RECAST_MAX_BUFFERED_BYTES): past the bound, no new call.
     if state.buffered.full() {
         return Err(ApiError::Buffered { limit: state.buffered.limit() });

@@ -9,10 +9,34 @@ use crate::route::{LockedRoute, Route};
 use crate::storage::{RawRecord, StorageError, Store};
 use crate::table::Entry;
 
+/// Puts every consumer `store` holds in the directory the request path reads (a cluster node's
+/// are its copy of the database's, which the consumer follower keeps up to date).
+fn load_consumers(state: &State, store: &Store) {
+    match store.consumers() {
+        Ok(consumers) => {
+            let count = consumers.len();
+            for consumer in consumers {
+                state.door.directory.put(consumer);
+            }
+            if count > 0 {
+                tracing::info!(
+                    consumers = count,
+                    keys = state.door.directory.key_count(),
+                    "consumers loaded"
+                );
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "the stored consumers could not be read; their keys are refused")
+        }
+    }
+}
+
 /// Loads and compiles every route `store` holds into the table, decoding and compiling on one thread
 /// per core while this one reads the store. A route that no longer compiles stays, and answers
 /// 503 with the reason; an unreadable record is logged.
 pub(super) fn load_routes(state: &State, store: &Store) {
+    load_consumers(state, store);
     /// Records handed to a decoding thread at a time.
     const BATCH: usize = 256;
     let limits = state.config.limits();

@@ -313,6 +313,11 @@ struct RouteView<'a> {
     /// The caller's request its live calls are made as: a sample, shown as given.
     #[serde(skip_serializing_if = "Option::is_none")]
     sample_request: Option<SampleView<'a>>,
+    /// Who may call the route (SPEC §2.4): `"open"` when nobody is named.
+    callers: CallersView<'a>,
+    /// The `$caller` its live calls are made as: a sample, shown as given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    caller: Option<Box<RawValue>>,
     created_at: u64,
     updated_at: u64,
     status: &'static str,
@@ -321,6 +326,14 @@ struct RouteView<'a> {
     /// Cluster mode: the revision of the database change this node holds the route at.
     #[serde(skip_serializing_if = "Option::is_none")]
     revision: Option<u64>,
+}
+
+/// A route's `callers` as shown: as given, or `"open"` for a route that names none.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum CallersView<'a> {
+    Given(&'a crate::callers::CallersConfig),
+    Open(&'static str),
 }
 
 #[derive(Serialize)]
@@ -553,6 +566,11 @@ impl<'a> RouteView<'a> {
                 }
                 None => None,
             },
+            callers: match &c.callers {
+                Some(callers) => CallersView::Given(callers),
+                None => CallersView::Open("open"),
+            },
+            caller: raw("caller", &c.caller)?,
             created_at: route.created_at,
             updated_at: route.updated_at,
             status: if problem.is_some() { "unavailable" } else { "ok" },

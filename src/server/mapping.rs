@@ -143,7 +143,7 @@ pub(super) async fn try_route(state: &State, request: Request, uuid: Uuid) -> Re
 
 /// A registration's, an update's or a try's body read as JSON; what is not is told in words and
 /// by place (the reader's only other refusal is depth).
-fn admin_json(body: &[u8]) -> Result<serde_json::Value, ApiError> {
+pub(super) fn admin_json(body: &[u8]) -> Result<serde_json::Value, ApiError> {
     serde_json::from_slice(body).map_err(|_| {
         let error = json::diagnose(body, REGISTRATION_DEPTH)
             .err()
@@ -229,6 +229,14 @@ fn validated(
             Some(given) => Some(given.stored()).filter(|sample| *sample != StoredSample::default()),
             None => stored.and_then(|stored| stored.sample_request.clone()),
         };
+        // `caller` (SPEC §2.4) likewise: `{}` or `null` clears it.
+        let caller = match &registration.caller {
+            Some(serde_json::Value::Object(members)) if !members.is_empty() => {
+                Some(serde_json::Value::Object(members.clone()).to_string())
+            }
+            Some(_) => None,
+            None => stored.and_then(|stored| stored.caller.clone()),
+        };
         // A mask that keeps nothing is told at its place; whatever validation says of the same
         // place (a `"***"` that is no PEM key) is not told twice.
         let masks = stored.map(|stored| registration.keep_secrets(stored)).unwrap_or_default();
@@ -244,6 +252,7 @@ fn validated(
             // What `GET` could not show back is refused: a view saved back would lose it.
             Ok(mut config) if masks.is_empty() => {
                 config.sample_request = sample;
+                config.caller = caller;
                 let unshowable = config.unshowable();
                 if unshowable.is_empty() {
                     let sample = config.sample_request.clone().unwrap_or_default();

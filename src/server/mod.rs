@@ -6,6 +6,7 @@ mod admission;
 mod call;
 mod compose;
 mod connection;
+mod consumers;
 mod fetched;
 mod keys;
 mod lane;
@@ -224,7 +225,9 @@ pub async fn run_with(
     if let Some(path) = &config.upstream_ca_file {
         tracing::info!(certificates = extra_roots.len(), file = %path.display(), "upstreams may also be certified by the authorities of RECAST_UPSTREAM_CA_FILE");
     }
+    let key_sets = Arc::new(crate::callers::key_sets::KeySets::new(client.clone(), tasks.clone()));
     let state = Arc::new_cyclic(|me| State {
+        door: Arc::new(crate::callers::Door::new(key_sets)),
         cache: Arc::new(AnswerCache::new(config.cache_bytes)),
         me: me.clone(),
         client,
@@ -299,6 +302,15 @@ pub async fn run_with(
             {
                 tracing::error!("recast stays not ready: loading the stored routes failed");
                 return None;
+            }
+            // Cluster mode: consumers follow the database; the node waits for their first
+            // reading (or its failure: then it serves the copy it kept) before it serves.
+            if let Some(database) = &database {
+                let (first, read) = tokio::sync::oneshot::channel();
+                let following = sync::follow_consumers(state.clone(), database.clone(), local.clone(), first);
+                state.tasks.spawn_on(&runtime, PanicSite::Follower, following);
+                let wait = Duration::from_millis(state.config.database_timeout_ms);
+                drop(tokio::time::timeout(wait, read).await);
             }
             // A new cluster node (no snapshot) serves once the follower has loaded the database's
             // routes, and merges its table files once it has written them all into its store.

@@ -2,6 +2,7 @@
 //! RFC 9457 `application/problem+json` body (SPEC §4). Handlers return [`ApiError`]; they never
 //! pick a status for an error themselves.
 
+use crate::callers::Refusal;
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use http_body_util::Full;
@@ -53,6 +54,9 @@ pub const SLUGS: [&str; crate::metrics::ERROR_KINDS] = [
     "internal-error",
     "bad-request",
     "template-failed",
+    "caller-unauthenticated",
+    "caller-forbidden",
+    "caller-rate-limited",
 ];
 
 /// Everything that can go wrong while answering a request, by where it came from.
@@ -92,6 +96,8 @@ pub enum ApiError {
     AuthRequired,
     /// An admin endpoint called without the admin token (SPEC §6).
     AdminTokenRequired,
+    /// A route's caller did not pass its `callers` (SPEC §2.4).
+    Caller(crate::callers::Refusal),
 
     // From the upstream.
     /// A route call's upstream failed (`validating: false`), or a registration's live call did.
@@ -295,6 +301,11 @@ impl ApiError {
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::AuthRequired | ApiError::AdminTokenRequired => StatusCode::UNAUTHORIZED,
+            ApiError::Caller(refusal) => match refusal {
+                Refusal::Unauthenticated { .. } => StatusCode::UNAUTHORIZED,
+                Refusal::Forbidden(_) => StatusCode::FORBIDDEN,
+                Refusal::Limited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            },
             ApiError::Upstream { failure, validating } => match failure {
                 // A registration names an upstream the policy refuses: the client's mistake.
                 UpstreamFailure::NotAllowed(_) if *validating => StatusCode::BAD_REQUEST,
@@ -339,6 +350,11 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method-not-allowed",
             ApiError::AuthRequired => "auth-required",
             ApiError::AdminTokenRequired => "admin-token-required",
+            ApiError::Caller(refusal) => match refusal {
+                Refusal::Unauthenticated { .. } => "caller-unauthenticated",
+                Refusal::Forbidden(_) => "caller-forbidden",
+                Refusal::Limited { .. } => "caller-rate-limited",
+            },
             ApiError::Overloaded | ApiError::CompilersBusy { .. } | ApiError::Buffered { .. } => "overloaded",
             ApiError::CompileTooLong { .. } => "invalid-request",
             ApiError::Upstream { failure, validating } => match failure {
@@ -396,6 +412,11 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "Method not allowed",
             ApiError::AuthRequired => "This route needs X-Mapped-Auth",
             ApiError::AdminTokenRequired => "This endpoint needs the admin token",
+            ApiError::Caller(refusal) => match refusal {
+                Refusal::Unauthenticated { .. } => "This route needs a valid API key or token",
+                Refusal::Forbidden(_) => "This caller may not call this route",
+                Refusal::Limited { .. } => "This caller made as many calls as the route allows for now",
+            },
             ApiError::Overloaded => "recast is at its limit of requests in flight",
             ApiError::CompilersBusy { .. } => "recast is compiling as much as it may at once",
             ApiError::CompileTooLong { .. } => "What the request sent takes too long to compile",
@@ -473,6 +494,12 @@ impl ApiError {
             ApiError::BodyTimeout => "the whole body must arrive within RECAST_HEADER_TIMEOUT_MS".to_owned(),
             ApiError::NotFound => "no endpoint or route at this path".to_owned(),
             ApiError::MethodNotAllowed { allow } => format!("this path answers {allow}"),
+            ApiError::Caller(refusal) => match refusal {
+                Refusal::Unauthenticated { why, .. } | Refusal::Forbidden(why) => why.clone(),
+                Refusal::Limited { requests, per_seconds, .. } => {
+                    format!("the route allows each caller {requests} calls per {per_seconds} s")
+                }
+            },
             ApiError::AuthRequired => {
                 "the route was registered with X-Mapped-Auth only, so every call must bring one; no call was made"
                     .to_owned()
@@ -633,11 +660,44 @@ impl ApiError {
                     HeaderValue::from_static("Bearer realm=\"recast admin\""),
                 );
             }
+            // RFC 6750 §3: `error="invalid_token"` when a credential was given.
+            ApiError::Caller(Refusal::Unauthenticated { given, .. }) => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(if *given {
+                        "Bearer realm=\"recast\", error=\"invalid_token\""
+                    } else {
+                        "Bearer realm=\"recast\""
+                    }),
+                );
+            }
+            ApiError::Caller(Refusal::Forbidden(_)) => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"recast\", error=\"insufficient_scope\""),
+                );
+            }
+            // RFC 9110's Retry-After, and the RateLimit fields of draft-ietf-httpapi-ratelimit-headers.
+            ApiError::Caller(Refusal::Limited { retry_after, requests, per_seconds }) => {
+                let seconds = (retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0)).max(1);
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+                if let Ok(value) = HeaderValue::try_from(format!("\"callers\";q={requests};w={per_seconds}"))
+                {
+                    headers.insert(RATELIMIT_POLICY, value);
+                }
+                if let Ok(value) = HeaderValue::try_from(format!("\"callers\";r=0;t={seconds}")) {
+                    headers.insert(RATELIMIT, value);
+                }
+            }
             _ => {}
         }
         response
     }
 }
+
+/// The RateLimit fields (draft-ietf-httpapi-ratelimit-headers).
+const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");
+const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
 
 /// Writes `[{"location": ..., "message": ...}, ...]`.
 pub fn write_problems(out: &mut Vec<u8>, problems: &[Problem]) {
@@ -736,6 +796,13 @@ mod tests {
             ApiError::MethodNotAllowed { allow: "GET" },
             ApiError::AuthRequired,
             ApiError::AdminTokenRequired,
+            ApiError::Caller(Refusal::Unauthenticated { given: false, why: String::new() }),
+            ApiError::Caller(Refusal::Forbidden(String::new())),
+            ApiError::Caller(Refusal::Limited {
+                retry_after: std::time::Duration::from_millis(1500),
+                requests: 1,
+                per_seconds: 1,
+            }),
             ApiError::Starting,
             ApiError::Overloaded,
             ApiError::Buffered { limit: 1 },

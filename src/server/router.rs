@@ -15,8 +15,8 @@ use uuid::Uuid;
 
 use super::reply::{json, timing};
 use super::{
-    ApiError, Lifecycle, REQUEST_ID, Request, Response, SERVER_TIMING, State, admission, call, keys,
-    management, mapping, playground, preview, traced,
+    ApiError, Lifecycle, REQUEST_ID, Request, Response, SERVER_TIMING, State, admission, call, consumers,
+    keys, management, mapping, playground, preview, traced,
 };
 use crate::config::RouteLabel;
 use crate::logging::logged;
@@ -127,6 +127,7 @@ pub(super) fn endpoint(segments: &[&str]) -> Endpoint {
         ["v1", "mapping"] => Endpoint::Mapping,
         ["v1", "routes"] | ["v1", "routes", _] => Endpoint::Routes,
         ["v1", "keys"] | ["v1", "keys", "reseal"] => Endpoint::Keys,
+        ["v1", "consumers"] | ["v1", "consumers", _] => Endpoint::Consumers,
         ["v1", _, _] => Endpoint::Call,
         ["healthz" | "readyz"] => Endpoint::Health,
         ["metrics"] => Endpoint::Metrics,
@@ -189,6 +190,9 @@ async fn dispatch(state: &State, request: Request, segments: &[&str]) -> Result<
         (_, ["v1", "keys"]) => Err(ApiError::MethodNotAllowed { allow: "GET" }),
         (&Method::POST, ["v1", "keys", "reseal"]) => keys::reseal(state, request.uri().query()).await,
         (_, ["v1", "keys", "reseal"]) => Err(ApiError::MethodNotAllowed { allow: "POST" }),
+        (_, ["v1", "consumers"]) | (_, ["v1", "consumers", _]) => {
+            consumers::handle(state, request, segments.get(2).copied()).await
+        }
         (_, ["v1", id, rest]) => {
             let (parts, body) = request.into_parts();
             let request = call::RouteCall {
@@ -255,7 +259,7 @@ fn metrics(state: &State) -> Response {
         all
     });
     let merged = all.as_ref().filter(|all| !all.is_empty()).map(|all| (ALL_ROUTES.to_owned(), all));
-    let text = state.metrics.render(
+    let mut text = state.metrics.render(
         gauges,
         called.iter().map(|(uuid, counts)| (uuid.to_string(), &**counts)).chain(merged),
         crate::metrics::OutboundCounts {
@@ -267,6 +271,7 @@ fn metrics(state: &State) -> Response {
             spans: state.tracer.recorder().map(|recorder| &recorder.counts),
         },
     );
+    state.door.render_metrics(&mut text);
     let mut response = http::Response::new(Full::new(Bytes::from(text)));
     response
         .headers_mut()

@@ -79,6 +79,9 @@ pub struct State {
     pub(super) compilers: Arc<tokio::sync::Semaphore>,
     /// How requests are sampled, and where their spans go.
     pub(super) tracer: crate::telemetry::Tracer,
+    /// What every route's callers are checked against (SPEC §2.4): consumers and their keys,
+    /// issuers' key sets, tokens verified, callers' counts.
+    pub(super) door: Arc<crate::callers::Door>,
 }
 
 impl State {

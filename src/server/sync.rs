@@ -427,6 +427,55 @@ impl Membership {
     }
 }
 
+/// Cluster mode: keeps this node's consumers as the database holds them (SPEC §2.4). Every
+/// `RECAST_SYNC_INTERVAL_MS` it reads the changes after the last one it applied and puts each in
+/// the directory and in the node's own store (so a restart while the database is away keeps
+/// them); the first reading, from nothing, sees every consumer and every deletion. `first` is
+/// told once the first reading is applied, or failed.
+pub(super) async fn follow_consumers(
+    state: Arc<State>,
+    database: Arc<Database>,
+    local: Arc<Store>,
+    first: tokio::sync::oneshot::Sender<()>,
+) {
+    let interval = Duration::from_millis(state.config.sync_interval_ms);
+    let mut after = 0i64;
+    let mut first = Some(first);
+    while state.lifecycle() != Lifecycle::Stopped {
+        loop {
+            match database.consumer_changes(after).await {
+                Ok(changes) if changes.is_empty() => break,
+                Ok(changes) => {
+                    for change in changes {
+                        let kept = match &change.consumer {
+                            Some(consumer) => {
+                                state.door.directory.put(consumer.clone());
+                                local.put_consumer(consumer)
+                            }
+                            None => {
+                                state.door.directory.remove(&change.name);
+                                local.delete_consumer(&change.name).map(|_| ())
+                            }
+                        };
+                        if let Err(e) = kept {
+                            tracing::warn!(error = %e, consumer = %change.name, "a consumer's change could not be kept in this node's store");
+                        }
+                        after = change.revision;
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "the consumers could not be read; trying again");
+                    break;
+                }
+            }
+        }
+        if let Some(first) = first.take() {
+            first.send(()).ok();
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

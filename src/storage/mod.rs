@@ -35,6 +35,16 @@ use crate::secrets::{Keyring, Secret};
 /// Present while clear copies of version 1 records may remain in the files: the store is
 /// compacted at start until it is gone.
 const COMPACT_PENDING: &[u8] = b"m";
+/// `u`, then a consumer's name: the consumer (SPEC §2.4) as JSON; its keys are digests.
+const CONSUMER: u8 = b'u';
+
+fn consumer_key(name: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + name.len());
+    key.push(CONSUMER);
+    key.extend_from_slice(name.as_bytes());
+    key
+}
+
 /// `v`, then a revision: the last revision the store gave a change (the highest such key; the
 /// one before is removed with each change).
 const REVISION: u8 = b'v';
@@ -451,6 +461,43 @@ impl Store {
     /// Whether any route is stored.
     pub fn has_routes(&self) -> Result<bool, StorageError> {
         self.all_records().next().transpose().map(|first| first.is_some()).map_err(io)
+    }
+
+    /// Stores a consumer (its metadata and its keys' digests) in place of what was stored of
+    /// it, durably.
+    pub fn put_consumer(&self, consumer: &crate::callers::StoredConsumer) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        let value = serde_json::to_vec(consumer).map_err(|e| StorageError::Io(e.to_string()))?;
+        batch.put(consumer_key(&consumer.name), value);
+        self.write(batch)
+    }
+
+    /// Removes a consumer, durably; whether there was one.
+    pub fn delete_consumer(&self, name: &str) -> Result<bool, StorageError> {
+        let key = consumer_key(name);
+        if self.db.get_pinned(&key).map_err(io)?.is_none() {
+            return Ok(false);
+        }
+        let mut batch = WriteBatch::default();
+        batch.delete(key);
+        self.write(batch)?;
+        Ok(true)
+    }
+
+    /// Every stored consumer, by name.
+    pub fn consumers(&self) -> Result<Vec<crate::callers::StoredConsumer>, StorageError> {
+        let mut consumers = Vec::new();
+        let entries = self
+            .db
+            .iterator(IteratorMode::From(&[CONSUMER], Direction::Forward))
+            .take_while(|entry| entry.as_ref().map_or(true, |(key, _)| key.first() == Some(&CONSUMER)));
+        for entry in entries {
+            let (key, value) = entry.map_err(io)?;
+            let consumer = serde_json::from_slice(&value)
+                .map_err(|e| StorageError::Corrupt { key: hex::encode(&key), why: e.to_string() })?;
+            consumers.push(consumer);
+        }
+        Ok(consumers)
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {

@@ -29,7 +29,7 @@ const WHO: &str = r#"{"newBodyFields":{"client":{"key":"client","type":"String"}
 
 /// `tests/oauth`, when its parts are installed; else `None`, after saying the test did not run
 /// (and failing when `scripts/test.sh` installed them, which means they must be there).
-fn oauth_parts() -> Option<PathBuf> {
+pub(crate) fn oauth_parts() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("oauth");
     let node = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
     let why = if !node {
@@ -49,25 +49,30 @@ fn oauth_parts() -> Option<PathBuf> {
     None
 }
 
-/// One of the two Node.js servers, stopped (its whole process group) when dropped.
-struct Node {
+/// One of the Node.js servers, stopped (its whole process group) when dropped.
+pub(crate) struct Node {
     port: u16,
     _group: Group,
 }
 
 impl Node {
     async fn start(dir: &Path, args: Vec<String>) -> Node {
+        Node::run(dir, "server.mjs", args).await
+    }
+
+    /// Runs `node SCRIPT ARGS...` in `dir`, which prints `{"port": N}` once it listens.
+    pub(crate) async fn run(dir: &Path, script: &'static str, args: Vec<String>) -> Node {
         let dir = dir.to_owned();
         tokio::task::spawn_blocking(move || {
             let mut command = Command::new("node");
-            command.current_dir(&dir).arg("server.mjs").args(&args).stdout(Stdio::piped());
+            command.current_dir(&dir).arg(script).args(&args).stdout(Stdio::piped());
             let mut group = Group::spawn_logged(&mut command, "the token endpoint (node)", Kept::Stderr)
                 .expect("node runs");
             let stdout = group.child().stdout.take().expect("piped stdout");
             let mut line = String::new();
             BufReader::new(stdout).read_line(&mut line).expect("node's first line");
             let listening: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
-                panic!("`node server.mjs {}` did not start ({e}): {line:?}", args.join(" "))
+                panic!("`node {script} {}` did not start ({e}): {line:?}", args.join(" "))
             });
             let port = listening["port"].as_u64().expect("a port") as u16;
             Node { port, _group: group }
@@ -76,15 +81,15 @@ impl Node {
         .unwrap()
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
-    async fn counts(&self) -> Value {
+    pub(crate) async fn counts(&self) -> Value {
         serde_json::from_slice(&get(&self.url("/test/counts")).await.body).expect("counts as JSON")
     }
 
-    async fn count(&self, name: &str) -> u64 {
+    pub(crate) async fn count(&self, name: &str) -> u64 {
         self.counts().await[name].as_u64().unwrap_or_else(|| panic!("no count `{name}`"))
     }
 

@@ -306,6 +306,75 @@ async fn every_operation_answers_as_the_description_says() {
         spec.check("/v1/keys/reseal", &Method::POST, &answer);
     }
 
+    // Consumers and their keys: each operation's example, and its refusals.
+    let consumer = spec.example("/v1/consumers", &Method::POST, "app").to_string();
+    for expected in [201, 409] {
+        let answer = send(Method::POST, &url("/v1/consumers"), &[], consumer.clone()).await;
+        assert_eq!(answer.status, expected, "{:?}", answer.body);
+        spec.check("/v1/consumers", &Method::POST, &answer);
+    }
+    let answer = send(Method::POST, &url("/v1/consumers"), &[], r#"{"name":"a b"}"#).await;
+    answer.assert_problem(400, "invalid-request");
+    spec.check("/v1/consumers", &Method::POST, &answer);
+    for (query, expected) in [("", 200), ("?limit=1", 200), ("?limit=0", 400)] {
+        let answer = send(Method::GET, &url(&format!("/v1/consumers{query}")), &[], "").await;
+        assert_eq!(answer.status, expected, "{query}");
+        spec.check("/v1/consumers", &Method::GET, &answer);
+    }
+    let change = spec.example("/v1/consumers/{name}", &Method::PUT, "app").to_string();
+    for (method, name, body, expected) in [
+        (Method::GET, "mobile-app", String::new(), 200),
+        (Method::GET, "nobody", String::new(), 404),
+        (Method::PUT, "mobile-app", change.clone(), 200),
+        (Method::PUT, "mobile-app", r#"{"name":"other"}"#.to_owned(), 400),
+        (Method::PUT, "nobody", change.clone(), 404),
+    ] {
+        let answer = send(method.clone(), &url(&format!("/v1/consumers/{name}")), &[], body).await;
+        assert_eq!(answer.status, expected, "{method} {name}");
+        spec.check("/v1/consumers/{name}", &method, &answer);
+    }
+    let expiring = spec.example("/v1/consumers/{name}/keys", &Method::POST, "expiring").to_string();
+    let answer = send(Method::POST, &url("/v1/consumers/mobile-app/keys"), &[], expiring.clone()).await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    spec.check("/v1/consumers/{name}/keys", &Method::POST, &answer);
+    let issued = value(&answer);
+    let key_id = issued["id"].as_str().expect("an id").to_owned();
+    for (name, body, expected) in [("mobile-app", r#"{"expiresAt":1}"#, 400), ("nobody", "", 404)] {
+        let answer = send(Method::POST, &url(&format!("/v1/consumers/{name}/keys")), &[], body).await;
+        assert_eq!(answer.status, expected, "{name}");
+        spec.check("/v1/consumers/{name}/keys", &Method::POST, &answer);
+    }
+    for (name, expected) in [("mobile-app", 200), ("nobody", 404)] {
+        let answer = send(Method::GET, &url(&format!("/v1/consumers/{name}/keys")), &[], "").await;
+        assert_eq!(answer.status, expected, "{name}");
+        spec.check("/v1/consumers/{name}/keys", &Method::GET, &answer);
+    }
+    // A route that names the consumer, called without its key and with it.
+    let mut protected = registration.clone();
+    protected["path"] = Value::String("protected".into());
+    protected["callers"] = serde_json::json!({"consumers": ["mobile-app"]});
+    let answer = send(Method::POST, &url("/v1/mapping"), &[], protected.to_string()).await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    let protected_call = value(&answer)["path"].as_str().expect("a path").to_owned();
+    let answer = send(Method::GET, &url(&protected_call), &[], "").await;
+    answer.assert_problem(401, "caller-unauthenticated");
+    spec.check(template, &Method::GET, &answer);
+    let key = issued["key"].as_str().expect("a key").to_owned();
+    let answer = send(Method::GET, &url(&protected_call), &[("x-api-key", &key)], "").await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    spec.check(template, &Method::GET, &answer);
+    for expected in [204, 404] {
+        let answer =
+            send(Method::DELETE, &url(&format!("/v1/consumers/mobile-app/keys/{key_id}")), &[], "").await;
+        assert_eq!(answer.status, expected);
+        spec.check("/v1/consumers/{name}/keys/{id}", &Method::DELETE, &answer);
+    }
+    for expected in [204, 404] {
+        let answer = send(Method::DELETE, &url("/v1/consumers/mobile-app"), &[], "").await;
+        assert_eq!(answer.status, expected);
+        spec.check("/v1/consumers/{name}", &Method::DELETE, &answer);
+    }
+
     // Purging the route's cached answers, then an unknown route's.
     let purge = format!("{route}/cache");
     for (path, expected) in
@@ -324,7 +393,11 @@ async fn every_operation_answers_as_the_description_says() {
     }
 
     spec.check_unlisted_methods(&service, |template| {
-        template.replace("{uuid}", &uuid).replace("{path}", "meals/random")
+        template
+            .replace("{uuid}", &uuid)
+            .replace("{path}", "meals/random")
+            .replace("{name}", "x")
+            .replace("{id}", "y")
     })
     .await;
     service.stop().await;
@@ -339,7 +412,11 @@ async fn every_operation_answers_as_the_description_says() {
     let mut secured = 0;
     for (template, name) in spec.operations() {
         let method = Method::from_bytes(name.to_ascii_uppercase().as_bytes()).expect("a method");
-        let path = template.replace("{uuid}", &uuid).replace("{path}", "meals/random");
+        let path = template
+            .replace("{uuid}", &uuid)
+            .replace("{path}", "meals/random")
+            .replace("{name}", "x")
+            .replace("{id}", "y");
         let answer = send(method.clone(), &guarded.url(&path), &[], "{}").await;
         if spec.doc["paths"][&template][&name].get("security").is_some() {
             answer.assert_problem(401, "admin-token-required");
@@ -350,8 +427,8 @@ async fn every_operation_answers_as_the_description_says() {
         }
     }
     assert_eq!(
-        secured, 11,
-        "mapping, routes (list, get, put, delete, purge, stats, try), keys, reseal and metrics"
+        secured, 19,
+        "mapping, routes (list, get, put, delete, purge, stats, try), keys, reseal, metrics, consumers (list, create, get, put, delete) and their keys (list, issue, revoke)"
     );
     guarded.stop().await;
 

@@ -1,0 +1,259 @@
+//! Consumers and their API keys (SPEC §2.4): the record the store keeps of each consumer, and the
+//! [`Directory`] the request path reads, in memory. A key is 256 random bits shown once
+//! (`rk_` and its base64url text); only its SHA-256 digest is kept, and a call's key is found by
+//! its digest in one map. A change touches the entries of the one consumer it changes, never
+//! the whole map.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
+
+use super::caller::{Caller, CallerKind};
+use crate::hex;
+
+/// What a key's text starts with.
+pub const KEY_PREFIX: &str = "rk_";
+/// The characters of a key shown in listings after it was issued (`rk_` and the first eight of
+/// its 43): enough to tell keys apart, 48 of its 256 bits.
+const SHOWN: usize = KEY_PREFIX.len() + 8;
+/// The length of a key's text.
+pub const KEY_LEN: usize = KEY_PREFIX.len() + 43;
+/// Most keys one consumer holds at once.
+pub const MAX_KEYS: usize = 16;
+/// The largest metadata of a consumer, as JSON text.
+pub const MAX_METADATA: usize = 4096;
+
+/// A consumer as stored: its name, metadata and keys (their digests).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredConsumer {
+    pub name: String,
+    #[serde(default)]
+    pub metadata: serde_json::Value,
+    pub created_at: u64,
+    pub updated_at: u64,
+    #[serde(default)]
+    pub keys: Vec<StoredKey>,
+}
+
+/// A key as stored: never the key, only its digest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredKey {
+    pub id: String,
+    /// The first characters of the key, to tell it apart in a listing.
+    pub prefix: String,
+    /// SHA-256 of the key's text, as hex.
+    pub digest: String,
+    pub created_at: u64,
+    /// Milliseconds since the epoch after which the key is refused; `None`: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
+}
+
+/// A key just made: its text, shown once, and what is stored of it.
+pub struct IssuedKey {
+    pub key: String,
+    pub stored: StoredKey,
+}
+
+/// Makes a new key: 256 bits from the system's random source.
+pub fn issue(now_ms: u64, expires_at: Option<u64>) -> IssuedKey {
+    use ring::rand::SecureRandom as _;
+    let random = ring::rand::SystemRandom::new();
+    let mut bits = [0u8; 32];
+    let mut id = [0u8; 8];
+    random.fill(&mut bits).expect("the system's random source failed");
+    random.fill(&mut id).expect("the system's random source failed");
+    let key = format!("{KEY_PREFIX}{}", URL_SAFE_NO_PAD.encode(bits));
+    let stored = StoredKey {
+        id: hex::encode(&id),
+        prefix: key[..SHOWN].to_owned(),
+        digest: hex::encode(&digest(key.as_bytes())),
+        created_at: now_ms,
+        expires_at,
+    };
+    IssuedKey { key, stored }
+}
+
+/// SHA-256 of a key's text.
+pub fn digest(key: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, key).as_ref());
+    out
+}
+
+/// Whether `text` has a key's form: `rk_` and 43 base64url characters.
+pub fn looks_like_key(text: &[u8]) -> bool {
+    text.len() == KEY_LEN
+        && text.starts_with(KEY_PREFIX.as_bytes())
+        && text[KEY_PREFIX.len()..].iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+}
+
+/// A key the directory knows: whose it is, until when, and when it was last used.
+pub struct KeyEntry {
+    pub id: String,
+    pub caller: Arc<Caller>,
+    pub expires_at: Option<u64>,
+    /// Milliseconds since the epoch of its last use on this node (0: never); written at most
+    /// once a second, so calls with one key do not all write one cache line.
+    pub last_used: AtomicU64,
+}
+
+impl KeyEntry {
+    pub fn used(&self, now_ms: u64) {
+        if now_ms.saturating_sub(self.last_used.load(Ordering::Relaxed)) >= 1000 {
+            self.last_used.store(now_ms, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Every consumer and key, in memory: what a call's key is checked against.
+#[derive(Default)]
+pub struct Directory {
+    /// Keys by the digest of their text.
+    keys: DashMap<[u8; 32], Arc<KeyEntry>>,
+    /// Consumers by name, as stored.
+    consumers: DashMap<String, Arc<StoredConsumer>>,
+}
+
+impl Directory {
+    /// The key whose text is `key`, if a consumer holds it (expired or not: the caller decides).
+    pub fn find(&self, key: &[u8]) -> Option<Arc<KeyEntry>> {
+        self.keys.get(&digest(key)).map(|entry| entry.value().clone())
+    }
+
+    /// Puts `consumer` in place of what the directory held of it: its keys' entries are added,
+    /// replaced or removed, and no other consumer's are touched. A key's last use is kept.
+    pub fn put(&self, consumer: StoredConsumer) {
+        let caller = Arc::new(Caller::of_consumer(&consumer.name, &consumer.metadata));
+        let old = self.consumers.insert(consumer.name.clone(), Arc::new(consumer.clone()));
+        for key in &consumer.keys {
+            let Some(digest) = parse_digest(&key.digest) else { continue };
+            let last_used = self.keys.get(&digest).map_or(0, |entry| entry.last_used.load(Ordering::Relaxed));
+            self.keys.insert(
+                digest,
+                Arc::new(KeyEntry {
+                    id: key.id.clone(),
+                    caller: caller.clone(),
+                    expires_at: key.expires_at,
+                    last_used: AtomicU64::new(last_used),
+                }),
+            );
+        }
+        if let Some(old) = old {
+            for key in old.keys.iter().filter(|k| !consumer.keys.iter().any(|new| new.digest == k.digest)) {
+                if let Some(digest) = parse_digest(&key.digest) {
+                    self.keys.remove(&digest);
+                }
+            }
+        }
+    }
+
+    /// Forgets a consumer and every key it held.
+    pub fn remove(&self, name: &str) {
+        if let Some((_, old)) = self.consumers.remove(name) {
+            for key in &old.keys {
+                if let Some(digest) = parse_digest(&key.digest) {
+                    self.keys.remove(&digest);
+                }
+            }
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<StoredConsumer>> {
+        self.consumers.get(name).map(|c| c.value().clone())
+    }
+
+    /// The last use on this node of the key with the digest `digest` (hex), if it was used.
+    pub fn last_used(&self, digest: &str) -> Option<u64> {
+        let digest = parse_digest(digest)?;
+        let used = self.keys.get(&digest)?.last_used.load(Ordering::Relaxed);
+        (used > 0).then_some(used)
+    }
+
+    /// Every consumer, by name.
+    pub fn all(&self) -> Vec<Arc<StoredConsumer>> {
+        let mut all: Vec<_> = self.consumers.iter().map(|c| c.value().clone()).collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// How many keys it holds.
+    pub fn key_count(&self) -> usize {
+        self.keys.len()
+    }
+}
+
+fn parse_digest(text: &str) -> Option<[u8; 32]> {
+    let bytes = hex::decode(text)?;
+    bytes.try_into().ok()
+}
+
+impl Caller {
+    /// The caller a consumer's key makes.
+    pub fn of_consumer(name: &str, metadata: &serde_json::Value) -> Caller {
+        Caller::new(
+            CallerKind::Key,
+            name.to_owned(),
+            None,
+            Some(name.to_owned()),
+            Some(metadata.clone()).filter(|m| !m.is_null()),
+            None,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn consumer(name: &str, keys: Vec<StoredKey>) -> StoredConsumer {
+        StoredConsumer {
+            name: name.into(),
+            metadata: serde_json::json!({"tier": "gold"}),
+            created_at: 1,
+            updated_at: 1,
+            keys,
+        }
+    }
+
+    #[test]
+    fn a_key_is_found_by_its_digest_and_only_its_digest_is_kept() {
+        let issued = issue(5, None);
+        assert!(looks_like_key(issued.key.as_bytes()), "{}", issued.key);
+        assert_eq!(issued.stored.prefix, issued.key[..11]);
+        let stored = serde_json::to_string(&issued.stored).unwrap();
+        assert!(!stored.contains(&issued.key[3..]), "{stored}");
+        let directory = Directory::default();
+        directory.put(consumer("app", vec![issued.stored.clone()]));
+        let found = directory.find(issued.key.as_bytes()).expect("found");
+        assert_eq!(found.caller.consumer.as_deref(), Some("app"));
+        assert_eq!(found.id, issued.stored.id);
+        let mut other = issued.key.clone().into_bytes();
+        other[20] ^= 1;
+        assert!(directory.find(&other).is_none());
+    }
+
+    #[test]
+    fn a_change_replaces_one_consumer_s_keys_and_keeps_their_last_use() {
+        let (a, b, c) = (issue(1, None), issue(1, None), issue(1, None));
+        let directory = Directory::default();
+        directory.put(consumer("one", vec![a.stored.clone(), b.stored.clone()]));
+        directory.put(consumer("two", vec![c.stored.clone()]));
+        directory.find(a.key.as_bytes()).unwrap().used(5000);
+        // `b` revoked.
+        directory.put(consumer("one", vec![a.stored.clone()]));
+        assert!(directory.find(b.key.as_bytes()).is_none());
+        assert_eq!(directory.find(a.key.as_bytes()).unwrap().last_used.load(Ordering::Relaxed), 5000);
+        assert!(directory.find(c.key.as_bytes()).is_some());
+        directory.remove("one");
+        assert!(directory.find(a.key.as_bytes()).is_none());
+        assert!(directory.find(c.key.as_bytes()).is_some());
+        assert_eq!(directory.key_count(), 1);
+    }
+}

@@ -1,0 +1,253 @@
+//! Who may call a route (SPEC §2.4), in-process: consumers and their keys through the admin API,
+//! a route's `callers` checked before anything else of a call, and what a caller's credential
+//! never reaches.
+
+use http::Method;
+use recast::config::Config;
+use recast::secrets::Secret;
+
+use crate::support::{Answer, Json, Reply, Service, Upstream, config, send};
+
+const ADMIN: &str = "admin-7c1e";
+const MEALS: &str = r#"{"meals":[{"idMeal":"7","strMeal":"Soup"}]}"#;
+const RULES: &str = r#"{"newBodyFields":{"id":{"key":"id","type":"Int"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]}}}"#;
+
+fn admin_config() -> Config {
+    Config { admin_token: Some(Secret::new(ADMIN)), ..config() }
+}
+
+async fn admin(service: &Service, method: Method, path: &str, body: &str) -> Answer {
+    let bearer = format!("Bearer {ADMIN}");
+    send(
+        method,
+        &service.url(path),
+        &[("authorization", &bearer), ("content-type", "application/json")],
+        body.to_owned(),
+    )
+    .await
+}
+
+fn registration(base: &str, callers: &str) -> String {
+    format!(
+        r#"{{"path":"meal","originalRoute":{{"originalApi":{{"baseUrl":"{base}"}},"path":"meal"}},"callers":{callers},"rulesAsString":{RULES}}}"#
+    )
+}
+
+/// Registers a route; its public path.
+async fn register(service: &Service, body: &str) -> String {
+    let answer = admin(service, Method::POST, "/v1/mapping", body).await;
+    assert_eq!(answer.status, 201, "{}", String::from_utf8_lossy(&answer.body));
+    answer.json().get("path").and_then(Json::as_str).expect("path").to_owned()
+}
+
+/// Creates a consumer and issues it a key; the key.
+async fn consumer_with_key(service: &Service, name: &str) -> (String, String) {
+    let created = admin(
+        service,
+        Method::POST,
+        "/v1/consumers",
+        &format!(r#"{{"name":"{name}","metadata":{{"tier":"gold"}}}}"#),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", String::from_utf8_lossy(&created.body));
+    let issued = admin(service, Method::POST, &format!("/v1/consumers/{name}/keys"), "").await;
+    assert_eq!(issued.status, 201, "{}", String::from_utf8_lossy(&issued.body));
+    assert_eq!(issued.header("cache-control"), Some("no-store"));
+    let issued = issued.json();
+    let key = issued.get("key").and_then(Json::as_str).expect("key").to_owned();
+    let id = issued.get("id").and_then(Json::as_str).expect("id").to_owned();
+    assert!(key.starts_with("rk_") && key.len() == 46, "{key}");
+    (key, id)
+}
+
+async fn call(service: &Service, path: &str, headers: &[(&str, &str)]) -> Answer {
+    send(Method::GET, &service.url(path), headers, "").await
+}
+
+#[tokio::test]
+async fn keys_are_checked_at_the_door_and_never_reach_the_upstream() {
+    let upstream = Upstream::start(|_| Reply::json(MEALS)).await;
+    let dir = tempfile::TempDir::new().unwrap();
+    let service = Service::start_in(admin_config(), dir.path()).await;
+    let path = register(&service, &registration(&upstream.url(""), r#"{"consumers":["mobile-*"]}"#)).await;
+    let (key, id) = consumer_with_key(&service, "mobile-app").await;
+    let (other, _) = consumer_with_key(&service, "web").await;
+
+    // No credential: 401, with the challenge of RFC 6750 and no error code.
+    let answer = call(&service, &path, &[]).await;
+    answer.assert_problem(401, "caller-unauthenticated");
+    assert_eq!(answer.header("www-authenticate"), Some(r#"Bearer realm="recast""#));
+    // A key nobody holds: 401, invalid_token.
+    let wrong = format!("rk_{}", "A".repeat(43));
+    let answer = call(&service, &path, &[("x-api-key", &wrong)]).await;
+    answer.assert_problem(401, "caller-unauthenticated");
+    assert_eq!(answer.header("www-authenticate"), Some(r#"Bearer realm="recast", error="invalid_token""#));
+    // The key, as X-Api-Key and as a bearer token.
+    let answer = call(&service, &path, &[("x-api-key", &key)]).await;
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    assert_eq!(answer.json().to_string(), r#"{"id":7}"#);
+    let bearer = format!("Bearer {key}");
+    assert_eq!(call(&service, &path, &[("authorization", &bearer)]).await.status, 200);
+    // A consumer the route does not name: 403.
+    let problem =
+        call(&service, &path, &[("x-api-key", &other)]).await.assert_problem(403, "caller-forbidden");
+    assert!(!problem.to_string().contains(&other[3..]), "{problem}");
+    // In the URL, even beside a valid header: refused, never read.
+    let answer =
+        send(Method::GET, &service.url(&format!("{path}?api_key={key}")), &[("x-api-key", &key)], "").await;
+    let problem = answer.assert_problem(401, "caller-unauthenticated");
+    assert!(!problem.to_string().contains(&key[3..]), "{problem}");
+    // Only the registration's live call and the two good calls went upstream, and neither call
+    // carried the caller's credential.
+    let received = upstream.received();
+    assert_eq!(received.len(), 3);
+    for request in &received {
+        assert!(request.headers.get("authorization").is_none() && request.headers.get("x-api-key").is_none());
+        assert!(!format!("{:?}", request.headers).contains(&key[3..]));
+    }
+    // The listing shows prefixes and the last use, never the key.
+    let listed = admin(&service, Method::GET, "/v1/consumers/mobile-app/keys", "").await;
+    assert_eq!(listed.status, 200);
+    let text = String::from_utf8_lossy(&listed.body).into_owned();
+    assert!(
+        !text.contains(&key[3..]) && text.contains(&key[..11]) && text.contains("\"lastUsedAt\":1"),
+        "{text}"
+    );
+    let shown =
+        admin(&service, Method::GET, &format!("/v1/routes/{}", path.split('/').nth(2).unwrap()), "").await;
+    assert!(String::from_utf8_lossy(&shown.body).contains(r#""callers":{"consumers":["mobile-*"]}"#));
+
+    // A restart keeps consumers and keys.
+    service.stop().await;
+    let service = Service::start_in(admin_config(), dir.path()).await;
+    assert_eq!(call(&service, &path, &[("x-api-key", &key)]).await.status, 200);
+    // Revoked: refused at once.
+    let revoked = admin(&service, Method::DELETE, &format!("/v1/consumers/mobile-app/keys/{id}"), "").await;
+    assert_eq!(revoked.status, 204);
+    call(&service, &path, &[("x-api-key", &key)]).await.assert_problem(401, "caller-unauthenticated");
+    // Deleted with its consumer: refused, and gone after a restart too.
+    let (again, _) = {
+        let issued = admin(
+            &service,
+            Method::POST,
+            "/v1/consumers/mobile-app/keys",
+            r#"{"expiresAt":"2999-01-01T00:00:00Z"}"#,
+        )
+        .await;
+        assert_eq!(issued.status, 201, "{}", String::from_utf8_lossy(&issued.body));
+        (issued.json().get("key").and_then(Json::as_str).unwrap().to_owned(), ())
+    };
+    assert_eq!(call(&service, &path, &[("x-api-key", &again)]).await.status, 200);
+    assert_eq!(admin(&service, Method::DELETE, "/v1/consumers/mobile-app", "").await.status, 204);
+    call(&service, &path, &[("x-api-key", &again)]).await.assert_problem(401, "caller-unauthenticated");
+    service.stop().await;
+    let service = Service::start_in(admin_config(), dir.path()).await;
+    call(&service, &path, &[("x-api-key", &again)]).await.assert_problem(401, "caller-unauthenticated");
+    assert_eq!(admin(&service, Method::GET, "/v1/consumers/mobile-app", "").await.status, 404);
+    // The data directory holds no key, only digests.
+    service.stop().await;
+    for entry in walk(dir.path()) {
+        let bytes = std::fs::read(&entry).unwrap_or_default();
+        for secret in [&key, &other, &again] {
+            assert!(!contains(&bytes, &secret.as_bytes()[3..]), "{} holds a key", entry.display());
+        }
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() { files.extend(walk(&path)) } else { files.push(path) }
+    }
+    files
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|window| window == needle)
+}
+
+#[tokio::test]
+async fn consumers_are_managed_behind_the_admin_token() {
+    let service = Service::start(admin_config()).await;
+    let open = send(Method::GET, &service.url("/v1/consumers"), &[], "").await;
+    open.assert_problem(401, "admin-token-required");
+    assert_eq!(admin(&service, Method::POST, "/v1/consumers", r#"{"name":"a b"}"#).await.status, 400);
+    assert_eq!(admin(&service, Method::POST, "/v1/consumers", r#"{"nme":"x"}"#).await.status, 400);
+    assert_eq!(
+        admin(&service, Method::POST, "/v1/consumers", r#"{"name":"x","metadata":{"plan":"pro"}}"#)
+            .await
+            .status,
+        201
+    );
+    assert_eq!(admin(&service, Method::POST, "/v1/consumers", r#"{"name":"x"}"#).await.status, 409);
+    let changed = admin(&service, Method::PUT, "/v1/consumers/x", r#"{"metadata":{"plan":"max"}}"#).await;
+    assert_eq!(changed.status, 200);
+    assert!(changed.json().to_string().contains(r#""metadata":{"plan":"max"}"#));
+    for name in ["y", "z"] {
+        assert_eq!(
+            admin(&service, Method::POST, "/v1/consumers", &format!(r#"{{"name":"{name}"}}"#)).await.status,
+            201
+        );
+    }
+    let page = admin(&service, Method::GET, "/v1/consumers?limit=2", "").await.json();
+    assert_eq!(page.get("next").and_then(Json::as_str), Some("y"));
+    let rest = admin(&service, Method::GET, "/v1/consumers?limit=2&cursor=y", "").await.json();
+    assert!(rest.to_string().contains(r#""name":"z""#) && rest.get("next").is_none(), "{rest}");
+    let past = admin(&service, Method::POST, "/v1/consumers/x/keys", r#"{"expiresAt":1000}"#).await;
+    past.assert_problem(400, "invalid-request");
+    assert_eq!(admin(&service, Method::POST, "/v1/consumers/nobody/keys", "").await.status, 404);
+    assert_eq!(admin(&service, Method::DELETE, "/v1/consumers/x/keys/0000", "").await.status, 404);
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_registration_s_callers_are_checked_where_they_stand() {
+    let upstream = Upstream::start(|_| Reply::json(MEALS)).await;
+    let service = Service::start(admin_config()).await;
+    let body = registration(
+        &upstream.url(""),
+        r#"{"consumers":["ok","no way"],"jwt":[{"issuer":"https://id.example.com/","algorithms":["HS256"]}],"limit":{"requests":0,"perSecond":1}}"#,
+    );
+    let answer = admin(&service, Method::POST, "/v1/mapping", &body).await;
+    let problem = answer.assert_problem(400, "invalid-request");
+    let text = problem.to_string();
+    for expected in [
+        "/callers/consumers/1",
+        "/callers/jwt/0/audiences",
+        "/callers/jwt/0/algorithms/0",
+        "/callers/limit/perSecond",
+        "/callers/limit/requests",
+    ] {
+        assert!(text.contains(expected), "{expected} in {text}");
+    }
+    assert!(upstream.received().is_empty());
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn each_caller_is_held_to_the_limit_and_told_when_to_come_back() {
+    let upstream = Upstream::start(|_| Reply::json(MEALS)).await;
+    let service = Service::start(admin_config()).await;
+    let path = register(
+        &service,
+        &registration(&upstream.url(""), r#"{"consumers":["*"],"limit":{"requests":3,"perSeconds":60}}"#),
+    )
+    .await;
+    let (a, _) = consumer_with_key(&service, "a").await;
+    let (b, _) = consumer_with_key(&service, "b").await;
+    for _ in 0..3 {
+        assert_eq!(call(&service, &path, &[("x-api-key", &a)]).await.status, 200);
+    }
+    let answer = call(&service, &path, &[("x-api-key", &a)]).await;
+    answer.assert_problem(429, "caller-rate-limited");
+    let retry: u64 = answer.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=20).contains(&retry), "{retry}");
+    assert_eq!(answer.header("ratelimit-policy"), Some(r#""callers";q=3;w=60"#));
+    assert_eq!(answer.header("ratelimit"), Some(format!(r#""callers";r=0;t={retry}"#).as_str()));
+    // Another caller is not held by the first one's count.
+    assert_eq!(call(&service, &path, &[("x-api-key", &b)]).await.status, 200);
+    // The registration's live call, and the four calls let through.
+    assert_eq!(upstream.received().len(), 5);
+    service.stop().await;
+}
