@@ -65,7 +65,13 @@ fn main() {
                 |doc| {
                     let scratch = Scratch::new(1 << 20, 1 << 20);
                     let arena = scratch.arena();
-                    let context = Context { doc, item: None, arena: &arena, explain: false };
+                    let context = Context {
+                        doc,
+                        item: None,
+                        caller: recast::expr::Val::Null,
+                        arena: &arena,
+                        explain: false,
+                    };
                     black_box(c.request(&context, &CallerParts::default()).unwrap())
                 },
             )

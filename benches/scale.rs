@@ -100,6 +100,7 @@ fn main() {
         query: Some("c=Seafood&page=2"),
         headers: Some(&headers),
         body: Default::default(),
+        caller: None,
     };
     group.bench_function("upstream_request", |b| {
         b.iter(|| route.upstream_request(black_box(&client)).expect("a request"))

@@ -191,7 +191,7 @@ pub fn preview(rules: &Path, input: &Path, traced: bool, limits: &Limits) -> Out
         );
     }
     let mapped = json::with_parsed(&mut input_text, limits.max_depth, |nodes| {
-        let mut out = preview_output(compiled, nodes, 0, traced)?;
+        let mut out = preview_output(compiled, nodes, 0, None, traced)?;
         out.push(b'\n');
         Ok(out)
     });

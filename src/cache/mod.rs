@@ -68,6 +68,20 @@ impl Key {
     pub fn new(route: &Route, request: &UpstreamRequest) -> Key {
         Key { route: route.uuid, serial: route.serial, request: request.digest() }
     }
+
+    /// [`Key::new`] for a route whose answers depend on who calls (its rules or templates read
+    /// `$caller`, SPEC §2.4): the caller's identity (its `kind`, `issuer` and `id`) is part of
+    /// the key, so one caller's answer is never another's.
+    pub fn for_caller(route: &Route, request: &UpstreamRequest, identity: Option<&[u8; 32]>) -> Key {
+        let mut key = Key::new(route, request);
+        if let Some(identity) = identity {
+            let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+            context.update(&key.request);
+            context.update(identity);
+            key.request.copy_from_slice(context.finish().as_ref());
+        }
+        key
+    }
 }
 
 /// A cached answer.

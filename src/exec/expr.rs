@@ -3,14 +3,15 @@
 //! gives.
 
 use super::coerce::{self, coerce};
-use crate::expr::{Arena, Doc as View, EvalError, Kind, Number, Program, Val, evaluate};
+use crate::expr::{Arena, Doc as View, EvalError, Kind, Number, Program, Val, evaluate_with};
 use crate::json::{Doc, Node, Nodes, StaticNode};
 use crate::plan::Type;
 
-/// What one call's expressions share: `$`, and the arena their values are built in.
+/// What one call's expressions share: `$`, the arena their values are built in, and `$caller`.
 pub(crate) struct Context<'v> {
     pub top: Val<'v>,
     pub arena: &'v Arena<'v>,
+    pub caller: Val<'v>,
 }
 
 /// Runs `program` with `cur` as `@`.
@@ -20,7 +21,7 @@ pub(crate) fn run<'v>(
     context: &Context<'v>,
     cur: Val<'v>,
 ) -> Result<Val<'v>, EvalError> {
-    evaluate(program, nodes, context.top, cur, context.arena)
+    evaluate_with(program, nodes, context.top, cur, context.arena, &[context.caller])
 }
 
 /// Writes `v` as a target of type `ty` would have it (SPEC §1.3–1.5, as a value read by one key);

@@ -12,9 +12,9 @@ use std::cell::RefCell;
 
 use bumpalo::Bump;
 
-pub use trace::{TRACE_ELEMENTS, Trace, TraceEntry, execute_traced};
+pub use trace::{TRACE_ELEMENTS, Trace, TraceEntry, execute_traced, execute_traced_as};
 
-use crate::expr::{Arena, Budget, EvalError, EvalErrorKind, Kind, Val};
+use crate::expr::{Arena, Budget, Const, EvalError, EvalErrorKind, Kind, Val};
 use crate::json::{self, Doc, Node, Nodes, write};
 use crate::plan::Type;
 use crate::plan::{Each, Input, KeyTable, Limit, Member, Op, Plan, Read, SlotId, Span};
@@ -25,8 +25,21 @@ const MISSING: usize = usize::MAX;
 
 /// Maps the document `nodes` (rooted at `root`) by `plan`, appending the output JSON to `out`.
 pub fn execute(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut Vec<u8>) -> Outcome {
+    execute_as(plan, nodes, root, None, out)
+}
+
+/// [`execute`] for a call of `caller` (`$caller` in the rules' expressions, SPEC §2.4; `null`
+/// when `None`).
+pub fn execute_as(
+    plan: &Plan,
+    nodes: &Doc<'_, '_>,
+    root: usize,
+    caller: Option<&Const>,
+    out: &mut Vec<u8>,
+) -> Outcome {
     with_arena(|arena| {
         let mut scratch = Scratch::new(arena, plan);
+        scratch.caller = caller;
         document(plan, nodes, root, &mut scratch, out, &mut Silent);
         scratch.outcome
     })
@@ -42,10 +55,23 @@ pub fn map_text(
     max_depth: usize,
     out: &mut Vec<u8>,
 ) -> Result<Outcome, json::JsonError> {
+    map_text_as(plan, input, max_depth, None, out)
+}
+
+/// [`map_text`] for a call of `caller` ([`execute_as`]).
+pub fn map_text_as(
+    plan: &Plan,
+    input: &mut Vec<u8>,
+    max_depth: usize,
+    caller: Option<&Const>,
+    out: &mut Vec<u8>,
+) -> Result<Outcome, json::JsonError> {
     match &plan.wants {
-        Some(wants) if wants.fills_slots() => map_rows(plan, wants, input, max_depth, out),
-        Some(wants) => json::ondemand::with_read(input, wants, max_depth, |doc| execute(plan, doc, 0, out)),
-        None => json::with_parsed(input, max_depth, |doc| execute(plan, doc, 0, out)),
+        Some(wants) if wants.fills_slots() => map_rows(plan, wants, input, max_depth, caller, out),
+        Some(wants) => {
+            json::ondemand::with_read(input, wants, max_depth, |doc| execute_as(plan, doc, 0, caller, out))
+        }
+        None => json::with_parsed(input, max_depth, |doc| execute_as(plan, doc, 0, caller, out)),
     }
 }
 
@@ -59,11 +85,13 @@ fn map_rows(
     wants: &json::ondemand::Wants,
     input: &mut Vec<u8>,
     max_depth: usize,
+    caller: Option<&Const>,
     out: &mut Vec<u8>,
 ) -> Result<Outcome, json::JsonError> {
     with_arena(|bump| {
         let start = out.len();
         let mut scratch = Scratch::new(bump, plan);
+        scratch.caller = caller;
         let budget = Budget::new(plan.bounds.built_bytes, plan.bounds.steps);
         let arena = Arena::new(bump, &budget);
         scratch.answer_end = start.saturating_add(plan.bounds.answer_bytes);
@@ -83,7 +111,8 @@ fn map_rows(
             }
             rows += 1;
             let tape: &Nodes<'_> = doc;
-            let context = expr::Context { top: Val::from_tape(tape, 0), arena: &arena };
+            let context =
+                expr::Context { top: Val::from_tape(tape, 0), arena: &arena, caller: scratch.caller() };
             let row = Some(Row { slots, steps });
             let cur = Val::from_tape(tape, root);
             if !each {
@@ -158,6 +187,8 @@ pub(crate) struct Scratch<'a> {
     /// [`WRITTEN_BY_KEYS`] bytes as targets write (an expression's value is paid for by its
     /// own charge).
     paid_until: usize,
+    /// `$caller` (SPEC §2.4); `None`: `null`.
+    pub(crate) caller: Option<&'a Const>,
 }
 
 /// Bytes per step of the output written past the document's own length by targets that read
@@ -219,7 +250,13 @@ impl<'a> Scratch<'a> {
             outcome: Outcome::default(),
             answer_end: usize::MAX,
             paid_until: usize::MAX,
+            caller: None,
         }
+    }
+
+    /// `$caller` as expressions read it.
+    fn caller(&self) -> Val<'a> {
+        self.caller.map_or(Val::Null, Val::from_const)
     }
 
     /// Makes the shape memory, for a list whose elements will be mapped one after another.
@@ -283,7 +320,7 @@ pub(crate) fn document<O: Observer>(
     let bump: &Bump = scratch.arena;
     let budget = Budget::new(plan.bounds.built_bytes, plan.bounds.steps);
     let arena = Arena::new(bump, &budget);
-    let context = expr::Context { top: Val::from_tape(tape, root), arena: &arena };
+    let context = expr::Context { top: Val::from_tape(tape, root), arena: &arena, caller: scratch.caller() };
     scratch.answer_end = out.len().saturating_add(plan.bounds.answer_bytes);
     scratch.paid_until = out.len().saturating_add(nodes.backing().text_len());
     mapped(plan, nodes, root, &context, scratch, out, observer);
@@ -404,7 +441,8 @@ fn each_expression<O: Observer>(
         ) else {
             return;
         };
-        let context = expr::Context { top: Val::from_tape(tape, top), arena: context.arena };
+        let context =
+            expr::Context { top: Val::from_tape(tape, top), arena: context.arena, caller: context.caller };
         let items = json::elements(tape, list).into_iter().flatten().map(|i| (i, Val::from_tape(tape, i)));
         elements_of(plan, again, items, &context, scratch, out, observer);
     });

@@ -106,6 +106,17 @@ impl Trace {
 
 /// Like [`execute`](super::execute), and also returns a [`Trace`].
 pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut Vec<u8>) -> Trace {
+    execute_traced_as(plan, nodes, root, None, out)
+}
+
+/// [`execute_traced`] for a call of `caller` ([`execute_as`](super::execute_as)).
+pub fn execute_traced_as(
+    plan: &Plan,
+    nodes: &Doc<'_, '_>,
+    root: usize,
+    caller: Option<&crate::expr::Const>,
+    out: &mut Vec<u8>,
+) -> Trace {
     let bounds = plan.bounds();
     let mut tracer = Tracer {
         plan,
@@ -151,6 +162,7 @@ pub fn execute_traced(plan: &Plan, nodes: &Doc<'_, '_>, root: usize, out: &mut V
     }
     let mut outcome = with_arena(|arena| {
         let mut scratch = Scratch::new(arena, plan);
+        scratch.caller = caller;
         document(plan, nodes, root, &mut scratch, out, &mut tracer);
         scratch.outcome
     });

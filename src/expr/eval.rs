@@ -87,15 +87,28 @@ pub fn evaluate_bound<'v>(
     arena: &'v Arena<'v>,
     bound: &[Val<'v>],
 ) -> Result<Val<'v>> {
+    evaluate_with(program, nodes, current, current, arena, bound)
+}
+
+/// [`evaluate`] with `root` as `$` and the values of the variables bound outside the
+/// expression, in their order (those past the program's own are not set).
+pub fn evaluate_with<'v>(
+    program: &'v Program,
+    nodes: &'v Nodes<'v>,
+    root: Val<'v>,
+    current: Val<'v>,
+    arena: &'v Arena<'v>,
+    bound: &[Val<'v>],
+) -> Result<Val<'v>> {
     let mut evaluator = Evaluator {
         program,
         doc: Doc { nodes },
-        root: current,
+        root,
         arena,
-        vars: vec![Val::Null; program.vars],
+        vars: smallvec::smallvec![Val::Null; program.vars],
         original: false,
     };
-    for (slot, value) in evaluator.vars.iter_mut().zip(bound) {
+    for (slot, value) in evaluator.vars.iter_mut().zip(bound).take(program.bound) {
         *slot = *value;
     }
     let top = (program.steps.len() - 1) as StepId;
@@ -125,8 +138,14 @@ fn run<'v>(
     arena: &'v Arena<'v>,
     original: bool,
 ) -> Result<Val<'v>> {
-    let mut evaluator =
-        Evaluator { program, doc: Doc { nodes }, root, arena, vars: vec![Val::Null; program.vars], original };
+    let mut evaluator = Evaluator {
+        program,
+        doc: Doc { nodes },
+        root,
+        arena,
+        vars: smallvec::smallvec![Val::Null; program.vars],
+        original,
+    };
     let top = (program.steps.len() - 1) as StepId;
     evaluator.eval(top, current)
 }
@@ -136,7 +155,9 @@ pub(crate) struct Evaluator<'v> {
     pub(crate) doc: Doc<'v>,
     root: Val<'v>,
     pub(crate) arena: &'v Arena<'v>,
-    vars: Vec<Val<'v>>,
+    /// The variables' values: those bound outside, then each `let` binding's (most programs
+    /// have a few, kept without an allocation).
+    vars: smallvec::SmallVec<[Val<'v>; 4]>,
     /// The original specification's evaluation of `null` (see `evaluate_original`).
     original: bool,
 }

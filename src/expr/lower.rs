@@ -28,6 +28,7 @@ pub fn lower_bound(
             consts: Vec::new(),
             natives: Vec::new(),
             vars: bound.len(),
+            bound: bound.len(),
             source: source.into(),
         },
         scope: bound.iter().enumerate().map(|(slot, name)| (Box::from(*name), slot as u32)).collect(),

@@ -17,7 +17,7 @@ mod value;
 
 #[cfg(feature = "fuzzing")]
 pub use eval::evaluate_original;
-pub use eval::{EvalError, EvalErrorKind, evaluate, evaluate_bound};
+pub use eval::{EvalError, EvalErrorKind, evaluate, evaluate_bound, evaluate_with};
 pub(crate) use reads::Seg;
 pub use value::{
     Arena, Budget, Built, Const, Doc, Kind, Number, OverBudget, Val, cost, steps_of_bytes, steps_of_writing,
@@ -41,6 +41,9 @@ pub struct Program {
     pub(crate) natives: Vec<Native>,
     /// Number of variable slots (one per `let` binding).
     pub(crate) vars: usize,
+    /// How many of the first slots are variables bound outside the expression (`$caller`,
+    /// `$item`), which the caller fills ([`evaluate_with`]).
+    pub(crate) bound: usize,
     /// The text it was compiled from.
     pub(crate) source: Box<str>,
 }

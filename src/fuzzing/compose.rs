@@ -144,7 +144,8 @@ pub fn compose_render(data: &[u8]) -> Reached {
     let rendered = json::with_parsed(&mut context, 64, |doc| {
         let scratch = Scratch::new(1 << 20, 1 << 20);
         let arena = scratch.arena();
-        let context = Context { doc, item: None, arena: &arena, explain: false };
+        let context =
+            Context { doc, item: None, caller: crate::expr::Val::Null, arena: &arena, explain: false };
         source.request(&context, &CallerParts::default())
     })
     .expect("the context is JSON");

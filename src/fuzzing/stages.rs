@@ -156,7 +156,12 @@ pub fn upstream_url(data: &[u8]) -> Reached {
         panic!("a validated route is broken: {why}");
     }
     let headers = HeaderMap::new();
-    let client = FromClient { query: Some(&case.client_query), headers: Some(&headers), body: Bytes::new() };
+    let client = FromClient {
+        query: Some(&case.client_query),
+        headers: Some(&headers),
+        body: Bytes::new(),
+        caller: None,
+    };
     let request = match route.upstream_request(&client) {
         Ok(request) => request,
         Err(e) => panic!("a validated route ({base:?}, {path:?}) cannot build its request: {e:?}"),

@@ -349,7 +349,7 @@ mod tests {
             let scratch = Scratch::new(1 << 20, 1 << 20);
             let arena = scratch.arena();
             let item = View { nodes: doc }.field(Val::from_tape(doc, 0), "__item");
-            let context = Context { doc, item: Some(item), arena: &arena, explain: false };
+            let context = Context { doc, item: Some(item), caller: Val::Null, arena: &arena, explain: false };
             source.request(&context, &CallerParts::default())
         })
         .unwrap()
@@ -385,7 +385,7 @@ mod tests {
             with_parts(&["request", "a"], &parts, wants, 64, |doc| {
                 let scratch = Scratch::new(1 << 20, 1 << 20);
                 let arena = scratch.arena();
-                let context = Context { doc, item: None, arena: &arena, explain: false };
+                let context = Context { doc, item: None, caller: Val::Null, arena: &arena, explain: false };
                 assert_eq!(b.wanted(&context), Ok(true));
                 let request = b.request(&context, &CallerParts::default()).unwrap();
                 (

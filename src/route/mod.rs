@@ -54,6 +54,9 @@ pub struct Route {
     upstream: Result<Target, String>,
     /// Who may call it (SPEC §2.4): `None` for an open route.
     gate: Result<Option<Arc<crate::callers::Gate>>, String>,
+    /// Whether its rules or templates may read `$caller` (its configuration names it anywhere):
+    /// its cached answers are then kept per caller.
+    reads_caller: bool,
     /// Answers to calls of this route by status (`GET /metrics`); an update hands them on to the
     /// route that replaces this one.
     pub statuses: Arc<StatusCounts>,
@@ -182,6 +185,7 @@ impl Route {
         let gate = crate::callers::Gate::compile(config.callers.as_ref(), uuid)
             .map(|gate| gate.map(Arc::new))
             .map_err(|why| format!("its callers no longer compile: {why}"));
+        let reads_caller = serde_json::to_string(&config).map_or(true, |text| text.contains("$caller"));
         Route {
             uuid,
             created_at,
@@ -191,6 +195,7 @@ impl Route {
             rules,
             upstream,
             gate,
+            reads_caller,
             statuses: Default::default(),
             stats: Default::default(),
             revision: 0,
@@ -229,6 +234,17 @@ impl Route {
             (_, Err(why)) => Some(why.clone()),
             _ => self.gate.as_ref().err().cloned(),
         }
+    }
+
+    /// Whether its answers may depend on who calls (it reads `$caller`).
+    pub fn reads_caller(&self) -> bool {
+        self.reads_caller
+    }
+
+    /// The `$caller` its live calls are made as (`caller`, a sample), if it has one.
+    pub fn sample_caller(&self) -> Option<crate::callers::Caller> {
+        let given: serde_json::Value = serde_json::from_str(self.config.caller.as_deref()?).ok()?;
+        crate::callers::Caller::sample(&given)
     }
 
     /// Who may call the route; `None` for an open route (or one whose callers do not compile,

@@ -70,9 +70,9 @@ pub struct Registration {
     /// Who may call the route (SPEC §2.4); checked by hand ([`crate::callers::config`]).
     #[serde(default)]
     pub callers: Option<serde_json::Value>,
-    /// A sample `$caller` for live calls (SPEC §2.4); stored with the route.
+    /// A sample `$caller` for live calls (SPEC §2.4); stored with the route as given.
     #[serde(default)]
-    pub caller: Option<serde_json::Value>,
+    pub caller: Option<Box<RawValue>>,
 }
 
 /// `sampleRequest`: the query and the body of the caller's request a registration's live call
@@ -220,7 +220,7 @@ impl Registration {
         };
         let forward_headers = super::sources::forward_headers(self.forward_headers.as_ref(), &mut problems);
         let callers = crate::callers::config::callers(self.callers.as_ref(), &mut problems);
-        caller_sample(self.caller.as_ref(), &mut problems);
+        caller_sample(self.caller.as_deref(), &mut problems);
         let queries = original.queries.clone().unwrap_or_default();
         let pre_queries = self.pre_configured_queries.clone().unwrap_or_default();
         let body = json_text(original.body.as_deref());
@@ -307,7 +307,7 @@ impl Registration {
         );
         let forward_headers = super::sources::forward_headers(self.forward_headers.as_ref(), &mut problems);
         let callers = crate::callers::config::callers(self.callers.as_ref(), &mut problems);
-        caller_sample(self.caller.as_ref(), &mut problems);
+        caller_sample(self.caller.as_deref(), &mut problems);
         if problems.is_empty()
             && let Err(found) = Composition::compile(&sources, &forward_headers, uuid::Uuid::nil(), limits)
         {
@@ -329,9 +329,9 @@ impl Registration {
 }
 
 /// `caller`: a sample `$caller`, an object (or `null`: none).
-fn caller_sample(given: Option<&serde_json::Value>, problems: &mut Vec<Problem>) {
-    match given {
-        None | Some(serde_json::Value::Null | serde_json::Value::Object(_)) => {}
+fn caller_sample(given: Option<&RawValue>, problems: &mut Vec<Problem>) {
+    match given.map(|raw| serde_json::from_str::<serde_json::Value>(raw.get())) {
+        None | Some(Ok(serde_json::Value::Null | serde_json::Value::Object(_))) => {}
         Some(_) => problems.push(Problem::new(
             "/caller",
             "must be an object: the `$caller` live calls are made as, such as {\"kind\": \"jwt\", \"id\": \"u1\", \"claims\": {...}}",

@@ -410,7 +410,7 @@ impl Compiler<'_> {
 
     /// Compiles the expression `text` at `location` (`when`, `forEach`).
     pub fn expression(&mut self, text: &str, location: String, item: bool) -> Option<Expression> {
-        let bound: &[&str] = if item { &[super::template::ITEM] } else { &[] };
+        let bound = super::template::bound(item);
         match expr::compile_bound(text, self.max_depth, self.patterns, bound) {
             Ok(program) => {
                 let only_request = self.check_names(&program, &location);

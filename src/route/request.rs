@@ -35,6 +35,8 @@ pub struct FromClient<'a> {
     pub query: Option<&'a str>,
     pub headers: Option<&'a HeaderMap>,
     pub body: Bytes,
+    /// `$caller` (SPEC §2.4), for templates that read it; `None`: `null`.
+    pub caller: Option<&'a crate::expr::Const>,
 }
 
 /// Why a call cannot be sent.
@@ -187,7 +189,8 @@ impl Single {
         json::with_parsed(&mut text, self.max_depth, |doc| {
             let scratch = Scratch::new(self.max_expr_bytes, self.max_mapping_steps);
             let arena = scratch.arena();
-            let context = Context { doc, item: None, arena: &arena, explain: false };
+            let who = client.caller.map_or(crate::expr::Val::Null, crate::expr::Val::from_const);
+            let context = Context { doc, item: None, caller: who, arena: &arena, explain: false };
             self.request.render(Some(&context), caller)
         })
         .map_err(|e| CallError::Template { location: "(request)".to_owned(), why: e.to_string() })

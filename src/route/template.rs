@@ -34,8 +34,15 @@ pub struct TemplateError {
 /// How many `}}` one template's expression may hold before the one that ends it.
 const MAX_CLOSINGS: usize = 8;
 
-/// The names an expression over the context may bind: `$item`, in a `forEach` source.
+/// The names an expression over the context may bind: `$caller` (SPEC §2.4), always, and
+/// `$item`, in a `forEach` source.
+pub const CALLER: &str = "caller";
 pub const ITEM: &str = "item";
+
+/// The variables bound outside an expression over the context, in their slots' order.
+pub fn bound(item: bool) -> &'static [&'static str] {
+    if item { &[CALLER, ITEM] } else { &[CALLER] }
+}
 
 impl Template {
     /// Compiles `text`. `item` says whether `$item` is bound (a `forEach` source's templates).
@@ -45,7 +52,7 @@ impl Template {
         max_depth: usize,
         patterns: &mut Patterns,
     ) -> Result<Template, TemplateError> {
-        let bound: &[&str] = if item { &[ITEM] } else { &[] };
+        let bound = bound(item);
         let mut pieces = Vec::new();
         let mut literal = String::new();
         let mut rest = text;
@@ -270,6 +277,8 @@ fn article(kind: &str) -> &'static str {
 pub struct Context<'d, 'a> {
     pub doc: &'d Doc<'d, 'a>,
     pub item: Option<Val<'d>>,
+    /// `$caller`: `null` on an open route.
+    pub caller: Val<'d>,
     pub arena: &'d Arena<'d>,
     /// An admin's live call (a registration's, an update's, a *Try it*): a value that is null
     /// because a member its expression reads is missing says which, with the closest name the
@@ -284,7 +293,7 @@ impl<'d, 'a> Context<'d, 'a> {
         let nodes: &'d [simd_json::Node<'d>] = self.doc;
         let root = Val::from_tape(nodes, 0);
         // A program compiled without `$item` has no slot for it: the value is not set.
-        let bound = [self.item.unwrap_or(Val::Null)];
+        let bound = [self.caller, self.item.unwrap_or(Val::Null)];
         expr::evaluate_bound(program, nodes, root, self.arena, &bound)
             .map_err(|e: EvalError| RenderError::Failed(safe_message(&e)))
     }
@@ -320,9 +329,9 @@ impl<'d, 'a> Context<'d, 'a> {
         for (start, names) in program.read_paths(READ_PATHS) {
             let (mut at, mut shown) = match start {
                 expr::Start::Context => (0, String::new()),
-                // `$item` takes the first slot ([`Template::compile`]); a `let` variable is not
-                // looked along.
-                expr::Start::Var(0) => match self.item {
+                // `$item` takes the second slot ([`bound`]); `$caller` and a `let` variable are
+                // not looked along.
+                expr::Start::Var(1) if self.item.is_some() => match self.item {
                     Some(Val::TapeObject(i) | Val::TapeList(i)) => (i, "$item".to_owned()),
                     _ => continue,
                 },
@@ -459,7 +468,7 @@ mod tests {
             let scratch = Scratch::new(1 << 20, 1 << 20);
             let arena = scratch.arena();
             let item = View { nodes: doc }.field(Val::from_tape(doc, 0), "__item");
-            let context = Context { doc, item: Some(item), arena: &arena, explain: true };
+            let context = Context { doc, item: Some(item), caller: Val::Null, arena: &arena, explain: true };
             let mut out = String::new();
             template.render(&context, encode, &mut out).map(|()| out)
         })

@@ -227,8 +227,12 @@ fn the_digest_of_a_request_tells_apart_every_part_a_caller_supplies() {
                 HeaderValue::from_str(value).unwrap(),
             );
         }
-        let client =
-            FromClient { query: Some(query), headers: Some(&map), body: Bytes::from_static(body.as_bytes()) };
+        let client = FromClient {
+            query: Some(query),
+            headers: Some(&map),
+            body: Bytes::from_static(body.as_bytes()),
+            caller: None,
+        };
         route.upstream_request(&client).expect("a request").digest()
     };
     let reference = digest("q=1", &base, r#"{"user":"alice"}"#);
@@ -296,6 +300,7 @@ fn templates_of_a_single_route_render_over_the_request_and_an_older_route_keeps_
         query: Some("id=a/b%20c"),
         headers: Some(&headers),
         body: Bytes::from_static(br#"{"name":"Ada"}"#),
+        caller: None,
     };
     let r = request(c.clone(), &client);
     // The value stays in its segment; the caller's query passes on as SPEC §2.2 says.
@@ -304,7 +309,7 @@ fn templates_of_a_single_route_render_over_the_request_and_an_older_route_keeps_
     assert_eq!(&r.body[..], br#"{"who":"Ada","all":{"name":"Ada"}}"#);
     // What a template reads is missing: the caller's mistake, at the template's place.
     let route = Route::new(Uuid::nil(), 0, 0, c.clone(), &Limits::default());
-    let missing = FromClient { query: None, headers: None, body: Bytes::from_static(br#"{"name":"Ada"}"#) };
+    let missing = FromClient { body: Bytes::from_static(br#"{"name":"Ada"}"#), ..Default::default() };
     match route.upstream_request(&missing) {
         Err(CallError::Template { location, why }) => {
             assert_eq!(location, "/originalRoute/path");
@@ -528,7 +533,8 @@ fn a_route_s_own_upstream_and_a_source_build_requests_one_way() {
     let sent = crate::json::with_parsed(&mut context, 64, |doc| {
         let scratch = Scratch::new(1 << 20, 1 << 20);
         let arena = scratch.arena();
-        let context = Context { doc, item: None, arena: &arena, explain: false };
+        let context =
+            Context { doc, item: None, caller: crate::expr::Val::Null, arena: &arena, explain: false };
         composition.sources[0].request(&context, &CallerParts::default()).expect("a request")
     })
     .unwrap();

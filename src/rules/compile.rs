@@ -87,6 +87,10 @@ fn finish(rules: &Rules, mut problems: Vec<Problem>, limits: &Limits) -> Result<
     Ok(Compiled { plan: lower(rules, limits, &mut patterns), warnings })
 }
 
+/// The variables the rules' expressions may read besides their own: `$caller` (SPEC §2.4), the
+/// caller of the call (`null` on an open route), which the executor binds.
+const BOUND: &[&str] = &["caller"];
+
 /// Compiles the expression `source` found at `at`; its problems are appended, each located at
 /// the member with the character offset in the message.
 fn expression(
@@ -96,7 +100,7 @@ fn expression(
     patterns: &mut expr::Patterns,
     problems: &mut Vec<Problem>,
 ) -> Option<Program> {
-    match expr::compile_with(source, limits.max_depth, patterns) {
+    match expr::compile_bound(source, limits.max_depth, patterns, BOUND) {
         Ok(program) => Some(program),
         Err(errors) => {
             problems.extend(
@@ -256,7 +260,7 @@ fn lower(rules: &Rules, limits: &Limits, patterns: &mut expr::Patterns) -> Plan 
     };
     // Expressions compiled in `check` compile again here; they cannot fail now.
     let mut program = |plan: &mut Plan, source: &str| {
-        let program = expr::compile_with(source, limits.max_depth, patterns).ok()?;
+        let program = expr::compile_bound(source, limits.max_depth, patterns, BOUND).ok()?;
         plan.programs.push(program);
         Some((plan.programs.len() - 1) as u32)
     };
@@ -272,7 +276,9 @@ fn lower(rules: &Rules, limits: &Limits, patterns: &mut expr::Patterns) -> Plan 
             continue; // Unreachable after `check`; a target without source or key is skipped.
         };
         if let Some(source) = &old.expr {
-            let Ok(compiled) = expr::compile_with(source, limits.max_depth, patterns) else { continue };
+            let Ok(compiled) = expr::compile_bound(source, limits.max_depth, patterns, BOUND) else {
+                continue;
+            };
             let target = plan.targets.len() as u32;
             plan.targets.push(Target {
                 id: new.id.as_str().into(),

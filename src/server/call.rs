@@ -18,6 +18,7 @@ use super::single;
 use super::state::{Response, SERVER_TIMING, State};
 use super::traced::{self, CallFacts};
 use crate::cache::{self, CacheStatus, Joined, Key, Leader, Lookup, TimedOut};
+use crate::callers::Caller;
 use crate::metrics::{CacheCounts, Endpoint, PanicSite};
 use crate::route::{CacheSettings, CallError, FromClient, Route};
 use crate::table::Entry;
@@ -151,7 +152,7 @@ async fn forward(
         return Err(ApiError::MethodNotAllowed { allow: method_name(&route.method) });
     }
     // Who calls (SPEC §2.4): before the cache, the body and any upstream call.
-    let _caller = match route.gate() {
+    let caller = match route.gate() {
         Some(gate) => Some(
             state
                 .door
@@ -175,8 +176,12 @@ async fn forward(
             compose::caller_request(composition, request.query, request.headers, body.into())?
         }
         None => {
-            let client =
-                FromClient { query: request.query, headers: Some(request.headers), body: body.into() };
+            let client = FromClient {
+                query: request.query,
+                headers: Some(request.headers),
+                body: body.into(),
+                caller: caller.as_deref().map(|c| &c.constant),
+            };
             route.upstream_request(&client).map_err(|e| match e {
                 CallError::AuthRequired => ApiError::AuthRequired,
                 CallError::Broken(why) => ApiError::RouteUnavailable(why),
@@ -186,11 +191,11 @@ async fn forward(
     };
     if let Some(settings) = route.config.cache {
         if state.cache.enabled() {
-            return cached(state, route, settings, upstream, record).await;
+            return cached(state, route, settings, upstream, caller, record).await;
         }
         record.cache = Some(CacheStatus::Off);
     }
-    let outcome = fetch(state, route, upstream).await;
+    let outcome = fetch(state, route, upstream, caller).await;
     answer(outcome, record)
 }
 
@@ -204,10 +209,13 @@ async fn cached(
     route: &Arc<Route>,
     settings: CacheSettings,
     upstream: UpstreamRequest,
+    caller: Option<Arc<Caller>>,
     record: &mut CallRecord,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let key = Key::new(route, &upstream);
+    // A route that reads `$caller` keeps each caller's answers apart (SPEC §2.4).
+    let identity = caller.as_ref().filter(|_| route.reads_caller()).map(|c| &c.identity);
+    let key = Key::for_caller(route, &upstream, identity);
     // A waiter waits no longer than its own upstream call could have taken, and its mapping.
     let deadline = tokio::time::Instant::now() + state.client.settings().total_timeout + MAPPING_TIME;
     let counts = &state.metrics.cache;
@@ -219,7 +227,7 @@ async fn cached(
         Lookup::Stale(entry) => {
             CacheCounts::count(&counts.stale);
             if let Joined::Leader(leader) = state.cache.join(&key) {
-                refresh(state, route, settings, upstream, leader);
+                refresh(state, route, settings, upstream, caller.clone(), leader);
             }
             (entry, false)
         }
@@ -232,7 +240,7 @@ async fn cached(
                     // caller who hangs up cancels nothing (the calls waiting would otherwise send
                     // the request again, a second `POST` behind a `GET` route).
                     let waiter = leader.waiter();
-                    fly(state, route, settings, upstream.clone(), leader);
+                    fly(state, route, settings, upstream.clone(), caller.clone(), leader);
                     (waiter, false)
                 }
                 Joined::Waiter(waiter) => {
@@ -246,7 +254,7 @@ async fn cached(
                 {
                     // The upstream said this answer is not to be reused: this call makes its
                     // own.
-                    let outcome = fetch(state, route, upstream).await;
+                    let outcome = fetch(state, route, upstream, caller).await;
                     record.cache = Some(miss(&outcome, false));
                     answer(outcome, record)
                 }
@@ -305,9 +313,10 @@ fn refresh(
     route: &Arc<Route>,
     settings: CacheSettings,
     request: UpstreamRequest,
+    caller: Option<Arc<Caller>>,
     leader: Leader<Outcome>,
 ) {
-    fly_at(PanicSite::Refresh, state, route, settings, request, leader);
+    fly_at(PanicSite::Refresh, state, route, settings, request, caller, leader);
 }
 
 /// Makes a flight's upstream call in a task of its own, which hands its outcome to the calls
@@ -317,9 +326,10 @@ fn fly(
     route: &Arc<Route>,
     settings: CacheSettings,
     request: UpstreamRequest,
+    caller: Option<Arc<Caller>>,
     leader: Leader<Outcome>,
 ) {
-    fly_at(PanicSite::Flight, state, route, settings, request, leader);
+    fly_at(PanicSite::Flight, state, route, settings, request, caller, leader);
 }
 
 fn fly_at(
@@ -328,6 +338,7 @@ fn fly_at(
     route: &Arc<Route>,
     settings: CacheSettings,
     request: UpstreamRequest,
+    caller: Option<Arc<Caller>>,
     leader: Leader<Outcome>,
 ) {
     let (Some(state), route) = (state.me.upgrade(), route.clone()) else { return };
@@ -344,7 +355,7 @@ fn fly_at(
         site,
         crate::telemetry::maybe_within(scope, async move {
             let fetched = tokio::select! {
-                outcome = fetch(&state, &route, request) => Some(outcome),
+                outcome = fetch(&state, &route, request, caller) => Some(outcome),
                 () = leader.unwaited(), if may_be_orphaned => None,
             };
             if let Some(mut outcome) = fetched {
@@ -363,10 +374,16 @@ fn miss(outcome: &Outcome, collapsed: bool) -> CacheStatus {
 
 /// A call's upstream calls and the mapping of their answers: a route's own upstream
 /// (`single`), or a composed route's sources (`compose`).
-async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcome {
+async fn fetch(
+    state: &State,
+    route: &Route,
+    request: UpstreamRequest,
+    caller: Option<Arc<Caller>>,
+) -> Outcome {
     let started = Instant::now();
+    let caller = caller.as_deref();
     if let Some(own) = route.single() {
-        return match single::run(state, route, &own.calls, request, false).await {
+        return match single::run(state, route, &own.calls, request, caller, false).await {
             Ok(called) => Outcome {
                 upstream: started.elapsed().saturating_sub(called.map),
                 map: called.map,
@@ -399,7 +416,7 @@ async fn fetch(state: &State, route: &Route, request: UpstreamRequest) -> Outcom
             traced: None,
         };
     };
-    match compose::run(state, route, composition, request, compose::Purpose::Call).await {
+    match compose::run(state, route, composition, request, caller, compose::Purpose::Call).await {
         Ok(composed) => Outcome {
             upstream: started.elapsed().saturating_sub(composed.map),
             map: composed.map,

@@ -21,10 +21,11 @@ pub(super) fn map_answer(
     state: &State,
     route: &Route,
     answer: &mut Answer,
+    caller: Option<&crate::callers::Caller>,
 ) -> (Result<Vec<u8>, UpstreamFailure>, Duration) {
     let span = state.tracer.child(Kind::Internal, "map");
     let size = answer.body.len();
-    let (mapped, took) = map_success(route, answer, state.config.max_depth, &state.metrics);
+    let (mapped, took) = map_success(route, answer, state.config.max_depth, &state.metrics, caller);
     match &mapped {
         Ok(_) => state.metrics.mapping.observe(took),
         Err(failure) => state.metrics.upstream_error(failure.kind()),
@@ -54,6 +55,7 @@ fn map_success(
     answer: &mut Answer,
     max_depth: usize,
     metrics: &Metrics,
+    caller: Option<&crate::callers::Caller>,
 ) -> (Result<Vec<u8>, UpstreamFailure>, Duration) {
     if !answer.status.is_success() {
         return (Err(UpstreamFailure::Status(answer.status, answer.certificate_asked)), Duration::ZERO);
@@ -67,7 +69,8 @@ fn map_success(
     let started = Instant::now();
     let mut out = Vec::with_capacity(answer.body.len() / 2 + 64);
     let empty = answer.body.is_empty();
-    let parsed = exec::map_text(&compiled.plan, &mut answer.body, max_depth, &mut out);
+    let parsed =
+        exec::map_text_as(&compiled.plan, &mut answer.body, max_depth, caller.map(|c| &c.constant), &mut out);
     let took = started.elapsed();
     if let Ok(outcome) = &parsed
         && outcome.expression_errors > 0

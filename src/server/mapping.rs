@@ -116,7 +116,7 @@ pub(super) async fn try_route(state: &State, request: Request, uuid: Uuid) -> Re
             out.extend_from_slice(&document);
             // A composed route's document holds each answer two levels down.
             json::with_parsed(&mut document, state.config.max_depth + 2, |nodes| {
-                super::preview::preview_output(compiled.clone(), nodes, 0, true)
+                super::preview::preview_output(compiled.clone(), nodes, 0, None, true)
             })
             .ok()
             .and_then(Result::ok)
@@ -231,10 +231,10 @@ fn validated(
         };
         // `caller` (SPEC §2.4) likewise: `{}` or `null` clears it.
         let caller = match &registration.caller {
-            Some(serde_json::Value::Object(members)) if !members.is_empty() => {
-                Some(serde_json::Value::Object(members.clone()).to_string())
-            }
-            Some(_) => None,
+            Some(given) => Some(given.get().to_owned()).filter(|text| {
+                serde_json::from_str::<serde_json::Value>(text)
+                    .is_ok_and(|value| value.as_object().is_some_and(|members| !members.is_empty()))
+            }),
             None => stored.and_then(|stored| stored.caller.clone()),
         };
         // A mask that keeps nothing is told at its place; whatever validation says of the same
@@ -305,7 +305,9 @@ async fn live_call(
     // SPEC §2.1 step 1: every upstream's address, and every token URL, against the outbound
     // policy, before any call.
     check_upstreams(state, route).await?;
-    // As called by the request `sampleRequest` describes: its query, and its body as JSON.
+    // As called by the request `sampleRequest` describes: its query, and its body as JSON; and
+    // by the caller `caller` describes (SPEC §2.4).
+    let who = route.sample_caller();
     let query = sample.query_string();
     let body = sample.body_bytes();
     let mut headers = headers.clone();
@@ -314,8 +316,9 @@ async fn live_call(
     }
     if let Some(composition) = route.composition() {
         let read = compose::caller_request(composition, Some(&query), &headers, body)?;
-        let composed =
-            compose::run(state, route, composition, read, purpose).await.map_err(|failed| failed.error)?;
+        let composed = compose::run(state, route, composition, read, who.as_ref(), purpose)
+            .await
+            .map_err(|failed| failed.error)?;
         // An optional source that failed is a warning, located at the source.
         let sample_warnings = composed
             .reports
@@ -358,17 +361,22 @@ async fn live_call(
     let Some(own) = route.single() else {
         return Err(ApiError::InvalidRequest(route.broken().unwrap_or_default()));
     };
-    let client = FromClient { query: Some(&query), headers: Some(&headers), body };
+    let client = FromClient {
+        query: Some(&query),
+        headers: Some(&headers),
+        body,
+        caller: who.as_ref().map(|c| &c.constant),
+    };
     let request = route.upstream_request(&client).map_err(|e| match e {
         CallError::AuthRequired => ApiError::AuthRequired,
         CallError::Broken(why) => ApiError::InvalidRequest(why),
         CallError::Template { location, why } => ApiError::Template { location, why, caller: true },
     })?;
-    let called = single::run(state, route, &own.calls, request, true).await?;
+    let called = single::run(state, route, &own.calls, request, who.as_ref(), true).await?;
     let rules_warnings = called
         .document
         .clone()
-        .map(|document| live_warnings(route, document, state.config.max_depth))
+        .map(|document| live_warnings(route, document, who.as_ref(), state.config.max_depth))
         .unwrap_or_default();
     Ok(Live {
         preview: called.body,
@@ -467,12 +475,17 @@ fn unsent_bodies(route: &Route) -> Vec<Problem> {
 /// The warnings a traced run of the live call's answer gives (SPEC §1.8: expressions that failed;
 /// names no element has, with the one probably meant), and one when the rules map nothing of it:
 /// a route whose every target is null or left out is most likely reading the wrong names.
-fn live_warnings(route: &Route, mut document: Vec<u8>, max_depth: usize) -> Vec<Problem> {
+fn live_warnings(
+    route: &Route,
+    mut document: Vec<u8>,
+    caller: Option<&crate::callers::Caller>,
+    max_depth: usize,
+) -> Vec<Problem> {
     let Ok(compiled) = &route.rules else { return Vec::new() };
     let plan = &compiled.plan;
     let traced = json::with_parsed(&mut document, max_depth, |doc| {
         let mut out = Vec::new();
-        let trace = exec::execute_traced(plan, doc, 0, &mut out);
+        let trace = exec::execute_traced_as(plan, doc, 0, caller.map(|c| &c.constant), &mut out);
         (trace, out)
     });
     let Ok((trace, out)) = traced else { return Vec::new() };

@@ -17,6 +17,8 @@ use crate::suggest;
 /// Members of a preview body.
 const SAMPLE: &str = "originalResponse";
 const RULES: &str = "mappingRules";
+/// A sample `$caller` (SPEC §2.4), optional.
+const CALLER: &str = "caller";
 
 pub(super) async fn preview(state: &State, request: Request) -> Result<Response, ApiError> {
     let traced = trace_flag(request.uri().query())?;
@@ -58,12 +60,24 @@ fn map_sample(
     nodes: &tape::Doc<'_, '_>,
     traced: bool,
 ) -> Result<Vec<u8>, ApiError> {
-    let (sample, rules) = members(nodes)?;
+    let (sample, rules, caller) = members(nodes)?;
+    let caller = match caller {
+        Some(at) if matches!(nodes[at], tape::Node::Object { .. }) => {
+            Some(crate::expr::Const::from_tape(nodes, at))
+        }
+        Some(_) => {
+            return Err(ApiError::InvalidBody(vec![Problem::new(
+                format!("/{CALLER}"),
+                "must be an object: a sample `$caller`, such as {\"kind\": \"jwt\", \"id\": \"u1\", \"claims\": {...}}",
+            )]));
+        }
+        None => None,
+    };
     let compiled = compile_value(nodes, rules, limits).map_err(|problems| {
         metrics.compile_failure(RulesSource::Preview);
         ApiError::InvalidRules(problems)
     })?;
-    preview_output(compiled, nodes, sample, traced)
+    preview_output(compiled, nodes, sample, caller.as_ref(), traced)
         .map_err(|(limit, bound)| ApiError::PreviewLimit { limit, bound })
 }
 
@@ -74,20 +88,21 @@ pub fn preview_output(
     compiled: Compiled,
     nodes: &tape::Doc<'_, '_>,
     sample: usize,
+    caller: Option<&crate::expr::Const>,
     traced: bool,
 ) -> Result<Vec<u8>, (Limit, u64)> {
     let bounds = compiled.plan.bounds();
     let stopped = |limit: Limit| (limit, bounds.of(limit));
     let mut out = Vec::with_capacity(1024);
     if !traced {
-        let outcome = exec::execute(&compiled.plan, nodes, sample, &mut out);
+        let outcome = exec::execute_as(&compiled.plan, nodes, sample, caller, &mut out);
         return match outcome.limit {
             Some(limit) => Err(stopped(limit)),
             None => Ok(out),
         };
     }
     out.extend_from_slice(b"{\"output\":");
-    let trace = exec::execute_traced(&compiled.plan, nodes, sample, &mut out);
+    let trace = exec::execute_traced_as(&compiled.plan, nodes, sample, caller, &mut out);
     if let Some(limit) = trace.outcome.limit {
         return Err(stopped(limit));
     }
@@ -124,11 +139,11 @@ fn trace_flag(query: Option<&str>) -> Result<bool, ApiError> {
 
 /// Finds the sample and the rules in the body, which must hold exactly those two members;
 /// every problem with the body's shape is listed, at its location.
-fn members(nodes: &tape::Nodes<'_>) -> Result<(usize, usize), ApiError> {
+fn members(nodes: &tape::Nodes<'_>) -> Result<(usize, usize, Option<usize>), ApiError> {
     let shape = || format!("the body must be a JSON object with `{SAMPLE}` and `{RULES}`");
     let members =
         tape::members(nodes, 0).ok_or_else(|| ApiError::InvalidBody(vec![Problem::new("", shape())]))?;
-    let (mut sample, mut rules) = (None, None);
+    let (mut sample, mut rules, mut caller) = (None, None, None);
     let mut problems = Vec::new();
     // Members named for one that is missing: reported as misspelt, not also as missing.
     let mut meant = Vec::new();
@@ -137,6 +152,7 @@ fn members(nodes: &tape::Nodes<'_>) -> Result<(usize, usize), ApiError> {
         let slot = match name {
             SAMPLE => &mut sample,
             RULES => &mut rules,
+            CALLER => &mut caller,
             other => {
                 // A body of many unknown members lists as many as an answer shows, and counts
                 // the rest.
@@ -144,7 +160,8 @@ fn members(nodes: &tape::Nodes<'_>) -> Result<(usize, usize), ApiError> {
                 if problems.len() < MAX_LISTED - 1 {
                     let mut at = String::new();
                     tape::push_pointer(&mut at, other);
-                    problems.push(Problem::new(at, suggest::unknown("member", other, &[SAMPLE, RULES])));
+                    problems
+                        .push(Problem::new(at, suggest::unknown("member", other, &[SAMPLE, RULES, CALLER])));
                     meant.extend(suggest::closest(other, [SAMPLE, RULES]));
                 } else {
                     unlisted += 1;
@@ -165,7 +182,7 @@ fn members(nodes: &tape::Nodes<'_>) -> Result<(usize, usize), ApiError> {
         problems.push(Problem::new("", format!("{unlisted} more unknown members are not listed")));
     }
     match (sample, rules) {
-        (Some(sample), Some(rules)) if problems.is_empty() => Ok((sample, rules)),
+        (Some(sample), Some(rules)) if problems.is_empty() => Ok((sample, rules, caller)),
         _ => Err(ApiError::InvalidBody(problems)),
     }
 }

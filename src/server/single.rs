@@ -11,6 +11,7 @@ use http::StatusCode;
 use super::map::map_answer;
 use super::problem::{ApiError, UpstreamFailure};
 use super::state::State;
+use crate::callers::Caller;
 use crate::route::Route;
 use crate::route::settings::CallSettings;
 use crate::upstream::{Freshness, UpstreamRequest};
@@ -44,6 +45,7 @@ pub(super) async fn run(
     route: &Route,
     calls: &CallSettings,
     request: UpstreamRequest,
+    caller: Option<&Caller>,
     validating: bool,
 ) -> Result<Called, ApiError> {
     let outbound = calls.outbound(None);
@@ -62,7 +64,7 @@ pub(super) async fn run(
     state.buffered.add(answer.body.len());
     let _held = Held(state, answer.body.len());
     let document = validating.then(|| answer.body.clone());
-    let (mapped, map) = map_answer(state, route, &mut answer);
+    let (mapped, map) = map_answer(state, route, &mut answer, caller);
     // An answer that is not JSON is the upstream's failure: its CLIENT span says so.
     if let (Err(failure @ UpstreamFailure::NotJson(why)), Some(span)) = (&mapped, answer.span.take()) {
         span.fail(failure.kind().label(), why);

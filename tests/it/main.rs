@@ -12,6 +12,7 @@ mod binary;
 mod bounds;
 mod breaker;
 mod cache;
+mod caller_value;
 mod callers;
 mod cli;
 mod cluster;

@@ -35,6 +35,8 @@ pub(super) struct Rendering<'a> {
     /// What the call's sources share: the rendered requests' bytes are counted there.
     pub(super) shared: &'a Shared,
     pub(super) caller: &'a CallerParts<'a>,
+    /// `$caller` (SPEC §2.4): `None` on an open route.
+    pub(super) identity: Option<&'a crate::expr::Const>,
     /// One budget for every source's templates, `when` and `forEach` in the call.
     pub(super) budget: &'a Budget,
     /// An admin's live call: a template's missing member is told ([`Context::explain`]).
@@ -49,7 +51,8 @@ pub(super) fn prepare(
     done: &[Option<Done>],
     call: &Rendering<'_>,
 ) -> Prepared {
-    let Rendering { request_text, shared, caller, budget, validating } = *call;
+    let Rendering { request_text, shared, caller, identity, budget, validating } = *call;
+    let who = identity.map_or(crate::expr::Val::Null, crate::expr::Val::from_const);
     // `RECAST_MAX_BUFFERED_BYTES` is checked as each source that is called starts (and as each
     // of its requests is rendered, and sent): a call admitted under it ends once it is passed.
     let buffered = || {
@@ -67,7 +70,7 @@ pub(super) fn prepare(
     let prepared = with_context(composition, source, request_text, done, config.max_depth, |doc| {
         let bump = Bump::new();
         let arena = Arena::new(&bump, budget);
-        let context = Context { doc, item: None, arena: &arena, explain: validating };
+        let context = Context { doc, item: None, caller: who, arena: &arena, explain: validating };
         match source.wanted(&context) {
             Ok(false) => return Prepared::Done(Done::skipped()),
             Err(e) => return Prepared::Done(Done::failed(Failure::Template(e))),
@@ -109,7 +112,7 @@ pub(super) fn prepare(
         }
         let mut requests = Vec::with_capacity(elements.len());
         for (element, item) in elements.into_iter().enumerate() {
-            let context = Context { doc, item: Some(item), arena: &arena, explain: validating };
+            let context = Context { doc, item: Some(item), caller: who, arena: &arena, explain: validating };
             match source.request(&context, caller) {
                 Ok(request) if !shared.hold_request(state, &request) => {
                     return Prepared::Done(Done { element: Some(element), ..Done::failed(buffered()) });

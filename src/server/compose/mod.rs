@@ -31,6 +31,7 @@ use self::outcome::{Done, Failure};
 pub(in crate::server) use self::request::caller_request;
 use self::request::{CallerRequest, request_document};
 use self::shared::{Release, Shared};
+use crate::callers::Caller;
 use crate::exec;
 use crate::expr::Budget;
 use crate::route::composition::Composition;
@@ -88,10 +89,11 @@ pub(in crate::server) async fn run(
     route: &Route,
     composition: &Composition,
     request: UpstreamRequest,
+    caller: Option<&Caller>,
     purpose: Purpose,
 ) -> Result<Composed, Failed> {
     let mut sources = Vec::new();
-    run_timed(state, route, composition, request, purpose, &mut sources)
+    run_timed(state, route, composition, request, caller, purpose, &mut sources)
         .await
         .map_err(|error| Failed { error, sources })
 }
@@ -113,9 +115,11 @@ async fn run_timed(
     route: &Route,
     composition: &Composition,
     request: UpstreamRequest,
+    who: Option<&Caller>,
     purpose: Purpose,
     timings: &mut Vec<(String, Duration)>,
 ) -> Result<Composed, ApiError> {
+    let who = who.map(|caller| &caller.constant);
     let validating = purpose != Purpose::Call;
     let caller = CallerRequest::of(&request);
     let mapped_auth = caller.headers.get(&MAPPED_AUTH);
@@ -144,7 +148,7 @@ async fn run_timed(
     };
     // The answers this call holds (RECAST_MAX_BUFFERED_BYTES) are let go when it returns.
     let _held = Release { state, shared: &shared };
-    let who = CallerParts { mapped_auth, ..CallerParts::default() };
+    let parts = CallerParts { mapped_auth, ..CallerParts::default() };
     let budget = Budget::new(config.max_expr_bytes, config.max_mapping_steps);
     let sources = &composition.sources;
     let n = sources.len();
@@ -182,7 +186,8 @@ async fn run_timed(
                     &Rendering {
                         request_text: request_text.as_deref(),
                         shared: &shared,
-                        caller: &who,
+                        caller: &parts,
+                        identity: who,
                         budget: &budget,
                         validating,
                     },
@@ -289,7 +294,7 @@ async fn run_timed(
     let mut document = None;
     let ran = with_document(composition, request_text.as_deref(), &done, wants, config.max_depth, |doc| {
         if !validating {
-            return exec::execute(&compiled.plan, doc, 0, &mut out);
+            return exec::execute_as(&compiled.plan, doc, 0, who, &mut out);
         }
         if purpose == Purpose::Try {
             let mut text = Vec::new();
@@ -297,7 +302,7 @@ async fn run_timed(
             document = Some(text);
         }
         // A registration's live call is traced for its warnings.
-        let trace = exec::execute_traced(&compiled.plan, doc, 0, &mut out);
+        let trace = exec::execute_traced_as(&compiled.plan, doc, 0, who, &mut out);
         warnings = trace.notes;
         wrote = trace.wrote;
         trace.outcome
