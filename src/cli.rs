@@ -437,6 +437,94 @@ pub async fn keys(url: &str, token: Option<&str>, command: &KeysCommand) -> Outc
     }
 }
 
+/// A `consumers` command (`recast consumers ...`; its doc comments are the commands' help).
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ConsumersCommand {
+    /// Create a consumer (`POST /v1/consumers`).
+    Add {
+        name: String,
+        /// Its metadata: a JSON object, which rules and templates read as `$caller.metadata`.
+        #[arg(long)]
+        metadata: Option<String>,
+    },
+    /// List the consumers, by name, with their keys' ids and prefixes.
+    List,
+    /// Show one consumer.
+    Get { name: String },
+    /// Delete a consumer and every key it holds.
+    Delete { name: String },
+    /// A consumer's API keys.
+    Keys {
+        #[command(subcommand)]
+        command: ConsumerKeysCommand,
+    },
+}
+
+/// `recast consumers keys ...`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ConsumerKeysCommand {
+    /// Issue a key; it is printed this once (only its digest is kept).
+    Add {
+        consumer: String,
+        /// When it stops working: an RFC 3339 time, such as 2027-01-31T00:00:00Z.
+        #[arg(long)]
+        expires_at: Option<String>,
+    },
+    /// List a consumer's keys: ids, prefixes, times; never a key.
+    List { consumer: String },
+    /// Revoke a key: refused from now on.
+    Revoke { consumer: String, id: String },
+}
+
+/// `recast consumers ...` against the service at `url`, with the admin token when given. Prints
+/// the service's JSON answer; an error answer's problem goes to standard error with exit 1.
+pub async fn consumers(url: &str, token: Option<&str>, command: &ConsumersCommand) -> Outcome {
+    let one = |name: &str| format!("/v1/consumers/{}", encoded(name));
+    let (method, path, body) = match command {
+        ConsumersCommand::Add { name, metadata } => {
+            let metadata = match metadata.as_deref().map(serde_json::from_str::<serde_json::Value>) {
+                None => serde_json::Value::Null,
+                Some(Ok(value @ serde_json::Value::Object(_))) => value,
+                Some(_) => {
+                    return Outcome::failed(Exit::Usage, "--metadata must be a JSON object\n".to_owned());
+                }
+            };
+            let body = serde_json::json!({"name": name, "metadata": metadata}).to_string();
+            (Method::POST, "/v1/consumers".to_owned(), Some(body))
+        }
+        ConsumersCommand::List => (Method::GET, "/v1/consumers?limit=1000".to_owned(), None),
+        ConsumersCommand::Get { name } => (Method::GET, one(name), None),
+        ConsumersCommand::Delete { name } => (Method::DELETE, one(name), None),
+        ConsumersCommand::Keys { command: ConsumerKeysCommand::Add { consumer, expires_at } } => {
+            let body = serde_json::json!({"expiresAt": expires_at}).to_string();
+            (Method::POST, format!("{}/keys", one(consumer)), Some(body))
+        }
+        ConsumersCommand::Keys { command: ConsumerKeysCommand::List { consumer } } => {
+            (Method::GET, format!("{}/keys", one(consumer)), None)
+        }
+        ConsumersCommand::Keys { command: ConsumerKeysCommand::Revoke { consumer, id } } => {
+            (Method::DELETE, format!("{}/keys/{}", one(consumer), encoded(id)), None)
+        }
+    };
+    match admin_send(url, token, method, &path, body).await {
+        Ok((StatusCode::NO_CONTENT, _)) => {
+            let done = if matches!(command, ConsumersCommand::Delete { .. }) { "deleted" } else { "revoked" };
+            Outcome::ok(Vec::new(), format!("{done}\n"))
+        }
+        Ok((status, body)) if status.is_success() => {
+            let note = match command {
+                ConsumersCommand::Keys { command: ConsumerKeysCommand::Add { .. } } => {
+                    "the key is shown this once: keep it now (recast keeps only its digest)\n".to_owned()
+                }
+                _ => String::new(),
+            };
+            Outcome::ok([body.as_slice(), b"\n"].concat(), note)
+        }
+        Ok((status, body)) => Outcome::failed(Exit::Problems, describe_problem(status, &body)),
+        Err(outcome) => outcome,
+    }
+}
+
 /// The key ring's setting of an offline command: `--secret-keys` or `--secret-key`, not both.
 fn one_setting<'a>(
     key: &'a Option<crate::secrets::Secret>,
@@ -460,8 +548,22 @@ async fn admin_call(
     method: Method,
     path: &str,
 ) -> Result<(StatusCode, Vec<u8>), Outcome> {
+    admin_send(url, token, method, path, None).await
+}
+
+/// [`admin_call`] with a JSON body.
+async fn admin_send(
+    url: &str,
+    token: Option<&str>,
+    method: Method,
+    path: &str,
+    body: Option<String>,
+) -> Result<(StatusCode, Vec<u8>), Outcome> {
     let base = url.trim_end_matches('/');
     let mut request = Request::builder().method(method).uri(format!("{base}{path}"));
+    if body.is_some() {
+        request = request.header(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
     if let Some(token) = token {
         match HeaderValue::try_from(format!("Bearer {token}")) {
             Ok(value) => request = request.header(header::AUTHORIZATION, value),
@@ -474,7 +576,7 @@ async fn admin_call(
         }
     }
     let request = request
-        .body(Full::new(Bytes::new()))
+        .body(Full::new(body.map(Bytes::from).unwrap_or_default()))
         .map_err(|e| Outcome::failed(Exit::Usage, format!("`{url}` is not a usable service URL: {e}\n")))?;
     // A re-seal answers when it is done, which takes a while for many routes.
     let within = if path.starts_with("/v1/keys/reseal") { RESEAL_WAIT } else { Duration::from_secs(30) };

@@ -47,6 +47,7 @@ pub const MAX_STALENESS_MS: &str = "RECAST_MAX_STALENESS_MS";
 pub const TOMBSTONE_RETENTION_MS: &str = "RECAST_TOMBSTONE_RETENTION_MS";
 pub const UPSTREAM_COMPRESSION: &str = "RECAST_UPSTREAM_COMPRESSION";
 pub const PROPAGATE_BAGGAGE: &str = "RECAST_PROPAGATE_BAGGAGE";
+pub const CALLERS_REQUIRED: &str = "RECAST_CALLERS_REQUIRED";
 pub const UPSTREAM_CA_FILE: &str = "RECAST_UPSTREAM_CA_FILE";
 pub const UPSTREAM_HTTP2: &str = "RECAST_UPSTREAM_HTTP2";
 pub const CACHE_BYTES: &str = "RECAST_CACHE_BYTES";
@@ -356,6 +357,11 @@ pub struct Config {
     #[arg(long, env = PROPAGATE_BAGGAGE, default_value_t = false, action = clap::ArgAction::Set)]
     pub propagate_baggage: bool,
 
+    /// Whether every registration and update must say who may call the route (`callers`, or
+    /// `"callers": "open"` on purpose; SPEC §2.4).
+    #[arg(long, env = CALLERS_REQUIRED, default_value_t = false, action = clap::ArgAction::Set)]
+    pub callers_required: bool,
+
     /// Traces: `true` records and exports no span whatever the endpoint (`traceparent` is still
     /// passed on).
     #[arg(long, env = SDK_DISABLED, default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_otel_bool)]
@@ -453,6 +459,7 @@ impl Default for Config {
             otel_traces_sampler: DEFAULT_TRACES_SAMPLER.to_owned(),
             otel_traces_sampler_arg: None,
             propagate_baggage: false,
+            callers_required: false,
             otel_sdk_disabled: false,
             otel_bsp_max_queue_size: DEFAULT_BSP_MAX_QUEUE_SIZE,
             otel_bsp_schedule_delay: DEFAULT_BSP_SCHEDULE_DELAY_MS,
@@ -684,6 +691,7 @@ mod tests {
             TRACES_SAMPLER_ARG,
             SDK_DISABLED,
             PROPAGATE_BAGGAGE,
+            CALLERS_REQUIRED,
             BSP_MAX_QUEUE_SIZE,
             BSP_SCHEDULE_DELAY,
             BSP_MAX_EXPORT_BATCH_SIZE,

@@ -87,6 +87,17 @@ enum Command {
         #[command(subcommand)]
         command: cli::KeysCommand,
     },
+    /// Manage the consumers of a running service and their API keys (who may call routes).
+    Consumers {
+        /// The service's address.
+        #[arg(long, global = true, env = "RECAST_URL", default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// The service's admin token (RECAST_ADMIN_TOKEN of the service).
+        #[arg(long, global = true, env = recast::config::ADMIN_TOKEN, hide_env_values = true)]
+        token: Option<String>,
+        #[command(subcommand)]
+        command: cli::ConsumersCommand,
+    },
     /// Print a new random secret key (64 hex digits) for RECAST_SECRET_KEY or RECAST_SECRET_KEYS.
     NewKey,
 }
@@ -161,6 +172,12 @@ fn main() -> ExitCode {
         Command::Keys { url, token, command } => {
             match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                 Ok(runtime) => runtime.block_on(cli::keys(&url, token.as_deref(), &command)),
+                Err(e) => cli::Outcome::failed(Exit::Unavailable, format!("cannot start: {e}\n")),
+            }
+        }
+        Command::Consumers { url, token, command } => {
+            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(cli::consumers(&url, token.as_deref(), &command)),
                 Err(e) => cli::Outcome::failed(Exit::Unavailable, format!("cannot start: {e}\n")),
             }
         }

@@ -108,6 +108,35 @@ impl StoredSample {
 }
 
 impl RouteConfig {
+    /// Where this route keeps a credential its calls spend (an `authHeader` with a token or
+    /// client credentials, a client certificate, a configured header that looks like a key),
+    /// its own or a source's: the first place, as a location in the registration.
+    pub fn stored_credential(&self) -> Option<String> {
+        fn credential_header(name: &str) -> bool {
+            let name = name.to_ascii_lowercase();
+            ["authorization", "api-key", "apikey", "api_key", "token", "secret", "password"]
+                .iter()
+                .any(|word| name.contains(word))
+        }
+        let spends = |auth: &Auth, tls: bool, header: bool| match auth {
+            Auth::Stored { token: Some(_), .. } | Auth::OAuth2(_) => Some("authHeader"),
+            _ if tls => Some("tls"),
+            _ => header.then_some("headers"),
+        };
+        let certificate =
+            |tls: &Option<TlsSettings>| tls.as_ref().is_some_and(|tls| tls.client_cert.is_some());
+        if self.sources.is_empty() {
+            let header =
+                self.headers.keys().chain(self.pre_headers.keys()).any(|name| credential_header(name));
+            return spends(&self.auth, certificate(&self.tls), header).map(|member| format!("/{member}"));
+        }
+        self.sources.iter().find_map(|source| {
+            let header = source.headers.keys().any(|name| credential_header(name));
+            spends(&source.auth, certificate(&source.tls), header)
+                .map(|member| format!("/sources/{}/{member}", source.name))
+        })
+    }
+
     /// A configuration with no upstream of its own and nothing else set: what a composed route's
     /// is made from (its sources added).
     pub fn without_upstream(path: String, method: String, auth: Auth, rules: String) -> RouteConfig {

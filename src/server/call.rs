@@ -82,6 +82,7 @@ pub(super) async fn call(state: &State, request: RouteCall<'_>, uuid: &str, rout
             route: route.uuid,
             cache: record.cache.map(CacheStatus::label),
             link: record.link,
+            caller: record.caller.take(),
         });
     }
     response
@@ -110,6 +111,8 @@ struct CallRecord {
     sources: Vec<(String, Duration)>,
     /// The span of the call that went upstream for this one (a coalesced miss).
     link: Option<TraceParent>,
+    /// Who called, on a route with `callers`.
+    caller: Option<Arc<Caller>>,
 }
 
 impl CallRecord {
@@ -162,6 +165,7 @@ async fn forward(
         ),
         None => None,
     };
+    record.caller.clone_from(&caller);
     // The upstream answers calls hold (RECAST_MAX_BUFFERED_BYTES): past the bound, no new call.
     if state.buffered.full() {
         return Err(ApiError::Buffered { limit: state.buffered.limit() });

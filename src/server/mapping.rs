@@ -190,10 +190,18 @@ async fn compiled(
     let limits = state.config.limits();
     let metrics = state.metrics.clone();
     let runtime_auth = headers.contains_key(&MAPPED_AUTH);
+    let callers_required = state.config.callers_required;
     state
         .compile(move || {
             let stored = existing.as_ref().map(|route| &route.config);
             let (config, sample) = validated(&limits, &metrics, &body, runtime_auth, stored)?;
+            // RECAST_CALLERS_REQUIRED: who may call is said, or the route is not made.
+            if callers_required && config.callers.is_none() {
+                return Err(ApiError::InvalidBody(vec![Problem::new(
+                    "/callers",
+                    "RECAST_CALLERS_REQUIRED: say who may call this route (`consumers`, `jwt`), or \"callers\": \"open\" for anyone who knows its address",
+                )]));
+            }
             let route = match &existing {
                 Some(existing) => {
                     Route::new(existing.uuid, existing.created_at, existing.updated_at, config, &limits)
@@ -350,6 +358,7 @@ async fn live_call(
             ))
         }));
         sample_warnings.extend(unsent_bodies(route));
+        sample_warnings.extend(open_with_credentials(route));
         return Ok(Live {
             preview: composed.body,
             rules_warnings: composed.warnings,
@@ -381,7 +390,10 @@ async fn live_call(
     Ok(Live {
         preview: called.body,
         rules_warnings,
-        sample_warnings: unsent_sample(route, sample),
+        sample_warnings: unsent_sample(route, sample)
+            .into_iter()
+            .chain(open_with_credentials(route))
+            .collect(),
         sources: Vec::new(),
         document: called.document,
     })
@@ -426,6 +438,21 @@ struct Live {
     sources: Vec<compose::Report>,
     /// A route's own upstream's answer, as it came.
     document: Option<Vec<u8>>,
+}
+
+/// A warning for a route open to anyone (no `callers`, not said `"open"`) whose calls spend a
+/// stored credential (SPEC §2.4): whoever learns its address spends it.
+fn open_with_credentials(route: &Route) -> Option<Problem> {
+    if route.config.callers.is_some() {
+        return None;
+    }
+    let place = route.config.stored_credential()?;
+    Some(Problem::new(
+        "/callers",
+        format!(
+            "anyone who learns this route's address calls it with the credential at {place}: name its `callers`, or say \"callers\": \"open\" if that is meant"
+        ),
+    ))
 }
 
 /// A warning when `sampleRequest` has a body the live call did not send: the upstream is called

@@ -34,6 +34,8 @@ pub(super) struct CallFacts {
     pub cache: Option<&'static str>,
     /// The span of the call whose upstream answer this one took (a coalesced miss).
     pub link: Option<TraceParent>,
+    /// Who called, on a route with `callers`.
+    pub caller: Option<std::sync::Arc<crate::callers::Caller>>,
 }
 
 thread_local! {
@@ -54,6 +56,15 @@ pub(super) fn note_call(facts: CallFacts) {
             }
             if let Some(link) = facts.link {
                 span.link(link);
+            }
+            if let Some(caller) = &facts.caller {
+                span.set(&keys::CALLER_KIND, caller.kind.name());
+                if let Some(consumer) = &caller.consumer {
+                    span.set(&keys::CALLER_CONSUMER, consumer.as_str());
+                }
+                if let Some(issuer) = &caller.issuer {
+                    span.set(&keys::CALLER_ISSUER, issuer.as_str());
+                }
             }
         }
     });

@@ -251,3 +251,163 @@ async fn each_caller_is_held_to_the_limit_and_told_when_to_come_back() {
     assert_eq!(upstream.received().len(), 5);
     service.stop().await;
 }
+
+#[tokio::test]
+async fn open_routes_with_credentials_are_warned_of_and_refused_when_callers_are_required() {
+    let upstream = Upstream::start(|_| Reply::json(MEALS)).await;
+    let with_token = |callers: &str| {
+        let callers = if callers.is_empty() { String::new() } else { format!(r#""callers":{callers},"#) };
+        format!(
+            r#"{{"path":"meal","originalRoute":{{"originalApi":{{"baseUrl":"{}"}},"path":"meal"}},"authHeader":{{"type":"Bearer","token":"paid-7d1"}},{callers}"rulesAsString":{RULES}}}"#,
+            upstream.url("")
+        )
+    };
+    let service = Service::start(admin_config()).await;
+    let warnings = |answer: &Answer| answer.json().get("warnings").map(Json::to_string).unwrap_or_default();
+    let open = admin(&service, Method::POST, "/v1/mapping", &with_token("")).await;
+    assert_eq!(open.status, 201);
+    assert!(
+        warnings(&open).contains(r#""location":"/callers""#) && warnings(&open).contains("/authHeader"),
+        "{}",
+        warnings(&open)
+    );
+    // Said on purpose, or named: no warning.
+    for callers in [r#""open""#, r#"{"consumers":["*"]}"#] {
+        let answer = admin(&service, Method::POST, "/v1/mapping", &with_token(callers)).await;
+        assert_eq!(answer.status, 201);
+        assert!(!warnings(&answer).contains("/callers"), "{callers}: {}", warnings(&answer));
+    }
+    service.stop().await;
+
+    let strict = Service::start(Config { callers_required: true, ..admin_config() }).await;
+    let refused = admin(&strict, Method::POST, "/v1/mapping", &with_token("")).await;
+    let problem = refused.assert_problem(400, "invalid-request");
+    assert!(problem.to_string().contains("RECAST_CALLERS_REQUIRED"), "{problem}");
+    assert_eq!(admin(&strict, Method::POST, "/v1/mapping", &with_token(r#""open""#)).await.status, 201);
+    // The refused registration made no live call: only the one that was accepted did.
+    assert_eq!(upstream.received().len(), 4);
+    strict.stop().await;
+}
+
+/// Every file under `dir`, read.
+fn all_bytes(dir: &std::path::Path) -> Vec<u8> {
+    walk(dir).iter().flat_map(|path| std::fs::read(path).unwrap_or_default()).collect()
+}
+
+#[tokio::test]
+async fn a_caller_s_key_and_token_reach_no_upstream_log_span_cache_key_store_or_answer() {
+    use crate::tokens::{ISSUER, Key, claims};
+    use crate::traces::{Collector, Mode};
+    let signer = Key::ecdsa("es", false);
+    let jwks = serde_json::json!({"keys": [signer.jwk()]}).to_string();
+    let jwks: &'static str = Box::leak(jwks.into_boxed_str());
+    // One upstream for every path: the key set, good answers, and a failing one.
+    let upstream = Upstream::start(move |request| match request.uri.path() {
+        "/keys" => Reply::json(jwks),
+        "/fail" => Reply::with(500, r#"{"error":"boom"}"#),
+        _ => Reply::json(MEALS),
+    })
+    .await;
+    let collector = Collector::start(Mode::Take).await;
+    let dir = tempfile::TempDir::new().unwrap();
+    let mut binary = crate::binary::Binary::start_with(
+        dir.path(),
+        &[
+            ("RECAST_LOG", "trace"),
+            ("RECAST_UPSTREAM_ALLOW", "127.0.0.0/8"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.url()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "20"),
+        ],
+    )
+    .await;
+    let url = |path: &str| binary.url(path);
+    let json = [("content-type", "application/json")];
+    let created = send(Method::POST, &url("/v1/consumers"), &json, r#"{"name":"app"}"#).await;
+    assert_eq!(created.status, 201);
+    let issued = send(Method::POST, &url("/v1/consumers/app/keys"), &[], "").await;
+    let key = issued.json().get("key").and_then(Json::as_str).unwrap().to_owned();
+    let token = signer.token(serde_json::json!({}), &claims(serde_json::json!({})));
+    let signature = token.rsplit('.').next().unwrap().to_owned();
+    let callers = format!(
+        r#"{{"consumers":["app"],"jwt":[{{"issuer":"{ISSUER}","audiences":["orders"],"jwksUri":"{}","algorithms":["ES256"]}}]}}"#,
+        upstream.url("/keys")
+    );
+    let single = format!(
+        r#"{{"path":"one","originalRoute":{{"originalApi":{{"baseUrl":"{}"}},"path":"meal"}},"callers":{callers},"cache":{{"ttlSeconds":60}},"rulesAsString":{RULES}}}"#,
+        upstream.url("")
+    );
+    let failing =
+        single.replace(r#""path":"meal""#, r#""path":"fail""#).replace(r#""path":"one""#, r#""path":"two""#);
+    let composed = format!(
+        r#"{{"path":"three","sources":{{"meals":{{"originalApi":{{"baseUrl":"{}"}},"path":"meal"}}}},"callers":{callers},"rulesAsString":{{"newBodyFields":{{"id":{{"key":"id","type":"Int"}}}},"oldBodyFields":{{"id":{{"expr":"meals.meals[0].idMeal"}}}}}}}}"#,
+        upstream.url("")
+    );
+    // The registrations come with the caller's credentials too: they go nowhere.
+    let bearer = format!("Bearer {token}");
+    let with_credentials = [("content-type", "application/json"), ("x-api-key", key.as_str())];
+    let mut answers = Vec::new();
+    let mut paths = Vec::new();
+    for body in [&single, &failing, &composed] {
+        let answer = send(Method::POST, &url("/v1/mapping"), &with_credentials, body.clone()).await;
+        assert!(answer.status == 201 || answer.status == 502, "{}", String::from_utf8_lossy(&answer.body));
+        if answer.status == 201 {
+            paths.push(answer.json().get("path").and_then(Json::as_str).unwrap().to_owned());
+        }
+        answers.push(answer);
+    }
+    assert_eq!(paths.len(), 2, "the failing route is refused by its live call");
+    for path in &paths {
+        for credential in [("x-api-key", key.as_str()), ("authorization", bearer.as_str())] {
+            for _ in 0..2 {
+                answers.push(send(Method::GET, &url(path), &[credential], "").await);
+            }
+        }
+        // Refused ones: a bad key, a token in the URL, a token for a consumer's route.
+        answers.push(send(Method::GET, &url(&format!("{path}?access_token={token}")), &[], "").await);
+        answers.push(send(Method::GET, &url(path), &[("x-api-key", &format!("{key}x"))], "").await);
+        answers.push(send(Method::GET, &url(path), &[("authorization", &format!("{bearer}x"))], "").await);
+    }
+    let statuses: Vec<u16> = answers.iter().map(|a| a.status.as_u16()).collect();
+    assert_eq!(
+        statuses,
+        [201, 502, 201, 200, 200, 200, 200, 401, 401, 401, 200, 200, 200, 200, 401, 401, 401]
+    );
+    // The failing upstream: a call through a route whose upstream fails, with each credential.
+    let failing_open = failing
+        .replace(r#""path":"fail""#, r#""path":"meal""#)
+        .replace(r#""path":"two""#, r#""path":"four""#);
+    let registered = send(Method::POST, &url("/v1/mapping"), &json, failing_open).await;
+    let four = registered.json().get("path").and_then(Json::as_str).unwrap().to_owned();
+    let uuid = &four[4..40];
+    let broken = failing.replace(r#""path":"two""#, r#""path":"four""#);
+    assert_eq!(send(Method::PUT, &url(&format!("/v1/routes/{uuid}")), &json, broken).await.status, 502);
+    answers.push(send(Method::GET, &url("/v1/routes"), &[], "").await);
+    answers.push(send(Method::GET, &url("/metrics"), &[], "").await);
+    // Spans reached the collector, naming the consumer and the issuer.
+    let mut spans = Vec::new();
+    for _ in 0..200 {
+        spans = collector.spans();
+        if spans.len() >= 12 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let spans_text = format!("{spans:?}");
+    assert!(spans_text.contains("recast.caller.consumer") && spans_text.contains(ISSUER), "{spans_text}");
+    binary.terminate();
+    let received = format!("{:?}", upstream.received());
+    let answered: Vec<u8> = answers
+        .iter()
+        .flat_map(|a| [format!("{:?}", a.headers).into_bytes(), a.body.to_vec()].concat())
+        .collect();
+    let log = binary.log_text();
+    let stored = all_bytes(dir.path());
+    for (what, secret) in [("the key", &key[3..]), ("the token's signature", signature.as_str())] {
+        assert!(!received.contains(secret), "{what} reached an upstream");
+        assert!(!contains(&answered, secret.as_bytes()), "{what} is in an answer");
+        assert!(!log.contains(secret), "{what} is in the log");
+        assert!(!spans_text.contains(secret), "{what} is in a span");
+        assert!(!contains(&stored, secret.as_bytes()), "{what} is in the data directory");
+    }
+    assert!(log.lines().filter(|line| line.contains(" TRACE ")).count() > 5, "trace logging was on");
+}

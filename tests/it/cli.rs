@@ -377,3 +377,44 @@ async fn settings_that_would_mislead_stop_the_start_naming_the_variable() {
     assert_eq!(exit, 2, "{stderr}");
     assert!(stderr.contains("--workers") && !stderr.contains("RECAST_WORKERS"), "{stderr}");
 }
+
+#[tokio::test]
+async fn consumers_and_their_keys_are_managed_from_the_command_line() {
+    let service = Service::start(Config { admin_token: Some(Secret::new("admin-c4f2")), ..config() }).await;
+    let url = service.url("");
+    let url = url.trim_end_matches('/');
+    let run = |args: &[&str]| {
+        let mut all: Vec<String> = vec!["consumers".into()];
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        all.extend(["--url".into(), url.to_owned(), "--token".into(), "admin-c4f2".into()]);
+        async move { recast(&all.iter().map(String::as_str).collect::<Vec<_>>()).await }
+    };
+    let added = run(&["add", "mobile-app", "--metadata", r#"{"tier":"gold"}"#]).await;
+    assert_eq!(code(&added), 0, "{}", text(&added.stderr));
+    assert_eq!(code(&run(&["add", "bad", "--metadata", "[1]"]).await), 2);
+    let issued = run(&["keys", "add", "mobile-app", "--expires-at", "2999-01-01T00:00:00Z"]).await;
+    assert_eq!(code(&issued), 0, "{}", text(&issued.stderr));
+    assert!(text(&issued.stderr).contains("shown this once"), "{}", text(&issued.stderr));
+    let issued = Json::parse(&issued.stdout);
+    let key = issued.get("key").and_then(Json::as_str).unwrap().to_owned();
+    let id = issued.get("id").and_then(Json::as_str).unwrap().to_owned();
+    let listed = run(&["keys", "list", "mobile-app"]).await;
+    assert!(
+        text(&listed.stdout).contains(&id) && !text(&listed.stdout).contains(&key),
+        "{}",
+        text(&listed.stdout)
+    );
+    let all = run(&["list"]).await;
+    assert!(text(&all.stdout).contains(r#""name":"mobile-app""#), "{}", text(&all.stdout));
+    let shown = run(&["get", "mobile-app"]).await;
+    assert!(text(&shown.stdout).contains(r#""tier":"gold""#));
+    let revoked = run(&["keys", "revoke", "mobile-app", &id]).await;
+    assert_eq!((code(&revoked), text(&revoked.stderr)), (0, "revoked\n".to_owned()));
+    assert_eq!(code(&run(&["keys", "revoke", "mobile-app", &id]).await), 1);
+    let deleted = run(&["delete", "mobile-app"]).await;
+    assert_eq!((code(&deleted), text(&deleted.stderr)), (0, "deleted\n".to_owned()));
+    let gone = run(&["get", "mobile-app"]).await;
+    assert_eq!(code(&gone), 1);
+    assert!(text(&gone.stderr).starts_with("404"), "{}", text(&gone.stderr));
+    service.stop().await;
+}

@@ -129,7 +129,7 @@ async fn bad_bodies_get_problems() {
     assert_eq!(problem["errors"][0]["location"], "/mappingRule");
     assert_eq!(
         problem["errors"][0]["message"],
-        "unknown member `mappingRule`; did you mean `mappingRules`? The known members are originalResponse, mappingRules"
+        "unknown member `mappingRule`; did you mean `mappingRules`? The known members are originalResponse, mappingRules, caller"
     );
     let twice = format!(r#"{{"originalResponse":1,"originalResponse":2,"mappingRules":{RULES},"x":1}}"#);
     let problem = post_json(&url, twice).await.assert_problem(400, "invalid-request");

@@ -21,7 +21,7 @@ use crate::support::{Answer, Json, Reply, Service, Upstream, config, free_port, 
 const MEALS: &str = r#"{"meals":[{"idMeal":"7","strMeal":"Soup"}]}"#;
 /// Rules that write who called: `$caller`'s id and a claim.
 const RULES: &str = r#"{"newBodyFields":{"id":{"key":"id","type":"Int"}},"oldBodyFields":{"id":{"keys":["idMeal"],"parents":["meals"]}}}"#;
-const ISSUER: &str = "https://id.test/";
+pub(crate) const ISSUER: &str = "https://id.test/";
 
 /// A signing key and its public JWK.
 enum Signer {
@@ -29,13 +29,13 @@ enum Signer {
     Ed(Ed25519KeyPair),
 }
 
-struct Key {
+pub(crate) struct Key {
     kid: String,
     signer: Signer,
 }
 
 impl Key {
-    fn ecdsa(kid: &str, p384: bool) -> Key {
+    pub(crate) fn ecdsa(kid: &str, p384: bool) -> Key {
         let rng = SystemRandom::new();
         let alg = if p384 {
             &signature::ECDSA_P384_SHA384_FIXED_SIGNING
@@ -52,7 +52,7 @@ impl Key {
         Key { kid: kid.into(), signer: Signer::Ed(Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap()) }
     }
 
-    fn jwk(&self) -> Value {
+    pub(crate) fn jwk(&self) -> Value {
         match &self.signer {
             Signer::Ecdsa(pair, crv) => {
                 let point = pair.public_key().as_ref();
@@ -83,7 +83,7 @@ impl Key {
 
     /// A token signed by this key, with the header `header` (its `alg` and `kid` added when it
     /// has none) and the claims `claims`.
-    fn token(&self, header: Value, claims: &Value) -> String {
+    pub(crate) fn token(&self, header: Value, claims: &Value) -> String {
         let mut header = header;
         let members = header.as_object_mut().unwrap();
         members.entry("alg").or_insert(json!(self.alg()));
@@ -103,7 +103,7 @@ fn now() -> u64 {
 }
 
 /// Claims every check takes, with `changes` over them (`null` removes one).
-fn claims(changes: Value) -> Value {
+pub(crate) fn claims(changes: Value) -> Value {
     let mut claims = json!({"iss": ISSUER, "aud": "orders", "sub": "u-42", "scope": "openid orders:read",
                             "exp": now() + 600, "iat": now(), "jti": rand_text()});
     for (name, value) in changes.as_object().unwrap() {

@@ -27,7 +27,7 @@ use crate::support::{Held, PATIENCE, Reply, Service, Upstream, config, get, send
 
 /// What the collector does with an export.
 #[derive(Debug, Clone, Copy)]
-enum Mode {
+pub(crate) enum Mode {
     Take,
     /// Answers 200 after this long.
     Slow(Duration),
@@ -39,7 +39,7 @@ enum Mode {
 type Attributes = Vec<(String, String)>;
 
 /// An OTLP/HTTP receiver: every export's spans, decoded, and the resource they came with.
-struct Collector {
+pub(crate) struct Collector {
     addr: SocketAddr,
     spans: Arc<Mutex<Vec<Span>>>,
     resources: Arc<Mutex<Vec<Attributes>>>,
@@ -48,7 +48,7 @@ struct Collector {
 }
 
 impl Collector {
-    async fn start(mode: Mode) -> Collector {
+    pub(crate) async fn start(mode: Mode) -> Collector {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let spans = Arc::new(Mutex::new(Vec::new()));
@@ -111,11 +111,11 @@ impl Collector {
         Collector { addr, spans, resources, exports, task }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    fn spans(&self) -> Vec<Span> {
+    pub(crate) fn spans(&self) -> Vec<Span> {
         self.spans.lock().unwrap().clone()
     }
 
