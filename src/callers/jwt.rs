@@ -144,10 +144,7 @@ pub async fn admit(
     if !key.fits(alg) {
         return Err(refused("the key the token names is not of the type or curve its algorithm needs"));
     }
-    let valid =
-        jsonwebtoken::crypto::verify(parsed.signature, parsed.message.as_bytes(), &key.decoding, to_jwt(alg))
-            .unwrap_or(false);
-    if !valid {
+    if !verify(&parsed, &key, alg) {
         return Err(refused("the token's signature is not valid"));
     }
     let claims = Value::Object(parsed.claims);
@@ -178,6 +175,12 @@ pub async fn admit(
         },
     );
     Ok(caller)
+}
+
+/// Whether `parsed`'s signature is `key`'s over its header and claims, by `alg`.
+pub fn verify(parsed: &Parsed<'_>, key: &Key, alg: Algorithm) -> bool {
+    jsonwebtoken::crypto::verify(parsed.signature, parsed.message.as_bytes(), &key.decoding, to_jwt(alg))
+        .unwrap_or(false)
 }
 
 fn to_jwt(alg: Algorithm) -> jsonwebtoken::Algorithm {

@@ -86,13 +86,17 @@ pub struct KeySet {
 }
 
 impl KeySet {
-    /// The key `kid` names; without a `kid`, the set's only key.
     fn find(&self, kid: Option<&str>) -> Option<&Arc<Key>> {
-        match kid {
-            Some(kid) => self.keys.iter().find(|k| k.kid.as_deref() == Some(kid)),
-            None if self.keys.len() == 1 => self.keys.first(),
-            None => None,
-        }
+        choose(&self.keys, kid)
+    }
+}
+
+/// The key of `keys` that `kid` names; without a `kid`, the only key when there is one.
+pub fn choose<'k>(keys: &'k [Arc<Key>], kid: Option<&str>) -> Option<&'k Arc<Key>> {
+    match kid {
+        Some(kid) => keys.iter().find(|k| k.kid.as_deref() == Some(kid)),
+        None if keys.len() == 1 => keys.first(),
+        None => None,
     }
 }
 

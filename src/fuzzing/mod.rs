@@ -548,6 +548,7 @@ impl Value {
 }
 
 pub mod bounds;
+mod caller_token;
 mod compose;
 mod expr;
 mod headers;
@@ -558,6 +559,7 @@ mod upstream;
 mod upstream_h2;
 
 pub use self::bounds::{BoundsReached, mapping_bounds};
+pub use self::caller_token::{TokenReached, caller_token};
 pub use self::compose::{compose_compile, compose_render};
 pub use self::expr::{
     EXPR_BUDGET, ExprOutcome, ExprReached, expr_eval, expref_outside_a_call, original_language_only,

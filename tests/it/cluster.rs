@@ -1276,3 +1276,120 @@ async fn a_three_node_rotation_reseals_once_through_the_feed_and_carries_routes_
     assert!(old_only.wait_for_line("not the one").is_some(), "{}", old_only.log_text());
     assert!(!old_only.exit_status().expect("it stops").success());
 }
+
+/// A route that takes any consumer's key, held to `limit` calls a minute per caller when given.
+fn protected(base: &str, path: &str, limit: Option<u32>) -> String {
+    let limit = limit.map(|n| format!(r#","limit":{{"requests":{n},"perSeconds":60}}"#)).unwrap_or_default();
+    registration(base, path, RULES)
+        .replace(r#""rulesAsString""#, &format!(r#""callers":{{"consumers":["*"]{limit}}},"rulesAsString""#))
+}
+
+/// Creates consumer `name` on `node` and issues it a key.
+async fn consumer_key(node: &Binary, name: &str) -> (String, String) {
+    let created =
+        send(Method::POST, &node.url("/v1/consumers"), &[], format!(r#"{{"name":"{name}"}}"#)).await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let issued = send(Method::POST, &node.url(&format!("/v1/consumers/{name}/keys")), &[], "").await;
+    assert_eq!(issued.status, 201, "{:?}", issued.body);
+    let issued = issued.json();
+    (
+        issued.get("key").and_then(Json::as_str).unwrap().to_owned(),
+        issued.get("id").and_then(Json::as_str).unwrap().to_owned(),
+    )
+}
+
+async fn call_with_key(node: &Binary, uuid: &str, path: &str, key: &str) -> u16 {
+    send(Method::GET, &node.url(&format!("/v1/{uuid}/{path}")), &[("x-api-key", key)], "")
+        .await
+        .status
+        .as_u16()
+}
+
+#[tokio::test]
+async fn a_key_issued_or_revoked_on_one_node_is_honoured_or_refused_on_another_within_the_sync_interval() {
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(2).await;
+    let (a, b) = (cluster.node(0).await, cluster.node(1).await);
+    let answer =
+        send(Method::POST, &a.url("/v1/mapping"), &[], protected(&upstream.url("/"), "guarded", None)).await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    let uuid = answer.json().get("uuid").and_then(Json::as_str).unwrap().to_owned();
+    let (key, id) = consumer_key(&a, "app").await;
+    // Issued on one node, taken on the other within the sync interval (1 s) and a statement.
+    let issued = Instant::now();
+    eventually(Duration::from_secs(3), "the key is honoured on the other node", || async {
+        call_with_key(&b, &uuid, "guarded", &key).await == 200
+    })
+    .await;
+    println!("a key issued on one node was taken on the other after {:?}", issued.elapsed());
+    // Revoked on one node: refused on the other within the bound, and still after a restart.
+    let revoked = send(Method::DELETE, &a.url(&format!("/v1/consumers/app/keys/{id}")), &[], "").await;
+    assert_eq!(revoked.status, 204);
+    let at = Instant::now();
+    eventually(Duration::from_secs(3), "the revoked key is refused on the other node", || async {
+        call_with_key(&b, &uuid, "guarded", &key).await == 401
+    })
+    .await;
+    let took = at.elapsed();
+    println!("a key revoked on one node was refused on the other after {took:?}");
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    assert_eq!(call_with_key(&a, &uuid, "guarded", &key).await, 401);
+    let (other, _) = consumer_key(&a, "other").await;
+    let deleted = send(Method::DELETE, &a.url("/v1/consumers/other"), &[], "").await;
+    assert_eq!(deleted.status, 204);
+    let mut b = b;
+    assert!(b.terminate().success());
+    let b = cluster.node(1).await;
+    assert_eq!(call_with_key(&b, &uuid, "guarded", &key).await, 401);
+    assert_eq!(call_with_key(&b, &uuid, "guarded", &other).await, 401);
+    // The database holds digests, never a key.
+    let sql = cluster.sql().await;
+    let rows = sql.query("SELECT record FROM recast_consumers WHERE record IS NOT NULL", &[]).await.unwrap();
+    let records: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert!(records.iter().all(|r| !r.contains(&key[3..]) && !r.contains(&other[3..])));
+}
+
+#[tokio::test]
+async fn a_caller_at_twenty_times_its_limit_gets_the_limit_in_all_from_three_nodes_and_others_are_unaffected()
+{
+    const LIMIT: u32 = 30;
+    let upstream = Upstream::json(MEALS).await;
+    let cluster = Cluster::start(3).await;
+    let heartbeat = [("RECAST_HEARTBEAT_MS", "500")];
+    let mut nodes = Vec::new();
+    for n in 0..3 {
+        nodes.push(cluster.node_with(n, &heartbeat).await);
+    }
+    let answer = send(
+        Method::POST,
+        &nodes[0].url("/v1/mapping"),
+        &[],
+        protected(&upstream.url("/"), "limited", Some(LIMIT)),
+    )
+    .await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    let uuid = answer.json().get("uuid").and_then(Json::as_str).unwrap().to_owned();
+    let (hungry, _) = consumer_key(&nodes[0], "hungry").await;
+    let (modest, _) = consumer_key(&nodes[0], "modest").await;
+    for node in &nodes {
+        eventually(Duration::from_secs(5), "every node knows the route, the keys and its peers", || async {
+            nodes_alive(node).await == Some(3) && call_with_key(node, &uuid, "limited", &modest).await == 200
+        })
+        .await;
+    }
+    // 20 times the limit, spread over the three nodes, within the window.
+    let mut answered = std::collections::BTreeMap::<u16, u32>::new();
+    for i in 0..(20 * LIMIT) {
+        let status = call_with_key(&nodes[i as usize % 3], &uuid, "limited", &hungry).await;
+        *answered.entry(status).or_default() += 1;
+    }
+    println!("a caller at 20x its limit of {LIMIT}: {answered:?}");
+    let through = answered.get(&200).copied().unwrap_or(0);
+    assert!(through <= LIMIT && through >= LIMIT - 3, "{answered:?}");
+    assert_eq!(through + answered.get(&429).copied().unwrap_or(0), 20 * LIMIT, "{answered:?}");
+    // Another caller still has its own calls on every node.
+    for node in &nodes {
+        assert_eq!(call_with_key(node, &uuid, "limited", &modest).await, 200);
+    }
+}

@@ -129,6 +129,22 @@ fn trace_context_corpus_replays_every_outcome() {
 }
 
 #[test]
+fn caller_token_corpus_replays_every_outcome() {
+    use recast::fuzzing::{TokenReached, caller_token};
+    let reached = replay("caller_token", caller_token);
+    for outcome in [
+        TokenReached::Refused,
+        TokenReached::NoKey,
+        TokenReached::BadSignature,
+        TokenReached::ClaimsRefused,
+        TokenReached::Admitted,
+    ] {
+        assert!(reached.contains_key(&outcome), "no seed reaches {outcome:?}: {reached:?}");
+    }
+    assert!(reached[&TokenReached::Admitted] >= 5, "every algorithm's seed is admitted: {reached:?}");
+}
+
+#[test]
 fn expr_eval_corpus_replays_every_outcome() {
     use recast::fuzzing::{ExprReached, expr_eval};
     let reached = replay("expr_eval", expr_eval);
