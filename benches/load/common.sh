@@ -72,3 +72,24 @@ cpu_ticks() { # "pid user system;" per process: clock ticks so far, all its thre
         done | awk -v pid="$pid" '{ sub(/.*\) /, ""); u += $12; s += $13; n++ } END { if (n) printf "%s %d %d;", pid, u, s }'
     done
 }
+
+b64url() { basenc --base64url | tr -d '=\n'; }
+
+write_signing_key() { # $1 directory: an RSA key ($1/jwt.pem) and its key set ($1/keys.json, kid "load")
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$1/jwt.pem" 2>/dev/null
+    local n
+    n=$(openssl rsa -in "$1/jwt.pem" -noout -modulus | cut -d= -f2 | basenc --base16 -d | b64url)
+    printf '{"keys":[{"kty":"RSA","kid":"load","alg":"RS256","use":"sig","n":"%s","e":"AQAB"}]}' "$n" >"$1/keys.json"
+}
+
+sign_token() { # $1 key file, $2 claims (JSON): an RS256 token signed with kid "load"
+    local head body sig
+    head=$(printf '{"alg":"RS256","kid":"load","typ":"JWT"}' | b64url)
+    body=$(printf '%s' "$2" | b64url)
+    sig=$(printf '%s.%s' "$head" "$body" | openssl dgst -sha256 -sign "$1" -binary | b64url)
+    printf '%s.%s.%s' "$head" "$body" "$sig"
+}
+
+# The issuer of the load scripts' tokens, and a route's `callers` taking them ($1: the key set's URL).
+LOAD_ISSUER=https://id.load.test/
+jwt_callers() { printf '{"jwt":[{"issuer":"%s","audiences":["load"],"jwksUri":"%s","algorithms":["RS256"]}]}' "$LOAD_ISSUER" "$1"; }

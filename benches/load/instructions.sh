@@ -98,11 +98,37 @@ start() {
     done
 }
 
-calls() { # $1 URL, $2 how many: one after another on one connection, each answer a 200
-    local urls=() i codes
+# Routes with `callers` on the instance named $1 (port $2): `key`, the recipe route taking any
+# consumer's key, called with one (KEY_HEADER); `jwt`, the recipe route taking RS256 tokens whose
+# key set nginx serves, called with one token again and again (JWT_HEADER). Sets <name>_key and
+# <name>_jwt.
+start_callers() {
+    local name=$1 port=$2 path key token
+    write_signing_key "$WORK"
+    for doc in key jwt; do
+        callers='{"consumers":["*"]}'
+        [ "$doc" = jwt ] && callers=$(jwt_callers "http://127.0.0.1:$UPSTREAM_PORT/keys.json")
+        path=$(curl -sf -m 60 "http://127.0.0.1:$port/v1/mapping" -H 'content-type: application/json' -d \
+            '{"path":"'"$doc"'","originalRoute":{"originalApi":{"baseUrl":"http://127.0.0.1:'"$UPSTREAM_PORT"'/"},"path":"recipe.json"},"callers":'"$callers"',"rulesAsString":'"$RECIPE_RULES"'}' \
+            | sed -n 's/.*"path":"\(\/v1\/[^"]*\)".*/\1/p')
+        if [ -z "$path" ]; then
+            say "$name did not register the $doc route; its log:"; cat "$WORK/$name.log" >&2; exit 1
+        fi
+        printf -v "${name}_$doc" '%s' "http://127.0.0.1:$port$path"
+    done
+    curl -sf -m 10 -o /dev/null "http://127.0.0.1:$port/v1/consumers" -H 'content-type: application/json' -d '{"name":"load"}'
+    key=$(curl -sf -m 10 -X POST "http://127.0.0.1:$port/v1/consumers/load/keys" | sed -n 's/.*"key":"\(rk_[^"]*\)".*/\1/p')
+    token=$(sign_token "$WORK/jwt.pem" '{"iss":"'"$LOAD_ISSUER"'","aud":"load","sub":"caller-1","exp":'"$(($(date +%s) + 86400))"'}')
+    KEY_HEADER="x-api-key: $key" JWT_HEADER="authorization: Bearer $token"
+}
+
+HEADER=
+calls() { # $1 URL, $2 how many: one after another on one connection (with HEADER when set), each answer a 200
+    local urls=() i codes headers=()
     # `-o` holds for the one URL after it: each is given its own.
     for ((i = 0; i < $2; i++)); do urls+=(-o /dev/null "$1"); done
-    if ! codes=$(curl -s -w '%{http_code}\n' "${urls[@]}") || grep -qv '^200$' <<<"$codes"; then
+    [ -n "$HEADER" ] && headers=(-H "$HEADER")
+    if ! codes=$(curl -s "${headers[@]}" -w '%{http_code}\n' "${urls[@]}") || grep -qv '^200$' <<<"$codes"; then
         say "a call of $1 did not answer 200"; exit 1
     fi
 }
@@ -133,6 +159,7 @@ count() { # $1 name, $2 URL, $3 what is counted: instructions per call
 }
 
 start now "$CARGO_TARGET_DIR/release/recast" $((PORT + 1))
+start_callers now $((PORT + 1))
 [ -n "$BEFORE" ] && start before "$BEFORE" $((PORT + 2))
 # Every span recorded and exported (the default sampler, a call with no `traceparent` starting
 # a sampled trace).
@@ -172,10 +199,18 @@ for name in now ${BEFORE:+before}; do
     awk -v l="$label" -v c="$composed" -v s="$single" 'BEGIN { printf "| %s | %d | %d | %.3f× |\n", l, c, s, c / (3 * s) }'
 done
 echo
+echo "the recipe route with callers: a consumer's API key, and one RS256 token repeated (instructions per call)"
+MEASURED[key]=$(HEADER=$KEY_HEADER count now "$now_key" key)
+MEASURED[jwt]=$(HEADER=$JWT_HEADER count now "$now_jwt" jwt)
+awk -v k="${MEASURED[key]}" -v j="${MEASURED[jwt]}" -v r="${MEASURED[recipe]}" \
+    'BEGIN { printf "| key | %d | %.4f× the open recipe call |\n| jwt | %d | %.4f× the open recipe call |\n", k, k / r, j, j / r }'
+HEADER=
+echo
 echo "the recipe route with every span recorded and exported (instructions per call)"
 MEASURED[traced]=$(count traced "$traced_recipe" traced)
 awk -v t="${MEASURED[traced]}" -v r="${MEASURED[recipe]}" 'BEGIN { printf "| traced | %d | %.3f× the untraced recipe call |\n", t, t / r }'
 if [ -n "$COUNTS" ]; then
-    printf '{"recipe": %d, "list": %d, "expr": %d, "composed": %d, "traced": %d}\n' \
-        "${MEASURED[recipe]}" "${MEASURED[list]}" "${MEASURED[expr]}" "${MEASURED[composed]}" "${MEASURED[traced]}" >"$COUNTS"
+    printf '{"recipe": %d, "list": %d, "expr": %d, "composed": %d, "traced": %d, "key": %d, "jwt": %d}\n' \
+        "${MEASURED[recipe]}" "${MEASURED[list]}" "${MEASURED[expr]}" "${MEASURED[composed]}" "${MEASURED[traced]}" \
+        "${MEASURED[key]}" "${MEASURED[jwt]}" >"$COUNTS"
 fi

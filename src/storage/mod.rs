@@ -472,6 +472,16 @@ impl Store {
         self.write(batch)
     }
 
+    /// Stores several consumers in one durable batch (an import, a benchmark's fill).
+    pub fn put_consumers(&self, consumers: &[crate::callers::StoredConsumer]) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        for consumer in consumers {
+            let value = serde_json::to_vec(consumer).map_err(|e| StorageError::Io(e.to_string()))?;
+            batch.put(consumer_key(&consumer.name), value);
+        }
+        self.write(batch)
+    }
+
     /// Removes a consumer, durably; whether there was one.
     pub fn delete_consumer(&self, name: &str) -> Result<bool, StorageError> {
         let key = consumer_key(name);
