@@ -502,6 +502,90 @@ async function run() {
   await page.waitForSelector('#routes:not([hidden])', { timeout: WAIT_MS });
   console.log('ok: the form shows the body it sends (token masked), marks a rule problem at its field, then registers');
 
+  step = 'callers: open routes marked, a protected route\'s callers shown';
+  const guarded = await fetch(`${base}/v1/mapping`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${adminToken}` },
+    body: JSON.stringify({
+      path: 'guarded',
+      originalRoute: { originalApi: { baseUrl: `http://127.0.0.1:${upstream.port}/` }, path: 'meal' },
+      callers: { consumers: ['app-*'], limit: { requests: 100, perSeconds: 60 } },
+      rulesAsString: { newBodyFields: { id: { key: 'id', type: 'Int' } }, oldBodyFields: { id: { keys: ['idMeal'], parents: ['meals'] } } },
+    }),
+  }).then((answer) => answer.json());
+  check(typeof guarded.path === 'string', 'the protected route is registered', JSON.stringify(guarded));
+  await page.fill('#filter-path', 'guarded');
+  await page.click('#filters button[type=submit]');
+  await waitFor('the protected route alone', rowPaths, (paths) => paths.length === 1 && paths[0] === 'guarded');
+  const guardedCells = await page.locator('#route-rows tr td').allTextContents();
+  check(guardedCells[4] === 'consumers app-*; 100 per 60 s each', 'its callers are shown', JSON.stringify(guardedCells));
+  const paid = await fetch(`${base}/v1/mapping`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${adminToken}` },
+    body: JSON.stringify({
+      path: 'paid',
+      originalRoute: { originalApi: { baseUrl: `http://127.0.0.1:${upstream.port}/` }, path: 'meal' },
+      authHeader: { type: 'Bearer', token: 'upstream-secret-e51d' },
+      rulesAsString: { newBodyFields: { id: { key: 'id', type: 'Int' } }, oldBodyFields: { id: { keys: ['idMeal'], parents: ['meals'] } } },
+    }),
+  }).then((answer) => answer.json());
+  check(paid.warnings.some((w) => w.location === '/callers'), 'its registration warns of an open route that spends a token', JSON.stringify(paid.warnings));
+  await page.fill('#filter-path', 'paid');
+  await page.click('#filters button[type=submit]');
+  await waitFor('the paid route alone', rowPaths, (paths) => paths.length === 1 && paths[0] === 'paid');
+  const openCells = await page.locator('#route-rows tr td').allTextContents();
+  check(openCells[4] === 'open: anyone with its address spends its credentials', 'an open route with a stored token is marked', JSON.stringify(openCells));
+  await page.click('td.path a');
+  await waitFor('it says who may call it', () => page.textContent('#route-callers'), (t) => t.startsWith('Who may call: anyone'));
+  await page.click('#back');
+  await page.waitForSelector('#routes:not([hidden])', { timeout: WAIT_MS });
+  await page.fill('#filter-path', 'users/1');
+  await page.click('#filters button[type=submit]');
+  await waitFor('open routes without credentials', () => page.locator('td.callers').allTextContents(), (cells) =>
+    cells.length > 0 && cells.every((c) => c === 'open'),
+  );
+  console.log('ok: each route\'s callers are shown in the list and the route view, open routes marked');
+
+  step = 'consumers: created, a key issued and shown once, copied, used, revoked';
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: base });
+  await page.click('#to-consumers');
+  await page.waitForSelector('#consumers:not([hidden])', { timeout: WAIT_MS });
+  const consumersStatus = () => page.textContent('#consumers-status');
+  await waitFor('an empty list of consumers', consumersStatus, (t) => t === 'No consumers yet.');
+  await page.fill('#consumer-name', 'app-mobile');
+  await page.fill('#consumer-metadata', '{"plan": "gold"}');
+  await page.click('#consumer-create');
+  await waitFor('the consumer is created', consumersStatus, (t) => t === 'Consumer app-mobile created.');
+  await page.click('tr[data-name="app-mobile"] button');
+  await page.waitForSelector('#issued:not([hidden])', { timeout: WAIT_MS });
+  const key = await page.inputValue('#issued-key');
+  check(/^rk_[A-Za-z0-9_-]{43}$/.test(key), 'the new key is shown', key);
+  await accessible('consumers, a key shown once');
+  await screenshot('console-14-consumer-key');
+  await page.click('#issued-copy');
+  await waitFor('the key is copied', () => page.textContent('#issued-status'), (t) => t === 'Copied.');
+  check((await page.evaluate(() => navigator.clipboard.readText())) === key, 'the clipboard holds the key');
+  const guardedCall = (headers) => fetch(`${base}${guarded.path}`, { headers }).then((answer) => answer.status);
+  check((await guardedCall({ 'x-api-key': key })) === 200, 'the key calls the protected route');
+  check((await guardedCall({})) === 401, 'no key is refused');
+  await page.click('#issued-done');
+  check(await page.isHidden('#issued'), 'the key is hidden once done');
+  check(!(await page.content()).includes(key.slice(3)), 'the key is no longer in the page');
+  // Seen again (the page reloaded, the token kept in this tab): the key's last use.
+  await page.reload();
+  await page.waitForSelector('#consumers:not([hidden])', { timeout: WAIT_MS });
+  await waitFor('its key shows its prefix and last use', () => page.textContent('tr[data-name="app-mobile"] ul.keys'), (t) =>
+    t.startsWith(`${key.slice(0, 11)}… created`) && !t.includes('last used never'),
+  );
+  await screenshot('console-15-consumers');
+  await page.click('tr[data-name="app-mobile"] ul.keys button');
+  await waitFor('the key is revoked', consumersStatus, (t) => t.startsWith(`Key ${key.slice(0, 11)}… of app-mobile revoked`));
+  check((await guardedCall({ 'x-api-key': key })) === 401, 'the revoked key is refused');
+  await accessible('consumers');
+  await page.click('#consumers-back');
+  await page.waitForSelector('#routes:not([hidden])', { timeout: WAIT_MS });
+  console.log('ok: a consumer created, its key shown once and copied, used (last use shown), revoked and refused');
+
   step = 'keyboard only: tab to a control, see its focus, use it';
   await page.click('#filter-clear');
   await waitFor('the filter cleared', status, (t) => t.startsWith('Page 1: 50 routes;'));

@@ -90,6 +90,9 @@ function show(view) {
   $('routes').hidden = view !== 'routes';
   $('route').hidden = view !== 'route';
   $('register').hidden = view !== 'register';
+  $('consumers').hidden = view !== 'consumers';
+  // A key shown once is not left on the page when the view changes.
+  if (view !== 'consumers') forgetIssued();
 }
 
 /** The route a `#route/<uuid>` address names, if it does. */
@@ -129,6 +132,10 @@ async function navigate() {
     show('register');
     showBody();
     $('register-title').focus();
+  } else if (location.hash === '#consumers') {
+    show('consumers');
+    await loadConsumers();
+    $('consumers-title').focus();
   } else if (uuid) {
     show('route');
     await openRoute(uuid);
@@ -223,10 +230,42 @@ function authOf(route) {
   return 'none';
 }
 
+/** Who may call a route, in words: its consumers, its token issuers' hosts, its limit; or
+ * `open` for a route anyone who knows its address may call. */
+function callersOf(route) {
+  const callers = route.callers;
+  if (!callers || callers === 'open') return 'open';
+  const parts = [];
+  if (callers.consumers?.length) parts.push(`consumers ${callers.consumers.join(', ')}`);
+  if (callers.jwt?.length) {
+    const host = (issuer) => {
+      try {
+        return new URL(issuer).host;
+      } catch {
+        return issuer;
+      }
+    };
+    parts.push(`tokens of ${callers.jwt.map((j) => host(j.issuer)).join(', ')}`);
+  }
+  if (callers.limit) parts.push(`${callers.limit.requests} per ${callers.limit.perSeconds} s each`);
+  return parts.join('; ');
+}
+
 function cacheOf(route) {
   if (!route.cache) return 'off';
   const stale = route.cache.staleWhileRevalidateSeconds;
   return `${route.cache.ttlSeconds} s${stale ? ` (+${stale} s stale)` : ''}`;
+}
+
+/** The callers cell of a route's row: an open route is marked, more so when its calls spend a
+ * stored credential. */
+function callersCell(route) {
+  const text = callersOf(route);
+  if (text !== 'open') return cell(text, 'callers');
+  const spends = Boolean(route.authHeader && route.authHeader.type && route.authHeader.type !== 'None');
+  const td = cell(spends ? 'open: anyone with its address spends its credentials' : 'open', 'callers open');
+  if (spends) td.classList.add('warn');
+  return td;
 }
 
 /** A table row for `route`, and the cell its health goes in. */
@@ -245,6 +284,7 @@ function row(route) {
     pathCell,
     cell(upstreamOf(route), 'upstream'),
     cell(authOf(route)),
+    callersCell(route),
     cell(cacheOf(route)),
   );
   const label = { ok: 'serving', locked: 'locked' }[route.status] || 'unavailable';
@@ -324,6 +364,11 @@ async function openRoute(uuid) {
   $('route-title').textContent = `${shown.method || ''} ${path || '(unknown path)'}`.trim();
   if (shown.status !== 'ok') say('route-status', `This route cannot serve calls: ${shown.problem}`, true);
   $('route-config').textContent = JSON.stringify(shown, null, 2);
+  const callers = callersOf(shown);
+  $('route-callers').textContent = callers === 'open'
+    ? 'Who may call: anyone who knows its address (no callers named).'
+    : `Who may call: ${callers}.`;
+  $('route-callers').className = callers === 'open' ? 'open' : '';
   startEditing();
   const [total, recent] = await Promise.all([
     api('GET', `/v1/routes/${uuid}/stats`).catch(() => null),
@@ -781,6 +826,129 @@ async function submitRegistration(event) {
   first?.focus();
 }
 
+/** The key shown once, forgotten: the field emptied and its panel hidden. */
+function forgetIssued() {
+  $('issued-key').value = '';
+  $('issued').hidden = true;
+}
+
+/** Lists the consumers (up to 1,000, by name), each with its keys and what can be done. */
+async function loadConsumers() {
+  say('consumers-status', 'Loading consumers…');
+  const answer = await api('GET', '/v1/consumers?limit=1000').catch(() => null);
+  if (!arrived(answer, 'consumers-status')) return;
+  if (answer.status !== 200) {
+    say('consumers-status', problemText(answer), true);
+    return;
+  }
+  const consumers = answer.body.consumers;
+  $('consumer-rows').replaceChildren(...consumers.map(consumerRow));
+  say('consumers-status', consumers.length === 0
+    ? 'No consumers yet.'
+    : `${consumers.length} consumer${consumers.length === 1 ? '' : 's'}${answer.body.next ? ' (the first 1,000)' : ''}.`);
+}
+
+function when(ms) {
+  return ms ? new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, ' UTC') : 'never';
+}
+
+function button(text, action, label) {
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.textContent = text;
+  if (label) b.setAttribute('aria-label', label);
+  b.addEventListener('click', action);
+  return b;
+}
+
+/** A consumer's row: its name, metadata, keys (each with its prefix, times, last use and a
+ * revoke button), and a button that issues a key. */
+function consumerRow(consumer) {
+  const tr = document.createElement('tr');
+  tr.dataset.name = consumer.name;
+  const name = document.createElement('th');
+  name.scope = 'row';
+  name.textContent = consumer.name;
+  const keys = document.createElement('td');
+  const list = document.createElement('ul');
+  list.className = 'keys';
+  for (const key of consumer.keys) {
+    const item = document.createElement('li');
+    item.dataset.id = key.id;
+    const text = document.createElement('span');
+    text.textContent = `${key.prefix}… created ${when(key.createdAt)}, expires ${key.expiresAt ? when(key.expiresAt) : 'never'}, last used ${when(key.lastUsedAt)}`;
+    item.append(text, ' ', button('Revoke', () => revokeKey(consumer.name, key.id, key.prefix), `Revoke key ${key.prefix}… of ${consumer.name}`));
+    list.append(item);
+  }
+  keys.append(consumer.keys.length ? list : document.createTextNode('no keys'));
+  const actions = document.createElement('td');
+  actions.append(button('Issue a key', () => issueKey(consumer.name), `Issue a key to ${consumer.name}`));
+  tr.append(name, cell(consumer.metadata ? JSON.stringify(consumer.metadata) : ''), keys, actions);
+  return tr;
+}
+
+async function createConsumer(event) {
+  event.preventDefault();
+  const name = $('consumer-name').value.trim();
+  const text = $('consumer-metadata').value.trim();
+  let metadata = null;
+  if (text) {
+    try {
+      metadata = JSON.parse(text);
+    } catch {
+      say('consumers-status', 'The metadata is not JSON.', true);
+      return;
+    }
+  }
+  const answer = await api('POST', '/v1/consumers', { body: JSON.stringify({ name, metadata }) }).catch(() => null);
+  if (!arrived(answer, 'consumers-status')) return;
+  if (answer.status !== 201) {
+    say('consumers-status', problemText(answer), true);
+    return;
+  }
+  $('consumer-name').value = '';
+  $('consumer-metadata').value = '';
+  await loadConsumers();
+  say('consumers-status', `Consumer ${name} created.`);
+}
+
+/** Issues a key to `name` and shows it this once, with a button that copies it. */
+async function issueKey(name) {
+  const answer = await api('POST', `/v1/consumers/${encodeURIComponent(name)}/keys`).catch(() => null);
+  if (!arrived(answer, 'consumers-status')) return;
+  if (answer.status !== 201) {
+    say('consumers-status', problemText(answer), true);
+    return;
+  }
+  $('issued-consumer').textContent = name;
+  $('issued-key').value = answer.body.key;
+  say('issued-status', '');
+  $('issued').hidden = false;
+  await loadConsumers();
+  $('issued-title').focus();
+}
+
+async function copyIssued() {
+  try {
+    await navigator.clipboard.writeText($('issued-key').value);
+    say('issued-status', 'Copied.');
+  } catch {
+    $('issued-key').select();
+    say('issued-status', 'The page may not copy here: the key is selected, copy it with the keyboard.');
+  }
+}
+
+async function revokeKey(name, id, prefix) {
+  const answer = await api('DELETE', `/v1/consumers/${encodeURIComponent(name)}/keys/${encodeURIComponent(id)}`).catch(() => null);
+  if (!arrived(answer, 'consumers-status')) return;
+  if (answer.status !== 204) {
+    say('consumers-status', problemText(answer), true);
+    return;
+  }
+  await loadConsumers();
+  say('consumers-status', `Key ${prefix}… of ${name} revoked: it is refused from now on.`);
+}
+
 function applyFilter(event) {
   event.preventDefault();
   page.filter = { path: $('filter-path').value.trim(), host: $('filter-host').value.trim() };
@@ -831,6 +999,14 @@ document.addEventListener('DOMContentLoaded', () => {
   $('register-form').addEventListener('change', showBody);
   $('register-form').addEventListener('submit', submitRegistration);
   $('delete').addEventListener('click', askDelete);
+  $('consumer-form').addEventListener('submit', createConsumer);
+  $('issued-copy').addEventListener('click', copyIssued);
+  $('issued-done').addEventListener('click', forgetIssued);
+  $('consumers-back').addEventListener('click', (event) => {
+    event.preventDefault();
+    history.pushState(null, '', '#');
+    navigate();
+  });
   $('confirm-delete').addEventListener('close', confirmDelete);
   window.addEventListener('hashchange', () => {
     if (admitted) navigate();
