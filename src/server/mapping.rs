@@ -425,6 +425,25 @@ async fn check_upstreams(state: &State, route: &Route) -> Result<(), ApiError> {
             return Err(refused(UpstreamFailure::NotAllowed(format!("the token URL: {refusal}"))));
         }
     }
+    // The issuers' key sets (SPEC §2.4) are fetched under the same policy: one it refuses is
+    // told now, not at the first call; the others are fetched ahead of it.
+    for (i, issuer) in route.gate().map(|gate| gate.issuers()).unwrap_or_default().iter().enumerate() {
+        let url = match &issuer.source {
+            crate::callers::key_sets::Source::Jwks(uri) => uri.clone(),
+            crate::callers::key_sets::Source::Discovery(issuer) => {
+                format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'))
+            }
+        };
+        if let Ok(uri) = url.parse::<http::Uri>()
+            && let Err(UpstreamError::NotAllowed(refusal)) = state.client.check_policy(&uri).await
+        {
+            let failure =
+                UpstreamFailure::NotAllowed(format!("the key set of callers.jwt[{i}] ({url}): {refusal}"));
+            state.metrics.upstream_error(failure.kind());
+            return Err(ApiError::Upstream { failure, validating: true });
+        }
+        state.door.key_sets.prefetch(&issuer.source);
+    }
     Ok(())
 }
 

@@ -392,3 +392,69 @@ fn kid(token: &str) -> String {
         serde_json::from_slice(&URL_SAFE_NO_PAD.decode(token.split('.').next().unwrap()).unwrap()).unwrap();
     header["kid"].as_str().unwrap().to_owned()
 }
+
+#[tokio::test]
+async fn a_key_set_the_outbound_policy_refuses_is_told_at_registration() {
+    let upstream = Upstream::json(MEALS).await;
+    // The upstream's address is allowed, 127.0.0.2 (where the key set would be) is not.
+    let service = Service::start(recast::config::Config {
+        upstream_allow: "127.0.0.1/32".parse().unwrap(),
+        ..config()
+    })
+    .await;
+    let body = json!({
+        "path": "meal",
+        "originalRoute": {"originalApi": {"baseUrl": upstream.url("/")}, "path": "meal"},
+        "callers": {"jwt": [{"issuer": ISSUER, "audiences": ["orders"], "jwksUri": "http://127.0.0.2:9/keys"}]},
+        "rulesAsString": serde_json::from_str::<Value>(RULES).unwrap(),
+    });
+    let answer = send(Method::POST, &service.url("/v1/mapping"), &[], body.to_string()).await;
+    let problem = answer.assert_problem(400, "upstream-not-allowed");
+    assert!(problem.to_string().contains("callers.jwt[0]"), "{problem}");
+    assert!(upstream.received().is_empty(), "nothing is called before every address is checked");
+    service.stop().await;
+}
+
+#[tokio::test]
+async fn a_composed_route_picks_a_tenant_s_upstream_by_a_claim_and_a_path_by_the_subject() {
+    let es = Key::ecdsa("es", false);
+    let keys = KeySet::start(&[&es]).await;
+    let echo = |tenant: &'static str| {
+        Upstream::start(move |request| {
+            Reply::json(&json!({"tenant": tenant, "path": request.uri.path()}).to_string())
+        })
+    };
+    let (acme, globex) = (echo("acme").await, echo("globex").await);
+    let service = Service::start(config()).await;
+    let source = |upstream: &Upstream, tenant: &str| {
+        json!({"originalApi": {"baseUrl": upstream.url("/")}, "path": "users/{{$caller.claims.sub}}",
+               "when": format!("$caller.claims.org.tenant == '{tenant}'")})
+    };
+    let body = json!({
+        "path": "me",
+        "sources": {"acme": source(&acme, "acme"), "globex": source(&globex, "globex")},
+        "callers": {"jwt": [{"issuer": ISSUER, "audiences": ["orders"], "jwksUri": keys.upstream.url("/keys"), "algorithms": ["ES256"]}]},
+        "caller": {"kind": "jwt", "id": "u-1", "issuer": ISSUER, "claims": {"sub": "u-1", "org": {"tenant": "acme"}}},
+        "rulesAsString": {"newBodyFields": {"tenant": {"key": "tenant", "type": "String"}, "path": {"key": "path", "type": "String"}},
+                          "oldBodyFields": {"tenant": {"expr": "acme.tenant || globex.tenant"}, "path": {"expr": "acme.path || globex.path"}}}
+    });
+    let answer = send(Method::POST, &service.url("/v1/mapping"), &[], body.to_string()).await;
+    assert_eq!(answer.status, 201, "{}", String::from_utf8_lossy(&answer.body));
+    let path = answer.json().get("path").and_then(Json::as_str).unwrap().to_owned();
+    for (sub, tenant) in [("ada", "acme"), ("bob", "globex")] {
+        let token = es.token(json!({}), &claims(json!({"sub": sub, "org": {"tenant": tenant}})));
+        let answer = call(&service, &path, &token).await;
+        assert_eq!(
+            String::from_utf8_lossy(&answer.body),
+            format!(r#"{{"path":"/users/{sub}","tenant":"{tenant}"}}"#),
+            "{sub} of {tenant}"
+        );
+    }
+    // The live call as the sample caller, then ada's call at acme; bob's went to globex alone.
+    assert_eq!(
+        acme.received().iter().map(|r| r.uri.path().to_owned()).collect::<Vec<_>>(),
+        ["/users/u-1", "/users/ada"]
+    );
+    assert_eq!(globex.received().iter().map(|r| r.uri.path().to_owned()).collect::<Vec<_>>(), ["/users/bob"]);
+    service.stop().await;
+}
