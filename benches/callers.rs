@@ -11,6 +11,9 @@
 //!   `tokens/verify_only/{RS256,ES256}`, the verifier crate's signature check alone.
 //! - `tokens/repeated` (criterion): a token already verified: its digest, the memory's answer and
 //!   the route's claim checks.
+//! - `digest/{ring,sha2}/{key,token}` (criterion): SHA-256 of a key (46 bytes) and of a token
+//!   (about 450 bytes) by ring and by `sha2` (the CPU's SHA extensions when it has them), of
+//!   which `consumers::digest` takes the faster for the machine.
 //!
 //! Run: `cargo bench --bench callers`. Under `cargo test` the same code runs with small sizes.
 
@@ -55,6 +58,7 @@ fn main() {
     find(&mut criterion, &directory, &sample);
     change_under_calls(&mut criterion, directory, sample);
     tokens(&mut criterion);
+    digests(&mut criterion);
     criterion.final_summary();
 }
 
@@ -284,5 +288,19 @@ fn tokens(criterion: &mut Criterion) {
             known.caller.clone()
         })
     });
+    group.finish();
+}
+
+fn digests(criterion: &mut Criterion) {
+    use sha2::Digest as _;
+    let key = consumers::issue(1, None).key.into_bytes();
+    let token = vec![b'a'; 450];
+    let mut group = criterion.benchmark_group("digest");
+    for (what, bytes) in [("key", &key), ("token", &token)] {
+        group.bench_function(format!("ring/{what}"), |b| {
+            b.iter(|| ring::digest::digest(&ring::digest::SHA256, black_box(bytes)))
+        });
+        group.bench_function(format!("sha2/{what}"), |b| b.iter(|| sha2::Sha256::digest(black_box(bytes))));
+    }
     group.finish();
 }

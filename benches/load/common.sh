@@ -93,3 +93,10 @@ sign_token() { # $1 key file, $2 claims (JSON): an RS256 token signed with kid "
 # The issuer of the load scripts' tokens, and a route's `callers` taking them ($1: the key set's URL).
 LOAD_ISSUER=https://id.load.test/
 jwt_callers() { printf '{"jwt":[{"issuer":"%s","audiences":["load"],"jwksUri":"%s","algorithms":["RS256"]}]}' "$LOAD_ISSUER" "$1"; }
+
+release_build() { # builds recast for release (through ccache) and sets RECAST to it
+    use_ccache
+    announce_rocksdb release
+    cargo build --release --locked --bin recast
+    RECAST="$CARGO_TARGET_DIR/release/recast"
+}

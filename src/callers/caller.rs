@@ -94,13 +94,14 @@ impl Caller {
 
 /// The digest that tells callers apart.
 pub fn identity(kind: CallerKind, issuer: Option<&str>, id: &str) -> [u8; 32] {
-    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    use sha2::Digest as _;
+    let mut context = sha2::Sha256::new();
     for part in [kind.name(), issuer.unwrap_or(""), id] {
-        context.update(&(part.len() as u64).to_be_bytes());
+        context.update((part.len() as u64).to_be_bytes());
         context.update(part.as_bytes());
     }
     let mut out = [0; 32];
-    out.copy_from_slice(context.finish().as_ref());
+    out.copy_from_slice(context.finalize().as_slice());
     out
 }
 

@@ -105,6 +105,30 @@ pub fn parse(token: &str) -> Result<Parsed<'_>, Refusal> {
     Ok(Parsed { alg: alg.clone(), kid, claims, message, signature })
 }
 
+/// What the memory of verified tokens says of `token` on a route that takes tokens of
+/// `issuers` at `now` (seconds): `None` when it must be verified (never seen, or seen under
+/// another key set, algorithm or issuer than this route's); else the route's claim checks'
+/// outcome, or the refusal of a token too long to have been remembered.
+pub fn remembered(
+    key_sets: &KeySets,
+    verified: &Verified,
+    issuers: &[Arc<Issuer>],
+    token: &str,
+    now: u64,
+) -> Option<Result<Arc<Caller>, Refusal>> {
+    if token.len() > MAX_TOKEN {
+        return Some(Err(refused(format!("the token is longer than {} KiB", MAX_TOKEN / 1024))));
+    }
+    let known = verified.get(&super::consumers::digest(token.as_bytes()))?;
+    // Verified before, against a key of the set `known.source` held then: still that set's, and
+    // this route's issuer takes its issuer, algorithm and set.
+    let issuer = issuers.iter().find(|i| i.config.issuer == known.issuer)?;
+    let same = issuer.source == known.source
+        && issuer.config.algorithms.contains(&known.alg)
+        && key_sets.generation(&issuer.source) == Some(known.generation);
+    same.then(|| check_claims(&issuer.config, &known.claims, now).map(|()| known.caller.clone()))
+}
+
 /// The caller `token` makes on a route that takes tokens of `issuers`, checked at `now` (seconds).
 pub async fn admit(
     key_sets: &Arc<KeySets>,
@@ -113,22 +137,10 @@ pub async fn admit(
     token: &str,
     now: u64,
 ) -> Result<Arc<Caller>, Refusal> {
-    if token.len() > MAX_TOKEN {
-        return Err(refused(format!("the token is longer than {} KiB", MAX_TOKEN / 1024)));
+    if let Some(known) = remembered(key_sets, verified, issuers, token, now) {
+        return known;
     }
     let digest = super::consumers::digest(token.as_bytes());
-    if let Some(known) = verified.get(&digest) {
-        // Verified before, against a key of the set `known.source` held then: still that set's,
-        // and this route's issuer takes its issuer, algorithm and set.
-        if let Some(issuer) = issuers.iter().find(|i| i.config.issuer == known.issuer)
-            && issuer.source == known.source
-            && issuer.config.algorithms.contains(&known.alg)
-            && key_sets.generation(&issuer.source) == Some(known.generation)
-        {
-            check_claims(&issuer.config, &known.claims, now)?;
-            return Ok(known.caller.clone());
-        }
-    }
     let parsed = parse(token)?;
     let Some(Value::String(iss)) = parsed.claims.get("iss") else {
         return Err(refused("the token has no `iss`"));

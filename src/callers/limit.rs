@@ -79,7 +79,7 @@ fn evaluate_by(program: &Program, caller: &Caller) -> Option<String> {
 /// Every caller's count, by route limit and caller.
 pub struct Limits {
     /// Theoretical arrival times, in nanoseconds since `start`.
-    tats: DashMap<[u8; 32], AtomicU64>,
+    tats: DashMap<[u8; 32], AtomicU64, std::hash::BuildHasherDefault<super::consumers::DigestHasher>>,
     start: Instant,
     /// Entries at the last sweep: the next comes when there are twice as many.
     swept_at: AtomicU64,
@@ -87,7 +87,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { tats: DashMap::new(), start: Instant::now(), swept_at: AtomicU64::new(1024) }
+        Limits { tats: DashMap::default(), start: Instant::now(), swept_at: AtomicU64::new(1024) }
     }
 }
 
@@ -99,12 +99,13 @@ impl Limits {
         let window = Duration::from_secs(u64::from(limit.per_seconds)).as_nanos() as u64;
         let emission = window / u64::from(share);
         let tolerance = emission * u64::from(share - 1);
-        let mut context = ring::digest::Context::new(&ring::digest::SHA256);
-        context.update(&limit.owner);
-        context.update(&nodes.to_be_bytes());
-        context.update(&limit.caller_key(caller));
+        use sha2::Digest as _;
+        let mut context = sha2::Sha256::new();
+        context.update(limit.owner);
+        context.update(nodes.to_be_bytes());
+        context.update(limit.caller_key(caller));
         let mut key = [0; 32];
-        key.copy_from_slice(context.finish().as_ref());
+        key.copy_from_slice(context.finalize().as_slice());
         let now = self.start.elapsed().as_nanos() as u64;
         let entry = self.tats.entry(key).or_insert_with(|| AtomicU64::new(0));
         let tat = &*entry;

@@ -215,7 +215,23 @@ impl Door {
         }
     }
 
-    /// The caller of a call of a route with `gate`, or why it may not call.
+    /// What the door decides at once for a call of a route with `gate`: a caller with a key,
+    /// or with a token it verified before, and every refusal that needs no key set; a token it
+    /// must verify first is [`Decision::Wait`], for [`Door::admit`].
+    pub fn admit_now(&self, gate: &Gate, headers: &HeaderMap, query: Option<&str>, nodes: u32) -> Decision {
+        let decided = match self.check_now(gate, headers, query) {
+            Some(decided) => decided,
+            None => return Decision::Wait,
+        };
+        match self.finish(gate, decided, nodes) {
+            Ok(caller) => Decision::Admitted(caller),
+            Err(refusal) => Decision::Refused(refusal),
+        }
+    }
+
+    /// The caller of a call of a route with `gate`, or why it may not call: what
+    /// [`Door::admit_now`] decides, and the check of a token it has not verified yet (its key set
+    /// fetched when none is held, or when it lacks the token's `kid`).
     pub async fn admit(
         &self,
         gate: &Gate,
@@ -223,8 +239,33 @@ impl Door {
         query: Option<&str>,
         nodes: u32,
     ) -> Result<Arc<Caller>, Refusal> {
-        let admitted = self.check(gate, headers, query).await;
-        let admitted = match admitted {
+        let decided = match self.check_now(gate, headers, query) {
+            Some(decided) => decided,
+            None => match credential(headers) {
+                Ok(Some(Credential::Token(token))) => {
+                    let now = now_ms() / 1000;
+                    let verified =
+                        jwt::admit(&self.key_sets, &self.verified, &gate.issuers, token, now).await;
+                    if verified.is_ok() {
+                        self.counts.admitted_tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    verified
+                }
+                // `check_now` decides every other credential.
+                _ => Err(Refusal::unauthenticated("the credential could not be read")),
+            },
+        };
+        self.finish(gate, decided, nodes)
+    }
+
+    /// A decided caller held to the route's limit; a refusal counted.
+    fn finish(
+        &self,
+        gate: &Gate,
+        decided: Result<Arc<Caller>, Refusal>,
+        nodes: u32,
+    ) -> Result<Arc<Caller>, Refusal> {
+        let admitted = match decided {
             Ok(caller) => match &gate.limit {
                 Some(limit) => self.limits.take(limit, &caller, nodes).map(|()| caller),
                 None => Ok(caller),
@@ -237,33 +278,40 @@ impl Door {
         admitted
     }
 
-    async fn check(
+    /// The checks that need nothing fetched; `None` for a token not verified before.
+    fn check_now(
         &self,
         gate: &Gate,
         headers: &HeaderMap,
         query: Option<&str>,
-    ) -> Result<Arc<Caller>, Refusal> {
+    ) -> Option<Result<Arc<Caller>, Refusal>> {
         if query.is_some_and(credential_in_query) {
-            return Err(Refusal::unauthenticated(
+            return Some(Err(Refusal::unauthenticated(
                 "a credential was put in the URL's query; credentials are read only from headers",
-            ));
+            )));
         }
-        let now_ms = now_ms();
-        match credential(headers)? {
+        let credential = match credential(headers) {
+            Ok(credential) => credential,
+            Err(refusal) => return Some(Err(refusal)),
+        };
+        Some(match credential {
             None => Err(Refusal::Unauthenticated {
                 given: false,
                 why: "this route needs an API key (X-Api-Key) or a bearer token".to_owned(),
             }),
             Some(Credential::Key(key)) => {
+                let now_ms = now_ms();
                 let Some(entry) = self.directory.find(key) else {
-                    return Err(Refusal::unauthenticated("the API key is not known, or was revoked"));
+                    return Some(Err(Refusal::unauthenticated("the API key is not known, or was revoked")));
                 };
                 if entry.expires_at.is_some_and(|at| at <= now_ms) {
-                    return Err(Refusal::unauthenticated("the API key has expired"));
+                    return Some(Err(Refusal::unauthenticated("the API key has expired")));
                 }
                 let consumer = entry.caller.consumer.as_deref().unwrap_or_default();
                 if !gate.names(consumer) {
-                    return Err(Refusal::Forbidden("this route does not name the key's consumer".to_owned()));
+                    return Some(Err(Refusal::Forbidden(
+                        "this route does not name the key's consumer".to_owned(),
+                    )));
                 }
                 entry.used(now_ms);
                 self.counts.admitted_keys.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -273,13 +321,23 @@ impl Door {
                 Err(Refusal::unauthenticated("this route takes API keys, not tokens"))
             }
             Some(Credential::Token(token)) => {
-                let caller =
-                    jwt::admit(&self.key_sets, &self.verified, &gate.issuers, token, now_ms / 1000).await?;
-                self.counts.admitted_tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Ok(caller)
+                let remembered =
+                    jwt::remembered(&self.key_sets, &self.verified, &gate.issuers, token, now_ms() / 1000)?;
+                if remembered.is_ok() {
+                    self.counts.admitted_tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                remembered
             }
-        }
+        })
     }
+}
+
+/// What [`Door::admit_now`] decided.
+pub enum Decision {
+    Admitted(Arc<Caller>),
+    Refused(Refusal),
+    /// A token to verify first: [`Door::admit`].
+    Wait,
 }
 
 #[cfg(test)]

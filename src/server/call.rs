@@ -18,7 +18,7 @@ use super::single;
 use super::state::{Response, SERVER_TIMING, State};
 use super::traced::{self, CallFacts};
 use crate::cache::{self, CacheStatus, Joined, Key, Leader, Lookup, TimedOut};
-use crate::callers::Caller;
+use crate::callers::{Caller, Decision};
 use crate::metrics::{CacheCounts, Endpoint, PanicSite};
 use crate::route::{CacheSettings, CallError, FromClient, Route};
 use crate::table::Entry;
@@ -156,14 +156,19 @@ async fn forward(
     }
     // Who calls (SPEC §2.4): before the cache, the body and any upstream call.
     let caller = match route.gate() {
-        Some(gate) => Some(
-            state
-                .door
-                .admit(gate, request.headers, request.query, state.client.nodes())
-                .await
-                .map_err(ApiError::Caller)?,
-        ),
         None => None,
+        Some(gate) => {
+            let (headers, query, nodes) = (request.headers, request.query, state.client.nodes());
+            Some(match state.door.admit_now(gate, headers, query, nodes) {
+                Decision::Admitted(caller) => caller,
+                Decision::Refused(refusal) => return Err(ApiError::Caller(refusal)),
+                // A token to verify first, its key set perhaps to fetch: boxed, so that a call
+                // that never waits does not carry that future in its own.
+                Decision::Wait => {
+                    Box::pin(state.door.admit(gate, headers, query, nodes)).await.map_err(ApiError::Caller)?
+                }
+            })
+        }
     };
     record.caller.clone_from(&caller);
     // The upstream answers calls hold (RECAST_MAX_BUFFERED_BYTES): past the bound, no new call.
