@@ -33,8 +33,9 @@ pub struct Caller {
     pub consumer: Option<String>,
     pub metadata: Option<Value>,
     pub claims: Option<Value>,
-    /// `$caller` as expressions read it, made once.
-    pub constant: Const,
+    /// `$caller` as expressions read it, made the first time a route's rules or templates read
+    /// it (most callers of most routes never are: a million keys hold none).
+    constant: std::sync::OnceLock<Const>,
     /// What tells this caller apart from every other: a digest of `kind`, `issuer` and `id`
     /// (two issuers may give one `sub` to two people).
     pub identity: [u8; 32],
@@ -49,11 +50,22 @@ impl Caller {
         metadata: Option<Value>,
         claims: Option<Value>,
     ) -> Caller {
-        let mut caller =
-            Caller { kind, id, issuer, consumer, metadata, claims, constant: Const::Null, identity: [0; 32] };
-        caller.constant = constant(&caller.value());
-        caller.identity = identity(kind, caller.issuer.as_deref(), &caller.id);
-        caller
+        let identity = identity(kind, issuer.as_deref(), &id);
+        Caller {
+            kind,
+            id,
+            issuer,
+            consumer,
+            metadata,
+            claims,
+            constant: std::sync::OnceLock::new(),
+            identity,
+        }
+    }
+
+    /// `$caller` as expressions read it.
+    pub fn constant(&self) -> &Const {
+        self.constant.get_or_init(|| constant(&self.value()))
     }
 
     /// `$caller` as JSON.
@@ -87,7 +99,7 @@ impl Caller {
             present("claims"),
         );
         // As given: a sample may hold members of its own, and an `id` that is not a string.
-        caller.constant = constant(given);
+        caller.constant = std::sync::OnceLock::from(constant(given));
         Some(caller)
     }
 }

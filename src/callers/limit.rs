@@ -64,7 +64,7 @@ fn evaluate_by(program: &Program, caller: &Caller) -> Option<String> {
         let budget = expr::Budget::new(BY_BYTES, BY_STEPS);
         let arena = expr::Arena::new(&bump, &budget);
         let nodes: &[simd_json::Node<'_>] = doc;
-        let bound = [Val::from_const(&caller.constant)];
+        let bound = [Val::from_const(caller.constant())];
         match expr::evaluate_bound(program, nodes, Val::from_tape(nodes, 0), &arena, &bound).ok()? {
             Val::String(text) => Some(format!("s{text}")),
             Val::Number(n) => Some(format!("n{}", n.as_f64())),

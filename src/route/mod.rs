@@ -241,6 +241,14 @@ impl Route {
         self.reads_caller
     }
 
+    /// `$caller` for this route's rules and templates: the caller's, when they may read it.
+    pub fn caller_value<'c>(
+        &self,
+        caller: Option<&'c crate::callers::Caller>,
+    ) -> Option<&'c crate::expr::Const> {
+        caller.filter(|_| self.reads_caller).map(crate::callers::Caller::constant)
+    }
+
     /// The `$caller` its live calls are made as (`caller`, a sample), if it has one.
     pub fn sample_caller(&self) -> Option<crate::callers::Caller> {
         let given: serde_json::Value = serde_json::from_str(self.config.caller.as_deref()?).ok()?;

@@ -189,7 +189,7 @@ async fn forward(
                 query: request.query,
                 headers: Some(request.headers),
                 body: body.into(),
-                caller: caller.as_deref().map(|c| &c.constant),
+                caller: route.caller_value(caller.as_deref()),
             };
             route.upstream_request(&client).map_err(|e| match e {
                 CallError::AuthRequired => ApiError::AuthRequired,

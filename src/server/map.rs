@@ -70,7 +70,7 @@ fn map_success(
     let mut out = Vec::with_capacity(answer.body.len() / 2 + 64);
     let empty = answer.body.is_empty();
     let parsed =
-        exec::map_text_as(&compiled.plan, &mut answer.body, max_depth, caller.map(|c| &c.constant), &mut out);
+        exec::map_text_as(&compiled.plan, &mut answer.body, max_depth, route.caller_value(caller), &mut out);
     let took = started.elapsed();
     if let Ok(outcome) = &parsed
         && outcome.expression_errors > 0

@@ -374,7 +374,7 @@ async fn live_call(
         query: Some(&query),
         headers: Some(&headers),
         body,
-        caller: who.as_ref().map(|c| &c.constant),
+        caller: route.caller_value(who.as_ref()),
     };
     let request = route.upstream_request(&client).map_err(|e| match e {
         CallError::AuthRequired => ApiError::AuthRequired,
@@ -531,7 +531,7 @@ fn live_warnings(
     let plan = &compiled.plan;
     let traced = json::with_parsed(&mut document, max_depth, |doc| {
         let mut out = Vec::new();
-        let trace = exec::execute_traced_as(plan, doc, 0, caller.map(|c| &c.constant), &mut out);
+        let trace = exec::execute_traced_as(plan, doc, 0, route.caller_value(caller), &mut out);
         (trace, out)
     });
     let Ok((trace, out)) = traced else { return Vec::new() };

@@ -119,7 +119,7 @@ async fn run_timed(
     purpose: Purpose,
     timings: &mut Vec<(String, Duration)>,
 ) -> Result<Composed, ApiError> {
-    let who = who.map(|caller| &caller.constant);
+    let who = route.caller_value(who);
     let validating = purpose != Purpose::Call;
     let caller = CallerRequest::of(&request);
     let mapped_auth = caller.headers.get(&MAPPED_AUTH);
