@@ -179,7 +179,8 @@ impl Directory {
     /// replaced or removed, and no other consumer's are touched. A key's last use is kept.
     pub fn put(&self, consumer: StoredConsumer) {
         let caller = Arc::new(Caller::of_consumer(&consumer.name, &consumer.metadata));
-        let old = self.consumers.insert(consumer.name.clone(), Arc::new(consumer.clone()));
+        let consumer = Arc::new(consumer);
+        let old = self.consumers.insert(consumer.name.clone(), consumer.clone());
         for key in &consumer.keys {
             let Some(digest) = parse_digest(&key.digest) else { continue };
             let last_used = self.keys.get(&digest).map_or(0, |entry| entry.last_used.load(Ordering::Relaxed));

@@ -12,12 +12,8 @@ use crate::table::Entry;
 /// Puts every consumer `store` holds in the directory the request path reads (a cluster node's
 /// are its copy of the database's, which the consumer follower keeps up to date).
 fn load_consumers(state: &State, store: &Store) {
-    match store.consumers() {
-        Ok(consumers) => {
-            let count = consumers.len();
-            for consumer in consumers {
-                state.door.directory.put(consumer);
-            }
+    match store.each_consumer(|consumer| state.door.directory.put(consumer)) {
+        Ok(count) => {
             if count > 0 {
                 tracing::info!(
                     consumers = count,

@@ -497,6 +497,17 @@ impl Store {
     /// Every stored consumer, by name.
     pub fn consumers(&self) -> Result<Vec<crate::callers::StoredConsumer>, StorageError> {
         let mut consumers = Vec::new();
+        self.each_consumer(|consumer| consumers.push(consumer))?;
+        Ok(consumers)
+    }
+
+    /// Hands every stored consumer to `f` as it is read (a start reads a million without
+    /// holding them all twice); how many there were.
+    pub fn each_consumer(
+        &self,
+        mut f: impl FnMut(crate::callers::StoredConsumer),
+    ) -> Result<usize, StorageError> {
+        let mut count = 0;
         let entries = self
             .db
             .iterator(IteratorMode::From(&[CONSUMER], Direction::Forward))
@@ -505,9 +516,10 @@ impl Store {
             let (key, value) = entry.map_err(io)?;
             let consumer = serde_json::from_slice(&value)
                 .map_err(|e| StorageError::Corrupt { key: hex::encode(&key), why: e.to_string() })?;
-            consumers.push(consumer);
+            f(consumer);
+            count += 1;
         }
-        Ok(consumers)
+        Ok(count)
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
