@@ -46,7 +46,7 @@ fi
 
 over=() under=()
 printf '\n| call | budget | this build | this build / budget |\n|---|---:|---:|---:|\n'
-for name in recipe list expr composed traced; do
+for name in recipe list expr composed traced key jwt; do
     budget=$(count_of "$BUDGET" "$name")
     now=$(count_of "$counts" "$name")
     if [ -z "$budget" ] || [ -z "$now" ] || [ "$budget" = 0 ] || [ "$now" = 0 ]; then
