@@ -27,7 +27,8 @@ command=$1 target=$2
 shift 2
 archive=fuzz/corpus/$target.tar.gz
 dir=fuzz/corpus/$target
-binary=fuzz/target/x86_64-unknown-linux-gnu/release/$target
+# cargo fuzz builds where CARGO_TARGET_DIR says, when it is set (scripts/lib.sh sets it).
+binary=${CARGO_TARGET_DIR:-fuzz/target}/x86_64-unknown-linux-gnu/release/$target
 
 unpack() {
     [ -f "$archive" ] || { echo "no corpus archive $archive" >&2; exit 1; }
