@@ -129,7 +129,9 @@ pub fn remembered(
     same.then(|| check_claims(&issuer.config, &known.claims, now).map(|()| known.caller.clone()))
 }
 
-/// The caller `token` makes on a route that takes tokens of `issuers`, checked at `now` (seconds).
+/// The caller `token` makes on a route that takes tokens of `issuers`, checked at `now` (seconds):
+/// a token the memory of verified tokens does not answer for ([`remembered`]), verified, then
+/// remembered.
 pub async fn admit(
     key_sets: &Arc<KeySets>,
     verified: &Verified,
@@ -137,10 +139,6 @@ pub async fn admit(
     token: &str,
     now: u64,
 ) -> Result<Arc<Caller>, Refusal> {
-    if let Some(known) = remembered(key_sets, verified, issuers, token, now) {
-        return known;
-    }
-    let digest = super::consumers::digest(token.as_bytes());
     let parsed = parse(token)?;
     let Some(Value::String(iss)) = parsed.claims.get("iss") else {
         return Err(refused("the token has no `iss`"));
@@ -166,6 +164,7 @@ pub async fn admit(
         return Err(refused("the token has no `sub`"));
     };
     let exp = claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
+    let digest = super::consumers::digest(token.as_bytes());
     let caller = Arc::new(Caller::new(
         CallerKind::Jwt,
         sub.to_owned(),

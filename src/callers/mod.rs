@@ -217,7 +217,7 @@ impl Door {
 
     /// What the door decides at once for a call of a route with `gate`: a caller with a key,
     /// or with a token it verified before, and every refusal that needs no key set; a token it
-    /// must verify first is [`Decision::Wait`], for [`Door::admit`].
+    /// must verify first is [`Decision::Wait`], for [`Door::admit_waiting`].
     pub fn admit_now(&self, gate: &Gate, headers: &HeaderMap, query: Option<&str>, nodes: u32) -> Decision {
         let decided = match self.check_now(gate, headers, query) {
             Some(decided) => decided,
@@ -229,31 +229,25 @@ impl Door {
         }
     }
 
-    /// The caller of a call of a route with `gate`, or why it may not call: what
-    /// [`Door::admit_now`] decides, and the check of a token it has not verified yet (its key set
-    /// fetched when none is held, or when it lacks the token's `kid`).
-    pub async fn admit(
+    /// The caller of a call [`Door::admit_now`] said to wait for: its token, not verified yet,
+    /// checked (its key set fetched when none is held, or when it lacks the token's `kid`).
+    pub async fn admit_waiting(
         &self,
         gate: &Gate,
         headers: &HeaderMap,
-        query: Option<&str>,
         nodes: u32,
     ) -> Result<Arc<Caller>, Refusal> {
-        let decided = match self.check_now(gate, headers, query) {
-            Some(decided) => decided,
-            None => match credential(headers) {
-                Ok(Some(Credential::Token(token))) => {
-                    let now = now_ms() / 1000;
-                    let verified =
-                        jwt::admit(&self.key_sets, &self.verified, &gate.issuers, token, now).await;
-                    if verified.is_ok() {
-                        self.counts.admitted_tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    verified
+        let decided = match credential(headers) {
+            Ok(Some(Credential::Token(token))) => {
+                let now = now_ms() / 1000;
+                let verified = jwt::admit(&self.key_sets, &self.verified, &gate.issuers, token, now).await;
+                if verified.is_ok() {
+                    self.counts.admitted_tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                // `check_now` decides every other credential.
-                _ => Err(Refusal::unauthenticated("the credential could not be read")),
-            },
+                verified
+            }
+            // `admit_now` decides every other credential.
+            _ => Err(Refusal::unauthenticated("the credential could not be read")),
         };
         self.finish(gate, decided, nodes)
     }
@@ -299,6 +293,10 @@ impl Door {
                 given: false,
                 why: "this route needs an API key (X-Api-Key) or a bearer token".to_owned(),
             }),
+            // A value of another form is no key: refused without being digested.
+            Some(Credential::Key(key)) if !consumers::looks_like_key(key) => Err(Refusal::unauthenticated(
+                "the API key is not one recast issued (`rk_` and 43 characters)",
+            )),
             Some(Credential::Key(key)) => {
                 let now_ms = now_ms();
                 let Some(entry) = self.directory.find(key) else {
@@ -336,7 +334,7 @@ impl Door {
 pub enum Decision {
     Admitted(Arc<Caller>),
     Refused(Refusal),
-    /// A token to verify first: [`Door::admit`].
+    /// A token to verify first: [`Door::admit_waiting`].
     Wait,
 }
 

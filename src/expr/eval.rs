@@ -75,7 +75,7 @@ pub fn evaluate<'v>(
     current: Val<'v>,
     arena: &'v Arena<'v>,
 ) -> Result<Val<'v>> {
-    run(program, nodes, root, current, arena, false)
+    run(program, nodes, root, current, arena, &[], false)
 }
 
 /// [`evaluate`] with the values of the variables bound outside the expression
@@ -100,19 +100,7 @@ pub fn evaluate_with<'v>(
     arena: &'v Arena<'v>,
     bound: &[Val<'v>],
 ) -> Result<Val<'v>> {
-    let mut evaluator = Evaluator {
-        program,
-        doc: Doc { nodes },
-        root,
-        arena,
-        vars: smallvec::smallvec![Val::Null; program.vars],
-        original: false,
-    };
-    for (slot, value) in evaluator.vars.iter_mut().zip(bound).take(program.bound) {
-        *slot = *value;
-    }
-    let top = (program.steps.len() - 1) as StepId;
-    evaluator.eval(top, current)
+    run(program, nodes, root, current, arena, bound, false)
 }
 
 /// [`evaluate`] as implementations of the original JMESPath specification have it where the
@@ -127,7 +115,7 @@ pub fn evaluate_original<'v>(
     current: Val<'v>,
     arena: &'v Arena<'v>,
 ) -> Result<Val<'v>> {
-    run(program, nodes, root, current, arena, true)
+    run(program, nodes, root, current, arena, &[], true)
 }
 
 fn run<'v>(
@@ -136,16 +124,14 @@ fn run<'v>(
     root: Val<'v>,
     current: Val<'v>,
     arena: &'v Arena<'v>,
+    bound: &[Val<'v>],
     original: bool,
 ) -> Result<Val<'v>> {
-    let mut evaluator = Evaluator {
-        program,
-        doc: Doc { nodes },
-        root,
-        arena,
-        vars: smallvec::smallvec![Val::Null; program.vars],
-        original,
-    };
+    let mut vars = smallvec::smallvec![Val::Null; program.vars];
+    for (slot, value) in vars.iter_mut().zip(bound).take(program.bound) {
+        *slot = *value;
+    }
+    let mut evaluator = Evaluator { program, doc: Doc { nodes }, root, arena, vars, original };
     let top = (program.steps.len() - 1) as StepId;
     evaluator.eval(top, current)
 }

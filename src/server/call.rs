@@ -164,9 +164,9 @@ async fn forward(
                 Decision::Refused(refusal) => return Err(ApiError::Caller(refusal)),
                 // A token to verify first, its key set perhaps to fetch: boxed, so that a call
                 // that never waits does not carry that future in its own.
-                Decision::Wait => {
-                    Box::pin(state.door.admit(gate, headers, query, nodes)).await.map_err(ApiError::Caller)?
-                }
+                Decision::Wait => Box::pin(state.door.admit_waiting(gate, headers, nodes))
+                    .await
+                    .map_err(ApiError::Caller)?,
             })
         }
     };
