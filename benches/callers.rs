@@ -3,14 +3,16 @@
 //! - Keys (measured once): 1,000,000 consumers of one key each written to a store, then the
 //!   store opened again and every consumer read and put in the directory, timed (what a start
 //!   does); and the resident memory the directory's keys take in this process, per key.
-//! - `keys/find/{hit,miss}` (criterion): a call's key found by its digest among 1,000,000.
+//! - `keys/find/{hit,miss}` (criterion): a call's key found by its digest among 1,000,000;
+//!   `keys/find/kept`: the same key repeated on one connection, which kept what it made.
 //! - `keys/change_under_calls` (criterion): one change (a consumer's key revoked and issued) while
 //!   another thread finds keys without a pause; and that thread's finds per second meanwhile.
 //! - `tokens/first/{RS256,ES256}` (criterion): what a call with a token never seen costs: read,
 //!   key chosen, signature verified, claims checked, the caller made; against
 //!   `tokens/verify_only/{RS256,ES256}`, the verifier crate's signature check alone.
 //! - `tokens/repeated` (criterion): a token already verified: its digest, the memory's answer and
-//!   the route's claim checks.
+//!   the route's claim checks; `tokens/repeated_kept`: the same repeated on one connection (the
+//!   connection's memory answers, no digest).
 //! - `digest/{ring,sha2}/{key,token}` (criterion): SHA-256 of a key (46 bytes) and of a token
 //!   (about 450 bytes) by ring and by `sha2` (the CPU's SHA extensions when it has them), of
 //!   which `consumers::digest` takes the faster for the machine.
@@ -29,7 +31,7 @@ use recast::callers::config::{Algorithm, IssuerConfig};
 use recast::callers::consumers::{self, StoredConsumer};
 use recast::callers::key_sets::{self, Key};
 use recast::callers::verified::{Token, Verified};
-use recast::callers::{Caller, CallerKind, Directory, jwt};
+use recast::callers::{Caller, CallerKind, Directory, Memo, jwt};
 use ring::signature::{self, KeyPair as _};
 
 /// The resident memory of this process, in bytes.
@@ -149,6 +151,10 @@ fn find(criterion: &mut Criterion, directory: &Directory, sample: &[u8]) {
     let mut other = sample.to_vec();
     other[10] ^= 1;
     group.bench_function("miss", |b| b.iter(|| assert!(directory.find(black_box(&other)).is_none())));
+    // Repeated on one connection: what the connection kept answers, the same bytes compared.
+    let memo = Memo::default();
+    memo.keep_key(sample, &directory.find(sample).expect("found"));
+    group.bench_function("kept", |b| b.iter(|| memo.key(black_box(sample)).expect("kept")));
     group.finish();
 }
 
@@ -295,7 +301,7 @@ fn tokens(criterion: &mut Criterion) {
     let verified = Verified::new(recast::callers::verified::DEFAULT_BYTES);
     let caller = first_call(&keys, &issuer, &rs256, now);
     let digest = consumers::digest(rs256.as_bytes());
-    verified.insert(
+    let known = verified.insert(
         digest,
         Token {
             issuer: issuer.issuer.clone(),
@@ -304,14 +310,25 @@ fn tokens(criterion: &mut Criterion) {
             generation: 1,
             claims: caller.claims.clone().unwrap(),
             caller: caller.clone(),
-            exp: now + 3600,
+            aud: caller.claims.as_ref().and_then(|c| c.get("aud")).cloned().unwrap_or_default(),
+            times: recast::callers::verified::Times { exp: now + 3600, nbf: None, iat: None },
         },
     );
     group.bench_function("repeated", |b| {
         b.iter(|| {
             let digest = consumers::digest(black_box(rs256.as_bytes()));
             let known = verified.get(&digest).expect("remembered");
-            jwt::check_claims(&issuer, &known.claims, now).expect("claims pass");
+            jwt::check_known(&issuer, &known, now).expect("claims pass");
+            known.caller.clone()
+        })
+    });
+    // Repeated on one connection: what the connection kept answers, without the digest.
+    let memo = Memo::default();
+    memo.keep_token(rs256.as_bytes(), &known);
+    group.bench_function("repeated_kept", |b| {
+        b.iter(|| {
+            let known = memo.token(black_box(rs256.as_bytes()), now).expect("kept");
+            jwt::check_known(&issuer, &known, now).expect("claims pass");
             known.caller.clone()
         })
     });

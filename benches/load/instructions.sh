@@ -11,9 +11,12 @@
 # composition of the recipe against the single route that maps the same fields, three times (the
 # aim: a composed call at most 1.1× its three single calls). Last, `traced`: the recipe route of
 # a second process of the same build that records every call's spans and exports them to a local
-# receiver (nginx answering 200 to `POST /v1/traces`). The kernel's work (sockets) and the
-# upstream's are not counted: this measures recast's own code, not a call's whole cost (run.sh
-# does).
+# receiver (nginx answering 200 to `POST /v1/traces`). And the recipe route with `callers`,
+# called with a consumer's API key, and with one RS256 token again and again (each repeated on
+# the one connection, as a client does), against the open recipe call and against the open
+# recipe call sent with the same header, which leaves out the header's own reading. The
+# kernel's work (sockets) and the upstream's are not counted: this measures recast's own code,
+# not a call's whole cost (run.sh does).
 #
 # Settings (environment): LOAD_CALLS (default 200), LOAD_PORT (first of five ports, default
 # 18180), LOAD_BEFORE (the path of another recast binary, counted the same way; a column gives
@@ -199,11 +202,17 @@ for name in now ${BEFORE:+before}; do
     awk -v l="$label" -v c="$composed" -v s="$single" 'BEGIN { printf "| %s | %d | %d | %.3f× |\n", l, c, s, c / (3 * s) }'
 done
 echo
-echo "the recipe route with callers: a consumer's API key, and one RS256 token repeated (instructions per call)"
+echo "the recipe route with callers: a consumer's API key, and one RS256 token repeated (instructions per call);"
+echo "against the open recipe call, and against the open recipe call sent with the same header (which it"
+echo "ignores): the second leaves out reading the header itself, and so gives what the check costs"
+echo "| credential | instructions | / open call | open call with the header | / that |"
+echo "|---|---:|---:|---:|---:|"
 MEASURED[key]=$(HEADER=$KEY_HEADER count now "$now_key" key)
+open_key=$(HEADER=$KEY_HEADER count now "$now_recipe" recipe-key)
 MEASURED[jwt]=$(HEADER=$JWT_HEADER count now "$now_jwt" jwt)
-awk -v k="${MEASURED[key]}" -v j="${MEASURED[jwt]}" -v r="${MEASURED[recipe]}" \
-    'BEGIN { printf "| key | %d | %.4f× the open recipe call |\n| jwt | %d | %.4f× the open recipe call |\n", k, k / r, j, j / r }'
+open_jwt=$(HEADER=$JWT_HEADER count now "$now_recipe" recipe-jwt)
+awk -v k="${MEASURED[key]}" -v ok="$open_key" -v j="${MEASURED[jwt]}" -v oj="$open_jwt" -v r="${MEASURED[recipe]}" \
+    'BEGIN { printf "| key | %d | %.4f× | %d | %.4f× |\n| jwt | %d | %.4f× | %d | %.4f× |\n", k, k / r, ok, k / ok, j, j / r, oj, j / oj }'
 HEADER=
 echo
 echo "the recipe route with every span recorded and exported (instructions per call)"

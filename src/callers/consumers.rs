@@ -5,7 +5,7 @@
 //! the whole map.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -150,9 +150,20 @@ pub struct KeyEntry {
     /// Milliseconds since the epoch of its last use on this node (0: never); written at most
     /// once a second, so calls with one key do not all write one cache line.
     pub last_used: AtomicU64,
+    /// Replaced or dropped from the directory: a connection that kept it ([`super::memo`])
+    /// looks the key up again.
+    retired: AtomicBool,
 }
 
 impl KeyEntry {
+    pub fn retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+    }
+
     pub fn used(&self, now_ms: u64) {
         if now_ms.saturating_sub(self.last_used.load(Ordering::Relaxed)) >= 1000 {
             self.last_used.store(now_ms, Ordering::Relaxed);
@@ -184,20 +195,23 @@ impl Directory {
         for key in &consumer.keys {
             let Some(digest) = parse_digest(&key.digest) else { continue };
             let last_used = self.keys.get(&digest).map_or(0, |entry| entry.last_used.load(Ordering::Relaxed));
-            self.keys.insert(
-                digest,
-                Arc::new(KeyEntry {
-                    id: key.id.clone(),
-                    caller: caller.clone(),
-                    expires_at: key.expires_at,
-                    last_used: AtomicU64::new(last_used),
-                }),
-            );
+            let entry = Arc::new(KeyEntry {
+                id: key.id.clone(),
+                caller: caller.clone(),
+                expires_at: key.expires_at,
+                last_used: AtomicU64::new(last_used),
+                retired: AtomicBool::new(false),
+            });
+            if let Some(old) = self.keys.insert(digest, entry) {
+                old.retire();
+            }
         }
         if let Some(old) = old {
             for key in old.keys.iter().filter(|k| !consumer.keys.iter().any(|new| new.digest == k.digest)) {
-                if let Some(digest) = parse_digest(&key.digest) {
-                    self.keys.remove(&digest);
+                if let Some(digest) = parse_digest(&key.digest)
+                    && let Some((_, old)) = self.keys.remove(&digest)
+                {
+                    old.retire();
                 }
             }
         }
@@ -207,8 +221,10 @@ impl Directory {
     pub fn remove(&self, name: &str) {
         if let Some((_, old)) = self.consumers.remove(name) {
             for key in &old.keys {
-                if let Some(digest) = parse_digest(&key.digest) {
-                    self.keys.remove(&digest);
+                if let Some(digest) = parse_digest(&key.digest)
+                    && let Some((_, old)) = self.keys.remove(&digest)
+                {
+                    old.retire();
                 }
             }
         }
@@ -295,13 +311,24 @@ mod tests {
         directory.put(consumer("one", vec![a.stored.clone(), b.stored.clone()]));
         directory.put(consumer("two", vec![c.stored.clone()]));
         directory.find(a.key.as_bytes()).unwrap().used(5000);
+        // What a connection may have kept of each ([`super::super::memo`]).
+        let (kept_a, kept_b, kept_c) = (
+            directory.find(a.key.as_bytes()).unwrap(),
+            directory.find(b.key.as_bytes()).unwrap(),
+            directory.find(c.key.as_bytes()).unwrap(),
+        );
         // `b` revoked.
         directory.put(consumer("one", vec![a.stored.clone()]));
         assert!(directory.find(b.key.as_bytes()).is_none());
         assert_eq!(directory.find(a.key.as_bytes()).unwrap().last_used.load(Ordering::Relaxed), 5000);
         assert!(directory.find(c.key.as_bytes()).is_some());
+        // Both of `one`'s entries left the directory (`a`'s was replaced); `two`'s did not.
+        assert!(kept_a.retired() && kept_b.retired() && !kept_c.retired());
+        let kept_a = directory.find(a.key.as_bytes()).unwrap();
+        assert!(!kept_a.retired());
         directory.remove("one");
         assert!(directory.find(a.key.as_bytes()).is_none());
+        assert!(kept_a.retired() && !kept_c.retired());
         assert!(directory.find(c.key.as_bytes()).is_some());
         assert_eq!(directory.key_count(), 1);
     }

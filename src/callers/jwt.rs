@@ -6,7 +6,7 @@
 //! remembered by its digest ([`super::verified`]), so a caller repeating it pays the claim
 //! checks, not the signature.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -14,8 +14,9 @@ use serde_json::{Map, Value};
 
 use super::caller::{Caller, CallerKind, Refusal};
 use super::config::{Algorithm, IssuerConfig};
-use super::key_sets::{Key, KeySets, Source};
-use super::verified::{Token, Verified};
+use super::key_sets::{Held, Key, KeySets, Source};
+use super::memo::Memo;
+use super::verified::{Times, Token, Verified};
 
 /// The longest token taken.
 pub const MAX_TOKEN: usize = 8 * 1024;
@@ -26,6 +27,8 @@ pub struct Issuer {
     pub config: IssuerConfig,
     /// Where its key set comes from.
     pub source: Source,
+    /// That set's place among the key sets, found once.
+    held: OnceLock<Held>,
 }
 
 impl Issuer {
@@ -34,7 +37,12 @@ impl Issuer {
             Some(uri) => Source::Jwks(uri.clone()),
             None => Source::Discovery(config.issuer.clone()),
         };
-        Issuer { config: config.clone(), source }
+        Issuer { config: config.clone(), source, held: OnceLock::new() }
+    }
+
+    /// Its key set's place in `key_sets` (a place is never removed, so it is looked up once).
+    pub fn held(&self, key_sets: &KeySets) -> &Held {
+        self.held.get_or_init(|| key_sets.place(&self.source))
     }
 }
 
@@ -108,36 +116,48 @@ pub fn parse(token: &str) -> Result<Parsed<'_>, Refusal> {
 /// What the memory of verified tokens says of `token` on a route that takes tokens of
 /// `issuers` at `now` (seconds): `None` when it must be verified (never seen, or seen under
 /// another key set, algorithm or issuer than this route's); else the route's claim checks'
-/// outcome, or the refusal of a token too long to have been remembered.
+/// outcome, or the refusal of a token too long to have been remembered. The connection's `memo`
+/// answers for the token it presented last, without its digest.
 pub fn remembered(
     key_sets: &KeySets,
     verified: &Verified,
     issuers: &[Arc<Issuer>],
-    token: &str,
+    token: &[u8],
     now: u64,
+    memo: Option<&Memo>,
 ) -> Option<Result<Arc<Caller>, Refusal>> {
     if token.len() > MAX_TOKEN {
         return Some(Err(refused(format!("the token is longer than {} KiB", MAX_TOKEN / 1024))));
     }
-    let known = verified.get(&super::consumers::digest(token.as_bytes()))?;
+    let known = match memo.and_then(|memo| memo.token(token, now)) {
+        Some(known) => known,
+        None => {
+            let known = verified.get(&super::consumers::digest(token))?;
+            if let Some(memo) = memo {
+                memo.keep_token(token, &known);
+            }
+            known
+        }
+    };
     // Verified before, against a key of the set `known.source` held then: still that set's, and
     // this route's issuer takes its issuer, algorithm and set.
     let issuer = issuers.iter().find(|i| i.config.issuer == known.issuer)?;
     let same = issuer.source == known.source
         && issuer.config.algorithms.contains(&known.alg)
-        && key_sets.generation(&issuer.source) == Some(known.generation);
-    same.then(|| check_claims(&issuer.config, &known.claims, now).map(|()| known.caller.clone()))
+        && issuer.held(key_sets).generation() == Some(known.generation);
+    same.then(|| check_known(&issuer.config, &known, now).map(|()| known.caller.clone()))
 }
 
 /// The caller `token` makes on a route that takes tokens of `issuers`, checked at `now` (seconds):
 /// a token the memory of verified tokens does not answer for ([`remembered`]), verified, then
-/// remembered.
+/// remembered (and kept in the connection's `memo`).
 pub async fn admit(
     key_sets: &Arc<KeySets>,
     verified: &Verified,
     issuers: &[Arc<Issuer>],
     token: &str,
     now: u64,
+    memo: Option<&Memo>,
 ) -> Result<Arc<Caller>, Refusal> {
     let parsed = parse(token)?;
     let Some(Value::String(iss)) = parsed.claims.get("iss") else {
@@ -159,11 +179,10 @@ pub async fn admit(
     }
     let claims = Value::Object(parsed.claims);
     // Checked before it is remembered: a token that fails is not kept.
-    check_claims(&issuer.config, &claims, now)?;
+    let times = check_claims(&issuer.config, &claims, now)?;
     let Some(sub) = claims.get("sub").and_then(Value::as_str) else {
         return Err(refused("the token has no `sub`"));
     };
-    let exp = claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
     let digest = super::consumers::digest(token.as_bytes());
     let caller = Arc::new(Caller::new(
         CallerKind::Jwt,
@@ -173,7 +192,8 @@ pub async fn admit(
         None,
         Some(claims.clone()),
     ));
-    verified.insert(
+    let aud = claims.get("aud").cloned().unwrap_or(Value::Null);
+    let known = verified.insert(
         digest,
         Token {
             issuer: issuer.config.issuer.clone(),
@@ -182,9 +202,13 @@ pub async fn admit(
             generation,
             claims,
             caller: caller.clone(),
-            exp,
+            aud,
+            times,
         },
     );
+    if let Some(memo) = memo {
+        memo.keep_token(token.as_bytes(), &known);
+    }
     Ok(caller)
 }
 
@@ -233,45 +257,42 @@ impl Key {
 
 /// The checks of a verified token's claims against one issuer: `iss`, `aud`, the times within
 /// the leeway, and the `claims` conditions (a failed condition is 403: the caller is known).
-pub fn check_claims(issuer: &IssuerConfig, claims: &Value, now: u64) -> Result<(), Refusal> {
+/// Gives the times it read, which a remembered token keeps ([`check_known`]).
+pub fn check_claims(issuer: &IssuerConfig, claims: &Value, now: u64) -> Result<Times, Refusal> {
     if claims.get("iss").and_then(Value::as_str) != Some(issuer.issuer.as_str()) {
         return Err(refused("the token's issuer is not one this route takes"));
     }
-    let audience_ok = match claims.get("aud") {
+    check_audience(issuer, claims.get("aud"))?;
+    let times = Times::read(claims)?;
+    times.check(issuer.leeway_seconds, now)?;
+    check_conditions(issuer, claims)?;
+    Ok(times)
+}
+
+/// [`check_claims`] of a token verified and remembered before, whose issuer is `issuer` and whose
+/// times were read then: what differs from route to route (audiences, leeway, conditions) and
+/// from call to call (the clock) is checked again; what does not is not read again.
+pub fn check_known(issuer: &IssuerConfig, known: &Token, now: u64) -> Result<(), Refusal> {
+    check_audience(issuer, Some(&known.aud))?;
+    known.times.check(issuer.leeway_seconds, now)?;
+    check_conditions(issuer, &known.claims)
+}
+
+/// `aud`: the token's audience claim.
+fn check_audience(issuer: &IssuerConfig, aud: Option<&Value>) -> Result<(), Refusal> {
+    let audience_ok = match aud {
         Some(Value::String(aud)) => issuer.audiences.iter().any(|a| a == aud),
         Some(Value::Array(auds)) => {
             auds.iter().any(|aud| aud.as_str().is_some_and(|aud| issuer.audiences.iter().any(|a| a == aud)))
         }
         _ => false,
     };
-    if !audience_ok {
-        return Err(refused("the token is meant for another audience"));
-    }
-    let leeway = issuer.leeway_seconds;
-    let time = |name: &str| -> Result<Option<u64>, Refusal> {
-        match claims.get(name) {
-            None => Ok(None),
-            // A time with a fraction counts by its whole seconds (RFC 7519 NumericDate).
-            Some(Value::Number(n)) => match n
-                .as_u64()
-                .or_else(|| n.as_f64().filter(|f| *f >= 0.0 && f.is_finite()).map(|f| f as u64))
-            {
-                Some(t) => Ok(Some(t)),
-                None => Err(refused(format!("the token's `{name}` is not a time"))),
-            },
-            Some(_) => Err(refused(format!("the token's `{name}` is not a time"))),
-        }
-    };
-    match time("exp")? {
-        None => return Err(refused("the token has no `exp`")),
-        Some(exp) if exp.saturating_add(leeway) <= now => return Err(refused("the token has expired")),
-        Some(_) => {}
-    }
-    if time("nbf")?.is_some_and(|nbf| nbf > now.saturating_add(leeway)) {
-        return Err(refused("the token is not valid yet (`nbf`)"));
-    }
-    if time("iat")?.is_some_and(|iat| iat > now.saturating_add(leeway)) {
-        return Err(refused("the token was issued in the future (`iat`)"));
+    if audience_ok { Ok(()) } else { Err(refused("the token is meant for another audience")) }
+}
+
+fn check_conditions(issuer: &IssuerConfig, claims: &Value) -> Result<(), Refusal> {
+    if issuer.claims.is_empty() {
+        return Ok(());
     }
     for (name, wanted) in &issuer.claims {
         if !claim_holds(claims.get(name.as_str()), name, wanted) {
@@ -316,7 +337,7 @@ mod tests {
         claims
     }
 
-    fn why(result: Result<(), Refusal>) -> String {
+    fn why<T: std::fmt::Debug>(result: Result<T, Refusal>) -> String {
         match result {
             Err(Refusal::Unauthenticated { why, .. }) => format!("401 {why}"),
             Err(Refusal::Forbidden(why)) => format!("403 {why}"),
@@ -361,6 +382,57 @@ mod tests {
             why(check_claims(&plain, &token_claims(serde_json::json!({"exp": "2000"})), 1000)),
             "401 the token's `exp` is not a time"
         );
+    }
+
+    /// A token remembered is checked by [`check_known`] from what was read when it was verified;
+    /// on any route and at any time, that says what [`check_claims`] says of its claims.
+    #[test]
+    fn a_remembered_token_is_judged_as_its_claims_are() {
+        let routes = [
+            issuer(serde_json::json!({})),
+            issuer(serde_json::json!({"scope": "orders:read"})),
+            IssuerConfig {
+                audiences: vec!["billing".into()],
+                leeway_seconds: 0,
+                ..issuer(serde_json::json!({}))
+            },
+            IssuerConfig { leeway_seconds: 600, ..issuer(serde_json::json!({"tenant": "acme"})) },
+        ];
+        let tokens = [
+            token_claims(serde_json::json!({})),
+            token_claims(serde_json::json!({"nbf": 1500, "iat": 1400.7, "exp": 2000.9})),
+            token_claims(serde_json::json!({"aud": ["billing", "orders"], "scope": "a orders:read"})),
+            token_claims(serde_json::json!({"tenant": "acme", "iat": 1990})),
+        ];
+        let mut compared = 0;
+        for claims in &tokens {
+            // Verified by the first route whose checks it passes at 1600, as `admit` does.
+            let Some(times) = routes.iter().find_map(|route| check_claims(route, claims, 1600).ok()) else {
+                continue;
+            };
+            let sub = claims["sub"].as_str().unwrap().to_owned();
+            let known = Token {
+                issuer: "https://id.example.com/".into(),
+                source: Source::Discovery("https://id.example.com/".into()),
+                alg: Algorithm::RS256,
+                generation: 1,
+                claims: claims.clone(),
+                caller: Arc::new(Caller::new(CallerKind::Jwt, sub, None, None, None, Some(claims.clone()))),
+                aud: claims["aud"].clone(),
+                times,
+            };
+            for route in &routes {
+                for now in [0, 1000, 1450, 1480, 1600, 1999, 2000, 2029, 2030, 2700] {
+                    assert_eq!(
+                        why(check_known(route, &known, now)),
+                        why(check_claims(route, claims, now).map(|_| ())),
+                        "{claims} at {now}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        assert_eq!(compared, tokens.len() * routes.len() * 10);
     }
 
     #[test]

@@ -135,6 +135,8 @@ pub struct Counts {
 struct Slot {
     source: Source,
     set: RwLock<Option<Arc<KeySet>>>,
+    /// The generation of the set held (0: none yet), read without the lock.
+    generation: AtomicU64,
     /// When the set held should be fetched again.
     refresh_at: Mutex<Option<Instant>>,
     /// Held by the one fetch under way; calls that need its outcome wait on it.
@@ -156,6 +158,22 @@ impl Slot {
 
 fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One source's place among the key sets, kept by an issuer (places are never removed).
+pub struct Held(Arc<Slot>);
+
+impl Held {
+    /// The generation of the set held now, if one is.
+    pub fn generation(&self) -> Option<u64> {
+        Some(self.0.generation.load(Ordering::Acquire)).filter(|g| *g != 0)
+    }
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Held").field(&self.0.source).finish()
+    }
 }
 
 /// Every key set the routes read.
@@ -188,6 +206,7 @@ impl KeySets {
                 Arc::new(Slot {
                     source: source.clone(),
                     set: RwLock::new(None),
+                    generation: AtomicU64::new(0),
                     refresh_at: Mutex::new(None),
                     fetching: tokio::sync::Mutex::new(()),
                     ended: AtomicU64::new(0),
@@ -201,8 +220,12 @@ impl KeySets {
 
     /// The generation of the set held for `source`, if one is.
     pub fn generation(&self, source: &Source) -> Option<u64> {
-        let slot = self.slots.get(source)?;
-        slot.current().map(|set| set.generation)
+        Held(self.slots.get(source)?.clone()).generation()
+    }
+
+    /// `source`'s place, whose generation a remembered token is checked against on every call.
+    pub fn place(&self, source: &Source) -> Held {
+        Held(self.slot(source))
     }
 
     /// How many sets are held.
@@ -313,6 +336,7 @@ impl KeySets {
                     _ => self.generations.fetch_add(1, Ordering::Relaxed) + 1,
                 };
                 *held = Some(Arc::new(KeySet { keys, generation, digest }));
+                slot.generation.store(generation, Ordering::Release);
                 drop(held);
                 // Fetched again when a tenth of its life is left.
                 *locked(&slot.refresh_at) = Some(Instant::now() + lifetime - lifetime / 10);

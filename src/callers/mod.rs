@@ -9,6 +9,8 @@
 //! - `jwt.rs`: a bearer token read and checked (RFC 7519/7515) against one issuer.
 //! - `key_sets.rs`: the issuers' key sets, one copy per URI, refreshed before they end.
 //! - `verified.rs`: tokens already verified, remembered by their digest.
+//! - `memo.rs`: a connection's last credential and what it made, so a client repeating its key
+//!   or token on a kept-alive connection is not digested again.
 //! - `limit.rs`: the calls each caller may make (`limit`).
 //!
 //! A credential is never forwarded, logged, put in a span, a cache key or an answer: what leaves
@@ -20,6 +22,7 @@ pub mod consumers;
 pub mod jwt;
 pub mod key_sets;
 pub mod limit;
+pub mod memo;
 pub mod verified;
 
 use std::sync::Arc;
@@ -27,6 +30,7 @@ use std::sync::Arc;
 pub use self::caller::{Caller, CallerKind, Refusal, constant, identity, now_ms};
 pub use self::config::{Algorithm, CallersConfig, IssuerConfig, LimitConfig, Named};
 pub use self::consumers::{Directory, StoredConsumer, StoredKey};
+pub use self::memo::Memo;
 use http::HeaderMap;
 
 /// A route's compiled `callers`.
@@ -66,7 +70,8 @@ impl Gate {
 /// What a call presented.
 enum Credential<'a> {
     Key(&'a [u8]),
-    Token(&'a str),
+    /// Its bytes: read as text only when it is verified (a token remembered was text).
+    Token(&'a [u8]),
 }
 
 /// The parameter names of a query that carry credentials in the common APIs; a protected route
@@ -85,10 +90,19 @@ fn credential_in_query(query: &str) -> bool {
 
 /// The one credential a call presents: `X-Api-Key`, or `Authorization: Bearer`.
 fn credential<'a>(headers: &'a HeaderMap) -> Result<Option<Credential<'a>>, Refusal> {
-    let mut keys = headers.get_all(X_API_KEY).iter();
-    let mut authorizations = headers.get_all(http::header::AUTHORIZATION).iter();
-    let (key, authorization) = (keys.next(), authorizations.next());
-    if keys.next().is_some() || authorizations.next().is_some() || key.is_some() && authorization.is_some() {
+    // One pass over a call's few headers, rather than a hashed lookup of each name.
+    let (mut key, mut authorization, mut given) = (None, None, 0);
+    for (name, value) in headers {
+        if *name == http::header::AUTHORIZATION {
+            authorization = Some(value);
+        } else if *name == X_API_KEY {
+            key = Some(value);
+        } else {
+            continue;
+        }
+        given += 1;
+    }
+    if given > 1 {
         return Err(Refusal::unauthenticated("more than one credential was presented"));
     }
     if let Some(key) = key {
@@ -106,10 +120,10 @@ fn credential<'a>(headers: &'a HeaderMap) -> Result<Option<Credential<'a>>, Refu
     if token.starts_with(consumers::KEY_PREFIX.as_bytes()) {
         return Ok(Some(Credential::Key(token)));
     }
-    match std::str::from_utf8(token) {
-        Ok(token) if !token.is_empty() => Ok(Some(Credential::Token(token))),
-        _ => Err(Refusal::unauthenticated("the bearer token is empty or not text")),
+    if token.is_empty() {
+        return Err(Refusal::unauthenticated("the bearer token is empty"));
     }
+    Ok(Some(Credential::Token(token)))
 }
 
 /// `X-Api-Key`.
@@ -217,9 +231,17 @@ impl Door {
 
     /// What the door decides at once for a call of a route with `gate`: a caller with a key,
     /// or with a token it verified before, and every refusal that needs no key set; a token it
-    /// must verify first is [`Decision::Wait`], for [`Door::admit_waiting`].
-    pub fn admit_now(&self, gate: &Gate, headers: &HeaderMap, query: Option<&str>, nodes: u32) -> Decision {
-        let decided = match self.check_now(gate, headers, query) {
+    /// must verify first is [`Decision::Wait`], for [`Door::admit_waiting`]. `memo` is the
+    /// connection's, when the call came on one.
+    pub fn admit_now(
+        &self,
+        gate: &Gate,
+        headers: &HeaderMap,
+        query: Option<&str>,
+        nodes: u32,
+        memo: Option<&Memo>,
+    ) -> Decision {
+        let decided = match self.check_now(gate, headers, query, memo) {
             Some(decided) => decided,
             None => return Decision::Wait,
         };
@@ -236,16 +258,19 @@ impl Door {
         gate: &Gate,
         headers: &HeaderMap,
         nodes: u32,
+        memo: Option<&Memo>,
     ) -> Result<Arc<Caller>, Refusal> {
         let decided = match credential(headers) {
-            Ok(Some(Credential::Token(token))) => {
-                let now = now_ms() / 1000;
-                let verified = jwt::admit(&self.key_sets, &self.verified, &gate.issuers, token, now).await;
-                if verified.is_ok() {
-                    self.counts.admitted_tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(Some(Credential::Token(token))) => match std::str::from_utf8(token) {
+                Ok(token) => {
+                    let now = now_ms() / 1000;
+                    jwt::admit(&self.key_sets, &self.verified, &gate.issuers, token, now, memo).await
                 }
-                verified
+                Err(_) => Err(Refusal::unauthenticated("the bearer token is not text")),
             }
+            .inspect(|_| {
+                self.counts.admitted_tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }),
             // `admit_now` decides every other credential.
             _ => Err(Refusal::unauthenticated("the credential could not be read")),
         };
@@ -278,6 +303,7 @@ impl Door {
         gate: &Gate,
         headers: &HeaderMap,
         query: Option<&str>,
+        memo: Option<&Memo>,
     ) -> Option<Result<Arc<Caller>, Refusal>> {
         if query.is_some_and(credential_in_query) {
             return Some(Err(Refusal::unauthenticated(
@@ -293,14 +319,27 @@ impl Door {
                 given: false,
                 why: "this route needs an API key (X-Api-Key) or a bearer token".to_owned(),
             }),
-            // A value of another form is no key: refused without being digested.
-            Some(Credential::Key(key)) if !consumers::looks_like_key(key) => Err(Refusal::unauthenticated(
-                "the API key is not one recast issued (`rk_` and 43 characters)",
-            )),
             Some(Credential::Key(key)) => {
                 let now_ms = now_ms();
-                let Some(entry) = self.directory.find(key) else {
-                    return Some(Err(Refusal::unauthenticated("the API key is not known, or was revoked")));
+                let entry = match memo.and_then(|memo| memo.key(key)) {
+                    Some(entry) => entry,
+                    // A value of another form is no key: refused without being digested.
+                    None if !consumers::looks_like_key(key) => {
+                        return Some(Err(Refusal::unauthenticated(
+                            "the API key is not one recast issued (`rk_` and 43 characters)",
+                        )));
+                    }
+                    None => {
+                        let Some(entry) = self.directory.find(key) else {
+                            return Some(Err(Refusal::unauthenticated(
+                                "the API key is not known, or was revoked",
+                            )));
+                        };
+                        if let Some(memo) = memo {
+                            memo.keep_key(key, &entry);
+                        }
+                        entry
+                    }
                 };
                 if entry.expires_at.is_some_and(|at| at <= now_ms) {
                     return Some(Err(Refusal::unauthenticated("the API key has expired")));
@@ -319,8 +358,9 @@ impl Door {
                 Err(Refusal::unauthenticated("this route takes API keys, not tokens"))
             }
             Some(Credential::Token(token)) => {
+                let now = now_ms() / 1000;
                 let remembered =
-                    jwt::remembered(&self.key_sets, &self.verified, &gate.issuers, token, now_ms() / 1000)?;
+                    jwt::remembered(&self.key_sets, &self.verified, &gate.issuers, token, now, memo)?;
                 if remembered.is_ok() {
                     self.counts.admitted_tokens.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
@@ -359,7 +399,7 @@ mod tests {
         ));
         assert!(matches!(
             credential(&headers(&[("authorization", "Bearer a.b.c")])),
-            Ok(Some(Credential::Token("a.b.c")))
+            Ok(Some(Credential::Token(b"a.b.c")))
         ));
         assert!(credential(&headers(&[("authorization", "Basic abc")])).is_err());
         assert!(credential(&headers(&[("x-api-key", "rk_a"), ("authorization", "Bearer a.b.c")])).is_err());

@@ -72,8 +72,12 @@ pub fn caller_token(data: &[u8]) -> TokenReached {
     }
     let claims = Value::Object(parsed.claims.clone());
     match jwt::check_claims(&issuer, &claims, NOW) {
-        Ok(()) => {
+        Ok(times) => {
             assert_eq!(claims["iss"], "https://id.test/");
+            assert!(
+                times.exp + 30 > NOW
+                    && claims["exp"].as_f64().is_some_and(|exp| exp.floor() == times.exp as f64)
+            );
             let aud_ok = match &claims["aud"] {
                 Value::String(aud) => aud == "orders",
                 Value::Array(auds) => auds.iter().any(|a| a == "orders"),

@@ -18,7 +18,7 @@ use super::single;
 use super::state::{Response, SERVER_TIMING, State};
 use super::traced::{self, CallFacts};
 use crate::cache::{self, CacheStatus, Joined, Key, Leader, Lookup, TimedOut};
-use crate::callers::{Caller, Decision};
+use crate::callers::{Caller, Decision, Memo};
 use crate::metrics::{CacheCounts, Endpoint, PanicSite};
 use crate::route::{CacheSettings, CallError, FromClient, Route};
 use crate::table::Entry;
@@ -35,6 +35,8 @@ pub(super) struct RouteCall<'a> {
     /// The body, read only once the route is found and takes the method; `None` when the
     /// request has none.
     pub body: Option<RequestBody>,
+    /// The connection's last credential and what it made.
+    pub memo: Option<&'a Memo>,
 }
 
 /// Answers a call of the route `uuid` whose path below `/v1/{uuid}/` is `route_path`.
@@ -158,13 +160,14 @@ async fn forward(
     let caller = match route.gate() {
         None => None,
         Some(gate) => {
-            let (headers, query, nodes) = (request.headers, request.query, state.client.nodes());
-            Some(match state.door.admit_now(gate, headers, query, nodes) {
+            let (headers, query, nodes, memo) =
+                (request.headers, request.query, state.client.nodes(), request.memo);
+            Some(match state.door.admit_now(gate, headers, query, nodes, memo) {
                 Decision::Admitted(caller) => caller,
                 Decision::Refused(refusal) => return Err(ApiError::Caller(refusal)),
                 // A token to verify first, its key set perhaps to fetch: boxed, so that a call
                 // that never waits does not carry that future in its own.
-                Decision::Wait => Box::pin(state.door.admit_waiting(gate, headers, nodes))
+                Decision::Wait => Box::pin(state.door.admit_waiting(gate, headers, nodes, memo))
                     .await
                     .map_err(ApiError::Caller)?,
             })

@@ -32,6 +32,7 @@ use super::connection::{Activity, ActivityStream, Framed, Graceful, RequestBody}
 use super::router::{answered, endpoint, handle, segments, stamped};
 use super::traced;
 use super::{Response, State, call};
+use crate::callers::{Memo, X_API_KEY};
 use crate::http1::{self, line};
 use crate::metrics::Endpoint;
 
@@ -108,6 +109,7 @@ async fn run_connection(
     let mut buffer = Buffer::new(BUFFER.min(state.config.max_header_bytes));
     let max_headers = HEADERS.min(state.config.max_headers);
     let mut out = Vec::with_capacity(1024);
+    let memo = Memo::default();
     loop {
         let head = loop {
             match next_head(&mut buffer, max_headers) {
@@ -143,7 +145,7 @@ async fn run_connection(
         }
         let answered = {
             // Built in place: moved into `watching`, the call's future would be copied whole.
-            let call = std::pin::pin!(respond_to_call(&state, &head, peer));
+            let call = std::pin::pin!(respond_to_call(&state, &head, peer, &memo));
             watching(call, &mut buffer, &mut stream).await
         };
         // By here the call is dropped, answered or not: an unanswered one has freed its
@@ -192,7 +194,7 @@ async fn watching(
 }
 
 /// Answers a route call as [`handle`] would.
-async fn respond_to_call(state: &State, head: &CallHead, peer: Option<IpAddr>) -> Response {
+async fn respond_to_call(state: &State, head: &CallHead, peer: Option<IpAddr>, memo: &Memo) -> Response {
     let path = head.target.path();
     // `parse` let only route calls in, and found where the uuid ends.
     let (id, rest) = (&path["/v1/".len()..head.id_end], &path[head.id_end + 1..]);
@@ -202,6 +204,7 @@ async fn respond_to_call(state: &State, head: &CallHead, peer: Option<IpAddr>) -
         query: head.target.query(),
         headers: &head.headers,
         body: None,
+        memo: Some(memo),
     };
     // Boxed: the call's future is large, and `answered` and `stamped` each hold the future
     // they are given and move it again to await it; a box makes those moves a pointer's.
@@ -270,9 +273,15 @@ fn parse(bytes: &[u8], max_headers: usize) -> Parsed {
     let id_end = "/v1/".len() + id.len();
     let mut headers = HeaderMap::with_capacity(request.headers.len());
     for line in request.headers.iter() {
-        let (Ok(name), Ok(value)) =
-            (HeaderName::from_bytes(line.name.as_bytes()), HeaderValue::from_bytes(line.value))
-        else {
+        // A protected route's key header, named without parsing or allocating its name.
+        let name = if line.name.len() == X_API_KEY.as_str().len()
+            && line.name.eq_ignore_ascii_case(X_API_KEY.as_str())
+        {
+            Ok(X_API_KEY)
+        } else {
+            HeaderName::from_bytes(line.name.as_bytes())
+        };
+        let (Ok(name), Ok(value)) = (name, HeaderValue::from_bytes(line.value)) else {
             return Parsed::Other;
         };
         let plain = match name {
@@ -425,12 +434,13 @@ async fn hand_off(
 ) -> Result<(), LaneError> {
     let io = TokioIo::new(Framed::new(stream, read.filled(), activity.clone()));
     drop(read);
+    let memo = Arc::new(Memo::default());
     let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
-        let state = state.clone();
+        let (state, memo) = (state.clone(), memo.clone());
         let busy = activity.busy();
         let request = request.map(|body| RequestBody::new(body, activity.clone()));
         async move {
-            let response = handle(&state, request, peer).await;
+            let response = handle(&state, request, peer, &memo).await;
             drop(busy);
             Ok::<_, std::convert::Infallible>(response)
         }

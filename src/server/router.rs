@@ -18,13 +18,15 @@ use super::{
     ApiError, Lifecycle, REQUEST_ID, Request, Response, SERVER_TIMING, State, admission, call, consumers,
     keys, management, mapping, playground, preview, traced,
 };
+use crate::callers::Memo;
 use crate::config::RouteLabel;
 use crate::logging::logged;
 use crate::metrics::{Endpoint, Gauges, PanicSite};
 use crate::table::Entry;
 
 /// Answers one request that hyper read, from `peer`.
-pub(super) async fn handle(state: &State, request: Request, peer: Option<IpAddr>) -> Response {
+/// `memo`: the connection's last credential and what it made ([`crate::callers::memo`]).
+pub(super) async fn handle(state: &State, request: Request, peer: Option<IpAddr>, memo: &Memo) -> Response {
     let request_id = state.request_ids.for_headers(request.headers());
     let path = request.uri().path();
     let inbound = traced::Inbound {
@@ -41,7 +43,7 @@ pub(super) async fn handle(state: &State, request: Request, peer: Option<IpAddr>
     };
     let (scope, span) = traced::begin(state, &inbound);
     let ids = scope.ids();
-    stamped(request_id, Some(ids), traced::serve(scope, span, respond(state, request))).await
+    stamped(request_id, Some(ids), traced::serve(scope, span, respond(state, request, memo))).await
 }
 
 /// Whether a path of one segment is a file of the playground.
@@ -61,12 +63,12 @@ pub(super) async fn stamped(
     response
 }
 
-async fn respond(state: &State, request: Request) -> Response {
+async fn respond(state: &State, request: Request, memo: &Memo) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let segments = segments(&path);
     let endpoint = endpoint(&segments);
-    answered(state, &method, &path, endpoint, dispatch(state, request, &segments)).await
+    answered(state, &method, &path, endpoint, dispatch(state, request, &segments, memo)).await
 }
 
 /// Admits a request to `endpoint` and answers it by `handler`, or with 503 when too many are in
@@ -138,7 +140,12 @@ pub(super) fn endpoint(segments: &[&str]) -> Endpoint {
 }
 
 /// Sends a request to its handler by method and path.
-async fn dispatch(state: &State, request: Request, segments: &[&str]) -> Result<Response, ApiError> {
+async fn dispatch(
+    state: &State,
+    request: Request,
+    segments: &[&str],
+    memo: &Memo,
+) -> Result<Response, ApiError> {
     let method = request.method().clone();
     if admission::is_admin_path(segments)
         && let Some(token) = &state.admin
@@ -201,6 +208,7 @@ async fn dispatch(state: &State, request: Request, segments: &[&str]) -> Result<
                 query: parts.uri.query(),
                 headers: &parts.headers,
                 body: Some(body),
+                memo: Some(memo),
             };
             Ok(call::call(state, request, id, rest).await)
         }

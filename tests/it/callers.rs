@@ -6,7 +6,7 @@ use http::Method;
 use recast::config::Config;
 use recast::secrets::Secret;
 
-use crate::support::{Answer, Json, Reply, Service, Upstream, config, send};
+use crate::support::{Answer, Connection, Json, Reply, Service, Upstream, config, send};
 
 const ADMIN: &str = "admin-7c1e";
 const MEALS: &str = r#"{"meals":[{"idMeal":"7","strMeal":"Soup"}]}"#;
@@ -151,6 +151,71 @@ async fn keys_are_checked_at_the_door_and_never_reach_the_upstream() {
         for secret in [&key, &other, &again] {
             assert!(!contains(&bytes, &secret.as_bytes()[3..]), "{} holds a key", entry.display());
         }
+    }
+}
+
+/// A client repeating its key on one kept-alive connection: the connection keeps what the key
+/// made (`src/callers/memo.rs`), so the same bytes are not digested again; other bytes are looked
+/// up; and a key revoked, a consumer's metadata changed or the consumer deleted is seen on that
+/// connection at once — whether the lane serves the connection's route calls or hyper does
+/// (once a request of another endpoint moved the connection to it).
+#[tokio::test]
+async fn a_connection_repeating_a_key_sees_its_revocation_and_its_consumer_s_changes_at_once() {
+    for through_hyper in [false, true] {
+        let upstream = Upstream::start(|_| Reply::json(MEALS)).await;
+        let service = Service::start(admin_config()).await;
+        let body = serde_json::json!({
+            "path": "meal",
+            "originalRoute": {"originalApi": {"baseUrl": upstream.url("")}, "path": "meal"},
+            "callers": {"consumers": ["mobile-*"]},
+            "caller": {"kind": "key", "id": "mobile-app", "consumer": "mobile-app", "metadata": {"tier": "gold"}},
+            "rulesAsString": {"newBodyFields": {"tier": {"key": "tier", "type": "String"}},
+                              "oldBodyFields": {"tier": {"expr": "$caller.metadata.tier"}}}
+        });
+        let path = register(&service, &body.to_string()).await;
+        let (key, id) = consumer_with_key(&service, "mobile-app").await;
+        let (other, _) = consumer_with_key(&service, "web").await;
+        let mut connection = Connection::open(&service).await;
+        if through_hyper {
+            assert_eq!(connection.get("/healthz", &[]).await.status, 200);
+        }
+        for _ in 0..3 {
+            let answer = connection.get(&path, &[("x-api-key", &key)]).await;
+            assert_eq!(
+                String::from_utf8_lossy(&answer.body),
+                r#"{"tier":"gold"}"#,
+                "through hyper: {through_hyper}"
+            );
+        }
+        // Other bytes on the same connection: a consumer the route does not name, a key one
+        // character off, the key as a bearer token; then the key again.
+        connection.get(&path, &[("x-api-key", &other)]).await.assert_problem(403, "caller-forbidden");
+        let last = if key.ends_with('A') { "B" } else { "A" };
+        let off = format!("{}{last}", &key[..key.len() - 1]);
+        connection.get(&path, &[("x-api-key", &off)]).await.assert_problem(401, "caller-unauthenticated");
+        let bearer = format!("Bearer {key}");
+        assert_eq!(connection.get(&path, &[("authorization", &bearer)]).await.status, 200);
+        assert_eq!(connection.get(&path, &[("x-api-key", &key)]).await.status, 200);
+        // The consumer's metadata changes: the next call on the connection reads the new.
+        let changed =
+            admin(&service, Method::PUT, "/v1/consumers/mobile-app", r#"{"metadata":{"tier":"free"}}"#).await;
+        assert_eq!(changed.status, 200);
+        let answer = connection.get(&path, &[("x-api-key", &key)]).await;
+        assert_eq!(String::from_utf8_lossy(&answer.body), r#"{"tier":"free"}"#);
+        // Revoked: refused at once on the connection that used it.
+        let revoked =
+            admin(&service, Method::DELETE, &format!("/v1/consumers/mobile-app/keys/{id}"), "").await;
+        assert_eq!(revoked.status, 204);
+        connection.get(&path, &[("x-api-key", &key)]).await.assert_problem(401, "caller-unauthenticated");
+        // A new key, used twice; then its consumer deleted.
+        let issued = admin(&service, Method::POST, "/v1/consumers/mobile-app/keys", "").await;
+        let again = issued.json().get("key").and_then(Json::as_str).unwrap().to_owned();
+        for _ in 0..2 {
+            assert_eq!(connection.get(&path, &[("x-api-key", &again)]).await.status, 200);
+        }
+        assert_eq!(admin(&service, Method::DELETE, "/v1/consumers/mobile-app", "").await.status, 204);
+        connection.get(&path, &[("x-api-key", &again)]).await.assert_problem(401, "caller-unauthenticated");
+        service.stop().await;
     }
 }
 

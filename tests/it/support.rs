@@ -492,3 +492,31 @@ pub async fn post_json(url: &str, body: impl Into<Bytes>) -> Answer {
 pub async fn get(url: &str) -> Answer {
     send(Method::GET, url, &[], "").await
 }
+
+/// One HTTP/1.1 connection to the service, kept alive, on which every request is sent in turn.
+pub struct Connection(hyper::client::conn::http1::SendRequest<Full<Bytes>>);
+
+impl Connection {
+    pub async fn open(service: &Service) -> Connection {
+        let stream = tokio::net::TcpStream::connect(service.addr).await.expect("connects");
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .expect("a connection");
+        tokio::spawn(connection);
+        Connection(sender)
+    }
+
+    /// Sends a GET of `path` with `headers` on this connection and reads the whole answer.
+    pub async fn get(&mut self, path: &str, headers: &[(&str, &str)]) -> Answer {
+        let mut request = Request::builder().method(Method::GET).uri(path).header("host", "127.0.0.1");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Full::new(Bytes::new())).expect("request");
+        let response = self.0.send_request(request).await.expect("an answer on the same connection");
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.expect("a whole body").to_bytes();
+        Answer { status: parts.status, headers: parts.headers, body }
+    }
+}

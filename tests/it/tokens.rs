@@ -16,7 +16,7 @@ use ring::signature::{self, EcdsaKeyPair, Ed25519KeyPair, KeyPair as _};
 use serde_json::{Value, json};
 
 use crate::oauth::{Node, oauth_parts};
-use crate::support::{Answer, Json, Reply, Service, Upstream, config, free_port, get, send};
+use crate::support::{Answer, Connection, Json, Reply, Service, Upstream, config, free_port, get, send};
 
 const MEALS: &str = r#"{"meals":[{"idMeal":"7","strMeal":"Soup"}]}"#;
 /// Rules that write who called: `$caller`'s id and a claim.
@@ -319,6 +319,34 @@ async fn key_sets_are_shared_fetched_again_sparingly_and_kept_through_an_outage(
     ] {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
+    service.stop().await;
+}
+
+/// A token repeated on one kept-alive connection, which keeps what it made
+/// (`src/callers/memo.rs`), is judged as on any other: once its issuer's key set no longer holds
+/// the key that signed it, the connection that presented it is refused too.
+#[tokio::test]
+async fn a_connection_repeating_a_token_is_refused_once_its_key_leaves_the_set() {
+    let (es, rotated) = (Key::ecdsa("es", false), Key::ecdsa("es-2", false));
+    let keys = KeySet::start(&[&es]).await;
+    let service = Service::start(config()).await;
+    let issuer = json!({"issuer": ISSUER, "audiences": ["orders"], "jwksUri": keys.upstream.url("/keys"), "algorithms": ["ES256"]});
+    let path = register(&service, &keys.upstream.url("/"), "one", issuer).await;
+    let bearer = format!("Bearer {}", es.token(json!({}), &claims(json!({}))));
+    let mut connection = Connection::open(&service).await;
+    for _ in 0..3 {
+        assert_eq!(connection.get(&path, &[("authorization", &bearer)]).await.status, 200);
+    }
+    // Another token on the connection, then the first again.
+    let other = format!("Bearer {}", es.token(json!({}), &claims(json!({"sub": "u-7"}))));
+    assert_eq!(connection.get(&path, &[("authorization", &other)]).await.status, 200);
+    assert_eq!(connection.get(&path, &[("authorization", &bearer)]).await.status, 200);
+    // The issuer replaces its key; a token of the new one makes recast fetch the new set.
+    *keys.set.lock().unwrap() = json!({"keys": [rotated.jwk()]});
+    assert_eq!(call(&service, &path, &rotated.token(json!({}), &claims(json!({})))).await.status, 200);
+    assert_eq!(keys.fetches(), 2);
+    let answer = connection.get(&path, &[("authorization", &bearer)]).await;
+    answer.assert_problem(401, "caller-unauthenticated");
     service.stop().await;
 }
 
