@@ -50,6 +50,10 @@ pub const PROPAGATE_BAGGAGE: &str = "RECAST_PROPAGATE_BAGGAGE";
 pub const CALLERS_REQUIRED: &str = "RECAST_CALLERS_REQUIRED";
 pub const UPSTREAM_CA_FILE: &str = "RECAST_UPSTREAM_CA_FILE";
 pub const UPSTREAM_HTTP2: &str = "RECAST_UPSTREAM_HTTP2";
+pub const TLS_CERT: &str = "RECAST_TLS_CERT";
+pub const TLS_KEY: &str = "RECAST_TLS_KEY";
+pub const H2C: &str = "RECAST_H2C";
+pub const H2_MAX_STREAMS: &str = "RECAST_H2_MAX_STREAMS";
 pub const CACHE_BYTES: &str = "RECAST_CACHE_BYTES";
 pub const BREAKER_FAILURES: &str = "RECAST_BREAKER_FAILURES";
 pub const BREAKER_COOLDOWN_MS: &str = "RECAST_BREAKER_COOLDOWN_MS";
@@ -91,6 +95,7 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 << 10;
 pub const DEFAULT_MAX_HEADERS: usize = 100;
 pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
 pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
+pub const DEFAULT_H2_MAX_STREAMS: u32 = 128;
 pub const DEFAULT_DATABASE_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_SYNC_INTERVAL_MS: u64 = 1_000;
 pub const DEFAULT_HEARTBEAT_MS: u64 = 1_000;
@@ -148,6 +153,25 @@ pub struct Config {
     /// (HTTP/1.1 only).
     #[arg(long, env = UPSTREAM_HTTP2, default_value = "auto", value_parser = ["auto", "off"])]
     pub upstream_http2: String,
+
+    /// The listener's certificate chain (PEM; SPEC §7): with `RECAST_TLS_KEY`, recast serves
+    /// HTTPS (TLS 1.2 and 1.3, `h2` and `http/1.1` by ALPN), reading both files again on SIGHUP
+    /// and when they change [default: none: plain HTTP].
+    #[arg(long, env = TLS_CERT)]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The listener's private key (PEM: PKCS#8, RSA or EC), the key of `RECAST_TLS_CERT`'s first
+    /// certificate [default: none].
+    #[arg(long, env = TLS_KEY)]
+    pub tls_key: Option<PathBuf>,
+
+    /// Whether a plain listener also serves HTTP/2 with prior knowledge (h2c).
+    #[arg(long, env = H2C, default_value_t = false, action = clap::ArgAction::Set)]
+    pub h2c: bool,
+
+    /// Most streams an HTTP/2 client may have open at once on one connection.
+    #[arg(long, env = H2_MAX_STREAMS, default_value_t = DEFAULT_H2_MAX_STREAMS, value_parser = clap::value_parser!(u32).range(1..=65_535))]
+    pub h2_max_streams: u32,
 
     /// Most bytes the cache of mapped answers holds, for all routes together (answers, keys and
     /// bookkeeping); 0 turns caching off. Only routes registered with `cache` use it.
@@ -416,6 +440,10 @@ impl Default for Config {
             upstream_compression: true,
             upstream_ca_file: None,
             upstream_http2: "auto".to_owned(),
+            tls_cert: None,
+            tls_key: None,
+            h2c: false,
+            h2_max_streams: DEFAULT_H2_MAX_STREAMS,
             cache_bytes: DEFAULT_CACHE_BYTES,
             breaker_failures: DEFAULT_BREAKER_FAILURES,
             breaker_cooldown_ms: DEFAULT_BREAKER_COOLDOWN_MS,
@@ -570,7 +598,7 @@ pub fn cores() -> usize {
 }
 
 /// 127.0.0.0/8, ::1, or an IPv4-mapped loopback address (`::ffff:127.0.0.1`).
-fn is_loopback(ip: std::net::IpAddr) -> bool {
+pub(crate) fn is_loopback(ip: std::net::IpAddr) -> bool {
     match ip {
         std::net::IpAddr::V4(v4) => v4.is_loopback(),
         std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(v6.is_loopback(), |v4| v4.is_loopback()),
@@ -675,6 +703,10 @@ mod tests {
             UPSTREAM_COMPRESSION,
             UPSTREAM_CA_FILE,
             UPSTREAM_HTTP2,
+            TLS_CERT,
+            TLS_KEY,
+            H2C,
+            H2_MAX_STREAMS,
             CACHE_BYTES,
             BREAKER_FAILURES,
             BREAKER_COOLDOWN_MS,

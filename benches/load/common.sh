@@ -100,3 +100,15 @@ release_build() { # builds recast for release (through ccache) and sets RECAST t
     cargo build --release --locked --bin recast
     RECAST="$CARGO_TARGET_DIR/release/recast"
 }
+
+write_server_certificate() { # $1 directory: a CA (ca.pem, ca.key) and a certificate it signs for 127.0.0.1 (server.pem, server.key)
+    (
+        cd "$1"
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -keyout ca.key -out ca.pem \
+            -subj /CN=load-ca -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout server.key -out server.csr -subj /CN=server 2>/dev/null
+        printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >server.ext
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out server.pem -extfile server.ext 2>/dev/null
+        chmod 644 server.pem server.key
+    )
+}

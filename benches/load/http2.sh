@@ -12,6 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib.sh
+. benches/load/common.sh
 
 DURATION=${LOAD_DURATION:-8s}
 CONCURRENCY=${LOAD_CONCURRENCY:-16 64 256}
@@ -23,23 +24,12 @@ ensure_toolchain
 ensure_nginx
 ensure_packages "${BUILD_PACKAGES[@]}" wrk curl python3 openssl iproute2
 ensure_free_ports $H2_PORT $H1_PORT $RECAST_PORT
-use_ccache
-announce_rocksdb release
-cargo build --release --locked --bin recast
-RECAST="$CARGO_TARGET_DIR/release/recast"
+release_build
 
 use_work_dir
 
-# --- A CA and the server's certificate for 127.0.0.1 ------------------------------------------
-(
-    cd "$WORK"
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -keyout ca.key -out ca.pem \
-        -subj /CN=load-ca -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout server.key -out server.csr -subj /CN=server 2>/dev/null
-    printf 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >server.ext
-    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out server.pem -extfile server.ext 2>/dev/null
-    chmod 644 server.pem server.key
-)
+# A CA and the server's certificate for 127.0.0.1.
+write_server_certificate "$WORK"
 echo '{"meals":[{"idMeal":"52772","strMeal":"Teriyaki Chicken","strArea":"Japanese"}]}' >"$WORK/meals.json"
 chmod 644 "$WORK/meals.json"
 

@@ -23,15 +23,13 @@ use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use hyper::body::Body as _;
 use hyper::server::conn::http1::Builder;
-use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
 
-use super::connection::{Activity, ActivityStream, Framed, Graceful, RequestBody};
-use super::router::{answered, endpoint, handle, segments, stamped};
+use super::connection::{Activity, ActivityStream, Framed, Graceful, Stream};
+use super::router::{answered, endpoint, segments, stamped};
 use super::traced;
-use super::{Response, State, call};
+use super::{Response, State, call, h2};
 use crate::callers::{Memo, X_API_KEY};
 use crate::http1::{self, line};
 use crate::metrics::Endpoint;
@@ -53,9 +51,9 @@ pub(super) struct Lane {
 impl Lane {
     pub(super) fn new(
         state: Arc<State>,
-        stream: ActivityStream<TcpStream>,
+        stream: ActivityStream<impl Stream>,
         activity: Arc<Activity>,
-        http: Arc<Builder>,
+        http: Arc<Builders>,
         peer: Option<IpAddr>,
     ) -> Lane {
         let closing = Arc::new(AtomicBool::new(false));
@@ -100,9 +98,9 @@ enum Parsed {
 
 async fn run_connection(
     state: Arc<State>,
-    mut stream: ActivityStream<TcpStream>,
+    mut stream: ActivityStream<impl Stream>,
     activity: Arc<Activity>,
-    http: Arc<Builder>,
+    http: Arc<Builders>,
     closing: Arc<AtomicBool>,
     peer: Option<IpAddr>,
 ) -> Result<(), LaneError> {
@@ -160,6 +158,8 @@ async fn run_connection(
         }
         encode(&mut out, response);
         stream.write_all(&out).await?;
+        // Over TLS, what was written may wait in the session's buffer until flushed.
+        stream.flush().await?;
         // Served once its answer is written: a stop leaves a connection writing one alone.
         drop(busy);
         if closing.load(Ordering::Relaxed) {
@@ -175,7 +175,7 @@ async fn run_connection(
 async fn watching(
     mut call: Pin<&mut impl Future<Output = Response>>,
     buffer: &mut Buffer,
-    stream: &mut ActivityStream<TcpStream>,
+    stream: &mut ActivityStream<impl Stream>,
 ) -> Option<Response> {
     poll_fn(|cx| {
         if let Poll::Ready(response) = call.as_mut().poll(cx) {
@@ -421,31 +421,52 @@ impl Buffer {
     }
 }
 
+/// hyper's servers of the connections the lane hands over.
+pub(super) struct Builders {
+    pub http1: Builder,
+    /// HTTP/2 with prior knowledge, when `RECAST_H2C=true`.
+    pub h2c: Option<hyper::server::conn::http2::Builder<hyper_util::rt::TokioExecutor>>,
+}
+
 /// Gives the connection to hyper, which reads the bytes left in `read` first, a request at a time
-/// ([`Framed`]), and serves it there to its end.
+/// ([`Framed`]), and serves it there to its end; or, with h2c on and the HTTP/2 preface first,
+/// serves it as HTTP/2.
 async fn hand_off(
     state: Arc<State>,
-    stream: ActivityStream<TcpStream>,
+    mut stream: ActivityStream<impl Stream>,
     activity: Arc<Activity>,
-    http: &Builder,
+    http: &Builders,
     closing: Arc<AtomicBool>,
-    read: Buffer,
+    mut read: Buffer,
     peer: Option<IpAddr>,
 ) -> Result<(), LaneError> {
+    if let Some(h2c) = &http.h2c {
+        // Enough of the head to tell the preface from an HTTP/1.1 request line.
+        while read.filled().len() < h2::PREFACE.len()
+            && h2::PREFACE.starts_with(read.filled())
+            && !read.is_full()
+        {
+            match poll_fn(|cx| read.poll_fill(&mut stream, cx)).await? {
+                0 => return Ok(()),
+                _ => continue,
+            }
+        }
+        if read.filled().starts_with(h2::PREFACE) {
+            let stream = h2::Replay::new(read.filled(), stream.into_inner());
+            drop(read);
+            let connection = h2::connection(state, stream, activity, h2c, peer);
+            return until_closed(connection, &closing).await.map_err(Into::into);
+        }
+    }
     let io = TokioIo::new(Framed::new(stream, read.filled(), activity.clone()));
     drop(read);
-    let memo = Arc::new(Memo::default());
-    let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
-        let (state, memo) = (state.clone(), memo.clone());
-        let busy = activity.busy();
-        let request = request.map(|body| RequestBody::new(body, activity.clone()));
-        async move {
-            let response = handle(&state, request, peer, &memo).await;
-            drop(busy);
-            Ok::<_, std::convert::Infallible>(response)
-        }
-    });
-    let mut connection = std::pin::pin!(http.serve_connection(io, service));
+    let service = super::router::hyper_service(state, activity, peer);
+    until_closed(http.http1.serve_connection(io, service), &closing).await.map_err(Into::into)
+}
+
+/// Serves `connection` to its end, closing it gracefully once `closing` is set.
+async fn until_closed<C: Graceful>(connection: C, closing: &AtomicBool) -> C::Output {
+    let mut connection = std::pin::pin!(connection);
     let mut told = false;
     poll_fn(|cx| {
         if !told && closing.load(Ordering::Relaxed) {
@@ -455,7 +476,6 @@ async fn hand_off(
         connection.as_mut().poll(cx)
     })
     .await
-    .map_err(Into::into)
 }
 
 #[cfg(test)]

@@ -359,6 +359,7 @@ async fn live_call(
         }));
         sample_warnings.extend(unsent_bodies(route));
         sample_warnings.extend(open_with_credentials(route));
+        sample_warnings.extend(callers_in_the_clear(state, route));
         return Ok(Live {
             preview: composed.body,
             rules_warnings: composed.warnings,
@@ -393,6 +394,7 @@ async fn live_call(
         sample_warnings: unsent_sample(route, sample)
             .into_iter()
             .chain(open_with_credentials(route))
+            .chain(callers_in_the_clear(state, route))
             .collect(),
         sources: Vec::new(),
         document: called.document,
@@ -472,6 +474,18 @@ fn open_with_credentials(route: &Route) -> Option<Problem> {
             "anyone who learns this route's address calls it with the credential at {place}: name its `callers`, or say \"callers\": \"open\" if that is meant"
         ),
     ))
+}
+
+/// A warning for a route with `callers` on a listener that serves plain HTTP on an address
+/// other hosts reach (SPEC §7): its callers' keys and tokens cross the network readable.
+fn callers_in_the_clear(state: &State, route: &Route) -> Option<Problem> {
+    let https = state.tls.is_some();
+    (route.gate().is_some() && super::tls::in_the_clear(state.config.listen.ip(), https)).then(|| {
+        Problem::new(
+            "/callers",
+            "credentials cross the network in the clear unless a proxy in front terminates TLS: this listener serves plain HTTP on an address other hosts reach (set RECAST_TLS_CERT and RECAST_TLS_KEY to serve HTTPS)",
+        )
+    })
 }
 
 /// A warning when `sampleRequest` has a body the live call did not send: the upstream is called

@@ -8,6 +8,7 @@ mod compose;
 mod connection;
 mod consumers;
 mod fetched;
+mod h2;
 mod keys;
 mod lane;
 mod load;
@@ -22,6 +23,7 @@ mod router;
 mod single;
 mod state;
 mod sync;
+pub mod tls;
 mod traced;
 
 use std::future::Future;
@@ -109,6 +111,18 @@ pub async fn run_with(
     let extra_roots = match &config.upstream_ca_file {
         Some(path) => crate::upstream::read_ca_file(path).map_err(RunError::Config)?,
         None => Vec::new(),
+    };
+    // HTTPS (SPEC §7): a certificate or key that cannot be served stops the start.
+    let listener_tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(Arc::new(tls::ListenerTls::new(cert, key).map_err(RunError::Config)?))
+        }
+        (None, None) => None,
+        _ => {
+            return Err(RunError::Config(
+                "RECAST_TLS_CERT and RECAST_TLS_KEY go together: set both, or neither".to_owned(),
+            ));
+        }
     };
     let keys = config.keys().map_err(RunError::Config)?.cloned();
     if config.database_url.is_some() && keys.is_none() {
@@ -228,6 +242,7 @@ pub async fn run_with(
     let key_sets = Arc::new(crate::callers::key_sets::KeySets::new(client.clone(), tasks.clone()));
     let state = Arc::new_cyclic(|me| State {
         door: Arc::new(crate::callers::Door::new(key_sets)),
+        tls: listener_tls.clone(),
         cache: Arc::new(AnswerCache::new(config.cache_bytes)),
         me: me.clone(),
         client,
@@ -258,7 +273,9 @@ pub async fn run_with(
         );
     }
     // Said before the loader starts, so these lines come before the `Running` one.
-    tracing::info!(address = %listen, json_kernel = crate::json::simd::Choice::detected().name(), "listening");
+    tracing::info!(address = %listen, https = listener_tls.is_some(), h2c = state.config.h2c && listener_tls.is_none(), json_kernel = crate::json::simd::Choice::detected().name(), "listening");
+    // The certificate and key read again on SIGHUP and when they change.
+    let watching_tls = listener_tls.map(|tls| tasks.spawn(PanicSite::Background, tls.watch()));
     if state.admin.is_none() {
         tracing::warn!(
             "RECAST_ADMIN_TOKEN is not set: anyone who can reach {listen} can register and change routes"
@@ -352,7 +369,10 @@ pub async fn run_with(
     if state.config.max_headers != DEFAULT_MAX_HEADERS {
         http.max_headers(state.config.max_headers);
     }
-    let http = Arc::new(http);
+    let h2 = h2::builder(&state.config);
+    let http =
+        Arc::new(lane::Builders { http1: http, h2c: state.config.h2c.then(|| h2::builder(&state.config)) });
+    let h2 = Arc::new(h2);
     let timeouts = connection::Timeouts {
         idle: Duration::from_millis(state.config.idle_timeout_ms),
         head: Duration::from_millis(state.config.header_timeout_ms),
@@ -379,7 +399,7 @@ pub async fn run_with(
                     let registered = open.register(&activity);
                     let (worker, placed) = workers.place();
                     let state = state.clone();
-                    let http = http.clone();
+                    let (http, h2) = (http.clone(), h2.clone());
                     // A panic outside any request is a bug (one in a request is answered 500
                     // there): the guard closes the connection, logs and counts it.
                     let serve = async move {
@@ -389,9 +409,27 @@ pub async fn run_with(
                             Ok(stream) => stream,
                             Err(e) => return tracing::warn!(error = %e, "accepted connection dropped"),
                         };
-                        let stream = connection::ActivityStream::new(stream, activity.clone());
-                        let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http, Some(peer.ip()));
-                        let driven = connection::drive(connection, activity, timeouts).await;
+                        let peer = Some(peer.ip());
+                        let driven = match &state.tls {
+                            None => {
+                                let stream = connection::ActivityStream::new(stream, activity.clone());
+                                let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http, peer);
+                                connection::drive(connection, activity, timeouts).await
+                            }
+                            // The handshake has the head's time to end.
+                            Some(tls) => match tls.accept(stream, timeouts.head).await {
+                                Err(_) => return,
+                                Ok((stream, tls::Protocol::Http2)) => {
+                                    let connection = h2::connection(state.clone(), stream, activity.clone(), &h2, peer);
+                                    connection::drive(connection, activity, timeouts).await.map(|ended| ended.map_err(Into::into))
+                                }
+                                Ok((stream, tls::Protocol::Http1)) => {
+                                    let stream = connection::ActivityStream::new(stream, activity.clone());
+                                    let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http, peer);
+                                    connection::drive(connection, activity, timeouts).await
+                                }
+                            },
+                        };
                         if let Some(timeout) = driven.timed_out {
                             state.metrics.timed_out(timeout);
                         }
@@ -426,6 +464,9 @@ pub async fn run_with(
         }
     }
     drop(listener);
+    if let Some(watching) = watching_tls {
+        watching.abort();
+    }
     state.enter(Lifecycle::Stopped);
     let grace = state.config.shutdown_grace();
     // Everything below ends by then: what is still running at the end of the grace period (a

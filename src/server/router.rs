@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,6 +14,7 @@ use http_body_util::Full;
 use tracing::Level;
 use uuid::Uuid;
 
+use super::connection::{Activity, RequestBody};
 use super::reply::{json, timing};
 use super::{
     ApiError, Lifecycle, REQUEST_ID, Request, Response, SERVER_TIMING, State, admission, call, consumers,
@@ -280,6 +282,9 @@ fn metrics(state: &State) -> Response {
         },
     );
     state.door.render_metrics(&mut text);
+    if let Some(tls) = &state.tls {
+        tls.render_metrics(&mut text);
+    }
     let mut response = http::Response::new(Full::new(Bytes::from(text)));
     response
         .headers_mut()
@@ -312,4 +317,32 @@ fn readiness(state: &State) -> Response {
         lag.as_millis()
     );
     json(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, body)
+}
+
+/// What hyper calls for each request of one connection (HTTP/1.1 after a hand-off, or each
+/// HTTP/2 stream): the router's answer, the request counted in flight on the connection's
+/// `activity` while it is served, and the connection's memory of its last credential.
+pub(super) fn hyper_service(
+    state: Arc<State>,
+    activity: Arc<Activity>,
+    peer: Option<IpAddr>,
+) -> impl hyper::service::Service<
+    http::Request<hyper::body::Incoming>,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future: Send + 'static,
+> + Clone
++ Send
++ 'static {
+    let memo = Arc::new(Memo::default());
+    hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+        let (state, memo) = (state.clone(), memo.clone());
+        let busy = activity.busy();
+        let request = request.map(|body| RequestBody::new(body, activity.clone()));
+        async move {
+            let response = handle(&state, request, peer, &memo).await;
+            drop(busy);
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    })
 }

@@ -82,6 +82,8 @@ pub struct State {
     /// What every route's callers are checked against (SPEC §2.4): consumers and their keys,
     /// issuers' key sets, tokens verified, callers' counts.
     pub(super) door: Arc<crate::callers::Door>,
+    /// HTTPS at the listener (SPEC §7), when it is served.
+    pub(super) tls: Option<Arc<super::tls::ListenerTls>>,
 }
 
 impl State {

@@ -24,7 +24,7 @@ mod request;
 mod retry;
 mod spawner;
 mod stream;
-mod tls;
+pub(crate) mod tls;
 mod traced;
 mod wire;
 

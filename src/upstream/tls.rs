@@ -197,7 +197,7 @@ impl ResolvesClientCert for Presenting {
 
 /// `pem`'s certificates; at least one, every block a certificate (a key pasted in with them is
 /// refused: it would be stored and shown as a certificate is).
-fn certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
     let mut certificates = Vec::new();
     let mut rest = pem.as_bytes();
     while let Some((kind, der)) =

@@ -33,13 +33,7 @@ impl Binary {
     /// Starts the binary on `dir` with more environment variables and waits until it is ready.
     pub async fn start_with(dir: &Path, env: &[(&str, &str)]) -> Binary {
         let mut binary = Binary::spawn_with(dir, env);
-        // `address=127.0.0.1:1234` in text lines, `"address":"127.0.0.1:1234"` in JSON lines.
-        let addr = binary.wait_for_line("listening").and_then(|line| {
-            let at = line.find("address")? + "address".len();
-            let rest = line[at..].trim_start_matches(['=', '"', ':']);
-            rest.split(|c: char| c.is_whitespace() || c == '"').next()?.parse().ok()
-        });
-        binary.addr = addr.expect("the binary logs the address it listens on");
+        binary.addr = binary.logged_address().expect("the binary logs the address it listens on");
         for _ in 0..500 {
             if get(&binary.url("/readyz")).await.status == 200 {
                 return binary;
@@ -47,6 +41,21 @@ impl Binary {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         panic!("the binary did not become ready; its log:\n{}", binary.log_text());
+    }
+
+    /// The address its `listening` line gives, waiting up to ten seconds for the line.
+    pub fn logged_address(&self) -> Option<SocketAddr> {
+        // `address=127.0.0.1:1234` in text lines, `"address":"127.0.0.1:1234"` in JSON lines.
+        self.wait_for_line("listening").and_then(|line| {
+            let at = line.find("address")? + "address".len();
+            let rest = line[at..].trim_start_matches(['=', '"', ':']);
+            rest.split(|c: char| c.is_whitespace() || c == '"').next()?.parse().ok()
+        })
+    }
+
+    /// Sends it the signal `name` (`HUP`, `TERM`, ...).
+    pub fn signal(&mut self, name: &str) {
+        self.child.signal(name);
     }
 
     pub fn spawn(dir: &Path) -> Binary {

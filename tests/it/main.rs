@@ -25,6 +25,7 @@ mod expressions;
 mod faults;
 mod fuzz_corpus;
 mod http2;
+mod https;
 mod json_suite;
 mod keys;
 mod lane;

@@ -22,7 +22,7 @@ pub struct Pki {
 }
 
 impl Pki {
-    fn new() -> Pki {
+    pub fn new() -> Pki {
         let dir = TempDir::new().unwrap();
         set_mode(dir.path(), 0o755);
         Pki { dir }
@@ -52,7 +52,7 @@ impl Pki {
     }
 
     /// A CA: `{name}.pem` and `{name}.key`.
-    fn authority(&self, name: &str) {
+    pub fn authority(&self, name: &str) {
         let (cert, key) = (format!("{name}.pem"), format!("{name}.key"));
         self.openssl(&[
             "req",
@@ -79,7 +79,7 @@ impl Pki {
 
     /// A certificate `{name}.pem` (and key `{name}.key`) signed by `ca`, for a server on
     /// 127.0.0.1 or for a client.
-    fn issue(&self, ca: &str, name: &str, server: bool) {
+    pub fn issue(&self, ca: &str, name: &str, server: bool) {
         let (cert, key, request) = (format!("{name}.pem"), format!("{name}.key"), format!("{name}.csr"));
         self.openssl(&[
             "req",

@@ -63,6 +63,11 @@ pub(super) struct Activity {
     stop: Notify,
 }
 
+/// What a connection's bytes travel on: a TCP stream, or TLS over one.
+pub(super) trait Stream: AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
+
+impl<S: AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> Stream for S {}
+
 /// Held while a request on the connection is served.
 pub(super) struct Busy(Arc<Activity>);
 
@@ -190,6 +195,11 @@ impl<T> ActivityStream<T> {
     pub(super) fn new(inner: T, activity: Arc<Activity>) -> ActivityStream<T> {
         ActivityStream { inner, activity }
     }
+
+    /// The stream, no longer watched (HTTP/2 has no request heads to time).
+    pub(super) fn into_inner(self) -> T {
+        self.inner
+    }
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for ActivityStream<T> {
@@ -308,6 +318,12 @@ pub(super) struct Driven<T> {
     pub output: Option<T>,
     /// The timeout that closed the connection, if one did.
     pub timed_out: Option<Timeout>,
+}
+
+impl<T> Driven<T> {
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Driven<U> {
+        Driven { output: self.output.map(f), timed_out: self.timed_out }
+    }
 }
 
 /// The open connections, so that a stop reaches each of them.

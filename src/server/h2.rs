@@ -1,0 +1,115 @@
+//! HTTP/2 connections (SPEC §7): over TLS when the client chose `h2` by ALPN, and in the clear
+//! with prior knowledge when `RECAST_H2C=true` (the lane hands such a connection over when its
+//! first bytes are the HTTP/2 preface). Every stream is a request the router answers as it would
+//! over HTTP/1.1: the same routes, limits and answers.
+//!
+//! hyper's server, bounded by recast's settings: at most `RECAST_H2_MAX_STREAMS` streams open at
+//! once, header lists within `RECAST_MAX_HEADER_BYTES`, and the protections of its `h2` against
+//! the HTTP/2 floods (a client that resets streams faster than they are served, rapid reset, or
+//! makes the server reset them, gets GOAWAY; CONTINUATION frames count against the header list's
+//! bound). A connection with no stream open is closed after `RECAST_IDLE_TIMEOUT_MS`, like an
+//! idle HTTP/1.1 one.
+
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use hyper::server::conn::http2::{Builder, Connection};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, ReadBuf};
+
+use super::State;
+use super::connection::{Activity, Graceful, Stream};
+use crate::config::Config;
+
+/// The HTTP/2 preface a client with prior knowledge begins with (RFC 9113 §3.4).
+pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Streams a client may have reset before the server has served them, past which the connection
+/// is closed (rapid reset, CVE-2023-44487); `h2`'s own default.
+const PENDING_RESETS: usize = 20;
+/// Streams the server may reset for a client's errors before it closes the connection.
+const LOCAL_RESETS: usize = 1024;
+
+/// The builder of every HTTP/2 connection, from the settings.
+pub(super) fn builder(config: &Config) -> Builder<TokioExecutor> {
+    let mut http = Builder::new(TokioExecutor::new());
+    http.timer(TokioTimer::new())
+        .max_concurrent_streams(config.h2_max_streams)
+        .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX))
+        .max_pending_accept_reset_streams(PENDING_RESETS)
+        .max_local_error_reset_streams(LOCAL_RESETS);
+    http
+}
+
+/// An HTTP/2 connection on `stream`, each stream answered by the router; `activity` counts the
+/// streams in flight, for the idle timeout.
+pub(super) fn connection(
+    state: Arc<State>,
+    stream: impl Stream,
+    activity: Arc<Activity>,
+    http: &Builder<TokioExecutor>,
+    peer: Option<IpAddr>,
+) -> impl Graceful<Output = Result<(), hyper::Error>> + Send {
+    let service = super::router::hyper_service(state, activity, peer);
+    Http2(Box::pin(http.serve_connection(TokioIo::new(stream), service)))
+}
+
+/// hyper's HTTP/2 connection (boxed: it is not `Unpin`), closed gracefully: GOAWAY, then the
+/// streams under way finish.
+struct Http2<C>(Pin<Box<C>>);
+
+impl<C: Future> Future for Http2<C> {
+    type Output = C::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+impl<I, S, B> Graceful for Http2<Connection<I, S, TokioExecutor>>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    B: http_body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    TokioExecutor: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
+{
+    fn graceful_shutdown(mut self: Pin<&mut Self>) {
+        self.0.as_mut().graceful_shutdown();
+    }
+}
+
+/// A stream whose first bytes were already read: they are read again first.
+pub(super) struct Replay<S> {
+    kept: Box<[u8]>,
+    at: usize,
+    inner: S,
+}
+
+impl<S> Replay<S> {
+    pub(super) fn new(kept: &[u8], inner: S) -> Replay<S> {
+        Replay { kept: kept.into(), at: 0, inner }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Replay<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.at < self.kept.len() {
+            let n = (self.kept.len() - self.at).min(buf.remaining());
+            let at = self.at;
+            buf.put_slice(&self.kept[at..at + n]);
+            self.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+crate::http1::write_through!(Replay, inner);
