@@ -424,8 +424,10 @@ impl Buffer {
 /// hyper's servers of the connections the lane hands over.
 pub(super) struct Builders {
     pub http1: Builder,
-    /// HTTP/2 with prior knowledge, when `RECAST_H2C=true`.
-    pub h2c: Option<hyper::server::conn::http2::Builder<hyper_util::rt::TokioExecutor>>,
+    /// HTTP/2: over TLS when the client chose `h2`, and with prior knowledge when `h2c`.
+    pub http2: hyper::server::conn::http2::Builder<hyper_util::rt::TokioExecutor>,
+    /// `RECAST_H2C=true`.
+    pub h2c: bool,
 }
 
 /// Gives the connection to hyper, which reads the bytes left in `read` first, a request at a time
@@ -440,7 +442,7 @@ async fn hand_off(
     mut read: Buffer,
     peer: Option<IpAddr>,
 ) -> Result<(), LaneError> {
-    if let Some(h2c) = &http.h2c {
+    if http.h2c {
         // Enough of the head to tell the preface from an HTTP/1.1 request line.
         while read.filled().len() < h2::PREFACE.len()
             && h2::PREFACE.starts_with(read.filled())
@@ -454,7 +456,7 @@ async fn hand_off(
         if read.filled().starts_with(h2::PREFACE) {
             let stream = h2::Replay::new(read.filled(), stream.into_inner());
             drop(read);
-            let connection = h2::connection(state, stream, activity, h2c, peer);
+            let connection = h2::connection(state, stream, activity, &http.http2, peer);
             return until_closed(connection, &closing).await.map_err(Into::into);
         }
     }

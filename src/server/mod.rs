@@ -369,10 +369,8 @@ pub async fn run_with(
     if state.config.max_headers != DEFAULT_MAX_HEADERS {
         http.max_headers(state.config.max_headers);
     }
-    let h2 = h2::builder(&state.config);
     let http =
-        Arc::new(lane::Builders { http1: http, h2c: state.config.h2c.then(|| h2::builder(&state.config)) });
-    let h2 = Arc::new(h2);
+        Arc::new(lane::Builders { http1: http, http2: h2::builder(&state.config), h2c: state.config.h2c });
     let timeouts = connection::Timeouts {
         idle: Duration::from_millis(state.config.idle_timeout_ms),
         head: Duration::from_millis(state.config.header_timeout_ms),
@@ -399,7 +397,7 @@ pub async fn run_with(
                     let registered = open.register(&activity);
                     let (worker, placed) = workers.place();
                     let state = state.clone();
-                    let (http, h2) = (http.clone(), h2.clone());
+                    let http = http.clone();
                     // A panic outside any request is a bug (one in a request is answered 500
                     // there): the guard closes the connection, logs and counts it.
                     let serve = async move {
@@ -420,7 +418,7 @@ pub async fn run_with(
                             Some(tls) => match tls.accept(stream, timeouts.head).await {
                                 Err(_) => return,
                                 Ok((stream, tls::Protocol::Http2)) => {
-                                    let connection = h2::connection(state.clone(), stream, activity.clone(), &h2, peer);
+                                    let connection = h2::connection(state.clone(), stream, activity.clone(), &http.http2, peer);
                                     connection::drive(connection, activity, timeouts).await.map(|ended| ended.map_err(Into::into))
                                 }
                                 Ok((stream, tls::Protocol::Http1)) => {
