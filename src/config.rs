@@ -52,6 +52,7 @@ pub const UPSTREAM_CA_FILE: &str = "RECAST_UPSTREAM_CA_FILE";
 pub const UPSTREAM_HTTP2: &str = "RECAST_UPSTREAM_HTTP2";
 pub const TLS_CERT: &str = "RECAST_TLS_CERT";
 pub const TLS_KEY: &str = "RECAST_TLS_KEY";
+pub const TLS_CLIENT_CA: &str = "RECAST_TLS_CLIENT_CA";
 pub const H2C: &str = "RECAST_H2C";
 pub const H2_MAX_STREAMS: &str = "RECAST_H2_MAX_STREAMS";
 pub const CACHE_BYTES: &str = "RECAST_CACHE_BYTES";
@@ -164,6 +165,13 @@ pub struct Config {
     /// certificate [default: none].
     #[arg(long, env = TLS_KEY)]
     pub tls_key: Option<PathBuf>,
+
+    /// The authorities (PEM) whose client certificates the listener asks for and verifies in
+    /// the handshake (SPEC §7): a certificate another signed is refused there; a client without
+    /// one may still call routes that do not name `certificates`. Needs `RECAST_TLS_CERT`; read
+    /// again with it [default: none: no client certificate asked for].
+    #[arg(long, env = TLS_CLIENT_CA)]
+    pub tls_client_ca: Option<PathBuf>,
 
     /// Whether a plain listener also serves HTTP/2 with prior knowledge (h2c).
     #[arg(long, env = H2C, default_value_t = false, action = clap::ArgAction::Set)]
@@ -442,6 +450,7 @@ impl Default for Config {
             upstream_http2: "auto".to_owned(),
             tls_cert: None,
             tls_key: None,
+            tls_client_ca: None,
             h2c: false,
             h2_max_streams: DEFAULT_H2_MAX_STREAMS,
             cache_bytes: DEFAULT_CACHE_BYTES,
@@ -705,6 +714,7 @@ mod tests {
             UPSTREAM_HTTP2,
             TLS_CERT,
             TLS_KEY,
+            TLS_CLIENT_CA,
             H2C,
             H2_MAX_STREAMS,
             CACHE_BYTES,

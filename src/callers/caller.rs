@@ -12,6 +12,8 @@ use crate::expr::{Const, Number};
 pub enum CallerKind {
     Key,
     Jwt,
+    /// A client certificate the listener verified (SPEC §7).
+    Certificate,
 }
 
 impl CallerKind {
@@ -19,6 +21,7 @@ impl CallerKind {
         match self {
             CallerKind::Key => "key",
             CallerKind::Jwt => "jwt",
+            CallerKind::Certificate => "certificate",
         }
     }
 }
@@ -27,7 +30,7 @@ impl CallerKind {
 #[derive(Debug)]
 pub struct Caller {
     pub kind: CallerKind,
-    /// The consumer's name, or the token's `sub`.
+    /// The consumer's name, the token's `sub`, or the certificate's name a route matched.
     pub id: String,
     pub issuer: Option<String>,
     pub consumer: Option<String>,
@@ -87,6 +90,7 @@ impl Caller {
         let text = |name: &str| members.get(name).and_then(Value::as_str).map(str::to_owned);
         let kind = match members.get("kind").and_then(Value::as_str) {
             Some("jwt") => CallerKind::Jwt,
+            Some("certificate") => CallerKind::Certificate,
             _ => CallerKind::Key,
         };
         let present = |name: &str| members.get(name).filter(|v| !v.is_null()).cloned();
@@ -102,6 +106,14 @@ impl Caller {
         caller.constant = std::sync::OnceLock::from(constant(given));
         Some(caller)
     }
+}
+
+/// Whether `name` is one of `patterns`: a name, or a prefix ending in `*` (`*` alone: any).
+pub fn matches(patterns: &[String], name: &str) -> bool {
+    patterns.iter().any(|pattern| match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
+    })
 }
 
 /// The digest that tells callers apart.

@@ -47,6 +47,10 @@ pub struct Named {
     pub consumers: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub jwt: Vec<IssuerConfig>,
+    /// Names a client certificate's subject CN or a SAN DNS name may have, a trailing `*`
+    /// matching a prefix (`"*"`: any certificate the listener's client CA signed; SPEC §7).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<LimitConfig>,
 }
@@ -135,6 +139,10 @@ pub const MAX_ISSUERS: usize = 8;
 pub const MAX_CONSUMERS: usize = 256;
 /// Most claim conditions of one issuer.
 pub const MAX_CLAIMS: usize = 16;
+/// Most certificate names or prefixes one route lists.
+pub const MAX_CERTIFICATES: usize = 256;
+/// The longest certificate name or prefix (a DNS name's bound).
+pub const MAX_CERTIFICATE_NAME: usize = 253;
 /// The longest leeway for `exp`, `nbf` and `iat`.
 pub const MAX_LEEWAY_SECONDS: u64 = 600;
 /// The leeway when an issuer gives none.
@@ -142,7 +150,7 @@ pub const DEFAULT_LEEWAY_SECONDS: u64 = 30;
 /// The longest window of a limit: a day.
 pub const MAX_LIMIT_WINDOW: u32 = 86_400;
 
-const MEMBERS: [&str; 3] = ["consumers", "jwt", "limit"];
+const MEMBERS: [&str; 4] = ["consumers", "jwt", "certificates", "limit"];
 const ISSUER_MEMBERS: [&str; 6] = ["issuer", "audiences", "jwksUri", "algorithms", "claims", "leewaySeconds"];
 const LIMIT_MEMBERS: [&str; 3] = ["requests", "perSeconds", "by"];
 
@@ -152,6 +160,17 @@ pub fn consumer_name_ok(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name.as_bytes()[0].is_ascii_alphanumeric()
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Whether `pattern` may name client certificates: a subject CN or DNS name of 1 to 253 printable
+/// characters (spaces inside, none at either end), with `*` only as its last character, or `"*"`.
+pub fn certificate_pattern_ok(pattern: &str) -> bool {
+    let stem = pattern.strip_suffix('*').unwrap_or(pattern);
+    pattern == "*"
+        || (!stem.is_empty()
+            && pattern.len() <= MAX_CERTIFICATE_NAME
+            && stem.trim() == stem
+            && stem.chars().all(|c| !c.is_control() && c != '*'))
 }
 
 /// What a registration's `callers` says, every problem at `/callers/...`; `None` when it is
@@ -164,7 +183,7 @@ pub fn callers(given: Option<&Value>, problems: &mut Vec<Problem>) -> Option<Cal
         _ => {
             problems.push(Problem::new(
                 "/callers",
-                "must be an object naming `consumers`, `jwt` issuers and a `limit`, or \"open\"",
+                "must be an object naming `consumers`, `jwt` issuers, `certificates` and a `limit`, or \"open\"",
             ));
             return None;
         }
@@ -210,16 +229,37 @@ pub fn callers(given: Option<&Value>, problems: &mut Vec<Problem>) -> Option<Cal
         }
         Some(_) => problems.push(Problem::new("/callers/jwt", "must be a list of issuers")),
     }
+    match members.get("certificates") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(names)) if names.len() > MAX_CERTIFICATES => problems.push(Problem::new(
+            "/callers/certificates",
+            format!("at most {MAX_CERTIFICATES} names or prefixes; this lists {}", names.len()),
+        )),
+        Some(Value::Array(names)) => {
+            for (i, name) in names.iter().enumerate() {
+                match name.as_str().filter(|pattern| certificate_pattern_ok(pattern)) {
+                    Some(pattern) => named.certificates.push(pattern.to_owned()),
+                    None => problems.push(Problem::new(
+                        format!("/callers/certificates/{i}"),
+                        format!("must be a client certificate's subject CN or DNS name (1 to {MAX_CERTIFICATE_NAME} printable characters), a prefix ending in `*`, or \"*\""),
+                    )),
+                }
+            }
+        }
+        Some(_) => {
+            problems.push(Problem::new("/callers/certificates", "must be a list of client certificate names"))
+        }
+    }
     match members.get("limit") {
         None | Some(Value::Null) => {}
         Some(limit) => named.limit = limit_config(limit, problems),
     }
-    if named.consumers.is_empty()
-        && members.get("jwt").is_none_or(|jwt| jwt.as_array().is_none_or(Vec::is_empty))
-    {
+    let lists =
+        |name: &str| members.get(name).is_some_and(|list| list.as_array().is_some_and(|l| !l.is_empty()));
+    if !lists("consumers") && !lists("jwt") && !lists("certificates") {
         problems.push(Problem::new(
             "/callers",
-            "names no caller: give `consumers` or `jwt` issuers (or \"open\" for a route anyone may call)",
+            "names no caller: give `consumers`, `jwt` issuers or `certificates` (or \"open\" for a route anyone may call)",
         ));
     }
     Some(CallersConfig::Named(named))
@@ -472,6 +512,28 @@ mod tests {
         let problems = problems_of(serde_json::json!({"consumers": ["a b", "ok", "pre*", "*"]}));
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].starts_with("/callers/consumers/0:"), "{problems:?}");
+    }
+
+    #[test]
+    fn certificate_names_are_printable_names_or_prefixes() {
+        let given = serde_json::json!({"certificates": ["app-*", "App iOS", "*", "api.example.com"]});
+        let mut problems = Vec::new();
+        let Some(CallersConfig::Named(named)) = callers(Some(&given), &mut problems) else { panic!() };
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(named.certificates, ["app-*", "App iOS", "*", "api.example.com"]);
+        let problems = problems_of(
+            serde_json::json!({"certificates": ["", " app", "a*b", "**", "tab\t", 7, &"x".repeat(254)]}),
+        );
+        let at: Vec<&str> = problems.iter().map(|p| p.split(':').next().unwrap()).collect();
+        assert_eq!(
+            at,
+            (0..7).map(|i| format!("/callers/certificates/{i}")).collect::<Vec<_>>(),
+            "{problems:?}"
+        );
+        // A route naming certificates alone names somebody.
+        assert!(problems_of(serde_json::json!({"certificates": ["app-*"]})).is_empty());
+        let problems = problems_of(serde_json::json!({"certificates": []}));
+        assert!(problems.iter().any(|p| p.starts_with("/callers: names no caller")), "{problems:?}");
     }
 
     #[test]

@@ -14,13 +14,18 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::certificate::ClientCertificate;
 use super::consumers::KeyEntry;
 use super::verified::Token;
 
-/// A connection's memory of its last credential. Calls on one HTTP/1 connection come one at a
-/// time; HTTP/2 streams that find it held by another stream go the long way.
+/// A connection's memory of its last credential, and the client certificate it showed in its
+/// handshake (SPEC §7). Calls on one HTTP/1 connection come one at a time; HTTP/2 streams that
+/// find it held by another stream go the long way.
 #[derive(Default)]
-pub struct Memo(Mutex<Last>);
+pub struct Memo {
+    last: Mutex<Last>,
+    certificate: Option<Arc<ClientCertificate>>,
+}
 
 #[derive(Default)]
 struct Last {
@@ -37,9 +42,19 @@ enum Made {
 }
 
 impl Memo {
+    /// The memory of a connection whose client showed `certificate`, verified.
+    pub fn new(certificate: Option<Arc<ClientCertificate>>) -> Memo {
+        Memo { last: Mutex::default(), certificate }
+    }
+
+    /// The client certificate of the connection, verified by the listener.
+    pub fn certificate(&self) -> Option<&ClientCertificate> {
+        self.certificate.as_deref()
+    }
+
     /// The key entry `key` led to on this connection, while the directory still holds it.
     pub fn key(&self, key: &[u8]) -> Option<Arc<KeyEntry>> {
-        let last = self.0.try_lock().ok()?;
+        let last = self.last.try_lock().ok()?;
         match &last.made {
             Made::Key(entry) if same(&last.credential, key) && !entry.retired() => Some(entry.clone()),
             _ => None,
@@ -48,7 +63,7 @@ impl Memo {
 
     /// The verified token `token` is on this connection, while its `exp` (seconds) is after `now`.
     pub fn token(&self, token: &[u8], now: u64) -> Option<Arc<Token>> {
-        let last = self.0.try_lock().ok()?;
+        let last = self.last.try_lock().ok()?;
         match &last.made {
             Made::Token(known) if same(&last.credential, token) && known.times.exp > now => {
                 Some(known.clone())
@@ -66,7 +81,7 @@ impl Memo {
     }
 
     fn keep(&self, credential: &[u8], made: Made) {
-        if let Ok(mut last) = self.0.try_lock() {
+        if let Ok(mut last) = self.last.try_lock() {
             last.credential.clear();
             last.credential.extend_from_slice(credential);
             last.made = made;

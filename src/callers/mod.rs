@@ -9,6 +9,8 @@
 //! - `jwt.rs`: a bearer token read and checked (RFC 7519/7515) against one issuer.
 //! - `key_sets.rs`: the issuers' key sets, one copy per URI, refreshed before they end.
 //! - `verified.rs`: tokens already verified, remembered by their digest.
+//! - `certificate.rs`: a connection's verified client certificate, and the caller its names make
+//!   (SPEC §7).
 //! - `memo.rs`: a connection's last credential and what it made, so a client repeating its key
 //!   or token on a kept-alive connection is not digested again.
 //! - `limit.rs`: the calls each caller may make (`limit`).
@@ -17,6 +19,7 @@
 //! this module is the [`Caller`] it made, or a [`Refusal`] in general words.
 
 mod caller;
+pub mod certificate;
 pub mod config;
 pub mod consumers;
 pub mod jwt;
@@ -27,7 +30,8 @@ pub mod verified;
 
 use std::sync::Arc;
 
-pub use self::caller::{Caller, CallerKind, Refusal, constant, identity, now_ms};
+pub use self::caller::{Caller, CallerKind, Refusal, constant, identity, matches, now_ms};
+pub use self::certificate::ClientCertificate;
 pub use self::config::{Algorithm, CallersConfig, IssuerConfig, LimitConfig, Named};
 pub use self::consumers::{Directory, StoredConsumer, StoredKey};
 pub use self::memo::Memo;
@@ -39,6 +43,8 @@ pub struct Gate {
     /// Consumer names and prefixes (`partner-*`); `*` any.
     consumers: Vec<String>,
     issuers: Vec<Arc<jwt::Issuer>>,
+    /// Client certificates' names and prefixes (`app-*`); `*` any.
+    certificates: Vec<String>,
     pub limit: Option<limit::CallerLimit>,
 }
 
@@ -51,14 +57,37 @@ impl Gate {
             Some(config) => Some(limit::CallerLimit::compile(config, route)?),
             None => None,
         };
-        Ok(Some(Gate { consumers: named.consumers.clone(), issuers, limit }))
+        Ok(Some(Gate {
+            consumers: named.consumers.clone(),
+            issuers,
+            certificates: named.certificates.clone(),
+            limit,
+        }))
     }
 
     fn names(&self, consumer: &str) -> bool {
-        self.consumers.iter().any(|pattern| match pattern.strip_suffix('*') {
-            Some(prefix) => consumer.starts_with(prefix),
-            None => pattern == consumer,
-        })
+        matches(&self.consumers, consumer)
+    }
+
+    /// Whether it names client certificates.
+    pub fn takes_certificates(&self) -> bool {
+        !self.certificates.is_empty()
+    }
+
+    /// What a call without a credential is told it needs.
+    fn needs(&self) -> &'static str {
+        let takes_keys = !self.consumers.is_empty();
+        match (takes_keys, !self.issuers.is_empty(), self.takes_certificates()) {
+            (true, true, true) => {
+                "this route needs an API key (X-Api-Key), a bearer token or a client certificate"
+            }
+            (true, true, false) => "this route needs an API key (X-Api-Key) or a bearer token",
+            (true, false, true) => "this route needs an API key (X-Api-Key) or a client certificate",
+            (false, true, true) => "this route needs a bearer token or a client certificate",
+            (true, false, false) => "this route needs an API key (X-Api-Key)",
+            (false, true, false) => "this route needs a bearer token",
+            (false, false, _) => "this route needs a client certificate",
+        }
     }
 
     /// The key-set sources its issuers read (for fetching them ahead of the first call).
@@ -146,6 +175,7 @@ pub struct Counts {
     pub refused: [std::sync::atomic::AtomicU64; 4],
     pub admitted_keys: std::sync::atomic::AtomicU64,
     pub admitted_tokens: std::sync::atomic::AtomicU64,
+    pub admitted_certificates: std::sync::atomic::AtomicU64,
 }
 
 impl Counts {
@@ -179,6 +209,11 @@ impl Door {
             out,
             "recast_callers_admitted_total{{kind=\"jwt\"}} {}",
             self.counts.admitted_tokens.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "recast_callers_admitted_total{{kind=\"certificate\"}} {}",
+            self.counts.admitted_certificates.load(Relaxed)
         );
         out.push_str("# HELP recast_key_set_fetches_total Fetches of issuers' key sets, by reason (new, refresh, unknown_kid) and outcome.\n# TYPE recast_key_set_fetches_total counter\n");
         let counts = &self.key_sets.counts;
@@ -315,10 +350,20 @@ impl Door {
             Err(refusal) => return Some(Err(refusal)),
         };
         Some(match credential {
-            None => Err(Refusal::Unauthenticated {
-                given: false,
-                why: "this route needs an API key (X-Api-Key) or a bearer token".to_owned(),
-            }),
+            // A call that presents no key or token is judged by its connection's client
+            // certificate, when the route names certificates.
+            None => match memo.and_then(Memo::certificate).filter(|_| gate.takes_certificates()) {
+                Some(certificate) => match certificate.caller(&gate.certificates) {
+                    Some(caller) => {
+                        self.counts.admitted_certificates.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        Ok(caller)
+                    }
+                    None => Err(Refusal::Forbidden(
+                        "this route does not name the client certificate's subject".to_owned(),
+                    )),
+                },
+                None => Err(Refusal::Unauthenticated { given: false, why: gate.needs().to_owned() }),
+            },
             Some(Credential::Key(key)) => {
                 let now_ms = now_ms();
                 let entry = match memo.and_then(|memo| memo.key(key)) {
@@ -355,7 +400,11 @@ impl Door {
                 Ok(entry.caller.clone())
             }
             Some(Credential::Token(_)) if gate.issuers.is_empty() => {
-                Err(Refusal::unauthenticated("this route takes API keys, not tokens"))
+                Err(Refusal::unauthenticated(if gate.consumers.is_empty() {
+                    "this route takes client certificates, not tokens"
+                } else {
+                    "this route takes API keys, not tokens"
+                }))
             }
             Some(Credential::Token(token)) => {
                 let now = now_ms() / 1000;
@@ -415,13 +464,17 @@ mod tests {
 
     #[test]
     fn consumer_patterns_match_names_and_prefixes() {
-        let gate =
-            Gate { consumers: vec!["mobile-app".into(), "partner-*".into()], issuers: vec![], limit: None };
+        let gate = Gate {
+            consumers: vec!["mobile-app".into(), "partner-*".into()],
+            issuers: vec![],
+            certificates: vec![],
+            limit: None,
+        };
         assert!(gate.names("mobile-app"));
         assert!(gate.names("partner-acme"));
         assert!(!gate.names("mobile-app2"));
         assert!(!gate.names("partner"));
-        let any = Gate { consumers: vec!["*".into()], issuers: vec![], limit: None };
+        let any = Gate { consumers: vec!["*".into()], issuers: vec![], certificates: vec![], limit: None };
         assert!(any.names("whoever"));
     }
 

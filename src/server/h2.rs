@@ -10,7 +10,6 @@
 //! bound). A connection with no stream open is closed after `RECAST_IDLE_TIMEOUT_MS`, like an
 //! idle HTTP/1.1 one.
 
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -21,6 +20,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 
 use super::State;
 use super::connection::{Activity, Graceful, Stream};
+use super::router::Client;
 use crate::config::Config;
 
 /// The HTTP/2 preface a client with prior knowledge begins with (RFC 9113 §3.4).
@@ -50,9 +50,9 @@ pub(super) fn connection(
     stream: impl Stream,
     activity: Arc<Activity>,
     http: &Builder<TokioExecutor>,
-    peer: Option<IpAddr>,
+    client: Client,
 ) -> impl Graceful<Output = Result<(), hyper::Error>> + Send {
-    let service = super::router::hyper_service(state, activity, peer);
+    let service = super::router::hyper_service(state, activity, client);
     Http2(Box::pin(http.serve_connection(TokioIo::new(stream), service)))
 }
 

@@ -27,7 +27,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
 use super::connection::{Activity, ActivityStream, Framed, Graceful, Stream};
-use super::router::{answered, endpoint, segments, stamped};
+use super::router::{Client, answered, endpoint, segments, stamped};
 use super::traced;
 use super::{Response, State, call, h2};
 use crate::callers::{Memo, X_API_KEY};
@@ -54,11 +54,11 @@ impl Lane {
         stream: ActivityStream<impl Stream>,
         activity: Arc<Activity>,
         http: Arc<Builders>,
-        peer: Option<IpAddr>,
+        client: Client,
     ) -> Lane {
         let closing = Arc::new(AtomicBool::new(false));
         let serving =
-            crate::tasks::boxed(|| run_connection(state, stream, activity, http, closing.clone(), peer));
+            crate::tasks::boxed(|| run_connection(state, stream, activity, http, closing.clone(), client));
         Lane { closing, serving }
     }
 }
@@ -102,12 +102,12 @@ async fn run_connection(
     activity: Arc<Activity>,
     http: Arc<Builders>,
     closing: Arc<AtomicBool>,
-    peer: Option<IpAddr>,
+    client: Client,
 ) -> Result<(), LaneError> {
     let mut buffer = Buffer::new(BUFFER.min(state.config.max_header_bytes));
     let max_headers = HEADERS.min(state.config.max_headers);
     let mut out = Vec::with_capacity(1024);
-    let memo = Memo::default();
+    let Client { peer, memo } = client;
     loop {
         let head = loop {
             match next_head(&mut buffer, max_headers) {
@@ -115,7 +115,8 @@ async fn run_connection(
                 Parsed::Partial if !buffer.is_full() => {}
                 Parsed::Partial | Parsed::Other => {
                     drop(out);
-                    return hand_off(state, stream, activity, &http, closing, buffer, peer).await;
+                    return hand_off(state, stream, activity, &http, closing, buffer, Client { peer, memo })
+                        .await;
                 }
             }
             // Between requests, a graceful close closes at once, a head begun or not: the driver
@@ -440,7 +441,7 @@ async fn hand_off(
     http: &Builders,
     closing: Arc<AtomicBool>,
     mut read: Buffer,
-    peer: Option<IpAddr>,
+    client: Client,
 ) -> Result<(), LaneError> {
     if http.h2c {
         // Enough of the head to tell the preface from an HTTP/1.1 request line.
@@ -456,13 +457,13 @@ async fn hand_off(
         if read.filled().starts_with(h2::PREFACE) {
             let stream = h2::Replay::new(read.filled(), stream.into_inner());
             drop(read);
-            let connection = h2::connection(state, stream, activity, &http.http2, peer);
+            let connection = h2::connection(state, stream, activity, &http.http2, client);
             return until_closed(connection, &closing).await.map_err(Into::into);
         }
     }
     let io = TokioIo::new(Framed::new(stream, read.filled(), activity.clone()));
     drop(read);
-    let service = super::router::hyper_service(state, activity, peer);
+    let service = super::router::hyper_service(state, activity, client);
     until_closed(http.http1.serve_connection(io, service), &closing).await.map_err(Into::into)
 }
 

@@ -359,7 +359,7 @@ async fn live_call(
         }));
         sample_warnings.extend(unsent_bodies(route));
         sample_warnings.extend(open_with_credentials(route));
-        sample_warnings.extend(callers_in_the_clear(state, route));
+        sample_warnings.extend(listener_warnings(state, route));
         return Ok(Live {
             preview: composed.body,
             rules_warnings: composed.warnings,
@@ -394,7 +394,7 @@ async fn live_call(
         sample_warnings: unsent_sample(route, sample)
             .into_iter()
             .chain(open_with_credentials(route))
-            .chain(callers_in_the_clear(state, route))
+            .chain(listener_warnings(state, route))
             .collect(),
         sources: Vec::new(),
         document: called.document,
@@ -476,16 +476,26 @@ fn open_with_credentials(route: &Route) -> Option<Problem> {
     ))
 }
 
-/// A warning for a route with `callers` on a listener that serves plain HTTP on an address
-/// other hosts reach (SPEC §7): its callers' keys and tokens cross the network readable.
-fn callers_in_the_clear(state: &State, route: &Route) -> Option<Problem> {
+/// The warnings of a route with `callers` this listener cannot serve as they mean (SPEC §7): on
+/// plain HTTP on an address other hosts reach, its callers' keys and tokens cross the network
+/// readable; naming `certificates` where no client certificate is asked for, nobody is one.
+fn listener_warnings(state: &State, route: &Route) -> Vec<Problem> {
+    let Some(gate) = route.gate() else { return Vec::new() };
     let https = state.tls.is_some();
-    (route.gate().is_some() && super::tls::in_the_clear(state.config.listen.ip(), https)).then(|| {
-        Problem::new(
+    let mut warnings = Vec::new();
+    if super::tls::in_the_clear(state.config.listen.ip(), https) {
+        warnings.push(Problem::new(
             "/callers",
             "credentials cross the network in the clear unless a proxy in front terminates TLS: this listener serves plain HTTP on an address other hosts reach (set RECAST_TLS_CERT and RECAST_TLS_KEY to serve HTTPS)",
-        )
-    })
+        ));
+    }
+    if gate.takes_certificates() && state.config.tls_client_ca.is_none() {
+        warnings.push(Problem::new(
+            "/callers/certificates",
+            "this node asks no caller for a client certificate (RECAST_TLS_CLIENT_CA is not set), so no call passes as a certificate here",
+        ));
+    }
+    warnings
 }
 
 /// A warning when `sampleRequest` has a body the live call did not send: the upstream is called

@@ -115,7 +115,13 @@ pub async fn run_with(
     // HTTPS (SPEC §7): a certificate or key that cannot be served stops the start.
     let listener_tls = match (&config.tls_cert, &config.tls_key) {
         (Some(cert), Some(key)) => {
-            Some(Arc::new(tls::ListenerTls::new(cert, key).map_err(RunError::Config)?))
+            let client_ca = config.tls_client_ca.as_deref();
+            Some(Arc::new(tls::ListenerTls::new(cert, key, client_ca).map_err(RunError::Config)?))
+        }
+        (None, None) if config.tls_client_ca.is_some() => {
+            return Err(RunError::Config(
+                "RECAST_TLS_CLIENT_CA needs RECAST_TLS_CERT and RECAST_TLS_KEY: client certificates are asked for in a TLS handshake".to_owned(),
+            ));
         }
         (None, None) => None,
         _ => {
@@ -411,19 +417,22 @@ pub async fn run_with(
                         let driven = match &state.tls {
                             None => {
                                 let stream = connection::ActivityStream::new(stream, activity.clone());
-                                let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http, peer);
+                                let client = router::Client { peer, memo: crate::callers::Memo::default() };
+                                let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http, client);
                                 connection::drive(connection, activity, timeouts).await
                             }
                             // The handshake has the head's time to end.
                             Some(tls) => match tls.accept(stream, timeouts.head).await {
                                 Err(_) => return,
-                                Ok((stream, tls::Protocol::Http2)) => {
-                                    let connection = h2::connection(state.clone(), stream, activity.clone(), &http.http2, peer);
+                                Ok(tls::Accepted { stream, protocol: tls::Protocol::Http2, certificate }) => {
+                                    let client = router::Client { peer, memo: crate::callers::Memo::new(certificate) };
+                                    let connection = h2::connection(state.clone(), stream, activity.clone(), &http.http2, client);
                                     connection::drive(connection, activity, timeouts).await.map(|ended| ended.map_err(Into::into))
                                 }
-                                Ok((stream, tls::Protocol::Http1)) => {
+                                Ok(tls::Accepted { stream, protocol: tls::Protocol::Http1, certificate }) => {
                                     let stream = connection::ActivityStream::new(stream, activity.clone());
-                                    let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http, peer);
+                                    let client = router::Client { peer, memo: crate::callers::Memo::new(certificate) };
+                                    let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http, client);
                                     connection::drive(connection, activity, timeouts).await
                                 }
                             },

@@ -319,13 +319,20 @@ fn readiness(state: &State) -> Response {
     json(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, body)
 }
 
+/// The client at the other end of a connection: its address, and the connection's memory of its
+/// last credential and client certificate.
+pub(super) struct Client {
+    pub(super) peer: Option<IpAddr>,
+    pub(super) memo: Memo,
+}
+
 /// What hyper calls for each request of one connection (HTTP/1.1 after a hand-off, or each
 /// HTTP/2 stream): the router's answer, the request counted in flight on the connection's
 /// `activity` while it is served, and the connection's memory of its last credential.
 pub(super) fn hyper_service(
     state: Arc<State>,
     activity: Arc<Activity>,
-    peer: Option<IpAddr>,
+    client: Client,
 ) -> impl hyper::service::Service<
     http::Request<hyper::body::Incoming>,
     Response = Response,
@@ -334,7 +341,8 @@ pub(super) fn hyper_service(
 > + Clone
 + Send
 + 'static {
-    let memo = Arc::new(Memo::default());
+    let Client { peer, memo } = client;
+    let memo = Arc::new(memo);
     hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
         let (state, memo) = (state.clone(), memo.clone());
         let busy = activity.busy();

@@ -6,6 +6,12 @@
 //! and 1.3 (rustls, its default cipher suites), ALPN `h2` and `http/1.1`, session tickets and a
 //! session cache, so a client coming back resumes instead of a full handshake.
 //!
+//! With `RECAST_TLS_CLIENT_CA`, the handshake asks for a client certificate and verifies one
+//! given against those authorities (refusing another's there); a client may give none, and is
+//! then a caller only by a key or token. The authorities are read again with the pair. The
+//! verified certificate's names are read once per connection ([`ClientCertificate`]) for the
+//! routes whose `callers` name `certificates`.
+//!
 //! The handshake has `RECAST_HEADER_TIMEOUT_MS` to end: a client that opens a connection and
 //! sends its hello a byte at a time holds a worker's socket no longer than a slow request head.
 
@@ -14,14 +20,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
 
-use rustls::ServerConfig;
-use rustls::pki_types::PrivateKeyDer;
 use rustls::pki_types::pem::PemObject as _;
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{ClientHello, ProducesTickets, ResolvesServerCert, StoresServerSessions};
 use rustls::sign::CertifiedKey;
+use rustls::{RootCertStore, ServerConfig};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use x509_cert::der::Decode as _;
+
+use crate::callers::ClientCertificate;
 
 /// How often the files are looked at for a change (their size and time of change; reading them
 /// again only when one moved).
@@ -57,11 +66,13 @@ pub enum Failure {
     Protocol,
     /// The client went away during the handshake.
     Closed,
+    /// The client's certificate was not one the client authorities signed, or not valid now.
+    Certificate,
 }
 
 impl Failure {
-    pub const ALL: [Failure; 4] =
-        [Failure::Timeout, Failure::Incompatible, Failure::Protocol, Failure::Closed];
+    pub const ALL: [Failure; 5] =
+        [Failure::Timeout, Failure::Incompatible, Failure::Protocol, Failure::Closed, Failure::Certificate];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -69,6 +80,7 @@ impl Failure {
             Failure::Incompatible => "incompatible",
             Failure::Protocol => "protocol",
             Failure::Closed => "closed",
+            Failure::Certificate => "certificate",
         }
     }
 
@@ -77,6 +89,9 @@ impl Failure {
         match error.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
             Some(rustls::Error::PeerIncompatible(_) | rustls::Error::NoApplicationProtocol) => {
                 Failure::Incompatible
+            }
+            Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented) => {
+                Failure::Certificate
             }
             Some(_) => Failure::Protocol,
             None if matches!(
@@ -101,7 +116,7 @@ pub struct TlsCounts {
     /// Resumed handshakes among them.
     pub resumed: AtomicU64,
     /// Handshakes failed, by [`Failure`] (in [`Failure::ALL`]'s order).
-    pub failures: [AtomicU64; 4],
+    pub failures: [AtomicU64; 5],
 }
 
 /// A certificate chain and its key, as served.
@@ -129,6 +144,7 @@ impl ResolvesServerCert for Served {
 struct Stamp {
     cert: (u64, Option<SystemTime>),
     key: (u64, Option<SystemTime>),
+    client_ca: (u64, Option<SystemTime>),
 }
 
 fn stamp_of(path: &Path) -> (u64, Option<SystemTime>) {
@@ -140,10 +156,15 @@ fn stamp_of(path: &Path) -> (u64, Option<SystemTime>) {
 
 /// The listener's TLS: its configuration, the pair served, and where the pair comes from.
 pub struct ListenerTls {
-    acceptor: tokio_rustls::TlsAcceptor,
+    /// What new handshakes are made with: made again when the client authorities are read again.
+    acceptor: RwLock<tokio_rustls::TlsAcceptor>,
     served: Arc<Served>,
+    /// Kept across the acceptors, so sessions made before a reload still resume.
+    resumption: Resumption,
     cert_file: PathBuf,
     key_file: PathBuf,
+    /// `RECAST_TLS_CLIENT_CA`.
+    client_ca_file: Option<PathBuf>,
     /// The files as last read, good or bad: a change from it is read again.
     stamp: Mutex<Stamp>,
     /// When the pair served ends (seconds since the epoch).
@@ -151,44 +172,56 @@ pub struct ListenerTls {
     pub counts: TlsCounts,
 }
 
+/// Session tickets (TLS 1.3 and 1.2), and a cache of sessions for 1.2 clients without tickets.
+struct Resumption {
+    ticketer: Arc<dyn ProducesTickets>,
+    sessions: Arc<dyn StoresServerSessions>,
+}
+
+/// A handshake that ended: the stream, what it speaks, and the client's certificate when the
+/// listener asked for one and the client gave it (verified).
+pub struct Accepted {
+    pub stream: TlsStream<TcpStream>,
+    pub protocol: Protocol,
+    pub certificate: Option<Arc<ClientCertificate>>,
+}
+
 impl ListenerTls {
-    /// Reads the pair; the message of an error names the file at fault.
-    pub fn new(cert_file: &Path, key_file: &Path) -> Result<ListenerTls, String> {
-        let stamp = Stamp { cert: stamp_of(cert_file), key: stamp_of(key_file) };
+    /// Reads the pair and the client authorities; the message of an error names the file at
+    /// fault.
+    pub fn new(
+        cert_file: &Path,
+        key_file: &Path,
+        client_ca_file: Option<&Path>,
+    ) -> Result<ListenerTls, String> {
+        let stamp = stamp(cert_file, key_file, client_ca_file);
         let pair = read_pair(cert_file, key_file)?;
+        let verifier = client_ca_file.map(read_client_ca).transpose()?;
         let served = Arc::new(Served(RwLock::new(pair.key.clone())));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(|e| format!("TLS cannot be set up: {e}"))?
-            .with_no_client_auth()
-            .with_cert_resolver(served.clone());
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        // Resumption: tickets (TLS 1.3 and 1.2), and a cache of sessions for 1.2 clients
-        // without tickets.
-        config.ticketer =
-            rustls::crypto::ring::Ticketer::new().map_err(|e| format!("TLS cannot be set up: {e}"))?;
-        config.session_storage = rustls::server::ServerSessionMemoryCache::new(4096);
-        tracing::info!(serial = %pair.serial, not_after = pair.not_after, "serving HTTPS");
+        let resumption = Resumption {
+            ticketer: rustls::crypto::ring::Ticketer::new()
+                .map_err(|e| format!("TLS cannot be set up: {e}"))?,
+            sessions: rustls::server::ServerSessionMemoryCache::new(4096),
+        };
+        let acceptor = acceptor(&served, &resumption, verifier)?;
+        tracing::info!(serial = %pair.serial, not_after = pair.not_after, client_certificates = client_ca_file.is_some(), "serving HTTPS");
         Ok(ListenerTls {
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            acceptor: RwLock::new(acceptor),
             served,
+            resumption,
             cert_file: cert_file.to_owned(),
             key_file: key_file.to_owned(),
+            client_ca_file: client_ca_file.map(Path::to_owned),
             stamp: Mutex::new(stamp),
             not_after: AtomicU64::new(pair.not_after),
             counts: TlsCounts::default(),
         })
     }
 
-    /// The handshake of a connection, within `within`: the stream and what it speaks, or why
-    /// not (counted).
-    pub async fn accept(
-        &self,
-        stream: TcpStream,
-        within: Duration,
-    ) -> Result<(TlsStream<TcpStream>, Protocol), Failure> {
-        let failure = match tokio::time::timeout(within, self.acceptor.accept(stream)).await {
+    /// The handshake of a connection, within `within`, or why not (counted).
+    pub async fn accept(&self, stream: TcpStream, within: Duration) -> Result<Accepted, Failure> {
+        let acceptor = self.acceptor.read().unwrap_or_else(PoisonError::into_inner).clone();
+        let failure = match tokio::time::timeout(within, acceptor.accept(stream)).await {
             Ok(Ok(stream)) => {
                 let (_, connection) = stream.get_ref();
                 let protocol =
@@ -198,7 +231,15 @@ impl ListenerTls {
                 if connection.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
                     self.counts.resumed.fetch_add(1, Ordering::Relaxed);
                 }
-                return Ok((stream, protocol));
+                let certificate = connection.peer_certificates().and_then(|chain| chain.first()).and_then(|der| {
+                    let certificate = ClientCertificate::from_der(der.as_ref());
+                    match &certificate {
+                        Some(read) => tracing::debug!(subject = %read.subject, issuer = %read.issuer, "a client certificate was verified"),
+                        None => tracing::debug!("a verified client certificate's names could not be read"),
+                    }
+                    certificate.map(Arc::new)
+                });
+                return Ok(Accepted { stream, protocol, certificate });
             }
             Ok(Err(e)) => Failure::of(&e),
             Err(_) => Failure::Timeout,
@@ -213,9 +254,25 @@ impl ListenerTls {
     /// stays, and the failure is logged and counted. Whether the new one is served.
     pub fn reload(&self) -> bool {
         *self.stamp.lock().unwrap_or_else(PoisonError::into_inner) =
-            Stamp { cert: stamp_of(&self.cert_file), key: stamp_of(&self.key_file) };
-        match read_pair(&self.cert_file, &self.key_file) {
-            Ok(pair) => {
+            stamp(&self.cert_file, &self.key_file, self.client_ca_file.as_deref());
+        let read = read_pair(&self.cert_file, &self.key_file).and_then(|pair| {
+            let verifier = self.client_ca_file.as_deref().map(read_client_ca).transpose()?;
+            Ok((pair, verifier))
+        });
+        match read {
+            Ok((pair, verifier)) => {
+                if let Some(verifier) = verifier {
+                    match acceptor(&self.served, &self.resumption, Some(verifier)) {
+                        Ok(acceptor) => {
+                            *self.acceptor.write().unwrap_or_else(PoisonError::into_inner) = acceptor
+                        }
+                        Err(why) => {
+                            self.counts.reload_failures.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(%why, "the TLS client authorities could not be read again; the ones before are still asked for");
+                            return false;
+                        }
+                    }
+                }
                 *self.served.0.write().unwrap_or_else(PoisonError::into_inner) = pair.key;
                 self.not_after.store(pair.not_after, Ordering::Relaxed);
                 self.counts.reloads.fetch_add(1, Ordering::Relaxed);
@@ -224,7 +281,7 @@ impl ListenerTls {
             }
             Err(why) => {
                 self.counts.reload_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%why, "the TLS certificate and key could not be read again; the ones before are still served");
+                tracing::warn!(%why, "the TLS certificate, key or client authorities could not be read again; the ones before are still served");
                 false
             }
         }
@@ -232,7 +289,7 @@ impl ListenerTls {
 
     /// Whether either file changed since it was last read.
     fn changed(&self) -> bool {
-        let now = Stamp { cert: stamp_of(&self.cert_file), key: stamp_of(&self.key_file) };
+        let now = stamp(&self.cert_file, &self.key_file, self.client_ca_file.as_deref());
         *self.stamp.lock().unwrap_or_else(PoisonError::into_inner) != now
     }
 
@@ -285,7 +342,7 @@ impl ListenerTls {
             "# HELP recast_tls_resumed_handshakes_total TLS handshakes that resumed an earlier session.\n# TYPE recast_tls_resumed_handshakes_total counter\nrecast_tls_resumed_handshakes_total {}",
             counts.resumed.load(Ordering::Relaxed)
         );
-        out.push_str("# HELP recast_tls_handshake_failures_total TLS handshakes that failed, by kind (timeout, incompatible: nothing recast takes was offered, protocol, closed).\n# TYPE recast_tls_handshake_failures_total counter\n");
+        out.push_str("# HELP recast_tls_handshake_failures_total TLS handshakes that failed, by kind (timeout, incompatible: nothing recast takes was offered, protocol, closed, certificate: a client certificate the client authorities did not sign).\n# TYPE recast_tls_handshake_failures_total counter\n");
         for (failure, count) in Failure::ALL.iter().zip(&counts.failures) {
             let _ = writeln!(
                 out,
@@ -301,6 +358,59 @@ impl ListenerTls {
 /// address other than a loopback one.
 pub fn in_the_clear(listen: std::net::IpAddr, https: bool) -> bool {
     !https && !crate::config::is_loopback(listen)
+}
+
+fn stamp(cert_file: &Path, key_file: &Path, client_ca_file: Option<&Path>) -> Stamp {
+    Stamp {
+        cert: stamp_of(cert_file),
+        key: stamp_of(key_file),
+        client_ca: client_ca_file.map(stamp_of).unwrap_or_default(),
+    }
+}
+
+/// What new handshakes are made with: the pair `served`, sessions resumed by `resumption`,
+/// client certificates asked for and verified by `verifier` when there is one.
+fn acceptor(
+    served: &Arc<Served>,
+    resumption: &Resumption,
+    verifier: Option<Arc<dyn ClientCertVerifier>>,
+) -> Result<tokio_rustls::TlsAcceptor, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| format!("TLS cannot be set up: {e}"))?;
+    let builder = match verifier {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(served.clone());
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.ticketer = resumption.ticketer.clone();
+    config.session_storage = resumption.sessions.clone();
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Reads the client authorities (PEM): a verifier that asks every client for a certificate,
+/// refuses one none of them signed, and lets a client that gives none through.
+fn read_client_ca(path: &Path) -> Result<Arc<dyn ClientCertVerifier>, String> {
+    let pem = std::fs::read(path)
+        .map_err(|e| format!("the TLS client CA file {} cannot be read: {e}", path.display()))?;
+    let mut roots = RootCertStore::empty();
+    for certificate in CertificateDer::pem_slice_iter(&pem) {
+        let certificate = certificate
+            .map_err(|_| format!("the TLS client CA file {} is not PEM certificates", path.display()))?;
+        roots.add(certificate).map_err(|e| {
+            format!("the TLS client CA file {} holds a certificate that cannot be used: {e}", path.display())
+        })?;
+    }
+    if roots.is_empty() {
+        return Err(format!("the TLS client CA file {} holds no certificate", path.display()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| format!("the TLS client CA file {} cannot be used: {e}", path.display()))
 }
 
 /// Reads a certificate chain and its key from their PEM files.

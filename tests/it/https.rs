@@ -66,56 +66,97 @@ enum Sender {
 impl Tls {
     /// Connects to `addr` trusting `ca`, offering `alpn`.
     async fn open(addr: SocketAddr, ca: &Path, alpn: &[&str]) -> Tls {
+        Tls::open_as(addr, ca, alpn, None).await.expect("a handshake")
+    }
+
+    /// [`Tls::open`] showing the client certificate `{name}.pem` of `pki` when there is one; the
+    /// error of a handshake the server refused (TLS 1.3 ends the client's side of it before the
+    /// server has looked at the certificate: its refusal comes with the first answer read).
+    async fn open_as(
+        addr: SocketAddr,
+        ca: &Path,
+        alpn: &[&str],
+        client: Option<(&Pki, &str)>,
+    ) -> Result<Tls, String> {
         let mut roots = rustls::RootCertStore::empty();
         for certificate in CertificateDer::pem_file_iter(ca).expect("the CA file") {
             roots.add(certificate.expect("a certificate")).expect("a root");
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+            .with_root_certificates(roots);
+        let mut config = match client {
+            None => config.with_no_client_auth(),
+            Some((pki, name)) => {
+                let chain = CertificateDer::pem_file_iter(pki.path(&format!("{name}.pem")))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect();
+                let key = rustls::pki_types::PrivateKeyDer::from_pem_file(pki.path(&format!("{name}.key")))
+                    .unwrap();
+                config.with_client_auth_cert(chain, key).expect("a client certificate")
+            }
+        };
         config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
         let tcp = tokio::net::TcpStream::connect(addr).await.expect("connects");
         let name = ServerName::IpAddress(addr.ip().into());
-        let stream =
-            tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.expect("a handshake");
+        let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
         let (_, connection) = stream.get_ref();
         let http2 = connection.alpn_protocol() == Some(b"h2");
         let serial = serial(&connection.peer_certificates().expect("a certificate")[0]);
         let io = TokioIo::new(stream);
         let sender = if http2 {
-            let (sender, connection) =
-                hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await.expect("HTTP/2");
+            let (sender, connection) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                .await
+                .map_err(|e| e.to_string())?;
             tokio::spawn(connection);
             Sender::Http2(sender)
         } else {
-            let (sender, connection) = hyper::client::conn::http1::handshake(io).await.expect("HTTP/1.1");
+            let (sender, connection) =
+                hyper::client::conn::http1::handshake(io).await.map_err(|e| e.to_string())?;
             tokio::spawn(connection);
             Sender::Http1(sender)
         };
-        Tls { sender, serial, http2 }
+        Ok(Tls { sender, serial, http2 })
     }
 
     async fn send(&mut self, method: Method, path: &str, body: &str) -> Answer {
+        self.try_send(method, path, body, &[]).await.expect("an answer on the same connection")
+    }
+
+    /// A request with `headers`, or why no answer came.
+    async fn try_send(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Answer, String> {
         let request = Request::builder()
             .method(method)
             .uri(format!("https://127.0.0.1{path}"))
             .header("content-type", "application/json");
-        let request = match self.sender {
+        let mut request = match self.sender {
             Sender::Http1(_) => request.header("host", "127.0.0.1"),
             Sender::Http2(_) => request,
         };
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         let request = request.body(Full::new(Bytes::from(body.to_owned()))).expect("a request");
         let response = match &mut self.sender {
             Sender::Http1(sender) => sender.send_request(request).await,
             Sender::Http2(sender) => sender.send_request(request).await,
         }
-        .expect("an answer on the same connection");
+        .map_err(|e| format!("{e:?}"))?;
         let (parts, body) = response.into_parts();
-        let body = body.collect().await.expect("a whole body").to_bytes();
-        Answer { status: parts.status, headers: parts.headers, body }
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok(Answer { status: parts.status, headers: parts.headers, body })
     }
 
     async fn get(&mut self, path: &str) -> Answer {
@@ -128,11 +169,7 @@ pub(crate) async fn ready(addr: SocketAddr, ca: &Path) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if tokio::net::TcpStream::connect(addr).await.is_ok() && {
-            let mut t = Tls::open(addr, ca, &["http/1.1"]).await;
-            eprintln!("DEBUG opened");
-            let st = t.get("/readyz").await.status;
-            eprintln!("DEBUG got {st}");
-            st == 200
+            Tls::open(addr, ca, &["http/1.1"]).await.get("/readyz").await.status == 200
         } {
             return;
         }
@@ -371,4 +408,118 @@ async fn h2c_is_served_with_prior_knowledge_only_when_asked_for() {
         assert_eq!(crate::support::get(&service.url(&path)).await.status, 200);
         service.stop().await;
     }
+}
+
+/// Client certificates as callers (SPEC §7): with `RECAST_TLS_CLIENT_CA`, a route naming
+/// `certificates: ["app-*"]` answers a client whose certificate's CN (or a SAN DNS name) is
+/// `app-ios`, over HTTP/2 and HTTP/1.1, with `$caller` of kind `certificate`; another CA's
+/// certificate is refused at the handshake; another name gets 403, no certificate 401, and a
+/// client without one still calls open routes. A key or token in a header is judged instead of
+/// the certificate.
+#[tokio::test]
+async fn client_certificates_call_routes_that_name_them() {
+    let pki = pki();
+    pki.authority("client-ca");
+    pki.issue("client-ca", "app-ios", false);
+    pki.issue("client-ca", "web-portal", false);
+    pki.issue_with(
+        "client-ca",
+        "device-7",
+        "extendedKeyUsage=clientAuth\nsubjectAltName=DNS:app-watch.example",
+    );
+    pki.issue("other-ca", "app-android", false);
+    let upstream = Upstream::json(MEALS).await;
+    let ca = pki.path("server-ca.pem");
+    let asking = Config { tls_client_ca: Some(pki.path("client-ca.pem")), ..https_config(&pki) };
+    let service = crate::support::Service::start_https(asking, &ca).await;
+    // No certificate: the admin API and open routes still answer.
+    let mut admin = Tls::open(service.addr, &ca, &["h2"]).await;
+    let body = serde_json::json!({
+        "path": "meal",
+        "originalRoute": {"originalApi": {"baseUrl": upstream.url("")}, "path": "meal"},
+        "callers": {"certificates": ["app-*"]},
+        "caller": {"kind": "certificate", "id": "app-sample", "issuer": "CN=client-ca"},
+        "rulesAsString": {
+            "newBodyFields": {"who": {"key": "who", "type": "String"}, "kind": {"key": "kind", "type": "String"},
+                              "issuer": {"key": "issuer", "type": "String"}},
+            "oldBodyFields": {"who": {"expr": "$caller.id"}, "kind": {"expr": "$caller.kind"},
+                              "issuer": {"expr": "$caller.issuer"}}
+        }
+    });
+    let registered = admin.send(Method::POST, "/v1/mapping", &body.to_string()).await;
+    assert_eq!(registered.status, 201, "{}", String::from_utf8_lossy(&registered.body));
+    assert!(
+        !String::from_utf8_lossy(&registered.body).contains("/callers/certificates"),
+        "no warning where client certificates are asked for: {}",
+        String::from_utf8_lossy(&registered.body)
+    );
+    let path = registered.json().get("path").and_then(Json::as_str).unwrap().to_owned();
+    let open = admin.send(Method::POST, "/v1/mapping", &registration(&upstream.url(""), "", "")).await;
+    let open_path = open.json().get("path").and_then(Json::as_str).unwrap().to_owned();
+    assert_eq!(admin.get(&open_path).await.status, 200);
+    admin.get(&path).await.assert_problem(401, "caller-unauthenticated");
+
+    for alpn in ["h2", "http/1.1"] {
+        let mut ios = Tls::open_as(service.addr, &ca, &[alpn], Some((&pki, "app-ios"))).await.unwrap();
+        for _ in 0..3 {
+            let answer = ios.get(&path).await;
+            assert_eq!(
+                String::from_utf8_lossy(&answer.body),
+                r#"{"issuer":"CN=client-ca","kind":"certificate","who":"app-ios"}"#,
+                "{alpn}"
+            );
+        }
+        // A key in a header is judged instead, and refused: the certificate does not stand in.
+        let key = format!("rk_{}", "A".repeat(43));
+        let refused = ios.try_send(Method::GET, &path, "", &[("x-api-key", &key)]).await.unwrap();
+        refused.assert_problem(401, "caller-unauthenticated");
+        // The open route, with a certificate shown.
+        assert_eq!(ios.get(&open_path).await.status, 200);
+        // A SAN DNS name the route names, the CN it does not.
+        let mut watch = Tls::open_as(service.addr, &ca, &[alpn], Some((&pki, "device-7"))).await.unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&watch.get(&path).await.body),
+            r#"{"issuer":"CN=client-ca","kind":"certificate","who":"app-watch.example"}"#
+        );
+        // Another name of the same authority: 403.
+        let mut portal = Tls::open_as(service.addr, &ca, &[alpn], Some((&pki, "web-portal"))).await.unwrap();
+        let problem = portal.get(&path).await.assert_problem(403, "caller-forbidden");
+        assert!(problem.to_string().contains("client certificate"), "{problem}");
+        // Another authority's certificate, with a name the route names: refused at the handshake.
+        // (Counted below as a handshake that failed for its certificate.)
+        if let Ok(mut connection) =
+            Tls::open_as(service.addr, &ca, &[alpn], Some((&pki, "app-android"))).await
+            && let Ok(answer) = connection.try_send(Method::GET, &path, "", &[]).await
+        {
+            panic!("another CA's certificate was answered: {}", answer.status);
+        }
+    }
+    assert_eq!(metric(&mut admin, r#"recast_tls_handshake_failures_total{kind="certificate"}"#).await, 2);
+    assert_eq!(metric(&mut admin, r#"recast_callers_admitted_total{kind="certificate"}"#).await, 8);
+    service.stop().await;
+
+    // Without client authorities, a route naming certificates is warned of; the authorities
+    // alone, or a file that cannot be read, stop the start.
+    let plain = crate::support::Service::start(config()).await;
+    let warned = crate::support::post_json(&plain.url("/v1/mapping"), body.to_string()).await;
+    assert_eq!(warned.status, 201, "{}", String::from_utf8_lossy(&warned.body));
+    assert!(String::from_utf8_lossy(&warned.body).contains("/callers/certificates"));
+    plain.stop().await;
+    let missing = pki.path("nowhere.pem");
+    let why = match recast::server::tls::ListenerTls::new(
+        &pki.path("server.pem"),
+        &pki.path("server.key"),
+        Some(&missing),
+    ) {
+        Err(why) => why,
+        Ok(_) => panic!("a missing client CA file was taken"),
+    };
+    assert!(why.contains("nowhere.pem"), "{why}");
+    let dir = tempfile::TempDir::new().unwrap();
+    let mut binary = Binary::spawn_with(
+        dir.path(),
+        &[("RECAST_TLS_CLIENT_CA", pki.path("client-ca.pem").to_str().unwrap())],
+    );
+    assert!(!binary.exit_status().expect("it stops").success());
+    assert!(binary.log_text().contains("RECAST_TLS_CERT"), "{}", binary.log_text());
 }

@@ -80,6 +80,17 @@ impl Pki {
     /// A certificate `{name}.pem` (and key `{name}.key`) signed by `ca`, for a server on
     /// 127.0.0.1 or for a client.
     pub fn issue(&self, ca: &str, name: &str, server: bool) {
+        let usage = if server {
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"
+        } else {
+            "extendedKeyUsage=clientAuth"
+        };
+        self.issue_with(ca, name, usage);
+    }
+
+    /// A certificate `{name}.pem` (and key `{name}.key`) whose subject's CN is `name`, signed by
+    /// `ca`, with the extension lines `usage` (openssl's `-extfile` form).
+    pub fn issue_with(&self, ca: &str, name: &str, usage: &str) {
         let (cert, key, request) = (format!("{name}.pem"), format!("{name}.key"), format!("{name}.csr"));
         self.openssl(&[
             "req",
@@ -96,11 +107,6 @@ impl Pki {
             &format!("/CN={name}"),
         ]);
         let extensions = format!("{name}.ext");
-        let usage = if server {
-            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"
-        } else {
-            "extendedKeyUsage=clientAuth"
-        };
         std::fs::write(
             self.path(&extensions),
             format!("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n{usage}\n"),

@@ -247,6 +247,7 @@ function callersOf(route) {
     };
     parts.push(`tokens of ${callers.jwt.map((j) => host(j.issuer)).join(', ')}`);
   }
+  if (callers.certificates?.length) parts.push(`client certificates ${callers.certificates.join(', ')}`);
   if (callers.limit) parts.push(`${callers.limit.requests} per ${callers.limit.perSeconds} s each`);
   return parts.join('; ');
 }
