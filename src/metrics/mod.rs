@@ -251,6 +251,29 @@ impl Timeout {
     }
 }
 
+/// Why recast closed an HTTP/2 connection itself (SPEC §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Http2Closed {
+    /// Its client sent control frames (SETTINGS, PING, PRIORITY, empty DATA or CONTINUATION)
+    /// faster than the connection's allowance.
+    Flood,
+    /// Answers waited on it and its client took none of their bytes within
+    /// `RECAST_HEADER_TIMEOUT_MS` (a window held shut).
+    Stalled,
+}
+
+impl Http2Closed {
+    pub(crate) const ALL: [Http2Closed; 2] = [Http2Closed::Flood, Http2Closed::Stalled];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Http2Closed::Flood => "flood",
+            Http2Closed::Stalled => "stalled",
+        }
+    }
+}
+
 /// The service-wide metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -261,6 +284,7 @@ pub struct Metrics {
     compile_failures: [AtomicU64; RulesSource::ALL.len()],
     panics: [AtomicU64; PanicSite::ALL.len()],
     timeouts: [AtomicU64; Timeout::ALL.len()],
+    http2_closed: [AtomicU64; Http2Closed::ALL.len()],
     pub cache: CacheCounts,
     /// Rule expressions that failed while mapping an upstream answer (SPEC §1.8), on route
     /// calls and registrations' live calls; each one's value was missing.
@@ -393,6 +417,7 @@ impl Default for Metrics {
             compile_failures: Default::default(),
             panics: Default::default(),
             timeouts: Default::default(),
+            http2_closed: Default::default(),
             cache: Default::default(),
             expression_errors: Default::default(),
             composed: Default::default(),
@@ -446,6 +471,10 @@ impl Metrics {
     }
 
     /// A client's connection was closed by `timeout`.
+    pub fn http2_closed(&self, why: Http2Closed) {
+        self.http2_closed[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn timed_out(&self, timeout: Timeout) {
         self.timeouts[timeout as usize].fetch_add(1, Ordering::Relaxed);
     }

@@ -3,7 +3,9 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{Endpoint, Gauges, Metrics, PanicSite, RulesSource, StatusCounts, Timeout, UpstreamErrorKind};
+use super::{
+    Endpoint, Gauges, Http2Closed, Metrics, PanicSite, RulesSource, StatusCounts, Timeout, UpstreamErrorKind,
+};
 use super::{FetchReason, KeptCounts, LimiterCounts, OriginBreaker, OriginRetries, TokenCounts};
 
 /// What the upstream client counts per origin, limit or token endpoint, for [`Metrics::render`].
@@ -94,6 +96,14 @@ impl Metrics {
                 "recast_connections_timed_out_total{{timeout=\"{}\"}} {count}",
                 timeout.label()
             );
+        }
+        out.push_str(
+            "# HELP recast_http2_connections_closed_total HTTP/2 connections recast closed with GOAWAY for their client's conduct: flood (control frames faster than allowed) or stalled (answers waiting, none taken within RECAST_HEADER_TIMEOUT_MS).\n# TYPE recast_http2_connections_closed_total counter\n",
+        );
+        for why in Http2Closed::ALL {
+            let count = self.http2_closed[why as usize].load(Ordering::Relaxed);
+            let _ =
+                writeln!(out, "recast_http2_connections_closed_total{{reason=\"{}\"}} {count}", why.label());
         }
         let gauge = |out: &mut String, name: &str, help: &str, value: usize| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");

@@ -7,21 +7,26 @@
 //! once, header lists within `RECAST_MAX_HEADER_BYTES`, and the protections of its `h2` against
 //! the HTTP/2 floods (a client that resets streams faster than they are served, rapid reset, or
 //! makes the server reset them, gets GOAWAY; CONTINUATION frames count against the header list's
-//! bound). A connection with no stream open is closed after `RECAST_IDLE_TIMEOUT_MS`, like an
-//! idle HTTP/1.1 one.
+//! bound), and recast's own ([`conduct`](super::conduct)): a flood of control frames or a header
+//! block past the bound, and answers waiting that the client takes none of, close the connection
+//! with GOAWAY. A connection with no stream open is closed after `RECAST_IDLE_TIMEOUT_MS`, like
+//! an idle HTTP/1.1 one.
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use hyper::server::conn::http2::{Builder, Connection};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, ReadBuf};
 
 use super::State;
+use super::conduct::{self, Conduct, Watched};
 use super::connection::{Activity, Graceful, Stream};
 use super::router::Client;
 use crate::config::Config;
+use crate::metrics::Http2Closed;
 
 /// The HTTP/2 preface a client with prior knowledge begins with (RFC 9113 §3.4).
 pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -39,7 +44,8 @@ pub(super) fn builder(config: &Config) -> Builder<TokioExecutor> {
         .max_concurrent_streams(config.h2_max_streams)
         .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX))
         .max_pending_accept_reset_streams(PENDING_RESETS)
-        .max_local_error_reset_streams(LOCAL_RESETS);
+        .max_local_error_reset_streams(LOCAL_RESETS)
+        .max_send_buf_size(conduct::SEND_BUFFER);
     http
 }
 
@@ -50,25 +56,76 @@ pub(super) fn connection(
     stream: impl Stream,
     activity: Arc<Activity>,
     http: &Builder<TokioExecutor>,
-    client: Client,
+    mut client: Client,
 ) -> impl Graceful<Output = Result<(), hyper::Error>> + Send {
-    let service = super::router::hyper_service(state, activity, client);
-    Http2(Box::pin(http.serve_connection(TokioIo::new(stream), service)))
+    let conduct = Conduct::new();
+    client.conduct = Some(conduct.clone());
+    let stall = Duration::from_millis(state.config.header_timeout_ms);
+    let service = super::router::hyper_service(state.clone(), activity, client);
+    // A header list within the bound has a block within it too (`conduct.rs`).
+    let stream = Watched::new(stream, conduct.clone(), state.config.max_header_bytes);
+    let connection = Box::pin(http.serve_connection(TokioIo::new(stream), service));
+    let check = stall.min(MOST_BETWEEN_CHECKS);
+    let timer = Box::pin(tokio::time::sleep(check));
+    Http2 { connection, state, conduct, stall, check, timer, closing_at: None }
 }
 
-/// hyper's HTTP/2 connection (boxed: it is not `Unpin`), closed gracefully: GOAWAY, then the
-/// streams under way finish.
-struct Http2<C>(Pin<Box<C>>);
+/// The longest time between two looks at a connection's conduct.
+const MOST_BETWEEN_CHECKS: Duration = Duration::from_secs(1);
+/// How long a connection closed for its client's conduct has to send its GOAWAY.
+const CLOSING: Duration = Duration::from_secs(1);
 
-impl<C: Future> Future for Http2<C> {
+/// hyper's HTTP/2 connection (boxed: it is not `Unpin`), closed gracefully: GOAWAY, then the
+/// streams under way finish; closed for its client's [`Conduct`] (a flood of control frames,
+/// answers waiting and not taken within `stall`): GOAWAY, and dropped [`CLOSING`] later.
+struct Http2<C> {
+    connection: Pin<Box<C>>,
+    state: Arc<State>,
+    conduct: Arc<Conduct>,
+    stall: Duration,
+    check: Duration,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    /// When a connection closed for its client's conduct is dropped.
+    closing_at: Option<tokio::time::Instant>,
+}
+
+impl<C: Future<Output = Result<(), hyper::Error>> + Graceful> Future for Http2<C> {
     type Output = C::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.0.as_mut().poll(cx)
+        let this = &mut *self;
+        if let Poll::Ready(ended) = this.connection.as_mut().poll(cx) {
+            return Poll::Ready(ended);
+        }
+        if this.closing_at.is_none() && this.conduct.flooded() {
+            this.close(Http2Closed::Flood);
+        }
+        while this.timer.as_mut().poll(cx).is_ready() {
+            let now = tokio::time::Instant::now();
+            match this.closing_at {
+                Some(at) if at <= now => return Poll::Ready(Ok(())),
+                Some(at) => this.timer.as_mut().reset(at),
+                None if this.conduct.stalled(this.stall) => this.close(Http2Closed::Stalled),
+                None => this.timer.as_mut().reset(now + this.check),
+            }
+        }
+        Poll::Pending
     }
 }
 
-impl<I, S, B> Graceful for Http2<Connection<I, S, TokioExecutor>>
+impl<C: Graceful> Http2<C> {
+    /// GOAWAY for the client's conduct; dropped [`CLOSING`] later, whatever its streams do.
+    fn close(&mut self, why: Http2Closed) {
+        tracing::debug!(reason = why.label(), "closing an HTTP/2 connection for its client's conduct");
+        self.state.metrics.http2_closed(why);
+        self.connection.as_mut().graceful_shutdown();
+        let at = tokio::time::Instant::now() + CLOSING;
+        self.closing_at = Some(at);
+        self.timer.as_mut().reset(at);
+    }
+}
+
+impl<I, S, B> Graceful for Connection<I, S, TokioExecutor>
 where
     S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -77,8 +134,14 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     TokioExecutor: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
 {
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        Connection::graceful_shutdown(self);
+    }
+}
+
+impl<C: Future<Output = Result<(), hyper::Error>> + Graceful> Graceful for Http2<C> {
     fn graceful_shutdown(mut self: Pin<&mut Self>) {
-        self.0.as_mut().graceful_shutdown();
+        self.connection.as_mut().graceful_shutdown();
     }
 }
 

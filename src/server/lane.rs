@@ -107,7 +107,7 @@ async fn run_connection(
     let mut buffer = Buffer::new(BUFFER.min(state.config.max_header_bytes));
     let max_headers = HEADERS.min(state.config.max_headers);
     let mut out = Vec::with_capacity(1024);
-    let Client { peer, memo } = client;
+    let Client { peer, memo, .. } = client;
     loop {
         let head = loop {
             match next_head(&mut buffer, max_headers) {
@@ -115,8 +115,16 @@ async fn run_connection(
                 Parsed::Partial if !buffer.is_full() => {}
                 Parsed::Partial | Parsed::Other => {
                     drop(out);
-                    return hand_off(state, stream, activity, &http, closing, buffer, Client { peer, memo })
-                        .await;
+                    return hand_off(
+                        state,
+                        stream,
+                        activity,
+                        &http,
+                        closing,
+                        buffer,
+                        Client::new(peer, memo),
+                    )
+                    .await;
                 }
             }
             // Between requests, a graceful close closes at once, a head begun or not: the driver

@@ -5,6 +5,7 @@
 mod admission;
 mod call;
 mod compose;
+mod conduct;
 mod connection;
 mod consumers;
 mod fetched;
@@ -49,6 +50,7 @@ use crate::table::RouteTable;
 use crate::tasks::Tasks;
 use crate::upstream::UpstreamClient;
 use crate::workers::Workers;
+pub use conduct::{CONTROL_BURST, CONTROL_PER_SECOND};
 pub use preview::preview_output;
 pub use problem::ApiError;
 pub use router::OPENAPI;
@@ -417,7 +419,7 @@ pub async fn run_with(
                         let driven = match &state.tls {
                             None => {
                                 let stream = connection::ActivityStream::new(stream, activity.clone());
-                                let client = router::Client { peer, memo: crate::callers::Memo::default() };
+                                let client = router::Client::new(peer, crate::callers::Memo::default());
                                 let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http, client);
                                 connection::drive(connection, activity, timeouts).await
                             }
@@ -425,13 +427,13 @@ pub async fn run_with(
                             Some(tls) => match tls.accept(stream, timeouts.head).await {
                                 Err(_) => return,
                                 Ok(tls::Accepted { stream, protocol: tls::Protocol::Http2, certificate }) => {
-                                    let client = router::Client { peer, memo: crate::callers::Memo::new(certificate) };
+                                    let client = router::Client::new(peer, crate::callers::Memo::new(certificate));
                                     let connection = h2::connection(state.clone(), stream, activity.clone(), &http.http2, client);
                                     connection::drive(connection, activity, timeouts).await.map(|ended| ended.map_err(Into::into))
                                 }
                                 Ok(tls::Accepted { stream, protocol: tls::Protocol::Http1, certificate }) => {
                                     let stream = connection::ActivityStream::new(stream, activity.clone());
-                                    let client = router::Client { peer, memo: crate::callers::Memo::new(certificate) };
+                                    let client = router::Client::new(peer, crate::callers::Memo::new(certificate));
                                     let connection = lane::Lane::new(state.clone(), stream, activity.clone(), http, client);
                                     connection::drive(connection, activity, timeouts).await
                                 }

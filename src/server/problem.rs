@@ -123,6 +123,12 @@ pub enum ApiError {
     Buffered {
         limit: usize,
     },
+    /// An HTTP/2 connection holds `held` bytes of answers its client has not taken, past
+    /// `RECAST_MAX_RESPONSE_BYTES` (`limit`).
+    Untaken {
+        held: usize,
+        limit: usize,
+    },
     /// A stored route that cannot serve calls (its rules no longer compile, ...).
     RouteUnavailable(String),
     /// Storage failed; the change was not made.
@@ -323,6 +329,7 @@ impl ApiError {
             | ApiError::Overloaded
             | ApiError::CompilersBusy { .. }
             | ApiError::Buffered { .. }
+            | ApiError::Untaken { .. }
             | ApiError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::CompileTooLong { .. } => StatusCode::BAD_REQUEST,
             ApiError::Conflict(_) | ApiError::ResealRefused(_) => StatusCode::CONFLICT,
@@ -355,7 +362,10 @@ impl ApiError {
                 Refusal::Forbidden(_) => "caller-forbidden",
                 Refusal::Limited { .. } => "caller-rate-limited",
             },
-            ApiError::Overloaded | ApiError::CompilersBusy { .. } | ApiError::Buffered { .. } => "overloaded",
+            ApiError::Overloaded
+            | ApiError::CompilersBusy { .. }
+            | ApiError::Buffered { .. }
+            | ApiError::Untaken { .. } => "overloaded",
             ApiError::CompileTooLong { .. } => "invalid-request",
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::NotAllowed(_) => "upstream-not-allowed",
@@ -421,6 +431,7 @@ impl ApiError {
             ApiError::CompilersBusy { .. } => "recast is compiling as much as it may at once",
             ApiError::CompileTooLong { .. } => "What the request sent takes too long to compile",
             ApiError::Buffered { .. } => "recast holds as many upstream answers as it may",
+            ApiError::Untaken { .. } => "this connection holds as many answers not taken as it may",
             ApiError::Upstream { failure, validating } => match failure {
                 UpstreamFailure::NotAllowed(_) => "The upstream's address is not allowed; nothing was sent",
                 UpstreamFailure::MappingLimit { .. } => "The mapping passed one of its limits",
@@ -556,6 +567,9 @@ impl ApiError {
             ApiError::Buffered { limit } => format!(
                 "the upstream answers calls in flight hold passed {limit} bytes (RECAST_MAX_BUFFERED_BYTES); try again in a moment"
             ),
+            ApiError::Untaken { held, limit } => format!(
+                "this HTTP/2 connection holds {held} bytes of answers its client has not taken, past {limit} (RECAST_MAX_RESPONSE_BYTES): read them (open the flow-control window) before asking for more"
+            ),
             ApiError::Internal => {
                 "a bug in recast stopped this request; it is logged with the request id".to_owned()
             }
@@ -650,6 +664,7 @@ impl ApiError {
             | ApiError::Overloaded
             | ApiError::CompilersBusy { .. }
             | ApiError::Buffered { .. }
+            | ApiError::Untaken { .. }
             | ApiError::Upstream { failure: UpstreamFailure::Buffered { .. }, .. }
             | ApiError::StoreUnavailable(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -806,6 +821,7 @@ mod tests {
             ApiError::Starting,
             ApiError::Overloaded,
             ApiError::Buffered { limit: 1 },
+            ApiError::Untaken { held: 2, limit: 1 },
             ApiError::RouteUnavailable(String::new()),
             ApiError::Storage(String::new()),
             ApiError::StoreUnavailable(String::new()),

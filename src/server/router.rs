@@ -14,6 +14,7 @@ use http_body_util::Full;
 use tracing::Level;
 use uuid::Uuid;
 
+use super::conduct::{Conduct, Sent};
 use super::connection::{Activity, RequestBody};
 use super::reply::{json, timing};
 use super::{
@@ -324,33 +325,71 @@ fn readiness(state: &State) -> Response {
 pub(super) struct Client {
     pub(super) peer: Option<IpAddr>,
     pub(super) memo: Memo,
+    /// An HTTP/2 connection's account of its client.
+    pub(super) conduct: Option<Arc<Conduct>>,
+}
+
+impl Client {
+    pub(super) fn new(peer: Option<IpAddr>, memo: Memo) -> Client {
+        Client { peer, memo, conduct: None }
+    }
 }
 
 /// What hyper calls for each request of one connection (HTTP/1.1 after a hand-off, or each
 /// HTTP/2 stream): the router's answer, the request counted in flight on the connection's
-/// `activity` while it is served, and the connection's memory of its last credential.
+/// `activity` while it is served, and the connection's memory of its last credential. The answer
+/// counts in `RECAST_MAX_BUFFERED_BYTES` until the client has taken it ([`Sent`]); an HTTP/2
+/// connection already holding more than `RECAST_MAX_RESPONSE_BYTES` its client has not taken
+/// answers 503 instead (`conduct.rs`).
 pub(super) fn hyper_service(
     state: Arc<State>,
     activity: Arc<Activity>,
     client: Client,
 ) -> impl hyper::service::Service<
     http::Request<hyper::body::Incoming>,
-    Response = Response,
+    Response = http::Response<Sent>,
     Error = std::convert::Infallible,
     Future: Send + 'static,
 > + Clone
 + Send
 + 'static {
-    let Client { peer, memo } = client;
+    let Client { peer, memo, conduct } = client;
     let memo = Arc::new(memo);
     hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
-        let (state, memo) = (state.clone(), memo.clone());
+        let (state, memo, conduct) = (state.clone(), memo.clone(), conduct.clone());
         let busy = activity.busy();
         let request = request.map(|body| RequestBody::new(body, activity.clone()));
         async move {
-            let response = handle(&state, request, peer, &memo).await;
+            let most = state.config.max_response_bytes;
+            let untaken = |conduct: &Option<Arc<Conduct>>, more: usize| {
+                conduct.as_ref().map(|c| c.untaken()).filter(|&held| held > 0 && held + more > most)
+            };
+            let path = request.uri().path().to_owned();
+            let response = match untaken(&conduct, 0) {
+                Some(held) => untaken_answer(&state, &path, held),
+                None => handle(&state, request, peer, &memo).await,
+            };
             drop(busy);
-            Ok::<_, std::convert::Infallible>(response)
+            let (parts, body) = response.into_parts();
+            let mut bytes = body.into_inner().unwrap_or_default();
+            let mut parts = parts;
+            // Answers made meanwhile by the connection's other streams count too.
+            if let Some(held) = untaken(&conduct, bytes.len()) {
+                let refused = untaken_answer(&state, &path, held).into_parts();
+                parts = refused.0;
+                bytes = refused.1.into_inner().unwrap_or_default();
+            }
+            Ok::<_, std::convert::Infallible>(http::Response::from_parts(
+                parts,
+                Sent::new(bytes, state, conduct),
+            ))
         }
     })
+}
+
+/// 503 for a call on an HTTP/2 connection holding `held` bytes of answers its client has not
+/// taken.
+fn untaken_answer(state: &State, path: &str, held: usize) -> Response {
+    state.metrics.endpoint(endpoint(&segments(path)), 503);
+    ApiError::Untaken { held, limit: state.config.max_response_bytes }.to_response(path)
 }

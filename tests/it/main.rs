@@ -24,6 +24,7 @@ mod edges;
 mod expressions;
 mod faults;
 mod fuzz_corpus;
+mod h2_abuse;
 mod http2;
 mod https;
 mod json_suite;
