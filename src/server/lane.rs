@@ -223,6 +223,7 @@ async fn respond_to_call(state: &State, head: &CallHead, peer: Option<IpAddr>, m
         method: &Method::GET,
         path,
         headers: &head.headers,
+        authority: None,
         peer,
         version: &crate::telemetry::keys::PROTOCOL_1_1,
         route: Some(&traced::CALL),

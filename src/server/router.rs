@@ -36,11 +36,12 @@ pub(super) async fn handle(state: &State, request: Request, peer: Option<IpAddr>
         method: request.method(),
         path,
         headers: request.headers(),
+        authority: request.uri().authority().map(|a| a.as_str()),
         peer,
-        version: if request.version() == http::Version::HTTP_10 {
-            &crate::telemetry::keys::PROTOCOL_1_0
-        } else {
-            &crate::telemetry::keys::PROTOCOL_1_1
+        version: match request.version() {
+            http::Version::HTTP_10 => &crate::telemetry::keys::PROTOCOL_1_0,
+            http::Version::HTTP_2 => &crate::telemetry::keys::PROTOCOL_2,
+            _ => &crate::telemetry::keys::PROTOCOL_1_1,
         },
         route: traced::route_template(&segments(path), playground_file(&segments(path))),
     };

@@ -19,8 +19,10 @@ pub(super) struct Inbound<'a> {
     pub method: &'a Method,
     pub path: &'a str,
     pub headers: &'a HeaderMap,
+    /// The request's `:authority` (HTTP/2, where no `Host` header comes).
+    pub authority: Option<&'a str>,
     pub peer: Option<IpAddr>,
-    /// `network.protocol.version`: 1.0 or 1.1.
+    /// `network.protocol.version`: 1.0, 1.1 or 2.
     pub version: &'static Attribute,
     /// The route template the path matched (`/v1/{uuid}/{path}`), never the path itself.
     pub route: Option<&'static Template>,
@@ -93,13 +95,12 @@ pub(super) fn begin<'a>(state: &'a State, inbound: &Inbound<'_>) -> (Scope, Opti
             span.set(&keys::METHOD_ORIGINAL, telemetry::cut(inbound.method.as_str(), MAX_HOST));
         }
         span.set(&keys::URL_PATH, telemetry::cut(inbound.path, telemetry::MAX_URL));
-        span.put(&keys::SCHEME_HTTP);
+        span.put(if state.tls.is_some() { &keys::SCHEME_HTTPS } else { &keys::SCHEME_HTTP });
         if let Some(route) = inbound.route {
             span.put(&route.attribute);
         }
-        if let Some((host, port)) =
-            inbound.headers.get(header::HOST).and_then(|h| h.to_str().ok()).and_then(host_port)
-        {
+        let host = inbound.headers.get(header::HOST).and_then(|h| h.to_str().ok()).or(inbound.authority);
+        if let Some((host, port)) = host.and_then(host_port) {
             span.set(&keys::SERVER_ADDRESS, telemetry::cut(host, MAX_HOST));
             if let Some(port) = port {
                 span.set(&keys::SERVER_PORT, port);

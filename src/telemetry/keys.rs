@@ -122,8 +122,9 @@ pub const ABANDONED: Key = Key::new("recast.abandoned");
 pub const DOCUMENT_SIZE: Key = Key::new("recast.document.size");
 pub const OUTPUT_SIZE: Key = Key::new("recast.output.size");
 
-/// `url.scheme`: recast serves plain HTTP.
+/// `url.scheme`: plain HTTP, or HTTPS when the listener serves TLS (SPEC §7).
 pub const SCHEME_HTTP: Attribute = Attribute::text("url.scheme", "http");
+pub const SCHEME_HTTPS: Attribute = Attribute::text("url.scheme", "https");
 
 /// `network.protocol.version` of each version recast speaks.
 pub const PROTOCOL_1_0: Attribute = Attribute::text("network.protocol.version", "1.0");

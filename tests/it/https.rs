@@ -523,3 +523,39 @@ async fn client_certificates_call_routes_that_name_them() {
     assert!(!binary.exit_status().expect("it stops").success());
     assert!(binary.log_text().contains("RECAST_TLS_CERT"), "{}", binary.log_text());
 }
+
+/// A call over HTTPS is a SERVER span whose `url.scheme` is `https`, with the protocol the
+/// client spoke (`2` over HTTP/2, whose `:authority` gives `server.address`; `1.1` through the
+/// lane).
+#[tokio::test]
+async fn spans_of_calls_over_https_say_https_and_the_protocol() {
+    use crate::traces::{Collector, Mode, SERVER, has, traced, unhex};
+    let pki = pki();
+    let collector = Collector::start(Mode::Take).await;
+    let upstream = Upstream::json(MEALS).await;
+    let ca = pki.path("server-ca.pem");
+    let config = Config {
+        tls_cert: Some(pki.path("server.pem")),
+        tls_key: Some(pki.path("server.key")),
+        ..traced(&collector)
+    };
+    let service = crate::support::Service::start_https(config, &ca).await;
+    let mut admin = Tls::open(service.addr, &ca, &["http/1.1"]).await;
+    let registered = admin.send(Method::POST, "/v1/mapping", &registration(&upstream.url(""), "", "")).await;
+    let path = registered.json().get("path").and_then(Json::as_str).unwrap().to_owned();
+    for (alpn, trace, version) in [
+        ("h2", "4bf92f3577b34da6a3ce929d0e0e4736", "2"),
+        ("http/1.1", "5bf92f3577b34da6a3ce929d0e0e4736", "1.1"),
+    ] {
+        let mut client = Tls::open(service.addr, &ca, &[alpn]).await;
+        let traceparent = format!("00-{trace}-00f067aa0ba902b7-01");
+        let answer = client.try_send(Method::GET, &path, "", &[("traceparent", &traceparent)]).await.unwrap();
+        assert_eq!(answer.status, 200);
+        let spans = collector.trace(&unhex(trace), 3).await;
+        let server = spans.iter().find(|s| s.kind == SERVER).expect("a SERVER span");
+        assert!(has(server, "url.scheme", "https"), "{server:#?}");
+        assert!(has(server, "network.protocol.version", version), "{alpn}: {server:#?}");
+        assert!(has(server, "server.address", "127.0.0.1"), "{alpn}: {server:#?}");
+    }
+    service.stop().await;
+}

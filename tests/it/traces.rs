@@ -120,7 +120,7 @@ impl Collector {
     }
 
     /// The spans of `trace` once there are at least `n`; fails after [`PATIENCE`].
-    async fn trace(&self, trace: &[u8], n: usize) -> Vec<Span> {
+    pub(crate) async fn trace(&self, trace: &[u8], n: usize) -> Vec<Span> {
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
             let spans: Vec<Span> = self.spans().into_iter().filter(|s| s.trace_id == trace).collect();
@@ -176,11 +176,11 @@ async fn register_under(service: &Service, body: String, traceparent: &str) -> c
     send(Method::POST, &service.url("/v1/mapping"), &headers, body).await
 }
 
-fn has(span: &Span, key: &str, value: &str) -> bool {
+pub(crate) fn has(span: &Span, key: &str, value: &str) -> bool {
     attr(span, key).as_deref() == Some(value)
 }
 
-const SERVER: i32 = 2;
+pub(crate) const SERVER: i32 = 2;
 const CLIENT: i32 = 3;
 const INTERNAL: i32 = 1;
 const ERROR: i32 = 2;
@@ -189,12 +189,12 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn unhex(text: &str) -> Vec<u8> {
+pub(crate) fn unhex(text: &str) -> Vec<u8> {
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap()).collect()
 }
 
 /// A configuration that exports to `collector` at once.
-fn traced(collector: &Collector) -> Config {
+pub(crate) fn traced(collector: &Collector) -> Config {
     Config { otel_exporter_otlp_endpoint: Some(collector.url()), otel_bsp_schedule_delay: 20, ..config() }
 }
 
