@@ -47,7 +47,10 @@ pub(super) async fn handle(state: &State, request: Request, peer: Option<IpAddr>
     };
     let (scope, span) = traced::begin(state, &inbound);
     let ids = scope.ids();
-    stamped(request_id, Some(ids), traced::serve(scope, span, respond(state, request, memo))).await
+    // Boxed: the answer's future is large (it can be any endpoint's), and the trace's and the
+    // request id's wrappers each move what they are given.
+    let respond = crate::tasks::boxed(|| respond(state, request, memo));
+    stamped(request_id, Some(ids), traced::serve(scope, span, respond)).await
 }
 
 /// Whether a path of one segment is a file of the playground.
@@ -72,7 +75,9 @@ async fn respond(state: &State, request: Request, memo: &Memo) -> Response {
     let path = request.uri().path().to_owned();
     let segments = segments(&path);
     let endpoint = endpoint(&segments);
-    answered(state, &method, &path, endpoint, dispatch(state, request, &segments, memo)).await
+    // Boxed: `answered` moves the handler's future, the largest of every endpoint's.
+    let handler = crate::tasks::boxed(|| dispatch(state, request, &segments, memo));
+    answered(state, &method, &path, endpoint, handler).await
 }
 
 /// Admits a request to `endpoint` and answers it by `handler`, or with 503 when too many are in
@@ -360,7 +365,10 @@ pub(super) fn hyper_service(
         let (state, memo, conduct) = (state.clone(), memo.clone(), conduct.clone());
         let busy = activity.busy();
         let request = request.map(|body| RequestBody::new(body, activity.clone()));
-        async move {
+        // Built in its box: a call's future holds kilobytes, which hyper would otherwise copy
+        // as it takes the future, wraps it for the stream and spawns it (a copy each); so is
+        // the handler's future inside it.
+        crate::tasks::boxed(move || async move {
             let most = state.config.max_response_bytes;
             let untaken = |conduct: &Option<Arc<Conduct>>, more: usize| {
                 conduct.as_ref().map(|c| c.untaken()).filter(|&held| held > 0 && held + more > most)
@@ -368,7 +376,7 @@ pub(super) fn hyper_service(
             let path = request.uri().path().to_owned();
             let response = match untaken(&conduct, 0) {
                 Some(held) => untaken_answer(&state, &path, held),
-                None => handle(&state, request, peer, &memo).await,
+                None => crate::tasks::boxed(|| handle(&state, request, peer, &memo)).await,
             };
             drop(busy);
             let (parts, body) = response.into_parts();
@@ -384,7 +392,7 @@ pub(super) fn hyper_service(
                 parts,
                 Sent::new(bytes, state, conduct),
             ))
-        }
+        })
     })
 }
 
