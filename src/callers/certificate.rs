@@ -16,8 +16,8 @@ use super::caller::{Caller, CallerKind, matches};
 const CN: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3");
 /// The subject's alternative names.
 const SUBJECT_ALT_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.17");
-/// Most names of one certificate looked at: a certificate of thousands of SAN names costs the
-/// handshake once, not every call.
+/// Most names of one certificate looked at (each at most 253 bytes): a certificate of thousands
+/// of SAN names costs the handshake once, not every call.
 pub const MAX_NAMES: usize = 64;
 
 /// A connection's verified client certificate.
@@ -60,6 +60,8 @@ impl ClientCertificate {
                 }
             }
         }
+        // A name longer than a DNS name may be is no name a route can mean.
+        names.retain(|name| name.len() <= crate::callers::config::MAX_CERTIFICATE_NAME);
         names.truncate(MAX_NAMES);
         let callers = names.iter().map(|_| OnceLock::new()).collect();
         Some(ClientCertificate {

@@ -8,8 +8,9 @@
 //!
 //! With `RECAST_TLS_CLIENT_CA`, the handshake asks for a client certificate and verifies one
 //! given against those authorities (refusing another's there); a client may give none, and is
-//! then a caller only by a key or token. The authorities are read again with the pair. The
-//! verified certificate's names are read once per connection ([`ClientCertificate`]) for the
+//! then a caller only by a key or token. The authorities are read again with the pair, and then
+//! sessions begun before are not resumed (a resumed session keeps the certificate its first
+//! handshake verified). The verified certificate's names are read once per connection ([`ClientCertificate`]) for the
 //! routes whose `callers` name `certificates`.
 //!
 //! The handshake has `RECAST_HEADER_TIMEOUT_MS` to end: a client that opens a connection and
@@ -159,8 +160,6 @@ pub struct ListenerTls {
     /// What new handshakes are made with: made again when the client authorities are read again.
     acceptor: RwLock<tokio_rustls::TlsAcceptor>,
     served: Arc<Served>,
-    /// Kept across the acceptors, so sessions made before a reload still resume.
-    resumption: Resumption,
     cert_file: PathBuf,
     key_file: PathBuf,
     /// `RECAST_TLS_CLIENT_CA`.
@@ -176,6 +175,16 @@ pub struct ListenerTls {
 struct Resumption {
     ticketer: Arc<dyn ProducesTickets>,
     sessions: Arc<dyn StoresServerSessions>,
+}
+
+impl Resumption {
+    fn new() -> Result<Resumption, String> {
+        Ok(Resumption {
+            ticketer: rustls::crypto::ring::Ticketer::new()
+                .map_err(|e| format!("TLS cannot be set up: {e}"))?,
+            sessions: rustls::server::ServerSessionMemoryCache::new(4096),
+        })
+    }
 }
 
 /// A handshake that ended: the stream, what it speaks, and the client's certificate when the
@@ -198,17 +207,11 @@ impl ListenerTls {
         let pair = read_pair(cert_file, key_file)?;
         let verifier = client_ca_file.map(read_client_ca).transpose()?;
         let served = Arc::new(Served(RwLock::new(pair.key.clone())));
-        let resumption = Resumption {
-            ticketer: rustls::crypto::ring::Ticketer::new()
-                .map_err(|e| format!("TLS cannot be set up: {e}"))?,
-            sessions: rustls::server::ServerSessionMemoryCache::new(4096),
-        };
-        let acceptor = acceptor(&served, &resumption, verifier)?;
+        let acceptor = acceptor(&served, &Resumption::new()?, verifier)?;
         tracing::info!(serial = %pair.serial, not_after = pair.not_after, client_certificates = client_ca_file.is_some(), "serving HTTPS");
         Ok(ListenerTls {
             acceptor: RwLock::new(acceptor),
             served,
-            resumption,
             cert_file: cert_file.to_owned(),
             key_file: key_file.to_owned(),
             client_ca_file: client_ca_file.map(Path::to_owned),
@@ -261,8 +264,12 @@ impl ListenerTls {
         });
         match read {
             Ok((pair, verifier)) => {
+                // With client authorities, sessions begun before are not resumed: a resumed
+                // session keeps the client certificate its first handshake verified, which the
+                // authorities read now may no longer sign. (Without them, the acceptor stays, and
+                // its sessions with it.)
                 if let Some(verifier) = verifier {
-                    match acceptor(&self.served, &self.resumption, Some(verifier)) {
+                    match Resumption::new().and_then(|fresh| acceptor(&self.served, &fresh, Some(verifier))) {
                         Ok(acceptor) => {
                             *self.acceptor.write().unwrap_or_else(PoisonError::into_inner) = acceptor
                         }

@@ -56,6 +56,36 @@ struct Tls {
     sender: Sender,
     serial: String,
     http2: bool,
+    /// The handshake resumed a session.
+    resumed: bool,
+}
+
+/// A client's TLS configuration: trusting `ca`, offering `alpn`, showing the client certificate
+/// `{name}.pem` of `pki` when there is one.
+fn client_config(ca: &Path, alpn: &[&str], client: Option<(&Pki, &str)>) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in CertificateDer::pem_file_iter(ca).expect("the CA file") {
+        roots.add(certificate.expect("a certificate")).expect("a root");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match client {
+        None => config.with_no_client_auth(),
+        Some((pki, name)) => {
+            let chain = CertificateDer::pem_file_iter(pki.path(&format!("{name}.pem")))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let key =
+                rustls::pki_types::PrivateKeyDer::from_pem_file(pki.path(&format!("{name}.key"))).unwrap();
+            config.with_client_auth_cert(chain, key).expect("a client certificate")
+        }
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    Arc::new(config)
 }
 
 enum Sender {
@@ -78,37 +108,22 @@ impl Tls {
         alpn: &[&str],
         client: Option<(&Pki, &str)>,
     ) -> Result<Tls, String> {
-        let mut roots = rustls::RootCertStore::empty();
-        for certificate in CertificateDer::pem_file_iter(ca).expect("the CA file") {
-            roots.add(certificate.expect("a certificate")).expect("a root");
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots);
-        let mut config = match client {
-            None => config.with_no_client_auth(),
-            Some((pki, name)) => {
-                let chain = CertificateDer::pem_file_iter(pki.path(&format!("{name}.pem")))
-                    .unwrap()
-                    .map(Result::unwrap)
-                    .collect();
-                let key = rustls::pki_types::PrivateKeyDer::from_pem_file(pki.path(&format!("{name}.key")))
-                    .unwrap();
-                config.with_client_auth_cert(chain, key).expect("a client certificate")
-            }
-        };
-        config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+        Tls::connect(addr, client_config(ca, alpn, client)).await
+    }
+
+    /// A connection made with `config`, which keeps the sessions it was given to resume them.
+    async fn connect(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> Result<Tls, String> {
         let tcp = tokio::net::TcpStream::connect(addr).await.expect("connects");
         let name = ServerName::IpAddress(addr.ip().into());
-        let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
-            .connect(name, tcp)
-            .await
-            .map_err(|e| e.to_string())?;
+        let stream =
+            tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.map_err(|e| e.to_string())?;
         let (_, connection) = stream.get_ref();
         let http2 = connection.alpn_protocol() == Some(b"h2");
-        let serial = serial(&connection.peer_certificates().expect("a certificate")[0]);
+        let resumed = connection.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+        let serial = match connection.peer_certificates() {
+            Some(chain) => serial(&chain[0]),
+            None => String::new(),
+        };
         let io = TokioIo::new(stream);
         let sender = if http2 {
             let (sender, connection) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
@@ -122,7 +137,7 @@ impl Tls {
             tokio::spawn(connection);
             Sender::Http1(sender)
         };
-        Ok(Tls { sender, serial, http2 })
+        Ok(Tls { sender, serial, http2, resumed })
     }
 
     async fn send(&mut self, method: Method, path: &str, body: &str) -> Answer {
@@ -430,7 +445,10 @@ async fn client_certificates_call_routes_that_name_them() {
     pki.issue("other-ca", "app-android", false);
     let upstream = Upstream::json(MEALS).await;
     let ca = pki.path("server-ca.pem");
-    let asking = Config { tls_client_ca: Some(pki.path("client-ca.pem")), ..https_config(&pki) };
+    // The authorities in a file of their own, replaced below as a certificate manager does.
+    let clients = pki.path("clients.pem");
+    replace(&pki.path("client-ca.pem"), &clients);
+    let asking = Config { tls_client_ca: Some(clients.clone()), ..https_config(&pki) };
     let service = crate::support::Service::start_https(asking, &ca).await;
     // No certificate: the admin API and open routes still answer.
     let mut admin = Tls::open(service.addr, &ca, &["h2"]).await;
@@ -496,6 +514,27 @@ async fn client_certificates_call_routes_that_name_them() {
     }
     assert_eq!(metric(&mut admin, r#"recast_tls_handshake_failures_total{kind="certificate"}"#).await, 2);
     assert_eq!(metric(&mut admin, r#"recast_callers_admitted_total{kind="certificate"}"#).await, 8);
+
+    // A client coming back resumes its session, until the authorities change: then its
+    // certificate is verified again, against the authorities read last, and refused.
+    let returning = client_config(&ca, &["http/1.1"], Some((&pki, "app-ios")));
+    for _ in 0..2 {
+        let mut again = Tls::connect(service.addr, returning.clone()).await.unwrap();
+        assert_eq!(again.get(&path).await.status, 200);
+    }
+    let mut resumed = Tls::connect(service.addr, returning.clone()).await.unwrap();
+    assert!(resumed.resumed, "the session was resumed");
+    assert_eq!(resumed.get(&path).await.status, 200);
+    replace(&pki.path("other-ca.pem"), &clients);
+    until_metric(&mut admin, r#"recast_tls_reloads_total{outcome="ok"}"#, 1).await;
+    if let Ok(mut connection) = Tls::connect(service.addr, returning.clone()).await
+        && let Ok(answer) = connection.try_send(Method::GET, &path, "", &[]).await
+    {
+        panic!(
+            "a session resumed past a change of the client authorities: {} (resumed: {})",
+            answer.status, connection.resumed
+        );
+    }
     service.stop().await;
 
     // Without client authorities, a route naming certificates is warned of; the authorities
