@@ -353,6 +353,9 @@ impl Door {
             // A call that presents no key or token is judged by its connection's client
             // certificate, when the route names certificates.
             None => match memo.and_then(Memo::certificate).filter(|_| gate.takes_certificates()) {
+                Some(certificate) if !certificate.current(now_ms() / 1000) => Err(Refusal::unauthenticated(
+                    "the connection's client certificate has ended, or the authorities that verified it were replaced: connect again",
+                )),
                 Some(certificate) => match certificate.caller(&gate.certificates) {
                     Some(caller) => {
                         self.counts.admitted_certificates.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

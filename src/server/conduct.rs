@@ -9,18 +9,16 @@
 //!   connection); a client past it is flooding, and so is one whose header block (HEADERS and
 //!   its CONTINUATION frames) grows past `RECAST_MAX_HEADER_BYTES`: its connection is closed with
 //!   GOAWAY, its further frames not read ([`Watched`] reads the frames' headers as they pass).
-//! - **Answers not taken.** An answer handed to the connection ([`Sent`]) counts in
-//!   `RECAST_MAX_BUFFERED_BYTES` until its client has taken every byte, given to HTTP/2 in pieces
-//!   of [`CHUNK`] bytes as the client's flow-control window lets them go (hyper's send buffer of a
-//!   stream is kept to [`SEND_BUFFER`]; hyper holds one piece more while it waits). A
-//!   connection whose untaken answers pass
-//!   `RECAST_MAX_RESPONSE_BYTES` (what one HTTP/1.1 connection may hold: one answer) gets 503
-//!   `overloaded` for its next calls until it takes them; one with answers waiting where no
-//!   answer byte (DATA) has been written for `RECAST_HEADER_TIMEOUT_MS` (a window held shut) is
-//!   closed with GOAWAY.
+//! - **Answers not taken.** An answer handed to the connection ([`Sent`]) is given to HTTP/2 in
+//!   pieces of [`CHUNK`] bytes as the client's flow-control window lets them go (hyper's send
+//!   buffer of a stream is kept to [`SEND_BUFFER`]; hyper holds one piece more while it waits),
+//!   and counts as not taken until given. A connection whose answers not taken pass
+//!   `RECAST_MAX_RESPONSE_BYTES` (what one HTTP/1.1 connection may hold: one answer) answers its
+//!   next calls 503 `overloaded`, before they are made, until it takes them; one where an answer
+//!   has waited with no piece of it given for `RECAST_HEADER_TIMEOUT_MS` (a window held shut,
+//!   whatever the client does on its other streams) is closed with GOAWAY.
 
 use std::convert::Infallible;
-use std::io::IoSlice;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,9 +27,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 
-use super::State;
+use super::connection::Busy;
 
 /// The most bytes of an answer given to HTTP/2 at once: what a stream's window must let go
 /// before the next piece is taken.
@@ -49,11 +47,10 @@ pub(super) struct Conduct {
     started: Instant,
     /// Answer bytes handed to the connection and not given to HTTP/2 yet.
     untaken: AtomicUsize,
-    /// Answers hyper has not sent to their end yet.
-    waiting: AtomicUsize,
-    /// Milliseconds since `started` when answer bytes (DATA) were last written to the client, or
-    /// when the first of the waiting answers began to wait.
-    taken_ms: AtomicU64,
+    /// The answers hyper has not sent to their end yet, each with when a piece of it was last
+    /// given (milliseconds since `started`), by a number of their own.
+    waiting: Mutex<Vec<(u64, u64)>>,
+    next: AtomicU64,
     /// The client sent control frames past its allowance.
     flooded: AtomicBool,
     /// The control frames it may still send, and when that was counted.
@@ -66,8 +63,8 @@ impl Conduct {
         Arc::new(Conduct {
             started,
             untaken: AtomicUsize::new(0),
-            waiting: AtomicUsize::new(0),
-            taken_ms: AtomicU64::new(0),
+            waiting: Mutex::new(Vec::new()),
+            next: AtomicU64::new(0),
             flooded: AtomicBool::new(false),
             allowance: Mutex::new((f64::from(CONTROL_BURST), started)),
         })
@@ -82,37 +79,43 @@ impl Conduct {
         self.untaken.load(Ordering::Relaxed)
     }
 
-    /// Whether answers wait and no answer bytes were written for `within`.
+    /// Whether an answer has waited with no piece of it given for `within`.
     pub(super) fn stalled(&self, within: Duration) -> bool {
-        self.waiting.load(Ordering::Relaxed) > 0
-            && self.now_ms().saturating_sub(self.taken_ms.load(Ordering::Relaxed))
-                >= within.as_millis() as u64
+        let now = self.now_ms();
+        let within = within.as_millis() as u64;
+        self.waiting().iter().any(|&(_, given)| now.saturating_sub(given) >= within)
     }
 
     pub(super) fn flooded(&self) -> bool {
         self.flooded.load(Ordering::Relaxed)
     }
 
-    fn hold(&self, bytes: usize) {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Vec<(u64, u64)>> {
+        self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// An answer of `bytes` handed to the connection: its number.
+    fn hold(&self, bytes: usize) -> u64 {
         self.untaken.fetch_add(bytes, Ordering::Relaxed);
-        if self.waiting.fetch_add(1, Ordering::Relaxed) == 0 {
-            self.taken_ms.store(self.now_ms(), Ordering::Relaxed);
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let now = self.now_ms();
+        self.waiting().push((number, now));
+        number
+    }
+
+    /// A piece of `bytes` of answer `number` given to HTTP/2.
+    fn given(&self, number: u64, bytes: usize) {
+        self.untaken.fetch_sub(bytes, Ordering::Relaxed);
+        let now = self.now_ms();
+        if let Some(answer) = self.waiting().iter_mut().find(|(n, _)| *n == number) {
+            answer.1 = now;
         }
     }
 
-    /// Answer bytes given to HTTP/2.
-    fn given(&self, bytes: usize) {
+    /// Answer `number` sent to its end, or let go of, with `bytes` not given.
+    fn ended(&self, number: u64, bytes: usize) {
         self.untaken.fetch_sub(bytes, Ordering::Relaxed);
-    }
-
-    /// An answer hyper has sent to its end, or let go of.
-    fn ended(&self) {
-        self.waiting.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    /// Answer bytes written to the client.
-    fn written(&self) {
-        self.taken_ms.store(self.now_ms(), Ordering::Relaxed);
+        self.waiting().retain(|(n, _)| *n != number);
     }
 
     /// One control frame: whether the client is still within its allowance.
@@ -132,24 +135,24 @@ impl Conduct {
     }
 }
 
-/// An answer's body as handed to hyper: given in pieces of [`CHUNK`] bytes, counted in
-/// `RECAST_MAX_BUFFERED_BYTES` (and, over HTTP/2, in its connection's [`Conduct`]) until each
-/// piece is given; waiting, over HTTP/2, until hyper lets go of it (its last piece sent).
+/// An answer's body as handed to hyper: given in pieces of [`CHUNK`] bytes; over HTTP/2, counted
+/// in its connection's [`Conduct`] until given, and waiting there until hyper lets go of it (its
+/// last piece sent). It holds the request's place in its connection's activity until then, so
+/// a long download is not an idle connection.
 pub(super) struct Sent {
     rest: Bytes,
-    state: Arc<State>,
-    /// The connection's account, while the answer waits there.
-    conduct: Option<Arc<Conduct>>,
+    /// The connection's account and the answer's number there, while it waits.
+    conduct: Option<(Arc<Conduct>, u64)>,
+    _busy: Option<Busy>,
 }
 
 impl Sent {
-    pub(super) fn new(bytes: Bytes, state: Arc<State>, conduct: Option<Arc<Conduct>>) -> Sent {
-        state.buffered.add(bytes.len());
-        let conduct = conduct.filter(|_| !bytes.is_empty());
-        if let Some(conduct) = &conduct {
-            conduct.hold(bytes.len());
-        }
-        Sent { rest: bytes, state, conduct }
+    pub(super) fn new(bytes: Bytes, conduct: Option<Arc<Conduct>>, busy: Busy) -> Sent {
+        let conduct = conduct.filter(|_| !bytes.is_empty()).map(|conduct| {
+            let number = conduct.hold(bytes.len());
+            (conduct, number)
+        });
+        Sent { rest: bytes, conduct, _busy: Some(busy) }
     }
 }
 
@@ -166,9 +169,8 @@ impl Body for Sent {
         }
         let n = self.rest.len().min(CHUNK);
         let piece = self.rest.split_to(n);
-        self.state.buffered.release(n);
-        if let Some(conduct) = &self.conduct {
-            conduct.given(n);
+        if let Some((conduct, number)) = &self.conduct {
+            conduct.given(*number, n);
         }
         Poll::Ready(Some(Ok(Frame::data(piece))))
     }
@@ -184,10 +186,8 @@ impl Body for Sent {
 
 impl Drop for Sent {
     fn drop(&mut self) {
-        self.state.buffered.release(self.rest.len());
-        if let Some(conduct) = &self.conduct {
-            conduct.given(self.rest.len());
-            conduct.ended();
+        if let Some((conduct, number)) = &self.conduct {
+            conduct.ended(*number, self.rest.len());
         }
     }
 }
@@ -197,11 +197,26 @@ const DATA: u8 = 0x0;
 const HEADERS: u8 = 0x1;
 const PRIORITY: u8 = 0x2;
 const SETTINGS: u8 = 0x4;
+const PUSH_PROMISE: u8 = 0x5;
 const PING: u8 = 0x6;
 const CONTINUATION: u8 = 0x9;
+const RST_STREAM: u8 = 0x3;
+const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
 /// DATA's and HEADERS' END_STREAM; SETTINGS' and PING's ACK.
 const END_STREAM_OR_ACK: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
+/// DATA's and HEADERS' PADDED, HEADERS' PRIORITY.
+const PADDED: u8 = 0x8;
+const WITH_PRIORITY: u8 = 0x20;
+/// The longest a DATA or HEADERS frame may be and still carry nothing: its pad length's byte,
+/// 255 bytes of padding, and HEADERS' 5 bytes of priority.
+const MOST_EMPTY: usize = 1 + 255 + 5;
+/// How many times `RECAST_MAX_HEADER_BYTES` a header block may take before its connection is
+/// closed: up to 4 times, hyper's HTTP/2 answers the stream 431 and keeps the connection (its
+/// bound for a header list it still reads), and a block is never larger than its list plus
+/// padding.
+const BLOCK_TIMES: usize = 4;
 /// The client's preface, before its first frame.
 const PREFACE: usize = 24;
 
@@ -247,16 +262,14 @@ impl Frames {
     }
 }
 
-/// A client's connection whose frames' headers are read as they pass: the client's, to count its
-/// control frames (once it has flooded, nothing more of it is read), and the server's, to see
-/// answer bytes leave.
+/// A client's connection whose frames' headers are read as they pass, to count its control
+/// frames; once it has flooded, nothing more of it is read.
 pub(super) struct Watched<S> {
     inner: S,
     conduct: Arc<Conduct>,
     from_client: Frames,
-    to_client: Frames,
-    /// `RECAST_MAX_HEADER_BYTES`: the most a header block may take, compressed (HPACK never
-    /// makes a header list's counted size smaller than its block).
+    /// The most a header block may take ([`BLOCK_TIMES`] `RECAST_MAX_HEADER_BYTES`, and its
+    /// padding: HPACK never makes a header list's counted size smaller than its block).
     most_block: usize,
     /// The bytes of the header block under way (HEADERS, then CONTINUATION until END_HEADERS).
     block: Option<usize>,
@@ -268,8 +281,7 @@ impl<S> Watched<S> {
             inner,
             conduct,
             from_client: Frames::new(PREFACE),
-            to_client: Frames::new(0),
-            most_block,
+            most_block: most_block.saturating_mul(BLOCK_TIMES).saturating_add(MOST_EMPTY),
             block: None,
         }
     }
@@ -288,26 +300,31 @@ impl<S> Watched<S> {
                     return false;
                 }
             }
+            // A client never pushes: one that does is flooding whatever it means.
+            if kind == PUSH_PROMISE {
+                conduct.flood();
+                return false;
+            }
+            // Frames that may carry nothing: empty, or only padding and priority (a frame that
+            // ends its stream or block ends something).
+            let empty = |ends: u8| {
+                let most = if flags & (PADDED | WITH_PRIORITY) != 0 { MOST_EMPTY } else { 0 };
+                flags & ends == 0 && length <= most
+            };
             let control = match kind {
-                SETTINGS | PING => flags & END_STREAM_OR_ACK == 0,
-                PRIORITY => true,
-                DATA => length == 0 && flags & END_STREAM_OR_ACK == 0,
-                HEADERS | CONTINUATION => length == 0 && flags & END_HEADERS == 0,
-                _ => false,
+                // SETTINGS, and PING whether it asks or answers: recast sends no PING of its own
+                // but the one that closes a connection.
+                SETTINGS => flags & END_STREAM_OR_ACK == 0,
+                PING | PRIORITY => true,
+                DATA => empty(END_STREAM_OR_ACK),
+                HEADERS => empty(END_HEADERS),
+                CONTINUATION => length == 0 && flags & END_HEADERS == 0,
+                RST_STREAM | GOAWAY | WINDOW_UPDATE => false,
+                // Types it does not know serve no request.
+                _ => true,
             };
             !control || conduct.control()
         })
-    }
-
-    /// Reads the server's frame headers in `bytes`, written: answer bytes left.
-    fn wrote(&mut self, bytes: &[u8]) {
-        let conduct = &self.conduct;
-        self.to_client.read(bytes, |kind, _, length| {
-            if kind == DATA && length > 0 {
-                conduct.written();
-            }
-            true
-        });
     }
 }
 
@@ -330,47 +347,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let n = std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, buf))?;
-        self.wrote(&buf[..n]);
-        Poll::Ready(Ok(n))
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let n = std::task::ready!(Pin::new(&mut self.inner).poll_write_vectored(cx, bufs))?;
-        let mut left = n;
-        for buf in bufs {
-            let part = left.min(buf.len());
-            self.wrote(&buf[..part]);
-            left -= part;
-            if left == 0 {
-                break;
-            }
-        }
-        Poll::Ready(Ok(n))
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
+crate::http1::write_through!(Watched, inner);
 
 #[cfg(test)]
 mod tests {
@@ -433,41 +410,55 @@ mod tests {
         let (conduct, mut watched) = fresh();
         // Blocks that end within the bound, again and again.
         for _ in 0..100 {
-            assert!(watched.read(&frame(HEADERS, 0, 8_000)));
-            assert!(watched.read(&frame(CONTINUATION, END_HEADERS, 8_000)));
+            assert!(watched.read(&frame(HEADERS, 0, 30_000)));
+            assert!(watched.read(&frame(CONTINUATION, END_HEADERS, 30_000)));
         }
         assert!(!conduct.flooded());
         assert!(watched.read(&frame(HEADERS, 0, 1_000)));
-        for _ in 0..15 {
+        // Up to four times the bound, and padding: hyper answers 431 on the stream.
+        for _ in 0..64 {
             assert!(watched.read(&frame(CONTINUATION, 0, 1_000)));
         }
-        assert!(!watched.read(&frame(CONTINUATION, 0, 1_000)), "17,000 bytes of one block");
+        assert!(!watched.read(&frame(CONTINUATION, 0, 1_000)), "66,000 bytes of one block");
         assert!(conduct.flooded());
     }
 
     #[test]
-    fn answers_waiting_with_no_data_written_stall() {
-        let (conduct, mut watched) = fresh();
+    fn an_answer_that_gives_nothing_for_the_bound_stalls_whatever_the_others_do() {
+        let conduct = Conduct::new();
         let within = Duration::from_millis(30);
         assert!(!conduct.stalled(Duration::ZERO), "nothing waits");
-        conduct.hold(100);
+        let held = conduct.hold(100_000);
+        let moving = conduct.hold(100_000);
+        assert_eq!(conduct.untaken(), 200_000);
         std::thread::sleep(within * 2);
-        // Frames other than DATA leave no answer bytes: still stalled.
-        watched.wrote(&frame(HEADERS, END_HEADERS, 30));
-        watched.wrote(&frame(PING, END_STREAM_OR_ACK, 8));
-        watched.wrote(&frame(DATA, END_STREAM_OR_ACK, 0));
         assert!(conduct.stalled(within));
-        // A DATA frame written in two pieces, its header split.
-        let data = frame(DATA, 0, 100);
-        watched.wrote(&data[..5]);
-        assert!(conduct.stalled(within));
-        watched.wrote(&data[5..]);
+        // Another answer's pieces do not move the one held.
+        conduct.given(moving, CHUNK);
+        assert!(conduct.stalled(within), "one answer still gives nothing");
+        conduct.given(held, CHUNK);
         assert!(!conduct.stalled(within));
         std::thread::sleep(within * 2);
         assert!(conduct.stalled(within));
-        conduct.given(100);
-        conduct.ended();
-        assert!(!conduct.stalled(within), "nothing waits");
+        conduct.ended(held, 100_000 - CHUNK);
+        conduct.ended(moving, 100_000 - CHUNK);
+        assert!(!conduct.stalled(Duration::ZERO), "nothing waits");
         assert_eq!(conduct.untaken(), 0);
+    }
+
+    #[test]
+    fn pings_either_way_unknown_frames_and_padding_alone_are_control_frames_and_a_push_floods() {
+        let (conduct, mut watched) = fresh();
+        for _ in 0..CONTROL_BURST / 4 {
+            assert!(watched.read(&frame(PING, END_STREAM_OR_ACK, 8)));
+            assert!(watched.read(&frame(0xa, 0, 16)));
+            assert!(watched.read(&frame(DATA, PADDED, 200)));
+            assert!(watched.read(&frame(HEADERS, WITH_PRIORITY | PADDED, 6)));
+        }
+        assert!(!watched.read(&frame(PING, 0, 8)));
+        assert!(conduct.flooded());
+        let (conduct, mut watched) = fresh();
+        assert!(!watched.read(&frame(PUSH_PROMISE, END_HEADERS, 10)));
+        assert!(conduct.flooded());
     }
 }

@@ -99,13 +99,18 @@ impl<C: Future<Output = Result<(), hyper::Error>> + Graceful> Future for Http2<C
         }
         if this.closing_at.is_none() && this.conduct.flooded() {
             this.close(Http2Closed::Flood);
+            // Polled again at once, so that the GOAWAY it queued is written now.
+            cx.waker().wake_by_ref();
         }
         while this.timer.as_mut().poll(cx).is_ready() {
             let now = tokio::time::Instant::now();
             match this.closing_at {
                 Some(at) if at <= now => return Poll::Ready(Ok(())),
                 Some(at) => this.timer.as_mut().reset(at),
-                None if this.conduct.stalled(this.stall) => this.close(Http2Closed::Stalled),
+                None if this.conduct.stalled(this.stall) => {
+                    this.close(Http2Closed::Stalled);
+                    cx.waker().wake_by_ref();
+                }
                 None => this.timer.as_mut().reset(now + this.check),
             }
         }

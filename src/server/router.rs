@@ -36,7 +36,11 @@ pub(super) async fn handle(state: &State, request: Request, peer: Option<IpAddr>
         method: request.method(),
         path,
         headers: request.headers(),
-        authority: request.uri().authority().map(|a| a.as_str()),
+        // Its host and port only: an authority may carry a user and password.
+        authority: request
+            .uri()
+            .authority()
+            .map(|a| a.as_str().rsplit_once('@').map_or(a.as_str(), |(_, host)| host)),
         peer,
         version: match request.version() {
             http::Version::HTTP_10 => &crate::telemetry::keys::PROTOCOL_1_0,
@@ -343,10 +347,9 @@ impl Client {
 
 /// What hyper calls for each request of one connection (HTTP/1.1 after a hand-off, or each
 /// HTTP/2 stream): the router's answer, the request counted in flight on the connection's
-/// `activity` while it is served, and the connection's memory of its last credential. The answer
-/// counts in `RECAST_MAX_BUFFERED_BYTES` until the client has taken it ([`Sent`]); an HTTP/2
-/// connection already holding more than `RECAST_MAX_RESPONSE_BYTES` its client has not taken
-/// answers 503 instead (`conduct.rs`).
+/// `activity` until its answer is sent, and the connection's memory of its last credential. An
+/// HTTP/2 connection already holding more than `RECAST_MAX_RESPONSE_BYTES` of answers its client
+/// has not taken answers 503 instead (`conduct.rs`).
 pub(super) fn hyper_service(
     state: Arc<State>,
     activity: Arc<Activity>,
@@ -369,28 +372,20 @@ pub(super) fn hyper_service(
         // as it takes the future, wraps it for the stream and spawns it (a copy each); so is
         // the handler's future inside it.
         crate::tasks::boxed(move || async move {
-            let most = state.config.max_response_bytes;
-            let untaken = |conduct: &Option<Arc<Conduct>>, more: usize| {
-                conduct.as_ref().map(|c| c.untaken()).filter(|&held| held > 0 && held + more > most)
-            };
+            // Decided before the answer is made: once made (its upstream called), it is sent.
+            let held =
+                conduct.as_ref().map(|c| c.untaken()).filter(|&held| held > state.config.max_response_bytes);
             let path = request.uri().path().to_owned();
-            let response = match untaken(&conduct, 0) {
+            let response = match held {
                 Some(held) => untaken_answer(&state, &path, held),
                 None => crate::tasks::boxed(|| handle(&state, request, peer, &memo)).await,
             };
-            drop(busy);
             let (parts, body) = response.into_parts();
-            let mut bytes = body.into_inner().unwrap_or_default();
-            let mut parts = parts;
-            // Answers made meanwhile by the connection's other streams count too.
-            if let Some(held) = untaken(&conduct, bytes.len()) {
-                let refused = untaken_answer(&state, &path, held).into_parts();
-                parts = refused.0;
-                bytes = refused.1.into_inner().unwrap_or_default();
-            }
+            let bytes = body.into_inner().unwrap_or_default();
+            // The request's place is let go of with its answer, once sent.
             Ok::<_, std::convert::Infallible>(http::Response::from_parts(
                 parts,
-                Sent::new(bytes, state, conduct),
+                Sent::new(bytes, conduct, busy),
             ))
         })
     })

@@ -160,6 +160,9 @@ pub struct ListenerTls {
     /// What new handshakes are made with: made again when the client authorities are read again.
     acceptor: RwLock<tokio_rustls::TlsAcceptor>,
     served: Arc<Served>,
+    /// Readings of the client authorities: a client certificate verified under an earlier one no
+    /// longer stands ([`ClientCertificate::current`]).
+    authorities: Arc<AtomicU64>,
     cert_file: PathBuf,
     key_file: PathBuf,
     /// `RECAST_TLS_CLIENT_CA`.
@@ -212,6 +215,7 @@ impl ListenerTls {
         Ok(ListenerTls {
             acceptor: RwLock::new(acceptor),
             served,
+            authorities: Arc::new(AtomicU64::new(0)),
             cert_file: cert_file.to_owned(),
             key_file: key_file.to_owned(),
             client_ca_file: client_ca_file.map(Path::to_owned),
@@ -235,7 +239,8 @@ impl ListenerTls {
                     self.counts.resumed.fetch_add(1, Ordering::Relaxed);
                 }
                 let certificate = connection.peer_certificates().and_then(|chain| chain.first()).and_then(|der| {
-                    let certificate = ClientCertificate::from_der(der.as_ref());
+                    let certificate = ClientCertificate::from_der(der.as_ref())
+                        .map(|read| read.verified_under(self.authorities.clone()));
                     match &certificate {
                         Some(read) => tracing::debug!(subject = %read.subject, issuer = %read.issuer, "a client certificate was verified"),
                         None => tracing::debug!("a verified client certificate's names could not be read"),
@@ -271,7 +276,8 @@ impl ListenerTls {
                 if let Some(verifier) = verifier {
                     match Resumption::new().and_then(|fresh| acceptor(&self.served, &fresh, Some(verifier))) {
                         Ok(acceptor) => {
-                            *self.acceptor.write().unwrap_or_else(PoisonError::into_inner) = acceptor
+                            *self.acceptor.write().unwrap_or_else(PoisonError::into_inner) = acceptor;
+                            self.authorities.fetch_add(1, Ordering::AcqRel);
                         }
                         Err(why) => {
                             self.counts.reload_failures.fetch_add(1, Ordering::Relaxed);

@@ -67,9 +67,6 @@ pub(super) fn note_call(facts: CallFacts) {
                 if let Some(issuer) = &caller.issuer {
                     span.set(&keys::CALLER_ISSUER, issuer.as_str());
                 }
-                if caller.kind == crate::callers::CallerKind::Certificate {
-                    span.set(&keys::CALLER_CERTIFICATE, caller.id.as_str());
-                }
             }
         }
     });

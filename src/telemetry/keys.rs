@@ -110,12 +110,11 @@ pub const ERROR_TYPE: Key = Key::new("error.type");
 pub const ROUTE_ID: Key = Key::new("recast.route.id");
 pub const CACHE: Key = Key::new("recast.cache");
 /// Who called a route with `callers` (SPEC §2.4): `key`, `jwt` or `certificate`; the consumer of
-/// a key, the issuer of a token or client certificate, the certificate's name the route matched
-/// (never the key, the token or its subject).
+/// a key, the issuer of a token or client certificate (never the key, the token, its subject or
+/// the certificate's names, which may be a person's).
 pub const CALLER_KIND: Key = Key::new("recast.caller.kind");
 pub const CALLER_CONSUMER: Key = Key::new("recast.caller.consumer");
 pub const CALLER_ISSUER: Key = Key::new("recast.caller.issuer");
-pub const CALLER_CERTIFICATE: Key = Key::new("recast.caller.certificate");
 pub const SOURCE: Key = Key::new("recast.source");
 pub const TOKEN_REQUEST: Key = Key::new("recast.oauth2.token_request");
 pub const ABANDONED: Key = Key::new("recast.abandoned");

@@ -443,6 +443,8 @@ async fn client_certificates_call_routes_that_name_them() {
         "extendedKeyUsage=clientAuth\nsubjectAltName=DNS:app-watch.example",
     );
     pki.issue("other-ca", "app-android", false);
+    // A CN the route names, beside a SAN that it does not: the SAN is the certificate's name.
+    pki.issue_with("client-ca", "app-cn", "extendedKeyUsage=clientAuth\nsubjectAltName=DNS:web.example");
     let upstream = Upstream::json(MEALS).await;
     let ca = pki.path("server-ca.pem");
     // The authorities in a file of their own, replaced below as a certificate manager does.
@@ -499,6 +501,9 @@ async fn client_certificates_call_routes_that_name_them() {
             String::from_utf8_lossy(&watch.get(&path).await.body),
             r#"{"issuer":"CN=client-ca","kind":"certificate","who":"app-watch.example"}"#
         );
+        // A certificate whose CN the route names and whose SAN it does not: 403.
+        let mut cn = Tls::open_as(service.addr, &ca, &[alpn], Some((&pki, "app-cn"))).await.unwrap();
+        cn.get(&path).await.assert_problem(403, "caller-forbidden");
         // Another name of the same authority: 403.
         let mut portal = Tls::open_as(service.addr, &ca, &[alpn], Some((&pki, "web-portal"))).await.unwrap();
         let problem = portal.get(&path).await.assert_problem(403, "caller-forbidden");
@@ -527,6 +532,9 @@ async fn client_certificates_call_routes_that_name_them() {
     assert_eq!(resumed.get(&path).await.status, 200);
     replace(&pki.path("other-ca.pem"), &clients);
     until_metric(&mut admin, r#"recast_tls_reloads_total{outcome="ok"}"#, 1).await;
+    // A connection open since before: its certificate no longer stands.
+    let problem = resumed.get(&path).await.assert_problem(401, "caller-unauthenticated");
+    assert!(problem.to_string().contains("connect again"), "{problem}");
     if let Ok(mut connection) = Tls::connect(service.addr, returning.clone()).await
         && let Ok(answer) = connection.try_send(Method::GET, &path, "", &[]).await
     {
