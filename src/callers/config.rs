@@ -192,28 +192,18 @@ pub fn callers(given: Option<&Value>, problems: &mut Vec<Problem>) -> Option<Cal
     for name in members.keys().filter(|name| !MEMBERS.contains(&name.as_str())) {
         problems.push(Problem::new(format!("/callers/{name}"), suggest::unknown("member", name, &MEMBERS)));
     }
-    match members.get("consumers") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(names)) if names.len() > MAX_CONSUMERS => problems.push(Problem::new(
-            "/callers/consumers",
-            format!("at most {MAX_CONSUMERS} names or prefixes; this lists {}", names.len()),
-        )),
-        Some(Value::Array(names)) => {
-            for (i, name) in names.iter().enumerate() {
-                let pattern = name.as_str().unwrap_or_default();
-                let stem = pattern.strip_suffix('*').unwrap_or(pattern);
-                if pattern == "*" || consumer_name_ok(stem) || (pattern.ends_with('*') && stem.is_empty()) {
-                    named.consumers.push(pattern.to_owned());
-                } else {
-                    problems.push(Problem::new(
-                        format!("/callers/consumers/{i}"),
-                        "must be a consumer's name (letters, digits, `.`, `_`, `-`), a prefix ending in `*`, or \"*\"",
-                    ));
-                }
-            }
-        }
-        Some(_) => problems.push(Problem::new("/callers/consumers", "must be a list of consumer names")),
-    }
+    named.consumers = patterns(
+        members.get("consumers"),
+        "consumers",
+        MAX_CONSUMERS,
+        |pattern| {
+            let stem = pattern.strip_suffix('*').unwrap_or(pattern);
+            pattern == "*" || consumer_name_ok(stem) || (pattern.ends_with('*') && stem.is_empty())
+        },
+        "must be a consumer's name (letters, digits, `.`, `_`, `-`), a prefix ending in `*`, or \"*\"",
+        "must be a list of consumer names",
+        problems,
+    );
     match members.get("jwt") {
         None | Some(Value::Null) => {}
         Some(Value::Array(issuers)) if issuers.len() > MAX_ISSUERS => problems.push(Problem::new(
@@ -229,27 +219,17 @@ pub fn callers(given: Option<&Value>, problems: &mut Vec<Problem>) -> Option<Cal
         }
         Some(_) => problems.push(Problem::new("/callers/jwt", "must be a list of issuers")),
     }
-    match members.get("certificates") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(names)) if names.len() > MAX_CERTIFICATES => problems.push(Problem::new(
-            "/callers/certificates",
-            format!("at most {MAX_CERTIFICATES} names or prefixes; this lists {}", names.len()),
-        )),
-        Some(Value::Array(names)) => {
-            for (i, name) in names.iter().enumerate() {
-                match name.as_str().filter(|pattern| certificate_pattern_ok(pattern)) {
-                    Some(pattern) => named.certificates.push(pattern.to_owned()),
-                    None => problems.push(Problem::new(
-                        format!("/callers/certificates/{i}"),
-                        format!("must be a client certificate's subject CN or DNS name (1 to {MAX_CERTIFICATE_NAME} printable characters), a prefix ending in `*`, or \"*\""),
-                    )),
-                }
-            }
-        }
-        Some(_) => {
-            problems.push(Problem::new("/callers/certificates", "must be a list of client certificate names"))
-        }
-    }
+    named.certificates = patterns(
+        members.get("certificates"),
+        "certificates",
+        MAX_CERTIFICATES,
+        certificate_pattern_ok,
+        &format!(
+            "must be a client certificate's SAN DNS name or subject CN (1 to {MAX_CERTIFICATE_NAME} printable characters), a prefix ending in `*`, or \"*\""
+        ),
+        "must be a list of client certificate names",
+        problems,
+    );
     match members.get("limit") {
         None | Some(Value::Null) => {}
         Some(limit) => named.limit = limit_config(limit, problems),
@@ -263,6 +243,42 @@ pub fn callers(given: Option<&Value>, problems: &mut Vec<Problem>) -> Option<Cal
         ));
     }
     Some(CallersConfig::Named(named))
+}
+
+/// A list of names and prefixes at `/callers/{member}`: at most `most`, each one `ok` takes, every
+/// other told at its place with `why`.
+fn patterns(
+    given: Option<&Value>,
+    member: &str,
+    most: usize,
+    ok: impl Fn(&str) -> bool,
+    why: &str,
+    not_a_list: &str,
+    problems: &mut Vec<Problem>,
+) -> Vec<String> {
+    let names = match given {
+        None | Some(Value::Null) => return Vec::new(),
+        Some(Value::Array(names)) => names,
+        Some(_) => {
+            problems.push(Problem::new(format!("/callers/{member}"), not_a_list));
+            return Vec::new();
+        }
+    };
+    if names.len() > most {
+        problems.push(Problem::new(
+            format!("/callers/{member}"),
+            format!("at most {most} names or prefixes; this lists {}", names.len()),
+        ));
+        return Vec::new();
+    }
+    let mut taken = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        match name.as_str().filter(|pattern| ok(pattern)) {
+            Some(pattern) => taken.push(pattern.to_owned()),
+            None => problems.push(Problem::new(format!("/callers/{member}/{i}"), why)),
+        }
+    }
+    taken
 }
 
 /// Compiles a `limit`'s `by`: an expression with `$caller` bound.

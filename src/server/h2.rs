@@ -98,19 +98,14 @@ impl<C: Future<Output = Result<(), hyper::Error>> + Graceful> Future for Http2<C
             return Poll::Ready(ended);
         }
         if this.closing_at.is_none() && this.conduct.flooded() {
-            this.close(Http2Closed::Flood);
-            // Polled again at once, so that the GOAWAY it queued is written now.
-            cx.waker().wake_by_ref();
+            this.close(Http2Closed::Flood, cx);
         }
         while this.timer.as_mut().poll(cx).is_ready() {
             let now = tokio::time::Instant::now();
             match this.closing_at {
                 Some(at) if at <= now => return Poll::Ready(Ok(())),
                 Some(at) => this.timer.as_mut().reset(at),
-                None if this.conduct.stalled(this.stall) => {
-                    this.close(Http2Closed::Stalled);
-                    cx.waker().wake_by_ref();
-                }
+                None if this.conduct.stalled(this.stall) => this.close(Http2Closed::Stalled, cx),
                 None => this.timer.as_mut().reset(now + this.check),
             }
         }
@@ -119,8 +114,10 @@ impl<C: Future<Output = Result<(), hyper::Error>> + Graceful> Future for Http2<C
 }
 
 impl<C: Graceful> Http2<C> {
-    /// GOAWAY for the client's conduct; dropped [`CLOSING`] later, whatever its streams do.
-    fn close(&mut self, why: Http2Closed) {
+    /// GOAWAY for the client's conduct; dropped [`CLOSING`] later, whatever its streams do. The
+    /// connection is polled again at once, so that the GOAWAY it queued is written now.
+    fn close(&mut self, why: Http2Closed, cx: &Context<'_>) {
+        cx.waker().wake_by_ref();
         tracing::debug!(reason = why.label(), "closing an HTTP/2 connection for its client's conduct");
         self.state.metrics.http2_closed(why);
         self.connection.as_mut().graceful_shutdown();

@@ -375,9 +375,8 @@ pub(super) fn hyper_service(
             // Decided before the answer is made: once made (its upstream called), it is sent.
             let held =
                 conduct.as_ref().map(|c| c.untaken()).filter(|&held| held > state.config.max_response_bytes);
-            let path = request.uri().path().to_owned();
             let response = match held {
-                Some(held) => untaken_answer(&state, &path, held),
+                Some(held) => untaken_answer(&state, request.uri().path(), held),
                 None => crate::tasks::boxed(|| handle(&state, request, peer, &memo)).await,
             };
             let (parts, body) = response.into_parts();
