@@ -29,6 +29,18 @@ pub enum Exit {
     Usage = 2,
     /// A file could not be read, or the service could not be reached.
     Unavailable = 3,
+    /// `recast config diff --exit-code`: the file and the service differ (the process exits 2).
+    Differs = 20,
+}
+
+impl Exit {
+    /// The process's exit code.
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Differs => 2,
+            other => other as u8,
+        }
+    }
 }
 
 /// What a command prints: `stdout` on standard output, `stderr` on standard error.

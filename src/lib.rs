@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod plan;
 pub mod policy;
 pub mod route;
+pub mod routes_file;
 pub mod rules;
 pub mod secrets;
 pub mod server;

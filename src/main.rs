@@ -98,6 +98,20 @@ enum Command {
         #[command(subcommand)]
         command: cli::ConsumersCommand,
     },
+    /// Routes as files (SPEC §2.5): validate a file offline, diff it against a running service,
+    /// apply it, or dump the service's routes as one.
+    Config {
+        /// The service's address.
+        #[arg(long, global = true, env = "RECAST_URL", default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// The service's admin token (RECAST_ADMIN_TOKEN of the service).
+        #[arg(long, global = true, env = recast::config::ADMIN_TOKEN, hide_env_values = true)]
+        token: Option<String>,
+        #[command(subcommand)]
+        command: recast::routes_file::command::ConfigCommand,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
     /// Print a new random secret key (64 hex digits) for RECAST_SECRET_KEY or RECAST_SECRET_KEYS.
     NewKey,
 }
@@ -181,10 +195,21 @@ fn main() -> ExitCode {
                 Err(e) => cli::Outcome::failed(Exit::Unavailable, format!("cannot start: {e}\n")),
             }
         }
+        Command::Config { url, token, command, limits } => {
+            match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => runtime.block_on(recast::routes_file::command::run(
+                    &url,
+                    token.as_deref(),
+                    &command,
+                    &limits.limits(),
+                )),
+                Err(e) => cli::Outcome::failed(Exit::Unavailable, format!("cannot start: {e}\n")),
+            }
+        }
     };
     let _ = std::io::stdout().write_all(&outcome.stdout);
     eprint!("{}", outcome.stderr);
-    ExitCode::from(outcome.exit as u8)
+    ExitCode::from(outcome.exit.code())
 }
 
 /// The command line, or the end of the process with clap's message. A value that came from a

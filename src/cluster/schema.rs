@@ -63,6 +63,11 @@ const MIGRATIONS: &[&str] = &[
          record text
      );
      CREATE INDEX IF NOT EXISTS recast_consumers_by_revision ON recast_consumers (revision);",
+    // 6: a route's `name` (SPEC §2.5), unique among the routes there are, so that two nodes
+    // registering one name at once store one route. Routes stored before have none.
+    "ALTER TABLE recast_routes ADD COLUMN IF NOT EXISTS name text;
+     CREATE UNIQUE INDEX IF NOT EXISTS recast_routes_by_name ON recast_routes (name)
+         WHERE record IS NOT NULL;",
 ];
 
 /// Why the schema could not be made ready.

@@ -22,20 +22,26 @@ impl Database {
             // to the commit, and each statement prepared meanwhile would hold it a round trip
             // longer, for every writer waiting behind it.
             let write = match &change {
+                // A uuid given to a registration (SPEC §2.5) may be a deleted route's: its
+                // tombstone becomes the new route, whose revision is later than the deletion's.
                 Write::Create(_) => {
-                    "INSERT INTO recast_routes (uuid, revision, created_at, updated_at, record)
-                     VALUES ($1, $2, $3, $4, $5)"
+                    "INSERT INTO recast_routes (uuid, revision, created_at, updated_at, record, name)
+                     VALUES ($1, $2, $3, $4, $5, $6)
+                     ON CONFLICT (uuid) DO UPDATE SET revision = excluded.revision,
+                         created_at = excluded.created_at, updated_at = excluded.updated_at,
+                         record = excluded.record, name = excluded.name, deleted_at = NULL
+                     WHERE recast_routes.record IS NULL"
                 }
                 Write::Replace(..) => {
-                    "UPDATE recast_routes SET revision = $2, updated_at = $3, record = $4
+                    "UPDATE recast_routes SET revision = $2, updated_at = $3, record = $4, name = $6
                      WHERE uuid = $1 AND revision = $5 AND record IS NOT NULL"
                 }
                 Write::Delete(None) => {
-                    "UPDATE recast_routes SET revision = $2, record = NULL, deleted_at = now()
+                    "UPDATE recast_routes SET revision = $2, record = NULL, name = NULL, deleted_at = now()
                      WHERE uuid = $1 AND record IS NOT NULL"
                 }
                 Write::Delete(Some(_)) => {
-                    "UPDATE recast_routes SET revision = $2, record = NULL, deleted_at = now()
+                    "UPDATE recast_routes SET revision = $2, record = NULL, name = NULL, deleted_at = now()
                      WHERE uuid = $1 AND record IS NOT NULL AND revision = $3"
                 }
             };
@@ -54,22 +60,33 @@ impl Database {
             let notify = tx.prepare_cached("SELECT pg_notify($1, $2)").await?;
             let row = tx.query_one(&next, &[&Uuid::new_v4()]).await?;
             let revision: i64 = row.get(0);
-            let changed = match &change {
+            let written = match &change {
                 Write::Create(route) => {
                     let record = storage::seal_record(&self.key, route, revision as u64);
                     let times = (route.created_at as i64, route.updated_at as i64);
-                    tx.execute(&write, &[&uuid, &revision, &times.0, &times.1, &record]).await?
+                    let name = name_of(route);
+                    tx.execute(&write, &[&uuid, &revision, &times.0, &times.1, &record, &name]).await
                 }
                 Write::Replace(route, held) => {
                     let record = storage::seal_record(&self.key, route, revision as u64);
+                    let name = name_of(route);
                     tx.execute(
                         &write,
-                        &[&uuid, &revision, &(route.updated_at as i64), &record, &(*held as i64)],
+                        &[&uuid, &revision, &(route.updated_at as i64), &record, &(*held as i64), &name],
                     )
-                    .await?
+                    .await
                 }
-                Write::Delete(None) => tx.execute(&write, &[&uuid, &revision]).await?,
-                Write::Delete(Some(held)) => tx.execute(&write, &[&uuid, &revision, &(*held as i64)]).await?,
+                Write::Delete(None) => tx.execute(&write, &[&uuid, &revision]).await,
+                Write::Delete(Some(held)) => tx.execute(&write, &[&uuid, &revision, &(*held as i64)]).await,
+            };
+            let changed = match written {
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+                    return Ok(Err(StoreError::Conflict(
+                        "another route holds this route's name (stored meanwhile, perhaps through another node)"
+                            .to_owned(),
+                    )));
+                }
+                written => written?,
             };
             if changed == 0 {
                 // Rolled back when `tx` is dropped. Why: deleted, or changed since this node read it.
@@ -80,6 +97,9 @@ impl Database {
                     )
                     .await?;
                 return Ok(Err(match (now, &change) {
+                    (Some(_), Write::Create(_)) => {
+                        StoreError::Conflict(format!("a route holds the uuid {uuid} already"))
+                    }
                     (Some(row), Write::Replace(_, held)) => StoreError::Conflict(format!(
                         "route {uuid} was changed on another node meanwhile (it is at revision {}, this \
                          update was made on revision {held}); read it again and retry",
@@ -354,6 +374,17 @@ impl ClusterStore {
     pub fn new(database: Arc<Database>) -> ClusterStore {
         ClusterStore { database }
     }
+}
+
+/// A route's `name` (SPEC §2.5), for the column that keeps names unique: read from its
+/// configuration's text, which the record seals.
+fn name_of(route: &StoredRoute) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        #[serde(default)]
+        name: Option<String>,
+    }
+    serde_json::from_str::<Named>(&route.config).ok().and_then(|named| named.name)
 }
 
 impl RouteStore for ClusterStore {

@@ -10,11 +10,13 @@
 #[allow(unsafe_code)]
 pub mod write;
 
+pub mod diff;
 mod doc;
 mod error;
 pub mod index;
 pub mod keys;
 pub mod ondemand;
+pub mod ordered;
 pub mod place;
 // The one other module with `unsafe` code: the vector instructions the index classifies bytes
 // with, AVX2 chosen at run time (see its SAFETY comments).

@@ -14,6 +14,12 @@ use crate::upstream::{BreakerScope, ClientCredentials, RateLimitSettings, RetryS
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RouteConfig {
+    /// `name` (SPEC §2.5): unique among routes, how a routes file names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `owner` (SPEC §2.5): a label; `recast config apply --prune` deletes only its owner's routes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// The route's own path below `/v1/{uuid}/`, without a leading slash.
     pub path: String,
     /// The method clients call the route with.
@@ -141,6 +147,8 @@ impl RouteConfig {
     /// is made from (its sources added).
     pub fn without_upstream(path: String, method: String, auth: Auth, rules: String) -> RouteConfig {
         RouteConfig {
+            name: None,
+            owner: None,
             path,
             method,
             base_url: String::new(),

@@ -38,7 +38,7 @@ pub use config::{
 };
 pub use fields::AuthHeader;
 pub use masked::MASK;
-pub use registration::{OriginalApi, OriginalRoute, Registration, SampleRequest};
+pub use registration::{LABEL_RULE, OriginalApi, OriginalRoute, Registration, SampleRequest, is_label};
 pub use request::{CallError, FromClient, MAPPED_AUTH};
 
 /// A route ready to be called: its configuration, its compiled rules (or why they do not compile),

@@ -19,6 +19,16 @@ use crate::rules::{Limits, Problem};
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Registration {
+    /// SPEC §2.5: unique among routes (`[a-z0-9][a-z0-9-]{0,62}`).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// SPEC §2.5: a label of the same pattern; whose route it is.
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// SPEC §2.5: the uuid a registration asks for (one no route holds), so that one file gives
+    /// the same addresses everywhere; an update may repeat its own.
+    #[serde(default)]
+    pub uuid: Option<String>,
     pub path: Option<String>,
     #[serde(default)]
     pub method: Option<String>,
@@ -150,6 +160,40 @@ impl Registration {
         limits: &Limits,
     ) -> Result<RouteConfig, Vec<Problem>> {
         let mut problems = Vec::new();
+        let name = self.name.as_deref().map(|name| label(name, "/name", &mut problems));
+        let owner = self.owner.as_deref().map(|owner| label(owner, "/owner", &mut problems));
+        if let Err(problem) = self.given_uuid() {
+            problems.push(problem);
+        }
+        match self.checked(runtime_auth, fixed_path, limits) {
+            Ok(config) if problems.is_empty() => Ok(RouteConfig { name, owner, ..config }),
+            Ok(_) => Err(problems),
+            Err(found) => Err(problems.into_iter().chain(found).collect()),
+        }
+    }
+
+    /// The uuid the registration asks for (`uuid`), if it gives one: a UUID in its usual
+    /// hyphenated form, never the nil one.
+    pub fn given_uuid(&self) -> Result<Option<uuid::Uuid>, Problem> {
+        let Some(text) = self.uuid.as_deref() else { return Ok(None) };
+        match uuid::Uuid::try_parse(text) {
+            Ok(uuid) if !uuid.is_nil() && uuid.hyphenated().to_string().eq_ignore_ascii_case(text) => {
+                Ok(Some(uuid))
+            }
+            _ => Err(Problem::new(
+                "/uuid",
+                "must be a UUID in its hyphenated form (8-4-4-4-12 hex digits), not the nil one",
+            )),
+        }
+    }
+
+    fn checked(
+        self,
+        runtime_auth: bool,
+        fixed_path: Option<&str>,
+        limits: &Limits,
+    ) -> Result<RouteConfig, Vec<Problem>> {
+        let mut problems = Vec::new();
         let path = match (&self.path, fixed_path) {
             (Some(given), Some(fixed)) if given.strip_prefix('/').unwrap_or(given) != fixed => {
                 problems.push(Problem::new("/path", "the path of a route cannot change"));
@@ -226,6 +270,8 @@ impl Registration {
         let body = json_text(original.body.as_deref());
         let pre_body = json_text(self.pre_configured_body.as_deref());
         let config = RouteConfig {
+            name: None,
+            owner: None,
             path,
             method,
             base_url,
@@ -337,4 +383,25 @@ fn caller_sample(given: Option<&RawValue>, problems: &mut Vec<Problem>) {
             "must be an object: the `$caller` live calls are made as, such as {\"kind\": \"jwt\", \"id\": \"u1\", \"claims\": {...}}",
         )),
     }
+}
+
+/// A route's `name` or `owner` (SPEC §2.5): `[a-z0-9][a-z0-9-]{0,62}`, so that it is the same in
+/// a URL, a file name and a label selector; a problem at `at` when it is not.
+pub fn label(text: &str, at: &str, problems: &mut Vec<Problem>) -> String {
+    if !is_label(text) {
+        problems.push(Problem::new(at, LABEL_RULE));
+    }
+    text.to_owned()
+}
+
+/// What a `name` or an `owner` must be.
+pub const LABEL_RULE: &str =
+    "must be 1 to 63 characters of a-z, 0-9 and '-', starting with a letter or a digit";
+
+/// Whether `text` is a valid `name` or `owner`.
+pub fn is_label(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    (1..=63).contains(&bytes.len())
+        && bytes[0] != b'-'
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
 }

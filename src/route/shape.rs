@@ -48,6 +48,10 @@ const ORIGINAL_ROUTE: Shape = Shape::Object(&[
 const SAMPLE_REQUEST: Shape = Shape::Object(&[("query", Shape::TextMap, false), ("body", Shape::Any, false)]);
 
 const REGISTRATION: Shape = Shape::Object(&[
+    // SPEC §2.5: checked by `validate`.
+    ("name", Shape::Text, false),
+    ("owner", Shape::Text, false),
+    ("uuid", Shape::Text, false),
     // Required of a registration, not of an update: `validate` says so.
     ("path", Shape::Text, false),
     ("method", Shape::Text, false),

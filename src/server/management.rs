@@ -30,11 +30,15 @@ const MAX_SCANNED: usize = 5000;
 struct Filter {
     path: Option<String>,
     host: Option<String>,
+    /// SPEC §2.5: the route's `owner`, exactly.
+    owner: Option<String>,
+    /// SPEC §2.5: the route's `name`, exactly.
+    name: Option<String>,
 }
 
 impl Filter {
     fn is_empty(&self) -> bool {
-        self.path.is_none() && self.host.is_none()
+        self.path.is_none() && self.host.is_none() && self.owner.is_none() && self.name.is_none()
     }
 
     fn keeps(&self, entry: &Entry) -> bool {
@@ -42,7 +46,12 @@ impl Filter {
         let Entry::Route(route) = entry else { return self.is_empty() };
         let holds = |text: &str, part: &str| text.to_ascii_lowercase().contains(part);
         let host = |base: &str| url::Url::parse(base).ok().and_then(|u| u.host_str().map(str::to_owned));
-        self.path.as_deref().is_none_or(|part| holds(&route.config.path, part))
+        let exactly = |wanted: &Option<String>, has: &Option<String>| {
+            wanted.as_deref().is_none_or(|wanted| has.as_deref() == Some(wanted))
+        };
+        exactly(&self.owner, &route.config.owner)
+            && exactly(&self.name, &route.config.name)
+            && self.path.as_deref().is_none_or(|part| holds(&route.config.path, part))
             && self.host.as_deref().is_none_or(|part| {
                 std::iter::once(route.config.base_url.as_str())
                     .chain(route.config.sources.iter().map(|source| source.base_url.as_str()))
@@ -68,11 +77,13 @@ pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response,
                     ApiError::InvalidQuery("`cursor` must be a `nextCursor` of an earlier page".to_owned())
                 })?)
             }
-            "path" | "host" if value.len() > 256 => {
+            "path" | "host" | "owner" | "name" if value.len() > 256 => {
                 return Err(ApiError::InvalidQuery(format!("`{name}` may hold at most 256 bytes")));
             }
             "path" if !value.is_empty() => filter.path = Some(value.to_ascii_lowercase()),
             "host" if !value.is_empty() => filter.host = Some(value.to_ascii_lowercase()),
+            "owner" if !value.is_empty() => filter.owner = Some(value.into_owned()),
+            "name" if !value.is_empty() => filter.name = Some(value.into_owned()),
             _ => {}
         }
     }
@@ -80,7 +91,18 @@ pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response,
     let route_of = |stored: crate::storage::StoredRoute| {
         state.table.get(&stored.uuid).or_else(|| Route::from_stored(stored, &limits).ok().map(Entry::from))
     };
-    let (routes, next) = if filter.is_empty() {
+    let (routes, next) = if let Some(name) = &filter.name {
+        // Names are unique: the table answers at once, however many routes there are.
+        let mut named = None;
+        state.table.for_each(|entry| {
+            if entry.route().is_some_and(|route| route.config.name.as_ref() == Some(name))
+                && filter.keeps(entry)
+            {
+                named = Some(entry.clone());
+            }
+        });
+        (named.into_iter().collect(), None)
+    } else if filter.is_empty() {
         let page = state.stored(state.store.page(limit, cursor).await)?;
         (page.stored.into_iter().filter_map(route_of).collect::<Vec<_>>(), page.next)
     } else {
@@ -107,7 +129,7 @@ pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response,
         };
         (kept, next)
     };
-    let views = routes.iter().map(View::of).collect::<Result<Vec<_>, _>>()?;
+    let views = routes.iter().map(|entry| View::of(entry, Shown::Masked)).collect::<Result<Vec<_>, _>>()?;
     let body = serde_json::to_vec(&Listing { routes: views, next_cursor: next.as_deref() })
         .map_err(|e| ApiError::Storage(e.to_string()))?;
     Ok(json(StatusCode::OK, body))
@@ -116,7 +138,8 @@ pub(super) async fn list(state: &State, query: Option<&str>) -> Result<Response,
 pub(super) fn show(state: &State, uuid: Uuid) -> Result<Response, ApiError> {
     state.loaded()?;
     let route = state.table.get(&uuid).ok_or(ApiError::NotFound)?;
-    let body = serde_json::to_vec(&View::of(&route)?).map_err(|e| ApiError::Storage(e.to_string()))?;
+    let body = serde_json::to_vec(&View::of(&route, Shown::Masked)?)
+        .map_err(|e| ApiError::Storage(e.to_string()))?;
     let mut response = json(StatusCode::OK, body);
     if let Ok(tag) = http::HeaderValue::try_from(super::reply::etag(&route)) {
         response.headers_mut().insert(http::header::ETAG, tag);
@@ -247,10 +270,20 @@ enum View<'a> {
     Locked(LockedView<'a>),
 }
 
+/// How a view shows a route's secrets.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shown {
+    /// As `"***"`: every view that leaves the service.
+    Masked,
+    /// As they are: only for [`compared`], which answers where two views differ, never what
+    /// they hold.
+    Compared,
+}
+
 impl<'a> View<'a> {
-    fn of(entry: &'a Entry) -> Result<View<'a>, ApiError> {
+    fn of(entry: &'a Entry, shown: Shown) -> Result<View<'a>, ApiError> {
         Ok(match entry {
-            Entry::Route(route) => View::Route(Box::new(RouteView::of(route)?)),
+            Entry::Route(route) => View::Route(Box::new(RouteView::of(route, shown)?)),
             Entry::Locked(locked) => View::Locked(LockedView {
                 uuid: locked.uuid,
                 status: "locked",
@@ -283,6 +316,10 @@ struct LockedView<'a> {
 #[serde(rename_all = "camelCase")]
 struct RouteView<'a> {
     uuid: Uuid,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<&'a str>,
     path: String,
     method: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -414,7 +451,7 @@ struct TlsView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     client_cert: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    client_key: Option<&'static str>,
+    client_key: Option<&'a str>,
 }
 
 /// A stored `authHeader`, its secrets masked: a token, or OAuth2 client credentials (whose
@@ -425,7 +462,7 @@ struct AuthHeaderView<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    token: Option<Option<&'static str>>,
+    token: Option<Option<&'a str>>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     oauth2: Option<OAuth2View<'a>>,
 }
@@ -435,7 +472,7 @@ struct AuthHeaderView<'a> {
 struct OAuth2View<'a> {
     token_url: &'a str,
     client_id: &'a str,
-    client_secret: &'static str,
+    client_secret: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     scope: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -443,29 +480,37 @@ struct OAuth2View<'a> {
     client_auth: &'static str,
 }
 
+/// A secret as `shown` says.
+fn secret(text: &str, shown: Shown) -> &str {
+    match shown {
+        Shown::Masked => MASK,
+        Shown::Compared => text,
+    }
+}
+
 /// Configured headers as shown: an `Authorization` header is a credential, masked.
-fn masked(headers: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+fn masked(headers: &BTreeMap<String, String>, shown: Shown) -> BTreeMap<&str, &str> {
     headers
         .iter()
         .map(|(name, value)| {
             let credential = name.eq_ignore_ascii_case("authorization");
-            (name.as_str(), if credential { MASK } else { value.as_str() })
+            (name.as_str(), if credential { secret(value, shown) } else { value.as_str() })
         })
         .collect()
 }
 
 /// A stored auth as shown: its `authHeader` with secrets masked, and the route's auth mode.
-fn auth_view(auth: &Auth) -> (Option<AuthHeaderView<'_>>, &'static str) {
+fn auth_view(auth: &Auth, shown: Shown) -> (Option<AuthHeaderView<'_>>, &'static str) {
     match auth {
         Auth::Stored { kind, token } => {
-            let token = Some(token.as_ref().map(|_| MASK));
+            let token = Some(token.as_deref().map(|token| secret(token, shown)));
             (Some(AuthHeaderView { kind: kind.name(), token, oauth2: None }), "stored")
         }
         Auth::OAuth2(credentials) => {
             let oauth2 = OAuth2View {
                 token_url: &credentials.token_url,
                 client_id: &credentials.client_id,
-                client_secret: MASK,
+                client_secret: secret(&credentials.client_secret, shown),
                 scope: credentials.scope.as_deref(),
                 audience: credentials.audience.as_deref(),
                 client_auth: credentials.client_auth.name(),
@@ -478,18 +523,18 @@ fn auth_view(auth: &Auth) -> (Option<AuthHeaderView<'_>>, &'static str) {
     }
 }
 
-fn tls_view(tls: &crate::upstream::TlsSettings) -> TlsView<'_> {
+fn tls_view(tls: &crate::upstream::TlsSettings, shown: Shown) -> TlsView<'_> {
     TlsView {
         ca: tls.ca.as_deref(),
         client_cert: tls.client_cert.as_deref(),
-        client_key: tls.client_key.as_ref().map(|_| MASK),
+        client_key: tls.client_key.as_deref().map(|key| secret(key, shown)),
     }
 }
 
 impl<'a> RouteView<'a> {
     /// The view of `route`, or a failure when a stored member cannot be read back (never shown
     /// as `null`: saving such a view would store `null`). Registration refuses what could not be.
-    fn of(route: &'a Route) -> Result<RouteView<'a>, ApiError> {
+    fn of(route: &'a Route, shown: Shown) -> Result<RouteView<'a>, ApiError> {
         let c = &route.config;
         let unreadable = |member: &str, why: String| {
             ApiError::Storage(format!("the stored {member} of route {} cannot be shown: {why}", route.uuid))
@@ -499,14 +544,14 @@ impl<'a> RouteView<'a> {
                 .map(|text| crate::route::shown(text).map_err(|why| unreadable(member, why)))
                 .transpose()
         };
-        let (auth_header, auth) = auth_view(&c.auth);
+        let (auth_header, auth) = auth_view(&c.auth, shown);
         let problem = route.broken();
         let original_route = match c.sources.is_empty() {
             true => Some(OriginalRouteView {
                 original_api: BaseUrlView { base_url: &c.base_url },
                 path: &c.upstream_path,
                 method: &c.upstream_method,
-                headers: masked(&c.headers),
+                headers: masked(&c.headers, shown),
                 queries: &c.queries,
                 body: raw("originalRoute.body", &c.body)?,
             }),
@@ -518,16 +563,16 @@ impl<'a> RouteView<'a> {
                 original_api: BaseUrlView { base_url: &source.base_url },
                 path: &source.path,
                 method: &source.method,
-                headers: masked(&source.headers),
+                headers: masked(&source.headers, shown),
                 queries: &source.queries,
                 body: raw("body of a source", &source.body)?,
                 auth_header: match &source.auth {
                     Auth::Runtime => Some(AuthHeaderView { kind: "Runtime", token: None, oauth2: None }),
-                    auth => auth_view(auth).0,
+                    auth => auth_view(auth, shown).0,
                 },
                 retry: source.retry.as_ref(),
                 rate_limit: source.rate_limit.as_ref(),
-                tls: source.tls.as_ref().map(tls_view),
+                tls: source.tls.as_ref().map(|tls| tls_view(tls, shown)),
                 http2: source.http2_prior_knowledge.then_some("prior-knowledge"),
                 after: &source.after,
                 when: source.when.as_deref(),
@@ -541,13 +586,15 @@ impl<'a> RouteView<'a> {
         }
         Ok(RouteView {
             uuid: route.uuid,
+            name: c.name.as_deref(),
+            owner: c.owner.as_deref(),
             path: route.public_path(),
             method: &c.method,
             original_route,
             sources: (!sources.is_empty()).then_some(sources),
             forward_headers: &c.forward_headers,
             pre_configured_queries: &c.pre_queries,
-            pre_configured_headers: masked(&c.pre_headers),
+            pre_configured_headers: masked(&c.pre_headers, shown),
             pre_configured_body: raw("preConfiguredBody", &c.pre_body)?,
             auth_header,
             auth,
@@ -559,7 +606,7 @@ impl<'a> RouteView<'a> {
             rate_limit: c.rate_limit.as_ref(),
             http2: c.http2_prior_knowledge.then_some("prior-knowledge"),
             breaker: (!c.breaker.is_origin()).then_some(BreakerView { scope: c.breaker }),
-            tls: c.tls.as_ref().map(tls_view),
+            tls: c.tls.as_ref().map(|tls| tls_view(tls, shown)),
             sample_request: match &c.sample_request {
                 Some(sample) => {
                     Some(SampleView { query: &sample.query, body: raw("sampleRequest.body", &sample.body)? })
@@ -578,4 +625,17 @@ impl<'a> RouteView<'a> {
             revision: (route.revision != 0).then_some(route.revision),
         })
     }
+}
+
+/// Where the route `after` would differ from `before`, as JSON pointers into a registration
+/// (`PUT /v1/routes/{uuid}?dryRun=true`, SPEC §2.5). Secrets are compared as they are held, and
+/// only the pointer of one that differs is told; what is the service's own (times, status,
+/// revision) is not compared.
+pub(super) fn compared(before: &Route, after: &Route) -> Result<Vec<String>, ApiError> {
+    let text = |route| {
+        serde_json::to_string(&RouteView::of(route, Shown::Compared)?)
+            .map_err(|e| ApiError::Storage(e.to_string()))
+    };
+    const OWN: &[&str] = &["uuid", "path", "createdAt", "updatedAt", "status", "problem", "revision"];
+    crate::json::diff::differences(&text(before)?, &text(after)?, OWN).map_err(ApiError::Storage)
 }

@@ -28,7 +28,15 @@ pub(super) async fn register(state: &State, request: Request) -> Result<Response
     let (parts, body) = request.into_parts();
     let body = read_body(state, &parts.headers, body).await?;
     let (mut route, sample) = compiled(state, body, &parts.headers, None).await?;
+    // A name or a uuid held already is told before the live call, and checked again as the
+    // route is stored.
+    held_elsewhere(state, &route, true)?;
     let live = live_call(state, &route, &parts.headers, &sample, Purpose::Validate).await?;
+    let _writing = match route.config.name.is_some() {
+        true => Some(state.writes.lock().await),
+        false => None,
+    };
+    held_elsewhere(state, &route, true)?;
     route.revision = state.stored(state.store.create(route.to_stored()).await)?;
     let route = Arc::new(route);
     state.table.apply_shared(Entry::Route(route.clone()));
@@ -51,8 +59,14 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
         Entry::Route(route) => route,
         Entry::Locked(locked) => return Err(super::management::locked_refusal(&locked)),
     };
+    let dry_run = url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
+        .any(|(name, value)| name == "dryRun" && value == "true");
     let body = read_body(state, &parts.headers, body).await?;
     let (mut route, sample) = compiled(state, body, &parts.headers, Some(existing.clone())).await?;
+    held_elsewhere(state, &route, false)?;
+    if dry_run {
+        return dry_run_answer(&existing, &route);
+    }
     // The route's answer counts go on across the change.
     route.statuses = existing.statuses.clone();
     route.stats = existing.stats.clone();
@@ -65,6 +79,7 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
     if let Entry::Locked(locked) = &now {
         return Err(super::management::locked_refusal(locked));
     }
+    held_elsewhere(state, &route, false)?;
     // Later than the version it replaces, whatever the clock says.
     route.updated_at = now_ms().max(now.updated_at() + 1);
     // The store gives the version its revision as it writes it (the `ETag`). In cluster mode the
@@ -194,7 +209,7 @@ async fn compiled(
     state
         .compile(move || {
             let stored = existing.as_ref().map(|route| &route.config);
-            let (config, sample) = validated(&limits, &metrics, &body, runtime_auth, stored)?;
+            let (config, sample, given) = validated(&limits, &metrics, &body, runtime_auth, stored)?;
             // RECAST_CALLERS_REQUIRED: who may call is said, or the route is not made.
             if callers_required && config.callers.is_none() {
                 return Err(ApiError::InvalidBody(vec![Problem::new(
@@ -203,12 +218,18 @@ async fn compiled(
                 )]));
             }
             let route = match &existing {
+                Some(existing) if given.is_some_and(|given| given != existing.uuid) => {
+                    return Err(ApiError::InvalidBody(vec![Problem::new(
+                        "/uuid",
+                        format!("the uuid of a route cannot change (this one is {})", existing.uuid),
+                    )]));
+                }
                 Some(existing) => {
                     Route::new(existing.uuid, existing.created_at, existing.updated_at, config, &limits)
                 }
                 None => {
                     let now = now_ms();
-                    Route::new(Uuid::new_v4(), now, now, config, &limits)
+                    Route::new(given.unwrap_or_else(Uuid::new_v4), now, now, config, &limits)
                 }
             };
             Ok((route, sample))
@@ -226,7 +247,7 @@ fn validated(
     body: &[u8],
     runtime_auth: bool,
     stored: Option<&RouteConfig>,
-) -> Result<(RouteConfig, StoredSample), ApiError> {
+) -> Result<(RouteConfig, StoredSample, Option<Uuid>), ApiError> {
     let mut problems = shape::check(&admin_json(body)?);
     if problems.is_empty() {
         let mut registration: Registration = serde_json::from_slice(body)
@@ -247,6 +268,7 @@ fn validated(
         };
         // A mask that keeps nothing is told at its place; whatever validation says of the same
         // place (a `"***"` that is no PEM key) is not told twice.
+        let given = registration.given_uuid().ok().flatten();
         let masks = stored.map(|stored| registration.keep_secrets(stored)).unwrap_or_default();
         let told = |p: &Problem| {
             masks.iter().any(|mask| {
@@ -261,10 +283,15 @@ fn validated(
             Ok(mut config) if masks.is_empty() => {
                 config.sample_request = sample;
                 config.caller = caller;
+                // SPEC §2.5: an update that gives no `name` or `owner` keeps the stored ones.
+                if let Some(stored) = stored {
+                    config.name = config.name.take().or_else(|| stored.name.clone());
+                    config.owner = config.owner.take().or_else(|| stored.owner.clone());
+                }
                 let unshowable = config.unshowable();
                 if unshowable.is_empty() {
                     let sample = config.sample_request.clone().unwrap_or_default();
-                    return Ok((config, sample));
+                    return Ok((config, sample, given));
                 }
                 problems = unshowable;
             }
@@ -290,6 +317,54 @@ fn validated(
         problems.extend(in_registration(&found));
     }
     Err(ApiError::InvalidBody(problems))
+}
+
+/// 409 when another route holds the route's `name`, or, for a `new` route, a route holds its
+/// uuid (SPEC §2.5). In a cluster, as this node's table has them.
+fn held_elsewhere(state: &State, route: &Route, new: bool) -> Result<(), ApiError> {
+    if new && state.table.get(&route.uuid).is_some() {
+        return Err(ApiError::Conflict(format!("a route holds the uuid {} already", route.uuid)));
+    }
+    let Some(name) = &route.config.name else { return Ok(()) };
+    let mut holder = None;
+    state.table.for_each(|entry| {
+        if entry.uuid() != route.uuid
+            && entry.route().is_some_and(|other| other.config.name.as_ref() == Some(name))
+        {
+            holder = Some(entry.uuid());
+        }
+    });
+    match holder {
+        Some(holder) => Err(ApiError::Conflict(format!("route {holder} holds the name `{name}` already"))),
+        None => Ok(()),
+    }
+}
+
+/// The answer to `PUT /v1/routes/{uuid}?dryRun=true` (SPEC §2.5): what the update would change,
+/// as JSON pointers into the registration, with the `ETag` of the version it was compared with
+/// (for the update's `If-Match`). Nothing is called and nothing stored.
+fn dry_run_answer(existing: &Arc<Route>, route: &Route) -> Result<Response, ApiError> {
+    if let Err(problems) = &route.rules {
+        return Err(ApiError::InvalidRules(in_registration(problems).collect()));
+    }
+    let changes = super::management::compared(existing, route)?;
+    let mut body = Vec::with_capacity(64 + changes.iter().map(|c| c.len() + 3).sum::<usize>());
+    body.extend_from_slice(b"{\"uuid\":");
+    write::string(&mut body, &existing.uuid.to_string());
+    body.extend_from_slice(if changes.is_empty() { b",\"changed\":false" } else { b",\"changed\":true" });
+    body.extend_from_slice(b",\"changes\":[");
+    for (i, change) in changes.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        write::string(&mut body, change);
+    }
+    body.extend_from_slice(b"]}");
+    let mut response = json(StatusCode::OK, body);
+    if let Ok(tag) = HeaderValue::try_from(etag(&Entry::Route(existing.clone()))) {
+        response.headers_mut().insert(header::ETAG, tag);
+    }
+    Ok(response)
 }
 
 /// Problems or warnings of a registration's rules, located in the registration.
