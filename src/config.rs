@@ -40,6 +40,7 @@ pub const MAX_HEADERS: &str = "RECAST_MAX_HEADERS";
 pub const HEADER_TIMEOUT_MS: &str = "RECAST_HEADER_TIMEOUT_MS";
 pub const IDLE_TIMEOUT_MS: &str = "RECAST_IDLE_TIMEOUT_MS";
 pub const DATABASE_URL: &str = "RECAST_DATABASE_URL";
+pub const ROUTES_FILE: &str = "RECAST_ROUTES_FILE";
 pub const DATABASE_TIMEOUT_MS: &str = "RECAST_DATABASE_TIMEOUT_MS";
 pub const SYNC_INTERVAL_MS: &str = "RECAST_SYNC_INTERVAL_MS";
 pub const HEARTBEAT_MS: &str = "RECAST_HEARTBEAT_MS";
@@ -306,6 +307,13 @@ pub struct Config {
     #[arg(long, env = DATABASE_URL, hide_env_values = true)]
     pub database_url: Option<Secret>,
 
+    /// A node from a file (SPEC §2.5): the routes file (YAML or JSON) whose routes and consumers
+    /// this node serves, compiled at start with no live call and nothing stored (no data
+    /// directory is opened); its admin API is read-only. Read again on SIGHUP and when it
+    /// changes; a file with any problem keeps the routes that serve [default: none].
+    #[arg(long, env = ROUTES_FILE)]
+    pub routes_file: Option<PathBuf>,
+
     /// Cluster mode: time to connect to the database and for each statement, in milliseconds; a
     /// connection that does not answer within it is dropped and made again.
     #[arg(long, env = DATABASE_TIMEOUT_MS, default_value_t = DEFAULT_DATABASE_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
@@ -451,6 +459,7 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            routes_file: None,
             h2c: false,
             h2_max_streams: DEFAULT_H2_MAX_STREAMS,
             cache_bytes: DEFAULT_CACHE_BYTES,
@@ -704,6 +713,7 @@ mod tests {
             HEADER_TIMEOUT_MS,
             IDLE_TIMEOUT_MS,
             DATABASE_URL,
+            ROUTES_FILE,
             DATABASE_TIMEOUT_MS,
             SYNC_INTERVAL_MS,
             HEARTBEAT_MS,

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Kinds of error answers counted: one per problem type (`server::problem::SLUGS`).
-pub const ERROR_KINDS: usize = 39;
+pub const ERROR_KINDS: usize = 40;
 
 /// Whole minutes a window can cover, besides the current one.
 pub const MINUTES: usize = 5;

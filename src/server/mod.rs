@@ -21,6 +21,7 @@ mod preview;
 pub mod problem;
 mod reply;
 mod router;
+mod routes_file;
 mod single;
 mod state;
 mod sync;
@@ -154,32 +155,67 @@ pub async fn run_with(
     };
     let metrics = Arc::new(Metrics::default());
     let tasks = Tasks::new(metrics.clone());
-    let dir = config.data_dir.clone();
-    let secret = keys.clone();
-    let local = tasks
-        .blocking(PanicSite::Loading, move || Store::open_holding_compactions(&dir, secret.as_ref()))
-        .await
-        .map_err(|panic| RunError::Io(std::io::Error::other(panic.to_string())))?
-        .map_err(RunError::Storage)?;
-    let local = Arc::new(local);
-    let position = local.position().map_err(RunError::Storage)?;
+    // A node from a routes file (SPEC §2.5) opens no data directory and stores nothing.
+    let from_file = match &config.routes_file {
+        Some(_) if config.database_url.is_some() => {
+            return Err(RunError::Config(
+                "RECAST_ROUTES_FILE and RECAST_DATABASE_URL go apart: a node serves a routes file or a cluster's database, not both (apply the file to the cluster with `recast config apply`)".to_owned(),
+            ));
+        }
+        Some(path) => {
+            Some((Arc::new(routes_file::FileStore::new().map_err(RunError::Config)?), path.clone()))
+        }
+        None => None,
+    };
+    let local = match from_file {
+        Some(_) => None,
+        None => {
+            let dir = config.data_dir.clone();
+            let secret = keys.clone();
+            let local = tasks
+                .blocking(PanicSite::Loading, move || Store::open_holding_compactions(&dir, secret.as_ref()))
+                .await
+                .map_err(|panic| RunError::Io(std::io::Error::other(panic.to_string())))?
+                .map_err(RunError::Storage)?;
+            Some(Arc::new(local))
+        }
+    };
+    let position =
+        local.as_ref().map(|local| local.position()).transpose().map_err(RunError::Storage)?.flatten();
     // A new cluster node that stopped while writing its first load: no position, some records.
-    let loading = local.is_loading().map_err(RunError::Storage)?;
+    let loading = local
+        .as_ref()
+        .map(|local| local.is_loading())
+        .transpose()
+        .map_err(RunError::Storage)?
+        .unwrap_or(false);
+    let dir_of = |local: &Option<Arc<Store>>| {
+        local.as_ref().map(|local| local.dir().display().to_string()).unwrap_or_default()
+    };
     let database = match &config.database_url {
         None if position.is_some() || loading => {
             return Err(RunError::Config(format!(
                 "the data directory {} holds a cluster node's snapshot; start it with RECAST_DATABASE_URL, \
                  or give this standalone node another RECAST_DATA_DIR",
-                local.dir().display()
+                dir_of(&local)
             )));
         }
         None => None,
-        Some(_) if position.is_none() && !loading && local.has_routes().map_err(RunError::Storage)? => {
+        Some(_)
+            if position.is_none()
+                && !loading
+                && local
+                    .as_ref()
+                    .map(|local| local.has_routes())
+                    .transpose()
+                    .map_err(RunError::Storage)?
+                    == Some(true) =>
+        {
             return Err(RunError::Config(format!(
                 "the data directory {} holds the routes of a standalone node; move them into the \
                  database with `recast routes export` and `recast routes import`, and give this \
                  cluster node another RECAST_DATA_DIR",
-                local.dir().display()
+                dir_of(&local)
             )));
         }
         Some(url) => {
@@ -189,11 +225,13 @@ pub async fn run_with(
             Some(Arc::new(Database::new(url, key, timeout, tasks.clone()).map_err(RunError::Config)?))
         }
     };
-    let store: Arc<dyn RouteStore> = match &database {
-        Some(database) => Arc::new(ClusterStore::new(database.clone())),
-        None => Arc::new(LocalStore::new(local.clone(), tasks.clone())),
+    let store: Arc<dyn RouteStore> = match (&database, &local, &from_file) {
+        (Some(database), _, _) => Arc::new(ClusterStore::new(database.clone())),
+        (None, Some(local), _) => Arc::new(LocalStore::new(local.clone(), tasks.clone())),
+        (None, None, Some((file_store, _))) => file_store.clone(),
+        (None, None, None) => return Err(RunError::Config("no route store".to_owned())),
     };
-    if let Some(database) = &database {
+    if let (Some(database), Some(local)) = (&database, &local) {
         // A wrong key or a newer schema stops the start here when the database answers; when it
         // does not, the node serves its snapshot and the follower checks once it does.
         let prepared = database.prepare_now().await;
@@ -269,10 +307,18 @@ pub async fn run_with(
         compilers: Arc::new(tokio::sync::Semaphore::new(crate::config::cores())),
         tracer: crate::telemetry::Tracer::new(traces.sampler, recorder).with_baggage(propagate_baggage),
     });
-    tracing::info!(state = ?Lifecycle::Idle, data = %local.dir().display(), "lifecycle");
-    tracing::info!(key = %local.key_origin(), "stored routes are sealed with the secret key from");
-    if local.migrated > 0 {
-        tracing::info!(routes = local.migrated, "stored routes sealed with the secret key");
+    match (&local, &from_file) {
+        (Some(local), _) => {
+            tracing::info!(state = ?Lifecycle::Idle, data = %local.dir().display(), "lifecycle");
+            tracing::info!(key = %local.key_origin(), "stored routes are sealed with the secret key from");
+            if local.migrated > 0 {
+                tracing::info!(routes = local.migrated, "stored routes sealed with the secret key");
+            }
+        }
+        (None, Some((_, path))) => {
+            tracing::info!(state = ?Lifecycle::Idle, file = %path.display(), "lifecycle: a node from a routes file, its admin API read-only, nothing stored");
+        }
+        (None, None) => {}
     }
     if database.is_some() {
         tracing::info!(
@@ -284,7 +330,11 @@ pub async fn run_with(
     tracing::info!(address = %listen, https = listener_tls.is_some(), h2c = state.config.h2c && listener_tls.is_none(), json_kernel = crate::json::simd::Choice::detected().name(), "listening");
     // The certificate and key read again on SIGHUP and when they change.
     let watching_tls = listener_tls.map(|tls| tasks.spawn(PanicSite::Background, tls.watch()));
-    if state.admin.is_none() {
+    if state.admin.is_none() && state.config.routes_file.is_some() {
+        tracing::warn!(
+            "RECAST_ADMIN_TOKEN is not set: anyone who can reach {listen} can read the routes of the file (secrets masked)"
+        );
+    } else if state.admin.is_none() {
         tracing::warn!(
             "RECAST_ADMIN_TOKEN is not set: anyone who can reach {listen} can register and change routes"
         );
@@ -313,9 +363,22 @@ pub async fn run_with(
     let (stop_node, mut must_stop) = tokio::sync::mpsc::channel::<String>(1);
     tasks.spawn(PanicSite::Background, state.client.sweeper());
     let loader = {
-        let (state, local) = (state.clone(), local.clone());
+        let (state, local, from_file) = (state.clone(), local.clone(), from_file.clone());
         let runtime = tokio::runtime::Handle::current();
         tasks.spawn(PanicSite::Loading, async move {
+            // A node from a file: loaded, and loaded again, by its own task.
+            let local = match (local, from_file) {
+                (Some(local), _) => local,
+                (None, Some((file_store, path))) => {
+                    let tasks = state.tasks.clone();
+                    return Some(tasks.spawn_on(
+                        &runtime,
+                        PanicSite::Loading,
+                        routes_file::serve(state, file_store, path),
+                    ));
+                }
+                (None, None) => return None,
+            };
             let (loaded, from) = (state.clone(), local.clone());
             // A panic here is a bug: the service stays `Idle`, not ready, rather than serve with
             // routes missing.
@@ -548,7 +611,9 @@ pub async fn run_with(
     // store acknowledged is in its synced log either way.
     let closing = tokio::task::spawn_blocking(move || {
         let began = std::time::Instant::now();
-        local.close();
+        if let Some(local) = &local {
+            local.close();
+        }
         drop(state);
         drop(local);
         began.elapsed()

@@ -57,6 +57,7 @@ pub const SLUGS: [&str; crate::metrics::ERROR_KINDS] = [
     "caller-unauthenticated",
     "caller-forbidden",
     "caller-rate-limited",
+    "read-only",
 ];
 
 /// Everything that can go wrong while answering a request, by where it came from.
@@ -92,6 +93,8 @@ pub enum ApiError {
     MethodNotAllowed {
         allow: &'static str,
     },
+    /// A change asked of a node from a routes file (SPEC §2.5): its admin API only reads.
+    ReadOnly,
     /// A runtime-auth route called without `X-Mapped-Auth`.
     AuthRequired,
     /// An admin endpoint called without the admin token (SPEC §6).
@@ -305,7 +308,7 @@ impl ApiError {
             ApiError::PreviewLimit { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::NotFound => StatusCode::NOT_FOUND,
-            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::MethodNotAllowed { .. } | ApiError::ReadOnly => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::AuthRequired | ApiError::AdminTokenRequired => StatusCode::UNAUTHORIZED,
             ApiError::Caller(refusal) => match refusal {
                 Refusal::Unauthenticated { .. } => StatusCode::UNAUTHORIZED,
@@ -355,6 +358,7 @@ impl ApiError {
             ApiError::BodyTimeout => "body-timeout",
             ApiError::NotFound => "not-found",
             ApiError::MethodNotAllowed { .. } => "method-not-allowed",
+            ApiError::ReadOnly => "read-only",
             ApiError::AuthRequired => "auth-required",
             ApiError::AdminTokenRequired => "admin-token-required",
             ApiError::Caller(refusal) => match refusal {
@@ -420,6 +424,7 @@ impl ApiError {
             ApiError::BodyTimeout => "The request body came too slowly",
             ApiError::NotFound => "Nothing is here",
             ApiError::MethodNotAllowed { .. } => "Method not allowed",
+            ApiError::ReadOnly => "Read-only node",
             ApiError::AuthRequired => "This route needs X-Mapped-Auth",
             ApiError::AdminTokenRequired => "This endpoint needs the admin token",
             ApiError::Caller(refusal) => match refusal {
@@ -505,6 +510,7 @@ impl ApiError {
             ApiError::BodyTimeout => "the whole body must arrive within RECAST_HEADER_TIMEOUT_MS".to_owned(),
             ApiError::NotFound => "no endpoint or route at this path".to_owned(),
             ApiError::MethodNotAllowed { allow } => format!("this path answers {allow}"),
+            ApiError::ReadOnly => "this node serves the routes and consumers of its file (RECAST_ROUTES_FILE) and changes none: change the file (it is read again on SIGHUP and when it changes)".to_owned(),
             ApiError::Caller(refusal) => match refusal {
                 Refusal::Unauthenticated { why, .. } | Refusal::Forbidden(why) => why.clone(),
                 Refusal::Limited { requests, per_seconds, .. } => {
@@ -648,6 +654,9 @@ impl ApiError {
         match self {
             ApiError::MethodNotAllowed { allow } => {
                 headers.insert(header::ALLOW, HeaderValue::from_static(allow));
+            }
+            ApiError::ReadOnly => {
+                headers.insert(header::ALLOW, HeaderValue::from_static("GET"));
             }
             ApiError::Upstream {
                 failure:
@@ -809,6 +818,7 @@ mod tests {
             ApiError::BodyTimeout,
             ApiError::NotFound,
             ApiError::MethodNotAllowed { allow: "GET" },
+            ApiError::ReadOnly,
             ApiError::AuthRequired,
             ApiError::AdminTokenRequired,
             ApiError::Caller(Refusal::Unauthenticated { given: false, why: String::new() }),

@@ -166,6 +166,14 @@ async fn dispatch(
     {
         return Err(ApiError::AdminTokenRequired);
     }
+    // A node from a routes file (SPEC §2.5) changes nothing through its admin API.
+    if state.config.routes_file.is_some()
+        && admission::is_admin_path(segments)
+        && !matches!(segments, ["metrics"])
+        && method != Method::GET
+    {
+        return Err(ApiError::ReadOnly);
+    }
     match (&method, segments) {
         (&Method::POST, ["v1", "preview"]) => preview::preview(state, request).await,
         (_, ["v1", "preview"]) => Err(ApiError::MethodNotAllowed { allow: "POST" }),
