@@ -18,6 +18,7 @@ mod cli;
 mod cluster;
 mod composition;
 mod compression;
+mod config_files;
 mod conformance;
 mod crash;
 mod edges;

@@ -209,9 +209,27 @@ async fn every_operation_answers_as_the_description_says() {
     let answer = send(Method::POST, &url("/v1/mapping"), &[], r#"{"path":"x"}"#).await;
     assert_eq!(answer.status, 400);
     spec.check("/v1/mapping", &Method::POST, &answer);
+    // Named, owned, at a uuid of its own (SPEC §2.5); that uuid again is a conflict.
+    let mut named = registration.clone();
+    named["name"] = Value::String("meal-named".to_owned());
+    named["owner"] = Value::String("team-a".to_owned());
+    named["uuid"] = Value::String("0b6c7a10-3f1c-4a9e-8b7d-4c1e9a5f0d2e".to_owned());
+    let answer = send(Method::POST, &url("/v1/mapping"), &[], named.to_string()).await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    spec.check("/v1/mapping", &Method::POST, &answer);
+    let answer = send(Method::POST, &url("/v1/mapping"), &[], named.to_string()).await;
+    answer.assert_problem(409, "conflict");
+    spec.check("/v1/mapping", &Method::POST, &answer);
+    for query in ["?owner=team-a", "?name=meal-named"] {
+        let answer = send(Method::GET, &url(&format!("/v1/routes{query}")), &[], "").await;
+        spec.check("/v1/routes", &Method::GET, &answer);
+        assert_eq!(value(&answer)["routes"][0]["name"], "meal-named", "{query}");
+    }
+    let named_route = "/v1/routes/0b6c7a10-3f1c-4a9e-8b7d-4c1e9a5f0d2e";
+    assert_eq!(send(Method::DELETE, &url(named_route), &[], "").await.status, 204);
 
     // Management.
-    for query in ["", "?limit=1", "?limit=0", "?path=meal&host=127.0.0.1", "?host=nowhere"] {
+    for query in ["", "?limit=1", "?limit=0", "?path=meal&host=127.0.0.1", "?host=nowhere", "?owner=nobody"] {
         let answer = send(Method::GET, &url(&format!("/v1/routes{query}")), &[], "").await;
         spec.check("/v1/routes", &Method::GET, &answer);
     }
@@ -223,6 +241,14 @@ async fn every_operation_answers_as_the_description_says() {
     }
     let mut update = spec.example("/v1/routes/{uuid}", &Method::PUT, "meal");
     update["originalRoute"]["originalApi"]["baseUrl"] = Value::String(upstream.url("/"));
+    let dry_run = send(Method::PUT, &url(&format!("{route}?dryRun=true")), &[], update.to_string()).await;
+    assert_eq!(dry_run.status, 200, "{:?}", dry_run.body);
+    spec.check("/v1/routes/{uuid}", &Method::PUT, &dry_run);
+    let changes = value(&dry_run)["changes"].clone();
+    assert!(
+        changes.as_array().unwrap().contains(&Value::from("/rulesAsString/newBodyFields/name/key")),
+        "{changes}"
+    );
     let answer = send(Method::PUT, &url(&route), &[], update.to_string()).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
     spec.check("/v1/routes/{uuid}", &Method::PUT, &answer);
