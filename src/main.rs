@@ -108,7 +108,7 @@ enum Command {
         #[arg(long, global = true, env = recast::config::ADMIN_TOKEN, hide_env_values = true)]
         token: Option<String>,
         #[command(subcommand)]
-        command: recast::routes_file::command::ConfigCommand,
+        command: recast::cli::config::ConfigCommand,
         #[command(flatten)]
         limits: LimitArgs,
     },
@@ -197,7 +197,7 @@ fn main() -> ExitCode {
         }
         Command::Config { url, token, command, limits } => {
             match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                Ok(runtime) => runtime.block_on(recast::routes_file::command::run(
+                Ok(runtime) => runtime.block_on(recast::cli::config::run(
                     &url,
                     token.as_deref(),
                     &command,

@@ -48,10 +48,6 @@ const ORIGINAL_ROUTE: Shape = Shape::Object(&[
 const SAMPLE_REQUEST: Shape = Shape::Object(&[("query", Shape::TextMap, false), ("body", Shape::Any, false)]);
 
 const REGISTRATION: Shape = Shape::Object(&[
-    // SPEC §2.5: checked by `validate`.
-    ("name", Shape::Text, false),
-    ("owner", Shape::Text, false),
-    ("uuid", Shape::Text, false),
     // Required of a registration, not of an update: `validate` says so.
     ("path", Shape::Text, false),
     ("method", Shape::Text, false),
@@ -73,6 +69,10 @@ const REGISTRATION: Shape = Shape::Object(&[
     ("sampleRequest", SAMPLE_REQUEST, false),
     ("callers", Shape::Any, false),
     ("caller", Shape::Any, false),
+    // SPEC §2.5: checked by `validate`.
+    ("name", Shape::Text, false),
+    ("owner", Shape::Text, false),
+    ("uuid", Shape::Text, false),
 ]);
 
 /// The body of a *Try it* (`POST /v1/routes/{uuid}/try`): a `sampleRequest` used once.
@@ -217,7 +217,7 @@ mod tests {
             found,
             [
                 "/authHeader/tokn: unknown member `tokn`; did you mean `token`? The known members are type, token, tokenUrl, clientId, clientSecret, scope, audience, clientAuth",
-                "/extra: unknown member `extra`; the known members are path, method, originalRoute, sources, forwardHeaders, preConfiguredQueries, preConfiguredHeaders, preConfiguredBody, authHeader, rulesAsString, cache, retry, rateLimit, tls, http2, breaker, sampleRequest, callers, caller",
+                "/extra: unknown member `extra`; the known members are path, method, originalRoute, sources, forwardHeaders, preConfiguredQueries, preConfiguredHeaders, preConfiguredBody, authHeader, rulesAsString, cache, retry, rateLimit, tls, http2, breaker, sampleRequest, callers, caller, name, owner, uuid",
                 "/originalRoute/headers/a: must be a string, found a number",
                 "/originalRoute/originalAPI: unknown member `originalAPI`; did you mean `originalApi`? The known members are originalApi, path, method, headers, queries, body, authHeader",
                 "/originalRoute/path: must be a string, found a number",
@@ -238,7 +238,7 @@ mod tests {
         assert_eq!(
             problems(json!([])),
             [
-                "(document): must be an object (with path, method, originalRoute, sources, forwardHeaders, preConfiguredQueries, preConfiguredHeaders, preConfiguredBody, authHeader, rulesAsString, cache, retry, rateLimit, tls, http2, breaker, sampleRequest, callers, caller), found a list"
+                "(document): must be an object (with path, method, originalRoute, sources, forwardHeaders, preConfiguredQueries, preConfiguredHeaders, preConfiguredBody, authHeader, rulesAsString, cache, retry, rateLimit, tls, http2, breaker, sampleRequest, callers, caller, name, owner, uuid), found a list"
             ]
         );
         assert_eq!(

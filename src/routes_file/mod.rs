@@ -1,11 +1,10 @@
 //! Routes as files (SPEC §2.5): a YAML or JSON file of registrations (each with a `name`) and
 //! consumers, read with the line and column of every value (`yaml.rs`), its `${env:NAME}` and
 //! `${file:PATH}` references resolved (`refs.rs`), and checked as a whole, offline: every problem
-//! at once, each at its place. `recast config validate|diff|apply|dump` (`remote.rs`, against a
+//! at once, each at its place. `recast config validate|diff|apply|dump` (`cli::config`; `remote.rs` against a
 //! running service) and a node from a file (`RECAST_ROUTES_FILE`, `server::routes_file`) read it
 //! through [`read`].
 
-pub mod command;
 pub mod refs;
 pub mod remote;
 pub mod yaml;

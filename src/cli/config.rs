@@ -3,8 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::remote::{self, Service};
-use crate::cli::{Exit, Outcome};
+use super::{Exit, Outcome};
+use crate::routes_file::remote::{self, Service};
+use crate::routes_file::{self, Located};
 use crate::rules::Limits;
 
 /// How `diff` and `dump` write.
@@ -122,7 +123,7 @@ pub async fn run(url: &str, token: Option<&str>, command: &ConfigCommand, limits
 
 /// `validate`: the file's problems, or how many routes and consumers it holds.
 fn validate(file: &Path, limits: &Limits) -> Outcome {
-    match super::read(file, limits, None) {
+    match routes_file::read(file, limits, None) {
         Ok(read) => Outcome::ok(
             Vec::new(),
             format!(
@@ -137,7 +138,7 @@ fn validate(file: &Path, limits: &Limits) -> Outcome {
 }
 
 /// Every problem of `file` on a line of its own, then their count.
-fn told(file: &Path, problems: &[super::Located]) -> String {
+fn told(file: &Path, problems: &[Located]) -> String {
     let mut out: String = problems.iter().map(|p| format!("{}:{p}\n", file.display())).collect();
     out.push_str(&format!("{}: {} problem(s)\n", file.display(), problems.len()));
     out
@@ -166,7 +167,7 @@ async fn planned(
                 .to_owned(),
         ));
     }
-    let read = super::read(file, limits, owner)
+    let read = routes_file::read(file, limits, owner)
         .map_err(|problems| Outcome::failed(Exit::Problems, told(file, &problems)))?;
     let mut notes = String::new();
     if !read.consumers.is_empty() {

@@ -2,6 +2,8 @@
 //! `routes list|get|delete|purge` against a running service. Each returns what to print and an
 //! [`Exit`] code that scripts can rely on (see `docs/cli.md`).
 
+pub mod config;
+
 use std::path::Path;
 use std::time::Duration;
 
