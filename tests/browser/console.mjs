@@ -225,7 +225,7 @@ async function run() {
   await page.click('#filters button[type=submit]');
   await waitFor('route 0 alone', rowPaths, (paths) => paths.length === 1 && paths[0] === 'shop/orders-0');
   const cells = await page.locator('#route-rows tr td').allTextContents();
-  check(cells[3] === 'Bearer', 'the auth type of route 0 is Bearer', JSON.stringify(cells));
+  check(cells[4] === 'Bearer', 'the auth type of route 0 is Bearer', JSON.stringify(cells));
   console.log('ok: the auth type is shown, the token never');
 
   step = 'the health moves after calls';
@@ -509,6 +509,8 @@ async function run() {
     body: JSON.stringify({
       path: 'guarded',
       originalRoute: { originalApi: { baseUrl: `http://127.0.0.1:${upstream.port}/` }, path: 'meal' },
+      name: 'guarded-route',
+      owner: 'team-a',
       callers: { consumers: ['app-*'], limit: { requests: 100, perSeconds: 60 } },
       rulesAsString: { newBodyFields: { id: { key: 'id', type: 'Int' } }, oldBodyFields: { id: { keys: ['idMeal'], parents: ['meals'] } } },
     }),
@@ -518,7 +520,17 @@ async function run() {
   await page.click('#filters button[type=submit]');
   await waitFor('the protected route alone', rowPaths, (paths) => paths.length === 1 && paths[0] === 'guarded');
   const guardedCells = await page.locator('#route-rows tr td').allTextContents();
-  check(guardedCells[4] === 'consumers app-*; 100 per 60 s each', 'its callers are shown', JSON.stringify(guardedCells));
+  check(guardedCells[5] === 'consumers app-*; 100 per 60 s each', 'its callers are shown', JSON.stringify(guardedCells));
+  check(guardedCells[2] === 'guarded-route (team-a)', 'its name and owner are shown', JSON.stringify(guardedCells));
+  await page.fill('#filter-path', '');
+  await page.fill('#filter-owner', 'team-a');
+  await page.click('#filters button[type=submit]');
+  await waitFor('the routes of owner team-a: the protected one alone', rowPaths, (paths) => paths.length === 1 && paths[0] === 'guarded');
+  await page.fill('#filter-owner', '');
+  await page.fill('#filter-name', 'guarded-route');
+  await page.click('#filters button[type=submit]');
+  await waitFor('the route named guarded-route', rowPaths, (paths) => paths.length === 1 && paths[0] === 'guarded');
+  await page.fill('#filter-name', '');
   const paid = await fetch(`${base}/v1/mapping`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', authorization: `Bearer ${adminToken}` },
@@ -534,7 +546,7 @@ async function run() {
   await page.click('#filters button[type=submit]');
   await waitFor('the paid route alone', rowPaths, (paths) => paths.length === 1 && paths[0] === 'paid');
   const openCells = await page.locator('#route-rows tr td').allTextContents();
-  check(openCells[4] === 'open: anyone with its address spends its credentials', 'an open route with a stored token is marked', JSON.stringify(openCells));
+  check(openCells[5] === 'open: anyone with its address spends its credentials', 'an open route with a stored token is marked', JSON.stringify(openCells));
   await page.click('td.path a');
   await waitFor('it says who may call it', () => page.textContent('#route-callers'), (t) => t.startsWith('Who may call: anyone'));
   await page.click('#back');
@@ -590,7 +602,7 @@ async function run() {
   await page.click('#filter-clear');
   await waitFor('the filter cleared', status, (t) => t.startsWith('Page 1: 50 routes;'));
   // From the filters, Tab goes through the filter's buttons and each route's link to the pager.
-  await page.focus('#filter-host');
+  await page.focus('#filter-name');
   const order = [];
   for (let n = 0; n < 60 && order[order.length - 1] !== 'next-page'; n++) {
     await page.keyboard.press('Tab');

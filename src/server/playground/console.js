@@ -1,6 +1,6 @@
 // The routes console: signs in with the admin token (kept in this tab's session storage, sent
 // as `Authorization: Bearer`, never in a URL), lists the routes a page at a time by the API's
-// cursor, filtered by path and upstream host on the service, with each route's health from
+// cursor, filtered by path, upstream host, owner and name on the service, with each route's health from
 // `GET /v1/routes/{uuid}/stats?minutes=5`; opens a route (`#route/<uuid>`: its configuration,
 // secrets masked, and its health), calls its upstream now (Try it), edits its rules with a
 // preview on a sample and saves them through `PUT` (problems marked where they are in the rules),
@@ -20,7 +20,7 @@ const page = {
   /** The cursor of each page shown so far; the first is `null`. */
   cursors: [null],
   next: null,
-  filter: { path: '', host: '' },
+  filter: { path: '', host: '', owner: '', name: '' },
   /** Bumped by every load, so answers to an older one are dropped. */
   generation: 0,
 };
@@ -167,6 +167,8 @@ function listingPath(cursor) {
   const query = new URLSearchParams({ limit: String(PAGE_SIZE) });
   if (page.filter.path) query.set('path', page.filter.path);
   if (page.filter.host) query.set('host', page.filter.host);
+  if (page.filter.owner) query.set('owner', page.filter.owner);
+  if (page.filter.name) query.set('name', page.filter.name);
   if (cursor) query.set('cursor', cursor);
   return `/v1/routes?${query}`;
 }
@@ -188,7 +190,7 @@ async function load(cursor) {
   const rows = routes.map(row);
   $('route-rows').replaceChildren(...rows.map((r) => r.element));
   const pageNumber = page.cursors.length;
-  const filtered = page.filter.path || page.filter.host ? ' matching the filter' : '';
+  const filtered = Object.values(page.filter).some(Boolean) ? ' matching the filter' : '';
   say(
     'routes-status',
     routes.length === 0
@@ -283,6 +285,7 @@ function row(route) {
   tr.append(
     cell(route.method || ''),
     pathCell,
+    cell(route.name ? (route.owner ? `${route.name} (${route.owner})` : route.name) : '', 'name'),
     cell(upstreamOf(route), 'upstream'),
     cell(authOf(route)),
     callersCell(route),
@@ -952,14 +955,18 @@ async function revokeKey(name, id, prefix) {
 
 function applyFilter(event) {
   event.preventDefault();
-  page.filter = { path: $('filter-path').value.trim(), host: $('filter-host').value.trim() };
+  page.filter = {
+    path: $('filter-path').value.trim(),
+    host: $('filter-host').value.trim(),
+    owner: $('filter-owner').value.trim(),
+    name: $('filter-name').value.trim(),
+  };
   page.cursors = [null];
   load(null);
 }
 
 function clearFilter() {
-  $('filter-path').value = '';
-  $('filter-host').value = '';
+  for (const id of ['filter-path', 'filter-host', 'filter-owner', 'filter-name']) $(id).value = '';
   applyFilter(new Event('submit'));
 }
 
