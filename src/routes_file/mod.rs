@@ -62,6 +62,8 @@ pub struct FileRoute {
     pub body: Ordered,
     /// Its configuration, as a registration of that body stores it.
     pub config: RouteConfig,
+    /// It compiled (made at time 0, revision 0): what a node from the file serves.
+    pub route: Route,
 }
 
 /// A file read and checked.
@@ -107,7 +109,7 @@ pub fn parse(
     limits: &Limits,
     owner: Option<&str>,
 ) -> Result<RoutesFile, Vec<Located>> {
-    let (mut value, places) = yaml::parse(text)
+    let mut value = yaml::parse_unplaced(text)
         .map_err(|e| vec![Located { at: e.at, pointer: String::new(), message: e.message }])?;
     let mut found = Vec::new();
     let mut problems: Vec<(String, String)> = Vec::new();
@@ -174,6 +176,8 @@ pub fn parse(
     if problems.is_empty() {
         return Ok(file);
     }
+    // The file again, to locate its problems.
+    let places = yaml::parse(text).map(|(_, places)| places).unwrap_or_default();
     for (pointer, message) in problems {
         let located = Located { at: places.find(&pointer), pointer, message };
         // A check made twice (a name's pattern, before the shape's check and by it) is told once.
@@ -256,34 +260,48 @@ fn route(
         }
     };
     let given = registration.given_uuid().ok().flatten();
+    let rules_problems = |problems: &mut Vec<(String, String)>, found: Vec<crate::rules::Problem>| {
+        problems.extend(found.into_iter().map(|p| (format!("{at}/rulesAsString{}", p.location), p.message)));
+    };
     let config = match registration.validate_with(false, None, limits) {
-        Ok(config) => {
-            let unshowable = config.unshowable();
-            problems.extend(unshowable.into_iter().map(located));
-            Some(config)
-        }
+        Ok(config) => config,
         Err(found) => {
             problems.extend(found.into_iter().map(located));
-            None
+            // The rules, compiled too: every problem of the route at once.
+            if let Some(rules) =
+                body.get("rulesAsString").filter(|rules| **rules != Ordered::Scalar(Value::Null))
+                && let Err(found) = compile_json(rules.to_json().as_bytes(), limits)
+            {
+                rules_problems(problems, found);
+            }
+            return None;
         }
     };
-    // The rules, compiled: every problem of theirs at its place.
-    if let Some(rules) = body.get("rulesAsString").filter(|rules| **rules != Ordered::Scalar(Value::Null))
-        && let Err(found) = compile_json(rules.to_json().as_bytes(), limits)
-    {
-        problems.extend(found.into_iter().map(|p| (format!("{at}/rulesAsString{}", p.location), p.message)));
+    problems.extend(config.unshowable().into_iter().map(located));
+    let name = name?;
+    let uuid = given.unwrap_or_else(|| uuid_of(&name));
+    // Compiled as a node serves it (rules, request with its uuid): what does not compile is told.
+    let compiled = Route::new(uuid, 0, 0, config.clone(), limits);
+    match &compiled.rules {
+        Err(found) => rules_problems(problems, found.clone()),
+        Ok(_) => {
+            if let Some(why) = compiled.broken() {
+                problems.push((at.to_owned(), why));
+            }
+        }
     }
     if problems.len() > before {
         return None;
     }
-    let (name, config) = (name?, config?);
-    let uuid = given.unwrap_or_else(|| uuid_of(&name));
-    // What serving needs beyond the checks: the request compiled with its uuid.
-    if let Some(why) = Route::new(uuid, 0, 0, config.clone(), limits).broken() {
-        problems.push((at.to_owned(), why));
-        return None;
-    }
-    Some(FileRoute { name, uuid, uuid_given: given.is_some(), owner: config.owner.clone(), body, config })
+    Some(FileRoute {
+        name,
+        uuid,
+        uuid_given: given.is_some(),
+        owner: config.owner.clone(),
+        body,
+        config,
+        route: compiled,
+    })
 }
 
 /// The file's consumers (SPEC §2.4), each key as `{"id", "sha256"}` (its digest, never the key),

@@ -31,7 +31,7 @@ impl At {
 
 /// The place of every value of the file, by JSON pointer.
 #[derive(Debug, Default)]
-pub struct Places(HashMap<String, At>);
+pub struct Places(HashMap<String, At>, bool);
 
 impl Places {
     /// Where `pointer` is, or the nearest value above it that is in the file (a member that is
@@ -78,8 +78,22 @@ enum Open {
 
 /// Reads `text` into a value and the places of its values.
 pub fn parse(text: &str) -> Result<(Ordered, Places), SyntaxError> {
+    parse_with(text, true)
+}
+
+/// Reads `text` into a value, noting no place: a file read without problems needs none (and a
+/// file of ten thousand routes holds some four hundred thousand values). Its error, if any, is
+/// [`parse`]'s.
+pub fn parse_unplaced(text: &str) -> Result<Ordered, SyntaxError> {
+    match parse_with(text, false) {
+        Ok((value, _)) => Ok(value),
+        Err(_) => parse(text).map(|(value, _)| value),
+    }
+}
+
+fn parse_with(text: &str, noting: bool) -> Result<(Ordered, Places), SyntaxError> {
     let mut parser = Parser::new_from_str(text);
-    let mut places = Places::default();
+    let mut places = Places(HashMap::new(), noting);
     let mut anchors: HashMap<usize, (Ordered, usize)> = HashMap::new();
     let mut stack: Vec<Open> = Vec::new();
     let mut root: Option<Ordered> = None;
@@ -187,6 +201,9 @@ pub fn parse(text: &str) -> Result<(Ordered, Places), SyntaxError> {
 /// The pointer of the value that begins at `at` in the innermost open container, noted in
 /// `places`; a mapping's key is no value of its own and gets none.
 fn place(stack: &mut [Open], places: &mut Places, at: At) -> Result<String, SyntaxError> {
+    if !places.1 {
+        return Ok(String::new());
+    }
     let pointer = match stack.last() {
         None => String::new(),
         Some(Open::List { pointer, items, .. }) => format!("{pointer}/{}", items.len()),

@@ -15,7 +15,6 @@ use uuid::Uuid;
 
 use super::{Lifecycle, State};
 use crate::callers::StoredConsumer;
-use crate::route::Route;
 use crate::secrets::Keyring;
 use crate::storage::{Cursor, KeyCounts, Page, ResealStep, StoredRoute};
 use crate::store::{Held, Pending, RouteStore, StoreError};
@@ -154,8 +153,8 @@ pub fn load(state: &State, store: &FileStore, path: &Path) -> Result<Loaded, Vec
         if same {
             continue;
         }
-        let mut made_route = Route::new(route.uuid, created_at, now, route.config, &limits);
-        made_route.revision = revision;
+        let mut made_route = route.route;
+        (made_route.created_at, made_route.updated_at, made_route.revision) = (created_at, now, revision);
         if let Some(current) = &current {
             made_route.statuses = current.statuses.clone();
             made_route.stats = current.stats.clone();
