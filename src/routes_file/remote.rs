@@ -409,9 +409,22 @@ pub async fn dump(service: &Service, owner: Option<&str>) -> Result<(Ordered, Ve
                 members.insert(0, ("name".to_owned(), Ordered::text(name)));
             }
         }
+        escape_references(&mut view);
         routes.push(view);
     }
     Ok((Ordered::Object(vec![("routes".to_owned(), Ordered::List(routes))]), notes))
+}
+
+/// Every `${` of the service's text written `$${`: what a route holds is text, never a reference
+/// that whoever applies the dump would resolve (a `${file:...}` registered through the API would
+/// otherwise send that machine's file to the service on the next apply).
+fn escape_references(value: &mut Ordered) {
+    match value {
+        Ordered::Scalar(Value::String(text)) if text.contains("${") => *text = text.replace("${", "$${"),
+        Ordered::Scalar(_) => {}
+        Ordered::List(items) => items.iter_mut().for_each(escape_references),
+        Ordered::Object(members) => members.iter_mut().for_each(|(_, member)| escape_references(member)),
+    }
 }
 
 /// A file's value as YAML text, members in their order.
@@ -425,8 +438,7 @@ pub fn to_yaml(value: &Ordered) -> String {
                 Some(i) => Yaml::Integer(i),
                 None => Yaml::Real(n.to_string()),
             },
-            // A `${` written by the service is text, not a reference (`$${`).
-            Ordered::Scalar(Value::String(s)) => Yaml::String(s.replace("${", "$${")),
+            Ordered::Scalar(Value::String(s)) => Yaml::String(s.clone()),
             Ordered::Scalar(other) => Yaml::String(other.to_string()),
             Ordered::List(items) => Yaml::Array(items.iter().map(convert).collect()),
             Ordered::Object(members) => {

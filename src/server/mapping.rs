@@ -348,6 +348,8 @@ fn dry_run_answer(existing: &Arc<Route>, route: &Route) -> Result<Response, ApiE
         return Err(ApiError::InvalidRules(in_registration(problems).collect()));
     }
     let changes = super::management::compared(existing, route)?;
+    // A dry run tells whether a secret given equals the one held: each is logged, as changes are.
+    logged!(tracing::Level::INFO, uuid = %existing.uuid, changes = changes.len(), "route update compared (dry run)");
     let mut body = Vec::with_capacity(64 + changes.iter().map(|c| c.len() + 3).sum::<usize>());
     body.extend_from_slice(b"{\"uuid\":");
     write::string(&mut body, &existing.uuid.to_string());

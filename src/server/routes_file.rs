@@ -129,6 +129,16 @@ pub fn load(state: &State, store: &FileStore, path: &Path) -> Result<Loaded, Vec
     let limits = state.config.limits();
     let file = crate::routes_file::read(path, &limits, None)
         .map_err(|problems| problems.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+    // RECAST_CALLERS_REQUIRED holds for a file's routes as for registered ones.
+    if state.config.callers_required {
+        let open: Vec<String> = (file.routes.iter().enumerate())
+            .filter(|(_, route)| route.config.callers.is_none())
+            .map(|(i, _)| format!("/routes/{i}/callers: RECAST_CALLERS_REQUIRED: say who may call this route (`consumers`, `jwt`, `certificates`), or \"callers\": \"open\""))
+            .collect();
+        if !open.is_empty() {
+            return Err(open);
+        }
+    }
     let revision = store.loads.fetch_add(1, Ordering::AcqRel) + 1;
     let now = crate::callers::now_ms();
     let mut kept: HashMap<Uuid, ()> = HashMap::new();

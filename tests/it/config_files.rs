@@ -376,6 +376,13 @@ async fn a_secret_by_reference_reaches_the_upstream_is_dumped_as_stars_and_the_d
     let users = recast::routes_file::uuid_of("users");
     assert_eq!(get(&service.url(&format!("/v1/{users}/users"))).await.status, 200);
 
+    // A route registered through the API whose text holds `${`: the dump writes it as text.
+    std::fs::write(dir.path().join("leak.txt"), "a file of the machine that applies").unwrap();
+    let noted = format!(
+        r#"{{"name":"noted","owner":"team-a","path":"noted","originalRoute":{{"originalApi":{{"baseUrl":"{}"}},"path":"u"}},"preConfiguredHeaders":{{"X-Note":"${{file:leak.txt}}"}},"rulesAsString":{{"newBodyFields":{{"id":{{"key":"id","type":"Int"}}}},"oldBodyFields":{{"id":{{"keys":["id"],"parents":["user"]}}}}}}}}"#,
+        upstream.url("/")
+    );
+    assert_eq!(send(Method::POST, &service.url("/v1/mapping"), &[], noted).await.status, 201);
     let dumped = recast(&["config", "dump", "--url", &url], &[]).await;
     assert_eq!(code(&dumped), 0, "{}", err(&dumped));
     let yaml = out(&dumped);
@@ -387,7 +394,8 @@ async fn a_secret_by_reference_reaches_the_upstream_is_dumped_as_stars_and_the_d
     let calls = upstream.received().len();
     let again = recast(&["config", "apply", "--url", &url, &dump], &[]).await;
     assert_eq!(code(&again), 0, "{}", err(&again));
-    assert!(out(&again).contains("applied: 0 created, 0 updated, 0 deleted, 1 unchanged"), "{}", out(&again));
+    assert!(yaml.contains("$${file:leak.txt}"), "{yaml}");
+    assert!(out(&again).contains("applied: 0 created, 0 updated, 0 deleted, 2 unchanged"), "{}", out(&again));
     assert_eq!(upstream.received().len(), calls);
     // The dump in JSON is the same file.
     let json = recast(&["config", "dump", "--url", &url, "--output", "json"], &[]).await;
@@ -493,6 +501,22 @@ async fn a_node_from_a_file_serves_it_reloads_on_sighup_under_load_keeps_a_broke
         br#"{"id":7,"first":"Ada"}"#
     );
 
+    // A file changed without a signal is read again within a second or two.
+    std::fs::write(
+        &file,
+        route_yaml("users", &upstream.url("/"), "u", "given", "").replace("  - name", "routes:\n  - name"),
+    )
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while get(&node.url(&format!("/v1/{users}/users"))).await.body.as_ref() != br#"{"id":7,"given":"Ada"}"# {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the changed file was not served:\n{}",
+            node.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
     // The admin API reads, and changes nothing.
     assert_eq!(get(&node.url(&format!("/v1/routes/{users}"))).await.status, 200);
     let registration = route_yaml("x", "http://127.0.0.1:9/", "u", "name", "");
@@ -509,6 +533,19 @@ async fn a_node_from_a_file_serves_it_reloads_on_sighup_under_load_keeps_a_broke
     // Nothing was written to disk.
     assert_eq!(std::fs::read_dir(data.path()).unwrap().count(), 0, "the data directory stays empty");
     assert!(node.terminate().success());
+
+    // RECAST_CALLERS_REQUIRED holds for a file's routes: an open one keeps the node from serving.
+    let strict = write(dir.path(), "strict.yaml", &first);
+    let data = tempfile::tempdir().unwrap();
+    let mut strict_node = Binary::spawn_with(
+        data.path(),
+        &[("RECAST_ROUTES_FILE", &strict), ("RECAST_CALLERS_REQUIRED", "true")],
+    );
+    let line = strict_node.wait_for_line("routes file problem").unwrap_or_else(|| strict_node.log_text());
+    assert!(line.contains("/routes/0/callers: RECAST_CALLERS_REQUIRED"), "{line}");
+    strict_node.addr = strict_node.logged_address().expect("it listens");
+    assert_eq!(get(&strict_node.url("/readyz")).await.status, 503, "not ready without a file that loaded");
+    assert!(strict_node.terminate().success());
 }
 
 #[tokio::test]
