@@ -351,7 +351,7 @@ mod tests {
         let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
         for level in 1..10 {
             let prev = format!("*a{}", level - 1);
-            text.push_str(&format!("a{level}: &a{level} [{}]\n", vec![prev.as_str(); 10].join(", ")));
+            text.push_str(&format!("a{level}: &a{level} [{}]\n", [prev.as_str(); 10].join(", ")));
         }
         assert!(parse(&text).unwrap_err().message.contains("more than"));
     }
