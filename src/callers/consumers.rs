@@ -208,11 +208,7 @@ impl Directory {
         }
         if let Some(old) = old {
             for key in old.keys.iter().filter(|k| !consumer.keys.iter().any(|new| new.digest == k.digest)) {
-                if let Some(digest) = parse_digest(&key.digest)
-                    && let Some((_, old)) = self.keys.remove(&digest)
-                {
-                    old.retire();
-                }
+                self.forget_key(&key.digest, &consumer.name);
             }
         }
     }
@@ -221,12 +217,18 @@ impl Directory {
     pub fn remove(&self, name: &str) {
         if let Some((_, old)) = self.consumers.remove(name) {
             for key in &old.keys {
-                if let Some(digest) = parse_digest(&key.digest)
-                    && let Some((_, old)) = self.keys.remove(&digest)
-                {
-                    old.retire();
-                }
+                self.forget_key(&key.digest, name);
             }
+        }
+    }
+
+    /// Forgets the key of digest `digest` if it is still consumer `name`'s: a key another
+    /// consumer took meanwhile (a routes file that moved it) stays that consumer's.
+    fn forget_key(&self, digest: &str, name: &str) {
+        if let Some(digest) = parse_digest(digest)
+            && let Some((_, old)) = self.keys.remove_if(&digest, |_, entry| entry.caller.id == name)
+        {
+            old.retire();
         }
     }
 
@@ -302,6 +304,22 @@ mod tests {
         let mut other = issued.key.clone().into_bytes();
         other[20] ^= 1;
         assert!(directory.find(&other).is_none());
+    }
+
+    #[test]
+    fn a_key_moved_to_another_consumer_stays_that_consumer_s() {
+        let key = issue(1, None);
+        let directory = Directory::default();
+        directory.put(consumer("one", vec![key.stored.clone()]));
+        // A routes file moved the key from `one` to `two`, `two` put first.
+        directory.put(consumer("two", vec![key.stored.clone()]));
+        directory.put(consumer("one", Vec::new()));
+        let found = directory.find(key.key.as_bytes()).expect("the key is `two`'s");
+        assert_eq!(found.caller.consumer.as_deref(), Some("two"));
+        directory.remove("one");
+        assert!(directory.find(key.key.as_bytes()).is_some());
+        directory.remove("two");
+        assert!(directory.find(key.key.as_bytes()).is_none());
     }
 
     #[test]

@@ -155,7 +155,7 @@ impl Database {
         // loads everything again.
         let first = self.within(next_revisions(&tx, fresh.len())).await?;
         for (n, chunk) in fresh.chunks(PAGE as usize).enumerate() {
-            let mut rows = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let mut rows = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for (k, &i) in chunk.iter().enumerate() {
                 let revision = first + (n * PAGE as usize + k) as i64;
                 let (route, record) = storage::imported_record(&self.key, &records[i], revision as u64)
@@ -165,11 +165,13 @@ impl Database {
                 rows.2.push(route.created_at as i64);
                 rows.3.push(route.updated_at as i64);
                 rows.4.push(record);
+                // Names kept unique by the database's index, as any change's.
+                rows.5.push(name_of(&route));
             }
             self.within(tx.execute(
-                "INSERT INTO recast_routes (uuid, revision, created_at, updated_at, record)
-                 SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[])",
-                &[&rows.0, &rows.1, &rows.2, &rows.3, &rows.4],
+                "INSERT INTO recast_routes (uuid, revision, created_at, updated_at, record, name)
+                 SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bytea[], $6::text[])",
+                &[&rows.0, &rows.1, &rows.2, &rows.3, &rows.4, &rows.5],
             ))
             .await?;
         }

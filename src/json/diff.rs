@@ -32,24 +32,26 @@ pub fn differences(before: &str, after: &str, ignored: &[&str]) -> Result<Vec<St
 fn compare(before: &Tree, after: &Tree, at: &mut String, found: &mut Vec<String>) {
     match (before, after) {
         (Tree::Object(old), Tree::Object(new)) => {
-            let old_names: Vec<&str> = old.iter().map(|(n, _)| n.as_str()).collect();
-            let new_names: Vec<&str> = new.iter().map(|(n, _)| n.as_str()).collect();
-            let mut sorted = (old_names.clone(), new_names.clone());
-            sorted.0.sort_unstable();
-            sorted.1.sort_unstable();
-            if sorted.0 == sorted.1 && old_names != new_names {
+            // By name, in linear time: an object may hold many members (a body of a megabyte).
+            let new_members: std::collections::HashMap<&str, &Tree> =
+                new.iter().map(|(name, value)| (name.as_str(), value)).collect();
+            let old_names: std::collections::HashSet<&str> =
+                old.iter().map(|(name, _)| name.as_str()).collect();
+            let same_names =
+                old_names.len() == new_members.len() && old_names.iter().all(|n| new_members.contains_key(n));
+            if same_names && old.iter().map(|(n, _)| n).ne(new.iter().map(|(n, _)| n)) {
                 found.push(at.clone());
             }
             let len = at.len();
             for (name, value) in old {
                 push_pointer(at, name);
-                match new.iter().find(|(n, _)| n == name) {
-                    Some((_, other)) => compare(value, other, at, found),
+                match new_members.get(name.as_str()) {
+                    Some(other) => compare(value, other, at, found),
                     None => found.push(at.clone()),
                 }
                 at.truncate(len);
             }
-            for (name, _) in new.iter().filter(|(name, _)| !old_names.contains(&name.as_str())) {
+            for (name, _) in new.iter().filter(|(name, _)| !old_names.contains(name.as_str())) {
                 push_pointer(at, name);
                 found.push(at.clone());
                 at.truncate(len);

@@ -21,6 +21,9 @@ use crate::route::{Registration, Route, RouteConfig, shape};
 use crate::rules::{Limits, compile_json};
 use yaml::At;
 
+/// The most problems of one file told.
+pub const MOST_PROBLEMS: usize = 1000;
+
 /// The most bytes a routes file may hold.
 pub const MAX_FILE_BYTES: u64 = 256 << 20;
 
@@ -178,15 +181,27 @@ pub fn parse(
     }
     // The file again, to locate its problems.
     let places = yaml::parse(text).map(|(_, places)| places).unwrap_or_default();
+    // A check made twice (a name's pattern, before the shape's check and by it) is told once.
+    let mut told = std::collections::HashSet::new();
+    let total = problems.len();
     for (pointer, message) in problems {
-        let located = Located { at: places.find(&pointer), pointer, message };
-        // A check made twice (a name's pattern, before the shape's check and by it) is told once.
-        if !found.contains(&located) {
-            found.push(located);
+        if found.len() == MOST_PROBLEMS {
+            break;
+        }
+        if told.insert((pointer.clone(), message.clone())) {
+            found.push(Located { at: places.find(&pointer), pointer, message });
         }
     }
     // In the file's order; a place's problems in the order found.
     found.sort_by_key(|p| (p.at.line, p.at.column));
+    if total > found.len() && found.len() == MOST_PROBLEMS {
+        let at = found.last().map(|p| p.at).unwrap_or_default();
+        found.push(Located {
+            at,
+            pointer: String::new(),
+            message: format!("and more: only the first {MOST_PROBLEMS} problems are told"),
+        });
+    }
     Err(found)
 }
 

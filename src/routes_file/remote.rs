@@ -427,35 +427,79 @@ fn escape_references(value: &mut Ordered) {
     }
 }
 
-/// A file's value as YAML text, members in their order.
+/// A file's value as YAML text, members in their order: block style, every string and every
+/// name that is not a plain word written as a JSON string (which YAML reads as it is: no scalar
+/// is typed or folded otherwise than JSON says), numbers, booleans and nulls as JSON writes them.
 pub fn to_yaml(value: &Ordered) -> String {
-    fn convert(value: &Ordered) -> yaml_rust2::Yaml {
-        use yaml_rust2::Yaml;
-        match value {
-            Ordered::Scalar(Value::Null) => Yaml::Null,
-            Ordered::Scalar(Value::Bool(b)) => Yaml::Boolean(*b),
-            Ordered::Scalar(Value::Number(n)) => match n.as_i64() {
-                Some(i) => Yaml::Integer(i),
-                None => Yaml::Real(n.to_string()),
-            },
-            Ordered::Scalar(Value::String(s)) => Yaml::String(s.clone()),
-            Ordered::Scalar(other) => Yaml::String(other.to_string()),
-            Ordered::List(items) => Yaml::Array(items.iter().map(convert).collect()),
-            Ordered::Object(members) => {
-                let mut hash = yaml_rust2::yaml::Hash::new();
-                for (name, value) in members {
-                    hash.insert(Yaml::String(name.clone()), convert(value));
-                }
-                Yaml::Hash(hash)
+    let mut out = String::new();
+    match inline(value) {
+        Some(text) => {
+            out.push_str(&text);
+            out.push('\n');
+        }
+        None => block(value, 0, &mut out),
+    }
+    out
+}
+
+/// A value written on its key's line: a scalar, or an empty list or object.
+fn inline(value: &Ordered) -> Option<String> {
+    match value {
+        Ordered::Scalar(_) => Some(value.to_json()),
+        Ordered::List(items) if items.is_empty() => Some("[]".to_owned()),
+        Ordered::Object(members) if members.is_empty() => Some("{}".to_owned()),
+        _ => None,
+    }
+}
+
+/// A member name as YAML reads it back: a plain word (`rulesAsString`, `X-Note`) as it is,
+/// anything else quoted.
+fn name(name: &str) -> String {
+    let plain = name.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && !matches!(name.to_ascii_lowercase().as_str(), "true" | "false" | "null");
+    if plain { name.to_owned() } else { Value::String(name.to_owned()).to_string() }
+}
+
+fn block(value: &Ordered, indent: usize, out: &mut String) {
+    let pad = " ".repeat(indent);
+    let entry = |head: String, value: &Ordered, out: &mut String| match inline(value) {
+        Some(text) => {
+            out.push_str(&format!("{pad}{head} {text}\n"));
+        }
+        None => {
+            out.push_str(&format!("{pad}{head}\n"));
+            block(value, indent + 2, out);
+        }
+    };
+    match value {
+        Ordered::Object(members) => {
+            for (key, member) in members {
+                entry(format!("{}:", name(key)), member, out);
             }
         }
+        Ordered::List(items) => {
+            for item in items {
+                entry("-".to_owned(), item, out);
+            }
+        }
+        Ordered::Scalar(_) => out.push_str(&format!("{pad}{}\n", value.to_json())),
     }
-    let mut out = String::new();
-    let mut emitter = yaml_rust2::YamlEmitter::new(&mut out);
-    emitter.multiline_strings(true);
-    if emitter.dump(&convert(value)).is_err() {
-        return value.to_json();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Ordered, to_yaml};
+
+    #[test]
+    fn what_dump_writes_reads_back_the_same() {
+        let text = r##"{"routes":[{"name":"a","0o17":"0o17","true":"true","":"","k e y":"  a\nb","x":"x\n\n",
+            "n":[1,-2,1.5,1e300,18446744073709551615,true,null,"~","null","12","-","- x","#c","a: b",{},[]],
+            "nested":{"deep":[[{"q":"'"}]]},"u":"é\u0001\"\\/"}]}"##;
+        let value: Ordered = serde_json::from_str(text).unwrap();
+        let yaml = to_yaml(&value);
+        let (back, _) =
+            crate::routes_file::yaml::parse(&yaml).unwrap_or_else(|e| panic!("{}: {yaml}", e.message));
+        assert_eq!(back.to_json(), value.to_json(), "{yaml}");
     }
-    out.push('\n');
-    out
 }

@@ -53,6 +53,13 @@ impl Places {
 /// Most values (aliases' copies counted) one file may hold.
 pub const MOST_NODES: usize = 4_000_000;
 
+/// Most bytes of text (member names and strings, aliases' copies counted) one file may hold: an
+/// alias of a long string copies it whole.
+pub const MOST_BYTES: usize = super::MAX_FILE_BYTES as usize;
+
+/// Deepest a file may nest (a registration nests no deeper than 127 levels below a route).
+pub const MOST_LEVELS: usize = 160;
+
 /// Why the text is not a file: where, and what.
 #[derive(Debug)]
 pub struct SyntaxError {
@@ -94,10 +101,10 @@ pub fn parse_unplaced(text: &str) -> Result<Ordered, SyntaxError> {
 fn parse_with(text: &str, noting: bool) -> Result<(Ordered, Places), SyntaxError> {
     let mut parser = Parser::new_from_str(text);
     let mut places = Places(HashMap::new(), noting);
-    let mut anchors: HashMap<usize, (Ordered, usize)> = HashMap::new();
+    let mut anchors: HashMap<usize, (Ordered, Size)> = HashMap::new();
     let mut stack: Vec<Open> = Vec::new();
     let mut root: Option<Ordered> = None;
-    let mut nodes = 0usize;
+    let (mut nodes, mut bytes) = (0usize, 0usize);
     let mut documents = 0;
     loop {
         let (event, mark) = parser
@@ -116,20 +123,24 @@ fn parse_with(text: &str, noting: bool) -> Result<(Ordered, Places), SyntaxError
             }
             Event::StreamStart | Event::DocumentEnd | Event::Nothing => continue,
             Event::Alias(id) => {
-                let Some((value, count)) = anchors.get(&id) else {
+                let Some((value, size)) = anchors.get(&id) else {
                     return Err(SyntaxError { at, message: "an alias of no anchor".to_owned() });
                 };
-                nodes += count;
-                if nodes > MOST_NODES {
+                nodes += size.nodes;
+                bytes += size.bytes;
+                if nodes > MOST_NODES || bytes > MOST_BYTES {
                     return Err(SyntaxError {
                         at,
-                        message: format!("the file expands into more than {MOST_NODES} values"),
+                        message: format!(
+                            "the file expands into more than {MOST_NODES} values or {MOST_BYTES} bytes of text"
+                        ),
                     });
                 }
-                (value.clone(), 0, *count)
+                (value.clone(), 0, size.nodes)
             }
             Event::Scalar(text, style, anchor, tag) => {
                 nodes += 1;
+                bytes += text.len();
                 let value = match &tag {
                     Some(tag) if tag.suffix == "str" => Ordered::text(text),
                     _ if style == TScalarStyle::Plain => {
@@ -141,6 +152,12 @@ fn parse_with(text: &str, noting: bool) -> Result<(Ordered, Places), SyntaxError
             }
             Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
                 nodes += 1;
+                if stack.len() >= MOST_LEVELS {
+                    return Err(SyntaxError {
+                        at,
+                        message: format!("the file nests deeper than {MOST_LEVELS} levels"),
+                    });
+                }
                 let pointer = place(&mut stack, &mut places, at)?;
                 stack.push(match event {
                     Event::SequenceStart(..) => Open::List { pointer, items: Vec::new(), anchor },
@@ -155,12 +172,16 @@ fn parse_with(text: &str, noting: bool) -> Result<(Ordered, Places), SyntaxError
             },
         };
         let (value, anchor, count) = value;
-        if nodes > MOST_NODES {
-            return Err(SyntaxError { at, message: format!("the file holds more than {MOST_NODES} values") });
+        if nodes > MOST_NODES || bytes > MOST_BYTES {
+            return Err(SyntaxError {
+                at,
+                message: format!(
+                    "the file holds more than {MOST_NODES} values or {MOST_BYTES} bytes of text"
+                ),
+            });
         }
         if anchor > 0 {
-            let size = if count == 0 { size(&value) } else { count };
-            anchors.insert(anchor, (value.clone(), size));
+            anchors.insert(anchor, (value.clone(), size(&value)));
         }
         // A container that ended has its place already; a scalar takes it now.
         let ended = count == 0;
@@ -231,13 +252,32 @@ fn to_key(value: Ordered) -> Option<String> {
     }
 }
 
-/// How many values `value` holds, itself included.
-fn size(value: &Ordered) -> usize {
-    match value {
-        Ordered::List(items) => 1 + items.iter().map(size).sum::<usize>(),
-        Ordered::Object(members) => 1 + members.iter().map(|(_, v)| size(v)).sum::<usize>(),
-        Ordered::Scalar(_) => 1,
+/// What a value holds: values (itself included) and bytes of text (member names and strings).
+#[derive(Clone, Copy, Default)]
+struct Size {
+    nodes: usize,
+    bytes: usize,
+}
+
+/// The size of `value`, walked without recursion (a file may nest to [`MOST_LEVELS`]).
+fn size(value: &Ordered) -> Size {
+    let mut size = Size::default();
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        size.nodes += 1;
+        match value {
+            Ordered::List(items) => pending.extend(items),
+            Ordered::Object(members) => {
+                for (name, member) in members {
+                    size.bytes += name.len();
+                    pending.push(member);
+                }
+            }
+            Ordered::Scalar(Value::String(text)) => size.bytes += text.len(),
+            Ordered::Scalar(_) => {}
+        }
     }
+    size
 }
 
 /// A plain scalar typed by YAML 1.2's core schema.
@@ -354,5 +394,17 @@ mod tests {
             text.push_str(&format!("a{level}: &a{level} [{}]\n", [prev.as_str(); 10].join(", ")));
         }
         assert!(parse(&text).unwrap_err().message.contains("more than"));
+        // A long string copied by aliases counts its bytes.
+        let long = "x".repeat(100_000);
+        let text = format!("a: &a \"{long}\"\nb: [{}]\n", ["*a"; 3000].join(", "));
+        assert!(parse(&text).unwrap_err().message.contains("bytes of text"));
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let deep = format!("{}x\n", "- ".repeat(super::MOST_LEVELS + 1));
+        assert!(parse(&deep).unwrap_err().message.contains("nests deeper"));
+        let fine = format!("{}x\n", "- ".repeat(20));
+        assert!(parse(&fine).is_ok());
     }
 }

@@ -32,10 +32,8 @@ pub(super) async fn register(state: &State, request: Request) -> Result<Response
     // route is stored.
     held_elsewhere(state, &route, true)?;
     let live = live_call(state, &route, &parts.headers, &sample, Purpose::Validate).await?;
-    let _writing = match route.config.name.is_some() {
-        true => Some(state.writes.lock().await),
-        false => None,
-    };
+    // Under the write lock: two registrations of one name or one given uuid store one route.
+    let _writing = state.writes.lock().await;
     held_elsewhere(state, &route, true)?;
     route.revision = state.stored(state.store.create(route.to_stored()).await)?;
     let route = Arc::new(route);
@@ -59,13 +57,23 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
         Entry::Route(route) => route,
         Entry::Locked(locked) => return Err(super::management::locked_refusal(&locked)),
     };
-    let dry_run = url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes())
-        .any(|(name, value)| name == "dryRun" && value == "true");
+    let mut dry_run = false;
+    for (name, value) in url::form_urlencoded::parse(parts.uri.query().unwrap_or("").as_bytes()) {
+        dry_run = match (&*name, &*value) {
+            ("dryRun", "true") => true,
+            ("dryRun", "false") => false,
+            // Anything else is refused: a dry run misread would be a real update.
+            ("dryRun", _) => {
+                return Err(ApiError::InvalidQuery("`dryRun` must be `true` or `false`".to_owned()));
+            }
+            _ => dry_run,
+        };
+    }
     let body = read_body(state, &parts.headers, body).await?;
     let (mut route, sample) = compiled(state, body, &parts.headers, Some(existing.clone())).await?;
     held_elsewhere(state, &route, false)?;
     if dry_run {
-        return dry_run_answer(&existing, &route);
+        return dry_run_answer(state, existing, route).await;
     }
     // The route's answer counts go on across the change.
     route.statuses = existing.statuses.clone();
@@ -343,11 +351,13 @@ fn held_elsewhere(state: &State, route: &Route, new: bool) -> Result<(), ApiErro
 /// The answer to `PUT /v1/routes/{uuid}?dryRun=true` (SPEC §2.5): what the update would change,
 /// as JSON pointers into the registration, with the `ETag` of the version it was compared with
 /// (for the update's `If-Match`). Nothing is called and nothing stored.
-fn dry_run_answer(existing: &Arc<Route>, route: &Route) -> Result<Response, ApiError> {
+async fn dry_run_answer(state: &State, existing: Arc<Route>, route: Route) -> Result<Response, ApiError> {
     if let Err(problems) = &route.rules {
         return Err(ApiError::InvalidRules(in_registration(problems).collect()));
     }
-    let changes = super::management::compared(existing, route)?;
+    // Off the async workers, as the compile that made `route` was.
+    let before = existing.clone();
+    let changes = state.compile(move || super::management::compared(&before, &route)).await??;
     // A dry run tells whether a secret given equals the one held: each is logged, as changes are.
     logged!(tracing::Level::INFO, uuid = %existing.uuid, changes = changes.len(), "route update compared (dry run)");
     let mut body = Vec::with_capacity(64 + changes.iter().map(|c| c.len() + 3).sum::<usize>());
@@ -363,7 +373,7 @@ fn dry_run_answer(existing: &Arc<Route>, route: &Route) -> Result<Response, ApiE
     }
     body.extend_from_slice(b"]}");
     let mut response = json(StatusCode::OK, body);
-    if let Ok(tag) = HeaderValue::try_from(etag(&Entry::Route(existing.clone()))) {
+    if let Ok(tag) = HeaderValue::try_from(etag(&Entry::Route(existing))) {
         response.headers_mut().insert(header::ETAG, tag);
     }
     Ok(response)

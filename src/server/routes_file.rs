@@ -172,6 +172,10 @@ pub fn load(state: &State, store: &FileStore, path: &Path) -> Result<Loaded, Vec
         made.push(made_route);
         changed += 1;
     }
+    // The file's consumers first, so that a route naming a new one finds it once it serves.
+    for consumer in &file.consumers {
+        state.door.directory.put(consumer.clone());
+    }
     // Every route compiled first; then each swapped in.
     for route in made {
         let uuid = route.uuid;
@@ -188,15 +192,12 @@ pub fn load(state: &State, store: &FileStore, path: &Path) -> Result<Loaded, Vec
         state.table.delete(*uuid, u64::MAX);
         state.cache.drop_route(*uuid);
     }
-    // Consumers: the file's, and no other.
-    let names: Vec<String> = file.consumers.iter().map(|c| c.name.clone()).collect();
+    // Then the consumers the file no longer names, once no route of it names them.
+    let names: std::collections::HashSet<&str> = file.consumers.iter().map(|c| c.name.as_str()).collect();
     for consumer in state.door.directory.all() {
-        if !names.contains(&consumer.name) {
+        if !names.contains(consumer.name.as_str()) {
             state.door.directory.remove(&consumer.name);
         }
-    }
-    for consumer in &file.consumers {
-        state.door.directory.put(consumer.clone());
     }
     listed.sort_by_key(|route| route.uuid);
     *store.listed.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(listed);

@@ -241,6 +241,10 @@ async fn every_operation_answers_as_the_description_says() {
     }
     let mut update = spec.example("/v1/routes/{uuid}", &Method::PUT, "meal");
     update["originalRoute"]["originalApi"]["baseUrl"] = Value::String(upstream.url("/"));
+    // A dry run is asked with `true` only: another value is refused, never taken for an update.
+    let misread = send(Method::PUT, &url(&format!("{route}?dryRun=1")), &[], update.to_string()).await;
+    misread.assert_problem(400, "invalid-query");
+    spec.check("/v1/routes/{uuid}", &Method::PUT, &misread);
     let dry_run = send(Method::PUT, &url(&format!("{route}?dryRun=true")), &[], update.to_string()).await;
     assert_eq!(dry_run.status, 200, "{:?}", dry_run.body);
     spec.check("/v1/routes/{uuid}", &Method::PUT, &dry_run);
