@@ -25,7 +25,7 @@ use yaml::At;
 pub const MOST_PROBLEMS: usize = 1000;
 
 /// The most bytes a routes file may hold.
-pub const MAX_FILE_BYTES: u64 = 256 << 20;
+pub const MAX_FILE_BYTES: u64 = yaml::MOST_BYTES as u64;
 
 /// The namespace of the uuids of routes a file names without giving one: a route's uuid is the
 /// UUID (version 5) of its name in it, the same in every environment and on every node.

@@ -55,7 +55,7 @@ pub const MOST_NODES: usize = 4_000_000;
 
 /// Most bytes of text (member names and strings, aliases' copies counted) one file may hold: an
 /// alias of a long string copies it whole.
-pub const MOST_BYTES: usize = super::MAX_FILE_BYTES as usize;
+pub const MOST_BYTES: usize = 256 << 20;
 
 /// Deepest a file may nest (a registration nests no deeper than 127 levels below a route).
 pub const MOST_LEVELS: usize = 160;
