@@ -8,12 +8,18 @@ use crate::routes_file::remote::{self, Service};
 use crate::routes_file::{self, Located};
 use crate::rules::Limits;
 
-/// How `diff` and `dump` write.
+/// How `diff` writes its plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
+pub enum PlanOutput {
     Text,
     Json,
+}
+
+/// How `dump` writes the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FileOutput {
     Yaml,
+    Json,
 }
 
 /// A `config` command (`recast config ...`; its doc comments are the commands' help).
@@ -34,7 +40,7 @@ pub enum ConfigCommand {
         prune: bool,
         /// `text` (the default) or `json`.
         #[arg(long, value_enum, default_value = "text")]
-        output: Output,
+        output: PlanOutput,
         /// Exit 2 when the file and the service differ (a drift check).
         #[arg(long)]
         exit_code: bool,
@@ -54,7 +60,7 @@ pub enum ConfigCommand {
         owner: Option<String>,
         /// `yaml` (the default) or `json`.
         #[arg(long, value_enum, default_value = "yaml")]
-        output: Output,
+        output: FileOutput,
     },
 }
 
@@ -69,8 +75,8 @@ pub async fn run(url: &str, token: Option<&str>, command: &ConfigCommand, limits
                 Err(outcome) => return outcome,
             };
             let text = match output {
-                Output::Json => format!("{}\n", remote::plan_json(&steps)),
-                _ => remote::plan_text(&steps, false),
+                PlanOutput::Json => format!("{}\n", remote::plan_json(&steps)),
+                PlanOutput::Text => remote::plan_text(&steps, false),
             };
             let exit = if *exit_code && remote::differs(&steps) { Exit::Differs } else { Exit::Ok };
             Outcome { exit, stdout: text.into_bytes(), stderr: notes }
@@ -109,8 +115,8 @@ pub async fn run(url: &str, token: Option<&str>, command: &ConfigCommand, limits
             match remote::dump(&service, owner.as_deref()).await {
                 Ok((file, notes)) => {
                     let text = match output {
-                        Output::Json => format!("{}\n", file.to_json()),
-                        _ => remote::to_yaml(&file),
+                        FileOutput::Json => format!("{}\n", file.to_json()),
+                        FileOutput::Yaml => remote::to_yaml(&file),
                     };
                     let notes: String = notes.iter().map(|n| format!("note: {n}\n")).collect();
                     Outcome::ok(text.into_bytes(), notes)

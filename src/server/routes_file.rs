@@ -5,7 +5,7 @@
 //! whole (a call holds the route it began with to its end); a route whose configuration did not
 //! change keeps its compiled plan, its cached answers and its counts.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -141,17 +141,14 @@ pub fn load(state: &State, store: &FileStore, path: &Path) -> Result<Loaded, Vec
     }
     let revision = store.loads.fetch_add(1, Ordering::AcqRel) + 1;
     let now = crate::callers::now_ms();
-    let mut kept: HashMap<Uuid, ()> = HashMap::new();
+    let mut kept: HashSet<Uuid> = HashSet::with_capacity(file.routes.len());
     let mut listed = Vec::with_capacity(file.routes.len());
     let mut changed = 0;
     let mut made = Vec::with_capacity(file.routes.len());
     for route in file.routes {
-        let text = serde_json::to_string(&route.config).unwrap_or_default();
         let current = state.table.get(&route.uuid).and_then(|entry| entry.route().cloned());
-        let same = current
-            .as_ref()
-            .is_some_and(|current| serde_json::to_string(&current.config).is_ok_and(|c| c == text));
-        kept.insert(route.uuid, ());
+        let same = current.as_ref().is_some_and(|current| current.config == route.config);
+        kept.insert(route.uuid);
         let created_at = current.as_ref().map_or(now, |current| current.created_at);
         listed.push(StoredRoute {
             v: crate::storage::SCHEMA_VERSION,
@@ -184,7 +181,7 @@ pub fn load(state: &State, store: &FileStore, path: &Path) -> Result<Loaded, Vec
     }
     let mut gone = Vec::new();
     state.table.for_each(|entry| {
-        if !kept.contains_key(&entry.uuid()) {
+        if !kept.contains(&entry.uuid()) {
             gone.push(entry.uuid());
         }
     });
@@ -193,7 +190,7 @@ pub fn load(state: &State, store: &FileStore, path: &Path) -> Result<Loaded, Vec
         state.cache.drop_route(*uuid);
     }
     // Then the consumers the file no longer names, once no route of it names them.
-    let names: std::collections::HashSet<&str> = file.consumers.iter().map(|c| c.name.as_str()).collect();
+    let names: HashSet<&str> = file.consumers.iter().map(|c| c.name.as_str()).collect();
     for consumer in state.door.directory.all() {
         if !names.contains(consumer.name.as_str()) {
             state.door.directory.remove(&consumer.name);

@@ -517,6 +517,17 @@ async fn a_node_from_a_file_serves_it_reloads_on_sighup_under_load_keeps_a_broke
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
+    // The same routes again (a comment added): read again, nothing changed, nothing swapped.
+    let same = std::fs::read_to_string(&file).unwrap() + "# touched\n";
+    std::fs::write(&file, same).unwrap();
+    node.signal("HUP");
+    assert!(
+        node.wait_for_line("changed=0")
+            .is_some_and(|line| line.contains("routes file loaded") && line.contains("routes=1")),
+        "{}",
+        node.log_text()
+    );
+
     // The admin API reads, and changes nothing.
     assert_eq!(get(&node.url(&format!("/v1/routes/{users}"))).await.status, 200);
     let registration = route_yaml("x", "http://127.0.0.1:9/", "u", "name", "");
