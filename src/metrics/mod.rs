@@ -112,10 +112,12 @@ pub enum UpstreamErrorKind {
     AuthFailed,
     /// The TLS handshake with the upstream failed.
     Tls,
+    /// A paged call's pages could not be followed (SPEC §2.3 "Pages").
+    Paging,
 }
 
 impl UpstreamErrorKind {
-    const ALL: [UpstreamErrorKind; 17] = [
+    const ALL: [UpstreamErrorKind; 18] = [
         UpstreamErrorKind::Unreachable,
         UpstreamErrorKind::Timeout,
         UpstreamErrorKind::TooLarge,
@@ -133,6 +135,7 @@ impl UpstreamErrorKind {
         UpstreamErrorKind::ComposedTooLarge,
         UpstreamErrorKind::TooManyCalls,
         UpstreamErrorKind::Buffered,
+        UpstreamErrorKind::Paging,
     ];
 
     pub fn label(self) -> &'static str {
@@ -154,6 +157,7 @@ impl UpstreamErrorKind {
             UpstreamErrorKind::ComposedTooLarge => "composed_too_large",
             UpstreamErrorKind::TooManyCalls => "too_many_calls",
             UpstreamErrorKind::Buffered => "buffered",
+            UpstreamErrorKind::Paging => "paging",
         }
     }
 }

@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::config::SourceConfig;
 use super::graph::{Graph, location_of};
+use super::paginate::Paging;
 use super::render::{CallerParts, Compiler, Expression, Members, RequestError, RequestTemplate};
 use super::settings::{CallSettings, Given};
 use super::sources::MAX_SOURCES;
@@ -56,6 +57,8 @@ pub struct Source {
     pub concurrency: usize,
     pub optional: bool,
     pub timeout: Option<Duration>,
+    /// `paginate`: each of its requests follows the upstream's pages.
+    pub paging: Option<Paging>,
 }
 
 impl Composition {
@@ -82,7 +85,8 @@ impl Composition {
             let config = &configs[i];
             let calls = if config.for_each.is_some() { u64::from(config.max_calls) } else { 1 };
             let attempts = 1 + config.retry.as_ref().map_or(0, |r| u64::from(r.attempts));
-            worst += calls * attempts;
+            let pages = config.paginate.as_ref().map_or(1, |p| u64::from(p.max_pages));
+            worst += calls * pages * attempts;
             let mut compiler = Compiler {
                 names: &names,
                 closure: &graph.closure[i],
@@ -102,7 +106,7 @@ impl Composition {
             problems.push(Problem::new(
                 "/sources",
                 format!(
-                    "at worst one call of this composition sends {worst} requests (one per source, `maxCalls` per `forEach` source, each with its retries), more than {} (RECAST_MAX_SOURCE_CALLS)",
+                    "at worst one call of this composition sends {worst} requests (one per source, `maxCalls` per `forEach` source, `maxPages` per paged request, each with its retries), more than {} (RECAST_MAX_SOURCE_CALLS)",
                     limits.max_source_calls
                 ),
             ));
@@ -187,6 +191,15 @@ fn source(
         caller_passes: false,
     };
     let request = compiler.request(&members);
+    let paging = config.paginate.as_ref().and_then(|paginate| {
+        Paging::compile(
+            paginate,
+            &format!("{at}/paginate"),
+            compiler.max_depth,
+            compiler.patterns,
+            compiler.problems,
+        )
+    });
     let calls = CallSettings::read(
         Given {
             auth: &config.auth,
@@ -225,6 +238,7 @@ fn source(
         concurrency: config.concurrency.max(1) as usize,
         optional: config.optional,
         timeout: config.timeout_ms.map(Duration::from_millis),
+        paging,
     })
 }
 

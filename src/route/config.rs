@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::paginate::PaginateConfig;
 use crate::rules::Problem;
 use crate::upstream::{BreakerScope, ClientCredentials, RateLimitSettings, RetrySettings, TlsSettings};
 
@@ -63,6 +64,9 @@ pub struct RouteConfig {
     /// upstream (`originalRoute`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<SourceConfig>,
+    /// `originalRoute.paginate` (SPEC §2.3 "Pages"): the route's own upstream's pages, joined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paginate: Option<PaginateConfig>,
     /// The caller's headers templates may read (lower-case names).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forward_headers: Vec<String>,
@@ -169,6 +173,7 @@ impl RouteConfig {
             http2_prior_knowledge: false,
             breaker: BreakerScope::Origin,
             sources: Vec::new(),
+            paginate: None,
             forward_headers: Vec::new(),
             templates: false,
             sample_request: None,
@@ -322,4 +327,7 @@ pub struct SourceConfig {
     pub optional: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// `paginate` (SPEC §2.3 "Pages"): the source follows its upstream's pages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paginate: Option<PaginateConfig>,
 }

@@ -12,6 +12,7 @@ pub mod context;
 mod fields;
 mod graph;
 mod masked;
+pub mod paginate;
 mod registration;
 pub mod render;
 mod request;

@@ -136,6 +136,10 @@ pub struct OriginalRoute {
     pub body: Option<Box<RawValue>>,
     #[serde(default)]
     pub auth_header: Option<AuthHeader>,
+    /// SPEC §2.3 "Pages"; checked by hand ([`super::paginate`]), so that each of its problems
+    /// has a location.
+    #[serde(default)]
+    pub paginate: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -269,6 +273,21 @@ impl Registration {
         let pre_queries = self.pre_configured_queries.clone().unwrap_or_default();
         let body = json_text(original.body.as_deref());
         let pre_body = json_text(self.pre_configured_body.as_deref());
+        let paginate =
+            super::paginate::validate(original.paginate.as_ref(), "/originalRoute/paginate", &mut problems);
+        if let Some(paginate) = &paginate {
+            let attempts = 1 + retry.as_ref().map_or(0, |r| r.attempts as usize);
+            let worst = paginate.max_pages as usize * attempts;
+            if worst > limits.max_source_calls {
+                problems.push(Problem::new(
+                    "/originalRoute/paginate/maxPages",
+                    format!(
+                        "at worst one call sends {worst} requests (`maxPages`, each with its retries), more than {} (RECAST_MAX_SOURCE_CALLS)",
+                        limits.max_source_calls
+                    ),
+                ));
+            }
+        }
         let config = RouteConfig {
             name: None,
             owner: None,
@@ -292,6 +311,7 @@ impl Registration {
             http2_prior_knowledge,
             breaker,
             sources: Vec::new(),
+            paginate,
             forward_headers,
             templates: true,
             sample_request: None,

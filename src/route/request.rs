@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::config::RouteConfig;
 use super::context::request_context;
+use super::paginate::Paging;
 use super::render::{CallerParts, Compiler, Members, RequestError, RequestTemplate};
 use super::settings::{CallSettings, Given};
 use super::template::{Context, Scratch};
@@ -22,6 +23,8 @@ use crate::upstream::{BreakerScope, UpstreamRequest};
 pub struct Single {
     pub request: RequestTemplate,
     pub calls: CallSettings,
+    /// `originalRoute.paginate`: the upstream's pages, joined into the document mapped.
+    pub paging: Option<Paging>,
     /// The caller's headers its templates may read (`request.headers`).
     forward: Vec<HeaderName>,
     max_depth: usize,
@@ -111,6 +114,15 @@ impl Single {
             problems: &mut problems,
         };
         let request = compiler.request(&members);
+        let paging = config.paginate.as_ref().and_then(|paginate| {
+            Paging::compile(
+                paginate,
+                "/originalRoute/paginate",
+                limits.max_depth,
+                &mut patterns,
+                &mut problems,
+            )
+        });
         let calls = CallSettings::read(
             Given {
                 auth: &config.auth,
@@ -138,6 +150,7 @@ impl Single {
             (Some(request), Some(calls)) if problems.is_empty() => Ok(Single {
                 request,
                 calls,
+                paging,
                 forward,
                 max_depth: limits.max_depth,
                 max_expr_bytes: limits.max_expr_bytes,

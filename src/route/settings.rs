@@ -86,6 +86,7 @@ impl CallSettings {
             breaker: self.breaker,
             h2c: self.h2c,
             source,
+            keep_headers: false,
         }
     }
 

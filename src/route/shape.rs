@@ -42,6 +42,7 @@ const ORIGINAL_ROUTE: Shape = Shape::Object(&[
     ("queries", Shape::TextMap, false),
     ("body", Shape::Any, false),
     ("authHeader", AUTH_HEADER, false),
+    ("paginate", Shape::Any, false),
 ]);
 
 /// `sampleRequest` (SPEC §2.1): the caller's request the live call is made as.
@@ -219,7 +220,7 @@ mod tests {
                 "/authHeader/tokn: unknown member `tokn`; did you mean `token`? The known members are type, token, tokenUrl, clientId, clientSecret, scope, audience, clientAuth",
                 "/extra: unknown member `extra`; the known members are path, method, originalRoute, sources, forwardHeaders, preConfiguredQueries, preConfiguredHeaders, preConfiguredBody, authHeader, rulesAsString, cache, retry, rateLimit, tls, http2, breaker, sampleRequest, callers, caller, name, owner, uuid",
                 "/originalRoute/headers/a: must be a string, found a number",
-                "/originalRoute/originalAPI: unknown member `originalAPI`; did you mean `originalApi`? The known members are originalApi, path, method, headers, queries, body, authHeader",
+                "/originalRoute/originalAPI: unknown member `originalAPI`; did you mean `originalApi`? The known members are originalApi, path, method, headers, queries, body, authHeader, paginate",
                 "/originalRoute/path: must be a string, found a number",
                 "/sampleRequest/qurey: unknown member `qurey`; did you mean `query`? The known members are query, body",
             ]

@@ -27,7 +27,7 @@ pub const DEFAULT_CONCURRENCY: u32 = 8;
 const MAX_TIMEOUT_MS: u64 = 3_600_000;
 
 /// The members a source takes.
-const MEMBERS: [&str; 18] = [
+const MEMBERS: [&str; 19] = [
     "originalApi",
     "path",
     "method",
@@ -46,6 +46,7 @@ const MEMBERS: [&str; 18] = [
     "concurrency",
     "optional",
     "timeoutMs",
+    "paginate",
 ];
 
 /// Whether `name` is a source name: `[a-z][a-z0-9_]{0,31}`, not `request`.
@@ -291,6 +292,7 @@ fn one(
             }
         },
     };
+    let paginate = super::paginate::validate(members.get("paginate"), &here("paginate"), problems);
     Some(SourceConfig {
         name: name.to_owned(),
         base_url,
@@ -311,6 +313,7 @@ fn one(
         concurrency,
         optional,
         timeout_ms,
+        paginate,
     })
 }
 

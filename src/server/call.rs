@@ -399,14 +399,25 @@ async fn fetch(
             Ok(called) => Outcome {
                 upstream: started.elapsed().saturating_sub(called.map),
                 map: called.map,
-                sources: Vec::new(),
+                // A paged upstream's pages (SPEC §2.3 "Pages").
+                sources: called
+                    .paged
+                    .map(|paged| (format!("upstream.pages;desc=\"pages={}\"", paged.pages), Duration::ZERO))
+                    .into_iter()
+                    .collect(),
                 traced: None,
                 mapped: Ok(MappedAnswer {
                     status: called.status,
                     body: called.body.into(),
                     freshness: called.freshness,
                     stored: None,
-                    partial: None,
+                    // `"onMaxPages": "stop"` kept the pages fetched, and says so.
+                    partial: called.paged.filter(|paged| paged.stopped).and_then(|paged| {
+                        compose::partial_header(&[format!(
+                            "originalRoute;status=max-pages;pages={}",
+                            paged.pages
+                        )])
+                    }),
                 }),
             },
             Err(error) => Outcome {
@@ -432,7 +443,7 @@ async fn fetch(
         Ok(composed) => Outcome {
             upstream: started.elapsed().saturating_sub(composed.map),
             map: composed.map,
-            sources: composed.reports.iter().map(|r| (format!("src.{}", r.name), r.took)).collect(),
+            sources: composed.reports.iter().map(|r| (compose::timing_name(r), r.took)).collect(),
             traced: None,
             mapped: Ok(MappedAnswer {
                 status: http::StatusCode::OK,

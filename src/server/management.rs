@@ -383,6 +383,8 @@ struct OriginalRouteView<'a> {
     headers: BTreeMap<&'a str, &'a str>,
     queries: &'a BTreeMap<String, String>,
     body: Option<Box<RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paginate: Option<&'a crate::route::config::PaginateConfig>,
 }
 
 /// One source of a composed route, as given, its secrets masked.
@@ -419,6 +421,8 @@ struct SourceView<'a> {
     optional: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paginate: Option<&'a crate::route::config::PaginateConfig>,
 }
 
 #[derive(Serialize)]
@@ -554,6 +558,7 @@ impl<'a> RouteView<'a> {
                 headers: masked(&c.headers, shown),
                 queries: &c.queries,
                 body: raw("originalRoute.body", &c.body)?,
+                paginate: c.paginate.as_ref(),
             }),
             false => None,
         };
@@ -581,6 +586,7 @@ impl<'a> RouteView<'a> {
                 concurrency: source.for_each.as_ref().map(|_| source.concurrency),
                 optional: source.optional,
                 timeout_ms: source.timeout_ms,
+                paginate: source.paginate.as_ref(),
             };
             sources.insert(source.name.as_str(), view);
         }

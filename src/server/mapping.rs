@@ -696,6 +696,10 @@ fn registered(status: StatusCode, route: &Route, live: &Live) -> Response {
             write::u64(&mut body, report.took.as_millis() as u64);
             body.extend_from_slice(b",\"calls\":");
             write::u64(&mut body, report.calls as u64);
+            if let Some(pages) = report.pages {
+                body.extend_from_slice(b",\"pages\":");
+                write::u64(&mut body, pages as u64);
+            }
             body.push(b'}');
         }
         body.push(b'}');

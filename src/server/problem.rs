@@ -225,6 +225,13 @@ pub enum UpstreamFailure {
         why: String,
         error: Option<String>,
     },
+    /// A paged call's pages could not be followed (SPEC §2.3 "Pages"): a page's items are not
+    /// a list, a next value cannot be used or leaves the origin, a loop, more than `maxPages`
+    /// pages (where in the registration, and why: never a value).
+    Paging {
+        location: String,
+        why: String,
+    },
 }
 
 impl From<UpstreamError> for UpstreamFailure {
@@ -381,6 +388,7 @@ impl ApiError {
                 UpstreamFailure::RateLimited { .. } => "upstream-rate-limited",
                 UpstreamFailure::AuthFailed { .. } => "upstream-auth-failed",
                 UpstreamFailure::TlsFailed(_) => "upstream-tls-failed",
+                UpstreamFailure::Paging { .. } => "template-failed",
                 _ if *validating => "upstream-validation-failed",
                 UpstreamFailure::Status(..) => "upstream-error",
                 UpstreamFailure::Unreachable(_) => "upstream-unreachable",
@@ -455,6 +463,7 @@ impl ApiError {
                     "The route's token endpoint gave no access token; nothing was sent"
                 }
                 UpstreamFailure::TlsFailed(_) => "The TLS handshake with the upstream failed",
+                UpstreamFailure::Paging { .. } => "The upstream's pages could not be followed",
                 _ if *validating => "The live call to the upstream failed; nothing was stored",
                 UpstreamFailure::Status(..) => "The upstream answered with an error",
                 UpstreamFailure::Unreachable(_) => "The upstream could not be reached",
@@ -539,6 +548,7 @@ impl ApiError {
                     format!("the answer is larger than {limit} bytes (RECAST_MAX_UPSTREAM_BYTES)")
                 }
                 UpstreamFailure::NotJson(why) => why.clone(),
+                UpstreamFailure::Paging { location, why } => format!("{location}: {why}"),
                 // Route callers need no token: they are not told the upstream's addresses.
                 UpstreamFailure::NotAllowed(_) if !validating => {
                     "the route's upstream resolves to an address the outbound policy refuses; nothing was sent"
@@ -752,6 +762,7 @@ impl UpstreamFailure {
             UpstreamFailure::TooLarge { .. } => UpstreamErrorKind::TooLarge,
             UpstreamFailure::NotJson(_) => UpstreamErrorKind::NotJson,
             UpstreamFailure::Encoding(_) => UpstreamErrorKind::Encoding,
+            UpstreamFailure::Paging { .. } => UpstreamErrorKind::Paging,
             UpstreamFailure::NotAllowed(_) => UpstreamErrorKind::NotAllowed,
             UpstreamFailure::MappingLimit { .. }
             | UpstreamFailure::ComposedTooLarge { .. }

@@ -8,13 +8,15 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 
+use super::compose::{self, Paged};
 use super::map::map_answer;
 use super::problem::{ApiError, UpstreamFailure};
 use super::state::State;
 use crate::callers::Caller;
 use crate::route::Route;
+use crate::route::paginate::Paging;
 use crate::route::settings::CallSettings;
-use crate::upstream::{Freshness, UpstreamRequest};
+use crate::upstream::{Answer, Freshness, MediaType, UpstreamRequest};
 
 /// A call that mapped.
 pub(super) struct Called {
@@ -27,6 +29,8 @@ pub(super) struct Called {
     /// (mapping may rewrite the text it reads).
     pub document: Option<Vec<u8>>,
     pub map: Duration,
+    /// A paged upstream's pages (SPEC §2.3 "Pages").
+    pub paged: Option<Paged>,
 }
 
 /// Lets go of an answer's bytes in `RECAST_MAX_BUFFERED_BYTES`'s count.
@@ -48,6 +52,10 @@ pub(super) async fn run(
     caller: Option<&Caller>,
     validating: bool,
 ) -> Result<Called, ApiError> {
+    let route_paging = route.single().and_then(|own| own.paging.as_ref());
+    if let Some(paging) = route_paging {
+        return paged(state, route, paging, calls, &request, caller, validating).await;
+    }
     let outbound = calls.outbound(None);
     let started = Instant::now();
     // The exchange's state is large: boxed, this call's future stays small.
@@ -70,5 +78,37 @@ pub(super) async fn run(
         span.fail(failure.kind().label(), why);
     }
     let body = mapped.map_err(|failure| ApiError::Upstream { failure, validating })?;
-    Ok(Called { body, status: answer.status, freshness: answer.freshness, document, map })
+    Ok(Called { body, status: answer.status, freshness: answer.freshness, document, map, paged: None })
+}
+
+/// [`run`] for a route whose upstream pages: its pages joined ([`compose::own_pages`]) are the
+/// answer mapped, as one answer's body would be.
+async fn paged(
+    state: &State,
+    route: &Route,
+    paging: &Paging,
+    calls: &CallSettings,
+    request: &UpstreamRequest,
+    caller: Option<&Caller>,
+    validating: bool,
+) -> Result<Called, ApiError> {
+    let (status, joined, paged) =
+        crate::tasks::boxed(|| compose::own_pages(state, paging, calls, request, validating)).await?;
+    let mut answer = Answer {
+        status,
+        body: joined,
+        freshness: Freshness::default(),
+        retry_after: None,
+        certificate_asked: None,
+        content_type: MediaType::default(),
+        http2: false,
+        headers: None,
+        span: None,
+    };
+    state.buffered.add(answer.body.len());
+    let _held = Held(state, answer.body.len());
+    let document = validating.then(|| answer.body.clone());
+    let (mapped, map) = map_answer(state, route, &mut answer, caller);
+    let body = mapped.map_err(|failure| ApiError::Upstream { failure, validating })?;
+    Ok(Called { body, status, freshness: answer.freshness, document, map, paged: Some(paged) })
 }

@@ -27,6 +27,9 @@ pub struct Answer {
     pub content_type: MediaType,
     /// Whether it came over HTTP/2 (else HTTP/1.1).
     pub http2: bool,
+    /// A 2xx answer's headers, names in lower case, when the call asked for them
+    /// (`Outbound::keep_headers`: a page's `$headers` and `Link`).
+    pub headers: Option<Vec<(String, String)>>,
     /// A 2xx answer's CLIENT span, when the call's is recorded: recorded when dropped, or as
     /// failed by its reader ([`AnsweredSpan::fail`]: a body that is not JSON).
     pub span: Option<AnsweredSpan>,

@@ -54,6 +54,7 @@ impl UpstreamClient {
             waited_for_failure: AtomicBool::new(false),
             source: outbound.source,
             token: false,
+            keep_headers: outbound.keep_headers,
         };
         if let Some((settings, key)) = &limit {
             // A slot found in the last quarter of the call's time would leave the attempt too
@@ -189,7 +190,8 @@ impl UpstreamClient {
             .admit(target.origin, target.breaker, started)
             .map_err(|refused| UpstreamError::Unavailable { retry_after: refused.retry_after })?;
         target.waited_for_failure.store(false, Ordering::Relaxed);
-        let extra = Extra { authorization, trace: trace.propagated.as_ref() };
+        let extra =
+            Extra { authorization, trace: trace.propagated.as_ref(), keep_headers: target.keep_headers };
         let exchange = self.exchange_pooled(target, extra, started);
         let answer = match tokio::time::timeout_at(deadline, exchange).await {
             Ok(answer) => answer,

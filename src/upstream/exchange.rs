@@ -70,7 +70,7 @@ impl UpstreamClient {
                     Opened::Http1(connection) => connection,
                 },
             };
-            match connection.exchange(&bytes, head_only, limit).await {
+            match connection.exchange(&bytes, head_only, limit, extra.keep_headers).await {
                 Ok((answer, reuse)) => {
                     logged!(
                         Level::TRACE,

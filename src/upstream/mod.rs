@@ -43,7 +43,7 @@ use self::spawner::Spawner;
 use crate::metrics::{KeptCounts, LimiterCounts, OriginBreaker, OriginRetries, TokenCounts};
 use crate::policy::{Guarded, Lookup, OutboundPolicy, PolicyResolver, literal_address};
 use crate::tasks::Tasks;
-pub use answer::{Answer, MediaType};
+pub use answer::{Answer, AnsweredSpan, MediaType};
 pub use breaker::{BreakerScope, BreakerSettings, Breakers};
 pub use error::{AuthFailure, UpstreamError};
 pub use freshness::{Freshness, MAX_DELTA_SECONDS};
@@ -337,6 +337,8 @@ pub struct Outbound<'a> {
     pub h2c: bool,
     /// The composed route's source the call is made for, named in its spans.
     pub source: Option<&'a str>,
+    /// Whether a 2xx answer's headers are kept ([`Answer::headers`]): a paged call reads them.
+    pub keep_headers: bool,
 }
 
 /// What an attempt sends, where: the request, its origin (the breaker's key) and the route's TLS.
@@ -354,6 +356,8 @@ struct Target<'a> {
     /// For spans: the composed route's source, and whether this is a token fetch.
     source: Option<&'a str>,
     token: bool,
+    /// [`Outbound::keep_headers`].
+    keep_headers: bool,
 }
 
 #[cfg(test)]

@@ -111,6 +111,8 @@ impl UpstreamRequest {
 pub(crate) struct Extra<'a> {
     pub authorization: Option<&'a HeaderValue>,
     pub trace: Option<&'a Propagated>,
+    /// Whether a 2xx answer's headers are kept ([`super::Answer::headers`]).
+    pub keep_headers: bool,
 }
 
 /// The trace context an attempt passes on: its span as the parent (`traceparent`), and the

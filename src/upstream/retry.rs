@@ -205,6 +205,7 @@ mod tests {
             certificate_asked: None,
             content_type: Default::default(),
             http2: false,
+            headers: None,
             span: None,
         })
     }

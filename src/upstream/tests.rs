@@ -102,7 +102,7 @@ async fn a_first_write_refused_on_a_plain_connection_is_known_to_have_sent_nothi
     let mut connection = wire::Connection::new(stream);
     connection.stop_writing().await;
     let bytes = wire::encode(&post(&url), Default::default(), false);
-    let failed = connection.exchange(&bytes, false, 1000).await.expect_err("the send fails");
+    let failed = connection.exchange(&bytes, false, 1000, false).await.expect_err("the send fails");
     assert!(matches!(failed, wire::Failed::Unsent(_)), "{failed:?}");
     assert_eq!(requests.load(Ordering::SeqCst), 0);
 }

@@ -65,6 +65,24 @@ enum Framing {
     UntilClose,
 }
 
+/// Headers as an answer's `headers` keeps them: names in lower case, the lines of one name
+/// joined by `, `, values that are not text left out.
+pub(super) fn joined_headers<'h>(lines: impl Iterator<Item = (&'h str, &'h [u8])>) -> Vec<(String, String)> {
+    let mut headers: Vec<(String, String)> = Vec::new();
+    for (name, value) in lines {
+        let Ok(value) = std::str::from_utf8(value) else { continue };
+        let name = name.to_ascii_lowercase();
+        match headers.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, joined)) => {
+                joined.push_str(", ");
+                joined.push_str(value.trim());
+            }
+            None => headers.push((name, value.trim().to_owned())),
+        }
+    }
+    headers
+}
+
 /// What the head of an answer says.
 struct AnswerHead {
     status: StatusCode,
@@ -75,6 +93,8 @@ struct AnswerHead {
     freshness: Freshness,
     retry_after: Option<Duration>,
     content_type: MediaType,
+    /// A 2xx answer's headers, when kept.
+    headers: Option<Vec<(String, String)>>,
 }
 
 /// A `Retry-After` value (RFC 9110 §10.2.3): whole seconds, or a date, as the time from now
@@ -158,16 +178,20 @@ impl Connection {
     }
 
     /// Sends `request` (from [`encode`]) and reads the whole answer, the body at most `limit`
-    /// bytes. `head_only` is true for a `HEAD` request, whose answer has no body.
+    /// bytes. `head_only` is true for a `HEAD` request, whose answer has no body; `keep_headers`
+    /// keeps a 2xx answer's headers.
     pub(super) async fn exchange(
         &mut self,
         request: &[u8],
         head_only: bool,
         limit: usize,
+        keep_headers: bool,
     ) -> Result<(Answer, Reuse), Failed> {
         self.buf.clear();
         self.send(request).await?;
-        let head = self.read_head(head_only).await?;
+        let mut head = self.read_head(head_only).await?;
+        let headers = if keep_headers && head.status.is_success() { self.headers_of(&head) } else { None };
+        head.headers = headers;
         // Only a 2xx answer's body is ever read by recast; any other is read to keep the framing
         // and dropped, whatever its coding.
         let decode = head.status.is_success() && head.framing != Framing::Length(0);
@@ -190,6 +214,7 @@ impl Connection {
             certificate_asked: self.certificate_asked,
             content_type: head.content_type,
             http2: false,
+            headers: head.headers,
             span: None,
         };
         Ok((answer, reuse))
@@ -276,6 +301,15 @@ impl Connection {
                 Err(e) => return Err(Failed::Broken(e.to_string())),
             }
         }
+    }
+
+    /// The headers of the head at the start of the buffer (read by [`Connection::read_head`]),
+    /// names in lower case, the lines of one name joined by `, ` (RFC 9110 §5.3).
+    fn headers_of(&self, head: &AnswerHead) -> Option<Vec<(String, String)>> {
+        let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut answer = httparse::Response::new(&mut lines);
+        answer.parse(self.buf.get(..head.length)?).ok()?;
+        Some(joined_headers(answer.headers.iter().map(|h| (h.name, h.value))))
     }
 
     /// The head at the start of the buffer, if it is all there.
@@ -374,6 +408,7 @@ impl Connection {
             freshness,
             retry_after,
             content_type,
+            headers: None,
         }))
     }
 

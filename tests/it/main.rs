@@ -37,6 +37,7 @@ mod oauth;
 mod observability;
 mod openapi;
 mod outbound;
+mod pages;
 mod playground;
 mod postgres;
 mod preview;

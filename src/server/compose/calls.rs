@@ -10,7 +10,9 @@ use bumpalo::Bump;
 use futures_util::stream::StreamExt;
 
 use super::document::with_context;
-use super::outcome::{CallResult, Done, Ended, Failure, Value};
+use super::outcome::{CallResult, Done, Ended, Failure, Paged, Value};
+use super::pages::fetch_pages;
+use super::shared::answer_of;
 use super::shared::{Sent, Shared};
 use crate::expr::{Arena, Budget};
 use crate::json::ondemand::Indexed;
@@ -20,7 +22,7 @@ use crate::route::template::Context;
 use crate::server::map::not_json;
 use crate::server::problem::UpstreamFailure;
 use crate::server::state::State;
-use crate::upstream::UpstreamRequest;
+use crate::upstream::{MediaType, UpstreamRequest};
 
 /// What starting a source comes to: done at once (skipped, failed), or calls to make.
 pub(super) enum Prepared {
@@ -171,7 +173,9 @@ pub(super) async fn run_source(
     // The one call of a source alone in its call starts with the call, so the upstream client
     // ends it by the call's deadline; any other is held to the source's bound (`forEach` calls
     // waiting for their turn start late).
-    let bounded = !(alone && calls == 1) || source.timeout.is_some();
+    // A paged request is many calls, each with the client's deadline from its own start: the
+    // source's bound holds them all.
+    let bounded = !(alone && calls == 1) || source.timeout.is_some() || source.paging.is_some();
     let until = bounded.then_some(until);
     if calls == 1 {
         // One call: awaited as it is, with nothing to run beside it (and called here, not
@@ -197,7 +201,8 @@ pub(super) async fn run_source(
                     _,
                     UpstreamFailure::ComposedTooLarge { .. }
                         | UpstreamFailure::TooManyCalls { .. }
-                        | UpstreamFailure::Buffered { .. }
+                        | UpstreamFailure::Buffered { .. },
+                    _
                 )))
             );
             if failed && (!source.optional || bound) {
@@ -212,17 +217,17 @@ pub(super) async fn run_source(
     let mut first_failed = None;
     for (element, &at) in of_element.iter().enumerate() {
         match &answers[at] {
-            Some(Ok((status, body))) => {
-                ended.push(Ended { status: Some(*status), outcome: "ok", kind: None });
+            Some(Ok((status, body, paged))) => {
+                ended.push(Ended { status: Some(*status), outcome: "ok", kind: None, paged: *paged });
                 values.push(Some(body.clone()));
             }
-            Some(Err((status, why))) => {
+            Some(Err((status, why, paged))) => {
                 let outcome = if matches!(why, UpstreamFailure::Timeout) { "timeout" } else { "failed" };
                 let kind = match why {
                     UpstreamFailure::Status(..) => None,
                     other => Some(other.kind().label()),
                 };
-                ended.push(Ended { status: *status, outcome, kind });
+                ended.push(Ended { status: *status, outcome, kind, paged: *paged });
                 values.push(None);
                 failed_elements += 1;
                 if failure.is_none() {
@@ -232,7 +237,7 @@ pub(super) async fn run_source(
             }
             None => {
                 // Not called: a required source failed at an element before it.
-                ended.push(Ended { status: None, outcome: "failed", kind: None });
+                ended.push(Ended { status: None, outcome: "failed", kind: None, paged: Paged::default() });
                 values.push(None);
             }
         }
@@ -280,67 +285,73 @@ async fn source_call(
 ) -> CallResult {
     let answer = async {
         match fingerprint {
-            Some(fingerprint) => once(shared, state, source, request, fingerprint).await,
-            None => one_call(state, source, &request, shared).await,
+            // A paged request's answer is its pages joined: never another source's answer.
+            Some(fingerprint) if source.paging.is_none() => {
+                once(shared, state, source, request, fingerprint).await
+            }
+            _ => one_call(state, source, &request, shared).await,
         }
     };
     let Some(until) = until else { return answer.await };
     match tokio::time::timeout_at(until, answer).await {
         Ok(answer) => answer,
-        Err(_) => Err((None, UpstreamFailure::Timeout)),
+        Err(_) => Err((
+            None,
+            UpstreamFailure::Timeout,
+            Paged { paged: source.paging.is_some(), ..Paged::default() },
+        )),
     }
 }
 
-/// One request of a source: its answer's status and body when it is a 2xx JSON answer.
+/// One request of a source: its answer's status and body when it is a 2xx JSON answer; a
+/// paged source's request follows its pages ([`super::pages`]).
 async fn one_call(state: &State, source: &Source, request: &UpstreamRequest, shared: &Shared) -> CallResult {
-    let fail = |status: Option<u16>, failure: UpstreamFailure| {
-        state.metrics.upstream_error(failure.kind());
-        Err((status, failure))
-    };
-    // Nothing more is sent past `RECAST_MAX_BUFFERED_BYTES`.
-    if state.buffered.full() {
-        return fail(None, UpstreamFailure::Buffered { limit: state.buffered.limit() });
+    if let Some(paging) = &source.paging {
+        return match fetch_pages(state, paging, &source.calls, Some(&source.name), request, shared).await {
+            Ok(pages) => {
+                let paged = pages.paged;
+                index(state, shared, pages.status, pages.joined, None, MediaType::default())
+                    .map(|(s, v, _)| (s, v, paged))
+                    .map_err(|(s, f, _)| (s, f, paged))
+            }
+            Err(failed) => Err(failed),
+        };
     }
-    // `RECAST_MAX_SOURCE_CALLS` and `RECAST_MAX_COMPOSED_BYTES` bound a composition's sources.
-    if !shared.take_calls(source.calls.attempts()) {
-        return Err((None, UpstreamFailure::TooManyCalls { limit: shared.max_calls }));
-    }
-    let outbound = source.calls.outbound(Some(&source.name));
-    let started = Instant::now();
-    // The exchange's state is large: boxed, the futures that hold this call (the source's, the
-    // element's under `concurrency`) stay small and are not copied whole each time they move.
-    let answer = crate::tasks::boxed(|| state.client.call_with(request, &outbound)).await;
-    state.metrics.upstream.observe(started.elapsed());
-    let mut answer = match answer {
+    let mut answer = match answer_of(state, &source.calls, Some(&source.name), request, shared, false).await {
         Ok(answer) => answer,
-        Err(e) => return fail(None, UpstreamFailure::from(e)),
+        Err((status, failure)) => return Err((status, failure, Paged::default())),
     };
     let status = answer.status.as_u16();
-    if !answer.status.is_success() {
-        return fail(Some(status), UpstreamFailure::Status(answer.status, answer.certificate_asked));
-    }
     // Its CLIENT span, recorded once the body is known to be JSON (or as failed when not).
     let span = answer.span.take();
-    let total = shared.bytes.fetch_add(answer.body.len(), Ordering::Relaxed) + answer.body.len();
-    state.buffered.add(answer.body.len());
-    if total > shared.max_bytes {
-        return fail(Some(status), UpstreamFailure::ComposedTooLarge { limit: shared.max_bytes });
-    }
+    index(state, shared, status, answer.body, span, answer.content_type)
+}
+
+/// An answer's body checked and indexed, its index counted in the call's bytes.
+fn index(
+    state: &State,
+    shared: &Shared,
+    status: u16,
+    body: Vec<u8>,
+    span: Option<crate::upstream::AnsweredSpan>,
+    content_type: MediaType,
+) -> CallResult {
     // The document puts an answer two levels down (a member, an element of a `forEach` list).
-    let (len, empty) = (answer.body.len(), answer.body.is_empty());
-    match Indexed::new(answer.body, state.config.max_depth.saturating_sub(2)) {
+    let (len, empty) = (body.len(), body.is_empty());
+    match Indexed::new(body, state.config.max_depth.saturating_sub(2)) {
         Ok(indexed) => {
             let index = indexed.held_bytes().saturating_sub(len);
             shared.indexes.fetch_add(index, Ordering::Relaxed);
             state.buffered.add(index);
-            Ok((status, Value::One(Arc::new(indexed))))
+            Ok((status, Value::One(Arc::new(indexed)), Paged::default()))
         }
         Err(e) => {
-            let failure = UpstreamFailure::NotJson(not_json(empty, answer.content_type, &e));
+            let failure = UpstreamFailure::NotJson(not_json(empty, content_type, &e));
             if let (UpstreamFailure::NotJson(why), Some(span)) = (&failure, span) {
                 span.fail(failure.kind().label(), why);
             }
-            fail(Some(status), failure)
+            state.metrics.upstream_error(failure.kind());
+            Err((Some(status), failure, Paged::default()))
         }
     }
 }

@@ -56,7 +56,8 @@ pub(super) fn with_document<R>(
     read(&names, &parts, wants, max_depth, f)
 }
 
-/// `_sources`: each source's status and outcome (lists for `forEach`).
+/// `_sources`: each source's status and outcome (lists for `forEach`), and a paged source's
+/// pages.
 fn sources_document(composition: &Composition, done: &[Done]) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 * done.len());
     out.push(b'{');
@@ -85,17 +86,33 @@ fn sources_document(composition: &Composition, done: &[Done]) -> Vec<u8> {
                 }
                 json::write::string(&mut out, e.outcome);
             }
-            out.extend_from_slice(b"]}");
+            out.push(b']');
+            if source.paging.is_some() {
+                out.extend_from_slice(b",\"pages\":[");
+                for (i, e) in outcome.ended.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    json::write::u64(&mut out, e.paged.pages as u64);
+                }
+                out.push(b']');
+            }
+            out.push(b'}');
         } else {
             let e = outcome.ended.first().copied().unwrap_or(Ended {
                 status: None,
                 outcome: "skipped",
                 kind: None,
+                paged: Default::default(),
             });
             out.extend_from_slice(b":{\"status\":");
             status(&mut out, &e);
             out.extend_from_slice(b",\"outcome\":");
             json::write::string(&mut out, e.outcome);
+            if source.paging.is_some() {
+                out.extend_from_slice(b",\"pages\":");
+                json::write::u64(&mut out, e.paged.pages as u64);
+            }
             out.push(b'}');
         }
     }

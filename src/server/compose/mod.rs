@@ -13,6 +13,7 @@
 mod calls;
 mod document;
 mod outcome;
+mod pages;
 mod request;
 mod shared;
 
@@ -27,6 +28,7 @@ use http::HeaderValue;
 
 use self::calls::{Prepared, Rendering, prepare, run_source};
 use self::document::with_document;
+pub(in crate::server) use self::outcome::Paged;
 use self::outcome::{Done, Failure};
 pub(in crate::server) use self::request::caller_request;
 use self::request::{CallerRequest, request_document};
@@ -68,6 +70,57 @@ pub(in crate::server) struct Report {
     /// A `forEach` source whose value was not a list: that value's type (a registration's
     /// warnings).
     pub not_a_list: Option<&'static str>,
+    /// A paged source's pages fetched (every element's, for `forEach`).
+    pub pages: Option<usize>,
+}
+
+/// A route's own paged upstream (`originalRoute.paginate`, SPEC §2.3 "Pages"): its pages
+/// followed from `request` under the bounds of a composed call (`RECAST_MAX_SOURCE_CALLS`,
+/// `RECAST_MAX_COMPOSED_BYTES`), their items joined into one list, the body the route maps.
+pub(in crate::server) async fn own_pages(
+    state: &State,
+    paging: &crate::route::paginate::Paging,
+    calls: &crate::route::settings::CallSettings,
+    request: &UpstreamRequest,
+    validating: bool,
+) -> Result<(http::StatusCode, Vec<u8>, Paged), ApiError> {
+    let config = &state.config;
+    let shared = Shared {
+        calls_left: AtomicUsize::new(config.max_source_calls),
+        bytes: AtomicUsize::new(0),
+        let_go: AtomicUsize::new(0),
+        indexes: AtomicUsize::new(0),
+        requests: AtomicUsize::new(0),
+        max_bytes: config.max_composed_bytes,
+        max_calls: config.max_source_calls,
+        sent: Default::default(),
+    };
+    let _held = Release { state, shared: &shared };
+    // Its pages are many calls, each with the client's deadline from its own start: the call's
+    // deadline holds them all.
+    let until = tokio::time::Instant::now() + state.client.settings().total_timeout;
+    let fetched =
+        tokio::time::timeout_at(until, pages::fetch_pages(state, paging, calls, None, request, &shared));
+    let Ok(fetched) = fetched.await else {
+        state.metrics.upstream_error(UpstreamFailure::Timeout.kind());
+        return Err(ApiError::Upstream { failure: UpstreamFailure::Timeout, validating });
+    };
+    match fetched {
+        Ok(pages) => {
+            let status = http::StatusCode::from_u16(pages.status).unwrap_or(http::StatusCode::OK);
+            Ok((status, pages.joined, pages.paged))
+        }
+        Err((_, failure, _)) => Err(ApiError::Upstream { failure, validating }),
+    }
+}
+
+/// A source's `Server-Timing` entry's name: `src.<name>`, with a paged source's pages
+/// (`src.orders;desc="pages=3"`).
+pub(in crate::server) fn timing_name(report: &Report) -> String {
+    match report.pages {
+        Some(pages) => format!("src.{};desc=\"pages={pages}\"", report.name),
+        None => format!("src.{}", report.name),
+    }
 }
 
 /// How long after the deadline the sources still out are given up (they end at the deadline
@@ -140,6 +193,7 @@ async fn run_timed(
     let shared = Shared {
         calls_left: AtomicUsize::new(config.max_source_calls),
         bytes: AtomicUsize::new(0),
+        let_go: AtomicUsize::new(0),
         indexes: AtomicUsize::new(0),
         requests: AtomicUsize::new(0),
         max_bytes: config.max_composed_bytes,
@@ -277,6 +331,16 @@ async fn run_timed(
         if let Some(entry) = &failed {
             partial.push(entry.clone());
         }
+        // `"onMaxPages": "stop"` kept what it fetched, and says so.
+        let pages = source.paging.as_ref().map(|_| outcome.ended.iter().map(|e| e.paged.pages).sum());
+        if failed.is_none() && outcome.ended.iter().any(|e| e.paged.stopped) {
+            let stopped = outcome.ended.iter().filter(|e| e.paged.stopped).count();
+            let mut entry = format!("{};status=max-pages;pages={}", source.name, pages.unwrap_or_default());
+            if outcome.list {
+                entry.push_str(&format!(";stopped={stopped}"));
+            }
+            partial.push(entry);
+        }
         reports.push(Report {
             name: source.name.clone(),
             status: outcome.ended.iter().rev().find_map(|e| e.status),
@@ -284,6 +348,7 @@ async fn run_timed(
             calls: outcome.calls,
             failed,
             not_a_list: outcome.not_a_list,
+            pages,
         });
     }
     let span = state.tracer.child(crate::telemetry::Kind::Internal, "map");

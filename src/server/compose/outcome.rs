@@ -25,6 +25,8 @@ pub(super) struct Ended {
     pub(super) outcome: &'static str,
     /// A failure other than an answer's status: its kind (`Recast-Partial`'s `status=`).
     pub(super) kind: Option<&'static str>,
+    /// A paged source's pages (`_sources.<name>.pages`).
+    pub(super) paged: Paged,
 }
 
 /// A source that is done.
@@ -140,7 +142,7 @@ impl Done {
     pub(super) fn skipped() -> Done {
         Done {
             value: Value::Null,
-            ended: vec![Ended { status: None, outcome: "skipped", kind: None }],
+            ended: vec![Ended { status: None, outcome: "skipped", kind: None, paged: Paged::default() }],
             list: false,
             failure: None,
             failed_elements: 0,
@@ -156,7 +158,7 @@ impl Done {
     pub(super) fn not_a_list(kind: &'static str) -> Done {
         Done {
             value: Value::List(Vec::new()),
-            ended: vec![Ended { status: None, outcome: "not-a-list", kind: None }],
+            ended: vec![Ended { status: None, outcome: "not-a-list", kind: None, paged: Paged::default() }],
             not_a_list: Some(kind),
             ..Done::skipped()
         }
@@ -166,7 +168,7 @@ impl Done {
         let outcome = if failure.is_timeout() { "timeout" } else { "failed" };
         Done {
             value: Value::Null,
-            ended: vec![Ended { status: None, outcome, kind: None }],
+            ended: vec![Ended { status: None, outcome, kind: None, paged: Paged::default() }],
             list: false,
             failure: Some(failure),
             failed_elements: 0,
@@ -179,5 +181,16 @@ impl Done {
 }
 
 /// How one request of a source ended: its status and its body, indexed ([`Value::One`]), or its
-/// status (when it answered) and why it failed.
-pub(super) type CallResult = Result<(u16, Value), (Option<u16>, UpstreamFailure)>;
+/// status (when it answered) and why it failed; with the pages it followed, for a paged source.
+pub(super) type CallResult = Result<(u16, Value, Paged), (Option<u16>, UpstreamFailure, Paged)>;
+
+/// The pages one request of a paged source fetched (SPEC §2.3 "Pages"); none for another.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(in crate::server) struct Paged {
+    /// Pages fetched (answered 2xx).
+    pub pages: usize,
+    /// `"onMaxPages": "stop"` kept the pages fetched when there were more.
+    pub stopped: bool,
+    /// Whether the request was paged at all.
+    pub paged: bool,
+}

@@ -4,8 +4,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use std::time::Instant;
+
+use crate::route::settings::CallSettings;
+use crate::server::problem::UpstreamFailure;
 use crate::server::state::State;
-use crate::upstream::UpstreamRequest;
+use crate::upstream::{Answer, Outbound, UpstreamRequest};
 
 use super::outcome::CallResult;
 
@@ -21,6 +25,8 @@ pub(super) struct Shared {
     /// count, until the call ends: a `forEach` source's are all rendered before the first is
     /// sent).
     pub(super) requests: AtomicUsize,
+    /// What of `bytes` was let go before the call ended (a paged request's pages, once read).
+    pub(super) let_go: AtomicUsize,
     pub(super) max_bytes: usize,
     pub(super) max_calls: usize,
     /// The requests sent so far (see [`Shared::once`]): identical ones are sent once and their
@@ -65,9 +71,54 @@ pub(super) struct Release<'a> {
 
 impl Drop for Release<'_> {
     fn drop(&mut self) {
-        let held = self.shared.bytes.load(Ordering::Relaxed)
+        let held = (self.shared.bytes.load(Ordering::Relaxed) - self.shared.let_go.load(Ordering::Relaxed))
             + self.shared.indexes.load(Ordering::Relaxed)
             + self.shared.requests.load(Ordering::Relaxed);
         self.state.buffered.release(held);
     }
+}
+
+/// One request of a source's, or of a route's own paged upstream: its 2xx answer, its body
+/// counted in the call's bytes (`RECAST_MAX_COMPOSED_BYTES`) and the process's. `name`: the
+/// source's; `keep_headers`: the answer's headers are kept (a page's).
+pub(super) async fn answer_of(
+    state: &State,
+    calls: &CallSettings,
+    name: Option<&str>,
+    request: &UpstreamRequest,
+    shared: &Shared,
+    keep_headers: bool,
+) -> Result<Answer, (Option<u16>, UpstreamFailure)> {
+    let fail = |status: Option<u16>, failure: UpstreamFailure| {
+        state.metrics.upstream_error(failure.kind());
+        Err((status, failure))
+    };
+    // Nothing more is sent past `RECAST_MAX_BUFFERED_BYTES`.
+    if state.buffered.full() {
+        return fail(None, UpstreamFailure::Buffered { limit: state.buffered.limit() });
+    }
+    // `RECAST_MAX_SOURCE_CALLS` and `RECAST_MAX_COMPOSED_BYTES` bound a composition's sources.
+    if !shared.take_calls(calls.attempts()) {
+        return Err((None, UpstreamFailure::TooManyCalls { limit: shared.max_calls }));
+    }
+    let outbound = Outbound { keep_headers, ..calls.outbound(name) };
+    let started = Instant::now();
+    // The exchange's state is large: boxed, the futures that hold this call (the source's, the
+    // element's under `concurrency`) stay small and are not copied whole each time they move.
+    let answer = crate::tasks::boxed(|| state.client.call_with(request, &outbound)).await;
+    state.metrics.upstream.observe(started.elapsed());
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(e) => return fail(None, UpstreamFailure::from(e)),
+    };
+    let status = answer.status.as_u16();
+    if !answer.status.is_success() {
+        return fail(Some(status), UpstreamFailure::Status(answer.status, answer.certificate_asked));
+    }
+    let total = shared.bytes.fetch_add(answer.body.len(), Ordering::Relaxed) + answer.body.len();
+    state.buffered.add(answer.body.len());
+    if total > shared.max_bytes {
+        return fail(Some(status), UpstreamFailure::ComposedTooLarge { limit: shared.max_bytes });
+    }
+    Ok(answer)
 }

@@ -80,6 +80,11 @@ pub(in crate::upstream) async fn exchange(
         }
     }
     let status = head.status;
+    let headers = (extra.keep_headers && status.is_success()).then(|| {
+        super::super::wire::joined_headers(
+            head.headers.iter().map(|(name, value)| (name.as_str(), value.as_bytes())),
+        )
+    });
     if !status.is_success() {
         // Never read: dropping it resets the stream.
         let certificate_asked = lease.certificate_asked();
@@ -91,6 +96,7 @@ pub(in crate::upstream) async fn exchange(
             certificate_asked,
             content_type,
             http2: true,
+            headers: None,
             span: None,
         });
     }
@@ -113,6 +119,7 @@ pub(in crate::upstream) async fn exchange(
         certificate_asked: lease.certificate_asked(),
         content_type,
         http2: true,
+        headers,
         span: None,
     })
 }

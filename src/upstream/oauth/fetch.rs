@@ -130,6 +130,7 @@ impl UpstreamClient {
             waited_for_failure: Default::default(),
             source: None,
             token: true,
+            keep_headers: false,
         };
         let answer = self.attempt(&target, None, sent, deadline, 0).await;
         let outcome = match answer {
