@@ -272,3 +272,175 @@ pub fn compose_compile(data: &[u8]) -> Reached {
     }
     Reached::Mapped
 }
+
+/// Expressions a paging member may be: cursors, page numbers, offsets, URLs, and mistakes.
+const PAGE_EXPRESSIONS: [&str; 16] = [
+    "@",
+    "data",
+    "data[-1].id",
+    "meta.next_cursor",
+    "$page + `1`",
+    "$page * `100`",
+    "has_more",
+    "next",
+    "$headers.link",
+    "$headers.\"x-next\"",
+    "items[?id]",
+    "`null`",
+    "''",
+    "`[]`",
+    "`{\"a\": 1}`",
+    "data[",
+];
+
+/// Next URLs and `Link` values a page may give: relative, absolute, other origins, tricks.
+const PAGE_URLS: [&str; 12] = [
+    "/v2/items?page=2",
+    "?page=3",
+    "items?cursor=a%20b",
+    "https://api.example/items?page=2",
+    "http://api.example/items",
+    "https://api.example:444/items",
+    "https://evil.example/items",
+    "//evil.example/x",
+    "https://api.example@evil.example/",
+    "javascript:alert(1)",
+    "",
+    "https://api.example/items#frag",
+];
+
+#[derive(Arbitrary, Debug)]
+enum PageText {
+    Known(u8),
+    Other(String),
+}
+
+impl PageText {
+    fn text<'a>(&'a self, known: &[&'a str]) -> &'a str {
+        match self {
+            PageText::Known(i) => known[*i as usize % known.len()],
+            PageText::Other(s) => s,
+        }
+    }
+}
+
+#[derive(Arbitrary, Debug)]
+enum NextCase {
+    Query(Vec<(String, PageText)>),
+    Url(PageText),
+    Link,
+    Raw(String),
+}
+
+#[derive(Arbitrary, Debug)]
+struct PagesCase {
+    items: PageText,
+    next: NextCase,
+    while_: Option<PageText>,
+    max_pages: u8,
+    stop: bool,
+    base: u8,
+    page: u8,
+    /// The page's answer: built around a URL, or as given.
+    body: Result<(PageText, Vec<Given>), String>,
+    link: Option<(PageText, String)>,
+}
+
+/// `paginate` compiled from arbitrary members and one page read with it: arbitrary expressions,
+/// answers, `Link` headers and next URLs. Checks: nothing panics; the items written onto the
+/// joined list keep it one JSON list; a next request goes to the source's own origin (scheme,
+/// host and port), with its method, headers and body.
+pub fn compose_pages(data: &[u8]) -> Reached {
+    use crate::route::paginate::{After, Paging, validate};
+    let Ok(case) = PagesCase::arbitrary_take_rest(Unstructured::new(data)) else { return Reached::Nothing };
+    let next = match &case.next {
+        NextCase::Query(pairs) => serde_json::json!({"query": pairs
+            .iter()
+            .map(|(n, e)| (n.clone(), serde_json::Value::from(e.text(&PAGE_EXPRESSIONS))))
+            .collect::<serde_json::Map<_, _>>()}),
+        NextCase::Url(e) => serde_json::json!({"url": e.text(&PAGE_EXPRESSIONS)}),
+        NextCase::Link => "link".into(),
+        NextCase::Raw(text) => serde_json::from_str(text).unwrap_or(serde_json::Value::Null),
+    };
+    let mut given = serde_json::json!({
+        "items": case.items.text(&PAGE_EXPRESSIONS),
+        "next": next,
+        "maxPages": case.max_pages,
+        "onMaxPages": if case.stop { "stop" } else { "fail" },
+    });
+    if let Some(w) = &case.while_ {
+        given["while"] = w.text(&PAGE_EXPRESSIONS).into();
+    }
+    let mut problems = Vec::new();
+    let Some(config) = validate(Some(&given), "/p", &mut problems) else {
+        assert!(!problems.is_empty(), "a refused paginate says why");
+        return Reached::RulesRefused;
+    };
+    let mut patterns = Patterns::default();
+    let Some(paging) = Paging::compile(&config, "/p", LIMITS.max_depth, &mut patterns, &mut problems) else {
+        assert!(!problems.is_empty(), "a paginate that does not compile says why");
+        return Reached::RulesRefused;
+    };
+    let base = BASES[case.base as usize % BASES.len()];
+    let Ok(uri) = format!("{base}items?limit=2").parse::<http::Uri>() else { return Reached::Nothing };
+    let first = crate::upstream::UpstreamRequest {
+        method: http::Method::POST,
+        uri,
+        headers: Default::default(),
+        body: bytes::Bytes::from_static(b"{\"q\":1}"),
+    };
+    let mut body = match &case.body {
+        Ok((url, values)) => serde_json::json!({
+            "data": values.iter().map(value).collect::<Vec<_>>(),
+            "items": values.iter().map(|v| serde_json::json!({"id": value(v)})).collect::<Vec<_>>(),
+            "next": url.text(&PAGE_URLS),
+            "has_more": values.len() % 2 == 0,
+            "meta": {"next_cursor": values.first().map(value)},
+        })
+        .to_string()
+        .into_bytes(),
+        Err(text) => text.clone().into_bytes(),
+    };
+    let headers: Vec<(String, String)> = case
+        .link
+        .iter()
+        .flat_map(|(url, rest)| {
+            [
+                ("link".to_owned(), format!("<{}>; rel=\"next\"{rest}", url.text(&PAGE_URLS))),
+                ("x-next".to_owned(), url.text(&PAGE_URLS).to_owned()),
+            ]
+        })
+        .collect();
+    let budget = crate::expr::Budget::new(1 << 20, 1 << 16);
+    let (mut joined, mut count) = (b"[".to_vec(), 0);
+    let read = paging.read(
+        &mut body,
+        usize::from(case.page) + 1,
+        &headers,
+        &first.uri,
+        &first,
+        LIMITS.max_depth,
+        &budget,
+        &mut joined,
+        &mut count,
+    );
+    joined.push(b']');
+    let list: serde_json::Value = serde_json::from_slice(&joined).unwrap_or_else(|e| {
+        panic!("the joined items are not JSON ({e}): {}", String::from_utf8_lossy(&joined))
+    });
+    assert_eq!(list.as_array().map(Vec::len), Some(count), "{list}");
+    match read {
+        Ok(After::Next(next)) => {
+            let (a, b) = (&next.uri, &first.uri);
+            assert_eq!(
+                (a.scheme(), a.host(), a.port_u16()),
+                (b.scheme(), b.host(), b.port_u16()),
+                "{a} left {b}'s origin"
+            );
+            assert_eq!((&next.method, &next.body), (&first.method, &first.body));
+            Reached::Mapped
+        }
+        Ok(After::Last) => Reached::MappedNothing,
+        Err(_) => Reached::DocumentRefused,
+    }
+}

@@ -560,7 +560,7 @@ mod upstream_h2;
 
 pub use self::bounds::{BoundsReached, mapping_bounds};
 pub use self::caller_token::{TokenReached, caller_token};
-pub use self::compose::{compose_compile, compose_render};
+pub use self::compose::{compose_compile, compose_pages, compose_render};
 pub use self::expr::{
     EXPR_BUDGET, ExprOutcome, ExprReached, expr_eval, expref_outside_a_call, original_language_only,
     run as expr_run, run_original as expr_run_original, split as expr_split,

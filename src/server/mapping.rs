@@ -108,7 +108,8 @@ pub(super) async fn update(state: &State, request: Request, uuid: Uuid) -> Resul
 
 /// `POST /v1/routes/{uuid}/try`: makes the route's upstream calls as a registration's live call
 /// does, as called by its stored `sampleRequest` (nothing is stored, cached or counted as a call
-/// of the route), and answers `{"upstream", "output", "trace", "warnings"}`: the document the
+/// of the route), and answers `{"upstream", "output", "trace", "warnings"}` (and `"pages"`, the
+/// pages each paged source fetched, when one pages): the document the
 /// rules map (the upstream's as it came; a composed route's, each source's value with `request`
 /// and `_sources`), and what the route's rules make of it, traced as `POST
 /// /v1/preview?trace=true` traces. It calls the upstreams for real, with the route's methods and
@@ -133,7 +134,21 @@ pub(super) async fn try_route(state: &State, request: Request, uuid: Uuid) -> Re
     let live = live_call(state, &route, &parts.headers, &sample, Purpose::Try).await?;
     logged!(tracing::Level::INFO, uuid = %uuid, "route tried");
     let mut out = Vec::with_capacity(live.preview.len() * 2 + 64);
-    out.extend_from_slice(b"{\"upstream\":");
+    out.push(b'{');
+    if !live.pages.is_empty() {
+        // The pages each paged source (or `originalRoute`) fetched: `{"orders": 3}`.
+        out.extend_from_slice(b"\"pages\":{");
+        for (i, (name, pages)) in live.pages.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            json::write::string(&mut out, name);
+            out.push(b':');
+            json::write::u64(&mut out, *pages as u64);
+        }
+        out.extend_from_slice(b"},");
+    }
+    out.extend_from_slice(b"\"upstream\":");
     let traced = match (live.document, &route.rules) {
         (Some(mut document), Ok(compiled)) => {
             out.extend_from_slice(&document);
@@ -447,12 +462,14 @@ async fn live_call(
         sample_warnings.extend(unsent_bodies(route));
         sample_warnings.extend(open_with_credentials(route));
         sample_warnings.extend(listener_warnings(state, route));
+        let pages = composed.reports.iter().filter_map(|r| Some((r.name.clone(), r.pages?))).collect();
         return Ok(Live {
             preview: composed.body,
             rules_warnings: composed.warnings,
             sample_warnings,
             sources: composed.reports,
             document: composed.document,
+            pages,
         });
     }
     let Some(own) = route.single() else {
@@ -485,6 +502,7 @@ async fn live_call(
             .collect(),
         sources: Vec::new(),
         document: called.document,
+        pages: called.paged.map(|paged| ("originalRoute".to_owned(), paged.pages)).into_iter().collect(),
     })
 }
 
@@ -546,6 +564,8 @@ struct Live {
     sources: Vec<compose::Report>,
     /// A route's own upstream's answer, as it came.
     document: Option<Vec<u8>>,
+    /// The pages each paged source (or `originalRoute`) fetched (SPEC §2.3 "Pages").
+    pages: Vec<(String, usize)>,
 }
 
 /// A warning for a route open to anyone (no `callers`, not said `"open"`) whose calls spend a

@@ -234,6 +234,11 @@ async fn a_route_s_own_upstream_and_a_for_each_source_page_too() {
         body(&shown)["originalRoute"]["paginate"],
         json!({"items": "@", "next": "link", "maxPages": 10})
     );
+    // *Try it* says how many pages it fetched.
+    let tried = send(Method::POST, &service.url(&format!("/v1/routes/{uuid}/try")), &[], "").await;
+    assert_eq!(tried.status, 200, "{:?}", tried.body);
+    assert_eq!(body(&tried)["pages"], json!({"originalRoute": 3}));
+    assert_eq!(body(&tried)["upstream"].as_array().map(Vec::len), Some(6), "the joined document");
 
     // `forEach`: each element pages on its own (page numbers, per customer).
     let per_customer = Upstream::start(|received| {

@@ -535,6 +535,37 @@ async fn a_composed_routes_sources_are_client_spans_named_by_source() {
     service.stop().await;
 }
 
+/// A paged source's pages are calls: one CLIENT span per page, each named by the source, each
+/// child of the call's SERVER span.
+#[tokio::test]
+async fn each_page_of_a_paged_source_is_a_client_span() {
+    let collector = Collector::start(Mode::Take).await;
+    let pages = Upstream::start(|received| {
+        let page: u64 =
+            received.uri.query().and_then(|q| q.strip_prefix("page=")).map_or(1, |p| p.parse().unwrap());
+        Reply::json(&json!({"items": [page], "page": page, "total_pages": 3}).to_string())
+    })
+    .await;
+    let service = Service::start(traced(&collector)).await;
+    let body = json!({
+        "path": "paged",
+        "sources": {"orders": {"originalApi": {"baseUrl": pages.url("/")}, "path": "x",
+            "paginate": {"items": "items", "next": {"query": {"page": "$page + `1`"}}, "while": "page < total_pages"}}},
+        "rulesAsString": {"newBodyFields": {"all": {"key": "all", "type": "Json"}}, "oldBodyFields": {"all": {"expr": "orders"}}},
+    });
+    let path = registered(&service, &body.to_string(), &[]).await;
+    let caller = "00-07070707070707070707070707070707-000000000000000a-01";
+    assert_eq!(send(Method::GET, &service.url(&path), &[("traceparent", caller)], "").await.status, 200);
+    // The SERVER span, three pages' CLIENT spans, the mapping.
+    let spans = collector.trace(&[7; 16], 5).await;
+    let server = one(&spans, "SERVER span", |s| s.kind == SERVER);
+    let clients: Vec<&Span> =
+        spans.iter().filter(|s| s.kind == CLIENT && has(s, "recast.source", "orders")).collect();
+    assert_eq!(clients.len(), 3, "{spans:#?}");
+    assert!(clients.iter().all(|s| s.parent_span_id == server.span_id));
+    service.stop().await;
+}
+
 /// A 2xx answer that is not JSON is its upstream's failure: the CLIENT span of that source (and
 /// of a route's own upstream) says `error.type` `not_json` with status Error; the others' don't.
 #[tokio::test]

@@ -217,12 +217,19 @@ function upstreamOf(route) {
       return base;
     }
   };
+  // A paged upstream says how it pages, and how far.
+  const paging = (paginate) => {
+    if (!paginate) return '';
+    const how = paginate.next === 'link' ? 'Link' : Object.keys(paginate.next)[0] === 'url' ? 'next URL' : 'query';
+    return ` (pages by ${how}, at most ${paginate.maxPages})`;
+  };
   if (route.sources) {
     return Object.entries(route.sources)
-      .map(([name, source]) => `${name}: ${origin(source.originalApi.baseUrl)}`)
+      .map(([name, source]) => `${name}: ${origin(source.originalApi.baseUrl)}${paging(source.paginate)}`)
       .join(', ');
   }
-  return route.originalRoute ? origin(route.originalRoute.originalApi.baseUrl) : '';
+  const own = route.originalRoute;
+  return own ? `${origin(own.originalApi.baseUrl)}${paging(own.paginate)}` : '';
 }
 
 /** The kind of credentials a route sends, never their value. */
@@ -423,6 +430,10 @@ async function tryRoute() {
   $('tried-upstream').textContent = triedDocument ?? '(no document: the rules did not run)';
   $('tried-output').textContent = pretty(rawAt(answer.text, '/output'));
   $('tried-rows').replaceChildren(...traceRows(tried.trace, answer.text));
+  // The pages each paged source fetched in this try.
+  const pages = Object.entries(tried.pages || {});
+  $('tried-pages').textContent = `Pages fetched: ${pages.map(([name, n]) => `${name} ${n}`).join(', ')}`;
+  $('tried-pages').hidden = pages.length === 0;
   $('use-tried').disabled = triedDocument === null;
   if (triedDocument !== null && !sample.area.value.trim()) useTried();
   $('tried-warnings').replaceChildren(
