@@ -536,6 +536,36 @@ async fn the_deadline_ends_a_slow_paging() {
     let answer = get(&service.url(&path)).await;
     assert_eq!(answer.status, 200, "the stored route still stops at one page");
     assert!(started.elapsed() < Duration::from_millis(600));
+    // An optional source's own bound ends its paging: `null`, `timeout`, and the pages it had.
+    let mut bounded = source;
+    bounded["optional"] = json!(true);
+    bounded["timeoutMs"] = json!(400);
+    let (path, _) = {
+        let mut quick = bounded.clone();
+        quick["paginate"]["maxPages"] = json!(1);
+        quick["paginate"]["onMaxPages"] = json!("stop");
+        registered(&service, &orders_route("bounded", quick)).await
+    };
+    let uuid = path.split('/').nth(2).unwrap().to_owned();
+    let mut stored = orders_route("bounded", bounded);
+    stored["sources"]["orders"]["paginate"]["maxPages"] = json!(7);
+    let answer = send(
+        Method::PUT,
+        &service.url(&format!("/v1/routes/{uuid}")),
+        &[("content-type", "application/json")],
+        stored.to_string(),
+    )
+    .await;
+    assert_eq!(
+        answer.status,
+        200,
+        "an optional source's timeout is a warning: {:?}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    let answer = get(&service.url(&path)).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    assert_eq!(body(&answer), json!({"ids": null, "pages": 2, "outcome": "timeout"}));
+    assert_eq!(answer.header("recast-partial"), Some("orders;status=timeout"));
 }
 
 #[tokio::test]

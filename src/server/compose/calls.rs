@@ -3,7 +3,7 @@
 //! each answer checked and indexed as it comes.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use bumpalo::Bump;
@@ -283,13 +283,15 @@ async fn source_call(
     shared: &Shared,
     until: Option<tokio::time::Instant>,
 ) -> CallResult {
+    // The pages a paged request fetched so far, kept when its bound ends it.
+    let fetched = AtomicUsize::new(0);
     let answer = async {
         match fingerprint {
             // A paged request's answer is its pages joined: never another source's answer.
             Some(fingerprint) if source.paging.is_none() => {
                 once(shared, state, source, request, fingerprint).await
             }
-            _ => one_call(state, source, &request, shared).await,
+            _ => one_call(state, source, &request, shared, &fetched).await,
         }
     };
     let Some(until) = until else { return answer.await };
@@ -298,16 +300,25 @@ async fn source_call(
         Err(_) => Err((
             None,
             UpstreamFailure::Timeout,
-            Paged { paged: source.paging.is_some(), ..Paged::default() },
+            Paged { paged: source.paging.is_some(), pages: fetched.load(Ordering::Relaxed), stopped: false },
         )),
     }
 }
 
 /// One request of a source: its answer's status and body when it is a 2xx JSON answer; a
 /// paged source's request follows its pages ([`super::pages`]).
-async fn one_call(state: &State, source: &Source, request: &UpstreamRequest, shared: &Shared) -> CallResult {
+/// `fetched` counts a paged request's pages as they come.
+async fn one_call(
+    state: &State,
+    source: &Source,
+    request: &UpstreamRequest,
+    shared: &Shared,
+    fetched: &AtomicUsize,
+) -> CallResult {
     if let Some(paging) = &source.paging {
-        return match fetch_pages(state, paging, &source.calls, Some(&source.name), request, shared).await {
+        return match fetch_pages(state, paging, &source.calls, Some(&source.name), request, shared, fetched)
+            .await
+        {
             Ok(pages) => {
                 let paged = pages.paged;
                 index(state, shared, pages.status, pages.joined, None, MediaType::default())
@@ -388,5 +399,7 @@ async fn once(
             }
         }
     };
-    answer.get_or_init(|| one_call(state, source, &request, shared)).await.clone()
+    // Not a paged request (those are never shared): nothing counts its pages.
+    let unpaged = AtomicUsize::new(0);
+    answer.get_or_init(|| one_call(state, source, &request, shared, &unpaged)).await.clone()
 }

@@ -99,8 +99,11 @@ pub(in crate::server) async fn own_pages(
     // Its pages are many calls, each with the client's deadline from its own start: the call's
     // deadline holds them all.
     let until = tokio::time::Instant::now() + state.client.settings().total_timeout;
-    let fetched =
-        tokio::time::timeout_at(until, pages::fetch_pages(state, paging, calls, None, request, &shared));
+    let counted = AtomicUsize::new(0);
+    let fetched = tokio::time::timeout_at(
+        until,
+        pages::fetch_pages(state, paging, calls, None, request, &shared, &counted),
+    );
     let Ok(fetched) = fetched.await else {
         state.metrics.upstream_error(UpstreamFailure::Timeout.kind());
         return Err(ApiError::Upstream { failure: UpstreamFailure::Timeout, validating });

@@ -4,7 +4,7 @@
 //! request made) and then let go, so that a call holds the items of the pages so far and one
 //! page, not every page's whole answer.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::outcome::Paged;
 use super::shared::{Shared, answer_of};
@@ -26,7 +26,8 @@ pub(in crate::server) struct Pages {
 
 /// Follows `paging` from `first` (the request's own, page 1), as `name`'s (a source's) calls
 /// with `calls`' settings: the pages' items joined, or the failure that ended it with the pages
-/// fetched before.
+/// fetched before. `fetched` counts the pages as they come (what a bound that ends the paging
+/// from outside still knows).
 pub(in crate::server) async fn fetch_pages(
     state: &State,
     paging: &Paging,
@@ -34,6 +35,7 @@ pub(in crate::server) async fn fetch_pages(
     name: Option<&str>,
     first: &UpstreamRequest,
     shared: &Shared,
+    fetched: &AtomicUsize,
 ) -> Result<Pages, (Option<u16>, UpstreamFailure, Paged)> {
     let config = &state.config;
     let mut paged = Paged { pages: 0, stopped: false, paged: true };
@@ -70,6 +72,7 @@ pub(in crate::server) async fn fetch_pages(
             Err((status, failure)) => return Err((status, failure, paged)),
         };
         paged.pages = page;
+        fetched.store(page, Ordering::Relaxed);
         let status = answer.status.as_u16();
         let headers = answer.headers.take().unwrap_or_default();
         let budget = Budget::new(config.max_expr_bytes, config.max_mapping_steps);
