@@ -399,10 +399,13 @@ async fn fetch(
             Ok(called) => Outcome {
                 upstream: started.elapsed().saturating_sub(called.map),
                 map: called.map,
-                // A paged upstream's pages (SPEC §2.3 "Pages").
+                // A paged upstream's entry says its pages: `upstream;desc="pages=3";dur=…`.
                 sources: called
                     .paged
-                    .map(|paged| (format!("upstream.pages;desc=\"pages={}\"", paged.pages), Duration::ZERO))
+                    .map(|paged| {
+                        let name = format!("upstream;desc=\"pages={}\"", paged.pages);
+                        (name, started.elapsed().saturating_sub(called.map))
+                    })
                     .into_iter()
                     .collect(),
                 traced: None,

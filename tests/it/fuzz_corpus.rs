@@ -229,3 +229,16 @@ fn compose_compile_corpus_replays_accepted_and_refused_compositions() {
         );
     }
 }
+
+#[test]
+fn compose_pages_corpus_replays_pages_read_and_paginate_refused() {
+    let reached = replay("compose_pages", recast::fuzzing::compose_pages);
+    // A next request made, a last page, a page refused, a `paginate` refused.
+    for outcome in [Reached::Mapped, Reached::MappedNothing, Reached::DocumentRefused, Reached::RulesRefused]
+    {
+        assert!(
+            reached.get(&outcome).copied().unwrap_or(0) >= 10,
+            "few seeds reach {outcome:?}: {reached:?}"
+        );
+    }
+}

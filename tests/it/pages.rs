@@ -227,6 +227,11 @@ async fn a_route_s_own_upstream_and_a_for_each_source_page_too() {
     let answer = get(&service.url(&route)).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
     assert_eq!(body(&answer), json!({"ids": ids(3), "count": 6}));
+    let timing = answer.header("server-timing").unwrap();
+    assert!(
+        timing.starts_with("upstream;desc=\"pages=3\";dur=") && timing.contains(", map;dur="),
+        "{timing}"
+    );
     // Shown as given.
     let uuid = route.split('/').nth(2).unwrap();
     let shown = get(&service.url(&format!("/v1/routes/{uuid}"))).await;
