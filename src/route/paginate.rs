@@ -96,7 +96,11 @@ pub fn validate(given: Option<&Value>, at: &str, problems: &mut Vec<Problem>) ->
     }
     let items = match members.get("items") {
         Some(Value::String(items)) => items.clone(),
-        _ => {
+        Some(_) => {
+            problems.push(Problem::new(here("items"), "must be an expression (a string), such as \"data\""));
+            String::new()
+        }
+        None => {
             problems.push(Problem::new(
                 here("items"),
                 "missing required member: an expression selecting each page's list, such as \"data\" (or \"@\" for an answer that is the list)",
@@ -340,10 +344,10 @@ impl Paging {
                 return Ok(After::Last);
             }
             match &self.next {
-                Next::Link => Ok(match link_next(headers) {
-                    Some(target) => resolve(asked, &target, first, &format!("{}/next", self.at))?,
-                    None => After::Last,
-                }),
+                Next::Link => match link_next(headers) {
+                    Some(target) => resolve(asked, &target, first, &format!("{}/next", self.at)),
+                    None => Ok(After::Last),
+                },
                 Next::Url(expression) => match text_of(view, eval(expression)?, &expression.location)? {
                     Some(target) => resolve(asked, &target, first, &expression.location),
                     None => Ok(After::Last),
@@ -356,7 +360,8 @@ impl Paging {
                             None => return Ok(After::Last),
                         }
                     }
-                    with_query(first, &set).map(|r| After::Next(Box::new(r)))
+                    let location = format!("{}/next/query", self.at);
+                    with_query(first, &set, &location).map(|r| After::Next(Box::new(r)))
                 }
             }
         });
@@ -434,26 +439,40 @@ fn text_of(view: View<'_>, value: Val<'_>, location: &str) -> Result<Option<Stri
 }
 
 /// The source's own request with `set` query parameters: each replaces every parameter of its
-/// name, or is added.
-fn with_query(first: &UpstreamRequest, set: &[(&str, String)]) -> Result<UpstreamRequest, PageError> {
+/// name, or is added (encoded); the other parameters stay byte for byte as they were.
+fn with_query(
+    first: &UpstreamRequest,
+    set: &[(&str, String)],
+    location: &str,
+) -> Result<UpstreamRequest, PageError> {
     let query = first.uri.query().unwrap_or_default();
-    let mut pairs: Vec<(String, String)> = url::form_urlencoded::parse(query.as_bytes())
-        .into_owned()
-        .filter(|(name, _)| !set.iter().any(|(n, _)| n == name))
-        .collect();
-    pairs.extend(set.iter().map(|(n, v)| ((*n).to_owned(), v.clone())));
     let mut text = first.uri.path().to_owned();
     text.push('?');
-    text.push_str(&url::form_urlencoded::Serializer::new(String::new()).extend_pairs(&pairs).finish());
+    let mut kept = 0;
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let name = pair.split_once('=').map_or(pair, |(name, _)| name);
+        let decoded: String = url::form_urlencoded::parse(name.as_bytes()).map(|(n, _)| n).collect();
+        if set.iter().any(|(n, _)| *n == decoded) {
+            continue;
+        }
+        if kept > 0 {
+            text.push('&');
+        }
+        text.push_str(pair);
+        kept += 1;
+    }
+    let added = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(set).finish();
+    if kept > 0 && !added.is_empty() {
+        text.push('&');
+    }
+    text.push_str(&added);
+    let bad = || PageError::Expression {
+        location: location.to_owned(),
+        why: "the next page's query does not make a URL".to_owned(),
+    };
     let mut parts = first.uri.clone().into_parts();
-    parts.path_and_query = Some(text.parse().map_err(|_| PageError::Expression {
-        location: String::new(),
-        why: "the next page's query does not make a URL".to_owned(),
-    })?);
-    let uri = Uri::from_parts(parts).map_err(|_| PageError::Expression {
-        location: String::new(),
-        why: "the next page's query does not make a URL".to_owned(),
-    })?;
+    parts.path_and_query = Some(text.parse().map_err(|_| bad())?);
+    let uri = Uri::from_parts(parts).map_err(|_| bad())?;
     Ok(UpstreamRequest { uri, ..first.clone() })
 }
 
@@ -461,13 +480,21 @@ fn with_query(first: &UpstreamRequest, set: &[(&str, String)]) -> Result<Upstrea
 /// a failure when it leaves the source's origin (scheme, host and port).
 fn resolve(asked: &Uri, target: &str, first: &UpstreamRequest, location: &str) -> Result<After, PageError> {
     let bad = |why: &str| PageError::Expression { location: location.to_owned(), why: why.to_owned() };
+    // An empty target (`<>`, a URL of spaces) is no next page.
+    let target = target.trim();
+    if target.is_empty() {
+        return Ok(After::Last);
+    }
     let base = url::Url::parse(&asked.to_string()).map_err(|_| bad("the page's own URL cannot be read"))?;
-    let next = base.join(target.trim()).map_err(|_| bad("the next value is not a URL"))?;
+    let next = base.join(target).map_err(|_| bad("the next value is not a URL"))?;
     let origin =
         url::Url::parse(&first.uri.to_string()).map_err(|_| bad("the source's URL cannot be read"))?;
+    // Credentials in the URL (`user:pass@`) make another authority, whatever the host.
     if next.scheme() != origin.scheme()
         || next.host_str() != origin.host_str()
         || next.port_or_known_default() != origin.port_or_known_default()
+        || !next.username().is_empty()
+        || next.password().is_some()
     {
         return Err(PageError::OffOrigin { location: location.to_owned() });
     }
@@ -477,8 +504,9 @@ fn resolve(asked: &Uri, target: &str, first: &UpstreamRequest, location: &str) -
     Ok(After::Next(Box::new(UpstreamRequest { uri, ..first.clone() })))
 }
 
-/// RFC 8288: the target of the first link whose `rel` holds `next`, in the `Link` header
-/// values (`headers`' `link`, its lines joined by `, `).
+/// RFC 8288: the target of the first link whose (first) `rel` parameter holds `next`, in the
+/// `Link` header values (`headers`' `link`, its lines joined by `, `). Quoted strings (with
+/// `\` escapes) may hold `,` and `;`.
 pub fn link_next(headers: &[(String, String)]) -> Option<String> {
     let value = &headers.iter().find(|(n, _)| n == "link")?.1;
     let mut rest = value.as_str();
@@ -488,12 +516,19 @@ pub fn link_next(headers: &[(String, String)]) -> Option<String> {
         let close = open.find('>')?;
         let target = &open[..close];
         rest = &open[close + 1..];
-        // Its parameters, up to the `,` that ends the link (outside a quoted string).
-        let mut in_quotes = false;
-        let mut end = rest.len();
+        // Its parameters, each up to a `;` outside a quoted string, up to the `,` that ends the
+        // link.
+        let mut params: Vec<&str> = Vec::new();
+        let (mut in_quotes, mut escaped, mut start, mut end) = (false, false, 0, rest.len());
         for (i, c) in rest.char_indices() {
             match c {
+                _ if escaped => escaped = false,
+                '\\' if in_quotes => escaped = true,
                 '"' => in_quotes = !in_quotes,
+                ';' if !in_quotes => {
+                    params.push(&rest[start..i]);
+                    start = i + 1;
+                }
                 ',' if !in_quotes => {
                     end = i;
                     break;
@@ -501,18 +536,13 @@ pub fn link_next(headers: &[(String, String)]) -> Option<String> {
                 _ => {}
             }
         }
-        let params = &rest[..end];
+        params.push(&rest[start..end]);
         rest = &rest[end..];
-        let next = params.split(';').any(|param| {
-            let Some((name, value)) = param.split_once('=') else { return false };
-            name.trim().eq_ignore_ascii_case("rel")
-                && value
-                    .trim()
-                    .trim_matches('"')
-                    .split_ascii_whitespace()
-                    .any(|r| r.eq_ignore_ascii_case("next"))
+        let rel = params.iter().find_map(|param| {
+            let (name, value) = param.split_once('=')?;
+            name.trim().eq_ignore_ascii_case("rel").then(|| value.trim().trim_matches('"'))
         });
-        if next {
+        if rel.is_some_and(|rel| rel.split_ascii_whitespace().any(|r| r.eq_ignore_ascii_case("next"))) {
             return Some(target.to_owned());
         }
     }
@@ -540,6 +570,13 @@ mod tests {
         assert_eq!(link_next(&headers(r#"</p/3>; rel="prev next""#)).as_deref(), Some("/p/3"));
         assert_eq!(link_next(&headers(r#"<https://h/a?page=5>; rel="last""#)), None);
         assert_eq!(link_next(&headers("garbage")), None);
+        // A `;` or `,` inside a quoted string is part of it; only the first `rel` counts.
+        let quoted =
+            r#"<https://h/p>; rel="prev"; title="x;rel=next, y", <https://h/n>; rel="next"; rel="prev""#;
+        assert_eq!(link_next(&headers(quoted)).as_deref(), Some("https://h/n"));
+        let escaped = r#"<https://h/p>; title="a \"b\"; rel=next"; rel="prev""#;
+        assert_eq!(link_next(&headers(escaped)), None);
+        assert_eq!(link_next(&headers(r#"<>; rel="next""#)).as_deref(), Some(""));
         assert_eq!(link_next(&[]), None);
     }
 
@@ -608,7 +645,8 @@ mod tests {
         let p = paging(json!({"items": "data", "next": {"query": {"cursor": "meta.next_cursor"}}})).unwrap();
         let (items, next) = read(&p, json!({"data": [1, {"a": 2}], "meta": {"next_cursor": "c 2"}}), 1, &[]);
         assert_eq!(items, "[1,{\"a\":2}");
-        assert_eq!(next.unwrap().as_deref(), Some("http://h:8080/v1/items?limit=2&x=a+b&cursor=c+2"));
+        // The other parameters stay byte for byte; the one set replaces its every occurrence.
+        assert_eq!(next.unwrap().as_deref(), Some("http://h:8080/v1/items?limit=2&x=a%20b&cursor=c+2"));
         assert_eq!(read(&p, json!({"data": [], "meta": {"next_cursor": ""}}), 2, &[]).1, Ok(None));
         assert_eq!(read(&p, json!({"data": [], "meta": {"next_cursor": null}}), 2, &[]).1, Ok(None));
         assert_eq!(read(&p, json!({"data": [], "meta": {}}), 2, &[]).1, Ok(None));
@@ -629,7 +667,10 @@ mod tests {
         )
         .unwrap();
         let (_, next) = read(&p, json!({"items": [1], "has_more": true}), 3, &[]);
-        assert_eq!(next.unwrap().as_deref(), Some("http://h:8080/v1/items?limit=2&cursor=old&x=a+b&page=4"));
+        assert_eq!(
+            next.unwrap().as_deref(),
+            Some("http://h:8080/v1/items?limit=2&cursor=old&x=a%20b&page=4")
+        );
         assert_eq!(read(&p, json!({"items": [1], "has_more": false}), 3, &[]).1, Ok(None));
         let (items, next) = read(&p, json!({"items": {"a": 1}, "has_more": true}), 3, &[]);
         assert_eq!(items, "[");
@@ -648,7 +689,16 @@ mod tests {
         let (items, next) = read(&p, json!([1, 2]), 1, &headers("</v1/items?page=2>; rel=\"next\""));
         assert_eq!(items, "[1,2");
         assert_eq!(next.unwrap().as_deref(), Some("http://h:8080/v1/items?page=2"));
-        for elsewhere in ["https://h:8080/x", "http://h:8081/x", "http://other:8080/x", "//other/x"] {
+        // An empty target ends the paging.
+        assert_eq!(read(&p, json!([]), 1, &headers("<>; rel=\"next\"")).1, Ok(None));
+        for elsewhere in [
+            "https://h:8080/x",
+            "http://h:8081/x",
+            "http://other:8080/x",
+            "//other/x",
+            "http://u:p@h:8080/x",
+            "http://u@h:8080/x",
+        ] {
             let link = format!("<{elsewhere}>; rel=\"next\"");
             assert_eq!(
                 read(&p, json!([]), 1, &headers(&link)).1,
@@ -661,6 +711,7 @@ mod tests {
             read(&p, json!({"results": [], "next": "http://h:8080/v1/items?offset=20#f"}), 1, &[]);
         assert_eq!(next.unwrap().as_deref(), Some("http://h:8080/v1/items?offset=20"));
         assert_eq!(read(&p, json!({"results": [], "next": null}), 1, &[]).1, Ok(None));
+        assert_eq!(read(&p, json!({"results": [], "next": "  "}), 1, &[]).1, Ok(None));
         let p = paging(json!({"items": "@", "next": {"url": "$headers.\"x-next\""}})).unwrap();
         assert!(p.headers);
         let page = [("x-next".to_owned(), "?page=9".to_owned())];

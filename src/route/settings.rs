@@ -87,6 +87,7 @@ impl CallSettings {
             h2c: self.h2c,
             source,
             keep_headers: false,
+            deadline: None,
         }
     }
 

@@ -92,12 +92,12 @@ async fn paged(
     caller: Option<&Caller>,
     validating: bool,
 ) -> Result<Called, ApiError> {
-    let (status, joined, paged) =
+    let (status, joined, paged, freshness) =
         crate::tasks::boxed(|| compose::own_pages(state, paging, calls, request, validating)).await?;
     let mut answer = Answer {
         status,
         body: joined,
-        freshness: Freshness::default(),
+        freshness,
         retry_after: None,
         certificate_asked: None,
         content_type: MediaType::default(),

@@ -35,7 +35,9 @@ impl UpstreamClient {
     ) -> Result<Answer, UpstreamError> {
         // One reading of the clock: the deadline, and the time the pool counts idleness from.
         let started = Instant::now();
-        let deadline = started + self.settings.total_timeout;
+        let deadline = outbound.deadline.map_or(started + self.settings.total_timeout, |given| {
+            given.min(started + self.settings.total_timeout)
+        });
         let origin = origin(&request.uri);
         // In a cluster, this node's share of the limit, kept apart from the shares of other counts.
         let limit = outbound.rate_limit.map(|(settings, route)| match self.nodes() {

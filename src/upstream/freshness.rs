@@ -38,6 +38,22 @@ impl Freshness {
         freshness
     }
 
+    /// What several answers joined into one say together (a paged upstream's pages): never
+    /// reused if any says so, the smallest lifetimes, the largest age, revalidation if any asks.
+    pub fn join(self, other: Freshness) -> Freshness {
+        let least = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Freshness {
+            no_store: self.no_store || other.no_store,
+            max_age: least(self.max_age, other.max_age),
+            s_maxage: least(self.s_maxage, other.s_maxage),
+            must_revalidate: self.must_revalidate || other.must_revalidate,
+            age: self.age.max(other.age),
+        }
+    }
+
     /// Takes in one header line, if it is one of the fields read here.
     pub fn line(&mut self, name: &[u8], value: &[u8]) {
         if name.eq_ignore_ascii_case(b"cache-control") {

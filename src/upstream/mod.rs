@@ -339,6 +339,9 @@ pub struct Outbound<'a> {
     pub source: Option<&'a str>,
     /// Whether a 2xx answer's headers are kept ([`Answer::headers`]): a paged call reads them.
     pub keep_headers: bool,
+    /// A deadline earlier than the call's own (`RECAST_UPSTREAM_TIMEOUT_MS` from its start):
+    /// what is left of the one deadline of a call that makes several (a paged upstream's pages).
+    pub deadline: Option<tokio::time::Instant>,
 }
 
 /// What an attempt sends, where: the request, its origin (the breaker's key) and the route's TLS.

@@ -274,6 +274,13 @@ async fn a_route_s_own_upstream_and_a_for_each_source_page_too() {
     let answer = get(&service.url(&format!("{route}?c=a&c=b"))).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
     assert_eq!(body(&answer), json!({"orders": [["a1", "a2", "a3"], ["b1"]], "pages": [3, 1]}));
+    // Two elements that make the same request share its pages: fetched once, counted once.
+    let before = per_customer.received().len();
+    let answer = get(&service.url(&format!("{route}?c=a&c=a"))).await;
+    assert_eq!(body(&answer), json!({"orders": [["a1", "a2", "a3"], ["a1", "a2", "a3"]], "pages": [3, 3]}));
+    assert_eq!(per_customer.received().len() - before, 3);
+    let timing = answer.header("server-timing").unwrap();
+    assert!(timing.contains("src.orders;desc=\"pages=3\""), "{timing}");
 }
 
 #[tokio::test]
@@ -587,6 +594,32 @@ async fn the_cache_of_a_paged_route_holds_the_joined_answer() {
     assert!(again.header("cache-status").unwrap().contains("hit"), "{:?}", again.header("cache-status"));
     // The registration's four pages and the first call's: the hit sent nothing.
     assert_eq!(github.received().len(), 8);
+
+    // A route's own paged upstream whose third page may not be kept (`private`) is never kept.
+    let private = Upstream::start(|received| {
+        let page: usize = query_of(received).get("page").and_then(|p| p.parse().ok()).unwrap_or(1);
+        let mut reply = Reply::json(&json!({"items": [page], "page": page, "total_pages": 3}).to_string());
+        reply.headers.push(("cache-control", if page == 3 { "private" } else { "max-age=600" }.to_owned()));
+        reply
+    })
+    .await;
+    let (path, _) = registered(
+        &service,
+        &json!({
+            "path": "private",
+            "originalRoute": {"originalApi": {"baseUrl": private.url("/")}, "path": "list",
+                "paginate": {"items": "items", "next": {"query": {"page": "$page + `1`"}}, "while": "page < total_pages"}},
+            "cache": {"ttlSeconds": 60},
+            "rulesAsString": rules(&[("all", "@")]),
+        }),
+    )
+    .await;
+    for _ in 0..2 {
+        let answer = get(&service.url(&path)).await;
+        assert_eq!(body(&answer), json!({"all": [1, 2, 3]}));
+        assert!(!answer.header("cache-status").unwrap_or_default().contains("hit"));
+    }
+    assert_eq!(private.received().len(), 3 * 3, "the registration's pages and each call's");
 }
 
 /// The joined document of a paged route maps as the same document answered whole: rules of

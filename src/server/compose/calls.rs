@@ -242,6 +242,14 @@ pub(super) async fn run_source(
             }
         }
     }
+    // Each request sent once, whatever the elements that share its answer.
+    let (pages, stopped) = answers
+        .iter()
+        .flatten()
+        .map(|answer| match answer {
+            Ok((_, _, paged)) | Err((_, _, paged)) => *paged,
+        })
+        .fold((0, 0), |(pages, stopped), paged| (pages + paged.pages, stopped + usize::from(paged.stopped)));
     if !list {
         let value = values.into_iter().next().flatten().unwrap_or(Value::Null);
         return Done {
@@ -254,6 +262,8 @@ pub(super) async fn run_source(
             calls,
             not_a_list: None,
             element: None,
+            pages,
+            stopped,
         };
     }
     // A `forEach` source fails when it is required and an element failed; an optional one
@@ -271,6 +281,8 @@ pub(super) async fn run_source(
         calls,
         not_a_list: None,
         element: first_failed,
+        pages,
+        stopped,
     }
 }
 
@@ -291,7 +303,7 @@ async fn source_call(
             Some(fingerprint) if source.paging.is_none() => {
                 once(shared, state, source, request, fingerprint).await
             }
-            _ => one_call(state, source, &request, shared, &fetched).await,
+            _ => one_call(state, source, &request, shared, &fetched, until).await,
         }
     };
     let Some(until) = until else { return answer.await };
@@ -314,10 +326,20 @@ async fn one_call(
     request: &UpstreamRequest,
     shared: &Shared,
     fetched: &AtomicUsize,
+    until: Option<tokio::time::Instant>,
 ) -> CallResult {
     if let Some(paging) = &source.paging {
-        return match fetch_pages(state, paging, &source.calls, Some(&source.name), request, shared, fetched)
-            .await
+        return match fetch_pages(
+            state,
+            paging,
+            &source.calls,
+            Some(&source.name),
+            request,
+            shared,
+            fetched,
+            until,
+        )
+        .await
         {
             Ok(pages) => {
                 let paged = pages.paged;
@@ -328,10 +350,11 @@ async fn one_call(
             Err(failed) => Err(failed),
         };
     }
-    let mut answer = match answer_of(state, &source.calls, Some(&source.name), request, shared, false).await {
-        Ok(answer) => answer,
-        Err((status, failure)) => return Err((status, failure, Paged::default())),
-    };
+    let mut answer =
+        match answer_of(state, &source.calls, Some(&source.name), request, shared, false, None).await {
+            Ok(answer) => answer,
+            Err((status, failure)) => return Err((status, failure, Paged::default())),
+        };
     let status = answer.status.as_u16();
     // Its CLIENT span, recorded once the body is known to be JSON (or as failed when not).
     let span = answer.span.take();
@@ -401,5 +424,5 @@ async fn once(
     };
     // Not a paged request (those are never shared): nothing counts its pages.
     let unpaged = AtomicUsize::new(0);
-    answer.get_or_init(|| one_call(state, source, &request, shared, &unpaged)).await.clone()
+    answer.get_or_init(|| one_call(state, source, &request, shared, &unpaged, None)).await.clone()
 }

@@ -83,7 +83,7 @@ pub(in crate::server) async fn own_pages(
     calls: &crate::route::settings::CallSettings,
     request: &UpstreamRequest,
     validating: bool,
-) -> Result<(http::StatusCode, Vec<u8>, Paged), ApiError> {
+) -> Result<(http::StatusCode, Vec<u8>, Paged, crate::upstream::Freshness), ApiError> {
     let config = &state.config;
     let shared = Shared {
         calls_left: AtomicUsize::new(config.max_source_calls),
@@ -102,7 +102,7 @@ pub(in crate::server) async fn own_pages(
     let counted = AtomicUsize::new(0);
     let fetched = tokio::time::timeout_at(
         until,
-        pages::fetch_pages(state, paging, calls, None, request, &shared, &counted),
+        pages::fetch_pages(state, paging, calls, None, request, &shared, &counted, Some(until)),
     );
     let Ok(fetched) = fetched.await else {
         state.metrics.upstream_error(UpstreamFailure::Timeout.kind());
@@ -111,7 +111,7 @@ pub(in crate::server) async fn own_pages(
     match fetched {
         Ok(pages) => {
             let status = http::StatusCode::from_u16(pages.status).unwrap_or(http::StatusCode::OK);
-            Ok((status, pages.joined, pages.paged))
+            Ok((status, pages.joined, pages.paged, pages.freshness))
         }
         Err((_, failure, _)) => Err(ApiError::Upstream { failure, validating }),
     }
@@ -331,18 +331,21 @@ async fn run_timed(
                 Some(format!("{};status={status};failed={count}", source.name))
             }
         };
-        if let Some(entry) = &failed {
-            partial.push(entry.clone());
-        }
-        // `"onMaxPages": "stop"` kept what it fetched, and says so.
-        let pages = source.paging.as_ref().map(|_| outcome.ended.iter().map(|e| e.paged.pages).sum());
-        if failed.is_none() && outcome.ended.iter().any(|e| e.paged.stopped) {
-            let stopped = outcome.ended.iter().filter(|e| e.paged.stopped).count();
-            let mut entry = format!("{};status=max-pages;pages={}", source.name, pages.unwrap_or_default());
-            if outcome.list {
-                entry.push_str(&format!(";stopped={stopped}"));
+        // The pages its requests fetched (a request sent for several elements counted once).
+        let pages = source.paging.as_ref().map(|_| outcome.pages);
+        // `"onMaxPages": "stop"` kept what it fetched, and says so: in the entry of its failed
+        // elements if it has one (`;stopped=<n>`), else in one of its own.
+        match (&failed, outcome.stopped) {
+            (Some(entry), 0) => partial.push(entry.clone()),
+            (Some(entry), stopped) => partial.push(format!("{entry};stopped={stopped}")),
+            (None, 0) => {}
+            (None, stopped) => {
+                let mut entry = format!("{};status=max-pages;pages={}", source.name, outcome.pages);
+                if outcome.list {
+                    entry.push_str(&format!(";stopped={stopped}"));
+                }
+                partial.push(entry);
             }
-            partial.push(entry);
         }
         reports.push(Report {
             name: source.name.clone(),

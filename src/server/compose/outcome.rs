@@ -45,6 +45,10 @@ pub(super) struct Done {
     pub(super) not_a_list: Option<&'static str>,
     /// The `forEach` element whose failure is `failure` (its index), for the problem.
     pub(super) element: Option<usize>,
+    /// A paged source's pages fetched, and how many of its requests `"onMaxPages": "stop"`
+    /// ended (each request sent counted once).
+    pub(super) pages: usize,
+    pub(super) stopped: usize,
 }
 
 /// Why a source failed.
@@ -150,6 +154,8 @@ impl Done {
             calls: 0,
             not_a_list: None,
             element: None,
+            pages: 0,
+            stopped: 0,
         }
     }
 
@@ -176,6 +182,8 @@ impl Done {
             calls: 0,
             not_a_list: None,
             element: None,
+            pages: 0,
+            stopped: 0,
         }
     }
 }

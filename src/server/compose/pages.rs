@@ -13,7 +13,7 @@ use crate::route::paginate::{After, PageError, Paging};
 use crate::route::settings::CallSettings;
 use crate::server::problem::UpstreamFailure;
 use crate::server::state::State;
-use crate::upstream::UpstreamRequest;
+use crate::upstream::{Freshness, UpstreamRequest};
 
 /// Pages followed to their end.
 pub(in crate::server) struct Pages {
@@ -22,12 +22,16 @@ pub(in crate::server) struct Pages {
     /// Every page's items, in page order, as one JSON list.
     pub joined: Vec<u8>,
     pub paged: Paged,
+    /// What the pages' headers say of caching them, together.
+    pub freshness: Freshness,
 }
 
 /// Follows `paging` from `first` (the request's own, page 1), as `name`'s (a source's) calls
 /// with `calls`' settings: the pages' items joined, or the failure that ended it with the pages
 /// fetched before. `fetched` counts the pages as they come (what a bound that ends the paging
-/// from outside still knows).
+/// from outside still knows); `until` is that bound, each page's call's deadline (its rate
+/// limit's waits and its retries are decided by it).
+#[allow(clippy::too_many_arguments)]
 pub(in crate::server) async fn fetch_pages(
     state: &State,
     paging: &Paging,
@@ -36,6 +40,7 @@ pub(in crate::server) async fn fetch_pages(
     first: &UpstreamRequest,
     shared: &Shared,
     fetched: &AtomicUsize,
+    until: Option<tokio::time::Instant>,
 ) -> Result<Pages, (Option<u16>, UpstreamFailure, Paged)> {
     let config = &state.config;
     let mut paged = Paged { pages: 0, stopped: false, paged: true };
@@ -46,6 +51,9 @@ pub(in crate::server) async fn fetch_pages(
     // first request's on every page).
     let mut asked: Vec<String> = Vec::new();
     let mut next: Option<UpstreamRequest> = None;
+    let mut freshness: Option<Freshness> = None;
+    // One expression budget for the whole paging, as a mapping has one.
+    let budget = Budget::new(config.max_expr_bytes, config.max_mapping_steps);
     let failed = |failure: UpstreamFailure, status: Option<u16>, paged: Paged| {
         if matches!(failure, UpstreamFailure::Paging { .. }) {
             state.metrics.upstream_error(failure.kind());
@@ -67,7 +75,7 @@ pub(in crate::server) async fn fetch_pages(
             );
         }
         asked.push(url);
-        let mut answer = match answer_of(state, calls, name, request, shared, paging.headers).await {
+        let mut answer = match answer_of(state, calls, name, request, shared, paging.headers, until).await {
             Ok(answer) => answer,
             Err((status, failure)) => return Err((status, failure, paged)),
         };
@@ -75,8 +83,9 @@ pub(in crate::server) async fn fetch_pages(
         fetched.store(page, Ordering::Relaxed);
         let status = answer.status.as_u16();
         let headers = answer.headers.take().unwrap_or_default();
-        let budget = Budget::new(config.max_expr_bytes, config.max_mapping_steps);
+        freshness = Some(freshness.map_or(answer.freshness, |f| f.join(answer.freshness)));
         let held = joined.len();
+        let len = answer.body.len();
         let read = paging.read(
             &mut answer.body,
             page,
@@ -89,7 +98,6 @@ pub(in crate::server) async fn fetch_pages(
             &mut count,
         );
         // The page's answer goes; the items kept stay counted until the call ends.
-        let len = answer.body.len();
         state.buffered.release(len);
         shared.let_go.fetch_add(len, Ordering::Relaxed);
         let kept = joined.len() - held;
@@ -118,12 +126,12 @@ pub(in crate::server) async fn fetch_pages(
         match read {
             After::Last => {
                 joined.push(b']');
-                return Ok(Pages { status, joined, paged });
+                return Ok(Pages { status, joined, paged, freshness: freshness.unwrap_or_default() });
             }
             After::Next(_) if page >= paging.max_pages && paging.stop_at_max => {
                 paged.stopped = true;
                 joined.push(b']');
-                return Ok(Pages { status, joined, paged });
+                return Ok(Pages { status, joined, paged, freshness: freshness.unwrap_or_default() });
             }
             After::Next(_) if page >= paging.max_pages => {
                 let why = format!(

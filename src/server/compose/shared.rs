@@ -71,7 +71,8 @@ pub(super) struct Release<'a> {
 
 impl Drop for Release<'_> {
     fn drop(&mut self) {
-        let held = (self.shared.bytes.load(Ordering::Relaxed) - self.shared.let_go.load(Ordering::Relaxed))
+        let held = (self.shared.bytes.load(Ordering::Relaxed))
+            .saturating_sub(self.shared.let_go.load(Ordering::Relaxed))
             + self.shared.indexes.load(Ordering::Relaxed)
             + self.shared.requests.load(Ordering::Relaxed);
         self.state.buffered.release(held);
@@ -88,6 +89,7 @@ pub(super) async fn answer_of(
     request: &UpstreamRequest,
     shared: &Shared,
     keep_headers: bool,
+    deadline: Option<tokio::time::Instant>,
 ) -> Result<Answer, (Option<u16>, UpstreamFailure)> {
     let fail = |status: Option<u16>, failure: UpstreamFailure| {
         state.metrics.upstream_error(failure.kind());
@@ -101,7 +103,7 @@ pub(super) async fn answer_of(
     if !shared.take_calls(calls.attempts()) {
         return Err((None, UpstreamFailure::TooManyCalls { limit: shared.max_calls }));
     }
-    let outbound = Outbound { keep_headers, ..calls.outbound(name) };
+    let outbound = Outbound { keep_headers, deadline, ..calls.outbound(name) };
     let started = Instant::now();
     // The exchange's state is large: boxed, the futures that hold this call (the source's, the
     // element's under `concurrency`) stay small and are not copied whole each time they move.
