@@ -118,7 +118,7 @@ pub(in crate::server) async fn fetch_pages(
             }
             Err(PageError::OffOrigin { location }) => {
                 let why = format!(
-                    "page {page}'s next URL leaves the source's origin (scheme, host and port); nothing was sent there"
+                    "page {page}'s next URL leaves the source's origin (its scheme, host and port, with no user:pass@); nothing was sent there"
                 );
                 return failed(UpstreamFailure::Paging { location, why }, Some(status), paged);
             }
