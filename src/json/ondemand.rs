@@ -172,6 +172,151 @@ fn read_padded<R>(
     )
 }
 
+/// Where [`with_read_at`] found the value of its path: its text's byte range, and for a list
+/// the number of its elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    pub start: usize,
+    pub end: usize,
+    /// Its elements, when it is a list.
+    pub elements: Option<usize>,
+}
+
+/// [`with_read`], and where the value at `path` lies in `input` (each step the first member of
+/// that name of an object, as a plain path reads it; the root for an empty path): `f` gets it,
+/// `None` when the path reaches nothing. What that value holds is not read into the tape (unless
+/// `wants` asks): it is found by its tokens, so its text can be taken as it is.
+pub fn with_read_at<R>(
+    input: &mut Vec<u8>,
+    wants: &Wants,
+    max_depth: usize,
+    path: &[&str],
+    f: impl FnOnce(&Doc<'_, '_>, Option<Found>) -> R,
+) -> Result<R, JsonError> {
+    let len = input.len();
+    input.resize(len + PADDING, b' ');
+    let result = read_padded_at(input, len, wants, max_depth, path, f);
+    input.truncate(len);
+    result
+}
+
+fn read_padded_at<R>(
+    padded: &[u8],
+    len: usize,
+    wants: &Wants,
+    max_depth: usize,
+    path: &[&str],
+    f: impl FnOnce(&Doc<'_, '_>, Option<Found>) -> R,
+) -> Result<R, JsonError> {
+    let Ok(source) = simdutf8::basic::from_utf8(padded) else {
+        return Err(JsonError::whole("the text is not UTF-8"));
+    };
+    let source = &source[..len];
+    let root = if wants.wants.is_empty() { Mode::Skip } else { Mode::Want(0) };
+    let found = std::cell::Cell::new(None);
+    with_tape(
+        wants,
+        padded.len(),
+        padded,
+        |index, escapes, sink| {
+            let count = index::build_str(source, index, escapes)?;
+            let index = index.get(..count).unwrap_or_default();
+            Walk::new(source, index, escapes, &wants.wants, sink, max_depth).document(0, root)?;
+            // The text is whole and well formed: its tokens can be followed without checks.
+            found.set(locate(source.as_bytes(), index, path));
+            Ok(())
+        },
+        |doc| f(doc, found.get()),
+    )
+}
+
+/// The token after the value whose first token is `k`.
+fn past_value(text: &[u8], index: &[u32], k: usize) -> Option<usize> {
+    let at = |j: usize| index.get(j).and_then(|&p| text.get(p as usize)).copied();
+    if !matches!(at(k)?, b'{' | b'[') {
+        return Some(k + 1);
+    }
+    let mut depth = 0usize;
+    for j in k..index.len() {
+        match at(j)? {
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(j + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Where the value at `path` is in a well-formed `text` whose tokens are `index` (see
+/// [`with_read_at`]).
+fn locate(text: &[u8], index: &[u32], path: &[&str]) -> Option<Found> {
+    let at = |j: usize| index.get(j).and_then(|&p| text.get(p as usize)).copied();
+    let mut k = 0;
+    for name in path {
+        if at(k)? != b'{' {
+            return None;
+        }
+        let mut j = k + 1;
+        loop {
+            if at(j)? != b'"' {
+                return None;
+            }
+            // The name runs from after its quote to the quote before the `:` token.
+            let open = index[j] as usize + 1;
+            let colon = *index.get(j + 1)? as usize;
+            let close = open + text.get(open..colon)?.iter().rposition(|&b| b == b'"')?;
+            let raw = text.get(open..close)?;
+            let same = if raw.contains(&b'\\') {
+                serde_json::from_slice::<String>(text.get(open - 1..=close)?).is_ok_and(|n| n == *name)
+            } else {
+                raw == name.as_bytes()
+            };
+            if same {
+                k = j + 2;
+                break;
+            }
+            j = past_value(text, index, j + 2)?;
+            if at(j)? != b',' {
+                return None;
+            }
+            j += 1;
+        }
+    }
+    let start = index.get(k).copied()? as usize;
+    let after = past_value(text, index, k)?;
+    let (end, elements) = match at(k)? {
+        b'[' | b'{' => {
+            let last = *index.get(after - 1)? as usize;
+            let elements = (at(k)? == b'[').then(|| {
+                if after == k + 2 {
+                    return 0;
+                }
+                // Commas directly inside the list, and one more.
+                let mut depth = 0usize;
+                let mut commas = 0;
+                for j in k + 1..after - 1 {
+                    match at(j) {
+                        Some(b'{' | b'[') => depth += 1,
+                        Some(b'}' | b']') => depth = depth.saturating_sub(1),
+                        Some(b',') if depth == 0 => commas += 1,
+                        _ => {}
+                    }
+                }
+                commas + 1
+            });
+            (last + 1, elements)
+        }
+        // A scalar ends where the next token starts, or the text does.
+        _ => (index.get(after).map_or(text.len(), |&p| p as usize), None),
+    };
+    Some(Found { start, end, elements })
+}
+
 /// What [`with_rows`] hands each row to: its tape, the position of its object there, the plan's
 /// slots and the steps of its scans. It answers whether it wants more rows.
 pub type OnRow<'f> = dyn FnMut(&Doc<'_, '_>, usize, &[usize], u32) -> bool + 'f;
