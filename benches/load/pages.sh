@@ -113,7 +113,7 @@ RECAST_PID=${PIDS[1]}
 measure() { # $1 connections, $2 URL, $3 duration; prints "requests/s p50_ms p99_ms errors CPU_us_per_request"
     local out before after rps p50 p99 errors requests
     before=$(cpu_ticks "$RECAST_PID")
-    out=$(wrk -t"$THREADS" -c"$1" -d"$3" --latency "$2")
+    out=$(wrk -t"$((THREADS < $1 ? THREADS : $1))" -c"$1" -d"$3" --latency "$2")
     after=$(cpu_ticks "$RECAST_PID")
     read -r rps p50 p99 errors requests <<<"$(wrk_figures "$out")"
     awk -v b="$before" -v a="$after" -v n="$requests" -v hz="$HZ" -v rps="$rps" -v p50="$p50" -v p99="$p99" -v e="$errors" 'BEGIN {
