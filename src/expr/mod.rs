@@ -388,7 +388,18 @@ impl Program {
     pub fn context_names(&self) -> Result<Vec<&str>, &'static str> {
         let mut names = Vec::new();
         let top = (self.steps.len() - 1) as StepId;
-        self.names_at(top, true, &mut names)?;
+        self.names_at(top, true, false, &mut names)?;
+        names.sort_unstable();
+        names.dedup();
+        Ok(names)
+    }
+
+    /// [`Program::context_names`] of an expression over a value that may be a list (a page of
+    /// an upstream's answers): an index or a slice of it (`[-1].id`) reads it whole too.
+    pub fn value_names(&self) -> Result<Vec<&str>, &'static str> {
+        let mut names = Vec::new();
+        let top = (self.steps.len() - 1) as StepId;
+        self.names_at(top, true, true, &mut names)?;
         names.sort_unstable();
         names.dedup();
         Ok(names)
@@ -399,6 +410,7 @@ impl Program {
         &'p self,
         id: StepId,
         on_context: bool,
+        strict: bool,
         names: &mut Vec<&'p str>,
     ) -> Result<(), &'static str> {
         let whole = "reads the whole context (`@` or `$`); name what it reads, such as `request.query.id`";
@@ -413,46 +425,48 @@ impl Program {
                 }
             }
             Step::Current | Step::Var(_) | Step::Const(_) | Step::Field(_) | Step::Path(_) => {}
+            // An index or a slice of the value read whole, when it may be a list.
+            Step::Index(_) | Step::Slice(..) if on_context && strict => return Err(whole),
             Step::Index(_) | Step::Slice(..) => {}
             // `$.a`: the right side reads the context.
             Step::Sub(left, right) if matches!(self.steps[*left as usize], Step::Root) => {
-                self.names_at(*right, true, names)?;
+                self.names_at(*right, true, strict, names)?;
             }
             Step::Sub(left, right)
             | Step::Pipe(left, right)
             | Step::ListProject(left, right)
             | Step::SliceProject(left, right)
             | Step::ObjectProject(left, right) => {
-                self.names_at(*left, on_context, names)?;
-                self.names_at(*right, false, names)?;
+                self.names_at(*left, on_context, strict, names)?;
+                self.names_at(*right, false, strict, names)?;
             }
             Step::Flatten(inner) | Step::Not(inner) | Step::Sign(_, inner) => {
-                self.names_at(*inner, on_context, names)?;
+                self.names_at(*inner, on_context, strict, names)?;
             }
-            Step::Expref(inner) => self.names_at(*inner, false, names)?,
+            Step::Expref(inner) => self.names_at(*inner, false, strict, names)?,
             Step::Filter(list, condition, right) => {
-                self.names_at(*list, on_context, names)?;
-                self.names_at(*condition, false, names)?;
-                self.names_at(*right, false, names)?;
+                self.names_at(*list, on_context, strict, names)?;
+                self.names_at(*condition, false, strict, names)?;
+                self.names_at(*right, false, strict, names)?;
             }
             Step::MultiList(range) | Step::MultiHash(range, _) | Step::Call(_, range, _) => {
                 for kid in kids(*range) {
-                    self.names_at(*kid, on_context, names)?;
+                    self.names_at(*kid, on_context, strict, names)?;
                 }
             }
             Step::Let(bindings, body) => {
                 for pair in kids(*bindings).chunks_exact(2) {
-                    self.names_at(pair[1], on_context, names)?;
+                    self.names_at(pair[1], on_context, strict, names)?;
                 }
-                self.names_at(*body, on_context, names)?;
+                self.names_at(*body, on_context, strict, names)?;
             }
             Step::Or(a, b) | Step::And(a, b) | Step::Compare(_, a, b) | Step::Arith(_, a, b) => {
-                self.names_at(*a, on_context, names)?;
-                self.names_at(*b, on_context, names)?;
+                self.names_at(*a, on_context, strict, names)?;
+                self.names_at(*b, on_context, strict, names)?;
             }
             Step::Ternary(a, b, c) => {
                 for kid in [a, b, c] {
-                    self.names_at(*kid, on_context, names)?;
+                    self.names_at(*kid, on_context, strict, names)?;
                 }
             }
         }

@@ -12,7 +12,7 @@ mod wants;
 use crate::expr::Program;
 pub(crate) use crate::json::keys::KeyTable;
 use crate::json::write::Words;
-pub(crate) use wants::{wants, wants_of};
+pub(crate) use wants::{wants, wants_of, wants_of_value};
 
 /// Index of a slot: the tape position of one member value found by a scan.
 pub type SlotId = u32;

@@ -161,10 +161,24 @@ pub(crate) fn wants(plan: &Plan) -> Option<Wants> {
 /// only the members and elements on its way; any other reads whole each top-level member it
 /// names ([`Program::context_names`]), or the whole document when it reads that.
 pub(crate) fn wants_of<'p>(programs: impl IntoIterator<Item = &'p Program>) -> Wants {
+    wants_with(programs, Program::context_names)
+}
+
+/// [`wants_of`] for expressions over a value that may be a list (a page of an upstream's
+/// answers, SPEC §2.3 "Pages"): one that indexes or slices it (`[-1].id || ''`) reads it whole
+/// ([`Program::value_names`]).
+pub(crate) fn wants_of_value<'p>(programs: impl IntoIterator<Item = &'p Program>) -> Wants {
+    wants_with(programs, Program::value_names)
+}
+
+fn wants_with<'p>(
+    programs: impl IntoIterator<Item = &'p Program>,
+    names_of: impl Fn(&'p Program) -> Result<Vec<&'p str>, &'static str>,
+) -> Wants {
     let mut root = Tree::default();
     let whole = || Tree { whole: true, ..Tree::default() };
     for program in programs {
-        match (program.plain_path(), program.context_names()) {
+        match (program.plain_path(), names_of(program)) {
             (Some(path), _) => {
                 let mut at = whole();
                 for step in path.iter().rev() {

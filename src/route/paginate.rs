@@ -294,7 +294,8 @@ impl Paging {
             Next::Url(e) => reads.push(&e.program),
             Next::Link => {}
         }
-        let reads = crate::plan::wants_of(reads);
+        // A page may be a list: an expression that indexes it reads it whole.
+        let reads = crate::plan::wants_of_value(reads);
         Some(Paging {
             items,
             next,
@@ -884,6 +885,45 @@ mod tests {
                 (a, b) => assert_eq!(a, b, "{page}"),
             }
             let _ = value;
+        }
+    }
+
+    /// A page that is a list, taken as its text (`@`), is read for `while` and `next` as much as
+    /// they need: an index or a slice of it reads it whole, as through the tape (`@ | @`).
+    #[test]
+    fn a_page_that_is_a_list_is_read_whole_by_what_indexes_it() {
+        let page = r#"[{"id": 1, "last": false}, {"id": 2, "last": false}]"#;
+        for next in [
+            "$[-1].id",
+            "to_string([-1].id)",
+            "[-1].id || 'none'",
+            "join(',', [0:2].to_string(id))",
+            "let $l = [-1] in $l.id",
+            "[-1].id",
+            "length(@)",
+        ] {
+            let read_with = |items: &str| {
+                let p =
+                    paging(json!({"items": items, "next": {"query": {"c": next}}, "while": "!([-1].last)"}))
+                        .unwrap();
+                let mut body = page.as_bytes().to_vec();
+                let (mut joined, mut count) = (b"[".to_vec(), 0);
+                let budget = Budget::new(1 << 20, 1 << 20);
+                let first = first();
+                let after =
+                    p.read(&mut body, 1, &[], &first.uri, &first, 64, &budget, &mut joined, &mut count);
+                (
+                    p.items_path.is_some(),
+                    after.map(|a| match a {
+                        After::Last => None,
+                        After::Next(request) => Some(request.uri.to_string()),
+                    }),
+                )
+            };
+            let (fast, slow) = (read_with("@"), read_with("@ | @"));
+            assert!(fast.0 && !slow.0);
+            assert!(matches!(&slow.1, Ok(Some(_))), "{next}: {:?}", slow.1);
+            assert_eq!(fast.1, slow.1, "{next}");
         }
     }
 }
