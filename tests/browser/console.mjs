@@ -421,6 +421,34 @@ async function run() {
   await waitFor('back on the first route', () => page.textContent('#route-title'), (t) => t === 'GET shop/orders-0');
   console.log('ok: a composed route reading request is tried with its stored sample request (its document becomes the preview sample), and saved with an edited one');
 
+  step = 'a paged source: Try it says the pages it fetched';
+  const pagedAnswer = await fetch(`${base}/v1/mapping`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${adminToken}` },
+    body: JSON.stringify({
+      path: 'paged/meals',
+      sources: { meals: { originalApi: { baseUrl: `http://127.0.0.1:${upstream.port}/` }, path: 'meals',
+        paginate: { items: 'meals', next: { query: { page: '$page + `1`' } }, while: '$page < `2`', maxPages: 5 } } },
+      rulesAsString: { newBodyFields: { names: { key: 'names', type: 'Json' } }, oldBodyFields: { names: { expr: 'meals[*].strMeal' } } },
+    }),
+  });
+  check(pagedAnswer.status === 201, 'a route with a paged source is registered', `${pagedAnswer.status}`);
+  const pagedRoute = await pagedAnswer.json();
+  await page.evaluate((uuid) => { location.hash = `#route/${uuid}`; }, pagedRoute.uuid);
+  await waitFor('the paged route is shown', () => page.textContent('#route-title'), (t) => t === 'GET paged/meals');
+  check(await page.isHidden('#tried-pages'), 'no pages are told before a try');
+  const pagedCalls = upstreamCalls();
+  await page.click('#try');
+  await waitFor('Try it follows the pages', () => page.textContent('#route-status'), (t) => t.startsWith('The upstream answered'));
+  check(upstreamCalls() === pagedCalls + 2, 'two pages asked for', upstreamCalls() - pagedCalls);
+  check(await page.isVisible('#tried-pages'), 'the pages fetched are told');
+  check((await page.textContent('#tried-pages')) === 'Pages fetched: meals 2', 'as the source\'s name and count', await page.textContent('#tried-pages'));
+  await accessible('paged route, tried');
+  await fetch(`${base}/v1/routes/${pagedRoute.uuid}`, { method: 'DELETE', headers: { authorization: `Bearer ${adminToken}` } });
+  await page.evaluate((uuid) => { location.hash = `#route/${uuid}`; }, firstRoute.uuid);
+  await waitFor('back on the first route', () => page.textContent('#route-title'), (t) => t === 'GET shop/orders-0');
+  console.log('ok: a route with a paged source tells the pages its Try it fetched');
+
   step = 'purging a route\'s cache';
   await page.click('#purge');
   await waitFor('the purge is confirmed', () => page.textContent('#route-status'), (t) => t === 'Cached answers purged on this node.');
