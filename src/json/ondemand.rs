@@ -142,34 +142,9 @@ pub fn with_read<R>(
 ) -> Result<R, JsonError> {
     let len = input.len();
     input.resize(len + PADDING, b' ');
-    let result = read_padded(input, len, wants, max_depth, f);
+    let result = read_padded(input, len, wants, max_depth, None, |doc, _| f(doc));
     input.truncate(len);
     result
-}
-
-fn read_padded<R>(
-    padded: &[u8],
-    len: usize,
-    wants: &Wants,
-    max_depth: usize,
-    f: impl FnOnce(&Doc<'_, '_>) -> R,
-) -> Result<R, JsonError> {
-    let Ok(source) = simdutf8::basic::from_utf8(padded) else {
-        return Err(JsonError::whole("the text is not UTF-8"));
-    };
-    let source = &source[..len];
-    let root = if wants.wants.is_empty() { Mode::Skip } else { Mode::Want(0) };
-    with_tape(
-        wants,
-        padded.len(),
-        padded,
-        |index, escapes, sink| {
-            let count = index::build_str(source, index, escapes)?;
-            let index = index.get(..count).unwrap_or_default();
-            Walk::new(source, index, escapes, &wants.wants, sink, max_depth).document(0, root)
-        },
-        f,
-    )
 }
 
 /// Where [`with_read_at`] found the value of its path: its text's byte range, and for a list
@@ -195,17 +170,19 @@ pub fn with_read_at<R>(
 ) -> Result<R, JsonError> {
     let len = input.len();
     input.resize(len + PADDING, b' ');
-    let result = read_padded_at(input, len, wants, max_depth, path, f);
+    let result = read_padded(input, len, wants, max_depth, Some(path), f);
     input.truncate(len);
     result
 }
 
-fn read_padded_at<R>(
+/// Reads the padded text (`len` bytes of it) for `wants`; with a `path`, also where the value
+/// at that path lies ([`with_read_at`]).
+fn read_padded<R>(
     padded: &[u8],
     len: usize,
     wants: &Wants,
     max_depth: usize,
-    path: &[&str],
+    path: Option<&[&str]>,
     f: impl FnOnce(&Doc<'_, '_>, Option<Found>) -> R,
 ) -> Result<R, JsonError> {
     let Ok(source) = simdutf8::basic::from_utf8(padded) else {
@@ -223,7 +200,9 @@ fn read_padded_at<R>(
             let index = index.get(..count).unwrap_or_default();
             Walk::new(source, index, escapes, &wants.wants, sink, max_depth).document(0, root)?;
             // The text is whole and well formed: its tokens can be followed without checks.
-            found.set(locate(source.as_bytes(), index, path));
+            if let Some(path) = path {
+                found.set(locate(source.as_bytes(), index, path));
+            }
             Ok(())
         },
         |doc| f(doc, found.get()),

@@ -309,16 +309,6 @@ impl Paging {
         })
     }
 
-    /// The programs it runs, for fuzzing and checks.
-    pub fn programs(&self) -> impl Iterator<Item = &Program> {
-        let next: Vec<&Program> = match &self.next {
-            Next::Query(pairs) => pairs.iter().map(|(_, e)| &e.program).collect(),
-            Next::Url(e) => vec![&e.program],
-            Next::Link => Vec::new(),
-        };
-        std::iter::once(&self.items.program).chain(self.while_.iter().map(|e| &e.program)).chain(next)
-    }
-
     /// Reads page `page` (from 1; its answer `body`, its headers `headers` with lower-case
     /// names, asked by `asked`, made from the source's own `first` request): appends its items'
     /// elements to `joined` (a list being written, its `[` already there; `count` the elements
@@ -467,7 +457,6 @@ impl Paging {
                     });
                 }
             }
-            let _ = view;
             self.after(nodes, &arena, &bound, headers, asked, first)
         });
         match parsed {
@@ -855,7 +844,6 @@ mod tests {
             r#"{"data": [1, 2"#,
         ];
         for page in pages {
-            let value: serde_json::Value = serde_json::from_str(page).unwrap_or(serde_json::Value::Null);
             let read_with = |p: &Paging| {
                 let mut body = page.as_bytes().to_vec();
                 let (mut joined, mut count) = (b"[".to_vec(), 0);
@@ -884,7 +872,6 @@ mod tests {
                 }
                 (a, b) => assert_eq!(a, b, "{page}"),
             }
-            let _ = value;
         }
     }
 

@@ -38,7 +38,7 @@ fn with(mut source: Value, extra: Value) -> Value {
 }
 
 /// Rules that copy what each expression reads into a member of the same name.
-fn rules(fields: &[(&str, &str)]) -> Value {
+pub(crate) fn rules(fields: &[(&str, &str)]) -> Value {
     let mut new = serde_json::Map::new();
     let mut old = serde_json::Map::new();
     for (name, expr) in fields {

@@ -15,6 +15,7 @@ use recast::config::Config;
 use serde_json::{Value, json};
 
 use crate::binary::Binary;
+use crate::composition::rules;
 use crate::support::{Received, Reply, Service, Upstream, config, get, send};
 
 /// How an upstream pages.
@@ -140,17 +141,6 @@ async fn upstream(style: Style, pages: usize) -> Upstream {
 fn source(upstream: &Upstream, style: Style) -> Value {
     let (path, paginate) = paged(style);
     json!({"originalApi": {"baseUrl": upstream.url("/")}, "path": path, "paginate": paginate})
-}
-
-/// Rules that copy what each expression reads into a member of the same name.
-fn rules(fields: &[(&str, &str)]) -> Value {
-    let mut new = serde_json::Map::new();
-    let mut old = serde_json::Map::new();
-    for (name, expr) in fields {
-        new.insert(name.to_string(), json!({"key": name, "type": "Json"}));
-        old.insert(name.to_string(), json!({"expr": expr}));
-    }
-    json!({"newBodyFields": new, "oldBodyFields": old})
 }
 
 async fn register(service: &Service, body: &Value) -> (u16, Value) {

@@ -85,16 +85,7 @@ pub(in crate::server) async fn own_pages(
     validating: bool,
 ) -> Result<(http::StatusCode, Vec<u8>, Paged, crate::upstream::Freshness), ApiError> {
     let config = &state.config;
-    let shared = Shared {
-        calls_left: AtomicUsize::new(config.max_source_calls),
-        bytes: AtomicUsize::new(0),
-        let_go: AtomicUsize::new(0),
-        indexes: AtomicUsize::new(0),
-        requests: AtomicUsize::new(0),
-        max_bytes: config.max_composed_bytes,
-        max_calls: config.max_source_calls,
-        sent: Default::default(),
-    };
+    let shared = Shared::new(config);
     let _held = Release { state, shared: &shared };
     // Its pages are many calls, each with the client's deadline from its own start: the call's
     // deadline holds them all.
@@ -193,16 +184,7 @@ async fn run_timed(
     state.metrics.composed.calls.fetch_add(1, Ordering::Relaxed);
     let read = composition.reads_request || wants.is_none_or(|w| w.reads_member("request"));
     let request_text = request_document(composition, &caller, read, config.max_depth)?;
-    let shared = Shared {
-        calls_left: AtomicUsize::new(config.max_source_calls),
-        bytes: AtomicUsize::new(0),
-        let_go: AtomicUsize::new(0),
-        indexes: AtomicUsize::new(0),
-        requests: AtomicUsize::new(0),
-        max_bytes: config.max_composed_bytes,
-        max_calls: config.max_source_calls,
-        sent: Default::default(),
-    };
+    let shared = Shared::new(config);
     // The answers this call holds (RECAST_MAX_BUFFERED_BYTES) are let go when it returns.
     let _held = Release { state, shared: &shared };
     let parts = CallerParts { mapped_auth, ..CallerParts::default() };

@@ -4,6 +4,7 @@
 //! request made) and then let go, so that a call holds the items of the pages so far and one
 //! page, not every page's whole answer.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::outcome::Paged;
@@ -48,8 +49,9 @@ pub(in crate::server) async fn fetch_pages(
     joined.push(b'[');
     let mut count = 0;
     // The URLs asked so far: a request made twice is a loop (method, headers and body are the
-    // first request's on every page).
-    let mut asked: Vec<String> = Vec::new();
+    // first request's on every page). A set: an upstream's URLs sharing a long prefix cost one
+    // hash each, not a comparison with every earlier one.
+    let mut asked: HashSet<String> = HashSet::new();
     let mut next: Option<UpstreamRequest> = None;
     let mut freshness: Option<Freshness> = None;
     // One expression budget for the whole paging, as a mapping has one.
@@ -63,8 +65,7 @@ pub(in crate::server) async fn fetch_pages(
     loop {
         let request = next.as_ref().unwrap_or(first);
         let page = paged.pages + 1;
-        let url = request.uri.to_string();
-        if asked.contains(&url) {
+        if !asked.insert(request.uri.to_string()) {
             let why = format!(
                 "page {page}'s request is the same as an earlier page's: the upstream's pages loop; nothing more was sent"
             );
@@ -74,7 +75,6 @@ pub(in crate::server) async fn fetch_pages(
                 paged,
             );
         }
-        asked.push(url);
         let mut answer = match answer_of(state, calls, name, request, shared, paging.headers, until).await {
             Ok(answer) => answer,
             Err((status, failure)) => return Err((status, failure, paged)),

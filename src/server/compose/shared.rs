@@ -48,6 +48,21 @@ pub(super) struct Sent {
 }
 
 impl Shared {
+    /// What one call starts with: `RECAST_MAX_SOURCE_CALLS` requests and
+    /// `RECAST_MAX_COMPOSED_BYTES` of answers.
+    pub(super) fn new(config: &crate::config::Config) -> Shared {
+        Shared {
+            calls_left: AtomicUsize::new(config.max_source_calls),
+            bytes: AtomicUsize::new(0),
+            let_go: AtomicUsize::new(0),
+            indexes: AtomicUsize::new(0),
+            requests: AtomicUsize::new(0),
+            max_bytes: config.max_composed_bytes,
+            max_calls: config.max_source_calls,
+            sent: Default::default(),
+        }
+    }
+
     /// Counts a rendered request's bytes in the call's and the process's; whether the process's
     /// bound (`RECAST_MAX_BUFFERED_BYTES`) still holds.
     pub(super) fn hold_request(&self, state: &State, request: &UpstreamRequest) -> bool {
